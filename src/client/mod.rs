@@ -1,0 +1,377 @@
+//! The configured [`Client`]: base URL, credentials, API version, timeouts and
+//! retry policy, shared by every call.
+
+pub(crate) mod auth;
+pub(crate) mod retry;
+mod transport;
+pub(crate) mod version;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::HeaderValue;
+use secrecy::SecretString;
+
+pub use auth::API_KEY_HEADER;
+pub use retry::RetryPolicy;
+pub use transport::Transport;
+pub(crate) use transport::{ErrorEnvelope, map_reqwest};
+pub use version::{API_VERSION_HEADER, ApiVersion, DEFAULT_API_VERSION};
+
+use crate::api;
+use crate::error::{Error, Result};
+
+/// Environment variable holding the base URL, for example `https://HOST/api`.
+pub const ENV_BASE_URL: &str = "NEXUS_BASE_URL";
+/// Environment variable holding the Pinecone API key.
+pub const ENV_API_KEY: &str = "PINECONE_API_KEY";
+/// Environment variable holding the API version to request (optional).
+pub const ENV_API_VERSION: &str = "NEXUS_API_VERSION";
+
+/// The default `User-Agent`: `nexus-knowql/VERSION`.
+pub const USER_AGENT: &str = concat!("nexus-knowql/", env!("CARGO_PKG_VERSION"));
+
+/// Default time allowed to open a connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default total time for one ordinary request (not for event streams).
+///
+/// It is above the service's 900 s cap on a synchronous query turn.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(930);
+
+/// A Nexus API client. Cheap to clone: clones share one connection pool.
+///
+/// ```no_run
+/// # async fn run() -> nexus_knowql::Result<()> {
+/// use nexus_knowql::Client;
+/// let client = Client::builder()
+///     .base_url("https://nexus.example.com/api")
+///     .api_key("pcsk_...")
+///     .build()?;
+/// for context in client.contexts().list().await? {
+///     println!("{} queryable={}", context.slug, context.is_queryable());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+struct ClientInner {
+    api: api::Client,
+    transport: Transport,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("transport", &self.inner.transport)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A builder with nothing set.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// A client configured from `NEXUS_BASE_URL`, `PINECONE_API_KEY` (optional)
+    /// and `NEXUS_API_VERSION` (optional).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] when `NEXUS_BASE_URL` is missing or invalid.
+    pub fn from_env() -> Result<Client> {
+        ClientBuilder::from_env().build()
+    }
+
+    /// The generated low-level client, sharing this client's transport
+    /// (authentication, version header, retries). It reaches every operation
+    /// of the API except the multipart upload, which is
+    /// [`Sources::upload_file`](crate::resources::Sources::upload_file).
+    pub fn api(&self) -> &api::Client {
+        &self.inner.api
+    }
+
+    /// The base URL requests go to (no trailing slash).
+    pub fn base_url(&self) -> &str {
+        self.inner.transport.base_url()
+    }
+
+    /// The API version this client sends.
+    pub fn api_version(&self) -> &ApiVersion {
+        self.inner.transport.version()
+    }
+
+    /// The version the server last echoed in `X-Pinecone-Api-Version`, if any.
+    pub fn server_api_version(&self) -> Option<String> {
+        self.inner.transport.last_server_version()
+    }
+
+    pub(crate) fn transport(&self) -> &Transport {
+        &self.inner.transport
+    }
+
+    /// Runs a generated call and maps its error.
+    pub(crate) async fn call<T, E, F>(&self, operation: &'static str, fut: F) -> Result<T>
+    where
+        E: ErrorEnvelope,
+        F: Future<
+            Output = std::result::Result<
+                progenitor_client::ResponseValue<T>,
+                progenitor_client::Error<E>,
+            >,
+        >,
+    {
+        match fut.await {
+            Ok(v) => Ok(v.into_inner()),
+            Err(e) => Err(self.inner.transport.map_generated(operation, e).await),
+        }
+    }
+
+    /// A request builder for a path below the base URL (hand-written calls).
+    pub(crate) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let url = format!("{}{}", self.inner.transport.base_url(), path);
+        self.inner.transport.http().request(method, url)
+    }
+
+    /// Sends a hand-written request; a non-2xx answer is an [`Error`].
+    pub(crate) async fn send(
+        &self,
+        operation: &'static str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response> {
+        let req = req
+            .build()
+            .map_err(|e| Error::InvalidRequest(format!("{operation}: {e}")))?;
+        self.inner.transport.send(req, operation).await
+    }
+}
+
+/// Builds a [`Client`]. Setters never fail; [`ClientBuilder::build`] reports
+/// the first problem.
+#[must_use]
+#[derive(Default)]
+pub struct ClientBuilder {
+    base_url: Option<String>,
+    api_key: Option<SecretString>,
+    login: bool,
+    api_version: ApiVersion,
+    connect_timeout: Option<Duration>,
+    request_timeout: Option<Option<Duration>>,
+    retry: RetryPolicy,
+    user_agent: Option<String>,
+    http: Option<reqwest::Client>,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("login", &self.login)
+            .field("api_version", &self.api_version)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("retry", &self.retry)
+            .field("user_agent", &self.user_agent)
+            .finish()
+    }
+}
+
+impl ClientBuilder {
+    /// A builder preset from `NEXUS_BASE_URL`, `PINECONE_API_KEY` and
+    /// `NEXUS_API_VERSION`; later setters override them.
+    pub fn from_env() -> Self {
+        let var = |name| {
+            std::env::var(name)
+                .ok()
+                .filter(|v: &String| !v.trim().is_empty())
+        };
+        let mut b = ClientBuilder::default();
+        b.base_url = var(ENV_BASE_URL);
+        b.api_key = var(ENV_API_KEY).map(SecretString::from);
+        if let Some(v) = var(ENV_API_VERSION) {
+            b.api_version = ApiVersion::from(v);
+        }
+        b
+    }
+
+    /// The API base URL, for example `https://HOST/api` (required).
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = Some(url.into());
+        self
+    }
+
+    /// The Pinecone API key, sent as `X-Pinecone-Api-Key` (or exchanged for a
+    /// token with [`ClientBuilder::login`]).
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(SecretString::from(key.into()));
+        self
+    }
+
+    /// Exchange the API key at `POST /auth/login` for a bearer token, send
+    /// `Authorization: Bearer`, and log in again once when a token is refused.
+    pub fn login(mut self, enabled: bool) -> Self {
+        self.login = enabled;
+        self
+    }
+
+    /// The API version to request (default `2026-07`).
+    pub fn api_version(mut self, version: impl Into<ApiVersion>) -> Self {
+        self.api_version = version.into();
+        self
+    }
+
+    /// Time allowed to open a connection (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Total time for one ordinary request (default 930 s); `None` for no
+    /// limit. Event streams are never cut by it; their idle limit is set per turn.
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.request_timeout = Some(timeout);
+        self
+    }
+
+    /// How failed requests are retried.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Overrides the `User-Agent` (default `nexus-knowql/VERSION`).
+    pub fn user_agent(mut self, ua: impl Into<String>) -> Self {
+        self.user_agent = Some(ua.into());
+        self
+    }
+
+    /// Uses this `reqwest::Client` (proxies, TLS roots, pools) instead of one
+    /// built from the timeouts and user agent above.
+    pub fn http_client(mut self, client: reqwest::Client) -> Self {
+        self.http = Some(client);
+        self
+    }
+
+    /// Builds the client.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] for a missing or invalid base URL, an invalid
+    /// version or user agent, or login without an API key.
+    pub fn build(self) -> Result<Client> {
+        let raw = self.base_url.ok_or_else(|| {
+            Error::InvalidRequest(format!(
+                "no base URL: set {ENV_BASE_URL} or call base_url()"
+            ))
+        })?;
+        let parsed = url::Url::parse(raw.trim())
+            .map_err(|e| Error::InvalidRequest(format!("invalid base URL {raw:?}: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(Error::InvalidRequest(format!(
+                "base URL {raw:?} must be http or https"
+            )));
+        }
+        let base_url = parsed.as_str().trim_end_matches('/').to_owned();
+        let version_value = HeaderValue::from_str(self.api_version.as_str()).map_err(|_| {
+            Error::InvalidRequest(format!(
+                "invalid API version {:?}",
+                self.api_version.as_str()
+            ))
+        })?;
+        let auth = match (self.api_key, self.login) {
+            (Some(key), true) => auth::Auth::Login(auth::LoginState::new(key)),
+            (Some(key), false) => auth::Auth::ApiKey(key),
+            (None, true) => return Err(Error::InvalidRequest("login needs an API key".into())),
+            (None, false) => auth::Auth::None,
+        };
+        let http = match self.http {
+            Some(c) => c,
+            None => {
+                let ua = self.user_agent.unwrap_or_else(|| USER_AGENT.to_owned());
+                reqwest::Client::builder()
+                    .user_agent(ua)
+                    .connect_timeout(self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))
+                    .build()
+                    .map_err(|e| {
+                        Error::InvalidRequest(format!("could not build the HTTP client: {e}"))
+                    })?
+            }
+        };
+        let transport = Transport::new(transport::TransportInner {
+            http: http.clone(),
+            base_url: base_url.clone(),
+            version: self.api_version,
+            version_value,
+            tracker: version::VersionTracker::default(),
+            auth,
+            retry: self.retry,
+            request_timeout: self
+                .request_timeout
+                .unwrap_or(Some(DEFAULT_REQUEST_TIMEOUT)),
+        });
+        let api = api::Client::new_with_client(&base_url, http, transport.clone());
+        Ok(Client {
+            inner: Arc::new(ClientInner { api, transport }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_rejects_bad_config() {
+        assert!(matches!(
+            Client::builder().build(),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            Client::builder().base_url("not a url").build(),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            Client::builder().base_url("ftp://x").build(),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            Client::builder().base_url("http://x").login(true).build(),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            Client::builder()
+                .base_url("http://x")
+                .api_version("bad\nversion")
+                .build(),
+            Err(Error::InvalidRequest(_))
+        ));
+    }
+
+    #[test]
+    fn base_url_trailing_slash_is_dropped() {
+        let c = Client::builder()
+            .base_url("http://127.0.0.1:9/api/")
+            .build()
+            .unwrap();
+        assert_eq!(c.base_url(), "http://127.0.0.1:9/api");
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let b = Client::builder()
+            .base_url("http://x")
+            .api_key("pcsk_topsecret");
+        assert!(!format!("{b:?}").contains("pcsk_topsecret"));
+        let c = b.login(true).build().unwrap();
+        assert!(!format!("{c:?}").contains("pcsk_topsecret"));
+    }
+
+    #[allow(dead_code)]
+    fn assert_send_sync() {
+        fn is<T: Send + Sync + Clone + 'static>() {}
+        is::<Client>();
+    }
+}

@@ -1,0 +1,203 @@
+//! When and how long to wait before sending a request again.
+//!
+//! A retry is only safe when the server cannot act twice on the same request.
+//! GET, HEAD, PUT, DELETE and OPTIONS are idempotent by definition and are
+//! retried on 408, 429, 5xx answers and on connection failures. A POST (for
+//! example `POST /query`, which starts a turn) is sent again only when the
+//! connection could not be opened, so nothing reached the server.
+
+use std::time::{Duration, SystemTime};
+
+use backoff::backoff::Backoff;
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+
+/// How the client retries failed requests.
+///
+/// ```
+/// use std::time::Duration;
+/// use nexus_knowql::RetryPolicy;
+/// let policy = RetryPolicy::default()
+///     .max_retries(5)
+///     .initial_delay(Duration::from_millis(100))
+///     .max_elapsed(Duration::from_secs(30));
+/// assert_eq!(policy.get_max_retries(), 5);
+/// let never = RetryPolicy::never();
+/// assert_eq!(never.get_max_retries(), 0);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+pub struct RetryPolicy {
+    max_retries: u32,
+    initial_delay: Duration,
+    max_delay: Duration,
+    multiplier: f64,
+    jitter: f64,
+    max_elapsed: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            initial_delay: Duration::from_millis(250),
+            max_delay: Duration::from_secs(10),
+            multiplier: 2.0,
+            jitter: 0.5,
+            max_elapsed: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn never() -> Self {
+        RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Retries after the first attempt (default 3).
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// The first backoff delay (default 250 ms); later ones grow exponentially.
+    pub fn initial_delay(mut self, d: Duration) -> Self {
+        self.initial_delay = d;
+        self
+    }
+
+    /// The largest backoff delay (default 10 s). A server's `Retry-After` may ask for more.
+    pub fn max_delay(mut self, d: Duration) -> Self {
+        self.max_delay = d;
+        self
+    }
+
+    /// Growth factor between delays (default 2.0).
+    pub fn multiplier(mut self, m: f64) -> Self {
+        self.multiplier = m;
+        self
+    }
+
+    /// Randomization factor in `[0, 1]` applied to each delay (default 0.5).
+    pub fn jitter(mut self, j: f64) -> Self {
+        self.jitter = j.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Total time budget for all attempts of one request (default 60 s).
+    pub fn max_elapsed(mut self, d: Duration) -> Self {
+        self.max_elapsed = d;
+        self
+    }
+
+    /// The configured retry count.
+    pub fn get_max_retries(&self) -> u32 {
+        self.max_retries
+    }
+
+    /// The configured total time budget.
+    pub fn get_max_elapsed(&self) -> Duration {
+        self.max_elapsed
+    }
+
+    /// A fresh backoff sequence for one request.
+    pub(crate) fn backoff(&self) -> backoff::ExponentialBackoff {
+        backoff::ExponentialBackoff {
+            current_interval: self.initial_delay,
+            initial_interval: self.initial_delay,
+            randomization_factor: self.jitter,
+            multiplier: self.multiplier,
+            max_interval: self.max_delay,
+            // The elapsed budget is tracked by the caller with tokio's clock,
+            // so paused-time tests and real time agree.
+            max_elapsed_time: None,
+            ..backoff::ExponentialBackoff::default()
+        }
+    }
+
+    /// The delay before the next attempt: the server's `Retry-After` if it
+    /// gave one, else the next backoff step.
+    pub(crate) fn next_delay(
+        &self,
+        backoff: &mut backoff::ExponentialBackoff,
+        retry_after: Option<Duration>,
+    ) -> Duration {
+        let step = backoff.next_backoff().unwrap_or(self.max_delay);
+        retry_after.unwrap_or(step)
+    }
+}
+
+/// Whether an HTTP status is worth retrying (for a request that may be repeated).
+pub(crate) fn is_retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500..=599)
+}
+
+/// Whether a method may be sent twice without changing the outcome.
+pub(crate) fn is_idempotent(method: &reqwest::Method) -> bool {
+    use reqwest::Method;
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::OPTIONS
+    )
+}
+
+/// Parses `Retry-After` as delta-seconds or an HTTP date.
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    parse_retry_after(value, SystemTime::now())
+}
+
+pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(parse_retry_after("3", now), Some(Duration::from_secs(3)));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(7));
+        assert_eq!(parse_retry_after(&later, now), Some(Duration::from_secs(7)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(7));
+        assert_eq!(parse_retry_after(&past, now), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("soon", now), None);
+    }
+
+    #[test]
+    fn classification() {
+        for s in [408, 429, 500, 502, 503, 504] {
+            assert!(is_retryable_status(s), "{s}");
+        }
+        for s in [200, 400, 401, 403, 404, 409, 413] {
+            assert!(!is_retryable_status(s), "{s}");
+        }
+        assert!(is_idempotent(&reqwest::Method::GET));
+        assert!(is_idempotent(&reqwest::Method::DELETE));
+        assert!(!is_idempotent(&reqwest::Method::POST));
+    }
+
+    #[test]
+    fn backoff_grows_to_cap_and_retry_after_wins() {
+        let policy = RetryPolicy::default()
+            .jitter(0.0)
+            .initial_delay(Duration::from_millis(100))
+            .max_delay(Duration::from_millis(350));
+        let mut b = policy.backoff();
+        let d: Vec<_> = (0..4).map(|_| policy.next_delay(&mut b, None)).collect();
+        assert_eq!(d, [100, 200, 350, 350].map(Duration::from_millis).to_vec());
+        assert_eq!(
+            policy.next_delay(&mut b, Some(Duration::from_secs(2))),
+            Duration::from_secs(2)
+        );
+    }
+}

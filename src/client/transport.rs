@@ -1,0 +1,564 @@
+//! The one place that sends HTTP requests: headers, authentication, retries,
+//! version tracking, and the mapping of failures to [`Error`].
+//!
+//! Both layers go through it: the generated client (via its hooks in
+//! `src/api.rs`) and the hand-written query and upload code.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::{Request, Response, StatusCode};
+use secrecy::ExposeSecret;
+use tracing::Instrument;
+
+use super::auth::{API_KEY_HEADER, Auth};
+use super::retry::{self, RetryPolicy};
+use super::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
+use crate::error::{Error, Result, snippet};
+
+/// Header names that may carry the server's request id, in order of preference.
+const REQUEST_ID_HEADERS: &[&str] = &["x-request-id", "x-pinecone-request-id", "request-id"];
+
+/// Marks a rewritten error response whose body was not the JSON envelope.
+const RAW_BODY_MARKER: &str = "x-nexus-knowql-raw-error-body";
+
+/// The most bytes of an error body that are read.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// Shared state behind every request of one [`Client`](crate::Client).
+///
+/// It is the generated client's inner value (`api::Client::inner()`); users
+/// obtain a configured generated client from [`Client::api`](crate::Client::api)
+/// and never build this themselves.
+#[derive(Clone)]
+pub struct Transport {
+    inner: Arc<TransportInner>,
+}
+
+pub(crate) struct TransportInner {
+    pub(crate) http: reqwest::Client,
+    pub(crate) base_url: String,
+    pub(crate) version: ApiVersion,
+    pub(crate) version_value: HeaderValue,
+    pub(crate) tracker: VersionTracker,
+    pub(crate) auth: Auth,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) request_timeout: Option<Duration>,
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("base_url", &self.inner.base_url)
+            .field("api_version", &self.inner.version.as_str())
+            .field("auth", &self.inner.auth)
+            .field("retry", &self.inner.retry)
+            .field("request_timeout", &self.inner.request_timeout)
+            .finish()
+    }
+}
+
+/// Which requests carry no total timeout (they stream for as long as a turn runs).
+fn is_event_stream(req: &Request) -> bool {
+    req.headers()
+        .get(reqwest::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"))
+}
+
+impl Transport {
+    pub(crate) fn new(inner: TransportInner) -> Self {
+        Transport {
+            inner: Arc::new(inner),
+        }
+    }
+
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.inner.http
+    }
+
+    pub(crate) fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    pub(crate) fn version(&self) -> &ApiVersion {
+        &self.inner.version
+    }
+
+    pub(crate) fn auth(&self) -> &Auth {
+        &self.inner.auth
+    }
+
+    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
+        &self.inner.retry
+    }
+
+    pub(crate) fn last_server_version(&self) -> Option<String> {
+        self.inner.tracker.last_seen()
+    }
+
+    /// Sends `req` with authentication, the version header and retries.
+    ///
+    /// Returns the server's final answer whatever its status; error bodies
+    /// that are not the JSON envelope are rewritten into one (see
+    /// [`Transport::error_from_response`]) so the status is never lost.
+    pub(crate) async fn execute(
+        &self,
+        mut req: Request,
+        operation: &str,
+    ) -> reqwest::Result<Response> {
+        let inner = &*self.inner;
+        // progenitor adds an `api-version` header of its own; the API reads
+        // only `X-Pinecone-Api-Version`.
+        req.headers_mut().remove("api-version");
+        if !req.headers().contains_key(API_VERSION_HEADER) {
+            req.headers_mut()
+                .insert(API_VERSION_HEADER, inner.version_value.clone());
+        }
+        if req.timeout().is_none() && !is_event_stream(&req) {
+            *req.timeout_mut() = inner.request_timeout;
+        }
+        let sent_version = req
+            .headers()
+            .get(API_VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let idempotent = retry::is_idempotent(req.method());
+        let started = tokio::time::Instant::now();
+        let mut backoff = inner.retry.backoff();
+        let mut retries = 0u32;
+        let mut relogged_in = false;
+
+        loop {
+            // A body that cannot be cloned (a stream) allows one attempt only.
+            let (mut attempt, last_chance) = match req.try_clone() {
+                Some(r) => (r, false),
+                None => (take_request(&mut req), true),
+            };
+            let token_generation = match self.authorize(&mut attempt).await? {
+                Ok(generation) => generation,
+                Err(refused) => return Ok(refused),
+            };
+            let span = tracing::debug_span!(
+                "http",
+                op = operation,
+                http.method = %attempt.method(),
+                url.path = attempt.url().path(),
+                attempt = retries + 1,
+                http.status_code = tracing::field::Empty,
+            );
+            let result = inner.http.execute(attempt).instrument(span.clone()).await;
+            match result {
+                Ok(resp) => {
+                    let status = resp.status();
+                    span.record("http.status_code", status.as_u16());
+                    self.observe_version(&sent_version, resp.headers());
+                    if status == StatusCode::UNAUTHORIZED
+                        && !relogged_in
+                        && !last_chance
+                        && let (Auth::Login(state), Some(generation)) =
+                            (&inner.auth, token_generation)
+                    {
+                        tracing::debug!(parent: &span, "token refused; logging in again");
+                        relogged_in = true;
+                        state.invalidate(generation);
+                        continue;
+                    }
+                    if idempotent && !last_chance && retry::is_retryable_status(status.as_u16()) {
+                        let retry_after = match status.as_u16() {
+                            429 | 503 => retry::retry_after(resp.headers()),
+                            _ => None,
+                        };
+                        if let Some(delay) =
+                            self.next_delay(&mut backoff, &mut retries, started, retry_after)
+                        {
+                            tracing::debug!(parent: &span, status = status.as_u16(), delay_ms = delay.as_millis() as u64, "retrying");
+                            drop(resp);
+                            tokio::time::sleep(delay).await;
+                            continue;
+                        }
+                        tracing::warn!(parent: &span, status = status.as_u16(), retries, "giving up after retries");
+                    }
+                    if status.is_client_error() || status.is_server_error() {
+                        return Ok(normalize_error_body(resp).await);
+                    }
+                    return Ok(resp);
+                }
+                Err(err) => {
+                    // A connect failure means nothing was sent, so even a POST
+                    // may go again; anything later may have reached the server.
+                    let safe =
+                        err.is_connect() || (idempotent && (err.is_timeout() || err.is_request()));
+                    if safe && !last_chance {
+                        if let Some(delay) =
+                            self.next_delay(&mut backoff, &mut retries, started, None)
+                        {
+                            tracing::debug!(parent: &span, error = %err, delay_ms = delay.as_millis() as u64, "retrying after transport error");
+                            tokio::time::sleep(delay).await;
+                            continue;
+                        }
+                        tracing::warn!(parent: &span, retries, "giving up after retries");
+                    }
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// The delay before another attempt, or `None` when the budget is spent.
+    fn next_delay(
+        &self,
+        backoff: &mut backoff::ExponentialBackoff,
+        retries: &mut u32,
+        started: tokio::time::Instant,
+        retry_after: Option<Duration>,
+    ) -> Option<Duration> {
+        let policy = &self.inner.retry;
+        if *retries >= policy.get_max_retries() {
+            return None;
+        }
+        let delay = policy.next_delay(backoff, retry_after);
+        if started.elapsed() + delay > policy.get_max_elapsed() {
+            return None;
+        }
+        *retries += 1;
+        Some(delay)
+    }
+
+    /// Adds credentials. `Ok(Err(response))` is a refused login, returned as
+    /// the request's answer.
+    async fn authorize(
+        &self,
+        req: &mut Request,
+    ) -> reqwest::Result<std::result::Result<Option<u64>, Response>> {
+        match &self.inner.auth {
+            Auth::None => Ok(Ok(None)),
+            Auth::ApiKey(key) => {
+                if let Ok(mut v) = HeaderValue::from_str(key.expose_secret()) {
+                    v.set_sensitive(true);
+                    req.headers_mut().insert(API_KEY_HEADER, v);
+                }
+                Ok(Ok(None))
+            }
+            Auth::Login(state) => {
+                let (generation, token) = match state.token() {
+                    Some(t) => t,
+                    None => {
+                        let _guard = state.login_lock.lock().await;
+                        match state.token() {
+                            Some(t) => t,
+                            None => match self.login().await? {
+                                Ok(token) => {
+                                    let generation = state.store(token);
+                                    match state.token() {
+                                        Some(t) => t,
+                                        None => {
+                                            (generation, secrecy::SecretString::from(String::new()))
+                                        }
+                                    }
+                                }
+                                Err(refused) => return Ok(Err(refused)),
+                            },
+                        }
+                    }
+                };
+                if let Ok(mut v) =
+                    HeaderValue::from_str(&format!("Bearer {}", token.expose_secret()))
+                {
+                    v.set_sensitive(true);
+                    req.headers_mut().insert(AUTHORIZATION, v);
+                }
+                Ok(Ok(Some(generation)))
+            }
+        }
+    }
+
+    /// `POST /auth/login`: exchanges the API key for a bearer token.
+    async fn login(&self) -> reqwest::Result<std::result::Result<String, Response>> {
+        let Auth::Login(state) = &self.inner.auth else {
+            return Ok(Ok(String::new()));
+        };
+        tracing::debug!("logging in");
+        let body = serde_json::json!({ "api_key": state.key.expose_secret() });
+        let req = self
+            .inner
+            .http
+            .post(format!("{}/auth/login", self.inner.base_url))
+            .header(API_VERSION_HEADER, self.inner.version_value.clone())
+            .json(&body)
+            .build()?;
+        let resp = self.inner.http.execute(req).await?;
+        if !resp.status().is_success() {
+            return Ok(Err(normalize_error_body(resp).await));
+        }
+        let bytes = resp.bytes().await?;
+        match serde_json::from_slice::<crate::api::types::LoginResponse>(&bytes) {
+            Ok(login) => Ok(Ok(login.token)),
+            Err(_) => {
+                // Present an undecodable login answer as a refused login.
+                let rebuilt = http_response(
+                    StatusCode::UNAUTHORIZED,
+                    &HeaderMap::new(),
+                    envelope_bytes("login answer could not be decoded", None),
+                    true,
+                );
+                Ok(Err(rebuilt))
+            }
+        }
+    }
+
+    fn observe_version(&self, sent: &str, headers: &HeaderMap) {
+        if let Some(echoed) = headers
+            .get(API_VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        {
+            self.inner.tracker.observe(sent, echoed);
+        }
+    }
+
+    /// Sends a hand-written request; a non-2xx answer becomes an [`Error`].
+    pub(crate) async fn send(&self, req: Request, operation: &'static str) -> Result<Response> {
+        let resp = self
+            .execute(req, operation)
+            .await
+            .map_err(|e| self.map_reqwest(operation, e))?;
+        if resp.status().is_success() {
+            Ok(resp)
+        } else {
+            Err(self.error_from_response(operation, resp).await)
+        }
+    }
+
+    /// Turns an error answer into an [`Error`].
+    pub(crate) async fn error_from_response(
+        &self,
+        operation: &'static str,
+        resp: Response,
+    ) -> Error {
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = read_limited(resp, ERROR_BODY_LIMIT)
+            .await
+            .unwrap_or_default();
+        let (code, message, raw) = parse_envelope(&headers, &body);
+        self.error_from_parts(operation, status, &headers, code, message, raw)
+    }
+
+    pub(crate) fn error_from_parts(
+        &self,
+        operation: &'static str,
+        status: u16,
+        headers: &HeaderMap,
+        code: Option<String>,
+        message: String,
+        raw_body: Option<String>,
+    ) -> Error {
+        let request_id = request_id(headers);
+        if status == 401 {
+            return Error::Unauthorized {
+                operation,
+                message,
+                request_id,
+            };
+        }
+        if status == 400 && code.as_deref() == Some("unsupported_api_version") {
+            return Error::UnsupportedApiVersion {
+                operation,
+                sent: self.inner.version.as_str().to_owned(),
+                message,
+                request_id,
+            };
+        }
+        Error::api(operation, status, code, message, request_id, raw_body)
+    }
+
+    pub(crate) fn map_reqwest(&self, operation: &'static str, err: reqwest::Error) -> Error {
+        map_reqwest(operation, err, self.inner.request_timeout)
+    }
+
+    /// Maps an error of the generated client.
+    pub(crate) async fn map_generated<E: ErrorEnvelope>(
+        &self,
+        operation: &'static str,
+        err: progenitor_client::Error<E>,
+    ) -> Error {
+        use progenitor_client::Error as G;
+        match err {
+            G::InvalidRequest(msg) => Error::InvalidRequest(format!("{operation}: {msg}")),
+            G::CommunicationError(e) | G::ResponseBodyError(e) | G::InvalidUpgrade(e) => {
+                self.map_reqwest(operation, e)
+            }
+            G::ErrorResponse(rv) => {
+                let status = rv.status().as_u16();
+                let headers = rv.headers().clone();
+                let raw_marked = headers.contains_key(RAW_BODY_MARKER);
+                let (code, message) = rv.into_inner().into_parts();
+                let raw = raw_marked.then(|| message.clone());
+                self.error_from_parts(operation, status, &headers, code, message, raw)
+            }
+            G::InvalidResponsePayload(bytes, e) => Error::decode(operation, e, &bytes),
+            G::UnexpectedResponse(resp) => {
+                if resp.status().is_success() {
+                    let status = resp.status();
+                    let body = read_limited(resp, ERROR_BODY_LIMIT)
+                        .await
+                        .unwrap_or_default();
+                    Error::decode(operation, format!("unexpected status {status}"), &body)
+                } else {
+                    self.error_from_response(operation, resp).await
+                }
+            }
+            G::Custom(msg) => Error::InvalidRequest(format!("{operation}: {msg}")),
+        }
+    }
+}
+
+/// `reqwest::Request::try_clone` failed: the body is a stream. Take the
+/// request itself for the one attempt it allows.
+fn take_request(req: &mut Request) -> Request {
+    let placeholder = Request::new(req.method().clone(), req.url().clone());
+    std::mem::replace(req, placeholder)
+}
+
+pub(crate) fn map_reqwest(
+    operation: &'static str,
+    err: reqwest::Error,
+    timeout: Option<Duration>,
+) -> Error {
+    if err.is_timeout() {
+        return Error::Timeout {
+            operation,
+            elapsed_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+        };
+    }
+    if err.is_decode() {
+        return Error::decode(operation, &err, b"");
+    }
+    let connect = err.is_connect();
+    // reqwest's error text may contain the URL, never headers; strip the URL
+    // anyway in case a caller put a secret in a query string.
+    Error::transport(operation, err.without_url(), connect)
+}
+
+/// The API's error envelope, whatever the generated error type is.
+pub(crate) trait ErrorEnvelope {
+    /// `(code, message)`.
+    fn into_parts(self) -> (Option<String>, String);
+}
+
+impl ErrorEnvelope for crate::api::types::Error {
+    fn into_parts(self) -> (Option<String>, String) {
+        (self.code, self.message)
+    }
+}
+
+impl ErrorEnvelope for () {
+    fn into_parts(self) -> (Option<String>, String) {
+        (None, String::new())
+    }
+}
+
+fn request_id(headers: &HeaderMap) -> Option<String> {
+    REQUEST_ID_HEADERS
+        .iter()
+        .find_map(|h| headers.get(*h))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// `(code, message, raw body if not the envelope)`.
+fn parse_envelope(headers: &HeaderMap, body: &[u8]) -> (Option<String>, String, Option<String>) {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        message: String,
+        #[serde(default)]
+        code: Option<String>,
+    }
+    match serde_json::from_slice::<Envelope>(body) {
+        Ok(e) if headers.contains_key(RAW_BODY_MARKER) => {
+            (None, e.message.clone(), Some(e.message))
+        }
+        Ok(e) => (e.code, e.message, None),
+        Err(_) => {
+            let raw = snippet(body);
+            let message = if raw.trim().is_empty() {
+                "(empty body)".to_owned()
+            } else {
+                raw.clone()
+            };
+            (None, message, Some(raw))
+        }
+    }
+}
+
+/// Reads at most `limit` bytes of a body.
+pub(crate) async fn read_limited(mut resp: Response, limit: usize) -> reqwest::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        let room = limit.saturating_sub(out.len());
+        out.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if out.len() >= limit {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+fn envelope_bytes(message: &str, code: Option<&str>) -> Bytes {
+    let v = match code {
+        Some(c) => serde_json::json!({ "message": message, "code": c }),
+        None => serde_json::json!({ "message": message }),
+    };
+    Bytes::from(v.to_string())
+}
+
+fn http_response(status: StatusCode, headers: &HeaderMap, body: Bytes, raw: bool) -> Response {
+    let mut builder = http::Response::builder().status(status);
+    if let Some(h) = builder.headers_mut() {
+        for (k, v) in headers {
+            if k != reqwest::header::CONTENT_LENGTH && k != reqwest::header::CONTENT_TYPE {
+                h.append(k.clone(), v.clone());
+            }
+        }
+        h.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if raw {
+            h.insert(RAW_BODY_MARKER, HeaderValue::from_static("1"));
+        }
+    }
+    match builder.body(body) {
+        Ok(r) => Response::from(r),
+        Err(_) => Response::from(http::Response::new(Bytes::new())),
+    }
+}
+
+/// Makes an error answer's body the JSON envelope so that the generated
+/// client keeps the status even when the server sent text or HTML.
+async fn normalize_error_body(resp: Response) -> Response {
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = match read_limited(resp, ERROR_BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(_) => Vec::new(),
+    };
+    let is_envelope = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .is_some_and(|v| v.get("message").is_some_and(|m| m.is_string()));
+    if is_envelope {
+        http_response(status, &headers, Bytes::from(body), false)
+    } else {
+        let raw = snippet(&body);
+        let text = if raw.trim().is_empty() {
+            status.canonical_reason().unwrap_or("error").to_owned()
+        } else {
+            raw
+        };
+        http_response(status, &headers, envelope_bytes(&text, None), true)
+    }
+}

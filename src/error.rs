@@ -1,0 +1,330 @@
+//! The crate's one public error type.
+//!
+//! Every fallible call of the SDK returns [`Error`]. Callers usually ask it
+//! questions ([`Error::is_retryable`], [`Error::is_not_found`],
+//! [`Error::status`], [`Error::code`], [`Error::request_id`]) rather than
+//! match on it; the variants are public for when they need the details.
+
+use std::fmt;
+
+/// A `Result` whose error defaults to [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The boxed source of a transport failure.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// How many bytes of an unexpected body an error keeps.
+pub(crate) const SNIPPET_LIMIT: usize = 512;
+
+/// Everything that can go wrong when talking to Nexus.
+///
+/// No variant ever holds an API key or a bearer token.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The server answered with an error status and (usually) the API's `Error` envelope.
+    #[error("{}: server answered {}{}: {}", .0.operation, .0.status, code_suffix(&.0.code), .0.message)]
+    Api(Box<ApiError>),
+
+    /// The server does not serve the API version this client sent.
+    #[error("{operation}: the server does not support API version `{sent}`: {message}")]
+    UnsupportedApiVersion {
+        /// The operation that was refused.
+        operation: &'static str,
+        /// The `X-Pinecone-Api-Version` value that was sent.
+        sent: String,
+        /// The server's message.
+        message: String,
+        /// The server's request id, when it sent one.
+        request_id: Option<String>,
+    },
+
+    /// The credentials were missing, wrong or expired (HTTP 401, after any re-login).
+    #[error("{operation}: unauthorized: {message}")]
+    Unauthorized {
+        /// The operation that was refused.
+        operation: &'static str,
+        /// The server's message (never the credentials).
+        message: String,
+        /// The server's request id, when it sent one.
+        request_id: Option<String>,
+    },
+
+    /// The request or the response did not make it across the network.
+    #[error("{operation}: transport error")]
+    Transport {
+        /// The operation under way.
+        operation: &'static str,
+        /// Whether the failure happened while connecting (nothing was sent).
+        connect: bool,
+        /// The underlying failure.
+        #[source]
+        source: BoxError,
+    },
+
+    /// A deadline passed: a request timeout, an idle stream, or a `wait()` limit.
+    #[error("{operation}: timed out after {elapsed_ms} ms")]
+    Timeout {
+        /// The operation under way.
+        operation: &'static str,
+        /// How long was waited, in milliseconds.
+        elapsed_ms: u64,
+    },
+
+    /// A response body could not be decoded.
+    #[error("{operation}: could not decode the response: {message} (body starts: {snippet:?})")]
+    Decode {
+        /// The operation whose response failed to decode.
+        operation: &'static str,
+        /// What was wrong.
+        message: String,
+        /// The first bytes of the body (at most 512), lossily decoded.
+        snippet: String,
+    },
+
+    /// The request was rejected before anything was sent.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+
+    /// A query turn ended with `response.failed` or status `failed`.
+    #[error("query {query_id} failed: {message}")]
+    TurnFailed {
+        /// The failed turn.
+        query_id: String,
+        /// The server's error text.
+        message: String,
+    },
+
+    /// A query turn was cancelled.
+    #[error("query {query_id} was cancelled{}", message_suffix(.message))]
+    TurnCancelled {
+        /// The cancelled turn.
+        query_id: String,
+        /// The server's text, if any.
+        message: String,
+    },
+
+    /// A task (curation, import, ...) ended `failed` or `cancelled`.
+    #[error("task {task_id} ended {state}{}", message_suffix(.message))]
+    TaskFailed {
+        /// The task.
+        task_id: String,
+        /// Its final state.
+        state: String,
+        /// The task's error text, if any.
+        message: String,
+    },
+
+    /// An event stream broke in a way that cannot be resumed.
+    #[error("event stream{}: {message}", query_suffix(.query_id))]
+    Stream {
+        /// The turn, when its id was known.
+        query_id: Option<String>,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// An error answer from the Nexus API: the HTTP status plus the `Error` envelope.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApiError {
+    /// The operation (the spec's operationId) that failed.
+    pub operation: &'static str,
+    /// HTTP status code.
+    pub status: u16,
+    /// The envelope's `code`, when the server sent one (for example `unsupported_api_version`).
+    pub code: Option<String>,
+    /// The envelope's `message`, or the raw body when it was not the envelope.
+    pub message: String,
+    /// The request id header, when the server sent one.
+    pub request_id: Option<String>,
+    /// The raw body (at most 512 bytes) when it was not a JSON `Error` envelope.
+    pub raw_body: Option<String>,
+}
+
+impl fmt::Debug for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiError")
+            .field("operation", &self.operation)
+            .field("status", &self.status)
+            .field("code", &self.code)
+            .field("message", &self.message)
+            .field("request_id", &self.request_id)
+            .field("raw_body", &self.raw_body)
+            .finish()
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status, self.message)
+    }
+}
+
+fn code_suffix(code: &Option<String>) -> String {
+    code.as_ref().map(|c| format!(" ({c})")).unwrap_or_default()
+}
+
+fn message_suffix(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    }
+}
+
+fn query_suffix(query_id: &Option<String>) -> String {
+    query_id
+        .as_ref()
+        .map(|q| format!(" of query {q}"))
+        .unwrap_or_default()
+}
+
+impl Error {
+    /// The HTTP status of an error answer, if the server answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Api(e) => Some(e.status),
+            Error::UnsupportedApiVersion { .. } => Some(400),
+            Error::Unauthorized { .. } => Some(401),
+            _ => None,
+        }
+    }
+
+    /// The server's error `code`, if it sent one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Api(e) => e.code.as_deref(),
+            Error::UnsupportedApiVersion { .. } => Some("unsupported_api_version"),
+            _ => None,
+        }
+    }
+
+    /// The server's request id, if it sent one.
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            Error::Api(e) => e.request_id.as_deref(),
+            Error::UnsupportedApiVersion { request_id, .. }
+            | Error::Unauthorized { request_id, .. } => request_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The API error answer, if this is one.
+    pub fn as_api(&self) -> Option<&ApiError> {
+        match self {
+            Error::Api(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Whether the resource was not found (HTTP 404).
+    pub fn is_not_found(&self) -> bool {
+        self.status() == Some(404)
+    }
+
+    /// Whether the server refused because of a conflict (HTTP 409), such as a
+    /// turn already in flight on a session or an import in progress.
+    pub fn is_conflict(&self) -> bool {
+        self.status() == Some(409)
+    }
+
+    /// Whether trying the same call again later may succeed.
+    ///
+    /// This is the same classification the client's retry loop uses for
+    /// idempotent requests: 408, 429 and 5xx answers, connection failures and
+    /// timeouts.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Api(e) => crate::client::retry::is_retryable_status(e.status),
+            Error::Transport { .. } | Error::Timeout { .. } => true,
+            Error::Stream { .. } => true,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn api(
+        operation: &'static str,
+        status: u16,
+        code: Option<String>,
+        message: String,
+        request_id: Option<String>,
+        raw_body: Option<String>,
+    ) -> Self {
+        Error::Api(Box::new(ApiError {
+            operation,
+            status,
+            code,
+            message,
+            request_id,
+            raw_body,
+        }))
+    }
+
+    pub(crate) fn transport(
+        operation: &'static str,
+        source: impl Into<BoxError>,
+        connect: bool,
+    ) -> Self {
+        Error::Transport {
+            operation,
+            connect,
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn decode(operation: &'static str, message: impl fmt::Display, body: &[u8]) -> Self {
+        Error::Decode {
+            operation,
+            message: message.to_string(),
+            snippet: snippet(body),
+        }
+    }
+}
+
+/// The first [`SNIPPET_LIMIT`] bytes of a body, lossily decoded, cut on a char boundary.
+pub(crate) fn snippet(body: &[u8]) -> String {
+    let cut = &body[..body.len().min(SNIPPET_LIMIT)];
+    String::from_utf8_lossy(cut).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_stays_small() {
+        // Results of this crate are returned on every hot path; keep the error
+        // a few words wide by boxing large payloads.
+        assert!(
+            std::mem::size_of::<Error>() <= 80,
+            "{}",
+            std::mem::size_of::<Error>()
+        );
+    }
+
+    #[test]
+    fn display_names_operation_and_code() {
+        let e = Error::api(
+            "get_context",
+            404,
+            Some("nope".into()),
+            "no such context".into(),
+            None,
+            None,
+        );
+        assert_eq!(
+            e.to_string(),
+            "get_context: server answered 404 (nope): no such context"
+        );
+        assert!(e.is_not_found());
+        assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn snippet_is_bounded() {
+        let body = vec![b'x'; 10_000];
+        assert_eq!(snippet(&body).len(), SNIPPET_LIMIT);
+    }
+}

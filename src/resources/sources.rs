@@ -1,0 +1,385 @@
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+
+use super::tasks::TaskWait;
+use crate::error::{Error, Result};
+use crate::{Client, types};
+
+/// Source files of one context. Get one from [`Client::sources`].
+#[derive(Debug, Clone, Copy)]
+pub struct Sources<'c> {
+    pub(crate) client: &'c Client,
+    pub(crate) slug: &'c str,
+}
+
+/// Progress of a directory import, passed to the callback of
+/// [`Sources::import_dir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ImportProgress {
+    /// Files uploaded so far.
+    pub files_done: usize,
+    /// Files to upload.
+    pub files_total: usize,
+    /// Bytes uploaded so far.
+    pub bytes_done: u64,
+    /// Bytes to upload.
+    pub bytes_total: u64,
+    /// The file (relative path) or archive just uploaded.
+    pub current: String,
+}
+
+/// Progress of one upload, the same shape as a directory import's.
+pub type UploadProgress = ImportProgress;
+
+/// The most a directory may weigh to be sent as one in-memory archive.
+const ARCHIVE_LIMIT: u64 = 256 * 1024 * 1024;
+
+/// How long a 409 (import in flight) is waited out before giving up.
+const BUSY_WAIT: Duration = Duration::from_secs(600);
+
+impl Sources<'_> {
+    /// `POST /contexts/{slug}/import/upload`: uploads one file or archive
+    /// (`.zip`, `.tar`, `.tar.gz`, `.tgz` are expanded by the server) under
+    /// `dir` in the source tree (default `uploads`). The import runs as a task;
+    /// the answer names it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] when the file cannot be read; 409 while
+    /// another import runs; 413 for a file over the server's limit.
+    pub async fn upload_file(
+        &self,
+        path: impl AsRef<Path>,
+        dir: Option<&str>,
+    ) -> Result<types::WorkflowTriggerResponse> {
+        let path = path.as_ref();
+        let name = file_name(path)?;
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| Error::InvalidRequest(format!("cannot open {}: {e}", path.display())))?;
+        let len = file
+            .metadata()
+            .await
+            .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", path.display())))?
+            .len();
+        let stream = tokio_util_like::file_stream(file);
+        let part =
+            reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(stream), len)
+                .file_name(name);
+        self.send_upload(part, dir).await
+    }
+
+    /// Uploads in-memory bytes as a file named `name`.
+    ///
+    /// # Errors
+    /// As [`Sources::upload_file`].
+    pub async fn upload_bytes(
+        &self,
+        name: &str,
+        bytes: impl Into<bytes::Bytes>,
+        dir: Option<&str>,
+    ) -> Result<types::WorkflowTriggerResponse> {
+        if name.is_empty() || name.contains('/') || name.contains('\\') {
+            return Err(Error::InvalidRequest(format!("invalid file name {name:?}")));
+        }
+        let bytes: bytes::Bytes = bytes.into();
+        let part =
+            reqwest::multipart::Part::stream(reqwest::Body::from(bytes)).file_name(name.to_owned());
+        self.send_upload(part, dir).await
+    }
+
+    async fn send_upload(
+        &self,
+        part: reqwest::multipart::Part,
+        dir: Option<&str>,
+    ) -> Result<types::WorkflowTriggerResponse> {
+        let op = "upload_context_source";
+        let form = reqwest::multipart::Form::new().part("file", part);
+        let path = format!("/contexts/{}/import/upload", encode_segment(self.slug));
+        let mut req = self
+            .client
+            .request(reqwest::Method::POST, &path)
+            .multipart(form);
+        if let Some(dir) = dir {
+            req = req.query(&[("path", dir)]);
+        }
+        let resp = self.client.send(op, req).await?;
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| self.client.transport().map_reqwest(op, e))?;
+        serde_json::from_slice(&body).map_err(|e| Error::decode(op, e, &body))
+    }
+
+    /// `GET /contexts/{slug}/source/list[/{path}]`: one page of entries.
+    ///
+    /// # Errors
+    /// Any [`Error`] of the call.
+    pub async fn list(
+        &self,
+        path: Option<&str>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> Result<types::DirListing> {
+        let api = self.client.api();
+        match path.filter(|p| !p.is_empty()) {
+            Some(p) => {
+                self.client
+                    .call(
+                        "list_source_files_by_path",
+                        api.list_source_files_by_path(self.slug, p, limit, offset, None),
+                    )
+                    .await
+            }
+            None => {
+                self.client
+                    .call(
+                        "list_source_files",
+                        api.list_source_files(self.slug, limit, offset, None),
+                    )
+                    .await
+            }
+        }
+    }
+
+    /// `GET /contexts/{slug}/source/read/{path}`: a source file's bytes.
+    ///
+    /// # Errors
+    /// Any [`Error`] of the call.
+    pub async fn read(&self, path: &str) -> Result<bytes::Bytes> {
+        let stream = self
+            .client
+            .call(
+                "read_source_file",
+                self.client.api().read_source_file(self.slug, path, None),
+            )
+            .await?;
+        collect_stream("read_source_file", stream).await
+    }
+
+    /// Imports every file below `dir`: as one `.tar.gz` upload, which the
+    /// server expands, or, when the server refuses archives (400), file by
+    /// file, waiting for each import to finish (an upload during an import in
+    /// flight gets 409). Hidden files and directories are skipped.
+    /// `on_progress` is called after each upload. Returns the finished import
+    /// tasks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] when the directory cannot be read or holds no
+    /// file; [`Error::TaskFailed`] when an import fails; any error of the calls.
+    pub async fn import_dir(
+        &self,
+        dir: impl AsRef<Path>,
+        mut on_progress: impl FnMut(&ImportProgress) + Send,
+    ) -> Result<Vec<types::TaskResponse>> {
+        let dir = dir.as_ref();
+        let files = collect_files(dir)?;
+        if files.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "no files to import in {}",
+                dir.display()
+            )));
+        }
+        let files_total = files.len();
+        let bytes_total: u64 = files.iter().map(|(_, _, len)| *len).sum();
+
+        if bytes_total <= ARCHIVE_LIMIT {
+            let archive = build_tar_gz(dir, &files)?;
+            let name = format!("{}.tar.gz", dir_label(dir));
+            match self.upload_waiting(&name, archive, None).await {
+                Ok(trigger) => {
+                    on_progress(&ImportProgress {
+                        files_done: files_total,
+                        files_total,
+                        bytes_done: bytes_total,
+                        bytes_total,
+                        current: name,
+                    });
+                    let task = self.wait_import(&trigger.task_id).await?;
+                    return Ok(vec![task]);
+                }
+                // The server refuses archives: fall back to single files.
+                Err(e) if e.status() == Some(400) => {
+                    tracing::debug!("archive refused ({e}); importing file by file");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+
+        let mut tasks = Vec::with_capacity(files_total);
+        let mut bytes_done = 0;
+        for (i, (abs, rel, len)) in files.iter().enumerate() {
+            let data = tokio::fs::read(abs).await.map_err(|e| {
+                Error::InvalidRequest(format!("cannot read {}: {e}", abs.display()))
+            })?;
+            let (parent, name) = match rel.rsplit_once('/') {
+                Some((p, n)) => (Some(format!("uploads/{p}")), n.to_owned()),
+                None => (None, rel.clone()),
+            };
+            let trigger = self
+                .upload_waiting_in(&name, data.into(), parent.as_deref())
+                .await?;
+            tasks.push(self.wait_import(&trigger.task_id).await?);
+            bytes_done += len;
+            on_progress(&ImportProgress {
+                files_done: i + 1,
+                files_total,
+                bytes_done,
+                bytes_total,
+                current: rel.clone(),
+            });
+        }
+        Ok(tasks)
+    }
+
+    async fn upload_waiting(
+        &self,
+        name: &str,
+        data: Vec<u8>,
+        dir: Option<&str>,
+    ) -> Result<types::WorkflowTriggerResponse> {
+        self.upload_waiting_in(name, data.into(), dir).await
+    }
+
+    /// Uploads, waiting out 409 answers (another import in flight).
+    async fn upload_waiting_in(
+        &self,
+        name: &str,
+        data: bytes::Bytes,
+        dir: Option<&str>,
+    ) -> Result<types::WorkflowTriggerResponse> {
+        let started = tokio::time::Instant::now();
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.upload_bytes(name, data.clone(), dir).await {
+                Err(e) if e.is_conflict() && started.elapsed() < BUSY_WAIT => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn wait_import(&self, task_id: &str) -> Result<types::TaskResponse> {
+        self.client
+            .tasks()
+            .wait_completed(
+                task_id,
+                TaskWait::default().interval(Duration::from_millis(50), Duration::from_secs(2)),
+            )
+            .await
+    }
+}
+
+/// Reads a generated byte stream to the end.
+pub(crate) async fn collect_stream(
+    op: &'static str,
+    stream: progenitor_client::ByteStream,
+) -> Result<bytes::Bytes> {
+    let chunks: Vec<bytes::Bytes> = stream
+        .into_inner()
+        .try_collect()
+        .await
+        .map_err(|e| crate::client::map_reqwest(op, e, None))?;
+    Ok(chunks.concat().into())
+}
+
+fn file_name(path: &Path) -> Result<String> {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_owned)
+        .ok_or_else(|| Error::InvalidRequest(format!("{} has no usable file name", path.display())))
+}
+
+fn dir_label(dir: &Path) -> String {
+    dir.canonicalize()
+        .ok()
+        .as_deref()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.is_empty())
+        .unwrap_or("sources")
+        .to_owned()
+}
+
+/// `(absolute path, relative path with '/', length)` of every non-hidden file, sorted.
+fn collect_files(dir: &Path) -> Result<Vec<(PathBuf, String, u64)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d)
+            .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", d.display())))?;
+        for entry in entries {
+            let entry = entry
+                .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", d.display())))?;
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            let meta = entry.metadata().map_err(|e| {
+                Error::InvalidRequest(format!("cannot read {}: {e}", path.display()))
+            })?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                let rel = path
+                    .strip_prefix(dir)
+                    .map_err(|_| {
+                        Error::InvalidRequest(format!(
+                            "{} is outside {}",
+                            path.display(),
+                            dir.display()
+                        ))
+                    })?
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                out.push((path, rel, meta.len()));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
+}
+
+fn build_tar_gz(dir: &Path, files: &[(PathBuf, String, u64)]) -> Result<Vec<u8>> {
+    let io =
+        |e: std::io::Error| Error::InvalidRequest(format!("cannot archive {}: {e}", dir.display()));
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    for (abs, rel, _) in files {
+        tar.append_path_with_name(abs, rel).map_err(io)?;
+    }
+    tar.into_inner().map_err(io)?.finish().map_err(io)
+}
+
+fn encode_segment(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+mod tokio_util_like {
+    //! A file as a stream of chunks, for streaming uploads.
+    use futures::Stream;
+    use tokio::io::AsyncReadExt;
+
+    pub(super) fn file_stream(
+        file: tokio::fs::File,
+    ) -> impl Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static {
+        futures::stream::try_unfold(file, |mut file| async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = file.read(&mut buf).await?;
+            if n == 0 {
+                return Ok(None);
+            }
+            buf.truncate(n);
+            Ok(Some((bytes::Bytes::from(buf), file)))
+        })
+    }
+}
