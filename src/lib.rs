@@ -21,6 +21,10 @@ pub mod client;
 pub mod error;
 pub mod resources;
 
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub mod mcp;
+
 /// The generated schema types (re-exported from [`api::types`]).
 pub use api::types;
 

@@ -60,16 +60,6 @@ impl LoginState {
     }
 }
 
-impl Auth {
-    pub(crate) fn api_key(&self) -> Option<&str> {
-        match self {
-            Auth::None => None,
-            Auth::ApiKey(k) => Some(k.expose_secret()),
-            Auth::Login(s) => Some(s.key.expose_secret()),
-        }
-    }
-}
-
 impl fmt::Debug for Auth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -88,14 +88,6 @@ impl Transport {
         &self.inner.version
     }
 
-    pub(crate) fn auth(&self) -> &Auth {
-        &self.inner.auth
-    }
-
-    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
-        &self.inner.retry
-    }
-
     pub(crate) fn last_server_version(&self) -> Option<String> {
         self.inner.tracker.last_seen()
     }
