@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::RwLock;
 
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 
 /// The API key header.
 pub const API_KEY_HEADER: &str = "X-Pinecone-Api-Key";
