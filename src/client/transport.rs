@@ -535,10 +535,9 @@ fn http_response(status: StatusCode, headers: &HeaderMap, body: Bytes, raw: bool
 async fn normalize_error_body(resp: Response) -> Response {
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = match read_limited(resp, ERROR_BODY_LIMIT).await {
-        Ok(b) => b,
-        Err(_) => Vec::new(),
-    };
+    let body = read_limited(resp, ERROR_BODY_LIMIT)
+        .await
+        .unwrap_or_default();
     let is_envelope = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .is_some_and(|v| v.get("message").is_some_and(|m| m.is_string()));
