@@ -626,3 +626,34 @@ async fn connection_failure_is_a_transport_error() {
     );
     assert!(err.is_retryable());
 }
+
+#[tokio::test]
+async fn slow_answers_hit_the_request_timeout() {
+    let server = MockServer::start().await;
+    Mock::given(any())
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!([]))
+                .set_delay(Duration::from_secs(3)),
+        )
+        .mount(&server)
+        .await;
+    let c = Client::builder()
+        .base_url(format!("{}/api", server.uri()))
+        .request_timeout(Some(Duration::from_millis(200)))
+        .retry(RetryPolicy::never())
+        .build()
+        .unwrap();
+    let err = c.contexts().list().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                operation: "list_contexts",
+                elapsed_ms: 200
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+}
