@@ -21,6 +21,10 @@ pub mod client;
 pub mod error;
 pub mod resources;
 
+#[cfg(feature = "local")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local")))]
+pub mod local;
+
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;

@@ -1,0 +1,130 @@
+//! `nexus-local`: the embedded Nexus server as a command.
+//!
+//! ```text
+//! nexus-local [--bind ADDR] [--api-key KEY] [--data DIR] [--context SLUG=DIR]...
+//! ```
+//!
+//! Prints the base URL on one line on stdout once every `--context` is
+//! curated and the server is ready; logs go to stderr. Stops on Ctrl-C or
+//! SIGTERM. Faults for tests come from `NEXUS_LOCAL_FAULT_CUT_AFTER`,
+//! `NEXUS_LOCAL_FAULT_FRAME_DELAY_MS` and `NEXUS_LOCAL_FAULT_503`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use nexus_knowql::local::LocalNexus;
+
+/// The embedded Nexus server (API version 2026-07) on loopback.
+#[derive(Debug, Parser)]
+#[command(name = "nexus-local", version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8808", env = "NEXUS_LOCAL_BIND")]
+    bind: SocketAddr,
+    /// Require this API key (X-Pinecone-Api-Key or a bearer token from /auth/login).
+    #[arg(long, env = "NEXUS_LOCAL_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Keep contexts, sources, indexes and sessions in this directory.
+    #[arg(long = "data", value_name = "DIR", env = "NEXUS_LOCAL_DATA")]
+    data: Option<PathBuf>,
+    /// Create a context from a directory and curate it at start-up (repeatable).
+    #[arg(long = "context", value_name = "SLUG=DIR", value_parser = parse_context)]
+    contexts: Vec<(String, PathBuf)>,
+    /// Largest accepted upload, in MiB.
+    #[arg(long, default_value_t = 256)]
+    upload_limit_mb: usize,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_context(s: &str) -> Result<(String, PathBuf), String> {
+    let (slug, dir) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected SLUG=DIR, got {s:?}"))?;
+    if slug.is_empty() || dir.is_empty() {
+        return Err(format!("expected SLUG=DIR, got {s:?}"));
+    }
+    Ok((slug.to_owned(), PathBuf::from(dir)))
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("nexus_knowql=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn stop_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logs(args.log_format);
+    let mut builder = LocalNexus::builder()
+        .bind(args.bind)
+        .upload_limit(args.upload_limit_mb.saturating_mul(1024 * 1024))
+        .faults_from_env();
+    if let Some(key) = args.api_key {
+        builder = builder.api_key(key);
+    }
+    if let Some(dir) = args.data {
+        builder = builder.data_dir(dir);
+    }
+    for (slug, dir) in args.contexts {
+        builder = builder.context(slug, dir);
+    }
+    let server = match builder.start().await {
+        Ok(s) => s,
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                msg.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("nexus-local: {msg}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", server.base_url());
+    let _ = std::io::stdout().flush();
+    stop_signal().await;
+    tracing::info!("stopping");
+    server.shutdown().await;
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,353 @@
+//! Curation as a task: read the sources, chunk them, build the BM25 index,
+//! then swap it in and mark the context queryable.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+use super::error::{LocalError, LocalResult};
+use super::import::empty_output;
+use super::search::{Chunk, ContextIndex, chunk_document};
+use super::state::AppState;
+use crate::types;
+
+/// Phases reported in a curate task's progress.
+const PHASES: i64 = 3;
+
+/// Registers a curate task for `context` and starts it.
+///
+/// `internal` curations index a work context after an import; user requests
+/// for a work context are refused, as the API does.
+pub(crate) fn start(
+    state: &Arc<AppState>,
+    context: &str,
+    force: bool,
+    scope: Option<String>,
+    internal: bool,
+) -> LocalResult<types::TaskResponse> {
+    let cancel = state.shutdown.child_token();
+    let (task, context_id) = {
+        let mut inner = state.store.lock();
+        let ctx = inner.context(context)?;
+        if ctx.kind == "work" && !internal {
+            return Err(LocalError::bad_request(format!(
+                "context {:?} is a work context; it is indexed on import",
+                ctx.slug
+            )));
+        }
+        if ctx.sources.is_empty() {
+            return Err(LocalError::conflict(format!(
+                "context {:?} has no sources to curate; upload some first",
+                ctx.slug
+            )));
+        }
+        if ctx.curating {
+            return Err(LocalError::conflict(format!(
+                "context {:?} is already being curated",
+                ctx.slug
+            )));
+        }
+        let context_id = ctx.id.clone();
+        let input = types::TaskInput {
+            subtype_1: Some(types::CurateInput {
+                artifacts_reset: None,
+                batch_size: None,
+                claimed_version: None,
+                force,
+                legs: vec!["chunks".to_owned()],
+                models: Vec::new(),
+                scope: scope.unwrap_or_else(|| "all".to_owned()),
+                skip_corpus_aggregation: None,
+                trigger: if internal { "import" } else { "api" }.to_owned(),
+            }),
+            ..empty_input()
+        };
+        let task = inner.new_task("curate", Some(&context_id), None, input, cancel.clone());
+        let ctx = inner.context_mut(&context_id)?;
+        ctx.curating = true;
+        ctx.curate_task_id = Some(task.id.clone());
+        (task, context_id)
+    };
+    let job_state = state.clone();
+    let task_id = task.id.clone();
+    state.spawn(async move { run(job_state, context_id, task_id, cancel).await });
+    Ok(task)
+}
+
+/// What curation produced before it is swapped in.
+struct Built {
+    index: ContextIndex,
+    generation: u64,
+    processed: usize,
+    failed: Vec<String>,
+    chunks: usize,
+    samples: Vec<String>,
+}
+
+async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: CancellationToken) {
+    let (sources, generation) = {
+        let mut inner = state.store.lock();
+        inner.task_progress(&task_id, 0, PHASES, "reading sources");
+        let generation = inner
+            .contexts
+            .get(&context_id)
+            .map_or(1, |c| c.index_generation + 1);
+        let sources: Vec<(String, bytes::Bytes)> = inner
+            .sources
+            .get(&context_id)
+            .map(|s| s.iter().map(|(p, d)| (p.clone(), d.clone())).collect())
+            .unwrap_or_default();
+        (sources, generation)
+    };
+    let job_state = state.clone();
+    let job_cancel = cancel.clone();
+    let job_task = task_id.clone();
+    let job_ctx = context_id.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        build(
+            &job_state,
+            &job_ctx,
+            &job_task,
+            sources,
+            generation,
+            &job_cancel,
+        )
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("curation stopped: {e}")));
+
+    let delay = state.faults.frame_delay();
+    if !delay.is_zero() {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = cancel.cancelled() => {}
+        }
+    }
+    if cancel.is_cancelled() {
+        end(&state, &context_id, &task_id, "cancelled", None, None);
+        state.store.persist().await;
+        return;
+    }
+    let built = match built {
+        Ok(b) => b,
+        Err(msg) => {
+            end(&state, &context_id, &task_id, "failed", None, Some(msg));
+            state.store.persist().await;
+            return;
+        }
+    };
+    let now = Utc::now();
+    let output = curate_output(&built);
+    {
+        let mut inner = state.store.lock();
+        let Some(ctx) = inner.contexts.get_mut(&context_id) else {
+            return;
+        };
+        ctx.last_curated_at = Some(now);
+        ctx.updated_at = now;
+        ctx.index_generation = built.generation;
+        ctx.sample_queries = built.samples;
+        inner
+            .indexes
+            .insert(context_id.clone(), Arc::new(built.index));
+    }
+    end(
+        &state,
+        &context_id,
+        &task_id,
+        "completed",
+        Some(output),
+        None,
+    );
+    state.store.persist().await;
+    if let Some(dir) = state.store.context_dir(&context_id) {
+        remove_old_generations(&dir, built.generation);
+    }
+}
+
+/// Chunks and indexes, on a blocking thread.
+fn build(
+    state: &AppState,
+    context_id: &str,
+    task_id: &str,
+    sources: Vec<(String, bytes::Bytes)>,
+    generation: u64,
+    cancel: &CancellationToken,
+) -> Result<Built, String> {
+    state
+        .store
+        .lock()
+        .task_progress(task_id, 1, PHASES, "chunking");
+    let mut chunks: Vec<Chunk> = Vec::new();
+    let mut failed = Vec::new();
+    let mut processed = 0;
+    let mut samples = Vec::new();
+    for (path, data) in &sources {
+        if cancel.is_cancelled() {
+            return Err("cancelled".to_owned());
+        }
+        let Some(text) = as_text(data) else {
+            failed.push(path.clone());
+            continue;
+        };
+        processed += 1;
+        let doc_chunks = chunk_document(path, text, state.config.chunk_chars);
+        if samples.len() < 5
+            && let Some(title) = doc_chunks
+                .iter()
+                .find_map(|c| c.section_path.last())
+                .filter(|t| !t.is_empty())
+            && !samples.contains(title)
+        {
+            samples.push(title.clone());
+        }
+        chunks.extend(doc_chunks);
+    }
+    if cancel.is_cancelled() {
+        return Err("cancelled".to_owned());
+    }
+    state
+        .store
+        .lock()
+        .task_progress(task_id, 2, PHASES, "indexing");
+    let n_chunks = chunks.len();
+    let index = match state.store.context_dir(context_id) {
+        Some(dir) => {
+            let index_dir = dir.join(format!("index-{generation}"));
+            let _ = std::fs::remove_dir_all(&index_dir);
+            std::fs::create_dir_all(&index_dir).map_err(|e| {
+                tracing::error!(error = %e, "creating the index directory failed");
+                "the index could not be stored".to_owned()
+            })?;
+            let json = serde_json::to_vec(&chunks).map_err(|e| e.to_string())?;
+            std::fs::write(dir.join(format!("chunks-{generation}.json")), json).map_err(|e| {
+                tracing::error!(error = %e, "writing the chunk table failed");
+                "the index could not be stored".to_owned()
+            })?;
+            ContextIndex::build(chunks, Some(&index_dir))
+        }
+        None => ContextIndex::build(chunks, None),
+    }
+    .map_err(|e| {
+        tracing::error!(error = %e, "indexing failed");
+        "indexing failed".to_owned()
+    })?;
+    Ok(Built {
+        index,
+        generation,
+        processed,
+        failed,
+        chunks: n_chunks,
+        samples,
+    })
+}
+
+/// The text of a source, or `None` for binary content.
+fn as_text(data: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(data).ok()?;
+    (!text.contains('\0')).then_some(text)
+}
+
+fn end(
+    state: &AppState,
+    context_id: &str,
+    task_id: &str,
+    how: &str,
+    output: Option<types::TaskOutput>,
+    error: Option<String>,
+) {
+    let mut inner = state.store.lock();
+    inner.end_task(task_id, how, output, error);
+    if let Some(ctx) = inner.contexts.get_mut(context_id)
+        && ctx.curate_task_id.as_deref() == Some(task_id)
+    {
+        ctx.curating = false;
+    }
+}
+
+fn remove_old_generations(dir: &std::path::Path, keep: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let generation = name
+            .strip_prefix("index-")
+            .or_else(|| {
+                name.strip_prefix("chunks-")
+                    .and_then(|n| n.strip_suffix(".json"))
+            })
+            .and_then(|g| g.parse::<u64>().ok());
+        if generation.is_some_and(|g| g != keep) {
+            let path = e.path();
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(path)
+            } else {
+                std::fs::remove_file(path)
+            };
+        }
+    }
+}
+
+fn curate_output(b: &Built) -> types::TaskOutput {
+    let out = types::CurateRunOutput {
+        delta: types::CurateRunOutputDelta {
+            artifacts_created: 0,
+            artifacts_errored: 0,
+            artifacts_screened: 0,
+            artifacts_updated: 0,
+            changed: 0,
+            chunks_created: b.chunks as i64,
+            chunks_screened: 0,
+            chunks_updated: 0,
+            corpus_artifacts: 0,
+            corpus_artifacts_screened: 0,
+            corpus_edges: 0,
+            deleted: 0,
+            failed: b.failed.len() as i64,
+            failed_sources: b.failed.iter().take(100).cloned().collect(),
+            failed_sources_file: String::new(),
+            failed_sources_truncated: b.failed.len() > 100,
+            images_skipped_no_vision: 0,
+            new: b.processed as i64,
+            processed: b.processed as i64,
+            screened: 0,
+            sources_content_truncated: 0,
+        },
+        flipped: true,
+        images_skipped_no_vision: 0,
+        mode: "full".to_owned(),
+        sample_queries: Vec::new(),
+        scope: "all".to_owned(),
+        status: "completed".to_owned(),
+        usage: types::CurateUsage {
+            by_model: HashMap::new(),
+            completion_tokens: 0,
+            embed_by_model: HashMap::new(),
+            prompt_tokens: 0,
+            total_tokens: 0,
+        },
+        versioned: true,
+    };
+    types::TaskOutput {
+        subtype_8: Some(out),
+        ..empty_output()
+    }
+}
+
+/// A `TaskInput` with no variant set.
+pub(crate) fn empty_input() -> types::TaskInput {
+    types::TaskInput {
+        subtype_0: None,
+        subtype_1: None,
+        subtype_2: None,
+        subtype_3: None,
+        subtype_4: None,
+        subtype_5: None,
+        subtype_6: None,
+        subtype_7: None,
+        subtype_8: None,
+    }
+}

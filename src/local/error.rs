@@ -1,0 +1,187 @@
+//! The server's error type: every failure becomes the API's `Error` envelope
+//! (`{"message", "code"?}`) with the right status.
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+
+use crate::types;
+
+/// A request the local server refuses or could not serve.
+///
+/// The message is written for the caller; internal details (paths on disk,
+/// index errors) are logged, not returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LocalError {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+    pub(crate) code: Option<&'static str>,
+    /// Seconds for a `Retry-After` header (injected 503s).
+    pub(crate) retry_after: Option<u64>,
+}
+
+/// Result of a handler or a store operation.
+pub(crate) type LocalResult<T> = Result<T, LocalError>;
+
+impl LocalError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        LocalError {
+            status,
+            message: message.into(),
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, message)
+    }
+
+    pub(crate) fn too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, message)
+    }
+
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, message)
+    }
+
+    /// An operation of the API that the local server does not provide.
+    pub(crate) fn not_implemented(operation: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("{operation} is not available in the local Nexus server"),
+        )
+    }
+
+    pub(crate) fn unsupported_version(asked: &str) -> Self {
+        LocalError {
+            code: Some("unsupported_api_version"),
+            ..Self::bad_request(format!(
+                "API version {asked:?} is not supported; use 2026-07 or unstable"
+            ))
+        }
+    }
+
+    pub(crate) fn unavailable(retry_after_secs: u64) -> Self {
+        LocalError {
+            retry_after: Some(retry_after_secs),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service unavailable (injected fault)",
+            )
+        }
+    }
+
+    /// An unexpected internal failure: logged in full, answered briefly.
+    pub(crate) fn internal(context: &str, err: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %err, "{context}");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: {context}"),
+        )
+    }
+}
+
+impl std::fmt::Display for LocalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+impl IntoResponse for LocalError {
+    fn into_response(self) -> Response {
+        let body = types::Error {
+            code: self.code.map(str::to_owned),
+            message: self.message,
+        };
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
+/// `axum::Json` whose rejections (malformed JSON, wrong content type, body
+/// too large) answer with the API's error envelope.
+#[derive(Debug)]
+pub(crate) struct ApiJson<T>(pub(crate) T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = LocalError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> LocalError {
+    LocalError::new(rejection.status(), rejection.body_text())
+}
+
+/// `axum::extract::Query` whose rejection is the API's error envelope.
+#[derive(Debug)]
+pub(crate) struct ApiQuery<T>(pub(crate) T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = LocalError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(rejection) => Err(query_rejection(rejection)),
+        }
+    }
+}
+
+fn query_rejection(rejection: QueryRejection) -> LocalError {
+    LocalError::new(rejection.status(), rejection.body_text())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn error_answers_with_the_envelope_and_retry_after() {
+        let resp = LocalError::unavailable(2).into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+        let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
+        let err: types::Error = serde_json::from_slice(&body).unwrap();
+        assert!(err.message.contains("unavailable"));
+        assert_eq!(err.code, None);
+    }
+
+    #[tokio::test]
+    async fn unsupported_version_carries_its_code() {
+        let resp = LocalError::unsupported_version("1999-01").into_response();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
+        let err: types::Error = serde_json::from_slice(&body).unwrap();
+        assert_eq!(err.code.as_deref(), Some("unsupported_api_version"));
+    }
+}

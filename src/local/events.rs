@@ -1,0 +1,222 @@
+//! The event log of one query turn: numbered events, kept for replay, with
+//! live followers.
+//!
+//! Every turn (synchronous, streaming or background) writes its events here.
+//! A stream is a follower that starts at some sequence number (inclusive, as
+//! `Last-Event-ID` asks), receives what is logged and what arrives next, and
+//! ends with the id-less `query` frame once the turn is over.
+
+use std::sync::{Arc, Mutex};
+
+use futures::Stream;
+use tokio::sync::watch;
+
+use crate::types;
+
+/// One SSE frame: a numbered event, or the closing `query` frame (no id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Frame {
+    /// The sequence number (`id:`); `None` for the closing `query` frame.
+    pub(crate) seq: Option<u64>,
+    /// The `event:` name.
+    pub(crate) event: String,
+    /// The JSON `data:`.
+    pub(crate) data: String,
+}
+
+/// The log refused an event: it holds its maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogFull;
+
+#[derive(Debug, Default)]
+struct LogState {
+    events: Vec<Arc<Frame>>,
+    closing: Option<Arc<Frame>>,
+}
+
+/// A query turn's events. Cheap to share (`Arc`).
+#[derive(Debug)]
+pub(crate) struct EventLog {
+    state: Mutex<LogState>,
+    /// Bumped on every change so followers wake up.
+    changed: watch::Sender<u64>,
+    /// Most events kept; the terminal event is always accepted.
+    limit: usize,
+}
+
+impl EventLog {
+    pub(crate) fn new(limit: usize) -> Arc<Self> {
+        Arc::new(EventLog {
+            state: Mutex::new(LogState::default()),
+            changed: watch::Sender::new(0),
+            limit: limit.max(2),
+        })
+    }
+
+    /// A log for a turn restored from disk: no events, only its final state.
+    pub(crate) fn finished(query: &types::Query) -> Arc<Self> {
+        let log = Self::new(2);
+        log.finish(query);
+        log
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends an event and returns its sequence number (from 1).
+    /// `terminal` events are accepted even when the log is full.
+    pub(crate) fn push(&self, event: &types::QueryEvent, terminal: bool) -> Result<u64, LogFull> {
+        let seq = {
+            let mut s = self.lock();
+            if s.closing.is_some() || (!terminal && s.events.len() + 1 >= self.limit) {
+                return Err(LogFull);
+            }
+            let seq = s.events.len() as u64 + 1;
+            let data = serde_json::to_string(event).unwrap_or_else(|_| "{}".to_owned());
+            s.events.push(Arc::new(Frame {
+                seq: Some(seq),
+                event: event.type_.clone(),
+                data,
+            }));
+            seq
+        };
+        self.changed.send_modify(|v| *v += 1);
+        Ok(seq)
+    }
+
+    /// Closes the log with the turn's final document.
+    pub(crate) fn finish(&self, query: &types::Query) {
+        {
+            let mut s = self.lock();
+            let data = serde_json::to_string(query).unwrap_or_else(|_| "{}".to_owned());
+            s.closing = Some(Arc::new(Frame {
+                seq: None,
+                event: "query".to_owned(),
+                data,
+            }));
+        }
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    /// Whether the closing frame has been written.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.lock().closing.is_some()
+    }
+
+    /// The number of events logged.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().events.len()
+    }
+
+    /// Waits until the log is closed.
+    pub(crate) async fn wait_finished(&self) {
+        let mut rx = self.changed.subscribe();
+        loop {
+            rx.borrow_and_update();
+            if self.is_finished() {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Frames from sequence number `from` (inclusive; 0 and 1 both mean the
+    /// first event), then live ones, then the closing `query` frame.
+    pub(crate) fn follow(self: Arc<Self>, from: u64) -> impl Stream<Item = Arc<Frame>> + Send {
+        let rx = self.changed.subscribe();
+        let next = from.saturating_sub(1) as usize;
+        futures::stream::unfold(
+            (self, rx, next, false),
+            |(log, mut rx, next, done)| async move {
+                if done {
+                    return None;
+                }
+                loop {
+                    rx.borrow_and_update();
+                    let (event, closing) = {
+                        let s = log.lock();
+                        (s.events.get(next).cloned(), s.closing.clone())
+                    };
+                    if let Some(frame) = event {
+                        return Some((frame, (log, rx, next + 1, false)));
+                    }
+                    if let Some(frame) = closing {
+                        return Some((frame, (log, rx, next, true)));
+                    }
+                    if rx.changed().await.is_err() {
+                        return None;
+                    }
+                }
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    fn event(kind: &str) -> types::QueryEvent {
+        serde_json::from_value(serde_json::json!({"type": kind, "query_id": "q"})).unwrap()
+    }
+
+    fn query() -> types::Query {
+        serde_json::from_value(serde_json::json!({
+            "id": "q", "object": "query", "session_id": "s", "created": 0, "status": "completed",
+            "input": [], "output": [], "citations": [], "steps": [],
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}, "runtime_ms": 0
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn replay_is_inclusive_and_ends_with_the_query_frame() {
+        let log = EventLog::new(100);
+        for k in ["response.created", "response.step", "response.completed"] {
+            log.push(&event(k), false).unwrap();
+        }
+        log.finish(&query());
+        let frames: Vec<_> = log.clone().follow(2).collect().await;
+        let ids: Vec<_> = frames.iter().map(|f| f.seq).collect();
+        assert_eq!(ids, vec![Some(2), Some(3), None]);
+        assert_eq!(frames[2].event, "query");
+        let all: Vec<_> = log.follow(0).collect().await;
+        assert_eq!(all.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn followers_receive_live_events() {
+        let log = EventLog::new(100);
+        log.push(&event("response.created"), false).unwrap();
+        let mut follower = Box::pin(log.clone().follow(1));
+        assert_eq!(follower.next().await.unwrap().seq, Some(1));
+        let writer = {
+            let log = log.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                log.push(&event("response.completed"), true).unwrap();
+                log.finish(&query());
+            })
+        };
+        assert_eq!(follower.next().await.unwrap().seq, Some(2));
+        assert_eq!(follower.next().await.unwrap().event, "query");
+        assert!(follower.next().await.is_none());
+        writer.await.unwrap();
+    }
+
+    #[test]
+    fn a_full_log_still_takes_the_terminal_event() {
+        let log = EventLog::new(3);
+        log.push(&event("a"), false).unwrap();
+        log.push(&event("b"), false).unwrap();
+        assert_eq!(log.push(&event("c"), false), Err(LogFull));
+        assert_eq!(log.push(&event("response.failed"), true), Ok(3));
+        assert_eq!(log.len(), 3);
+    }
+}

@@ -1,0 +1,574 @@
+//! An embedded Nexus server for offline development, examples and tests.
+//!
+//! [`LocalNexus`] serves the 2026-07 wire contract on loopback: contexts,
+//! source uploads (archives expanded), curation as a task, knowledge,
+//! tasks, sessions and query turns (synchronous, streamed over SSE, or in
+//! the background, with resumable event logs). Retrieval is lexical (BM25
+//! with tantivy over chunks cut at Markdown headings) and answers are
+//! extractive: sentences quoted from the sources, with citations, attributed
+//! to the model `local-extractive`. Operations it does not provide answer
+//! 501 with the API's error envelope.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use nexus_knowql::local::LocalNexus;
+//!
+//! let dir = std::env::temp_dir().join(format!("nexus-local-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! std::fs::write(dir.join("tea.md"), "# Tea\n\nGreen tea steeps for two minutes.\n")?;
+//!
+//! let server = LocalNexus::builder().context("kitchen", &dir).start().await?;
+//! let client = server.client()?;
+//! let request: nexus_knowql::types::QueryRequest = serde_json::from_value(serde_json::json!({
+//!     "ask": "How long does green tea steep?",
+//!     "scope": ["kitchen"],
+//! }))?;
+//! let turn = client.api().query(None, &request).await?.into_inner();
+//! assert!(turn.answer_text().contains("two minutes"));
+//! assert_eq!(turn.model.as_deref(), Some("local-extractive"));
+//! server.shutdown().await;
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(()) }
+//! ```
+//!
+//! The binary `nexus-local` runs the same server from the command line.
+
+mod answer;
+mod curate;
+mod error;
+mod events;
+mod faults;
+mod import;
+mod routes;
+mod search;
+mod state;
+mod store;
+mod turn;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+pub use faults::{ENV_FAULT_503, ENV_FAULT_CUT_AFTER, ENV_FAULT_FRAME_DELAY_MS};
+
+use state::{AppState, Config};
+use store::{SourceMeta, Store};
+
+/// The model every local answer names.
+pub const LOCAL_MODEL: &str = store::LOCAL_MODEL;
+
+/// How long shutdown waits for connections and background work.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Why a [`LocalNexus`] could not start or seed a context.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The I/O failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The data directory could not be opened or loaded.
+    #[error("cannot use the data directory {path}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A context could not be created, filled or curated.
+    #[error("context {slug:?}: {message}")]
+    Context {
+        /// The context's slug.
+        slug: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// A running local Nexus server. Stops on [`LocalNexus::shutdown`] or drop.
+pub struct LocalNexus {
+    addr: SocketAddr,
+    base_url: String,
+    state: Arc<AppState>,
+    /// Stops accepting connections (graceful shutdown of the HTTP server).
+    stop: CancellationToken,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for LocalNexus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalNexus")
+            .field("base_url", &self.base_url)
+            .field(
+                "auth",
+                &self.state.config.api_key.as_ref().map(|_| "[redacted]"),
+            )
+            .field("data_dir", &self.state.config.data_dir)
+            .finish()
+    }
+}
+
+impl LocalNexus {
+    /// A builder with the defaults: `127.0.0.1:0`, no key, in memory.
+    pub fn builder() -> LocalNexusBuilder {
+        LocalNexusBuilder::default()
+    }
+
+    /// Starts a server with the defaults.
+    ///
+    /// # Errors
+    /// [`StartError::Bind`] when loopback cannot be bound.
+    pub async fn start() -> Result<LocalNexus, StartError> {
+        Self::builder().start().await
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT/api`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A [`Client`](crate::Client) for this server (with its API key, if any).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`](crate::Error::InvalidRequest) if the client
+    /// cannot be built.
+    pub fn client(&self) -> crate::Result<crate::Client> {
+        let mut b = crate::Client::builder().base_url(&self.base_url);
+        if let Some(key) = &self.state.config.api_key {
+            b = b.api_key(key.clone());
+        }
+        b.build()
+    }
+
+    /// Answers the next `n` requests with 503 and `Retry-After`.
+    pub fn fail_next_requests(&self, n: usize) {
+        self.state.faults.fail_next(n);
+    }
+
+    /// Creates the context `slug` (kind `search`) unless it exists, stores
+    /// every non-hidden file below `dir` as its sources (paths relative to
+    /// `dir`), and curates it, waiting until it is queryable.
+    ///
+    /// # Errors
+    /// [`StartError::Context`] when the directory cannot be read, holds no
+    /// file, or curation fails.
+    pub async fn add_context(&self, slug: &str, dir: impl AsRef<Path>) -> Result<(), StartError> {
+        seed_context(&self.state, slug, dir.as_ref()).await
+    }
+
+    /// Stops the server: running turns and jobs are cancelled, connections
+    /// closed, and state written to the data directory.
+    pub async fn shutdown(mut self) {
+        self.stop_now().await;
+    }
+
+    async fn stop_now(&mut self) {
+        self.state.shutdown.cancel();
+        self.stop.cancel();
+        if let Some(server) = self.server.take() {
+            let abort = server.abort_handle();
+            if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
+                abort.abort();
+            }
+        }
+        self.state.tracker.close();
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.state.tracker.wait()).await;
+        self.state.store.persist().await;
+    }
+}
+
+impl Drop for LocalNexus {
+    fn drop(&mut self) {
+        // Without an async context, stop everything at once.
+        self.state.shutdown.cancel();
+        self.stop.cancel();
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+        self.state.tracker.close();
+    }
+}
+
+/// Builds a [`LocalNexus`].
+#[must_use]
+#[derive(Debug, Clone)]
+pub struct LocalNexusBuilder {
+    bind: SocketAddr,
+    api_key: Option<String>,
+    data_dir: Option<PathBuf>,
+    upload_limit: usize,
+    json_limit: usize,
+    context_bytes_limit: u64,
+    events_per_query: usize,
+    chunk_chars: usize,
+    cut_after_frames: Option<usize>,
+    frame_delay: Duration,
+    fail_next: usize,
+    retry_after_secs: u64,
+    contexts: Vec<(String, PathBuf)>,
+}
+
+impl Default for LocalNexusBuilder {
+    fn default() -> Self {
+        LocalNexusBuilder {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            api_key: None,
+            data_dir: None,
+            upload_limit: 256 * 1024 * 1024,
+            json_limit: 1024 * 1024,
+            context_bytes_limit: 1024 * 1024 * 1024,
+            events_per_query: 10_000,
+            chunk_chars: search::DEFAULT_CHUNK_CHARS,
+            cut_after_frames: None,
+            frame_delay: Duration::ZERO,
+            fail_next: 0,
+            retry_after_secs: 1,
+            contexts: Vec::new(),
+        }
+    }
+}
+
+impl LocalNexusBuilder {
+    /// The address to listen on (default `127.0.0.1:0`, a free port).
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.bind = addr;
+        self
+    }
+
+    /// Requires this key as `X-Pinecone-Api-Key`, or a bearer token from
+    /// `POST /auth/login`. Without it every caller is accepted.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Keeps contexts, sources, indexes, sessions and finished turns in
+    /// `dir` across restarts (default: memory only).
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// The largest accepted upload in bytes (default 256 MiB); larger ones get 413.
+    pub fn upload_limit(mut self, bytes: usize) -> Self {
+        self.upload_limit = bytes;
+        self
+    }
+
+    /// The largest accepted JSON body in bytes (default 1 MiB).
+    pub fn json_limit(mut self, bytes: usize) -> Self {
+        self.json_limit = bytes;
+        self
+    }
+
+    /// The most source bytes one context may hold (default 1 GiB).
+    pub fn context_bytes_limit(mut self, bytes: u64) -> Self {
+        self.context_bytes_limit = bytes;
+        self
+    }
+
+    /// The most events one turn's log keeps (default 10 000).
+    pub fn events_per_query(mut self, n: usize) -> Self {
+        self.events_per_query = n;
+        self
+    }
+
+    /// The chunk size curation aims for, in characters (default 1200).
+    pub fn chunk_chars(mut self, n: usize) -> Self {
+        self.chunk_chars = n;
+        self
+    }
+
+    /// Creates and curates a context from a directory at start-up (see
+    /// [`LocalNexus::add_context`]). May be called several times.
+    pub fn context(mut self, slug: impl Into<String>, dir: impl Into<PathBuf>) -> Self {
+        self.contexts.push((slug.into(), dir.into()));
+        self
+    }
+
+    /// Fault: closes every event stream's connection after `frames` frames.
+    /// A resumed stream replays its `Last-Event-ID` frame again, so use 2 or
+    /// more for a client that resumes to make progress.
+    pub fn cut_streams_after(mut self, frames: usize) -> Self {
+        self.cut_after_frames = Some(frames);
+        self
+    }
+
+    /// Fault: pauses this long between the events of a running turn (and
+    /// before an import or curation ends), so turns can be watched,
+    /// cancelled or overlapped.
+    pub fn frame_delay(mut self, delay: Duration) -> Self {
+        self.frame_delay = delay;
+        self
+    }
+
+    /// Fault: answers the first `n` requests with 503 and `Retry-After`.
+    pub fn fail_first_requests(mut self, n: usize) -> Self {
+        self.fail_next = n;
+        self
+    }
+
+    /// The `Retry-After` seconds of injected 503s (default 1).
+    pub fn retry_after_secs(mut self, secs: u64) -> Self {
+        self.retry_after_secs = secs;
+        self
+    }
+
+    /// Reads the fault settings from `NEXUS_LOCAL_FAULT_CUT_AFTER`,
+    /// `NEXUS_LOCAL_FAULT_FRAME_DELAY_MS` and `NEXUS_LOCAL_FAULT_503`
+    /// (unset or unparsable variables change nothing).
+    pub fn faults_from_env(mut self) -> Self {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let Some(n) = var(ENV_FAULT_CUT_AFTER) {
+            self.cut_after_frames = Some(n as usize);
+        }
+        if let Some(ms) = var(ENV_FAULT_FRAME_DELAY_MS) {
+            self.frame_delay = Duration::from_millis(ms);
+        }
+        if let Some(n) = var(ENV_FAULT_503) {
+            self.fail_next = n as usize;
+        }
+        self
+    }
+
+    /// Binds, loads the data directory, starts serving, then seeds the
+    /// contexts given with [`LocalNexusBuilder::context`].
+    ///
+    /// # Errors
+    /// [`StartError`] when binding, the data directory or a seed fails.
+    pub async fn start(self) -> Result<LocalNexus, StartError> {
+        let store = match &self.data_dir {
+            Some(dir) => {
+                let dir_owned = dir.clone();
+                tokio::task::spawn_blocking(move || Store::open(&dir_owned))
+                    .await
+                    .map_err(|e| StartError::DataDir {
+                        path: dir.clone(),
+                        source: std::io::Error::other(e.to_string()),
+                    })?
+                    .map_err(|source| StartError::DataDir {
+                        path: dir.clone(),
+                        source,
+                    })?
+            }
+            None => Store::in_memory(),
+        };
+        let config = Config {
+            api_key: self.api_key,
+            data_dir: self.data_dir,
+            upload_limit: self.upload_limit,
+            json_limit: self.json_limit,
+            context_bytes_limit: self.context_bytes_limit,
+            events_per_query: self.events_per_query,
+            chunk_chars: self.chunk_chars,
+        };
+        let faults = faults::Faults::new(
+            self.cut_after_frames,
+            self.frame_delay,
+            self.fail_next,
+            self.retry_after_secs,
+        );
+        let state = AppState::new(config, store, faults);
+        let listener = tokio::net::TcpListener::bind(self.bind)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: self.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: self.bind,
+            source,
+        })?;
+        let stop = CancellationToken::new();
+        let app = routes::router(state.clone());
+        let graceful = stop.clone();
+        let server = tokio::spawn(async move {
+            let serve = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { graceful.cancelled().await });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "the local server stopped");
+            }
+        });
+        let host = if addr.ip().is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else if addr.is_ipv6() {
+            format!("[{}]", addr.ip())
+        } else {
+            addr.ip().to_string()
+        };
+        let nexus = LocalNexus {
+            addr,
+            base_url: format!("http://{host}:{}/api", addr.port()),
+            state,
+            stop,
+            server: Some(server),
+        };
+        tracing::info!(base_url = %nexus.base_url, "local Nexus listening");
+        for (slug, dir) in &self.contexts {
+            nexus.add_context(slug, dir).await?;
+        }
+        Ok(nexus)
+    }
+}
+
+/// Files below `dir` (hidden ones skipped) as `(relative path, bytes)`.
+fn read_tree(dir: &Path, limit: u64) -> Result<Vec<(String, Bytes)>, String> {
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&d).map_err(|e| format!("cannot read {}: {e}", d.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("cannot read {}: {e}", d.display()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            let meta = entry
+                .metadata()
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                total += meta.len();
+                if total > limit {
+                    return Err(format!("{} holds more than {limit} bytes", dir.display()));
+                }
+                let rel = path
+                    .strip_prefix(dir)
+                    .map_err(|e| e.to_string())?
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let data = std::fs::read(&path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                out.push((rel, Bytes::from(data)));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(), StartError> {
+    let fail = |message: String| StartError::Context {
+        slug: slug.to_owned(),
+        message,
+    };
+    let limit = state.config.context_bytes_limit;
+    let dir_owned = dir.to_path_buf();
+    let files = tokio::task::spawn_blocking(move || read_tree(&dir_owned, limit))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(fail)?;
+    if files.is_empty() {
+        return Err(fail(format!("{} holds no files", dir.display())));
+    }
+    let context_id = {
+        let mut inner = state.store.lock();
+        let id = match inner.context_id(slug) {
+            Some(id) => id,
+            None => {
+                let req = crate::types::CreateContextRequest {
+                    description: Some(format!("Files of {}", dir.display())),
+                    guide: None,
+                    kind: None,
+                    manifest: None,
+                    name: slug.to_owned(),
+                    slug: slug.to_owned(),
+                };
+                inner.create_context(req).map_err(|e| fail(e.message))?.id
+            }
+        };
+        let now = Utc::now();
+        let Some(ctx) = inner.contexts.get_mut(&id) else {
+            return Err(fail("context vanished".to_owned()));
+        };
+        ctx.sources.clear();
+        for (path, data) in &files {
+            ctx.sources.insert(
+                path.clone(),
+                SourceMeta {
+                    size: data.len() as u64,
+                    mtime: now,
+                },
+            );
+        }
+        ctx.last_source_import_at = Some(now);
+        let sources = inner.sources.entry(id.clone()).or_default();
+        sources.clear();
+        for (path, data) in &files {
+            sources.insert(path.clone(), data.clone());
+        }
+        id
+    };
+    if let Some(ctx_dir) = state.store.context_dir(&context_id) {
+        let files = files.clone();
+        tokio::task::spawn_blocking(move || {
+            let src = ctx_dir.join("sources");
+            let _ = std::fs::remove_dir_all(&src);
+            for (path, data) in files {
+                let target = src.join(&path);
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::write(target, data)?;
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(format!("cannot store sources: {e}")))?;
+    }
+    let is_work = state
+        .store
+        .lock()
+        .contexts
+        .get(&context_id)
+        .is_some_and(|c| c.kind == "work");
+    let task =
+        curate::start(state, &context_id, true, None, is_work).map_err(|e| fail(e.message))?;
+    loop {
+        let (st, err) = {
+            let inner = state.store.lock();
+            match inner.tasks.get(&task.id) {
+                Some(t) => (t.task.state.0.clone(), t.task.error.clone()),
+                None => return Err(fail("the curate task vanished".to_owned())),
+            }
+        };
+        match st.as_str() {
+            "completed" => break,
+            "failed" | "cancelled" => {
+                return Err(fail(format!("curation {st}: {}", err.unwrap_or_default())));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    state.store.persist().await;
+    Ok(())
+}
