@@ -591,8 +591,9 @@ async fn curate_context(
     }))
 }
 
-/// The curated knowledge of a context: one Markdown file per source,
-/// `chunks/{source}.md`, listing its chunks under their heading paths.
+/// The curated knowledge of a context: one Markdown file per source under
+/// `chunks/` (`.md` added when the source has another extension), listing
+/// its chunks under their heading paths.
 fn knowledge_files(state: &AppState, slug: &str) -> LocalResult<BTreeMap<String, String>> {
     let (index, curated_at) = {
         let inner = state.store.lock();
@@ -602,7 +603,12 @@ fn knowledge_files(state: &AppState, slug: &str) -> LocalResult<BTreeMap<String,
     let mut files: BTreeMap<String, String> = BTreeMap::new();
     if let (Some(index), Some(_)) = (index, curated_at) {
         for c in index.chunks() {
-            let body = files.entry(format!("chunks/{}.md", c.source)).or_default();
+            let name = if c.source.ends_with(".md") {
+                format!("chunks/{}", c.source)
+            } else {
+                format!("chunks/{}.md", c.source)
+            };
+            let body = files.entry(name).or_default();
             let heading = if c.section_path.is_empty() {
                 c.source.clone()
             } else {
