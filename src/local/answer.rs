@@ -17,7 +17,9 @@ const ANSWER_CHARS: usize = 900;
 /// Most sentences taken from one passage.
 const UNITS_PER_PASSAGE: usize = 3;
 /// Passages an answer may draw from.
-const PASSAGES: usize = 4;
+const PASSAGES: usize = 3;
+/// A passage is quoted only if it scores at least this share of the best.
+const RELATIVE_SCORE: f32 = 0.5;
 
 /// A retrieved passage with its score.
 #[derive(Debug, Clone)]
@@ -165,7 +167,11 @@ fn unit_score(unit: &str, question: &[WeightedTerm]) -> f32 {
 pub(crate) fn compose(hits: &[Hit], question: &[WeightedTerm]) -> Answer {
     let mut groups: Vec<(usize, Vec<Unit>)> = Vec::new();
     let mut used_chars = 0;
+    let best = hits.first().map_or(0.0, |h| h.score);
     for (rank, hit) in hits.iter().take(PASSAGES).enumerate() {
+        if rank > 0 && hit.score < best * RELATIVE_SCORE {
+            break;
+        }
         let all = units(&hit.chunk.text);
         let mut scored: Vec<(usize, f32)> = all
             .iter()

@@ -652,9 +652,12 @@ async fn produce(
     let search_ms = search_started.elapsed().as_millis() as i64;
     progress.total_hits = hits.len() as i64;
     let sources: Vec<&str> = {
-        let mut s: Vec<&str> = hits.iter().map(|h| h.chunk.source.as_str()).collect();
-        s.dedup();
-        s.truncate(5);
+        let mut s: Vec<&str> = Vec::new();
+        for h in &hits {
+            if !s.contains(&h.chunk.source.as_str()) && s.len() < 5 {
+                s.push(h.chunk.source.as_str());
+            }
+        }
         s
     };
     let found = if hits.is_empty() {
