@@ -404,6 +404,13 @@ impl LocalNexusBuilder {
         let stop = CancellationToken::new();
         let app = routes::router(state.clone());
         let graceful = stop.clone();
+        // Event streams are many small writes: without TCP_NODELAY, Nagle's
+        // algorithm meets the peer's delayed ACK and stalls frames ~40 ms.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app)
                 .with_graceful_shutdown(async move { graceful.cancelled().await });

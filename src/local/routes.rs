@@ -1045,3 +1045,190 @@ async fn delete_session(
     }
     axum::Json(types::DeleteSessionResponse { deleted })
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::local::faults::Faults;
+    use crate::local::state::Config;
+    use crate::local::store::Store;
+
+    fn app(api_key: Option<&str>) -> Router {
+        let config = Config {
+            api_key: api_key.map(str::to_owned),
+            data_dir: None,
+            upload_limit: 1024,
+            json_limit: 256,
+            context_bytes_limit: 1 << 20,
+            events_per_query: 100,
+            chunk_chars: 1200,
+        };
+        let faults = Faults::new(None, Duration::ZERO, 0, 1);
+        router(AppState::new(config, Store::in_memory(), faults))
+    }
+
+    async fn call(
+        app: Router,
+        req: axum::http::Request<Body>,
+    ) -> (StatusCode, HeaderMap, types::Error) {
+        let resp = app.oneshot(req).await.unwrap();
+        let (parts, body) = resp.into_parts();
+        let bytes = axum::body::to_bytes(body, 1 << 16).await.unwrap();
+        let err = serde_json::from_slice(&bytes).unwrap_or(types::Error {
+            code: None,
+            message: String::new(),
+        });
+        (parts.status, parts.headers, err)
+    }
+
+    fn get(uri: &str) -> axum::http::Request<Body> {
+        axum::http::Request::get(uri).body(Body::empty()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_error_is_the_envelope_and_echoes_the_version() {
+        let (status, headers, err) = call(app(None), get("/api/nope")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(!err.message.is_empty());
+        assert_eq!(headers[VERSION_HEADER], "2026-07");
+        let (status, _, err) = call(app(None), get("/elsewhere")).await;
+        assert_eq!(
+            (status, err.message.is_empty()),
+            (StatusCode::NOT_FOUND, false)
+        );
+        let (status, _, err) = call(
+            app(None),
+            axum::http::Request::delete("/api/models")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert!(err.message.contains("method"));
+        let (status, _, err) = call(app(None), get("/api/project")).await;
+        assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
+        assert!(err.message.contains("get_project"));
+    }
+
+    #[tokio::test]
+    async fn versions_are_checked_before_anything_else() {
+        let req = axum::http::Request::get("/api/models")
+            .header(VERSION_HEADER, "unstable")
+            .body(Body::empty())
+            .unwrap();
+        let (status, headers, _) = call(app(None), req).await;
+        assert_eq!(
+            (status, &headers[VERSION_HEADER]),
+            (StatusCode::OK, &HeaderValue::from_static("unstable"))
+        );
+        let req = axum::http::Request::get("/api/models")
+            .header(VERSION_HEADER, "2020-01")
+            .body(Body::empty())
+            .unwrap();
+        let (status, _, err) = call(app(Some("k")), req).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(err.code.as_deref(), Some("unsupported_api_version"));
+    }
+
+    #[tokio::test]
+    async fn a_configured_key_is_required_except_for_login() {
+        let (status, _, _) = call(app(Some("k")), get("/api/models")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let req = axum::http::Request::get("/api/models")
+            .header(KEY_HEADER, "k")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(call(app(Some("k")), req).await.0, StatusCode::OK);
+        let login = |key: &str| {
+            axum::http::Request::post("/api/auth/login")
+                .header("content-type", "application/json")
+                .body(Body::from(format!("{{\"api_key\":\"{key}\"}}")))
+                .unwrap()
+        };
+        assert_eq!(
+            call(app(Some("k")), login("wrong")).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(call(app(Some("k")), login("k")).await.0, StatusCode::OK);
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"abc", b"ab"));
+    }
+
+    #[tokio::test]
+    async fn json_bodies_are_checked_and_bounded() {
+        let post = |body: String| {
+            axum::http::Request::post("/api/contexts")
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .unwrap()
+        };
+        let (status, _, err) = call(app(None), post("{oops".into())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(!err.message.is_empty());
+        let (status, _, err) = call(app(None), post(r#"{"slug": 1}"#.into())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(!err.message.is_empty());
+        let big = format!(r#"{{"slug":"a","name":"{}"}}"#, "x".repeat(1000));
+        assert_eq!(
+            call(app(None), post(big)).await.0,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+    }
+
+    #[test]
+    fn listings_show_direct_children_with_paging() {
+        let now = Utc::now();
+        let files: FileList = vec![
+            ("a/x.md".into(), 3, now),
+            ("a/y.md".into(), 4, now),
+            ("a/sub/z.md".into(), 5, now),
+            ("top.txt".into(), 1, now),
+        ];
+        let page = PageParams {
+            offset: None,
+            limit: None,
+        };
+        let root = listing(&files, "", &page).unwrap();
+        let names: Vec<_> = root
+            .entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.kind.as_str(), e.size))
+            .collect();
+        assert_eq!(names, [("a", "dir", 12), ("top.txt", "file", 1)]);
+        let paged = listing(
+            &files,
+            "a",
+            &PageParams {
+                offset: Some(1),
+                limit: Some(1),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                paged.total,
+                paged.next_offset,
+                paged.entries[0].name.as_str()
+            ),
+            (3, Some(2), "x.md")
+        );
+        assert_eq!(
+            listing(&files, "nope", &page).unwrap_err().status,
+            StatusCode::NOT_FOUND
+        );
+        assert!(
+            listing(
+                &files,
+                "",
+                &PageParams {
+                    offset: None,
+                    limit: Some(0)
+                }
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! Local Nexus performance on a generated corpus of 1,200 Markdown documents.
+//!
+//! ```text
+//! cargo bench --bench local_server --features local
+//! ```
+//!
+//! - `curation/*`: MB of Markdown per second for a full curation (read,
+//!   chunk by headings, BM25 index), against a baseline that only reads the
+//!   same files and scans them for headings.
+//! - `stream_turn/*`: one streamed query turn over loopback (POST to the
+//!   closing `query` frame), against a baseline round-trip (`GET /models`).
+//!   The p50/p99 of the first text delta and of completion are printed too.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use futures::StreamExt;
+use nexus_knowql::local::LocalNexus;
+
+const DOCS: usize = 1_200;
+const LATENCY_SAMPLES: usize = 200;
+
+const WORDS: &[&str] = &[
+    "stream",
+    "session",
+    "context",
+    "curate",
+    "index",
+    "resume",
+    "event",
+    "query",
+    "turn",
+    "source",
+    "archive",
+    "chunk",
+    "heading",
+    "citation",
+    "answer",
+    "retry",
+    "version",
+    "token",
+    "task",
+    "cancel",
+    "background",
+    "replay",
+    "latency",
+    "budget",
+    "manifest",
+    "upload",
+    "knowledge",
+    "scope",
+    "model",
+    "extractive",
+    "lexical",
+    "ranking",
+    "document",
+    "section",
+    "paragraph",
+    "delta",
+    "frame",
+    "server",
+    "client",
+    "local",
+];
+
+/// A deterministic pseudo-random word source (no dependency needed).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) as usize
+    }
+
+    fn sentence(&mut self, words: usize) -> String {
+        let mut s: Vec<&str> = (0..words)
+            .map(|_| WORDS[self.next() % WORDS.len()])
+            .collect();
+        let first = s[0].to_string();
+        let cap = first[..1].to_uppercase() + &first[1..];
+        s[0] = &cap;
+        format!("{}.", s.join(" "))
+    }
+}
+
+/// Writes the corpus; returns its directory and byte size.
+fn corpus(dir: &Path) -> u64 {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("corpus dir");
+    let mut rng = Lcg(7);
+    let mut total = 0;
+    for d in 0..DOCS {
+        let mut text = format!("# Document {d}\n\n{}\n", rng.sentence(12));
+        for s in 0..4 {
+            text.push_str(&format!(
+                "\n## Section {d}.{s} {}\n\n",
+                WORDS[rng.next() % WORDS.len()]
+            ));
+            for _ in 0..3 {
+                let para: Vec<String> = (0..4).map(|_| rng.sentence(10)).collect();
+                text.push_str(&para.join(" "));
+                text.push_str("\n\n");
+            }
+        }
+        let sub = dir.join(format!("part{}", d % 10));
+        std::fs::create_dir_all(&sub).expect("sub dir");
+        std::fs::write(sub.join(format!("doc{d}.md")), &text).expect("write doc");
+        total += text.len() as u64;
+    }
+    total
+}
+
+/// Baseline: read every file and count its heading lines.
+fn scan(dir: &Path) -> usize {
+    let mut headings = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let text = std::fs::read_to_string(&p).expect("read doc");
+                headings += text.lines().filter(|l| l.starts_with('#')).count();
+            }
+        }
+    }
+    headings
+}
+
+fn bench_curation(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path, bytes: u64) {
+    let server = rt.block_on(LocalNexus::start()).expect("server");
+    let mut g = c.benchmark_group("curation");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(bytes));
+    g.bench_function("baseline_read_and_scan", |b| b.iter(|| scan(dir)));
+    let mut n = 0u64;
+    g.bench_function("curate_full", |b| {
+        b.to_async(rt).iter(|| {
+            n += 1;
+            let slug = format!("bench-{n}");
+            let server = &server;
+            async move { server.add_context(&slug, dir).await.expect("curate") }
+        })
+    });
+    g.finish();
+    rt.block_on(server.shutdown());
+}
+
+/// Runs one streamed turn; returns (first delta, completion) latencies.
+async fn stream_turn(http: &reqwest::Client, base: &str, ask: &str) -> (Duration, Duration) {
+    let started = Instant::now();
+    let resp = http
+        .post(format!("{base}/query"))
+        .json(&serde_json::json!({"ask": ask, "scope": ["bench"], "stream": true}))
+        .send()
+        .await
+        .expect("post");
+    let mut body = resp.bytes_stream();
+    let mut first = None;
+    let mut seen = String::new();
+    while let Some(chunk) = body.next().await {
+        seen.push_str(&String::from_utf8_lossy(&chunk.expect("body")));
+        if first.is_none() && seen.contains("event: response.output_text.delta") {
+            first = Some(started.elapsed());
+        }
+        if seen.contains("event: query") {
+            break;
+        }
+        if seen.len() > 64 * 1024 {
+            // Keep only the tail: frame names never span more than that.
+            seen.drain(..seen.len() - 256);
+        }
+    }
+    let done = started.elapsed();
+    (first.unwrap_or(done), done)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn bench_turns(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path) {
+    let server = rt
+        .block_on(LocalNexus::builder().context("bench", dir).start())
+        .expect("server");
+    let base = server.base_url().to_owned();
+    let http = reqwest::Client::new();
+    let asks = [
+        "how do I resume a stream after a cut",
+        "which task cancels curation of a context",
+        "citation of a heading in a section",
+        "latency budget of the server",
+    ];
+
+    let (firsts, dones) = rt.block_on(async {
+        let mut firsts = Vec::with_capacity(LATENCY_SAMPLES);
+        let mut dones = Vec::with_capacity(LATENCY_SAMPLES);
+        for i in 0..LATENCY_SAMPLES {
+            let (f, d) = stream_turn(&http, &base, asks[i % asks.len()]).await;
+            firsts.push(f);
+            dones.push(d);
+        }
+        (firsts, dones)
+    });
+    let mut firsts = firsts;
+    let mut dones = dones;
+    firsts.sort();
+    dones.sort();
+    eprintln!(
+        "stream turn over {DOCS} docs, {LATENCY_SAMPLES} turns: first delta p50 {:?} p99 {:?}; completion p50 {:?} p99 {:?}",
+        percentile(&firsts, 0.5),
+        percentile(&firsts, 0.99),
+        percentile(&dones, 0.5),
+        percentile(&dones, 0.99),
+    );
+
+    let mut g = c.benchmark_group("stream_turn");
+    g.bench_function("baseline_get_models", |b| {
+        b.to_async(rt).iter(|| {
+            let http = &http;
+            let base = &base;
+            async move {
+                http.get(format!("{base}/models"))
+                    .send()
+                    .await
+                    .expect("get")
+                    .bytes()
+                    .await
+                    .expect("body")
+            }
+        })
+    });
+    let mut i = 0;
+    g.bench_function("stream_turn_complete", |b| {
+        b.to_async(rt).iter(|| {
+            i += 1;
+            let ask = asks[i % asks.len()];
+            let http = &http;
+            let base = &base;
+            async move { stream_turn(http, base, ask).await }
+        })
+    });
+    g.finish();
+    rt.block_on(server.shutdown());
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("nexus-local-bench-{}", std::process::id()));
+    let bytes = corpus(&dir);
+    eprintln!(
+        "generated {DOCS} documents, {:.1} MB of Markdown",
+        bytes as f64 / 1e6
+    );
+    bench_curation(c, &rt, &dir, bytes);
+    bench_turns(c, &rt, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(
+    /// The local server's benchmarks.
+    local,
+    benches
+);
+criterion_main!(local);
