@@ -11,6 +11,9 @@
 //!   closing `query` frame), against a baseline round-trip (`GET /models`).
 //!   The p50/p99 of the first text delta and of completion are printed too.
 
+// `criterion_group!` generates an undocumented public function.
+#![allow(missing_docs)]
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -264,9 +267,5 @@ fn benches(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(
-    /// The local server's benchmarks.
-    local,
-    benches
-);
+criterion_group!(local, benches);
 criterion_main!(local);
