@@ -1,0 +1,58 @@
+//! How internal failures become the `ToolError` an agent reads.
+
+use crate::mcp::{ToolError, ToolErrorCode};
+
+use super::client::PineconeError;
+use super::search::SearchError;
+
+/// Suggestion attached to every `TIMEOUT`.
+pub const TIMEOUT_SUGGESTION: &str = "Retry the request, or increase --pinecone-request-timeout-ms.";
+
+/// Why a tool call failed.
+#[derive(Debug, Clone)]
+pub enum Failure {
+    /// Already an agent-facing error (validation, gate, …).
+    Tool(ToolError),
+    /// A Pinecone call failed.
+    Pinecone(PineconeError),
+    /// A search failed.
+    Search(SearchError),
+}
+
+impl From<ToolError> for Failure {
+    fn from(e: ToolError) -> Self {
+        Failure::Tool(e)
+    }
+}
+
+impl From<PineconeError> for Failure {
+    fn from(e: PineconeError) -> Self {
+        Failure::Pinecone(e)
+    }
+}
+
+impl From<SearchError> for Failure {
+    fn from(e: SearchError) -> Self {
+        Failure::Search(e)
+    }
+}
+
+impl Failure {
+    /// The agent-facing error: timeouts become `TIMEOUT`, other Pinecone
+    /// failures `PINECONE_ERROR` with the tool's fixed message, or with the
+    /// redacted cause when `details` is on.
+    pub fn into_tool_error(self, tool: &str, fallback: &str, details: bool) -> ToolError {
+        let (timeout, cause) = match self {
+            Failure::Tool(e) => return e,
+            Failure::Pinecone(e) => (e.is_timeout(), e.to_string()),
+            Failure::Search(e) => (e.is_timeout(), e.to_string()),
+        };
+        tracing::error!(tool, error = %crate::mcp::redact::redact(&cause), "tool failed");
+        let message = if details { cause } else { fallback.to_owned() };
+        if timeout {
+            ToolError::new(ToolErrorCode::Timeout, message, true).with_suggestion(TIMEOUT_SUGGESTION)
+        } else {
+            ToolError::new(ToolErrorCode::PineconeError, message, false)
+        }
+    }
+}
