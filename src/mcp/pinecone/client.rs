@@ -522,7 +522,10 @@ mod tests {
     #[test]
     fn hosts_with_a_scheme_are_used_as_is() {
         assert_eq!(base_url("http://127.0.0.1:9/"), "http://127.0.0.1:9");
-        assert_eq!(base_url("idx-1.svc.pinecone.io"), "https://idx-1.svc.pinecone.io");
+        assert_eq!(
+            base_url("idx-1.svc.pinecone.io"),
+            "https://idx-1.svc.pinecone.io"
+        );
     }
 
     #[test]
@@ -532,7 +535,10 @@ mod tests {
 
     #[test]
     fn error_messages_come_from_either_envelope() {
-        assert_eq!(error_message(br#"{"error":{"code":"X","message":"m1"},"status":400}"#), "m1");
+        assert_eq!(
+            error_message(br#"{"error":{"code":"X","message":"m1"},"status":400}"#),
+            "m1"
+        );
         assert_eq!(error_message(br#"{"code":3,"message":"m2"}"#), "m2");
         assert_eq!(error_message(b"plain"), "plain");
     }

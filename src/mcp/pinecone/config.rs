@@ -295,10 +295,7 @@ impl PineconeArgs {
             (SourceMode::Sources, sources, default)
         } else if let Some(inline) = inline {
             let sources = parse_inline_sources(&inline, &defaults, env)?;
-            let default = sources
-                .first()
-                .map(|s| s.name.clone())
-                .unwrap_or_default();
+            let default = sources.first().map(|s| s.name.clone()).unwrap_or_default();
             (SourceMode::Sources, sources, default)
         } else {
             let api_key = self
@@ -475,10 +472,14 @@ fn parse_config_file(
 ) -> Result<(Vec<SourceConfig>, String), ConfigError> {
     let shown = path.display();
     let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::new(format!("Failed to read PINECONE config file \"{shown}\": {e}"))
+        ConfigError::new(format!(
+            "Failed to read PINECONE config file \"{shown}\": {e}"
+        ))
     })?;
     let root: Value = serde_json::from_str(&text).map_err(|e| {
-        ConfigError::new(format!("Failed to read PINECONE config file \"{shown}\": {e}"))
+        ConfigError::new(format!(
+            "Failed to read PINECONE config file \"{shown}\": {e}"
+        ))
     })?;
     parse_config_value(&root, &format!("config file \"{shown}\""), defaults, env)
 }
@@ -511,7 +512,9 @@ fn parse_config_value(
         )));
     };
     if map.is_empty() {
-        return Err(ConfigError::new(format!("PINECONE {origin} has no sources.")));
+        return Err(ConfigError::new(format!(
+            "PINECONE {origin} has no sources."
+        )));
     }
     let mut sources = Vec::with_capacity(map.len());
     for (name, entry) in map {
@@ -533,7 +536,9 @@ fn parse_config_value(
         }
         let index_name = opt_string(entry, "indexName", env)?
             .or_else(|| defaults.index_name.clone())
-            .ok_or_else(|| ConfigError::new(format!("Source \"{name}\": indexName is required.")))?;
+            .ok_or_else(|| {
+                ConfigError::new(format!("Source \"{name}\": indexName is required."))
+            })?;
         let sparse_index_name = opt_string(entry, "sparseIndexName", env)?
             .unwrap_or_else(|| format!("{index_name}-sparse"));
         let rerank_model =
@@ -561,7 +566,11 @@ fn parse_config_value(
             namespaces,
         });
     }
-    let default = match root.get("defaultSource").and_then(Value::as_str).map(str::trim) {
+    let default = match root
+        .get("defaultSource")
+        .and_then(Value::as_str)
+        .map(str::trim)
+    {
         Some(d) if !d.is_empty() => {
             if !sources.iter().any(|s| s.name == d) {
                 return Err(ConfigError::new(format!(
@@ -651,14 +660,20 @@ mod tests {
     fn env_reference_resolves_whole_values_only() {
         let env = |n: &str| (n == "KEY_A").then(|| " k1 ".to_owned());
         assert_eq!(resolve_env_ref("${KEY_A}", &env).unwrap(), "k1");
-        assert_eq!(resolve_env_ref("pre-${KEY_A}", &env).unwrap(), "pre-${KEY_A}");
+        assert_eq!(
+            resolve_env_ref("pre-${KEY_A}", &env).unwrap(),
+            "pre-${KEY_A}"
+        );
         let err = resolve_env_ref("${MISSING}", &env).unwrap_err();
         assert_eq!(
             err.message(),
             "Environment variable MISSING is not set (referenced as ${MISSING})."
         );
         let err = resolve_env_ref("${1BAD}", &env).unwrap_err();
-        assert!(err.message().starts_with("Invalid environment variable reference"));
+        assert!(
+            err.message()
+                .starts_with("Invalid environment variable reference")
+        );
     }
 
     #[test]

@@ -140,7 +140,9 @@ pub fn type_name(value: &Value) -> &'static str {
 
 /// Merges the field types of sampled records: first seen wins, except that
 /// `array`/`object` become `string[]` once a string array is seen.
-pub fn infer_fields<'a>(samples: impl Iterator<Item = &'a Map<String, Value>>) -> Map<String, Value> {
+pub fn infer_fields<'a>(
+    samples: impl Iterator<Item = &'a Map<String, Value>>,
+) -> Map<String, Value> {
     let mut fields = Map::new();
     for metadata in samples {
         for (key, value) in metadata {

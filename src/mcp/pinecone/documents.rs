@@ -45,13 +45,15 @@ fn document_key(hit: &Hit) -> Option<String> {
 
 /// The position of a chunk in its document, when recorded.
 fn chunk_position(metadata: &Map<String, Value>) -> Option<f64> {
-    ["chunk_index", "start_index", "loc"].iter().find_map(|k| match metadata.get(*k) {
-        Some(Value::Number(n)) => n.as_f64().filter(|f| f.is_finite()),
-        Some(Value::String(s)) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
-            s.parse().ok()
-        }
-        _ => None,
-    })
+    ["chunk_index", "start_index", "loc"]
+        .iter()
+        .find_map(|k| match metadata.get(*k) {
+            Some(Value::Number(n)) => n.as_f64().filter(|f| f.is_finite()),
+            Some(Value::String(s)) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+                s.parse().ok()
+            }
+            _ => None,
+        })
 }
 
 /// Rounds to 4 decimals, half away from zero.
@@ -89,17 +91,23 @@ pub fn reassemble(hits: &[Hit], top_k: usize, max_chunks_per_document: usize) ->
             .take(3)
             .map(|id| if id.trim().is_empty() { "<empty>" } else { id })
             .collect();
-        tracing::warn!(skipped = skipped.len(), ?sample, "reassembly skipped hits with no document key");
+        tracing::warn!(
+            skipped = skipped.len(),
+            ?sample,
+            "reassembly skipped hits with no document key"
+        );
     }
     let mut documents: Vec<Document> = groups
         .into_iter()
         .map(|(document_id, mut chunks)| {
             // Stable: unordered chunks keep retrieval order, after ordered ones.
-            chunks.sort_by(|a, b| match (chunk_position(&a.metadata), chunk_position(&b.metadata)) {
-                (Some(x), Some(y)) => x.total_cmp(&y),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => std::cmp::Ordering::Equal,
+            chunks.sort_by(|a, b| {
+                match (chunk_position(&a.metadata), chunk_position(&b.metadata)) {
+                    (Some(x), Some(y)) => x.total_cmp(&y),
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (None, None) => std::cmp::Ordering::Equal,
+                }
             });
             chunks.truncate(max_chunks_per_document);
             let merged_content = chunks
@@ -108,11 +116,17 @@ pub fn reassemble(hits: &[Hit], top_k: usize, max_chunks_per_document: usize) ->
                 .filter(|c| !c.is_empty())
                 .collect::<Vec<_>>()
                 .join("\n\n");
-            let best = chunks.iter().map(|c| c.score).fold(f64::NEG_INFINITY, f64::max);
+            let best = chunks
+                .iter()
+                .map(|c| c.score)
+                .fold(f64::NEG_INFINITY, f64::max);
             Document {
                 document_id,
                 merged_content,
-                metadata: chunks.first().map(|c| c.metadata.clone()).unwrap_or_default(),
+                metadata: chunks
+                    .first()
+                    .map(|c| c.metadata.clone())
+                    .unwrap_or_default(),
                 chunk_count: chunks.len(),
                 best_score: round4(if best.is_finite() { best } else { 0.0 }),
                 content_truncated: false,

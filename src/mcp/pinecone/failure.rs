@@ -6,7 +6,8 @@ use super::client::PineconeError;
 use super::search::SearchError;
 
 /// Suggestion attached to every `TIMEOUT`.
-pub const TIMEOUT_SUGGESTION: &str = "Retry the request, or increase --pinecone-request-timeout-ms.";
+pub const TIMEOUT_SUGGESTION: &str =
+    "Retry the request, or increase --pinecone-request-timeout-ms.";
 
 /// Why a tool call failed.
 #[derive(Debug, Clone)]
@@ -50,7 +51,8 @@ impl Failure {
         tracing::error!(tool, error = %crate::mcp::redact::redact(&cause), "tool failed");
         let message = if details { cause } else { fallback.to_owned() };
         if timeout {
-            ToolError::new(ToolErrorCode::Timeout, message, true).with_suggestion(TIMEOUT_SUGGESTION)
+            ToolError::new(ToolErrorCode::Timeout, message, true)
+                .with_suggestion(TIMEOUT_SUGGESTION)
         } else {
             ToolError::new(ToolErrorCode::PineconeError, message, false)
         }

@@ -74,7 +74,9 @@ fn validate_value(value: &Value, path: &str, last: &str, depth: usize) -> Result
             if items.is_empty() {
                 if is_logical(last) {
                     return fail(
-                        format!("Operator \"{last}\" at \"{path}\" must contain at least one filter object."),
+                        format!(
+                            "Operator \"{last}\" at \"{path}\" must contain at least one filter object."
+                        ),
                         path,
                     );
                 }
@@ -87,7 +89,9 @@ fn validate_value(value: &Value, path: &str, last: &str, depth: usize) -> Result
                 let item_path = format!("{path}.{i}");
                 let Value::Object(record) = item else {
                     return fail(
-                        format!("Operator \"{last}\" at \"{item_path}\" must use an array of filter objects."),
+                        format!(
+                            "Operator \"{last}\" at \"{item_path}\" must use an array of filter objects."
+                        ),
                         item_path,
                     );
                 };
@@ -100,7 +104,9 @@ fn validate_value(value: &Value, path: &str, last: &str, depth: usize) -> Result
                 let op_path = format!("{path}.{op}");
                 if !op.starts_with('$') {
                     return fail(
-                        format!("Nested metadata filters must use operator keys starting with \"$\" at \"{path}\"; got \"{op}\"."),
+                        format!(
+                            "Nested metadata filters must use operator keys starting with \"$\" at \"{path}\"; got \"{op}\"."
+                        ),
                         op_path,
                     );
                 }

@@ -60,7 +60,13 @@ fn document_id(metadata: &Map<String, Value>) -> Option<String> {
         .and_then(Value::as_str)
         .filter(|f| !f.is_empty())?;
     let stem = match name.len().checked_sub(3) {
-        Some(i) if name.get(i..).is_some_and(|ext| ext.eq_ignore_ascii_case(".md")) => &name[..i],
+        Some(i)
+            if name
+                .get(i..)
+                .is_some_and(|ext| ext.eq_ignore_ascii_case(".md")) =>
+        {
+            &name[..i]
+        }
         _ => name,
     };
     Some(stem.to_uppercase())
@@ -78,16 +84,19 @@ pub struct Enrich<'a> {
 }
 
 /// Formats one hit.
-pub fn row(hit: &Hit, reranked: bool, source: Option<&str>, enrich: Option<Enrich<'_>>) -> ResultRow {
+pub fn row(
+    hit: &Hit,
+    reranked: bool,
+    source: Option<&str>,
+    enrich: Option<Enrich<'_>>,
+) -> ResultRow {
     let mut metadata = hit.metadata.clone();
     if let Some(e) = enrich {
         let has_url = metadata
             .get("url")
             .and_then(Value::as_str)
             .is_some_and(|u| !u.trim().is_empty());
-        if !has_url
-            && let Some(url) = e.urls.resolve(e.namespace, &metadata, e.source).url
-        {
+        if !has_url && let Some(url) = e.urls.resolve(e.namespace, &metadata, e.source).url {
             metadata.insert("url".to_owned(), Value::String(url));
         }
     }

@@ -64,15 +64,19 @@ impl Gate {
         }
         let mut entries = self.entries();
         let message = match entries.get(key) {
-            None => "Flow requires suggest_query_params first. Call suggest_query_params with namespace and user_query before query/count tools.",
+            None => {
+                "Flow requires suggest_query_params first. Call suggest_query_params with namespace and user_query before query/count tools."
+            }
             Some(e) if Instant::now().duration_since(e.updated) > self.ttl => {
                 entries.remove(key);
                 "Previous suggest_query_params context expired. Call suggest_query_params again before query/count tools."
             }
             Some(_) => return Ok(()),
         };
-        Err(ToolError::new(ToolErrorCode::FlowGate, message, true).with_suggestion(format!(
-            "Call suggest_query_params for namespace '{namespace}' first"
-        )))
+        Err(
+            ToolError::new(ToolErrorCode::FlowGate, message, true).with_suggestion(format!(
+                "Call suggest_query_params for namespace '{namespace}' first"
+            )),
+        )
     }
 }

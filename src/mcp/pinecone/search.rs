@@ -5,7 +5,9 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::client::{PineconeClient, PineconeError, RerankDocument, SearchInputs, SearchQuery, SearchRequest};
+use super::client::{
+    PineconeClient, PineconeError, RerankDocument, SearchInputs, SearchQuery, SearchRequest,
+};
 use super::fusion::{Hit, fuse};
 
 /// Most documents sent in one rerank request (the model limit of
@@ -170,7 +172,13 @@ pub async fn hybrid(
         f.push("chunk_text".to_owned());
     }
     let (dense, sparse) = tokio::join!(
-        search_leg(indexes.client, indexes.dense, spec, spec.top_k, fields.clone()),
+        search_leg(
+            indexes.client,
+            indexes.dense,
+            spec,
+            spec.top_k,
+            fields.clone()
+        ),
         search_leg(indexes.client, indexes.sparse, spec, spec.top_k, fields),
     );
     let (dense, sparse, leg_failed) = match (dense, sparse) {
@@ -190,7 +198,11 @@ pub async fn hybrid(
             if s.is_timeout() {
                 return Err(s);
             }
-            let (SearchError::Search { source: dense, .. }, SearchError::Search { source: sparse, .. }) = (d.clone(), s.clone()) else {
+            let (
+                SearchError::Search { source: dense, .. },
+                SearchError::Search { source: sparse, .. },
+            ) = (d.clone(), s.clone())
+            else {
                 return Err(d);
             };
             return Err(SearchError::BothLegs { dense, sparse });
@@ -210,7 +222,8 @@ pub async fn hybrid(
     };
     match model {
         Some(_) if merged.is_empty() => outcome.rerank = RerankOutcome::NothingToRerank,
-        Some(model) => match rerank_batched(indexes.client, model, spec.text, &merged, top_k).await {
+        Some(model) => match rerank_batched(indexes.client, model, spec.text, &merged, top_k).await
+        {
             Ok(hits) => {
                 outcome.hits = hits;
                 outcome.reranked = true;
@@ -245,7 +258,12 @@ pub async fn hybrid(
             .to_owned(),
         );
     }
-    tracing::info!(dense = n_dense, sparse = n_sparse, returned = outcome.hits.len(), "hybrid search");
+    tracing::info!(
+        dense = n_dense,
+        sparse = n_sparse,
+        returned = outcome.hits.len(),
+        "hybrid search"
+    );
     Ok(outcome)
 }
 
@@ -258,25 +276,28 @@ async fn rerank_batched(
     hits: &[Hit],
     top_n: usize,
 ) -> Result<Vec<Hit>, PineconeError> {
-    let batches = hits.chunks(RERANK_BATCH).enumerate().map(|(b, batch)| async move {
-        let documents: Vec<RerankDocument> = batch
-            .iter()
-            .map(|h| RerankDocument {
-                id: h.id.clone(),
-                chunk_text: h.content.clone(),
-            })
-            .collect();
-        let ranked = client
-            .rerank(model, query, &documents, top_n.min(batch.len()))
-            .await?;
-        Ok::<_, PineconeError>(
-            ranked
-                .into_iter()
-                .filter(|r| r.index < batch.len())
-                .map(|r| (b * RERANK_BATCH + r.index, r.score))
-                .collect::<Vec<_>>(),
-        )
-    });
+    let batches = hits
+        .chunks(RERANK_BATCH)
+        .enumerate()
+        .map(|(b, batch)| async move {
+            let documents: Vec<RerankDocument> = batch
+                .iter()
+                .map(|h| RerankDocument {
+                    id: h.id.clone(),
+                    chunk_text: h.content.clone(),
+                })
+                .collect();
+            let ranked = client
+                .rerank(model, query, &documents, top_n.min(batch.len()))
+                .await?;
+            Ok::<_, PineconeError>(
+                ranked
+                    .into_iter()
+                    .filter(|r| r.index < batch.len())
+                    .map(|r| (b * RERANK_BATCH + r.index, r.score))
+                    .collect::<Vec<_>>(),
+            )
+        });
     let mut scored: Vec<(usize, f64)> = Vec::new();
     for batch in futures::future::join_all(batches).await {
         scored.extend(batch?);
@@ -285,12 +306,7 @@ async fn rerank_batched(
     Ok(scored
         .into_iter()
         .take(top_n)
-        .filter_map(|(i, score)| {
-            hits.get(i).map(|h| Hit {
-                score,
-                ..h.clone()
-            })
-        })
+        .filter_map(|(i, score)| hits.get(i).map(|h| Hit { score, ..h.clone() }))
         .collect())
 }
 
@@ -318,7 +334,10 @@ pub struct DocumentCount {
 ///
 /// # Errors
 /// When the search fails.
-pub async fn count(indexes: Indexes<'_>, spec: &SearchSpec<'_>) -> Result<DocumentCount, SearchError> {
+pub async fn count(
+    indexes: Indexes<'_>,
+    spec: &SearchSpec<'_>,
+) -> Result<DocumentCount, SearchError> {
     let fields = Some(COUNT_FIELDS.iter().map(|f| (*f).to_owned()).collect());
     let hits = search_leg(indexes.client, indexes.dense, spec, COUNT_TOP_K, fields).await?;
     Ok(count_documents(&hits, spec.namespace))

@@ -115,7 +115,10 @@ impl PineconeServer {
         generator: UrlGenerator,
     ) {
         match source {
-            Some(s) => self.state.urls.register(format!("{s}:{namespace}"), generator),
+            Some(s) => self
+                .state
+                .urls
+                .register(format!("{s}:{namespace}"), generator),
             None => {
                 self.state.urls.register(namespace, generator.clone());
                 if self.state.registry.is_multi() {

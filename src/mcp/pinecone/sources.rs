@@ -139,7 +139,10 @@ impl Registry {
     }
 
     /// The cached discovery of one source.
-    async fn discover(&self, source: &Source) -> Result<(Discovery, bool, Duration), PineconeError> {
+    async fn discover(
+        &self,
+        source: &Source,
+    ) -> Result<(Discovery, bool, Duration), PineconeError> {
         let tag = self.mode == SourceMode::Sources;
         let cached = source
             .cache
@@ -181,13 +184,18 @@ impl Registry {
                     view.rows.extend(d.rows);
                     view.warnings.extend(d.warnings);
                     view.cache_hit &= hit;
-                    view.remaining = if answered { view.remaining.max(remaining) } else { remaining };
+                    view.remaining = if answered {
+                        view.remaining.max(remaining)
+                    } else {
+                        remaining
+                    };
                     answered = true;
                 }
                 Err(e) => {
                     view.cache_hit = false;
                     let message = redact_with(&e.to_string(), &[s.config.api_key.expose_secret()]);
-                    view.source_errors.insert(s.config.name.clone(), message.into());
+                    view.source_errors
+                        .insert(s.config.name.clone(), message.into());
                 }
             }
         }
@@ -215,7 +223,10 @@ impl Registry {
             }
             return Err(validation(
                 "namespace",
-                format!("Namespace \"{namespace}\" not found on source \"{}\".", s.name()),
+                format!(
+                    "Namespace \"{namespace}\" not found on source \"{}\".",
+                    s.name()
+                ),
                 "Use list_namespaces to discover valid namespace and source pairs.",
             ));
         }
@@ -227,8 +238,11 @@ impl Registry {
                 "Pass source explicitly, or fix failing sources listed in list_namespaces source_errors and retry.",
             ));
         }
-        let matches: Vec<&NamespaceRow> =
-            view.rows.iter().filter(|r| r.name.trim() == namespace).collect();
+        let matches: Vec<&NamespaceRow> = view
+            .rows
+            .iter()
+            .filter(|r| r.name.trim() == namespace)
+            .collect();
         match matches.as_slice() {
             [one] => {
                 let name = one.source.as_deref().unwrap_or(fallback.name());
@@ -241,7 +255,9 @@ impl Registry {
             )),
             _ => Err(validation(
                 "namespace",
-                format!("Namespace \"{namespace}\" exists on multiple sources. Pass source explicitly."),
+                format!(
+                    "Namespace \"{namespace}\" exists on multiple sources. Pass source explicitly."
+                ),
                 "Call list_namespaces and pass source explicitly when the namespace exists on multiple projects.",
             )),
         }

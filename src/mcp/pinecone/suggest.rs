@@ -9,7 +9,9 @@ use serde_json::{Map, Value};
 pub const FAST_FIELDS: [&str; 5] = ["document_number", "title", "url", "author", "doc_id"];
 
 /// The recommended tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SuggestedTool {
     /// The `count` tool.
@@ -55,8 +57,10 @@ static COUNT_RE: LazyLock<Regex> = LazyLock::new(|| {
         .unwrap_or_else(|e| panic!("count pattern: {e}"))
 });
 static CONTENT_RE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\b(content|summarize|summarise|what does|excerpt|text|say|details?|full text|body)\b")
-        .unwrap_or_else(|e| panic!("content pattern: {e}"))
+    Regex::new(
+        r"\b(content|summarize|summarise|what does|excerpt|text|say|details?|full text|body)\b",
+    )
+    .unwrap_or_else(|e| panic!("content pattern: {e}"))
 });
 
 fn pick(available: &[&String], preferred: &[&str], fallback_all: bool) -> Vec<String> {
@@ -118,7 +122,11 @@ pub fn suggest(metadata_fields: Option<&Map<String, Value>>, user_query: &str) -
         };
     }
     Suggestion {
-        suggested_fields: pick(&available, &["document_number", "title", "url", "author"], false),
+        suggested_fields: pick(
+            &available,
+            &["document_number", "title", "url", "author"],
+            false,
+        ),
         use_count_tool: false,
         recommended_tool: SuggestedTool::Fast,
         explanation: "User asked for a list or browse; use minimal fields (no chunk_text) for smaller payload and cost.",

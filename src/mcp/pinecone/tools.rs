@@ -22,10 +22,9 @@ use super::filter::validate_filter;
 use super::format::{Enrich, row};
 use super::output::{
     CountOutput, CountTool, DecisionTrace, Experimental, GenerateUrlsOutput, GuidedCount,
-    GuidedExperimental, GuidedQueryOutput, GuidedResult, KeywordSearchOutput,
-    ListNamespacesOutput, ListSourcesOutput, Mode, NamespaceEntry, NamespaceRouterOutput,
-    QueryDocumentsOutput, QueryOutput, RerankStatus, SourceEntry, Status,
-    SuggestQueryParamsOutput, UrlRow,
+    GuidedExperimental, GuidedQueryOutput, GuidedResult, KeywordSearchOutput, ListNamespacesOutput,
+    ListSourcesOutput, Mode, NamespaceEntry, NamespaceRouterOutput, QueryDocumentsOutput,
+    QueryOutput, RerankStatus, SourceEntry, Status, SuggestQueryParamsOutput, UrlRow,
 };
 use super::router::{rank, recommend};
 use super::search::{self, SearchSpec};
@@ -54,9 +53,6 @@ impl IntoCallToolResult for Failed {
     }
 }
 
-/// Result of a tool function.
-type ToolResult<T> = Result<Json<T>, Failed>;
-
 fn trimmed_required(
     value: &str,
     field: &str,
@@ -75,10 +71,21 @@ fn trimmed_required(
 }
 
 fn namespace_arg(value: &str) -> Result<String, Failure> {
-    trimmed_required(value, "namespace", "namespace cannot be empty", Some(NAMESPACE_SUGGESTION))
+    trimmed_required(
+        value,
+        "namespace",
+        "namespace cannot be empty",
+        Some(NAMESPACE_SUGGESTION),
+    )
 }
 
-fn in_range(field: &str, value: Option<i64>, default: u32, min: u32, max: u32) -> Result<u32, Failure> {
+fn in_range(
+    field: &str,
+    value: Option<i64>,
+    default: u32,
+    min: u32,
+    max: u32,
+) -> Result<u32, Failure> {
     match value {
         None => Ok(default),
         Some(v) if v >= i64::from(min) && v <= i64::from(max) => Ok(v as u32),
@@ -118,7 +125,12 @@ impl PineconeServer {
 
     fn audit(&self, tool: &str, source: &Source) {
         if self.state.registry.is_multi() {
-            tracing::info!(tool, source = source.name(), "{tool} [source={}]", source.name());
+            tracing::info!(
+                tool,
+                source = source.name(),
+                "{tool} [source={}]",
+                source.name()
+            );
         }
     }
 
@@ -128,14 +140,20 @@ impl PineconeServer {
 
     fn gate(&self, source: &Source, namespace: &str) -> Result<(), Failure> {
         let key = self.state.registry.gate_key(source, namespace);
-        self.state.gate.check(&key, namespace).map_err(Failure::Tool)
+        self.state
+            .gate
+            .check(&key, namespace)
+            .map_err(Failure::Tool)
     }
 
     fn shown(&self, source: &Source) -> Option<String> {
         self.state.registry.shown(source).map(str::to_owned)
     }
 
-    async fn do_list_namespaces(&self, args: ListNamespacesArgs) -> Result<ListNamespacesOutput, Failure> {
+    async fn do_list_namespaces(
+        &self,
+        args: ListNamespacesArgs,
+    ) -> Result<ListNamespacesOutput, Failure> {
         let source = self.state.registry.named(args.source.as_deref())?;
         if let Some(s) = source {
             tracing::info!("list_namespaces [source={}]", s.name());
@@ -166,8 +184,16 @@ impl PineconeServer {
         })
     }
 
-    async fn do_namespace_router(&self, args: NamespaceRouterArgs) -> Result<NamespaceRouterOutput, Failure> {
-        let user_query = trimmed_required(&args.user_query, "user_query", "user_query cannot be empty", None)?;
+    async fn do_namespace_router(
+        &self,
+        args: NamespaceRouterArgs,
+    ) -> Result<NamespaceRouterOutput, Failure> {
+        let user_query = trimmed_required(
+            &args.user_query,
+            "user_query",
+            "user_query cannot be empty",
+            None,
+        )?;
         let top_n = in_range("top_n", args.top_n, 3, 1, 5)? as usize;
         let source = self.state.registry.named(args.source.as_deref())?;
         if let Some(s) = source {
@@ -187,8 +213,16 @@ impl PineconeServer {
         })
     }
 
-    async fn do_suggest(&self, args: SuggestQueryParamsArgs) -> Result<SuggestQueryParamsOutput, Failure> {
-        let user_query = trimmed_required(&args.user_query, "user_query", "user_query cannot be empty", None)?;
+    async fn do_suggest(
+        &self,
+        args: SuggestQueryParamsArgs,
+    ) -> Result<SuggestQueryParamsOutput, Failure> {
+        let user_query = trimmed_required(
+            &args.user_query,
+            "user_query",
+            "user_query cannot be empty",
+            None,
+        )?;
         let namespace = namespace_arg(&args.namespace)?;
         let registry = &self.state.registry;
         let resolved = if registry.is_multi() {
@@ -218,7 +252,12 @@ impl PineconeServer {
 
     async fn do_count(&self, args: CountArgs) -> Result<CountOutput, Failure> {
         let namespace = namespace_arg(&args.namespace)?;
-        let text = trimmed_required(&args.query_text, "query_text", "query_text cannot be empty", None)?;
+        let text = trimmed_required(
+            &args.query_text,
+            "query_text",
+            "query_text cannot be empty",
+            None,
+        )?;
         let filter = filter_arg(&args.metadata_filter)?;
         let source = self.resolve(args.source.as_deref(), &namespace).await?;
         self.gate(source, &namespace)?;
@@ -242,7 +281,12 @@ impl PineconeServer {
     }
 
     async fn do_query(&self, args: QueryArgs) -> Result<QueryOutput, Failure> {
-        let text = trimmed_required(&args.query_text, "query_text", "Query text cannot be empty", None)?;
+        let text = trimmed_required(
+            &args.query_text,
+            "query_text",
+            "Query text cannot be empty",
+            None,
+        )?;
         let filter = filter_arg(&args.metadata_filter)?;
         let namespace = namespace_arg(&args.namespace)?;
         let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
@@ -253,11 +297,22 @@ impl PineconeServer {
         let (mode, fields, rerank) = match preset {
             Preset::Fast => (
                 Mode::QueryFast,
-                Some(non_empty(&args.fields).unwrap_or_else(|| FAST_FIELDS.map(str::to_owned).to_vec())),
+                Some(
+                    non_empty(&args.fields)
+                        .unwrap_or_else(|| FAST_FIELDS.map(str::to_owned).to_vec()),
+                ),
                 false,
             ),
-            Preset::Detailed => (Mode::QueryDetailed, non_empty(&args.fields), args.use_reranking.unwrap_or(true)),
-            Preset::Full => (Mode::Query, non_empty(&args.fields), args.use_reranking.unwrap_or(true)),
+            Preset::Detailed => (
+                Mode::QueryDetailed,
+                non_empty(&args.fields),
+                args.use_reranking.unwrap_or(true),
+            ),
+            Preset::Full => (
+                Mode::Query,
+                non_empty(&args.fields),
+                args.use_reranking.unwrap_or(true),
+            ),
         };
         let spec = SearchSpec {
             text: &text,
@@ -288,8 +343,18 @@ impl PineconeServer {
     }
 
     async fn do_keyword(&self, args: KeywordSearchArgs) -> Result<KeywordSearchOutput, Failure> {
-        let text = trimmed_required(&args.query_text, "query_text", "Query text cannot be empty", None)?;
-        let namespace = trimmed_required(&args.namespace, "namespace", "Namespace cannot be empty", None)?;
+        let text = trimmed_required(
+            &args.query_text,
+            "query_text",
+            "Query text cannot be empty",
+            None,
+        )?;
+        let namespace = trimmed_required(
+            &args.namespace,
+            "namespace",
+            "Namespace cannot be empty",
+            None,
+        )?;
         let filter = filter_arg(&args.metadata_filter)?;
         let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
         let source = self.resolve(args.source.as_deref(), &namespace).await?;
@@ -304,7 +369,10 @@ impl PineconeServer {
         };
         let hits = search::keyword(source.indexes(), &spec).await?;
         let shown = self.shown(source);
-        let results: Vec<_> = hits.iter().map(|h| row(h, false, shown.as_deref(), None)).collect();
+        let results: Vec<_> = hits
+            .iter()
+            .map(|h| row(h, false, shown.as_deref(), None))
+            .collect();
         Ok(KeywordSearchOutput {
             status: Status::Success,
             query: text,
@@ -318,12 +386,26 @@ impl PineconeServer {
         })
     }
 
-    async fn do_query_documents(&self, args: QueryDocumentsArgs) -> Result<QueryDocumentsOutput, Failure> {
-        let text = trimmed_required(&args.query_text, "query_text", "query_text cannot be empty", None)?;
+    async fn do_query_documents(
+        &self,
+        args: QueryDocumentsArgs,
+    ) -> Result<QueryDocumentsOutput, Failure> {
+        let text = trimmed_required(
+            &args.query_text,
+            "query_text",
+            "query_text cannot be empty",
+            None,
+        )?;
         let filter = filter_arg(&args.metadata_filter)?;
         let namespace = namespace_arg(&args.namespace)?;
         let top_k = in_range("top_k", args.top_k, 5, 1, 20)?;
-        let max_chunks = in_range("max_chunks_per_document", args.max_chunks_per_document, 200, 1, 500)?;
+        let max_chunks = in_range(
+            "max_chunks_per_document",
+            args.max_chunks_per_document,
+            200,
+            1,
+            500,
+        )?;
         let source = self.resolve(args.source.as_deref(), &namespace).await?;
         self.gate(source, &namespace)?;
         self.audit("query_documents", source);
@@ -349,7 +431,12 @@ impl PineconeServer {
     }
 
     async fn do_guided(&self, args: GuidedQueryArgs) -> Result<GuidedQueryOutput, Failure> {
-        let text = trimmed_required(&args.user_query, "user_query", "user_query cannot be empty", None)?;
+        let text = trimmed_required(
+            &args.user_query,
+            "user_query",
+            "user_query cannot be empty",
+            None,
+        )?;
         let filter = filter_arg(&args.metadata_filter)?;
         let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
         let registry = &self.state.registry;
@@ -374,8 +461,11 @@ impl PineconeServer {
                         .with_suggestion("Call list_namespaces to confirm the index has namespaces, then retry.")
                         .into());
                     }
-                    let candidates: Vec<&str> =
-                        ranked.iter().take(TRACE_ROWS).map(|r| r.namespace.as_str()).collect();
+                    let candidates: Vec<&str> = ranked
+                        .iter()
+                        .take(TRACE_ROWS)
+                        .map(|r| r.namespace.as_str())
+                        .collect();
                     return Err(ToolError::validation(
                         "namespace",
                         format!(
@@ -463,7 +553,11 @@ impl PineconeServer {
                 .iter()
                 .map(|h| row(h, outcome.reranked, shown.as_deref(), enrich))
                 .collect();
-            let status = if fast { RerankStatus::Skipped } else { RerankStatus::of(&outcome.rerank) };
+            let status = if fast {
+                RerankStatus::Skipped
+            } else {
+                RerankStatus::of(&outcome.rerank)
+            };
             let result = GuidedResult::Query(QueryOutput {
                 status: Status::Success,
                 mode: match selected {
@@ -506,10 +600,18 @@ impl PineconeServer {
     }
 
     fn no_source(&self) -> Failure {
-        ToolError::new(ToolErrorCode::Lifecycle, "No Pinecone source is configured.", false).into()
+        ToolError::new(
+            ToolErrorCode::Lifecycle,
+            "No Pinecone source is configured.",
+            false,
+        )
+        .into()
     }
 
-    async fn do_generate_urls(&self, args: GenerateUrlsArgs) -> Result<GenerateUrlsOutput, Failure> {
+    async fn do_generate_urls(
+        &self,
+        args: GenerateUrlsArgs,
+    ) -> Result<GenerateUrlsOutput, Failure> {
         let namespace = namespace_arg(&args.namespace)?;
         if args.records.len() > MAX_URL_RECORDS {
             return Err(ToolError::validation(
@@ -550,7 +652,11 @@ impl PineconeServer {
 
 /// The discovered row for `namespace`; in single-key mode rows carry no
 /// source and belong to the only source.
-fn find_row<'a>(rows: &'a [NamespaceRow], namespace: &str, source: Option<&Source>) -> Option<&'a NamespaceRow> {
+fn find_row<'a>(
+    rows: &'a [NamespaceRow],
+    namespace: &str,
+    source: Option<&Source>,
+) -> Option<&'a NamespaceRow> {
     rows.iter().find(|r| {
         r.name.trim() == namespace
             && match (&r.source, source) {
@@ -565,9 +671,14 @@ impl PineconeServer {
     /// Lists the configured sources (multi-source mode only).
     #[tool(
         description = "List the configured Pinecone sources (projects) with their descriptions and the default source. Pass a name as `source` to the other tools.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
-    async fn list_sources(&self) -> ToolResult<ListSourcesOutput> {
+    async fn list_sources(&self) -> Result<Json<ListSourcesOutput>, Failed> {
         let registry = &self.state.registry;
         if !registry.is_multi() {
             return Err(Failed(ToolError::new(
@@ -596,9 +707,17 @@ impl PineconeServer {
     /// Lists namespaces with record counts and metadata fields.
     #[tool(
         description = "List the namespaces of the index with record counts and metadata field types (cached; see expires_at_iso). Call this first to learn valid namespace names and filterable fields.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
     )]
-    async fn list_namespaces(&self, Parameters(args): Parameters<ListNamespacesArgs>) -> ToolResult<ListNamespacesOutput> {
+    async fn list_namespaces(
+        &self,
+        Parameters(args): Parameters<ListNamespacesArgs>,
+    ) -> Result<Json<ListNamespacesOutput>, Failed> {
         self.do_list_namespaces(args)
             .await
             .map(Json)
@@ -608,9 +727,17 @@ impl PineconeServer {
     /// Ranks namespaces for a question.
     #[tool(
         description = "Rank namespaces by how well the question names them (namespace words and metadata field names). recommended_namespace is null when nothing matches well enough.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
     )]
-    async fn namespace_router(&self, Parameters(args): Parameters<NamespaceRouterArgs>) -> ToolResult<NamespaceRouterOutput> {
+    async fn namespace_router(
+        &self,
+        Parameters(args): Parameters<NamespaceRouterArgs>,
+    ) -> Result<Json<NamespaceRouterOutput>, Failed> {
         self.do_namespace_router(args)
             .await
             .map(Json)
@@ -620,9 +747,17 @@ impl PineconeServer {
     /// Suggests tool and fields for a question on a namespace.
     #[tool(
         description = "Suggest which tool (count, fast or detailed query) and which fields fit the user's question on a namespace. Required before query/count/query_documents when the suggest-flow is on.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
     )]
-    async fn suggest_query_params(&self, Parameters(args): Parameters<SuggestQueryParamsArgs>) -> ToolResult<SuggestQueryParamsOutput> {
+    async fn suggest_query_params(
+        &self,
+        Parameters(args): Parameters<SuggestQueryParamsArgs>,
+    ) -> Result<Json<SuggestQueryParamsOutput>, Failed> {
         self.do_suggest(args)
             .await
             .map(Json)
@@ -632,9 +767,17 @@ impl PineconeServer {
     /// Counts distinct documents.
     #[tool(
         description = "Count distinct documents (by document_number, url, doc_id) among up to 10000 chunks matching the filter. truncated=true means the chunk limit was reached.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
     )]
-    async fn count(&self, Parameters(args): Parameters<CountArgs>) -> ToolResult<CountOutput> {
+    async fn count(
+        &self,
+        Parameters(args): Parameters<CountArgs>,
+    ) -> Result<Json<CountOutput>, Failed> {
         self.do_count(args)
             .await
             .map(Json)
@@ -644,9 +787,17 @@ impl PineconeServer {
     /// Hybrid semantic + keyword search.
     #[tool(
         description = "Hybrid search (dense + sparse, fused, reranked when a model is configured) in a namespace. Presets: fast (identifier fields, no rerank), detailed/full (all fields, rerank). Low-confidence results carry experimental.degraded.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
     )]
-    async fn query(&self, Parameters(args): Parameters<QueryArgs>) -> ToolResult<QueryOutput> {
+    async fn query(
+        &self,
+        Parameters(args): Parameters<QueryArgs>,
+    ) -> Result<Json<QueryOutput>, Failed> {
         self.do_query(args)
             .await
             .map(Json)
@@ -656,9 +807,17 @@ impl PineconeServer {
     /// Keyword search on the sparse index.
     #[tool(
         description = "Keyword (sparse-only) search in a namespace; best for exact terms, identifiers and names.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
     )]
-    async fn keyword_search(&self, Parameters(args): Parameters<KeywordSearchArgs>) -> ToolResult<KeywordSearchOutput> {
+    async fn keyword_search(
+        &self,
+        Parameters(args): Parameters<KeywordSearchArgs>,
+    ) -> Result<Json<KeywordSearchOutput>, Failed> {
         self.do_keyword(args)
             .await
             .map(Json)
@@ -668,21 +827,40 @@ impl PineconeServer {
     /// Whole documents reassembled from chunks.
     #[tool(
         description = "Search and return whole documents: matching chunks are grouped by document (document_number, url, doc_id), ordered and merged. merged_content is capped; content_truncated says when.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
     )]
-    async fn query_documents(&self, Parameters(args): Parameters<QueryDocumentsArgs>) -> ToolResult<QueryDocumentsOutput> {
-        self.do_query_documents(args)
-            .await
-            .map(Json)
-            .map_err(|f| self.failed(f, "query_documents", "Failed to query and reassemble documents"))
+    async fn query_documents(
+        &self,
+        Parameters(args): Parameters<QueryDocumentsArgs>,
+    ) -> Result<Json<QueryDocumentsOutput>, Failed> {
+        self.do_query_documents(args).await.map(Json).map_err(|f| {
+            self.failed(
+                f,
+                "query_documents",
+                "Failed to query and reassemble documents",
+            )
+        })
     }
 
     /// One-shot: route, suggest, run.
     #[tool(
         description = "One call for a question: picks the namespace (or uses the given one), the tool and the fields, runs it and explains the choice in experimental.decision_trace.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
     )]
-    async fn guided_query(&self, Parameters(args): Parameters<GuidedQueryArgs>) -> ToolResult<GuidedQueryOutput> {
+    async fn guided_query(
+        &self,
+        Parameters(args): Parameters<GuidedQueryArgs>,
+    ) -> Result<Json<GuidedQueryOutput>, Failed> {
         self.do_guided(args)
             .await
             .map(Json)
@@ -692,9 +870,17 @@ impl PineconeServer {
     /// URLs for records.
     #[tool(
         description = "Build a URL for each record (its own url, else the namespace's URL generator); method says how, reason says why none.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
-    async fn generate_urls(&self, Parameters(args): Parameters<GenerateUrlsArgs>) -> ToolResult<GenerateUrlsOutput> {
+    async fn generate_urls(
+        &self,
+        Parameters(args): Parameters<GenerateUrlsArgs>,
+    ) -> Result<Json<GenerateUrlsOutput>, Failed> {
         self.do_generate_urls(args)
             .await
             .map(Json)
