@@ -9,9 +9,12 @@ use super::search::SearchError;
 pub const TIMEOUT_SUGGESTION: &str =
     "Retry the request, or increase --pinecone-request-timeout-ms.";
 
-/// Why a tool call failed.
+/// Why a tool call failed (boxed: it travels through every `?`).
 #[derive(Debug, Clone)]
-pub enum Failure {
+pub struct Failure(Box<Kind>);
+
+#[derive(Debug, Clone)]
+enum Kind {
     /// Already an agent-facing error (validation, gate, …).
     Tool(ToolError),
     /// A Pinecone call failed.
@@ -22,19 +25,19 @@ pub enum Failure {
 
 impl From<ToolError> for Failure {
     fn from(e: ToolError) -> Self {
-        Failure::Tool(e)
+        Failure(Box::new(Kind::Tool(e)))
     }
 }
 
 impl From<PineconeError> for Failure {
     fn from(e: PineconeError) -> Self {
-        Failure::Pinecone(e)
+        Failure(Box::new(Kind::Pinecone(e)))
     }
 }
 
 impl From<SearchError> for Failure {
     fn from(e: SearchError) -> Self {
-        Failure::Search(e)
+        Failure(Box::new(Kind::Search(e)))
     }
 }
 
@@ -43,10 +46,10 @@ impl Failure {
     /// failures `PINECONE_ERROR` with the tool's fixed message, or with the
     /// redacted cause when `details` is on.
     pub fn into_tool_error(self, tool: &str, fallback: &str, details: bool) -> ToolError {
-        let (timeout, cause) = match self {
-            Failure::Tool(e) => return e,
-            Failure::Pinecone(e) => (e.is_timeout(), e.to_string()),
-            Failure::Search(e) => (e.is_timeout(), e.to_string()),
+        let (timeout, cause) = match *self.0 {
+            Kind::Tool(e) => return e,
+            Kind::Pinecone(e) => (e.is_timeout(), e.to_string()),
+            Kind::Search(e) => (e.is_timeout(), e.to_string()),
         };
         tracing::error!(tool, error = %crate::mcp::redact::redact(&cause), "tool failed");
         let message = if details { cause } else { fallback.to_owned() };

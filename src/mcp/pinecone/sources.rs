@@ -68,7 +68,9 @@ pub struct Registry {
 }
 
 fn validation(code_field: &str, message: String, suggestion: &str) -> Failure {
-    Failure::Tool(ToolError::validation(code_field, message).with_suggestion(suggestion))
+    ToolError::validation(code_field, message)
+        .with_suggestion(suggestion)
+        .into()
 }
 
 fn unknown_source(name: &str) -> Failure {

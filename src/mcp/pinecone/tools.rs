@@ -102,7 +102,7 @@ fn filter_arg(filter: &Option<MetadataFilter>) -> Result<Option<Value>, Failure>
         None => Ok(None),
         Some(f) => {
             validate_filter(f)
-                .map_err(|e| Failure::Tool(ToolError::validation(e.field, e.message)))?;
+                .map_err(|e| Failure::from(ToolError::validation(e.field, e.message)))?;
             tracing::debug!(filter = ?f, "applying metadata filter");
             Ok(Some(Value::Object(f.clone())))
         }
@@ -143,7 +143,7 @@ impl PineconeServer {
         self.state
             .gate
             .check(&key, namespace)
-            .map_err(Failure::Tool)
+            .map_err(Failure::from)
     }
 
     fn shown(&self, source: &Source) -> Option<String> {
