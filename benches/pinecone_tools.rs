@@ -7,6 +7,8 @@
 //! Besides criterion's estimates, p50/p99 of each scenario are printed.
 //!
 //! `cargo bench --features mcp --bench pinecone_tools`
+// `criterion_group!` generates an undocumented public function.
+#![allow(missing_docs)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -106,6 +108,8 @@ async fn wire(setup: &Setup, rerank: bool) {
 }
 
 type Samples = Arc<Mutex<Vec<Duration>>>;
+/// Name, tool call (none: the wire baseline), whether the tool reranks.
+type Scenario = (&'static str, Option<(&'static str, Value)>, bool);
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
@@ -135,7 +139,7 @@ fn bench(c: &mut Criterion) {
     // Warm the namespace cache and the index hosts.
     rt.block_on(call(&setup.client, "list_namespaces", json!({})));
 
-    let scenarios: Vec<(&str, Option<(&str, Value)>, bool)> = vec![
+    let scenarios: Vec<Scenario> = vec![
         ("fake_wire_hybrid", None, false),
         (
             "query_no_rerank",

@@ -442,12 +442,12 @@ proptest! {
 
     #[test]
     fn validation_never_panics_and_errors_point_into_the_filter(v in any_json()) {
-        if let Value::Object(m) = &v {
-            if let Err(e) = validate_filter(m) {
-                prop_assert!(!e.message.is_empty());
-                let root = e.field.split('.').next().unwrap_or("");
-                prop_assert!(e.field.is_empty() || m.contains_key(root), "{} not in {}", e.field, v);
-            }
+        if let Value::Object(m) = &v
+            && let Err(e) = validate_filter(m)
+        {
+            prop_assert!(!e.message.is_empty());
+            let root = e.field.split('.').next().unwrap_or("");
+            prop_assert!(e.field.is_empty() || m.contains_key(root), "{} not in {}", e.field, v);
         }
     }
 
