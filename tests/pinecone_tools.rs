@@ -1038,3 +1038,42 @@ async fn the_server_writes_only_json_rpc_frames() {
         2
     );
 }
+
+#[tokio::test]
+async fn the_schema_manifest_declares_namespaces_and_its_problems_are_warnings() {
+    let h = harness().await;
+    h.fake.set_manifest("kb", r#"{"description": "corpus", "namespaces": {"mailing": {"description": "mailing-list threads", "metadata_schema": {"doc_id": "string"}}, "gone": {}}, "record_count": 3}"#);
+    let l = h.ok("list_namespaces", json!({})).await;
+    let mailing = &l["namespaces"][1];
+    assert_eq!(mailing["schema_source"], "declared");
+    assert_eq!(mailing["metadata_fields"], json!({"doc_id": "string"}));
+    assert_eq!(mailing["description"], "mailing-list threads");
+    assert_eq!(l["namespaces"][0]["schema_source"], "sampled");
+    assert_eq!(
+        l["config_warnings"],
+        json!([
+            "Declared namespace \"gone\" not found in Pinecone index \"kb\" — schema declaration is stale."
+        ])
+    );
+    assert_eq!(
+        h.fake.count("query:kb"),
+        1,
+        "only the undeclared namespace is sampled"
+    );
+
+    let h = harness().await;
+    h.fake.set_manifest("kb", "{not json");
+    let l = h.ok("list_namespaces", json!({})).await;
+    let warning = l["config_warnings"][0].as_str().unwrap();
+    assert!(warning.starts_with("Source \"default\": _mcp_config schema manifest in chunk_text is malformed (invalid JSON:"), "{warning}");
+    assert_eq!(l["count"], 2);
+
+    let h = harness_with(PineconeFake::start().await, |f| {
+        let mut c = f.config();
+        c.remote_schema = false;
+        c
+    })
+    .await;
+    h.ok("list_namespaces", json!({})).await;
+    assert_eq!(h.fake.count("fetch:kb"), 0);
+}

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -202,6 +202,7 @@ impl PineconeFake {
             .route("/idx/{index}/describe_index_stats", post(stats))
             .route("/idx/{index}/records/namespaces/{ns}/search", post(search))
             .route("/idx/{index}/query", post(query))
+            .route("/idx/{index}/vectors/fetch", get(fetch))
             .route("/rerank", post(rerank))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -258,6 +259,18 @@ impl PineconeFake {
     /// Adds records.
     pub fn add(&self, records: Vec<Record>) {
         self.state.records.lock().unwrap().extend(records);
+    }
+
+    /// Replaces the `chunk_text` of the schema manifest of `index`.
+    pub fn set_manifest(&self, index: &str, text: &str) {
+        let mut records = self.state.records.lock().unwrap();
+        records.retain(|r| !(r.index == index && r.namespace == "_mcp_config"));
+        records.push(rec(
+            index,
+            "_mcp_config",
+            "schema_manifest",
+            json!({"chunk_text": text}),
+        ));
     }
 
     /// Reports a namespace in stats without records.
@@ -514,4 +527,52 @@ async fn rerank(
         .collect();
     axum::Json(json!({"model": body["model"], "data": data, "usage": {"rerank_units": 1}}))
         .into_response()
+}
+
+async fn fetch(
+    State(state): State<Arc<FakeState>>,
+    Path(index): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let query = query.unwrap_or_default();
+    let params: Vec<(String, String)> = query
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    if let Err(r) = enter(
+        &state,
+        &format!("fetch:{index}"),
+        &headers,
+        json!({"query": query}),
+    )
+    .await
+    {
+        return r;
+    }
+    let ns = params
+        .iter()
+        .find(|(k, _)| k == "namespace")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let ids: Vec<&String> = params
+        .iter()
+        .filter(|(k, _)| k == "ids")
+        .map(|(_, v)| v)
+        .collect();
+    let mut vectors = Map::new();
+    for r in state
+        .records
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.index == index && r.namespace == ns && ids.contains(&&r.id))
+    {
+        vectors.insert(
+            r.id.clone(),
+            json!({"id": r.id, "values": [0.0, 0.0, 0.0, 0.0], "metadata": r.fields}),
+        );
+    }
+    axum::Json(json!({"vectors": vectors, "namespace": ns})).into_response()
 }

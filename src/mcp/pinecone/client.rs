@@ -210,6 +210,12 @@ struct RerankResponse {
 }
 
 #[derive(Deserialize)]
+struct FetchResponse {
+    #[serde(default)]
+    vectors: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
 struct StatsResponse {
     #[serde(default)]
     namespaces: Map<String, Value>,
@@ -458,6 +464,44 @@ impl PineconeClient {
             })
             .await?;
         Ok(raw.matches)
+    }
+
+    /// `GET /vectors/fetch`: records of `namespace` by id, each flattened to
+    /// one field map (top-level fields, then metadata, which wins).
+    ///
+    /// # Errors
+    /// Any [`PineconeError`].
+    pub async fn fetch_records(
+        &self,
+        index: &str,
+        namespace: &str,
+        ids: &[&str],
+    ) -> PineconeResult<Map<String, Value>> {
+        let url = format!("{}/vectors/fetch", self.index_url(index).await?);
+        let mut query: Vec<(&str, &str)> = ids.iter().map(|id| ("ids", *id)).collect();
+        query.push(("namespace", namespace));
+        let raw: FetchResponse = self
+            .call("fetchRecordFields", || {
+                self.inner.http.get(&url).query(&query)
+            })
+            .await?;
+        Ok(raw
+            .vectors
+            .into_iter()
+            .map(|(id, record)| {
+                let mut fields = Map::new();
+                if let Value::Object(record) = record {
+                    let metadata = record.get("metadata").and_then(Value::as_object).cloned();
+                    for (k, v) in record {
+                        if !matches!(k.as_str(), "metadata" | "values" | "sparseValues") {
+                            fields.insert(k, v);
+                        }
+                    }
+                    fields.extend(metadata.unwrap_or_default());
+                }
+                (id, Value::Object(fields))
+            })
+            .collect())
     }
 
     /// `POST /rerank` on the inference host.

@@ -79,6 +79,9 @@ pub struct PineconeArgs {
     /// Defaults to apply.
     #[arg(long, env = "PINECONE_MCP_PROFILE", value_enum, default_value_t = Profile::Core)]
     pub profile: Profile,
+    /// Do not read namespace declarations from the index's `_mcp_config` manifest.
+    #[arg(long, env = "PINECONE_DISABLE_REMOTE_SCHEMA", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub disable_remote_schema: Option<bool>,
     /// Put the (redacted) cause of Pinecone failures in tool errors instead of
     /// a fixed per-tool message.
     #[arg(long = "pinecone-error-details", env = "PINECONE_ERROR_DETAILS", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
@@ -202,6 +205,8 @@ pub struct PineconeConfig {
     pub builtin_url_generators: bool,
     /// Whether tool errors carry the redacted cause.
     pub error_details: bool,
+    /// Whether sources without declared namespaces read the `_mcp_config` manifest.
+    pub remote_schema: bool,
 }
 
 impl PineconeConfig {
@@ -228,6 +233,7 @@ impl PineconeConfig {
             default_top_k: DEFAULT_TOP_K,
             builtin_url_generators: false,
             error_details: false,
+            remote_schema: true,
         }
     }
 
@@ -349,6 +355,7 @@ impl PineconeArgs {
             default_top_k: self.top_k.unwrap_or(DEFAULT_TOP_K),
             builtin_url_generators: alliance,
             error_details: self.error_details.unwrap_or(false),
+            remote_schema: !self.disable_remote_schema.unwrap_or(false),
         }))
     }
 }

@@ -5,7 +5,8 @@ use futures::StreamExt;
 use serde_json::{Map, Value};
 
 use super::client::{PineconeClient, PineconeResult};
-use super::config::SourceConfig;
+use super::config::{NamespaceDecl, SourceConfig};
+use super::manifest;
 
 /// Namespace that holds the schema manifest; never offered to agents.
 pub const RESERVED_NAMESPACE: &str = "_mcp_config";
@@ -54,7 +55,9 @@ pub struct Discovery {
 
 /// Lists the namespaces of `source`'s dense index. A failing stats call is
 /// an error (never an empty list); a failing sample only empties that
-/// namespace's fields.
+/// namespace's fields. Without declarations in the configuration, the
+/// index's schema manifest is read (when `remote_schema`); its problems
+/// become warnings.
 ///
 /// # Errors
 /// When describe-index or describe-index-stats fails.
@@ -62,30 +65,50 @@ pub async fn discover(
     client: &PineconeClient,
     source: &SourceConfig,
     tag_rows: bool,
+    remote_schema: bool,
 ) -> PineconeResult<Discovery> {
-    let stats = client.describe_index_stats(&source.index_name).await?;
+    let use_manifest = remote_schema && source.namespaces.is_empty();
+    let (stats, manifest) = tokio::join!(client.describe_index_stats(&source.index_name), async {
+        if use_manifest {
+            manifest::load(client, source).await
+        } else {
+            Ok(None)
+        }
+    });
+    let stats = stats?;
+    let mut warnings = Vec::new();
+    let declared: Vec<(String, NamespaceDecl)> = match manifest {
+        _ if !use_manifest => source.namespaces.clone(),
+        Ok(m) => m.map(|m| m.namespaces).unwrap_or_default(),
+        Err(warning) => {
+            let warning = crate::mcp::redact::redact(&warning);
+            tracing::warn!(%warning, "schema manifest ignored");
+            warnings.push(warning);
+            Vec::new()
+        }
+    };
     let live: Vec<(String, u64)> = stats
         .namespaces
         .into_iter()
         .filter(|(name, _)| name != RESERVED_NAMESPACE)
         .collect();
     tracing::info!(count = live.len(), index = %source.index_name, "found namespaces");
-    let warnings = source
-        .namespaces
-        .iter()
-        .filter(|(declared, _)| !live.iter().any(|(n, _)| n == declared))
-        .map(|(declared, _)| {
-            format!(
-                "Declared namespace \"{declared}\" not found in Pinecone index \"{}\" — schema declaration is stale.",
-                source.index_name
-            )
-        })
-        .collect();
+    warnings.extend(
+        declared
+            .iter()
+            .filter(|(name, _)| !live.iter().any(|(n, _)| n == name))
+            .map(|(name, _)| {
+                format!(
+                    "Declared namespace \"{name}\" not found in Pinecone index \"{}\" — schema declaration is stale.",
+                    source.index_name
+                )
+            }),
+    );
+    let declared = &declared;
     let dimension = stats.dimension.unwrap_or(FALLBACK_DIMENSION);
     let rows = futures::stream::iter(live)
         .map(|(name, record_count)| async move {
-            let decl = source
-                .namespaces
+            let decl = declared
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, d)| d);

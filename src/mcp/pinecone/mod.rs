@@ -10,7 +10,8 @@
 //! - `config`: flags, environment, sources file, profiles.
 //! - `client`: the typed Pinecone REST client (deadline, retries, redaction).
 //! - `filter`: metadata-filter validation.
-//! - `discovery`, `cache`, `sources`: namespaces, their cache, source resolution.
+//! - `discovery`, `manifest`, `cache`, `sources`: namespaces, declarations,
+//!   their cache, source resolution.
 //! - `search`, `fusion`, `documents`, `format`: retrieval and result shaping.
 //! - `router`, `suggest`, `gate`, `urls`: routing, suggestions, suggest-flow, URLs.
 //! - `args`, `output`, `tools`, `server`: the MCP surface.
@@ -27,6 +28,7 @@ pub mod filter;
 pub mod format;
 pub mod fusion;
 pub mod gate;
+pub mod manifest;
 pub mod output;
 pub mod router;
 pub mod search;

@@ -65,6 +65,7 @@ pub struct Registry {
     sources: Vec<Source>,
     default: usize,
     ttl: Duration,
+    remote_schema: bool,
 }
 
 fn validation(code_field: &str, message: String, suggestion: &str) -> Failure {
@@ -107,6 +108,7 @@ impl Registry {
             sources,
             default,
             ttl: config.cache_ttl,
+            remote_schema: config.remote_schema,
         }
     }
 
@@ -148,7 +150,7 @@ impl Registry {
         let tag = self.mode == SourceMode::Sources;
         let cached = source
             .cache
-            .get_or_refresh(|| discover(&source.client, &source.config, tag))
+            .get_or_refresh(|| discover(&source.client, &source.config, tag, self.remote_schema))
             .await?;
         Ok((cached.value, cached.hit, cached.remaining))
     }
