@@ -674,3 +674,27 @@ async fn client_errors_are_redacted_and_4xx_is_not_retried() {
     assert_eq!(stats.dimension, Some(4));
     assert_eq!(fake.count("describe_index"), 1, "the host is resolved once");
 }
+
+#[tokio::test]
+async fn check_indexes_probes_dense_and_sparse_indexes() {
+    let fake = pinecone_fake::PineconeFake::start().await;
+    let server = nexus_knowql::mcp::pinecone::PineconeServer::new(fake.config()).unwrap();
+    assert_eq!(
+        server.check_indexes().await.unwrap(),
+        "dense index \"kb\" and sparse index \"kb-sparse\" reachable."
+    );
+    fake.fail("stats:kb-sparse", 404, 1);
+    let errors = server.check_indexes().await.unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0]
+            .starts_with("Sparse index \"kb-sparse\": describeIndexStats failed with HTTP 404"),
+        "{errors:?}"
+    );
+    assert!(!errors[0].contains(pinecone_fake::KEY_A));
+    let multi = nexus_knowql::mcp::pinecone::PineconeServer::new(fake.multi_config()).unwrap();
+    assert_eq!(
+        multi.check_indexes().await.unwrap(),
+        "all 2 source(s) reachable."
+    );
+}

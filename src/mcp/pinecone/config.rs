@@ -79,6 +79,9 @@ pub struct PineconeArgs {
     /// Defaults to apply.
     #[arg(long, env = "PINECONE_MCP_PROFILE", value_enum, default_value_t = Profile::Core)]
     pub profile: Profile,
+    /// Probe every index and exit instead of serving (see `PineconeServer::check_indexes`).
+    #[arg(long, env = "PINECONE_CHECK_INDEXES", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub check_indexes: Option<bool>,
     /// Do not read namespace declarations from the index's `_mcp_config` manifest.
     #[arg(long, env = "PINECONE_DISABLE_REMOTE_SCHEMA", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub disable_remote_schema: Option<bool>,

@@ -137,6 +137,48 @@ impl PineconeServer {
         self.state.registry.clear_caches().await;
     }
 
+    /// Probes every dense and sparse index with describe-index-stats (for
+    /// a `--check-indexes` startup check).
+    ///
+    /// # Errors
+    /// One redacted line per unreachable index, e.g.
+    /// `[src_b] Sparse index "kb2-sparse": describeIndexStats failed with HTTP 404: …`.
+    pub async fn check_indexes(&self) -> Result<String, Vec<String>> {
+        let registry = &self.state.registry;
+        let tagged = self.state.config.mode == super::config::SourceMode::Sources;
+        let probes = registry.all().iter().flat_map(|s| {
+            [
+                ("Dense", &s.config.index_name),
+                ("Sparse", &s.config.sparse_index_name),
+            ]
+            .map(|(kind, index)| async move {
+                s.client.describe_index_stats(index).await.err().map(|e| {
+                    let prefix = if tagged {
+                        format!("[{}] ", s.name())
+                    } else {
+                        String::new()
+                    };
+                    crate::mcp::redact::redact(&format!("{prefix}{kind} index \"{index}\": {e}"))
+                })
+            })
+        });
+        let failures: Vec<String> = futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        if !failures.is_empty() {
+            return Err(failures);
+        }
+        Ok(match registry.all() {
+            [only] if !tagged => format!(
+                "dense index \"{}\" and sparse index \"{}\" reachable.",
+                only.config.index_name, only.config.sparse_index_name
+            ),
+            all => format!("all {} source(s) reachable.", all.len()),
+        })
+    }
+
     /// The tools this server offers (`list_sources` only with two or more sources).
     pub fn tools(&self) -> Vec<Tool> {
         self.tool_router.list_all()
