@@ -25,6 +25,8 @@ const MAX_RETRIES: u32 = 2;
 const BASE_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest error body kept in a message.
 const ERROR_BODY_LIMIT: usize = 300;
+/// Largest response body read (a 10 000-hit count answer is a few MiB).
+const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
 /// A failed Pinecone call. Messages are redacted when the error is built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -343,7 +345,17 @@ impl PineconeClient {
             .await
             .map_err(transport)?;
         let status = response.status();
-        let body = response.bytes().await.map_err(transport)?;
+        let mut response = response;
+        let mut body: Vec<u8> = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(PineconeError::Decode {
+                    label: label.to_owned(),
+                    message: format!("response larger than {MAX_RESPONSE_BYTES} bytes"),
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             return Err(PineconeError::Status {
                 label: label.to_owned(),
