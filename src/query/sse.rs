@@ -122,9 +122,9 @@ impl SseParser {
         self.buf.extend_from_slice(chunk);
     }
 
-    /// Bytes held for the frame under construction.
-    fn pending_bytes(&self) -> usize {
-        self.buf.len() - self.frame_start + self.data_owned.len()
+    /// Bytes of the frame under construction, up to `end` in the buffer.
+    fn frame_bytes(&self, end: usize) -> usize {
+        end - self.frame_start + self.data_owned.len()
     }
 
     /// The next complete frame, `Ok(None)` when more bytes are needed.
@@ -161,7 +161,8 @@ impl SseParser {
                 }
             }
             let Some(i) = memchr::memchr2(b'\n', b'\r', &self.buf[self.scan..]) else {
-                if self.pending_bytes() > self.max_frame {
+                // Everything left is the frame's unfinished line.
+                if self.frame_bytes(self.buf.len()) > self.max_frame {
                     return Err(SseError::FrameTooLarge(self.max_frame));
                 }
                 return Ok(None);
@@ -180,7 +181,7 @@ impl SseParser {
                 return self.dispatch();
             }
             self.field(line);
-            if self.pending_bytes() > self.max_frame {
+            if self.frame_bytes(self.scan) > self.max_frame {
                 return Err(SseError::FrameTooLarge(self.max_frame));
             }
             if self.event.is_none() && self.data.is_none() {
@@ -379,6 +380,13 @@ mod tests {
             p.feed(b"data: 12345\n");
         }
         assert_eq!(p.next_frame(), Err(SseError::FrameTooLarge(64)));
+    }
+
+    #[test]
+    fn limit_counts_one_frame_not_the_whole_chunk() {
+        let mut p = SseParser::new(32);
+        p.feed(&b"data: 0123456789\n\n".repeat(50));
+        assert_eq!(drain(&mut p).unwrap().len(), 50);
     }
 
     #[test]
