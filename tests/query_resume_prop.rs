@@ -101,7 +101,7 @@ proptest! {
         let created_len = turn.frames[0].1.replace('\n', ending).len();
         let mut cuts = cuts;
         if let Some(first) = cuts.first_mut() {
-            *first = created_len + *first;
+            *first += created_len;
         }
         let expected = uncut(&turn);
         let (events, ids, posts) = run(turn.clone(), cuts, splits, crlf);

@@ -359,11 +359,10 @@ impl Accumulated {
     fn apply(&mut self, event: &QueryEvent) {
         match event {
             QueryEvent::TextDelta { delta } => self.text.push_str(delta),
-            QueryEvent::Created { session_id, .. } => {
-                if session_id.is_some() {
-                    self.session_id.clone_from(session_id);
-                }
-            }
+            QueryEvent::Created {
+                session_id: Some(session_id),
+                ..
+            } => self.session_id = Some(session_id.clone()),
             QueryEvent::Step(step) => {
                 self.note_tokens(step.cum_input_tokens, step.cum_output_tokens);
                 merge_step(&mut self.steps, step);
