@@ -16,7 +16,7 @@
 //!   exactly-once resume), [`QueryHandle`] (background), [`QueryEvent`].
 //! - [`error`]: the one [`Error`] type.
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![doc(test(attr(deny(warnings))))]
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 pub mod api;
 pub mod client;
@@ -37,3 +37,8 @@ pub use query::{
     QueryEvent, QueryHandle, QueryTurn, QueryWait, Session, SessionBuilder, StreamConfig,
     TextStream, TurnBuilder,
 };
+
+/// The README's code blocks compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
