@@ -14,12 +14,11 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use futures::StreamExt;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::{Client, types};
+use nexus_knowql::{Client, Error, QueryEvent, types};
 
 /// Ask a Nexus context a question.
 #[derive(Debug, Parser)]
@@ -47,11 +46,6 @@ struct Args {
     question: String,
 }
 
-/// The largest SSE frame accepted from the server.
-const MAX_FRAME: usize = 4 * 1024 * 1024;
-/// Reconnections allowed when a stream breaks.
-const MAX_RESUMES: usize = 20;
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
@@ -70,8 +64,14 @@ async fn run(args: Args) -> Result<(), String> {
     let api_key = args.api_key.clone().or_else(|| env("PINECONE_API_KEY"));
 
     // Keep the local server alive until the turn is done.
-    let (_local, base_url, api_key) = match base_url {
-        Some(url) => (None, url, api_key),
+    let (_local, client) = match base_url {
+        Some(url) => {
+            let mut builder = Client::builder().base_url(&url);
+            if let Some(key) = api_key {
+                builder = builder.api_key(key);
+            }
+            (None, builder.build().map_err(|e| e.to_string())?)
+        }
         None => {
             let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
             let server = LocalNexus::builder()
@@ -84,42 +84,51 @@ async fn run(args: Args) -> Result<(), String> {
                 "ask: no --base-url or NEXUS_BASE_URL; started a local Nexus at {} over examples/corpus",
                 server.base_url()
             );
-            let url = server.base_url().to_owned();
-            (Some(server), url, None)
+            let client = server.client().map_err(|e| e.to_string())?;
+            (Some(server), client)
         }
     };
-    let mut builder = Client::builder().base_url(&base_url);
-    if let Some(key) = &api_key {
-        builder = builder.api_key(key.clone());
-    }
-    let client = builder.build().map_err(|e| e.to_string())?;
 
     let scope = if args.contexts.is_empty() {
         vec![only_queryable_context(&client).await?]
     } else {
         args.contexts.clone()
     };
-    let request: types::QueryRequest = serde_json::from_value(serde_json::json!({
-        "ask": args.question,
-        "scope": scope,
-        "stream": !(args.background || args.no_stream),
-        "background": args.background,
-    }))
-    .map_err(|e| e.to_string())?;
+    let session = client
+        .session(scope.iter().map(String::as_str))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let turn = session.ask(args.question.as_str());
 
-    let query = if args.background {
-        background(&client, &request).await?
+    let outcome = if args.background {
+        match turn.background().await {
+            Ok(mut handle) => {
+                eprintln!("ask: background turn {}", handle.id());
+                handle.wait().await.and_then(nexus_knowql_outcome)
+            }
+            Err(e) => Err(e),
+        }
     } else if args.no_stream {
-        client
-            .api()
-            .query(None, &request)
-            .await
-            .map_err(|e| describe(&e.to_string(), &scope))?
-            .into_inner()
+        turn.send().await
     } else {
-        stream(&base_url, api_key.as_deref(), &request, !args.json).await?
+        stream(turn, !args.json).await
     };
 
+    let query = match outcome {
+        Ok(q) => q,
+        Err(e) => {
+            // A turn that ran and failed still has a document worth printing.
+            if args.json
+                && let Error::TurnFailed { query_id, .. } | Error::TurnCancelled { query_id, .. } =
+                    &e
+                && let Ok(q) = client.queries().get(query_id).await
+            {
+                let text = serde_json::to_string_pretty(&q).map_err(|e| e.to_string())?;
+                println!("{text}");
+            }
+            return Err(reason(&e, &scope, client.base_url()));
+        }
+    };
     if args.json {
         let text = serde_json::to_string_pretty(&query).map_err(|e| e.to_string())?;
         println!("{text}");
@@ -134,22 +143,89 @@ async fn run(args: Args) -> Result<(), String> {
             eprintln!("[{}] {} ({})", i + 1, c.source, sections.join("; "));
         }
     }
-    match query.status.as_str() {
-        "completed" => Ok(()),
-        status => Err(format!(
-            "the turn {status}: {}",
-            query.error.as_deref().unwrap_or("no reason given")
-        )),
+    Ok(())
+}
+
+/// A polled background turn's end as a result, like a streamed one's.
+fn nexus_knowql_outcome(q: types::Query) -> nexus_knowql::Result<types::Query> {
+    match q.status.as_str() {
+        "failed" => Err(Error::TurnFailed {
+            query_id: q.id,
+            message: q.error.unwrap_or_default(),
+        }),
+        "cancelled" => Err(Error::TurnCancelled {
+            query_id: q.id,
+            message: q.error.unwrap_or_default(),
+        }),
+        _ => Ok(q),
     }
+}
+
+/// Streams a turn: text deltas to stdout (when `print`), steps to stderr.
+async fn stream(
+    turn: nexus_knowql::TurnBuilder,
+    print: bool,
+) -> nexus_knowql::Result<types::Query> {
+    let mut turn = turn.stream().await?;
+    let mut stdout = std::io::stdout();
+    let mut printed = false;
+    while let Some(event) = turn.next().await {
+        match event {
+            Ok(QueryEvent::TextDelta { delta }) if print => {
+                print!("{delta}");
+                let _ = stdout.flush();
+                printed = true;
+            }
+            Ok(QueryEvent::Step(step)) => eprintln!("· {}", step.commentary),
+            Ok(_) => {}
+            Err(e) => {
+                if printed {
+                    println!();
+                }
+                return Err(e);
+            }
+        }
+    }
+    if printed {
+        println!();
+    }
+    turn.finish().await
+}
+
+/// One line saying why the turn did not complete.
+fn reason(e: &Error, scope: &[String], base_url: &str) -> String {
+    match e {
+        Error::TurnFailed { message, .. } => format!("the turn failed: {message}"),
+        Error::TurnCancelled { message, .. } => format!("the turn was cancelled: {message}"),
+        Error::Transport { .. } | Error::Timeout { .. } => {
+            format!("cannot reach {base_url}: {}", one_line(e))
+        }
+        e if e.is_not_found() => format!("unknown context in {scope:?}: {}", one_line(e)),
+        e => one_line(e),
+    }
+}
+
+/// An error and its sources on one line.
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out.replace('\n', " ")
 }
 
 /// The slug of the only queryable context, or an error listing the choices.
 async fn only_queryable_context(client: &Client) -> Result<String, String> {
-    let contexts = client
-        .contexts()
-        .list()
-        .await
-        .map_err(|e| format!("cannot list contexts: {e}"))?;
+    let contexts = client.contexts().list().await.map_err(|e| {
+        format!(
+            "cannot list contexts at {}: {}",
+            client.base_url(),
+            one_line(&e)
+        )
+    })?;
     let queryable: Vec<&str> = contexts
         .iter()
         .filter(|c| c.is_queryable())
@@ -162,172 +238,5 @@ async fn only_queryable_context(client: &Client) -> Result<String, String> {
             "several queryable contexts ({}); pick one with --context",
             many.join(", ")
         )),
-    }
-}
-
-fn describe(error: &str, scope: &[String]) -> String {
-    if error.contains("404") {
-        format!("unknown context in {scope:?}: {error}")
-    } else {
-        error.to_owned()
-    }
-}
-
-/// Starts a background turn and polls it to the end.
-async fn background(
-    client: &Client,
-    request: &types::QueryRequest,
-) -> Result<types::Query, String> {
-    let started = client
-        .api()
-        .query(None, request)
-        .await
-        .map_err(|e| e.to_string())?
-        .into_inner();
-    eprintln!("ask: background turn {}", started.id);
-    let mut delay = Duration::from_millis(100);
-    loop {
-        let q = client
-            .queries()
-            .get(&started.id)
-            .await
-            .map_err(|e| e.to_string())?;
-        if q.is_terminal() {
-            return Ok(q);
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(2));
-    }
-}
-
-/// One parsed SSE frame.
-struct Frame {
-    id: Option<u64>,
-    event: String,
-    data: String,
-}
-
-/// Streams a turn, printing text deltas to stdout (when `print`) and steps to
-/// stderr; resumes a broken connection from the last event id.
-async fn stream(
-    base_url: &str,
-    api_key: Option<&str>,
-    request: &types::QueryRequest,
-    print: bool,
-) -> Result<types::Query, String> {
-    let http = reqwest::Client::new();
-    let with_headers = |rb: reqwest::RequestBuilder| {
-        let rb = rb
-            .header("X-Pinecone-Api-Version", "2026-07")
-            .header("Accept", "text/event-stream");
-        match api_key {
-            Some(k) => rb.header("X-Pinecone-Api-Key", k),
-            None => rb,
-        }
-    };
-    let mut resp = with_headers(http.post(format!("{base_url}/query")).json(request))
-        .send()
-        .await
-        .map_err(|e| format!("cannot reach {base_url}: {e}"))?;
-    let mut query_id: Option<String> = None;
-    let mut last_id: Option<u64> = None;
-    let mut stdout = std::io::stdout();
-    for _ in 0..=MAX_RESUMES {
-        if !resp.status().is_success() {
-            let status = resp.status();
-            let body: Option<types::Error> = resp.json().await.ok();
-            let msg = body.map(|b| b.message).unwrap_or_default();
-            return Err(format!("{status}: {msg}"));
-        }
-        let mut body = resp.bytes_stream();
-        let mut buf: Vec<u8> = Vec::new();
-        // Read until the closing `query` frame returns; a connection error or
-        // an end without that frame falls through to a resume.
-        while let Some(Ok(bytes)) = body.next().await {
-            buf.extend_from_slice(&bytes);
-            if buf.len() > MAX_FRAME {
-                return Err("the server sent an oversized event".to_owned());
-            }
-            while let Some(frame) = next_frame(&mut buf) {
-                if frame.id.is_some() && frame.id <= last_id {
-                    continue; // replayed on resume: already delivered
-                }
-                if frame.id.is_some() {
-                    last_id = frame.id;
-                }
-                let data: serde_json::Value = serde_json::from_str(&frame.data).unwrap_or_default();
-                match frame.event.as_str() {
-                    "query" => {
-                        let q: types::Query = serde_json::from_value(data)
-                            .map_err(|e| format!("undecodable final query: {e}"))?;
-                        if print {
-                            println!();
-                        }
-                        return Ok(q);
-                    }
-                    "response.created" => {
-                        query_id = data["query_id"].as_str().map(str::to_owned);
-                    }
-                    "response.step" => {
-                        if let Some(c) = data["commentary"].as_str() {
-                            eprintln!("· {c}");
-                        }
-                    }
-                    "response.output_text.delta" => {
-                        if print && let Some(d) = data["delta"].as_str() {
-                            print!("{d}");
-                            let _ = stdout.flush();
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let id = query_id
-            .clone()
-            .ok_or("the stream broke before the turn started")?;
-        eprintln!(
-            "ask: stream interrupted; resuming after event {}",
-            last_id.unwrap_or(0)
-        );
-        let mut rb = http.get(format!("{base_url}/queries/{id}/events"));
-        if let Some(n) = last_id {
-            rb = rb.header("Last-Event-ID", n.to_string());
-        }
-        resp = with_headers(rb)
-            .send()
-            .await
-            .map_err(|e| format!("cannot reach {base_url}: {e}"))?;
-    }
-    Err("the stream kept breaking; giving up".to_owned())
-}
-
-/// Takes one complete frame (ended by a blank line) off the buffer.
-fn next_frame(buf: &mut Vec<u8>) -> Option<Frame> {
-    loop {
-        let text = std::str::from_utf8(buf).ok()?;
-        let (end, sep) = [("\r\n\r\n", 4), ("\n\n", 2)]
-            .iter()
-            .filter_map(|(s, n)| text.find(s).map(|i| (i, *n)))
-            .min()?;
-        let raw = text[..end].to_owned();
-        buf.drain(..end + sep);
-        let mut frame = Frame {
-            id: None,
-            event: String::new(),
-            data: String::new(),
-        };
-        for line in raw.lines() {
-            if let Some(v) = line.strip_prefix("id:") {
-                frame.id = v.trim().parse().ok();
-            } else if let Some(v) = line.strip_prefix("event:") {
-                frame.event = v.trim().to_owned();
-            } else if let Some(v) = line.strip_prefix("data:") {
-                frame.data.push_str(v.strip_prefix(' ').unwrap_or(v));
-            }
-        }
-        if !frame.event.is_empty() {
-            return Some(frame);
-        }
     }
 }

@@ -33,6 +33,8 @@ const KEY_HEADER: &str = "x-pinecone-api-key";
 const DEFAULT_VERSION: &str = "2026-07";
 /// Longest wait of `POST /queries/{id}/cancel` for the turn to stop.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
+/// Pause before an injected stream cut, so earlier frames are flushed.
+const CUT_FLUSH: Duration = Duration::from_millis(20);
 /// Default and largest page of a directory listing.
 const DEFAULT_PAGE: i64 = 100;
 const MAX_PAGE: i64 = 1000;
@@ -831,14 +833,20 @@ fn current_query(state: &AppState, id: &str) -> LocalResult<types::Query> {
 /// fault cuts the connection after N frames.
 fn sse(state: &AppState, log: Arc<EventLog>, from: u64) -> Response {
     let cut = state.faults.cut_after_frames();
-    let frames = log.follow(from).enumerate().map(move |(i, frame)| {
-        if cut.is_some_and(|n| i >= n) {
-            // An error ends the body without its final chunk: the client
-            // sees the connection drop mid-stream, as on a network failure.
-            return Err(std::io::Error::other("injected stream cut"));
-        }
-        Ok::<_, std::io::Error>(sse_event(&frame))
-    });
+    let frames = log
+        .follow(from)
+        .enumerate()
+        .then(move |(i, frame)| async move {
+            if cut.is_some_and(|n| i >= n) {
+                // hyper flushes what it has buffered only while the body is
+                // pending; pause so the frames before the cut reach the client.
+                tokio::time::sleep(CUT_FLUSH).await;
+                // An error ends the body without its final chunk: the client
+                // sees the connection drop mid-stream, as on a network failure.
+                return Err(std::io::Error::other("injected stream cut"));
+            }
+            Ok::<_, std::io::Error>(sse_event(&frame))
+        });
     // Stop polling after the injected error.
     let frames = frames.scan(false, |failed, item| {
         let out = if *failed { None } else { Some(item) };
