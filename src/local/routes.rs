@@ -690,10 +690,10 @@ async fn list_tasks(
     }
     let offset = p.offset.unwrap_or((page - 1) * limit);
     let inner = state.store.lock();
-    let context_id = match &p.context {
-        Some(c) => Some(inner.context_id(c).unwrap_or_else(|| c.clone())),
-        None => None,
-    };
+    let context_id = p
+        .context
+        .as_ref()
+        .map(|c| inner.context_id(c).unwrap_or_else(|| c.clone()));
     let matching: Vec<&types::TaskResponse> = inner
         .tasks
         .values()

@@ -402,10 +402,10 @@ impl ContextIndex {
         let mut out = Vec::with_capacity(top.len());
         for (score, addr) in top {
             let doc: TantivyDocument = searcher.doc(addr)?;
-            if let Some(i) = doc.get_first(self.ord).and_then(|v| v.as_u64()) {
-                if (i as usize) < self.chunks.len() {
-                    out.push((score, i as usize));
-                }
+            if let Some(i) = doc.get_first(self.ord).and_then(|v| v.as_u64())
+                && (i as usize) < self.chunks.len()
+            {
+                out.push((score, i as usize));
             }
         }
         Ok(out)
