@@ -29,7 +29,11 @@ async fn serve(nexus_url: &str, keys: KeyPolicy, options: HttpOptions) -> Served
     let server =
         NexusMcp::new().with_nexus(NexusServer::new(nexus_client(nexus_url)).with_key_policy(keys));
     let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let url = format!("http://{}{}", listener.local_addr().unwrap(), http::MCP_PATH);
+    let url = format!(
+        "http://{}{}",
+        listener.local_addr().unwrap(),
+        http::MCP_PATH
+    );
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     tokio::spawn(async move { http::serve(listener, server, &options, token).await });
@@ -93,7 +97,10 @@ async fn http_query_flow_with_wait_seconds_streams_progress() {
     let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
     mcp.initialize().await;
     let started = mcp
-        .call("query_context", json!({"context": "papers", "question": "What is new?"}))
+        .call(
+            "query_context",
+            json!({"context": "papers", "question": "What is new?"}),
+        )
         .await;
     assert_eq!(started["structuredContent"]["query_id"], "q_1");
 
@@ -109,7 +116,10 @@ async fn http_query_flow_with_wait_seconds_streams_progress() {
         .await;
     let result = &answer.response(id)["result"];
     assert_eq!(result["structuredContent"]["status"], "completed");
-    assert_eq!(result["structuredContent"]["answer"], "Install it with cargo.");
+    assert_eq!(
+        result["structuredContent"]["answer"],
+        "Install it with cargo."
+    );
     let progress = answer.notifications("notifications/progress");
     let messages: Vec<&str> = progress
         .iter()
@@ -117,9 +127,17 @@ async fn http_query_flow_with_wait_seconds_streams_progress() {
         .collect();
     assert_eq!(
         messages,
-        ["Searching the handbook", "Reading guide.md", "Writing the answer"]
+        [
+            "Searching the handbook",
+            "Reading guide.md",
+            "Writing the answer"
+        ]
     );
-    assert!(progress.iter().all(|p| p["params"]["progressToken"] == "tok-1"));
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["params"]["progressToken"] == "tok-1")
+    );
 }
 
 #[tokio::test]
@@ -134,7 +152,10 @@ async fn wait_without_a_progress_token_sends_no_progress() {
             json!({"name": "get_query", "arguments": {"query_id": "q_1", "wait_seconds": 10}}),
         )
         .await;
-    assert_eq!(answer.response(id)["result"]["structuredContent"]["status"], "completed");
+    assert_eq!(
+        answer.response(id)["result"]["structuredContent"]["status"],
+        "completed"
+    );
     assert!(answer.notifications("notifications/progress").is_empty());
 }
 
@@ -146,10 +167,15 @@ async fn http_without_a_key_is_a_clear_unauthorized_tool_error() {
     mcp.initialize().await;
     let result = mcp.call("list_contexts", json!({})).await;
     assert_eq!(result["isError"], true);
-    let body: Value =
-        serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    let body: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(body["code"], "UNAUTHORIZED");
-    assert!(body["message"].as_str().unwrap().contains("X-Pinecone-Api-Key"), "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("X-Pinecone-Api-Key"),
+        "{body}"
+    );
     // The server's own key was not used: Nexus saw nothing.
     assert!(nexus.received_requests().await.unwrap().is_empty());
 }
@@ -221,7 +247,10 @@ async fn bad_arguments_over_http_are_tool_errors_not_protocol_errors() {
     let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
     mcp.initialize().await;
     let result = mcp
-        .call("get_query", json!({"query_id": true, "wait_seconds": "soon"}))
+        .call(
+            "get_query",
+            json!({"query_id": true, "wait_seconds": "soon"}),
+        )
         .await;
     assert_eq!(result["isError"], true);
     assert_eq!(result["structuredContent"]["code"], "VALIDATION");

@@ -86,8 +86,8 @@ async fn stdio_stdout_holds_nothing_but_json_rpc() {
                     .expect("a response in time")
                     .unwrap()
                     .expect("stdout still open");
-                let is_answer = serde_json::from_str::<Value>(&line)
-                    .is_ok_and(|v| v["id"] == m["id"]);
+                let is_answer =
+                    serde_json::from_str::<Value>(&line).is_ok_and(|v| v["id"] == m["id"]);
                 lines.push(line);
                 if is_answer {
                     break;

@@ -20,7 +20,12 @@ async fn initialize_reports_name_version_and_instructions() {
     assert_eq!(server.name, "nexus-knowql");
     assert_eq!(server.version, env!("CARGO_PKG_VERSION"));
     let instructions = info.instructions.clone().unwrap_or_default();
-    for word in ["list_contexts", "query_context", "get_query", "wait_seconds"] {
+    for word in [
+        "list_contexts",
+        "query_context",
+        "get_query",
+        "wait_seconds",
+    ] {
         assert!(instructions.contains(word), "instructions miss {word}");
     }
     assert!(info.capabilities.tools.is_some());
@@ -54,7 +59,15 @@ async fn tools_list_has_schemas_and_read_only_annotations() {
 
     let out = by_name("get_query").output_schema.clone().unwrap();
     let props = out["properties"].as_object().unwrap();
-    for key in ["query_id", "answer", "output_json", "citations", "model", "status", "error"] {
+    for key in [
+        "query_id",
+        "answer",
+        "output_json",
+        "citations",
+        "model",
+        "status",
+        "error",
+    ] {
         assert!(props.contains_key(key), "get_query output lacks {key}");
     }
     let out = by_name("query_context").output_schema.clone().unwrap();
@@ -82,8 +95,15 @@ async fn list_contexts_derives_queryable_and_formats_timestamps() {
     assert_eq!(
         keys,
         [
-            "slug", "name", "id", "description", "queryable", "is_curating", "is_optimizing",
-            "last_curated_at", "last_optimized_at"
+            "slug",
+            "name",
+            "id",
+            "description",
+            "queryable",
+            "is_curating",
+            "is_optimizing",
+            "last_curated_at",
+            "last_optimized_at"
         ]
     );
     let structured = result.structured_content.expect("structured content");
@@ -91,7 +111,11 @@ async fn list_contexts_derives_queryable_and_formats_timestamps() {
 
     // The configured key was sent to Nexus.
     let received = nexus.received_requests().await.unwrap();
-    assert!(received.iter().all(|r| r.headers["x-pinecone-api-key"] == SERVER_KEY));
+    assert!(
+        received
+            .iter()
+            .all(|r| r.headers["x-pinecone-api-key"] == SERVER_KEY)
+    );
 }
 
 #[tokio::test]
@@ -106,7 +130,10 @@ async fn query_context_then_get_query_polls_to_the_answer() {
     .await;
     assert_eq!(started.is_error, Some(false), "{started:?}");
     let started = started.structured_content.unwrap();
-    assert_eq!(started, json!({"query_id": "q_1", "status": "in_progress", "model": "nexus-large"}));
+    assert_eq!(
+        started,
+        json!({"query_id": "q_1", "status": "in_progress", "model": "nexus-large"})
+    );
 
     // What Nexus was asked: a background turn scoped to the context.
     let posts: Vec<Value> = nexus
@@ -138,7 +165,10 @@ async fn query_context_then_get_query_polls_to_the_answer() {
     assert_eq!(done["status"], "completed");
     assert_eq!(done["answer"], "Install it with cargo.");
     assert_eq!(done["citations"][0]["source"], "guide.md");
-    assert_eq!(done["citations"][0]["section_paths"], json!([["Setup", "Install"]]));
+    assert_eq!(
+        done["citations"][0]["section_paths"],
+        json!([["Setup", "Install"]])
+    );
     assert_eq!(done["model"], "nexus-large");
     assert_eq!(done["error"], Value::Null);
 }
@@ -147,17 +177,29 @@ async fn query_context_then_get_query_polls_to_the_answer() {
 async fn wait_seconds_waits_and_reports_step_commentary_as_progress() {
     let nexus = fake_nexus(2).await;
     let client = connect_nexus(&nexus.uri()).await;
-    let r = call(&client, "get_query", json!({"query_id": "q_1", "wait_seconds": 10})).await;
+    let r = call(
+        &client,
+        "get_query",
+        json!({"query_id": "q_1", "wait_seconds": 10}),
+    )
+    .await;
     let v = r.structured_content.unwrap();
     assert_eq!(v["status"], "completed");
     assert_eq!(v["answer"], "Install it with cargo.");
 
     let progress = client.service().progress.lock().unwrap().clone();
-    let messages: Vec<&str> = progress.iter().filter_map(|p| p.message.as_deref()).collect();
+    let messages: Vec<&str> = progress
+        .iter()
+        .filter_map(|p| p.message.as_deref())
+        .collect();
     // Each step is reported once, in order, even though it was seen on several polls.
     assert_eq!(
         messages,
-        ["Searching the handbook", "Reading guide.md", "Writing the answer"]
+        [
+            "Searching the handbook",
+            "Reading guide.md",
+            "Writing the answer"
+        ]
     );
     let values: Vec<f64> = progress.iter().map(|p| p.progress).collect();
     assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
@@ -176,7 +218,12 @@ async fn wait_seconds_returns_the_pending_turn_when_time_runs_out() {
     let nexus = fake_nexus(u64::MAX).await;
     let client = connect_nexus(&nexus.uri()).await;
     let started = std::time::Instant::now();
-    let r = call(&client, "get_query", json!({"query_id": "q_1", "wait_seconds": 1})).await;
+    let r = call(
+        &client,
+        "get_query",
+        json!({"query_id": "q_1", "wait_seconds": 1}),
+    )
+    .await;
     assert!(started.elapsed() >= std::time::Duration::from_secs(1));
     assert_eq!(r.is_error, Some(false));
     let v = r.structured_content.unwrap();
@@ -198,28 +245,72 @@ async fn bad_arguments_are_validation_errors_naming_the_field() {
     let nexus = fake_nexus(0).await;
     let client = connect_nexus(&nexus.uri()).await;
     let cases = [
-        ("query_context", json!({"context": "handbook", "question": ""}), "question"),
-        ("query_context", json!({"context": "handbook", "question": "   "}), "question"),
+        (
+            "query_context",
+            json!({"context": "handbook", "question": ""}),
+            "question",
+        ),
+        (
+            "query_context",
+            json!({"context": "handbook", "question": "   "}),
+            "question",
+        ),
         ("query_context", json!({"context": "handbook"}), "question"),
-        ("query_context", json!({"context": "handbook", "question": 42}), "question"),
+        (
+            "query_context",
+            json!({"context": "handbook", "question": 42}),
+            "question",
+        ),
         ("query_context", json!({"question": "why?"}), "context"),
-        ("query_context", json!({"context": "a/b", "question": "why?"}), "context"),
-        ("query_context", json!({"context": ["handbook"], "question": "why?"}), "context"),
+        (
+            "query_context",
+            json!({"context": "a/b", "question": "why?"}),
+            "context",
+        ),
+        (
+            "query_context",
+            json!({"context": ["handbook"], "question": "why?"}),
+            "context",
+        ),
         ("get_query", json!({}), "query_id"),
         ("get_query", json!({"query_id": ""}), "query_id"),
         ("get_query", json!({"query_id": "q 1"}), "query_id"),
-        ("get_query", json!({"query_id": "q_1", "wait_seconds": 61}), "wait_seconds"),
-        ("get_query", json!({"query_id": "q_1", "wait_seconds": -1}), "wait_seconds"),
-        ("get_query", json!({"query_id": "q_1", "wait_seconds": "5"}), "wait_seconds"),
-        ("get_query", json!({"query_id": "q_1", "wait_seconds": 2.5}), "wait_seconds"),
+        (
+            "get_query",
+            json!({"query_id": "q_1", "wait_seconds": 61}),
+            "wait_seconds",
+        ),
+        (
+            "get_query",
+            json!({"query_id": "q_1", "wait_seconds": -1}),
+            "wait_seconds",
+        ),
+        (
+            "get_query",
+            json!({"query_id": "q_1", "wait_seconds": "5"}),
+            "wait_seconds",
+        ),
+        (
+            "get_query",
+            json!({"query_id": "q_1", "wait_seconds": 2.5}),
+            "wait_seconds",
+        ),
     ];
     for (tool, args, field) in cases {
         let r = call(&client, tool, args.clone()).await;
         let body = assert_validation(&r, field);
-        assert!(body["message"].as_str().unwrap().contains(field), "{tool} {args}: {body}");
+        assert!(
+            body["message"].as_str().unwrap().contains(field),
+            "{tool} {args}: {body}"
+        );
     }
     let long = "x".repeat(nexus_knowql::mcp::nexus::MAX_QUESTION_CHARS + 1);
-    let r = call(&client, "query_context", json!({"context": "handbook", "question": long})).await;
+    let r = call(
+        &client,
+        "query_context",
+        json!({"context": "handbook", "question": long}),
+    )
+    .await;
     assert_validation(&r, "question");
     // None of them reached Nexus.
     assert!(nexus.received_requests().await.unwrap().is_empty());
@@ -229,11 +320,21 @@ async fn bad_arguments_are_validation_errors_naming_the_field() {
 async fn unknown_context_and_query_are_not_found() {
     let nexus = fake_nexus(0).await;
     let client = connect_nexus(&nexus.uri()).await;
-    let r = call(&client, "query_context", json!({"context": "nope", "question": "why?"})).await;
+    let r = call(
+        &client,
+        "query_context",
+        json!({"context": "nope", "question": "why?"}),
+    )
+    .await;
     let body = tool_error(&r);
     assert_eq!(body["code"], "NOT_FOUND");
     assert!(body["message"].as_str().unwrap().contains("nope"));
-    assert!(body["suggestion"].as_str().unwrap().contains("list_contexts"));
+    assert!(
+        body["suggestion"]
+            .as_str()
+            .unwrap()
+            .contains("list_contexts")
+    );
 
     let r = call(&client, "get_query", json!({"query_id": "q_missing"})).await;
     let body = tool_error(&r);
@@ -245,14 +346,33 @@ async fn unknown_context_and_query_are_not_found() {
 async fn a_context_never_curated_is_refused_with_a_curation_hint() {
     let nexus = fake_nexus(0).await;
     let client = connect_nexus(&nexus.uri()).await;
-    let r = call(&client, "query_context", json!({"context": "drafts", "question": "why?"})).await;
+    let r = call(
+        &client,
+        "query_context",
+        json!({"context": "drafts", "question": "why?"}),
+    )
+    .await;
     let body = assert_validation(&r, "context");
-    assert!(body["message"].as_str().unwrap().contains("not queryable"), "{body}");
-    assert!(body["suggestion"].as_str().unwrap().contains("curate"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("not queryable"),
+        "{body}"
+    );
+    assert!(
+        body["suggestion"].as_str().unwrap().contains("curate"),
+        "{body}"
+    );
 
-    let r = call(&client, "query_context", json!({"context": "fresh", "question": "why?"})).await;
+    let r = call(
+        &client,
+        "query_context",
+        json!({"context": "fresh", "question": "why?"}),
+    )
+    .await;
     let body = assert_validation(&r, "context");
-    assert!(body["message"].as_str().unwrap().contains("being curated"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("being curated"),
+        "{body}"
+    );
 
     let posts = nexus
         .received_requests()
@@ -261,7 +381,10 @@ async fn a_context_never_curated_is_refused_with_a_curation_hint() {
         .iter()
         .filter(|r| r.method.as_str() == "POST")
         .count();
-    assert_eq!(posts, 0, "no turn may start on a context that is not queryable");
+    assert_eq!(
+        posts, 0,
+        "no turn may start on a context that is not queryable"
+    );
 }
 
 #[tokio::test]
@@ -301,14 +424,22 @@ async fn unreachable_nexus_is_a_recoverable_nexus_error() {
     let mcp = connect(NexusMcp::new().with_nexus(NexusServer::new(client))).await;
     for (tool, args) in [
         ("list_contexts", json!({})),
-        ("query_context", json!({"context": "handbook", "question": "why?"})),
+        (
+            "query_context",
+            json!({"context": "handbook", "question": "why?"}),
+        ),
         ("get_query", json!({"query_id": "q_1"})),
     ] {
         let r = call(&mcp, tool, args).await;
         let body = tool_error(&r);
         assert_eq!(body["code"], "NEXUS_ERROR", "{tool}: {body}");
         assert_eq!(body["recoverable"], true, "{tool}: {body}");
-        assert!(body["message"].as_str().unwrap().contains("could not reach Nexus"));
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("could not reach Nexus")
+        );
     }
 }
 
@@ -323,7 +454,12 @@ async fn a_failed_turn_is_a_result_with_its_error() {
         .mount(&nexus)
         .await;
     let client = connect_nexus(&nexus.uri()).await;
-    let r = call(&client, "get_query", json!({"query_id": "q_9", "wait_seconds": 5})).await;
+    let r = call(
+        &client,
+        "get_query",
+        json!({"query_id": "q_9", "wait_seconds": 5}),
+    )
+    .await;
     assert_eq!(r.is_error, Some(false));
     let v = r.structured_content.unwrap();
     assert_eq!(v["status"], "failed");

@@ -60,7 +60,8 @@ pub struct HttpOptions {
 impl HttpOptions {
     /// Adds allowed origins.
     pub fn allowed_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.allowed_origins.extend(origins.into_iter().map(Into::into));
+        self.allowed_origins
+            .extend(origins.into_iter().map(Into::into));
         self
     }
 

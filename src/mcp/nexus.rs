@@ -242,7 +242,10 @@ fn input_schema<T: JsonSchema + 'static>() -> std::sync::Arc<JsonObject> {
 
 /// A successful result: `value` as text and as structured content.
 fn success<T: Serialize>(text: &impl Serialize, structured: &T) -> CallToolResult {
-    match (serde_json::to_string(text), serde_json::to_value(structured)) {
+    match (
+        serde_json::to_string(text),
+        serde_json::to_value(structured),
+    ) {
         (Ok(text), Ok(value)) => {
             let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
             result.structured_content = Some(value);
@@ -559,10 +562,9 @@ impl StepProgress {
 
 fn required_str<'a>(args: &'a JsonObject, field: &str) -> Result<&'a str, ToolError> {
     match args.get(field) {
-        None | Some(Value::Null) => Err(ToolError::validation(
-            field,
-            format!("{field} is required"),
-        )),
+        None | Some(Value::Null) => {
+            Err(ToolError::validation(field, format!("{field} is required")))
+        }
         Some(Value::String(s)) => Ok(s),
         Some(other) => Err(ToolError::validation(
             field,
@@ -692,12 +694,10 @@ fn nexus_error(err: Error, subject: Subject<'_>) -> ToolError {
                 true,
             )
             .with_suggestion("call list_contexts to see the available slugs"),
-            Subject::Query(id) => ToolError::new(
-                ToolErrorCode::NotFound,
-                format!("no query `{id}`"),
-                true,
-            )
-            .with_suggestion("pass the query_id returned by query_context"),
+            Subject::Query(id) => {
+                ToolError::new(ToolErrorCode::NotFound, format!("no query `{id}`"), true)
+                    .with_suggestion("pass the query_id returned by query_context")
+            }
             Subject::None => ToolError::new(ToolErrorCode::NotFound, err.to_string(), false),
         };
     }
@@ -720,7 +720,9 @@ fn nexus_error(err: Error, subject: Subject<'_>) -> ToolError {
             true,
         )
         .with_suggestion("check that Nexus is running and reachable, then call the tool again"),
-        Error::InvalidRequest(_) => ToolError::new(ToolErrorCode::NexusError, err.to_string(), false),
+        Error::InvalidRequest(_) => {
+            ToolError::new(ToolErrorCode::NexusError, err.to_string(), false)
+        }
         _ if err.is_conflict() => ToolError::new(ToolErrorCode::NexusError, err.to_string(), true)
             .with_suggestion("another turn is in flight; wait for it, then try again"),
         _ => ToolError::new(
@@ -791,8 +793,8 @@ mod tests {
         assert!(e.message.contains("must be a string"), "{}", e.message);
         let e = required_id(&args(serde_json::json!({})), "query_id").unwrap_err();
         assert!(e.message.contains("required"));
-        let e = required_id(&args(serde_json::json!({"query_id": "../x"})), "query_id")
-            .unwrap_err();
+        let e =
+            required_id(&args(serde_json::json!({"query_id": "../x"})), "query_id").unwrap_err();
         assert!(e.message.contains("not a valid id"));
         assert_eq!(
             required_id(&args(serde_json::json!({"context": " docs "})), "context").unwrap(),

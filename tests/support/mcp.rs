@@ -37,10 +37,14 @@ pub fn context_json(slug: &str, kind: &str, curated: bool, curating: bool) -> Va
 pub fn query_json(id: &str, status: &str, steps: &[(&str, &str)], answer: Option<&str>) -> Value {
     let steps: Vec<Value> = steps
         .iter()
-        .map(|(sid, commentary)| json!({"step_id": sid, "status": "done", "commentary": commentary}))
+        .map(
+            |(sid, commentary)| json!({"step_id": sid, "status": "done", "commentary": commentary}),
+        )
         .collect();
     let output = match answer {
-        Some(text) => json!([{"role": "assistant", "content": [{"type": "output_text", "text": text}]}]),
+        Some(text) => {
+            json!([{"role": "assistant", "content": [{"type": "output_text", "text": text}]}])
+        }
         None => json!([]),
     };
     let citations = if answer.is_some() {
@@ -57,7 +61,8 @@ pub fn query_json(id: &str, status: &str, steps: &[(&str, &str)], answer: Option
 }
 
 fn not_found(what: &str) -> ResponseTemplate {
-    ResponseTemplate::new(404).set_body_json(json!({"message": format!("{what} not found"), "code": "not_found"}))
+    ResponseTemplate::new(404)
+        .set_body_json(json!({"message": format!("{what} not found"), "code": "not_found"}))
 }
 
 /// A scripted Nexus with three contexts (`handbook`: work; `papers`: curated
@@ -95,7 +100,12 @@ pub async fn fake_nexus(pending_polls: u64) -> MockServer {
     Mock::given(method("POST"))
         .and(path("/query"))
         .and(body_partial_json(json!({"background": true})))
-        .respond_with(ResponseTemplate::new(202).set_body_json(query_json("q_1", "in_progress", &[], None)))
+        .respond_with(ResponseTemplate::new(202).set_body_json(query_json(
+            "q_1",
+            "in_progress",
+            &[],
+            None,
+        )))
         .mount(&server)
         .await;
     if pending_polls > 0 {
@@ -117,7 +127,11 @@ pub async fn fake_nexus(pending_polls: u64) -> MockServer {
         .respond_with(ResponseTemplate::new(200).set_body_json(query_json(
             "q_1",
             "completed",
-            &[("s1", "Searching the handbook"), ("s2", "Reading guide.md"), ("s3", "Writing the answer")],
+            &[
+                ("s1", "Searching the handbook"),
+                ("s2", "Reading guide.md"),
+                ("s3", "Writing the answer"),
+            ],
             Some("Install it with cargo."),
         )))
         .with_priority(2)
@@ -199,7 +213,11 @@ pub fn text_json(result: &CallToolResult) -> Value {
 
 /// The error body of a failed call (asserting that it failed).
 pub fn tool_error(result: &CallToolResult) -> Value {
-    assert_eq!(result.is_error, Some(true), "expected a tool error: {result:?}");
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "expected a tool error: {result:?}"
+    );
     text_json(result)
 }
 
@@ -227,7 +245,10 @@ impl HttpAnswer {
 
     /// The notifications that came before the response.
     pub fn notifications(&self, method_name: &str) -> Vec<&Value> {
-        self.messages.iter().filter(|m| m["method"] == method_name).collect()
+        self.messages
+            .iter()
+            .filter(|m| m["method"] == method_name)
+            .collect()
     }
 }
 
@@ -294,9 +315,16 @@ impl HttpMcp {
                 .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
                 .collect()
         } else {
-            serde_json::from_str::<Value>(&body).ok().into_iter().collect()
+            serde_json::from_str::<Value>(&body)
+                .ok()
+                .into_iter()
+                .collect()
         };
-        HttpAnswer { status, messages, body }
+        HttpAnswer {
+            status,
+            messages,
+            body,
+        }
     }
 
     /// Sends request `method` and returns the answer and the request id.
