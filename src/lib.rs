@@ -14,7 +14,7 @@
 //!   knowledge, models, sessions, queries).
 //! - [`error`]: the one [`Error`] type.
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![doc(test(attr(deny(warnings))))]
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 pub mod api;
 pub mod client;
@@ -30,3 +30,8 @@ pub use api::types;
 
 pub use client::{ApiVersion, Client, ClientBuilder, RetryPolicy};
 pub use error::{ApiError, Error, Result};
+
+/// The README's code blocks compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

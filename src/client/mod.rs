@@ -189,13 +189,14 @@ impl ClientBuilder {
                 .ok()
                 .filter(|v: &String| !v.trim().is_empty())
         };
-        let mut b = ClientBuilder::default();
-        b.base_url = var(ENV_BASE_URL);
-        b.api_key = var(ENV_API_KEY).map(SecretString::from);
-        if let Some(v) = var(ENV_API_VERSION) {
-            b.api_version = ApiVersion::from(v);
+        ClientBuilder {
+            base_url: var(ENV_BASE_URL),
+            api_key: var(ENV_API_KEY).map(SecretString::from),
+            api_version: var(ENV_API_VERSION)
+                .map(ApiVersion::from)
+                .unwrap_or_default(),
+            ..ClientBuilder::default()
         }
-        b
     }
 
     /// The API base URL, for example `https://HOST/api` (required).

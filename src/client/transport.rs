@@ -244,15 +244,7 @@ impl Transport {
                         match state.token() {
                             Some(t) => t,
                             None => match self.login().await? {
-                                Ok(token) => {
-                                    let generation = state.store(token);
-                                    match state.token() {
-                                        Some(t) => t,
-                                        None => {
-                                            (generation, secrecy::SecretString::from(String::new()))
-                                        }
-                                    }
-                                }
+                                Ok(token) => state.store(token),
                                 Err(refused) => return Ok(Err(refused)),
                             },
                         }
@@ -535,10 +527,9 @@ fn http_response(status: StatusCode, headers: &HeaderMap, body: Bytes, raw: bool
 async fn normalize_error_body(resp: Response) -> Response {
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = match read_limited(resp, ERROR_BODY_LIMIT).await {
-        Ok(b) => b,
-        Err(_) => Vec::new(),
-    };
+    let body = read_limited(resp, ERROR_BODY_LIMIT)
+        .await
+        .unwrap_or_default();
     let is_envelope = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .is_some_and(|v| v.get("message").is_some_and(|m| m.is_string()));

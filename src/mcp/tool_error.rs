@@ -34,7 +34,7 @@ pub enum ToolErrorCode {
 /// A tool failure as the agent sees it.
 ///
 /// ```
-/// use nexus_knowql::mcp::{ToolError, ToolErrorCode};
+/// use nexus_knowql::mcp::ToolError;
 /// let e = ToolError::validation("question", "question must not be empty");
 /// let json = e.to_json();
 /// assert_eq!(json["code"], "VALIDATION");

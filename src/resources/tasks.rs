@@ -9,13 +9,16 @@ pub struct Tasks<'c> {
     pub(crate) client: &'c Client,
 }
 
+/// A progress callback of [`Tasks::wait`].
+type ProgressFn<'f> = Box<dyn FnMut(&types::TaskResponse) + Send + 'f>;
+
 /// How [`Tasks::wait`] polls.
 #[must_use]
 pub struct TaskWait<'f> {
     timeout: Duration,
     initial_interval: Duration,
     max_interval: Duration,
-    on_progress: Option<Box<dyn FnMut(&types::TaskResponse) + Send + 'f>>,
+    on_progress: Option<ProgressFn<'f>>,
 }
 
 impl std::fmt::Debug for TaskWait<'_> {
