@@ -86,9 +86,15 @@ fn main() {
     let http_client = rt.block_on(async {
         let server = NexusMcp::new().with_nexus(NexusServer::new(nexus_client(&base)));
         let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let url = format!("http://{}{}", listener.local_addr().unwrap(), http::MCP_PATH);
+        let url = format!(
+            "http://{}{}",
+            listener.local_addr().unwrap(),
+            http::MCP_PATH
+        );
         let token = shutdown.clone();
-        tokio::spawn(async move { http::serve(listener, server, &HttpOptions::default(), token).await });
+        tokio::spawn(
+            async move { http::serve(listener, server, &HttpOptions::default(), token).await },
+        );
         let mut mcp = HttpMcp::new(url).header("X-Pinecone-Api-Key", SERVER_KEY);
         mcp.initialize().await;
         Arc::new(tokio::sync::Mutex::new(mcp))
@@ -176,8 +182,16 @@ fn main() {
             n,
             p50,
             p99,
-            format!("{:+.0?} ({:.2}x)", p50.saturating_sub(base_p50), ratio(p50, base_p50)),
-            format!("{:+.0?} ({:.2}x)", p99.saturating_sub(base_p99), ratio(p99, base_p99)),
+            format!(
+                "{:+.0?} ({:.2}x)",
+                p50.saturating_sub(base_p50),
+                ratio(p50, base_p50)
+            ),
+            format!(
+                "{:+.0?} ({:.2}x)",
+                p99.saturating_sub(base_p99),
+                ratio(p99, base_p99)
+            ),
         );
     }
 

@@ -123,8 +123,15 @@ async fn stdio_stdout_holds_nothing_but_json_rpc() {
     };
     assert_eq!(find(1)["result"]["serverInfo"]["name"], "nexus-knowql");
     assert_eq!(find(3)["result"]["isError"], false);
-    assert_eq!(find(4)["result"]["structuredContent"]["code"], "NOT_FOUND");
-    assert_eq!(find(5)["result"]["structuredContent"]["code"], "VALIDATION");
+    let error_code = |id: u64| {
+        let result = find(id)["result"].clone();
+        assert_eq!(result["isError"], true);
+        let body: Value =
+            serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+        body["code"].clone()
+    };
+    assert_eq!(error_code(4), "NOT_FOUND");
+    assert_eq!(error_code(5), "VALIDATION");
 
     // The logs went to stderr, without colour codes and without the key.
     let mut logs = String::new();

@@ -234,6 +234,24 @@ fn iso(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
+/// A failed call: `isError: true` and the [`ToolError`] JSON as text.
+///
+/// The body is not repeated as `structuredContent`: it does not match the
+/// tool's `outputSchema`, and clients on older MCP TypeScript SDKs validate
+/// structured content against it even on errors, which would turn a clear
+/// tool error into an opaque protocol error.
+pub(crate) fn failure(error: ToolError) -> CallToolResult {
+    without_structured_error(error.into_result())
+}
+
+/// Drops `structuredContent` from an error result (see [`failure`]).
+pub(crate) fn without_structured_error(mut result: CallToolResult) -> CallToolResult {
+    if result.is_error == Some(true) {
+        result.structured_content = None;
+    }
+    result
+}
+
 fn input_schema<T: JsonSchema + 'static>() -> std::sync::Arc<JsonObject> {
     // The argument types are constants of this module and always produce an
     // object schema; the fallback only keeps a bad edit from panicking.
@@ -251,12 +269,11 @@ fn success<T: Serialize>(text: &impl Serialize, structured: &T) -> CallToolResul
             result.structured_content = Some(value);
             result
         }
-        _ => ToolError::new(
+        _ => failure(ToolError::new(
             ToolErrorCode::NexusError,
             "could not encode the result",
             false,
-        )
-        .into_result(),
+        )),
     }
 }
 
@@ -285,7 +302,7 @@ impl NexusServer {
     async fn list_contexts(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
         match self.run_list_contexts(&ctx).await {
             Ok(list) => success(&list.contexts, &list),
-            Err(e) => e.into_result(),
+            Err(e) => failure(e),
         }
     }
 
@@ -314,7 +331,7 @@ impl NexusServer {
     ) -> CallToolResult {
         match self.run_query_context(&args, &ctx).await {
             Ok(started) => success(&started, &started),
-            Err(e) => e.into_result(),
+            Err(e) => failure(e),
         }
     }
 
@@ -339,7 +356,7 @@ impl NexusServer {
     async fn get_query(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> CallToolResult {
         match self.run_get_query(&args, &ctx).await {
             Ok(outcome) => success(&outcome, &outcome),
-            Err(e) => e.into_result(),
+            Err(e) => failure(e),
         }
     }
 }

@@ -118,17 +118,26 @@ impl ServerHandler for NexusMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if let Some(nexus) = self
+        let response = if let Some(nexus) = self
             .nexus
             .as_ref()
             .filter(|n| n.get_tool(&request.name).is_some())
         {
-            return nexus.call_tool(request, context).await;
-        }
-        // Each further family is asked the same way, by tool name.
-        Err(ErrorData::invalid_params(
-            format!("unknown tool `{}`", request.name),
-            None,
-        ))
+            nexus.call_tool(request, context).await?
+        } else {
+            // Each further family is asked the same way, by tool name.
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{}`", request.name),
+                None,
+            ));
+        };
+        // One policy for every family: error bodies travel as text only (see
+        // `nexus::failure` for why).
+        Ok(match response {
+            CallToolResponse::Complete(result) => {
+                CallToolResponse::Complete(super::nexus::without_structured_error(result))
+            }
+            other => other,
+        })
     }
 }
