@@ -142,6 +142,13 @@ pub async fn serve(
     let local_addr = listener.local_addr()?;
     let app = router(server, local_addr, options, shutdown.clone());
     tracing::info!(%local_addr, path = MCP_PATH, "serving MCP over Streamable HTTP");
+    // Answers go out as several small SSE writes; without TCP_NODELAY, Nagle's
+    // algorithm and the client's delayed ACK add about 40 ms to each call.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled_owned().await })
         .await
