@@ -12,6 +12,8 @@
 //!   version negotiation, retries.
 //! - [`resources`]: everyday calls (contexts, sources, curation, tasks,
 //!   knowledge, models, sessions, queries).
+//! - [`query`]: KnowQL turns: [`Session`], [`QueryTurn`] (streaming with
+//!   exactly-once resume), [`QueryHandle`] (background), [`QueryEvent`].
 //! - [`error`]: the one [`Error`] type.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
@@ -19,6 +21,7 @@
 pub mod api;
 pub mod client;
 pub mod error;
+pub mod query;
 pub mod resources;
 
 #[cfg(feature = "mcp")]
@@ -30,6 +33,10 @@ pub use api::types;
 
 pub use client::{ApiVersion, Client, ClientBuilder, RetryPolicy};
 pub use error::{ApiError, Error, Result};
+pub use query::{
+    QueryEvent, QueryHandle, QueryTurn, QueryWait, Session, SessionBuilder, StreamConfig,
+    TextStream, TurnBuilder,
+};
 
 /// The README's code blocks compile as doctests.
 #[cfg(doctest)]

@@ -1,0 +1,111 @@
+//! KnowQL turns: sessions, streaming with exactly-once resume, background turns.
+//!
+//! A [`Session`] pins a scope (1 to 10 contexts) and configuration; each
+//! [`Session::ask`] gives a [`TurnBuilder`] with the per-turn controls and
+//! three ways to run the turn:
+//!
+//! - [`TurnBuilder::send`]: wait for the whole turn and get the stored
+//!   [`Query`](crate::types::Query).
+//! - [`TurnBuilder::stream`]: a [`QueryTurn`], a `Stream` of [`QueryEvent`]s
+//!   that accumulates the answer and resumes a broken connection with
+//!   `Last-Event-ID` so that every event arrives exactly once, in order.
+//! - [`TurnBuilder::background`]: a [`QueryHandle`] to poll, wait for,
+//!   attach to or cancel.
+//!
+//! ```no_run
+//! # async fn run() -> nexus_knowql::Result<()> {
+//! use futures::StreamExt;
+//! use nexus_knowql::Client;
+//!
+//! let client = Client::from_env()?;
+//! let session = client.session(["handbook"]).build()?;
+//! let mut text = session.ask("Who approves travel?").stream().await?.text_stream();
+//! while let Some(delta) = text.next().await {
+//!     print!("{}", delta?);
+//! }
+//! let query = text.into_turn().finish().await?;
+//! eprintln!("\n{} citations", query.citations.len());
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: `session` (Session, its builder, the one-turn-at-a-time slot),
+//! `turn` (TurnBuilder, QueryTurn), `event` (QueryEvent), `sse` (the SSE
+//! parser), `stream` (the resumable connection), `background` (QueryHandle).
+
+mod background;
+mod event;
+mod session;
+mod sse;
+mod stream;
+mod turn;
+
+pub use background::{QueryHandle, QueryWait};
+pub use event::{QueryEvent, names};
+pub use session::{MAX_SCOPE, Session, SessionBuilder};
+pub use sse::DEFAULT_MAX_FRAME_BYTES;
+pub use stream::StreamConfig;
+pub use turn::{MAX_TURN_SECONDS, QueryTurn, TextStream, TurnBuilder};
+
+use crate::error::{Error, Result};
+
+/// Decodes a recorded or received SSE byte stream of a query turn into
+/// events, without a connection: for replaying recorded streams, proxies and
+/// tests. It applies the same framing rules and frame limit as [`QueryTurn`],
+/// but neither resumes nor drops replayed events.
+///
+/// ```
+/// use nexus_knowql::query::EventDecoder;
+/// use nexus_knowql::QueryEvent;
+/// let mut decoder = EventDecoder::new();
+/// decoder.feed(b"id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"Hi\"}\n\n");
+/// let (id, event) = decoder.next_event().unwrap().unwrap();
+/// assert_eq!(id, Some(3));
+/// assert_eq!(event, QueryEvent::TextDelta { delta: "Hi".into() });
+/// assert!(decoder.next_event().unwrap().is_none());
+/// ```
+#[derive(Debug)]
+pub struct EventDecoder {
+    parser: sse::SseParser,
+}
+
+impl Default for EventDecoder {
+    fn default() -> Self {
+        EventDecoder::new()
+    }
+}
+
+impl EventDecoder {
+    /// A decoder with the default frame limit ([`DEFAULT_MAX_FRAME_BYTES`]).
+    pub fn new() -> Self {
+        EventDecoder::with_max_frame_bytes(DEFAULT_MAX_FRAME_BYTES)
+    }
+
+    /// A decoder whose frames may have at most `limit` bytes.
+    pub fn with_max_frame_bytes(limit: usize) -> Self {
+        EventDecoder {
+            parser: sse::SseParser::new(limit),
+        }
+    }
+
+    /// Appends received bytes (any split, any line ending).
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.parser.feed(bytes);
+    }
+
+    /// The next complete event with its `id:` (if the frame had one), or
+    /// `Ok(None)` when more bytes are needed.
+    ///
+    /// # Errors
+    /// [`Error::Stream`] for a frame over the limit or not UTF-8; the stream
+    /// cannot be decoded further.
+    pub fn next_event(&mut self) -> Result<Option<(Option<u64>, QueryEvent)>> {
+        match self.parser.next_frame() {
+            Ok(Some(f)) => Ok(Some((f.id, QueryEvent::decode(f.event, f.data)))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(Error::Stream {
+                query_id: None,
+                message: e.to_string(),
+            }),
+        }
+    }
+}
