@@ -470,21 +470,21 @@ impl NexusServer {
         if !context.is_queryable() {
             return Err(not_queryable(&context));
         }
-        let request = types::QueryRequest {
-            ask: question.to_owned(),
-            scope: vec![context.slug.clone()],
-            background: Some(true),
-            ..empty_query_request()
-        };
-        let query = client
-            .call("query", client.api().query(None, &request))
+        let session = client
+            .session([context.slug.as_str()])
+            .build()
+            .map_err(|e| nexus_error(e, Subject::Context(slug)))?;
+        let handle = session
+            .ask(question)
+            .background()
             .await
             .map_err(|e| nexus_error(e, Subject::Context(slug)))?;
+        let query = handle.last_seen();
         tracing::debug!(query_id = %query.id, context = slug, "query turn started");
         Ok(QueryStarted {
-            query_id: query.id,
-            status: query.status,
-            model: query.model,
+            query_id: query.id.clone(),
+            status: query.status.clone(),
+            model: query.model.clone(),
         })
     }
 
@@ -760,36 +760,6 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
-}
-
-/// A `QueryRequest` with only `ask` set (the generated type has no `Default`).
-fn empty_query_request() -> types::QueryRequest {
-    types::QueryRequest {
-        artifacts_only: None,
-        ask: String::new(),
-        background: None,
-        chunks_only: None,
-        comparison_group: None,
-        compose: None,
-        guardrails: None,
-        max_retrieved: None,
-        max_retrieved_chars: None,
-        max_steps: None,
-        model: None,
-        models: Vec::new(),
-        pointers_only: None,
-        previous_query_id: None,
-        retrieval_only: None,
-        scope: Vec::new(),
-        session_id: None,
-        shape: serde_json::Map::new(),
-        stream: None,
-        system_prompt: None,
-        thinking_level: None,
-        timeout_seconds: None,
-        tools: Vec::new(),
-        workflow: None,
-    }
 }
 
 #[cfg(test)]
