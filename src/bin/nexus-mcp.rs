@@ -12,10 +12,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use nexus_knowql::Client;
-use nexus_knowql::client::{ENV_API_KEY, ENV_API_VERSION, ENV_BASE_URL};
+use nexus_knowql::client::{ENV_API_VERSION, ENV_BASE_URL};
 use nexus_knowql::mcp::http::{self, HttpOptions};
+use nexus_knowql::mcp::pinecone::{PineconeArgs, PineconeServer};
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
 use rmcp::ServiceExt;
+use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -34,14 +36,12 @@ struct Args {
     #[arg(long, default_value = http::DEFAULT_BIND)]
     bind: SocketAddr,
 
-    /// Nexus API base URL, for example https://HOST/api.
-    #[arg(long, env = ENV_BASE_URL)]
-    base_url: String,
-
-    /// Pinecone API key. Over stdio every call uses it; over HTTP only with
+    /// Nexus API base URL, for example https://HOST/api; enables the Nexus
+    /// tools. The Nexus tools use the Pinecone API key (--pinecone-api-key,
+    /// PINECONE_API_KEY): over stdio for every call, over HTTP only with
     /// --allow-server-key (callers otherwise send their own X-Pinecone-Api-Key).
-    #[arg(long, env = ENV_API_KEY, hide_env_values = true)]
-    api_key: Option<String>,
+    #[arg(long, env = ENV_BASE_URL)]
+    base_url: Option<String>,
 
     /// Nexus API version to request.
     #[arg(long, env = ENV_API_VERSION, default_value = "2026-07")]
@@ -67,6 +67,9 @@ struct Args {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, env = "NEXUS_MCP_LOG_LEVEL", default_value = "info")]
     log_level: String,
+
+    #[command(flatten)]
+    pinecone: PineconeArgs,
 
     /// Log format on stderr.
     #[arg(long, value_enum, env = "NEXUS_MCP_LOG_FORMAT", default_value_t = LogFormat::Text)]
@@ -129,17 +132,43 @@ async fn shutdown_signal(token: CancellationToken) {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let mut builder = Client::builder()
-        .base_url(&args.base_url)
-        .api_version(args.api_version.as_str());
-    if let Some(key) = args.api_key.as_deref().filter(|k| !k.trim().is_empty()) {
-        builder = builder.api_key(key);
+    let client = match args.base_url.as_deref().filter(|u| !u.trim().is_empty()) {
+        Some(url) => {
+            let mut builder = Client::builder()
+                .base_url(url)
+                .api_version(args.api_version.as_str());
+            if let Some(key) = &args.pinecone.api_key {
+                builder = builder.api_key(key.expose_secret());
+            }
+            Some(builder.build().map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    let pinecone = match args.pinecone.resolve().map_err(|e| e.to_string())? {
+        Some(config) => Some(PineconeServer::new(config).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    if client.is_none() && pinecone.is_none() {
+        return Err(format!(
+            "nothing to serve: set {ENV_BASE_URL} (Nexus tools) or a Pinecone index (Pinecone tools)"
+        ));
     }
-    let client = builder.build().map_err(|e| e.to_string())?;
+    let keys = match args.transport {
+        Transport::Stdio => KeyPolicy::Configured,
+        Transport::Http => KeyPolicy::Caller {
+            fallback_to_configured: args.allow_server_key,
+        },
+    };
+    let mut server = NexusMcp::new();
+    if let Some(client) = client {
+        server = server.with_nexus(NexusServer::new(client).with_key_policy(keys));
+    }
+    if let Some(pinecone) = pinecone {
+        server = server.with_pinecone(pinecone);
+    }
 
     match args.transport {
         Transport::Stdio => {
-            let server = NexusMcp::new().with_nexus(NexusServer::new(client));
             tracing::info!("serving MCP over stdio");
             let running = server
                 .serve(rmcp::transport::stdio())
@@ -152,15 +181,11 @@ async fn run(args: Args) -> Result<(), String> {
             Ok(())
         }
         Transport::Http => {
-            let keys = KeyPolicy::Caller {
-                fallback_to_configured: args.allow_server_key,
-            };
             if args.allow_server_key {
                 tracing::warn!(
                     "--allow-server-key: requests without X-Pinecone-Api-Key use this server's key"
                 );
             }
-            let server = NexusMcp::new().with_nexus(NexusServer::new(client).with_key_policy(keys));
             let options = HttpOptions::default()
                 .allowed_origins(args.allow_origins)
                 .allowed_hosts(args.allow_hosts);

@@ -8,6 +8,7 @@
 
 pub mod http;
 pub mod nexus;
+pub mod pinecone;
 pub mod redact;
 pub mod server;
 pub mod tool_error;

@@ -12,6 +12,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::nexus::{INSTRUCTIONS, NexusServer};
+use super::pinecone::PineconeServer;
 
 /// The MCP name this server reports.
 pub const SERVER_NAME: &str = "nexus-knowql";
@@ -34,6 +35,7 @@ pub fn implementation() -> Implementation {
 #[derive(Debug, Clone, Default)]
 pub struct NexusMcp {
     nexus: Option<NexusServer>,
+    pinecone: Option<PineconeServer>,
 }
 
 impl NexusMcp {
@@ -48,6 +50,17 @@ impl NexusMcp {
         self
     }
 
+    /// Serves the Pinecone retrieval tools.
+    pub fn with_pinecone(mut self, pinecone: PineconeServer) -> Self {
+        self.pinecone = Some(pinecone);
+        self
+    }
+
+    /// The Pinecone family, if served.
+    pub fn pinecone(&self) -> Option<&PineconeServer> {
+        self.pinecone.as_ref()
+    }
+
     /// The Nexus family, if served.
     pub fn nexus(&self) -> Option<&NexusServer> {
         self.nexus.as_ref()
@@ -59,7 +72,16 @@ impl NexusMcp {
         if self.nexus.is_some() {
             text.push_str(INSTRUCTIONS);
         }
-        // Other families append their own `get_info().instructions` here.
+        if let Some(own) = self
+            .pinecone
+            .as_ref()
+            .and_then(|p| p.get_info().instructions)
+        {
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(&own);
+        }
         if text.is_empty() {
             text.push_str("No tool family is configured on this server.");
         }
@@ -105,12 +127,17 @@ impl ServerHandler for NexusMcp {
         if let Some(nexus) = &self.nexus {
             tools.extend(tools_of(nexus, &context).await?);
         }
-        // Each further family adds its tools here.
+        if let Some(pinecone) = &self.pinecone {
+            tools.extend(tools_of(pinecone, &context).await?);
+        }
         Ok(ListToolsResult::with_all_items(tools))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.nexus.as_ref().and_then(|n| n.get_tool(name))
+        self.nexus
+            .as_ref()
+            .and_then(|n| n.get_tool(name))
+            .or_else(|| self.pinecone.as_ref().and_then(|p| p.get_tool(name)))
     }
 
     async fn call_tool(
@@ -124,8 +151,13 @@ impl ServerHandler for NexusMcp {
             .filter(|n| n.get_tool(&request.name).is_some())
         {
             nexus.call_tool(request, context).await?
+        } else if let Some(pinecone) = self
+            .pinecone
+            .as_ref()
+            .filter(|p| p.get_tool(&request.name).is_some())
+        {
+            pinecone.call_tool(request, context).await?
         } else {
-            // Each further family is asked the same way, by tool name.
             return Err(ErrorData::invalid_params(
                 format!("unknown tool `{}`", request.name),
                 None,

@@ -1,0 +1,198 @@
+//! Tool arguments. Field docs become the JSON Schema descriptions.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// A metadata filter (Pinecone filter syntax).
+pub type MetadataFilter = Map<String, Value>;
+
+/// `list_namespaces` arguments.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct ListNamespacesArgs {
+    /// Source name from `list_sources`; omit to list every source.
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// `namespace_router` arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct NamespaceRouterArgs {
+    /// The user's question.
+    pub user_query: String,
+    /// How many suggestions to return (1..5, default 3).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 5))]
+    pub top_n: Option<i64>,
+    /// Source name; omit to consider every source.
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// `suggest_query_params` arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct SuggestQueryParamsArgs {
+    /// Namespace from `list_namespaces`.
+    pub namespace: String,
+    /// The user's question.
+    pub user_query: String,
+    /// Source name; needed only when the namespace exists on several sources.
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// `count` arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct CountArgs {
+    /// Namespace from `list_namespaces`.
+    pub namespace: String,
+    /// Text selecting which chunks are considered when more than 10 000 match.
+    pub query_text: String,
+    /// Metadata filter, e.g. `{"author": {"$in": ["Jane Doe"]}}`.
+    #[serde(default)]
+    pub metadata_filter: Option<MetadataFilter>,
+    /// Source name; needed only when the namespace exists on several sources.
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// Result size and cost presets of `query`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// Identifier fields only, no rerank.
+    Fast,
+    /// All fields, reranked.
+    Detailed,
+    /// All fields, reranked (same as `detailed`).
+    Full,
+}
+
+/// `query` arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct QueryArgs {
+    /// Search text.
+    pub query_text: String,
+    /// Namespace from `list_namespaces`.
+    pub namespace: String,
+    /// Results wanted (1..100, default 10).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
+    pub top_k: Option<i64>,
+    /// Metadata filter.
+    #[serde(default)]
+    pub metadata_filter: Option<MetadataFilter>,
+    /// Fields to return; omit for all (or the fast set with `preset: fast`).
+    #[serde(default)]
+    pub fields: Option<Vec<String>>,
+    /// Source name; needed only when the namespace exists on several sources.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// `fast`, `detailed` or `full` (default).
+    #[serde(default)]
+    pub preset: Option<Preset>,
+    /// Rerank the results (default true; ignored by `fast`).
+    #[serde(default)]
+    pub use_reranking: Option<bool>,
+}
+
+/// `keyword_search` arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct KeywordSearchArgs {
+    /// Search text (matched lexically on the sparse index).
+    pub query_text: String,
+    /// Namespace from `list_namespaces`.
+    pub namespace: String,
+    /// Results wanted (1..100, default 10).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
+    pub top_k: Option<i64>,
+    /// Metadata filter.
+    #[serde(default)]
+    pub metadata_filter: Option<MetadataFilter>,
+    /// Fields to return; omit for all.
+    #[serde(default)]
+    pub fields: Option<Vec<String>>,
+    /// Source name; needed only when the namespace exists on several sources.
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// `query_documents` arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct QueryDocumentsArgs {
+    /// Search text.
+    pub query_text: String,
+    /// Namespace from `list_namespaces`.
+    pub namespace: String,
+    /// Documents wanted (1..20, default 5).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 20))]
+    pub top_k: Option<i64>,
+    /// Metadata filter.
+    #[serde(default)]
+    pub metadata_filter: Option<MetadataFilter>,
+    /// Most chunks merged per document (1..500, default 200).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 500))]
+    pub max_chunks_per_document: Option<i64>,
+    /// Source name; needed only when the namespace exists on several sources.
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// Tool choice of `guided_query`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PreferredTool {
+    /// Follow the suggestion.
+    #[default]
+    Auto,
+    /// Count documents.
+    Count,
+    /// Fast query.
+    Fast,
+    /// Detailed query.
+    Detailed,
+    /// Full query.
+    Full,
+}
+
+/// `guided_query` arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct GuidedQueryArgs {
+    /// The user's question.
+    pub user_query: String,
+    /// Namespace; omit to route automatically.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Metadata filter.
+    #[serde(default)]
+    pub metadata_filter: Option<MetadataFilter>,
+    /// Results wanted (1..100, default 10).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
+    pub top_k: Option<i64>,
+    /// `auto` (default), `count`, `fast`, `detailed` or `full`.
+    #[serde(default)]
+    pub preferred_tool: Option<PreferredTool>,
+    /// Fill missing `url` metadata from the namespace's URL generator (default true).
+    #[serde(default)]
+    pub enrich_urls: Option<bool>,
+    /// Source name.
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// `generate_urls` arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct GenerateUrlsArgs {
+    /// Namespace of the records.
+    pub namespace: String,
+    /// Records (or their `metadata` objects), at most 500.
+    #[schemars(length(max = 500))]
+    pub records: Vec<Map<String, Value>>,
+    /// Source name; needed only when the namespace exists on several sources.
+    #[serde(default)]
+    pub source: Option<String>,
+}

@@ -1,0 +1,78 @@
+//! A time-to-live cell with single-flight refresh.
+//!
+//! Concurrent callers that find the value stale wait for one refresh instead
+//! of each calling Pinecone. Failures are never stored: the next caller
+//! tries again.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+/// A cached value and how it was obtained.
+#[derive(Debug, Clone)]
+pub struct Cached<T> {
+    /// The value.
+    pub value: T,
+    /// True when no refresh was needed.
+    pub hit: bool,
+    /// Time left before the value expires.
+    pub remaining: Duration,
+}
+
+/// One cached value with a lifetime.
+#[derive(Debug)]
+pub struct TtlCell<T> {
+    ttl: Duration,
+    // A tokio mutex: it is held across the refresh so that waiters reuse its result.
+    slot: Mutex<Option<(T, Instant)>>,
+}
+
+impl<T: Clone> TtlCell<T> {
+    /// An empty cell whose values live `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        TtlCell {
+            ttl,
+            slot: Mutex::new(None),
+        }
+    }
+
+    /// The value, refreshed with `fetch` when absent or expired.
+    ///
+    /// # Errors
+    /// `fetch`'s error; nothing is cached then.
+    ///
+    /// # Cancel safety
+    /// Dropping the future during a refresh leaves the cell as it was.
+    pub async fn get_or_refresh<E, F, Fut>(&self, fetch: F) -> Result<Cached<T>, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut slot = self.slot.lock().await;
+        let now = Instant::now();
+        if let Some((value, expires)) = slot.as_ref()
+            && now < *expires
+        {
+            return Ok(Cached {
+                value: value.clone(),
+                hit: true,
+                remaining: *expires - now,
+            });
+        }
+        let value = fetch().await?;
+        let expires = Instant::now() + self.ttl;
+        *slot = Some((value.clone(), expires));
+        Ok(Cached {
+            value,
+            hit: false,
+            remaining: self.ttl,
+        })
+    }
+
+    /// Drops the cached value.
+    pub async fn clear(&self) {
+        *self.slot.lock().await = None;
+    }
+}

@@ -1,0 +1,601 @@
+//! A typed client for the few Pinecone REST endpoints the tools use:
+//! describe index (control plane), describe index stats, records search and
+//! vector query (data plane), rerank (inference).
+//!
+//! Every call has one deadline that covers all its attempts; when it passes,
+//! the in-flight request future is dropped, which closes the connection.
+//! Retries (429, 5xx, transport errors) happen in this one layer only.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::mcp::redact::redact_with;
+
+/// The Pinecone API version sent with every request.
+pub const PINECONE_API_VERSION: &str = "2026-04";
+
+/// Retries after the first attempt.
+const MAX_RETRIES: u32 = 2;
+/// First backoff; doubles per retry.
+const BASE_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest error body kept in a message.
+const ERROR_BODY_LIMIT: usize = 300;
+/// Largest response body read (a 10 000-hit count answer is a few MiB).
+const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// A failed Pinecone call. Messages are redacted when the error is built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PineconeError {
+    /// The call's deadline passed (the request was cancelled).
+    #[error("Timeout after {ms}ms while waiting for {label}")]
+    Timeout {
+        /// What was being waited for.
+        label: String,
+        /// The deadline in milliseconds.
+        ms: u128,
+    },
+    /// Pinecone answered with a non-success status.
+    #[error("{label} failed with HTTP {status}: {message}")]
+    Status {
+        /// The call.
+        label: String,
+        /// HTTP status.
+        status: u16,
+        /// Pinecone's message (redacted, truncated).
+        message: String,
+    },
+    /// The request could not be sent or the connection broke.
+    #[error("{label} failed: {message}")]
+    Transport {
+        /// The call.
+        label: String,
+        /// Cause (redacted).
+        message: String,
+    },
+    /// The response body was not what the API describes.
+    #[error("{label} returned an unreadable response: {message}")]
+    Decode {
+        /// The call.
+        label: String,
+        /// Cause (redacted).
+        message: String,
+    },
+}
+
+impl PineconeError {
+    /// True for a passed deadline.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, PineconeError::Timeout { .. })
+    }
+
+    /// The HTTP status, when Pinecone answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            PineconeError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    fn is_retryable(&self) -> bool {
+        match self {
+            PineconeError::Status { status, .. } => *status == 429 || (500..=599).contains(status),
+            PineconeError::Transport { .. } => true,
+            PineconeError::Timeout { .. } | PineconeError::Decode { .. } => false,
+        }
+    }
+}
+
+/// Result of a Pinecone call.
+pub type PineconeResult<T> = Result<T, PineconeError>;
+
+/// What describe-index tells us.
+#[derive(Debug, Clone, Deserialize)]
+pub struct IndexDescription {
+    /// Data-plane host (with or without scheme).
+    pub host: String,
+    /// Vector dimension (absent for sparse indexes).
+    #[serde(default)]
+    pub dimension: Option<u32>,
+}
+
+/// Namespace counts of an index.
+#[derive(Debug, Clone, Default)]
+pub struct IndexStats {
+    /// `(namespace, record count)` in the order the API listed them.
+    pub namespaces: Vec<(String, u64)>,
+    /// Vector dimension, when reported.
+    pub dimension: Option<u32>,
+}
+
+/// A records-search request.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchRequest {
+    /// The query part.
+    pub query: SearchQuery,
+    /// Fields to return; omitted means all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<String>>,
+}
+
+/// The `query` object of a records search.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchQuery {
+    /// Number of hits.
+    pub top_k: u32,
+    /// `{"text": ...}` for integrated embedding.
+    pub inputs: SearchInputs,
+    /// Metadata filter, forwarded verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<Value>,
+}
+
+/// Text input of a records search.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchInputs {
+    /// The query text.
+    pub text: String,
+}
+
+/// One records-search hit.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SearchHit {
+    /// Record id.
+    #[serde(rename = "_id", default)]
+    pub id: String,
+    /// Similarity score.
+    #[serde(rename = "_score", default)]
+    pub score: f64,
+    /// Returned fields.
+    #[serde(default)]
+    pub fields: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+struct SearchResponse {
+    #[serde(default)]
+    result: Option<SearchResult>,
+}
+
+#[derive(Deserialize)]
+struct SearchResult {
+    #[serde(default)]
+    hits: Vec<SearchHit>,
+}
+
+/// One vector-query match (metadata sampling).
+#[derive(Debug, Clone, Deserialize)]
+pub struct QueryMatch {
+    /// Record id.
+    #[serde(default)]
+    pub id: String,
+    /// Record metadata.
+    #[serde(default)]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Deserialize)]
+struct QueryResponse {
+    #[serde(default)]
+    matches: Vec<QueryMatch>,
+}
+
+/// A document sent to rerank: only what the model reads.
+#[derive(Debug, Clone, Serialize)]
+pub struct RerankDocument {
+    /// Record id (not ranked; helps when reading request logs).
+    #[serde(rename = "_id")]
+    pub id: String,
+    /// The ranked text.
+    pub chunk_text: String,
+}
+
+/// One reranked position.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RankedDocument {
+    /// Position in the request's `documents`.
+    pub index: usize,
+    /// Relevance score.
+    #[serde(default)]
+    pub score: f64,
+}
+
+#[derive(Deserialize)]
+struct RerankResponse {
+    #[serde(default)]
+    data: Vec<RankedDocument>,
+}
+
+#[derive(Deserialize)]
+struct FetchResponse {
+    #[serde(default)]
+    vectors: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+struct StatsResponse {
+    #[serde(default)]
+    namespaces: Map<String, Value>,
+    #[serde(default)]
+    dimension: Option<u32>,
+}
+
+/// A client for one Pinecone project (one API key). Cheap to clone.
+#[derive(Clone)]
+pub struct PineconeClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    controller: String,
+    api_key: SecretString,
+    deadline: Duration,
+    /// Index name -> data-plane base URL, filled by describe-index.
+    hosts: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for PineconeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PineconeClient")
+            .field("controller", &self.inner.controller)
+            .field("deadline", &self.inner.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the shared HTTP client.
+///
+/// # Errors
+/// When the TLS backend cannot be initialised.
+pub fn http_client() -> PineconeResult<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(concat!("nexus-knowql/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| PineconeError::Transport {
+            label: "client setup".to_owned(),
+            message: e.to_string(),
+        })
+}
+
+/// Joins an index host with a path: a host with a scheme is used as-is.
+fn base_url(host: &str) -> String {
+    let host = host.trim().trim_end_matches('/');
+    if host.starts_with("http://") || host.starts_with("https://") {
+        host.to_owned()
+    } else {
+        format!("https://{host}")
+    }
+}
+
+impl PineconeClient {
+    /// A client for `api_key` talking to `controller` (control plane and
+    /// inference); every call gives up after `deadline`.
+    pub fn new(
+        http: reqwest::Client,
+        controller: impl Into<String>,
+        api_key: SecretString,
+        deadline: Duration,
+    ) -> Self {
+        PineconeClient {
+            inner: Arc::new(Inner {
+                http,
+                controller: base_url(&controller.into()),
+                api_key,
+                deadline,
+                hosts: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    fn redact(&self, text: &str) -> String {
+        redact_with(text, &[self.inner.api_key.expose_secret()])
+    }
+
+    /// Sends one JSON request with the deadline and retries, and decodes the answer.
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        label: &str,
+        build: impl Fn() -> reqwest::RequestBuilder,
+    ) -> PineconeResult<T> {
+        let attempts = async {
+            let mut attempt = 0;
+            loop {
+                match self.attempt(label, build()).await {
+                    Ok(v) => return Ok(v),
+                    Err(e) if e.is_retryable() && attempt < MAX_RETRIES => {
+                        tracing::warn!(label, attempt = attempt + 1, error = %e, "retrying Pinecone call");
+                        tokio::time::sleep(BASE_BACKOFF * 2u32.pow(attempt)).await;
+                        attempt += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        // Dropping `attempts` on expiry drops the in-flight request: reqwest
+        // closes the connection, so nothing keeps running in the background.
+        match tokio::time::timeout(self.inner.deadline, attempts).await {
+            Ok(result) => result,
+            Err(_) => Err(PineconeError::Timeout {
+                label: label.to_owned(),
+                ms: self.inner.deadline.as_millis(),
+            }),
+        }
+    }
+
+    async fn attempt<T: serde::de::DeserializeOwned>(
+        &self,
+        label: &str,
+        request: reqwest::RequestBuilder,
+    ) -> PineconeResult<T> {
+        let transport = |e: reqwest::Error| PineconeError::Transport {
+            label: label.to_owned(),
+            message: self.redact(&e.without_url().to_string()),
+        };
+        let response = request
+            .header("Api-Key", self.inner.api_key.expose_secret())
+            .header("X-Pinecone-Api-Version", PINECONE_API_VERSION)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = response.status();
+        let mut response = response;
+        let mut body: Vec<u8> = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(PineconeError::Decode {
+                    label: label.to_owned(),
+                    message: format!("response larger than {MAX_RESPONSE_BYTES} bytes"),
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if !status.is_success() {
+            return Err(PineconeError::Status {
+                label: label.to_owned(),
+                status: status.as_u16(),
+                message: self.redact(&error_message(&body)),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| PineconeError::Decode {
+            label: label.to_owned(),
+            message: self.redact(&e.to_string()),
+        })
+    }
+
+    /// `GET /indexes/{name}` on the control plane.
+    ///
+    /// # Errors
+    /// Any [`PineconeError`].
+    pub async fn describe_index(&self, index: &str) -> PineconeResult<IndexDescription> {
+        let url = format!(
+            "{}/indexes/{}",
+            self.inner.controller,
+            encode_segment(index)
+        );
+        self.call("describeIndex", || self.inner.http.get(&url))
+            .await
+    }
+
+    /// The data-plane base URL of `index` (describe-index once, then cached).
+    async fn index_url(&self, index: &str) -> PineconeResult<String> {
+        if let Some(url) = self.hosts().get(index) {
+            return Ok(url.clone());
+        }
+        let url = base_url(&self.describe_index(index).await?.host);
+        self.hosts().insert(index.to_owned(), url.clone());
+        Ok(url)
+    }
+
+    fn hosts(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // A poisoned map only ever holds complete entries; keep using it.
+        self.inner
+            .hosts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `POST /describe_index_stats`.
+    ///
+    /// # Errors
+    /// Any [`PineconeError`].
+    pub async fn describe_index_stats(&self, index: &str) -> PineconeResult<IndexStats> {
+        let url = format!("{}/describe_index_stats", self.index_url(index).await?);
+        let raw: StatsResponse = self
+            .call("describeIndexStats", || {
+                self.inner.http.post(&url).json(&serde_json::json!({}))
+            })
+            .await?;
+        let namespaces = raw
+            .namespaces
+            .into_iter()
+            .map(|(name, summary)| {
+                let count = summary
+                    .get("vectorCount")
+                    .or_else(|| summary.get("recordCount"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                (name, count)
+            })
+            .collect();
+        Ok(IndexStats {
+            namespaces,
+            dimension: raw.dimension,
+        })
+    }
+
+    /// `POST /records/namespaces/{namespace}/search`.
+    ///
+    /// # Errors
+    /// Any [`PineconeError`].
+    pub async fn search_records(
+        &self,
+        index: &str,
+        namespace: &str,
+        request: &SearchRequest,
+    ) -> PineconeResult<Vec<SearchHit>> {
+        let url = format!(
+            "{}/records/namespaces/{}/search",
+            self.index_url(index).await?,
+            encode_segment(namespace)
+        );
+        let raw: SearchResponse = self
+            .call("search", || self.inner.http.post(&url).json(request))
+            .await?;
+        Ok(raw.result.map(|r| r.hits).unwrap_or_default())
+    }
+
+    /// `POST /query` with a zero vector, returning metadata (sampling).
+    ///
+    /// # Errors
+    /// Any [`PineconeError`].
+    pub async fn sample_metadata(
+        &self,
+        index: &str,
+        namespace: &str,
+        dimension: u32,
+        top_k: u32,
+    ) -> PineconeResult<Vec<QueryMatch>> {
+        let url = format!("{}/query", self.index_url(index).await?);
+        let body = serde_json::json!({
+            "namespace": namespace,
+            "topK": top_k,
+            "vector": vec![0.0_f32; dimension as usize],
+            "includeMetadata": true,
+            "includeValues": false,
+        });
+        let raw: QueryResponse = self
+            .call("sampleNamespaceMetadata", || {
+                self.inner.http.post(&url).json(&body)
+            })
+            .await?;
+        Ok(raw.matches)
+    }
+
+    /// `GET /vectors/fetch`: records of `namespace` by id, each flattened to
+    /// one field map (top-level fields, then metadata, which wins).
+    ///
+    /// # Errors
+    /// Any [`PineconeError`].
+    pub async fn fetch_records(
+        &self,
+        index: &str,
+        namespace: &str,
+        ids: &[&str],
+    ) -> PineconeResult<Map<String, Value>> {
+        let url = format!("{}/vectors/fetch", self.index_url(index).await?);
+        let mut query: Vec<(&str, &str)> = ids.iter().map(|id| ("ids", *id)).collect();
+        query.push(("namespace", namespace));
+        let raw: FetchResponse = self
+            .call("fetchRecordFields", || {
+                self.inner.http.get(&url).query(&query)
+            })
+            .await?;
+        Ok(raw
+            .vectors
+            .into_iter()
+            .map(|(id, record)| {
+                let mut fields = Map::new();
+                if let Value::Object(record) = record {
+                    let metadata = record.get("metadata").and_then(Value::as_object).cloned();
+                    for (k, v) in record {
+                        if !matches!(k.as_str(), "metadata" | "values" | "sparseValues") {
+                            fields.insert(k, v);
+                        }
+                    }
+                    fields.extend(metadata.unwrap_or_default());
+                }
+                (id, Value::Object(fields))
+            })
+            .collect())
+    }
+
+    /// `POST /rerank` on the inference host.
+    ///
+    /// # Errors
+    /// Any [`PineconeError`].
+    pub async fn rerank(
+        &self,
+        model: &str,
+        query: &str,
+        documents: &[RerankDocument],
+        top_n: usize,
+    ) -> PineconeResult<Vec<RankedDocument>> {
+        let url = format!("{}/rerank", self.inner.controller);
+        let body = serde_json::json!({
+            "model": model,
+            "query": query,
+            "documents": documents,
+            "top_n": top_n,
+            "return_documents": false,
+            "rank_fields": ["chunk_text"],
+            "parameters": {"truncate": "END"},
+        });
+        let raw: RerankResponse = self
+            .call("rerank", || self.inner.http.post(&url).json(&body))
+            .await?;
+        Ok(raw.data)
+    }
+}
+
+/// Percent-encodes one path segment.
+fn encode_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Pinecone's error message from either error envelope, else the body start.
+fn error_message(body: &[u8]) -> String {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        v.get("error")
+            .and_then(|e| e.get("message"))
+            .or_else(|| v.get("message"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    let text = message.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    text.chars().take(ERROR_BODY_LIMIT).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_with_a_scheme_are_used_as_is() {
+        assert_eq!(base_url("http://127.0.0.1:9/"), "http://127.0.0.1:9");
+        assert_eq!(
+            base_url("idx-1.svc.pinecone.io"),
+            "https://idx-1.svc.pinecone.io"
+        );
+    }
+
+    #[test]
+    fn namespaces_are_encoded_as_one_segment() {
+        assert_eq!(encode_segment("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn error_messages_come_from_either_envelope() {
+        assert_eq!(
+            error_message(br#"{"error":{"code":"X","message":"m1"},"status":400}"#),
+            "m1"
+        );
+        assert_eq!(error_message(br#"{"code":3,"message":"m2"}"#), "m2");
+        assert_eq!(error_message(b"plain"), "plain");
+    }
+}

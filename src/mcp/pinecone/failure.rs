@@ -1,0 +1,63 @@
+//! How internal failures become the `ToolError` an agent reads.
+
+use crate::mcp::{ToolError, ToolErrorCode};
+
+use super::client::PineconeError;
+use super::search::SearchError;
+
+/// Suggestion attached to every `TIMEOUT`.
+pub const TIMEOUT_SUGGESTION: &str =
+    "Retry the request, or increase --pinecone-request-timeout-ms.";
+
+/// Why a tool call failed (boxed: it travels through every `?`).
+#[derive(Debug, Clone)]
+pub struct Failure(Box<Kind>);
+
+#[derive(Debug, Clone)]
+enum Kind {
+    /// Already an agent-facing error (validation, gate, …).
+    Tool(ToolError),
+    /// A Pinecone call failed.
+    Pinecone(PineconeError),
+    /// A search failed.
+    Search(SearchError),
+}
+
+impl From<ToolError> for Failure {
+    fn from(e: ToolError) -> Self {
+        Failure(Box::new(Kind::Tool(e)))
+    }
+}
+
+impl From<PineconeError> for Failure {
+    fn from(e: PineconeError) -> Self {
+        Failure(Box::new(Kind::Pinecone(e)))
+    }
+}
+
+impl From<SearchError> for Failure {
+    fn from(e: SearchError) -> Self {
+        Failure(Box::new(Kind::Search(e)))
+    }
+}
+
+impl Failure {
+    /// The agent-facing error: timeouts become `TIMEOUT`, other Pinecone
+    /// failures `PINECONE_ERROR` with the tool's fixed message, or with the
+    /// redacted cause when `details` is on.
+    pub fn into_tool_error(self, tool: &str, fallback: &str, details: bool) -> ToolError {
+        let (timeout, cause) = match *self.0 {
+            Kind::Tool(e) => return e,
+            Kind::Pinecone(e) => (e.is_timeout(), e.to_string()),
+            Kind::Search(e) => (e.is_timeout(), e.to_string()),
+        };
+        tracing::error!(tool, error = %crate::mcp::redact::redact(&cause), "tool failed");
+        let message = if details { cause } else { fallback.to_owned() };
+        if timeout {
+            ToolError::new(ToolErrorCode::Timeout, message, true)
+                .with_suggestion(TIMEOUT_SUGGESTION)
+        } else {
+            ToolError::new(ToolErrorCode::PineconeError, message, false)
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! [`PineconeServer`]: the MCP handler of the Pinecone tools, usable alone
+//! or delegated to by a handler that serves other tool families too.
+
+use std::sync::Arc;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::mcp::ToolError;
+
+use super::args::{
+    CountArgs, GenerateUrlsArgs, GuidedQueryArgs, KeywordSearchArgs, ListNamespacesArgs,
+    NamespaceRouterArgs, QueryArgs, QueryDocumentsArgs, SuggestQueryParamsArgs,
+};
+use super::client::{PineconeError, http_client};
+use super::config::PineconeConfig;
+use super::gate::Gate;
+use super::sources::Registry;
+use super::urls::{UrlGenerator, UrlRegistry};
+
+/// Server name announced at initialize.
+pub const SERVER_NAME: &str = "Pinecone Read-Only MCP";
+
+/// State shared by every tool call of one server.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) config: PineconeConfig,
+    pub(crate) registry: Registry,
+    pub(crate) gate: Gate,
+    pub(crate) urls: UrlRegistry,
+}
+
+/// The Pinecone retrieval tools as an MCP server.
+///
+/// Cheap to clone; clones share caches, the suggest-flow gate and URL
+/// generators. No network call happens until a tool runs.
+#[derive(Clone)]
+pub struct PineconeServer {
+    pub(crate) state: Arc<State>,
+    tool_router: ToolRouter<PineconeServer>,
+}
+
+impl std::fmt::Debug for PineconeServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PineconeServer")
+            .field("config", &self.state.config)
+            .finish_non_exhaustive()
+    }
+}
+
+const CORE_INSTRUCTIONS: &str = "\
+Read-only retrieval over Pinecone indexes (a dense and a sparse index per source, searched together).
+
+One call: guided_query picks a namespace, a tool and fields for a question and runs it; its experimental.decision_trace says what it chose.
+
+Step by step: list_namespaces (cached; see expires_at_iso) -> optionally namespace_router -> query (presets fast, detailed, full) or count or query_documents or keyword_search; generate_urls builds links for records without a url.
+
+Notes: results are fused from both indexes and reranked when a model is configured; count counts distinct documents among up to 10000 matching chunks (truncated says when the limit was hit); query_documents merges the chunks of each document; metadata_filter uses Pinecone filter operators; with several sources, list_sources names them and the source argument selects one. Rows carry document_id (paper_number is a deprecated alias). Errors are JSON objects {code, message, recoverable, field?, suggestion?}.";
+
+const GATE_INSTRUCTIONS: &str = "
+
+Suggest-flow: call suggest_query_params with the namespace and the user's question before query, count or query_documents, and use the tool and fields it recommends. guided_query does this by itself.";
+
+impl PineconeServer {
+    /// A server for `config`.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built.
+    pub fn new(config: PineconeConfig) -> Result<Self, PineconeError> {
+        Ok(Self::with_http_client(config, http_client()?))
+    }
+
+    /// A server for `config` using `http` for every Pinecone call.
+    pub fn with_http_client(config: PineconeConfig, http: reqwest::Client) -> Self {
+        let registry = Registry::new(&config, &http);
+        let urls = UrlRegistry::default();
+        if config.builtin_url_generators {
+            let names: Vec<String> = config.sources.iter().map(|s| s.name.clone()).collect();
+            urls.install_builtins(&names, config.is_multi_source());
+        }
+        let mut tool_router = Self::tool_router();
+        if !registry.is_multi() {
+            tool_router.remove_route("list_sources");
+        }
+        PineconeServer {
+            state: Arc::new(State {
+                gate: Gate::new(config.suggest_flow, config.cache_ttl),
+                registry,
+                urls,
+                config,
+            }),
+            tool_router,
+        }
+    }
+
+    /// The resolved configuration.
+    pub fn config(&self) -> &PineconeConfig {
+        &self.state.config
+    }
+
+    /// Installs a URL generator for `namespace` (on `source`, or on every
+    /// source when `None`), replacing any earlier one.
+    pub fn register_url_generator(
+        &self,
+        namespace: &str,
+        source: Option<&str>,
+        generator: UrlGenerator,
+    ) {
+        match source {
+            Some(s) => self
+                .state
+                .urls
+                .register(format!("{s}:{namespace}"), generator),
+            None => {
+                self.state.urls.register(namespace, generator.clone());
+                if self.state.registry.is_multi() {
+                    for s in self.state.registry.all() {
+                        self.state
+                            .urls
+                            .register(format!("{}:{namespace}", s.name()), generator.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops cached namespace lists (the next call rediscovers).
+    pub async fn clear_caches(&self) {
+        self.state.registry.clear_caches().await;
+    }
+
+    /// Probes every dense and sparse index with describe-index-stats (for
+    /// a `--check-indexes` startup check).
+    ///
+    /// # Errors
+    /// One redacted line per unreachable index, e.g.
+    /// `[src_b] Sparse index "kb2-sparse": describeIndexStats failed with HTTP 404: …`.
+    pub async fn check_indexes(&self) -> Result<String, Vec<String>> {
+        let registry = &self.state.registry;
+        let tagged = self.state.config.mode == super::config::SourceMode::Sources;
+        let probes = registry.all().iter().flat_map(|s| {
+            [
+                ("Dense", &s.config.index_name),
+                ("Sparse", &s.config.sparse_index_name),
+            ]
+            .map(|(kind, index)| async move {
+                s.client.describe_index_stats(index).await.err().map(|e| {
+                    let prefix = if tagged {
+                        format!("[{}] ", s.name())
+                    } else {
+                        String::new()
+                    };
+                    crate::mcp::redact::redact(&format!("{prefix}{kind} index \"{index}\": {e}"))
+                })
+            })
+        });
+        let failures: Vec<String> = futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        if !failures.is_empty() {
+            return Err(failures);
+        }
+        Ok(match registry.all() {
+            [only] if !tagged => format!(
+                "dense index \"{}\" and sparse index \"{}\" reachable.",
+                only.config.index_name, only.config.sparse_index_name
+            ),
+            all => format!("all {} source(s) reachable.", all.len()),
+        })
+    }
+
+    /// The tools this server offers (`list_sources` only with two or more sources).
+    pub fn tools(&self) -> Vec<Tool> {
+        self.tool_router.list_all()
+    }
+
+    /// Whether `name` is one of this server's tools.
+    pub fn has_tool(&self, name: &str) -> bool {
+        self.tool_router.has_route(name)
+    }
+
+    /// What to tell agents at initialize.
+    pub fn instructions(&self) -> String {
+        let mut text = CORE_INSTRUCTIONS.to_owned();
+        if self.state.gate.enabled() {
+            text.push_str(GATE_INSTRUCTIONS);
+        }
+        text
+    }
+
+    /// Runs a tool call. Argument errors (wrong type, missing field) come
+    /// back as a `VALIDATION` tool error naming the field, like every other
+    /// input problem; an unknown tool name is a protocol error.
+    ///
+    /// # Errors
+    /// `invalid_params` for an unknown tool.
+    pub async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if self.has_tool(&request.name) {
+            let empty = JsonObject::new();
+            let args = request.arguments.as_ref().unwrap_or(&empty);
+            if let Err(e) = check_arguments(&request.name, args) {
+                return Ok(e.into_result().into());
+            }
+        }
+        let tcc = ToolCallContext::new(self, request, context);
+        self.tool_router.call(tcc).await
+    }
+}
+
+/// Deserializes the arguments the way the tool will, to report a bad one as
+/// `VALIDATION` with its path.
+fn check<T: DeserializeOwned>(args: &JsonObject) -> Result<(), ToolError> {
+    match serde_path_to_error::deserialize::<_, T>(Value::Object(args.clone())) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let path = e.path().to_string();
+            let cause = e.into_inner().to_string();
+            let field = if path == "." {
+                cause
+                    .strip_prefix("missing field `")
+                    .and_then(|rest| rest.split('`').next())
+                    .unwrap_or("arguments")
+                    .to_owned()
+            } else {
+                path.replace('[', ".").replace(']', "")
+            };
+            Err(ToolError::validation(
+                field.clone(),
+                format!("Invalid argument \"{field}\": {cause}"),
+            ))
+        }
+    }
+}
+
+fn check_arguments(tool: &str, args: &JsonObject) -> Result<(), ToolError> {
+    match tool {
+        "list_namespaces" => check::<ListNamespacesArgs>(args),
+        "namespace_router" => check::<NamespaceRouterArgs>(args),
+        "suggest_query_params" => check::<SuggestQueryParamsArgs>(args),
+        "count" => check::<CountArgs>(args),
+        "query" => check::<QueryArgs>(args),
+        "keyword_search" => check::<KeywordSearchArgs>(args),
+        "query_documents" => check::<QueryDocumentsArgs>(args),
+        "guided_query" => check::<GuidedQueryArgs>(args),
+        "generate_urls" => check::<GenerateUrlsArgs>(args),
+        _ => Ok(()),
+    }
+}
+
+impl ServerHandler for PineconeServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
+            .with_instructions(self.instructions())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context).await
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tool_router.get(name).cloned()
+    }
+}

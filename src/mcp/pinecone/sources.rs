@@ -1,0 +1,290 @@
+//! The configured sources: clients, per-source namespace caches, aggregated
+//! discovery and resolution of `source`/`namespace` arguments.
+
+use std::time::Duration;
+
+use secrecy::ExposeSecret;
+use serde_json::Map;
+
+use crate::mcp::ToolError;
+use crate::mcp::redact::redact_with;
+
+use super::cache::TtlCell;
+use super::client::{PineconeClient, PineconeError};
+use super::config::{PineconeConfig, SourceConfig, SourceMode};
+use super::discovery::{Discovery, NamespaceRow, discover};
+use super::failure::Failure;
+use super::search::Indexes;
+
+/// One configured source at run time.
+#[derive(Debug)]
+pub struct Source {
+    /// Its configuration.
+    pub config: SourceConfig,
+    /// Its client.
+    pub client: PineconeClient,
+    cache: TtlCell<Discovery>,
+}
+
+impl Source {
+    /// Its indexes.
+    pub fn indexes(&self) -> Indexes<'_> {
+        Indexes {
+            client: &self.client,
+            dense: &self.config.index_name,
+            sparse: &self.config.sparse_index_name,
+            rerank_model: self.config.rerank_model.as_deref(),
+        }
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+}
+
+/// Discovery as a tool reports it.
+#[derive(Debug, Clone, Default)]
+pub struct NamespaceView {
+    /// Rows of every answering source.
+    pub rows: Vec<NamespaceRow>,
+    /// Configuration warnings.
+    pub warnings: Vec<String>,
+    /// True when every source answered from its cache.
+    pub cache_hit: bool,
+    /// Time until the first answering source's entry expires.
+    pub remaining: Duration,
+    /// Source name to redacted error, for sources that failed.
+    pub source_errors: Map<String, serde_json::Value>,
+}
+
+/// Every configured source.
+#[derive(Debug)]
+pub struct Registry {
+    mode: SourceMode,
+    sources: Vec<Source>,
+    default: usize,
+    ttl: Duration,
+    remote_schema: bool,
+}
+
+fn validation(code_field: &str, message: String, suggestion: &str) -> Failure {
+    ToolError::validation(code_field, message)
+        .with_suggestion(suggestion)
+        .into()
+}
+
+fn unknown_source(name: &str) -> Failure {
+    validation(
+        "source",
+        format!("Unknown source \"{name}\". Call list_sources for configured names."),
+        "Call list_sources to see configured source names.",
+    )
+}
+
+impl Registry {
+    /// Clients and caches for `config`'s sources.
+    pub fn new(config: &PineconeConfig, http: &reqwest::Client) -> Self {
+        let sources: Vec<Source> = config
+            .sources
+            .iter()
+            .map(|s| Source {
+                client: PineconeClient::new(
+                    http.clone(),
+                    config.controller_host.clone(),
+                    s.api_key.clone(),
+                    config.request_timeout,
+                ),
+                config: s.clone(),
+                cache: TtlCell::new(config.cache_ttl),
+            })
+            .collect();
+        let default = sources
+            .iter()
+            .position(|s| s.config.name == config.default_source)
+            .unwrap_or(0);
+        Registry {
+            mode: config.mode,
+            sources,
+            default,
+            ttl: config.cache_ttl,
+            remote_schema: config.remote_schema,
+        }
+    }
+
+    /// True with two or more sources.
+    pub fn is_multi(&self) -> bool {
+        self.sources.len() >= 2
+    }
+
+    /// Every source, in configuration order.
+    pub fn all(&self) -> &[Source] {
+        &self.sources
+    }
+
+    /// The default source.
+    pub fn default_source(&self) -> Option<&Source> {
+        self.sources.get(self.default)
+    }
+
+    /// The source named `name` (trimmed); `None` for no name.
+    ///
+    /// # Errors
+    /// `VALIDATION` on `source` for an unknown name.
+    pub fn named(&self, name: Option<&str>) -> Result<Option<&Source>, Failure> {
+        let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
+            return Ok(None);
+        };
+        self.sources
+            .iter()
+            .find(|s| s.config.name == name)
+            .map(Some)
+            .ok_or_else(|| unknown_source(name))
+    }
+
+    /// The cached discovery of one source.
+    async fn discover(
+        &self,
+        source: &Source,
+    ) -> Result<(Discovery, bool, Duration), PineconeError> {
+        let tag = self.mode == SourceMode::Sources;
+        let cached = source
+            .cache
+            .get_or_refresh(|| discover(&source.client, &source.config, tag, self.remote_schema))
+            .await?;
+        Ok((cached.value, cached.hit, cached.remaining))
+    }
+
+    /// Namespaces of `source`, or of every source (aggregated: failing
+    /// sources are reported in `source_errors` when others answer).
+    ///
+    /// # Errors
+    /// When the only source asked fails.
+    pub async fn namespaces(&self, source: Option<&Source>) -> Result<NamespaceView, Failure> {
+        let targets: Vec<&Source> = match source {
+            Some(s) => vec![s],
+            None => self.sources.iter().collect(),
+        };
+        if let [only] = targets.as_slice() {
+            let (d, hit, remaining) = self.discover(only).await?;
+            return Ok(NamespaceView {
+                rows: d.rows,
+                warnings: d.warnings,
+                cache_hit: hit,
+                remaining,
+                source_errors: Map::new(),
+            });
+        }
+        let results = futures::future::join_all(targets.iter().map(|s| self.discover(s))).await;
+        let mut view = NamespaceView {
+            cache_hit: true,
+            remaining: self.ttl,
+            ..NamespaceView::default()
+        };
+        let mut answered = false;
+        for (s, result) in targets.iter().zip(results) {
+            match result {
+                Ok((d, hit, remaining)) => {
+                    view.rows.extend(d.rows);
+                    view.warnings.extend(d.warnings);
+                    view.cache_hit &= hit;
+                    view.remaining = if answered {
+                        view.remaining.max(remaining)
+                    } else {
+                        remaining
+                    };
+                    answered = true;
+                }
+                Err(e) => {
+                    view.cache_hit = false;
+                    let message = redact_with(&e.to_string(), &[s.config.api_key.expose_secret()]);
+                    view.source_errors
+                        .insert(s.config.name.clone(), message.into());
+                }
+            }
+        }
+        Ok(view)
+    }
+
+    /// The source an execution tool runs on, checking in sources mode that
+    /// the namespace exists there.
+    ///
+    /// # Errors
+    /// `VALIDATION` for an unknown source, an unknown or ambiguous namespace,
+    /// or incomplete discovery; a Pinecone failure of discovery.
+    pub async fn resolve(&self, source: Option<&str>, namespace: &str) -> Result<&Source, Failure> {
+        let named = self.named(source)?;
+        let Some(fallback) = self.default_source() else {
+            return Err(unknown_source(source.unwrap_or("default")));
+        };
+        if self.mode == SourceMode::SingleKey {
+            return Ok(named.unwrap_or(fallback));
+        }
+        if let Some(s) = named {
+            let (d, _, _) = self.discover(s).await?;
+            if d.rows.iter().any(|r| r.name.trim() == namespace) {
+                return Ok(s);
+            }
+            return Err(validation(
+                "namespace",
+                format!(
+                    "Namespace \"{namespace}\" not found on source \"{}\".",
+                    s.name()
+                ),
+                "Use list_namespaces to discover valid namespace and source pairs.",
+            ));
+        }
+        let view = self.namespaces(None).await?;
+        if !view.source_errors.is_empty() {
+            return Err(validation(
+                "source",
+                "Namespace discovery is incomplete because one or more sources failed. Pass source explicitly or retry after resolving source_errors.".to_owned(),
+                "Pass source explicitly, or fix failing sources listed in list_namespaces source_errors and retry.",
+            ));
+        }
+        let matches: Vec<&NamespaceRow> = view
+            .rows
+            .iter()
+            .filter(|r| r.name.trim() == namespace)
+            .collect();
+        match matches.as_slice() {
+            [one] => {
+                let name = one.source.as_deref().unwrap_or(fallback.name());
+                Ok(self.named(Some(name))?.unwrap_or(fallback))
+            }
+            [] => Err(validation(
+                "namespace",
+                format!("Namespace \"{namespace}\" not found. Call list_namespaces first."),
+                "Use list_namespaces to discover valid namespace and source pairs.",
+            )),
+            _ => Err(validation(
+                "namespace",
+                format!(
+                    "Namespace \"{namespace}\" exists on multiple sources. Pass source explicitly."
+                ),
+                "Call list_namespaces and pass source explicitly when the namespace exists on multiple projects.",
+            )),
+        }
+    }
+
+    /// The suggest-flow key of a namespace on a source.
+    pub fn gate_key(&self, source: &Source, namespace: &str) -> String {
+        if self.is_multi() {
+            format!("{}:{namespace}", source.name())
+        } else {
+            namespace.to_owned()
+        }
+    }
+
+    /// The source name shown in execution responses (multi-source only).
+    pub fn shown<'a>(&self, source: &'a Source) -> Option<&'a str> {
+        self.is_multi().then(|| source.name())
+    }
+
+    /// Clears every namespace cache.
+    pub async fn clear_caches(&self) {
+        for s in &self.sources {
+            s.cache.clear().await;
+        }
+    }
+}
