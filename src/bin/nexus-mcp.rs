@@ -1,0 +1,224 @@
+//! `nexus-mcp`: the Nexus tools as an MCP server, over stdio or Streamable HTTP.
+//!
+//! ```text
+//! NEXUS_BASE_URL=https://HOST/api PINECONE_API_KEY=... nexus-mcp
+//! nexus-mcp --transport http --bind 127.0.0.1:8080
+//! ```
+//!
+//! Over stdio, stdout carries only JSON-RPC; logs go to stderr.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use nexus_knowql::Client;
+use nexus_knowql::client::{ENV_API_VERSION, ENV_BASE_URL};
+use nexus_knowql::mcp::http::{self, HttpOptions};
+use nexus_knowql::mcp::pinecone::{PineconeArgs, PineconeServer};
+use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
+use rmcp::ServiceExt;
+use secrecy::ExposeSecret;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+/// Serve the Pinecone Nexus tools (list_contexts, query_context, get_query) to
+/// MCP clients such as Claude Desktop or Cursor.
+#[derive(Debug, Parser)]
+#[command(name = "nexus-mcp", version, about, long_about = None)]
+struct Args {
+    /// How MCP clients connect: `stdio` (the client starts this process) or
+    /// `http` (Streamable HTTP at /mcp).
+    #[arg(long, value_enum, default_value_t = Transport::Stdio)]
+    transport: Transport,
+
+    /// Address to listen on with `--transport http`. Loopback by default;
+    /// any other address logs a warning.
+    #[arg(long, default_value = http::DEFAULT_BIND)]
+    bind: SocketAddr,
+
+    /// Nexus API base URL, for example https://HOST/api; enables the Nexus
+    /// tools. The Nexus tools use the Pinecone API key (--pinecone-api-key,
+    /// PINECONE_API_KEY): over stdio for every call, over HTTP only with
+    /// --allow-server-key (callers otherwise send their own X-Pinecone-Api-Key).
+    #[arg(long, env = ENV_BASE_URL)]
+    base_url: Option<String>,
+
+    /// Nexus API version to request.
+    #[arg(long, env = ENV_API_VERSION, default_value = "2026-07")]
+    api_version: String,
+
+    /// Over HTTP, use this server's own API key for requests that carry no
+    /// X-Pinecone-Api-Key. Anyone who can reach the server then acts as
+    /// this key's project.
+    #[arg(long)]
+    allow_server_key: bool,
+
+    /// Also accept requests from this browser Origin (scheme://host:port, or
+    /// :* for any port). Localhost origins are always accepted. Repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
+
+    /// Also accept this Host header value (a DNS name clients use to reach
+    /// the server). Loopback names and the bind address are always accepted.
+    /// Repeatable.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+
+    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
+    #[arg(long, env = "NEXUS_MCP_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+
+    #[command(flatten)]
+    pinecone: PineconeArgs,
+
+    /// Log format on stderr.
+    #[arg(long, value_enum, env = "NEXUS_MCP_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Transport {
+    Stdio,
+    Http,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(args: &Args) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        let level = &args.log_level;
+        EnvFilter::try_new(format!("nexus_knowql={level},nexus_mcp={level},rmcp=warn"))
+            .unwrap_or_else(|_| EnvFilter::new("nexus_knowql=info,nexus_mcp=info,rmcp=warn"))
+    });
+    // Logs always go to stderr, without colour codes: over stdio, stdout is
+    // the JSON-RPC channel, and stderr usually ends up in a client's log file.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn shutdown_signal(token: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutting down");
+    token.cancel();
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let client = match args.base_url.as_deref().filter(|u| !u.trim().is_empty()) {
+        Some(url) => {
+            let mut builder = Client::builder()
+                .base_url(url)
+                .api_version(args.api_version.as_str());
+            if let Some(key) = &args.pinecone.api_key {
+                builder = builder.api_key(key.expose_secret());
+            }
+            Some(builder.build().map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    let pinecone = match args.pinecone.resolve().map_err(|e| e.to_string())? {
+        Some(config) => Some(PineconeServer::new(config).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    if client.is_none() && pinecone.is_none() {
+        return Err(format!(
+            "nothing to serve: set {ENV_BASE_URL} (Nexus tools) or a Pinecone index (Pinecone tools)"
+        ));
+    }
+    let keys = match args.transport {
+        Transport::Stdio => KeyPolicy::Configured,
+        Transport::Http => KeyPolicy::Caller {
+            fallback_to_configured: args.allow_server_key,
+        },
+    };
+    let mut server = NexusMcp::new();
+    if let Some(client) = client {
+        server = server.with_nexus(NexusServer::new(client).with_key_policy(keys));
+    }
+    if let Some(pinecone) = pinecone {
+        server = server.with_pinecone(pinecone);
+    }
+
+    match args.transport {
+        Transport::Stdio => {
+            tracing::info!("serving MCP over stdio");
+            let running = server
+                .serve(rmcp::transport::stdio())
+                .await
+                .map_err(|e| format!("MCP handshake failed: {e}"))?;
+            running
+                .waiting()
+                .await
+                .map_err(|e| format!("MCP server stopped: {e}"))?;
+            Ok(())
+        }
+        Transport::Http => {
+            if args.allow_server_key {
+                tracing::warn!(
+                    "--allow-server-key: requests without X-Pinecone-Api-Key use this server's key"
+                );
+            }
+            let options = HttpOptions::default()
+                .allowed_origins(args.allow_origins)
+                .allowed_hosts(args.allow_hosts);
+            let listener = http::bind(args.bind)
+                .await
+                .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
+            let shutdown = CancellationToken::new();
+            tokio::spawn(shutdown_signal(shutdown.clone()));
+            http::serve(listener, server, &options, shutdown)
+                .await
+                .map_err(|e| format!("HTTP server failed: {e}"))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(&args);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("nexus-mcp: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nexus-mcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

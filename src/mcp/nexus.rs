@@ -1,0 +1,822 @@
+//! The Nexus tools: `list_contexts`, `query_context` and `get_query`.
+//!
+//! They have the names, arguments and result shapes of Nexus's hosted MCP
+//! server, plus `wait_seconds` on `get_query`. Every result carries the JSON
+//! both as a text block and as `structuredContent` described by the tool's
+//! `outputSchema`; every failure is a tool result with `isError: true` and a
+//! [`ToolError`] body.
+//!
+//! # Arguments are validated here, not by serde
+//!
+//! The tools take their arguments as a raw JSON object and check each field
+//! themselves. A typed `Parameters<T>` would turn a wrong type (a number for
+//! `question`, a string for `wait_seconds`) into rmcp's own error text, which
+//! names no field; here every schema-level problem becomes a `VALIDATION`
+//! error with `field` set, like any other bad input. The advertised
+//! `inputSchema` still comes from the typed argument structs below.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input};
+use rmcp::handler::server::tool::{ToolRouter, schema_for_output};
+use rmcp::model::{
+    CallToolResult, ContentBlock, JsonObject, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::tool_error::{ToolError, ToolErrorCode};
+use crate::{Client, Error, types};
+
+/// The longest question accepted, in characters.
+pub const MAX_QUESTION_CHARS: usize = 32 * 1024;
+/// The longest context slug or query id accepted, in characters.
+const MAX_ID_CHARS: usize = 128;
+/// The most `get_query` waits server-side.
+pub const MAX_WAIT_SECONDS: u64 = 60;
+/// First and longest pause between two polls while `get_query` waits.
+const POLL_FIRST: Duration = Duration::from_millis(200);
+const POLL_MAX: Duration = Duration::from_secs(2);
+
+/// The guide sent as the server's MCP `instructions`.
+pub const INSTRUCTIONS: &str = "Ask questions of Pinecone Nexus knowledge contexts. \
+Flow: 1) call list_contexts to see the contexts and whether each is `queryable`; \
+2) call query_context with a queryable context's slug and a question: it starts the \
+turn and returns a query_id at once; 3) call get_query with that query_id until \
+`status` is completed, failed or cancelled (pass wait_seconds, up to 60, to wait \
+server-side instead of polling). The answer and its citations are in the completed result.";
+
+/// How the tools obtain credentials for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyPolicy {
+    /// Every call uses the configured client and its key (stdio: one user).
+    Configured,
+    /// Every call uses the API key the caller sent in its HTTP request
+    /// (`X-Pinecone-Api-Key`), so each caller reaches its own project.
+    Caller {
+        /// Without a caller key, use the configured client's key instead of
+        /// refusing the call. Off unless the operator opts in.
+        fallback_to_configured: bool,
+    },
+}
+
+/// The MCP server of the Nexus tools. Clones share the client.
+#[derive(Clone)]
+pub struct NexusServer {
+    client: Client,
+    keys: KeyPolicy,
+    tool_router: ToolRouter<Self>,
+}
+
+impl fmt::Debug for NexusServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NexusServer")
+            .field("client", &self.client)
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Argument and result shapes (they are the advertised schemas).
+
+/// Arguments of `query_context`.
+#[derive(Debug, JsonSchema)]
+#[allow(dead_code)] // Only its schema is used; the fields are read by hand.
+struct QueryContextArgs {
+    /// The slug of a queryable context, as `list_contexts` returns it.
+    context: String,
+    /// The question, in natural language.
+    #[schemars(length(min = 1))]
+    question: String,
+}
+
+/// Arguments of `get_query`.
+#[derive(Debug, JsonSchema)]
+#[allow(dead_code)] // Only its schema is used; the fields are read by hand.
+struct GetQueryArgs {
+    /// The `query_id` returned by `query_context`.
+    query_id: String,
+    /// Wait up to this many seconds (0-60, default 0) for the turn to end before answering.
+    #[schemars(range(min = 0, max = 60))]
+    wait_seconds: Option<u64>,
+}
+
+/// One context as `list_contexts` describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ContextSummary {
+    /// The context's slug: what `query_context` takes.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// The context's id.
+    pub id: String,
+    /// What the context holds.
+    pub description: Option<String>,
+    /// Whether `query_context` may be called on it now.
+    pub queryable: bool,
+    /// Whether curation is running.
+    pub is_curating: bool,
+    /// Whether optimization is running.
+    pub is_optimizing: bool,
+    /// When it was last curated (ISO 8601), if ever.
+    pub last_curated_at: Option<String>,
+    /// When it was last optimized (ISO 8601), if ever.
+    pub last_optimized_at: Option<String>,
+}
+
+impl From<&types::ContextResponse> for ContextSummary {
+    fn from(c: &types::ContextResponse) -> Self {
+        ContextSummary {
+            slug: c.slug.clone(),
+            name: c.name.clone(),
+            id: c.id.clone(),
+            description: c.description.clone(),
+            queryable: c.is_queryable(),
+            is_curating: c.is_curating,
+            is_optimizing: c.is_optimizing,
+            last_curated_at: c.last_curated_at.as_ref().map(iso),
+            last_optimized_at: c.last_optimized_at.as_ref().map(iso),
+        }
+    }
+}
+
+/// The structured result of `list_contexts`.
+///
+/// The text block holds the bare array (the hosted server's shape);
+/// `structuredContent` wraps it in an object because MCP before 2026-07-28
+/// only carries object-shaped structured content.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ContextList {
+    /// Every context of the project.
+    pub contexts: Vec<ContextSummary>,
+}
+
+/// The result of `query_context`.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct QueryStarted {
+    /// Pass it to `get_query`.
+    pub query_id: String,
+    /// The turn's status (`in_progress` at first).
+    pub status: String,
+    /// The model answering, when known.
+    pub model: Option<String>,
+}
+
+/// One source an answer cites.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct CitationSummary {
+    /// The cited source file.
+    pub source: String,
+    /// Section paths within the source.
+    pub section_paths: Vec<Vec<String>>,
+    /// Cited pages.
+    pub pages: Vec<i64>,
+    /// How the answer is grounded in it.
+    pub grounding: Option<String>,
+    /// The kind of citation.
+    pub kind: Option<String>,
+}
+
+/// The result of `get_query`.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct QueryOutcome {
+    /// The turn.
+    pub query_id: String,
+    /// The answer text; null until the turn has completed.
+    pub answer: Option<String>,
+    /// The structured answer, when the turn asked for one.
+    pub output_json: Option<serde_json::Map<String, Value>>,
+    /// The sources the answer cites.
+    pub citations: Vec<CitationSummary>,
+    /// The model that answered.
+    pub model: Option<String>,
+    /// `in_progress`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    /// Why the turn failed or was cancelled.
+    pub error: Option<String>,
+}
+
+impl From<&types::Query> for QueryOutcome {
+    fn from(q: &types::Query) -> Self {
+        let completed = q.status == "completed";
+        QueryOutcome {
+            query_id: q.id.clone(),
+            answer: completed.then(|| q.answer_text()),
+            output_json: q.output_json.clone(),
+            citations: q
+                .citations
+                .iter()
+                .map(|c| CitationSummary {
+                    source: c.source.clone(),
+                    section_paths: c.section_paths.clone(),
+                    pages: c.pages.clone(),
+                    grounding: c.grounding.clone(),
+                    kind: c.kind.clone(),
+                })
+                .collect(),
+            model: q.model.clone(),
+            status: q.status.clone(),
+            error: q.error.clone(),
+        }
+    }
+}
+
+fn iso(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// A failed call: `isError: true` and the [`ToolError`] JSON as text.
+///
+/// The body is not repeated as `structuredContent`: it does not match the
+/// tool's `outputSchema`, and clients on older MCP TypeScript SDKs validate
+/// structured content against it even on errors, which would turn a clear
+/// tool error into an opaque protocol error.
+pub(crate) fn failure(error: ToolError) -> CallToolResult {
+    without_structured_error(error.into_result())
+}
+
+/// Drops `structuredContent` from an error result (see [`failure`]).
+pub(crate) fn without_structured_error(mut result: CallToolResult) -> CallToolResult {
+    if result.is_error == Some(true) {
+        result.structured_content = None;
+    }
+    result
+}
+
+fn input_schema<T: JsonSchema + 'static>() -> std::sync::Arc<JsonObject> {
+    // The argument types are constants of this module and always produce an
+    // object schema; the fallback only keeps a bad edit from panicking.
+    schema_for_input::<T>().unwrap_or_else(|_| schema_for_empty_input())
+}
+
+/// A successful result: `value` as text and as structured content.
+fn success<T: Serialize>(text: &impl Serialize, structured: &T) -> CallToolResult {
+    match (
+        serde_json::to_string(text),
+        serde_json::to_value(structured),
+    ) {
+        (Ok(text), Ok(value)) => {
+            let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+            result.structured_content = Some(value);
+            result
+        }
+        _ => failure(ToolError::new(
+            ToolErrorCode::NexusError,
+            "could not encode the result",
+            false,
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The tools.
+
+#[tool_router]
+impl NexusServer {
+    /// `list_contexts`: every context with whether it can be queried now.
+    #[tool(
+        name = "list_contexts",
+        description = "List the Nexus contexts of this project. Returns an array of \
+            {slug, name, id, description, queryable, is_curating, is_optimizing, \
+            last_curated_at, last_optimized_at}. Only contexts with queryable=true can be \
+            passed to query_context; a search context becomes queryable once it has been curated.",
+        input_schema = schema_for_empty_input(),
+        output_schema = schema_for_output::<ContextList>(),
+        annotations(
+            title = "List Nexus contexts",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn list_contexts(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        match self.run_list_contexts(&ctx).await {
+            Ok(list) => success(&list.contexts, &list),
+            Err(e) => failure(e),
+        }
+    }
+
+    /// `query_context`: starts a background turn.
+    #[tool(
+        name = "query_context",
+        description = "Ask a question of one Nexus context. Starts the query turn in the \
+            background and returns at once {query_id, status, model}; the answer is not in \
+            this result. Then call get_query with the query_id (optionally with wait_seconds) \
+            until status is completed, failed or cancelled. `context` is a slug from \
+            list_contexts whose queryable is true; `question` must not be empty.",
+        input_schema = input_schema::<QueryContextArgs>(),
+        output_schema = schema_for_output::<QueryStarted>(),
+        annotations(
+            title = "Ask a Nexus context",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = true
+        )
+    )]
+    async fn query_context(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        match self.run_query_context(&args, &ctx).await {
+            Ok(started) => success(&started, &started),
+            Err(e) => failure(e),
+        }
+    }
+
+    /// `get_query`: the state of a turn, optionally after waiting for it to end.
+    #[tool(
+        name = "get_query",
+        description = "Get the result of a query turn started by query_context. Returns \
+            {query_id, answer, output_json, citations, model, status, error}. answer is null \
+            until status is completed; while status is in_progress call again (or pass \
+            wait_seconds from 0 to 60 to wait server-side; progress notifications then carry \
+            the turn's step commentary). failed and cancelled turns explain why in error.",
+        input_schema = input_schema::<GetQueryArgs>(),
+        output_schema = schema_for_output::<QueryOutcome>(),
+        annotations(
+            title = "Get a Nexus query result",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn get_query(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        match self.run_get_query(&args, &ctx).await {
+            Ok(outcome) => success(&outcome, &outcome),
+            Err(e) => failure(e),
+        }
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for NexusServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(super::server::implementation())
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+impl NexusServer {
+    /// Tools that call Nexus with `client`, using its key for every call.
+    pub fn new(client: Client) -> Self {
+        NexusServer {
+            client,
+            keys: KeyPolicy::Configured,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Sets where each call's credentials come from (default
+    /// [`KeyPolicy::Configured`]).
+    pub fn with_key_policy(mut self, keys: KeyPolicy) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The definitions of the tools this server serves.
+    pub fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.tool_router.list_all()
+    }
+
+    /// The client for one call, following the key policy.
+    fn client_for(&self, ctx: &RequestContext<RoleServer>) -> Result<Client, ToolError> {
+        let fallback = match self.keys {
+            KeyPolicy::Configured => return Ok(self.client.clone()),
+            KeyPolicy::Caller {
+                fallback_to_configured,
+            } => fallback_to_configured,
+        };
+        match super::http::caller_api_key(&ctx.extensions) {
+            Some(key) => {
+                use secrecy::ExposeSecret;
+                Client::builder()
+                    .base_url(self.client.base_url())
+                    .api_version(self.client.api_version().clone())
+                    .http_client(self.client.transport().http().clone())
+                    .api_key(key.expose_secret())
+                    .build()
+                    .map_err(|e| nexus_error(e, Subject::None))
+            }
+            None if fallback => Ok(self.client.clone()),
+            None => Err(ToolError::new(
+                ToolErrorCode::Unauthorized,
+                format!(
+                    "no Pinecone API key: send yours in the {} header of each HTTP request",
+                    crate::client::API_KEY_HEADER
+                ),
+                false,
+            )
+            .with_suggestion(format!(
+                "configure the MCP client to send the {} header with your project's API key",
+                crate::client::API_KEY_HEADER
+            ))),
+        }
+    }
+
+    async fn run_list_contexts(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ContextList, ToolError> {
+        let client = self.client_for(ctx)?;
+        let contexts = client
+            .contexts()
+            .list()
+            .await
+            .map_err(|e| nexus_error(e, Subject::None))?;
+        Ok(ContextList {
+            contexts: contexts.iter().map(ContextSummary::from).collect(),
+        })
+    }
+
+    async fn run_query_context(
+        &self,
+        args: &JsonObject,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<QueryStarted, ToolError> {
+        let slug = required_id(args, "context")?;
+        let question = required_str(args, "question")?;
+        if question.trim().is_empty() {
+            return Err(ToolError::validation(
+                "question",
+                "question must not be empty",
+            ));
+        }
+        if question.chars().count() > MAX_QUESTION_CHARS {
+            return Err(ToolError::validation(
+                "question",
+                format!("question is longer than {MAX_QUESTION_CHARS} characters"),
+            ));
+        }
+        let client = self.client_for(ctx)?;
+        let context = client
+            .contexts()
+            .get(slug)
+            .await
+            .map_err(|e| nexus_error(e, Subject::Context(slug)))?;
+        if !context.is_queryable() {
+            return Err(not_queryable(&context));
+        }
+        let session = client
+            .session([context.slug.as_str()])
+            .build()
+            .map_err(|e| nexus_error(e, Subject::Context(slug)))?;
+        let handle = session
+            .ask(question)
+            .background()
+            .await
+            .map_err(|e| nexus_error(e, Subject::Context(slug)))?;
+        let query = handle.last_seen();
+        tracing::debug!(query_id = %query.id, context = slug, "query turn started");
+        Ok(QueryStarted {
+            query_id: query.id.clone(),
+            status: query.status.clone(),
+            model: query.model.clone(),
+        })
+    }
+
+    async fn run_get_query(
+        &self,
+        args: &JsonObject,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<QueryOutcome, ToolError> {
+        let query_id = required_id(args, "query_id")?;
+        let wait = optional_wait(args)?;
+        let client = self.client_for(ctx)?;
+        let fetch = || async {
+            client
+                .queries()
+                .get(query_id)
+                .await
+                .map_err(|e| nexus_error(e, Subject::Query(query_id)))
+        };
+        let mut query = fetch().await?;
+        if wait.is_zero() || query.is_terminal() {
+            return Ok(QueryOutcome::from(&query));
+        }
+
+        let mut progress = ctx
+            .meta
+            .get_progress_token()
+            .map(|token| StepProgress::new(token, ctx.peer.clone()));
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = POLL_FIRST;
+        loop {
+            if let Some(p) = progress.as_mut() {
+                p.report(&query.steps).await;
+            }
+            let now = tokio::time::Instant::now();
+            if query.is_terminal() || now >= deadline {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(pause.min(deadline - now)) => {}
+                // The client gave up on this call; stop polling for it.
+                _ = ctx.ct.cancelled() => break,
+            }
+            query = fetch().await?;
+            pause = (pause * 3 / 2).min(POLL_MAX);
+        }
+        Ok(QueryOutcome::from(&query))
+    }
+}
+
+/// Sends one progress notification per new or changed step commentary.
+struct StepProgress {
+    token: ProgressToken,
+    peer: rmcp::Peer<RoleServer>,
+    /// The commentary last reported per step id.
+    seen: HashMap<String, String>,
+    sent: u32,
+}
+
+impl StepProgress {
+    fn new(token: ProgressToken, peer: rmcp::Peer<RoleServer>) -> Self {
+        StepProgress {
+            token,
+            peer,
+            seen: HashMap::new(),
+            sent: 0,
+        }
+    }
+
+    async fn report(&mut self, steps: &[types::QueryStep]) {
+        for step in steps {
+            let commentary = step.commentary.trim();
+            if commentary.is_empty()
+                || self.seen.get(&step.step_id).map(String::as_str) == Some(commentary)
+            {
+                continue;
+            }
+            self.seen
+                .insert(step.step_id.clone(), commentary.to_owned());
+            self.sent += 1;
+            let note = ProgressNotificationParam::new(self.token.clone(), f64::from(self.sent))
+                .with_message(commentary);
+            // A client that went away cannot be told; the result still goes back.
+            if let Err(e) = self.peer.notify_progress(note).await {
+                tracing::debug!(error = %e, "could not send a progress notification");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Argument checks.
+
+fn required_str<'a>(args: &'a JsonObject, field: &str) -> Result<&'a str, ToolError> {
+    match args.get(field) {
+        None | Some(Value::Null) => {
+            Err(ToolError::validation(field, format!("{field} is required")))
+        }
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(ToolError::validation(
+            field,
+            format!("{field} must be a string, not {}", json_kind(other)),
+        )),
+    }
+}
+
+/// A context slug or a query id: 1 to 128 letters, digits, `-`, `_` or `.`.
+fn required_id<'a>(args: &'a JsonObject, field: &str) -> Result<&'a str, ToolError> {
+    let id = required_str(args, field)?.trim();
+    if id.is_empty() {
+        return Err(ToolError::validation(
+            field,
+            format!("{field} must not be empty"),
+        ));
+    }
+    let well_formed = id.len() <= MAX_ID_CHARS
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && id != "."
+        && id != "..";
+    if !well_formed {
+        let hint = match field {
+            "context" => "a context slug from list_contexts",
+            _ => "the query_id returned by query_context",
+        };
+        return Err(ToolError::validation(
+            field,
+            format!("{field} is not a valid id: expected {hint}"),
+        ));
+    }
+    Ok(id)
+}
+
+fn optional_wait(args: &JsonObject) -> Result<Duration, ToolError> {
+    const FIELD: &str = "wait_seconds";
+    let out_of_range = || {
+        ToolError::validation(
+            FIELD,
+            format!("{FIELD} must be an integer from 0 to {MAX_WAIT_SECONDS}"),
+        )
+    };
+    let seconds = match args.get(FIELD) {
+        None | Some(Value::Null) => 0,
+        Some(Value::Number(n)) => match (n.as_u64(), n.as_f64()) {
+            (Some(s), _) => s,
+            // 5.0 is an integer in JSON Schema's sense.
+            (None, Some(f)) if f.fract() == 0.0 && (0.0..=MAX_WAIT_SECONDS as f64).contains(&f) => {
+                f as u64
+            }
+            _ => return Err(out_of_range()),
+        },
+        Some(other) => {
+            return Err(ToolError::validation(
+                FIELD,
+                format!(
+                    "{FIELD} must be an integer from 0 to {MAX_WAIT_SECONDS}, not {}",
+                    json_kind(other)
+                ),
+            ));
+        }
+    };
+    if seconds > MAX_WAIT_SECONDS {
+        return Err(out_of_range());
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Error mapping.
+
+/// What a failed call was about, for NOT_FOUND messages.
+#[derive(Debug, Clone, Copy)]
+enum Subject<'a> {
+    None,
+    Context(&'a str),
+    Query(&'a str),
+}
+
+fn not_queryable(context: &types::ContextResponse) -> ToolError {
+    let slug = &context.slug;
+    let (message, suggestion) = if context.is_curating {
+        (
+            format!(
+                "context `{slug}` is not queryable yet: it is being curated for the first time"
+            ),
+            "wait for curation to finish (list_contexts shows is_curating and queryable), then call query_context again".to_owned(),
+        )
+    } else {
+        (
+            format!(
+                "context `{slug}` is not queryable: it is a {} context that has never been curated",
+                context.kind.as_str()
+            ),
+            format!(
+                "curate it first (POST /contexts/{slug}/curate), then call query_context again once list_contexts shows queryable=true"
+            ),
+        )
+    };
+    ToolError {
+        field: Some("context".into()),
+        ..ToolError::new(ToolErrorCode::Validation, message, true)
+    }
+    .with_suggestion(suggestion)
+}
+
+/// Maps an SDK error to what the agent reads.
+fn nexus_error(err: Error, subject: Subject<'_>) -> ToolError {
+    if err.is_not_found() {
+        return match subject {
+            Subject::Context(slug) => ToolError::new(
+                ToolErrorCode::NotFound,
+                format!("no context `{slug}` in this project"),
+                true,
+            )
+            .with_suggestion("call list_contexts to see the available slugs"),
+            Subject::Query(id) => {
+                ToolError::new(ToolErrorCode::NotFound, format!("no query `{id}`"), true)
+                    .with_suggestion("pass the query_id returned by query_context")
+            }
+            Subject::None => ToolError::new(ToolErrorCode::NotFound, err.to_string(), false),
+        };
+    }
+    match &err {
+        Error::Unauthorized { .. } => ToolError::new(
+            ToolErrorCode::Unauthorized,
+            format!("Nexus refused the credentials: {err}"),
+            false,
+        )
+        .with_suggestion("check the Pinecone API key the server or the HTTP request provides"),
+        Error::Timeout { .. } => ToolError::new(
+            ToolErrorCode::Timeout,
+            format!("Nexus did not answer in time: {err}"),
+            true,
+        )
+        .with_suggestion("call the tool again"),
+        Error::Transport { .. } => ToolError::new(
+            ToolErrorCode::NexusError,
+            format!("could not reach Nexus: {}", error_chain(&err)),
+            true,
+        )
+        .with_suggestion("check that Nexus is running and reachable, then call the tool again"),
+        Error::InvalidRequest(_) => {
+            ToolError::new(ToolErrorCode::NexusError, err.to_string(), false)
+        }
+        _ if err.is_conflict() => ToolError::new(ToolErrorCode::NexusError, err.to_string(), true)
+            .with_suggestion("another turn is in flight; wait for it, then try again"),
+        _ => ToolError::new(
+            ToolErrorCode::NexusError,
+            err.to_string(),
+            err.is_retryable(),
+        ),
+    }
+}
+
+/// The error and its sources, joined (the top level alone says "transport error").
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: Value) -> JsonObject {
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn ids_are_checked_field_by_field() {
+        let e = required_id(&args(serde_json::json!({"context": 5})), "context").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("context"));
+        assert!(e.message.contains("must be a string"), "{}", e.message);
+        let e = required_id(&args(serde_json::json!({})), "query_id").unwrap_err();
+        assert!(e.message.contains("required"));
+        let e =
+            required_id(&args(serde_json::json!({"query_id": "../x"})), "query_id").unwrap_err();
+        assert!(e.message.contains("not a valid id"));
+        assert_eq!(
+            required_id(&args(serde_json::json!({"context": " docs "})), "context").unwrap(),
+            "docs"
+        );
+    }
+
+    #[test]
+    fn wait_seconds_accepts_only_0_to_60() {
+        let w = |v: Value| optional_wait(&args(serde_json::json!({ "wait_seconds": v })));
+        assert_eq!(w(Value::Null).unwrap(), Duration::ZERO);
+        assert_eq!(w(serde_json::json!(60)).unwrap(), Duration::from_secs(60));
+        assert_eq!(w(serde_json::json!(5.0)).unwrap(), Duration::from_secs(5));
+        for bad in [
+            serde_json::json!(61),
+            serde_json::json!(-1),
+            serde_json::json!(1.5),
+            serde_json::json!("5"),
+        ] {
+            let e = w(bad.clone()).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("wait_seconds"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_pending_turn_has_no_answer_yet() {
+        let q: types::Query = serde_json::from_value(serde_json::json!({
+            "id": "q1", "object": "query", "session_id": "s1", "created": 0,
+            "status": "in_progress", "input": [], "runtime_ms": 0, "steps": [],
+            "citations": [], "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+            "output": [{"role": "assistant", "content": [{"type": "output_text", "text": "partial"}]}]
+        }))
+        .unwrap();
+        let out = QueryOutcome::from(&q);
+        assert_eq!(out.answer, None);
+        assert_eq!(out.status, "in_progress");
+    }
+}

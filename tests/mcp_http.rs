@@ -1,0 +1,261 @@
+//! The MCP server over Streamable HTTP: JSON-RPC posted with reqwest 0.12 to
+//! an in-process axum server on 127.0.0.1:0.
+#![cfg(feature = "mcp")]
+
+#[path = "support/mcp.rs"]
+mod mcp_support;
+
+use mcp_support::*;
+use nexus_knowql::mcp::http::{self, HttpOptions};
+use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const CALLER_KEY: &str = "pcsk_caller_key_abcdefghijklmnopqrstuv";
+
+/// A running HTTP server; cancelled on drop.
+struct Served {
+    url: String,
+    shutdown: CancellationToken,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+async fn serve(nexus_url: &str, keys: KeyPolicy, options: HttpOptions) -> Served {
+    let server =
+        NexusMcp::new().with_nexus(NexusServer::new(nexus_client(nexus_url)).with_key_policy(keys));
+    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let url = format!(
+        "http://{}{}",
+        listener.local_addr().unwrap(),
+        http::MCP_PATH
+    );
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    tokio::spawn(async move { http::serve(listener, server, &options, token).await });
+    Served { url, shutdown }
+}
+
+fn caller_keys() -> KeyPolicy {
+    KeyPolicy::Caller {
+        fallback_to_configured: false,
+    }
+}
+
+/// The `x-pinecone-api-key` values Nexus received.
+async fn keys_received(nexus: &wiremock::MockServer) -> Vec<String> {
+    nexus
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.headers.get("x-pinecone-api-key"))
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn http_session_uses_the_callers_key_for_each_request() {
+    let nexus = fake_nexus(0).await;
+    let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
+    let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
+    let init = mcp.initialize().await;
+    assert_eq!(init["serverInfo"]["name"], "nexus-knowql");
+    assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(init["instructions"].as_str().unwrap().contains("get_query"));
+    assert!(mcp.session.is_some(), "a session id was issued");
+
+    let (id, tools) = mcp.request("tools/list", json!({})).await;
+    let names: Vec<&str> = tools.response(id)["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["get_query", "list_contexts", "query_context"]);
+
+    let result = mcp.call("list_contexts", json!({})).await;
+    assert_eq!(result["isError"], false, "{result}");
+    let slugs: Vec<&str> = result["structuredContent"]["contexts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["slug"].as_str().unwrap())
+        .collect();
+    assert_eq!(slugs, ["handbook", "papers", "drafts", "fresh"]);
+    assert_eq!(keys_received(&nexus).await, [CALLER_KEY]);
+}
+
+#[tokio::test]
+async fn http_query_flow_with_wait_seconds_streams_progress() {
+    let nexus = fake_nexus(2).await;
+    let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
+    let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
+    mcp.initialize().await;
+    let started = mcp
+        .call(
+            "query_context",
+            json!({"context": "papers", "question": "What is new?"}),
+        )
+        .await;
+    assert_eq!(started["structuredContent"]["query_id"], "q_1");
+
+    let (id, answer) = mcp
+        .request(
+            "tools/call",
+            json!({
+                "name": "get_query",
+                "arguments": {"query_id": "q_1", "wait_seconds": 10},
+                "_meta": {"progressToken": "tok-1"}
+            }),
+        )
+        .await;
+    let result = &answer.response(id)["result"];
+    assert_eq!(result["structuredContent"]["status"], "completed");
+    assert_eq!(
+        result["structuredContent"]["answer"],
+        "Install it with cargo."
+    );
+    let progress = answer.notifications("notifications/progress");
+    let messages: Vec<&str> = progress
+        .iter()
+        .map(|p| p["params"]["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "Searching the handbook",
+            "Reading guide.md",
+            "Writing the answer"
+        ]
+    );
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["params"]["progressToken"] == "tok-1")
+    );
+}
+
+#[tokio::test]
+async fn wait_without_a_progress_token_sends_no_progress() {
+    let nexus = fake_nexus(1).await;
+    let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
+    let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
+    mcp.initialize().await;
+    let (id, answer) = mcp
+        .request(
+            "tools/call",
+            json!({"name": "get_query", "arguments": {"query_id": "q_1", "wait_seconds": 10}}),
+        )
+        .await;
+    assert_eq!(
+        answer.response(id)["result"]["structuredContent"]["status"],
+        "completed"
+    );
+    assert!(answer.notifications("notifications/progress").is_empty());
+}
+
+#[tokio::test]
+async fn http_without_a_key_is_a_clear_unauthorized_tool_error() {
+    let nexus = fake_nexus(0).await;
+    let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
+    let mut mcp = HttpMcp::new(&served.url);
+    mcp.initialize().await;
+    let result = mcp.call("list_contexts", json!({})).await;
+    assert_eq!(result["isError"], true);
+    let body: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["code"], "UNAUTHORIZED");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("X-Pinecone-Api-Key"),
+        "{body}"
+    );
+    // The server's own key was not used: Nexus saw nothing.
+    assert!(nexus.received_requests().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_server_key_is_used_only_when_allowed() {
+    let nexus = fake_nexus(0).await;
+    let keys = KeyPolicy::Caller {
+        fallback_to_configured: true,
+    };
+    let served = serve(&nexus.uri(), keys, HttpOptions::default()).await;
+    let mut anonymous = HttpMcp::new(&served.url);
+    anonymous.initialize().await;
+    let result = anonymous.call("list_contexts", json!({})).await;
+    assert_eq!(result["isError"], false, "{result}");
+    let mut keyed = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
+    keyed.initialize().await;
+    keyed.call("list_contexts", json!({})).await;
+    // A caller's own key still wins over the server's.
+    assert_eq!(keys_received(&nexus).await, [SERVER_KEY, CALLER_KEY]);
+}
+
+#[tokio::test]
+async fn a_foreign_origin_is_rejected_and_localhost_is_not() {
+    let nexus = fake_nexus(0).await;
+    let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
+
+    let mut evil = HttpMcp::new(&served.url).header("Origin", "https://evil.example");
+    let (_, answer) = evil
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
+        )
+        .await;
+    assert_eq!(answer.status, 403, "{answer:?}");
+    assert!(answer.messages.is_empty());
+
+    let mut local = HttpMcp::new(&served.url).header("Origin", "http://localhost:3000");
+    local.initialize().await;
+
+    let served = serve(
+        &nexus.uri(),
+        caller_keys(),
+        HttpOptions::default().allowed_origins(["https://app.example:443"]),
+    )
+    .await;
+    let mut allowed = HttpMcp::new(&served.url).header("Origin", "https://app.example");
+    allowed.initialize().await;
+}
+
+#[tokio::test]
+async fn a_foreign_host_header_is_rejected() {
+    let nexus = fake_nexus(0).await;
+    let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
+    let mut rebound = HttpMcp::new(&served.url).header("Host", "attacker.example");
+    let (_, answer) = rebound
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
+        )
+        .await;
+    assert_eq!(answer.status, 403, "{answer:?}");
+}
+
+#[tokio::test]
+async fn bad_arguments_over_http_are_tool_errors_not_protocol_errors() {
+    let nexus = fake_nexus(0).await;
+    let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
+    let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
+    mcp.initialize().await;
+    let result = mcp
+        .call(
+            "get_query",
+            json!({"query_id": true, "wait_seconds": "soon"}),
+        )
+        .await;
+    assert_eq!(result["isError"], true);
+    // The body is text only: it does not match the tool's outputSchema.
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    let body: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["code"], "VALIDATION");
+    assert_eq!(body["field"], "query_id");
+}

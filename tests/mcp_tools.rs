@@ -1,0 +1,492 @@
+//! The Nexus tools driven by rmcp's client, in process over `tokio::io::duplex`,
+//! against a scripted Nexus.
+#![cfg(feature = "mcp")]
+
+#[path = "support/mcp.rs"]
+mod mcp_support;
+
+use mcp_support::*;
+use nexus_knowql::mcp::{NexusMcp, NexusServer};
+use serde_json::{Value, json};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+#[tokio::test]
+async fn initialize_reports_name_version_and_instructions() {
+    let nexus = fake_nexus(0).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let info = client.peer_info().expect("server info");
+    let server = info.server_info.clone().expect("server identity");
+    assert_eq!(server.name, "nexus-knowql");
+    assert_eq!(server.version, env!("CARGO_PKG_VERSION"));
+    let instructions = info.instructions.clone().unwrap_or_default();
+    for word in [
+        "list_contexts",
+        "query_context",
+        "get_query",
+        "wait_seconds",
+    ] {
+        assert!(instructions.contains(word), "instructions miss {word}");
+    }
+    assert!(info.capabilities.tools.is_some());
+}
+
+#[tokio::test]
+async fn tools_list_has_schemas_and_read_only_annotations() {
+    let nexus = fake_nexus(0).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["get_query", "list_contexts", "query_context"]);
+    for tool in &tools {
+        let ann = tool.annotations.as_ref().expect("annotations");
+        assert_eq!(ann.read_only_hint, Some(true), "{}", tool.name);
+        assert_eq!(ann.destructive_hint, Some(false), "{}", tool.name);
+        let out = tool.output_schema.as_ref().expect("output schema");
+        assert_eq!(out["type"], "object", "{}", tool.name);
+        assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
+        assert!(tool.description.as_deref().unwrap_or_default().len() > 80);
+    }
+    let by_name = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
+
+    let q = &by_name("query_context").input_schema;
+    assert_eq!(q["required"], json!(["context", "question"]));
+    assert_eq!(q["properties"]["question"]["type"], "string");
+    let g = &by_name("get_query").input_schema;
+    assert_eq!(g["required"], json!(["query_id"]));
+    assert_eq!(g["properties"]["wait_seconds"]["maximum"], 60);
+    assert_eq!(g["properties"]["wait_seconds"]["minimum"], 0);
+
+    let out = by_name("get_query").output_schema.clone().unwrap();
+    let props = out["properties"].as_object().unwrap();
+    for key in [
+        "query_id",
+        "answer",
+        "output_json",
+        "citations",
+        "model",
+        "status",
+        "error",
+    ] {
+        assert!(props.contains_key(key), "get_query output lacks {key}");
+    }
+    let out = by_name("query_context").output_schema.clone().unwrap();
+    let keys: Vec<&String> = out["properties"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["query_id", "status", "model"]);
+}
+
+#[tokio::test]
+async fn list_contexts_derives_queryable_and_formats_timestamps() {
+    let nexus = fake_nexus(0).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let result = call(&client, "list_contexts", json!({})).await;
+    assert_eq!(result.is_error, Some(false));
+    let list = text_json(&result);
+    let list = list.as_array().expect("the text block is the array");
+    let get = |slug: &str| list.iter().find(|c| c["slug"] == slug).unwrap().clone();
+    assert_eq!(get("handbook")["queryable"], true);
+    assert_eq!(get("papers")["queryable"], true);
+    assert_eq!(get("drafts")["queryable"], false);
+    assert_eq!(get("papers")["last_curated_at"], "2026-07-03T10:20:30Z");
+    assert_eq!(get("drafts")["last_curated_at"], Value::Null);
+    assert_eq!(get("fresh")["is_curating"], true);
+    let handbook = get("handbook");
+    let keys: Vec<&String> = handbook.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "slug",
+            "name",
+            "id",
+            "description",
+            "queryable",
+            "is_curating",
+            "is_optimizing",
+            "last_curated_at",
+            "last_optimized_at"
+        ]
+    );
+    let structured = result.structured_content.expect("structured content");
+    assert_eq!(&structured["contexts"], &Value::Array(list.clone()));
+
+    // The configured key was sent to Nexus.
+    let received = nexus.received_requests().await.unwrap();
+    assert!(
+        received
+            .iter()
+            .all(|r| r.headers["x-pinecone-api-key"] == SERVER_KEY)
+    );
+}
+
+#[tokio::test]
+async fn query_context_then_get_query_polls_to_the_answer() {
+    let nexus = fake_nexus(2).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let started = call(
+        &client,
+        "query_context",
+        json!({"context": "handbook", "question": "How do I install it?"}),
+    )
+    .await;
+    assert_eq!(started.is_error, Some(false), "{started:?}");
+    let started = started.structured_content.unwrap();
+    assert_eq!(
+        started,
+        json!({"query_id": "q_1", "status": "in_progress", "model": "nexus-large"})
+    );
+
+    // What Nexus was asked: a background turn scoped to the context.
+    let posts: Vec<Value> = nexus
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.method.as_str() == "POST")
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert_eq!(posts.len(), 1);
+    assert_eq!(posts[0]["background"], true);
+    assert_eq!(posts[0]["scope"], json!(["handbook"]));
+    assert_eq!(posts[0]["ask"], "How do I install it?");
+
+    let mut polls = 0;
+    let done = loop {
+        polls += 1;
+        let r = call(&client, "get_query", json!({"query_id": "q_1"})).await;
+        let v = r.structured_content.clone().unwrap();
+        assert_eq!(text_json(&r), v);
+        if v["status"] != "in_progress" {
+            break v;
+        }
+        assert_eq!(v["answer"], Value::Null);
+        assert!(polls < 10);
+    };
+    assert_eq!(polls, 3);
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["answer"], "Install it with cargo.");
+    assert_eq!(done["citations"][0]["source"], "guide.md");
+    assert_eq!(
+        done["citations"][0]["section_paths"],
+        json!([["Setup", "Install"]])
+    );
+    assert_eq!(done["model"], "nexus-large");
+    assert_eq!(done["error"], Value::Null);
+}
+
+#[tokio::test]
+async fn wait_seconds_waits_and_reports_step_commentary_as_progress() {
+    let nexus = fake_nexus(2).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let r = call(
+        &client,
+        "get_query",
+        json!({"query_id": "q_1", "wait_seconds": 10}),
+    )
+    .await;
+    let v = r.structured_content.unwrap();
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["answer"], "Install it with cargo.");
+
+    // rmcp hands each notification to the client handler on its own task, so
+    // the last ones may land just after the response.
+    let mut progress = Vec::new();
+    for _ in 0..200 {
+        progress = client.service().progress.lock().unwrap().clone();
+        if progress.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let values: Vec<f64> = progress.iter().map(|p| p.progress).collect();
+    let mut distinct = values.clone();
+    distinct.sort_by(f64::total_cmp);
+    distinct.dedup();
+    assert_eq!(distinct.len(), values.len(), "{values:?}");
+    progress.sort_by(|a, b| a.progress.total_cmp(&b.progress));
+    let messages: Vec<&str> = progress
+        .iter()
+        .filter_map(|p| p.message.as_deref())
+        .collect();
+    // Each step is reported once, in order, even though it was seen on several polls.
+    assert_eq!(
+        messages,
+        [
+            "Searching the handbook",
+            "Reading guide.md",
+            "Writing the answer"
+        ]
+    );
+    let gets = nexus
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.url.path() == "/queries/q_1")
+        .count();
+    assert_eq!(gets, 3);
+}
+
+#[tokio::test]
+async fn wait_seconds_returns_the_pending_turn_when_time_runs_out() {
+    let nexus = fake_nexus(u64::MAX).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let started = std::time::Instant::now();
+    let r = call(
+        &client,
+        "get_query",
+        json!({"query_id": "q_1", "wait_seconds": 1}),
+    )
+    .await;
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    assert_eq!(r.is_error, Some(false));
+    let v = r.structured_content.unwrap();
+    assert_eq!(v["status"], "in_progress");
+    assert_eq!(v["answer"], Value::Null);
+}
+
+/// Asserts a VALIDATION error on `field`.
+fn assert_validation(result: &rmcp::model::CallToolResult, field: &str) -> Value {
+    let body = tool_error(result);
+    assert_eq!(body["code"], "VALIDATION", "{body}");
+    assert_eq!(body["field"], field, "{body}");
+    assert_eq!(body["recoverable"], true, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn bad_arguments_are_validation_errors_naming_the_field() {
+    let nexus = fake_nexus(0).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let cases = [
+        (
+            "query_context",
+            json!({"context": "handbook", "question": ""}),
+            "question",
+        ),
+        (
+            "query_context",
+            json!({"context": "handbook", "question": "   "}),
+            "question",
+        ),
+        ("query_context", json!({"context": "handbook"}), "question"),
+        (
+            "query_context",
+            json!({"context": "handbook", "question": 42}),
+            "question",
+        ),
+        ("query_context", json!({"question": "why?"}), "context"),
+        (
+            "query_context",
+            json!({"context": "a/b", "question": "why?"}),
+            "context",
+        ),
+        (
+            "query_context",
+            json!({"context": ["handbook"], "question": "why?"}),
+            "context",
+        ),
+        ("get_query", json!({}), "query_id"),
+        ("get_query", json!({"query_id": ""}), "query_id"),
+        ("get_query", json!({"query_id": "q 1"}), "query_id"),
+        (
+            "get_query",
+            json!({"query_id": "q_1", "wait_seconds": 61}),
+            "wait_seconds",
+        ),
+        (
+            "get_query",
+            json!({"query_id": "q_1", "wait_seconds": -1}),
+            "wait_seconds",
+        ),
+        (
+            "get_query",
+            json!({"query_id": "q_1", "wait_seconds": "5"}),
+            "wait_seconds",
+        ),
+        (
+            "get_query",
+            json!({"query_id": "q_1", "wait_seconds": 2.5}),
+            "wait_seconds",
+        ),
+    ];
+    for (tool, args, field) in cases {
+        let r = call(&client, tool, args.clone()).await;
+        let body = assert_validation(&r, field);
+        assert!(
+            body["message"].as_str().unwrap().contains(field),
+            "{tool} {args}: {body}"
+        );
+    }
+    let long = "x".repeat(nexus_knowql::mcp::nexus::MAX_QUESTION_CHARS + 1);
+    let r = call(
+        &client,
+        "query_context",
+        json!({"context": "handbook", "question": long}),
+    )
+    .await;
+    assert_validation(&r, "question");
+    // None of them reached Nexus.
+    assert!(nexus.received_requests().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn unknown_context_and_query_are_not_found() {
+    let nexus = fake_nexus(0).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let r = call(
+        &client,
+        "query_context",
+        json!({"context": "nope", "question": "why?"}),
+    )
+    .await;
+    let body = tool_error(&r);
+    assert_eq!(body["code"], "NOT_FOUND");
+    assert!(body["message"].as_str().unwrap().contains("nope"));
+    assert!(
+        body["suggestion"]
+            .as_str()
+            .unwrap()
+            .contains("list_contexts")
+    );
+
+    let r = call(&client, "get_query", json!({"query_id": "q_missing"})).await;
+    let body = tool_error(&r);
+    assert_eq!(body["code"], "NOT_FOUND");
+    assert!(body["message"].as_str().unwrap().contains("q_missing"));
+}
+
+#[tokio::test]
+async fn a_context_never_curated_is_refused_with_a_curation_hint() {
+    let nexus = fake_nexus(0).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let r = call(
+        &client,
+        "query_context",
+        json!({"context": "drafts", "question": "why?"}),
+    )
+    .await;
+    let body = assert_validation(&r, "context");
+    assert!(
+        body["message"].as_str().unwrap().contains("not queryable"),
+        "{body}"
+    );
+    assert!(
+        body["suggestion"].as_str().unwrap().contains("curate"),
+        "{body}"
+    );
+
+    let r = call(
+        &client,
+        "query_context",
+        json!({"context": "fresh", "question": "why?"}),
+    )
+    .await;
+    let body = assert_validation(&r, "context");
+    assert!(
+        body["message"].as_str().unwrap().contains("being curated"),
+        "{body}"
+    );
+
+    let posts = nexus
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.method.as_str() == "POST")
+        .count();
+    assert_eq!(
+        posts, 0,
+        "no turn may start on a context that is not queryable"
+    );
+}
+
+#[tokio::test]
+async fn refused_credentials_are_unauthorized_and_never_echoed() {
+    let nexus = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/contexts"))
+        .and(header("x-pinecone-api-key", SERVER_KEY))
+        .respond_with(
+            ResponseTemplate::new(401)
+                .set_body_json(json!({"message": format!("invalid api key {SERVER_KEY}")})),
+        )
+        .mount(&nexus)
+        .await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let r = call(&client, "list_contexts", json!({})).await;
+    let body = tool_error(&r);
+    assert_eq!(body["code"], "UNAUTHORIZED");
+    assert_eq!(body["recoverable"], false);
+    assert!(!body.to_string().contains(SERVER_KEY), "{body}");
+}
+
+#[tokio::test]
+async fn unreachable_nexus_is_a_recoverable_nexus_error() {
+    // A port nothing listens on: bind, note the port, close.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    let client = nexus_knowql::Client::builder()
+        .base_url(&base)
+        .api_key(SERVER_KEY)
+        .retry(nexus_knowql::RetryPolicy::never())
+        .build()
+        .unwrap();
+    let mcp = connect(NexusMcp::new().with_nexus(NexusServer::new(client))).await;
+    for (tool, args) in [
+        ("list_contexts", json!({})),
+        (
+            "query_context",
+            json!({"context": "handbook", "question": "why?"}),
+        ),
+        ("get_query", json!({"query_id": "q_1"})),
+    ] {
+        let r = call(&mcp, tool, args).await;
+        let body = tool_error(&r);
+        assert_eq!(body["code"], "NEXUS_ERROR", "{tool}: {body}");
+        assert_eq!(body["recoverable"], true, "{tool}: {body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("could not reach Nexus")
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failed_turn_is_a_result_with_its_error() {
+    let nexus = MockServer::start().await;
+    let mut failed = query_json("q_9", "failed", &[], None);
+    failed["error"] = json!("model overloaded");
+    Mock::given(method("GET"))
+        .and(path("/queries/q_9"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(failed))
+        .mount(&nexus)
+        .await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let r = call(
+        &client,
+        "get_query",
+        json!({"query_id": "q_9", "wait_seconds": 5}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false));
+    let v = r.structured_content.unwrap();
+    assert_eq!(v["status"], "failed");
+    assert_eq!(v["error"], "model overloaded");
+    assert_eq!(v["answer"], Value::Null);
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_a_protocol_error() {
+    let nexus = fake_nexus(0).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let err = client
+        .call_tool(rmcp::model::CallToolRequestParams::new("no_such_tool"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no_such_tool"), "{err}");
+}
