@@ -1,0 +1,300 @@
+//! What the `chat` and `nexus` examples share: the connection flags, one-line
+//! errors, colour that respects `NO_COLOR`, progress on stderr, and how a
+//! turn's answer and citations are printed.
+
+// Each example uses a different part of this module.
+#![allow(dead_code)]
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use console::style;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use nexus_knowql::{Client, Error, types};
+
+/// Where the examples find a Nexus, from flags or the environment.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServerArgs {
+    /// Base URL of the Nexus API, for example `https://HOST/api`. Without it,
+    /// an embedded local Nexus is started over the shipped corpus.
+    #[arg(long, env = "NEXUS_BASE_URL", global = true)]
+    pub(crate) base_url: Option<String>,
+    /// API key (sent as `X-Pinecone-Api-Key`).
+    #[arg(long, env = "PINECONE_API_KEY", hide_env_values = true, global = true)]
+    pub(crate) api_key: Option<String>,
+    /// API version to request (default `2026-07`).
+    #[arg(long, env = "NEXUS_API_VERSION", global = true)]
+    pub(crate) api_version: Option<String>,
+}
+
+/// A connected client, and the embedded server it talks to when there is one
+/// (kept alive as long as this value).
+#[derive(Debug)]
+pub(crate) struct Connection {
+    /// The client.
+    pub(crate) client: Client,
+    /// Whether the client talks to the embedded local Nexus.
+    pub(crate) local: bool,
+    _server: Option<LocalServer>,
+}
+
+impl ServerArgs {
+    /// Connects to the configured server, or starts the embedded one.
+    pub(crate) async fn connect(&self) -> Result<Connection, String> {
+        let base_url = self.base_url.as_deref().map(str::trim).filter(|u| !u.is_empty());
+        let (url, server) = match base_url {
+            Some(url) => (url.to_owned(), None),
+            None => {
+                let server = start_local().await?;
+                (server.url().to_owned(), Some(server))
+            }
+        };
+        let mut builder = Client::builder().base_url(url);
+        if let Some(key) = self.api_key.as_deref().filter(|k| !k.trim().is_empty()) {
+            builder = builder.api_key(key.trim());
+        }
+        if let Some(version) = self.api_version.as_deref().filter(|v| !v.trim().is_empty()) {
+            builder = builder.api_version(version.trim());
+        }
+        let client = builder.build().map_err(|e| error_line(&e))?;
+        Ok(Connection {
+            client,
+            local: server.is_some(),
+            _server: server,
+        })
+    }
+}
+
+/// The corpus the embedded server serves when no base URL is given.
+pub(crate) const CORPUS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
+
+// Replaced by the embedded LocalNexus once it is available.
+#[derive(Debug)]
+struct LocalServer;
+impl LocalServer {
+    fn url(&self) -> &str {
+        ""
+    }
+}
+
+async fn start_local() -> Result<LocalServer, String> {
+    Err(format!(
+        "no server: pass --base-url or set NEXUS_BASE_URL (corpus {CORPUS_DIR})"
+    ))
+}
+
+/// An error as one line: its text and its sources' texts, joined by `: `,
+/// with line breaks folded (a server message may hold some).
+pub(crate) fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
+    // A refused connection reads better by its root cause than by the
+    // transport's layers of wrapping.
+    if let Some(Error::Transport {
+        operation,
+        connect: true,
+        ..
+    }) = error.downcast_ref::<Error>()
+    {
+        let mut root = error.source();
+        while let Some(next) = root.and_then(|e| e.source()) {
+            root = Some(next);
+        }
+        let cause = root.map(|e| e.to_string()).unwrap_or_default();
+        return format!("{operation}: cannot connect to the server: {cause}");
+    }
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        // Some errors repeat their source's text in their own.
+        if !text.is_empty() && !line.contains(&text) {
+            let _ = write!(line, ": {text}");
+        }
+        source = e.source();
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Prints `error: LINE` on stderr and returns exit code 1.
+pub(crate) fn fail(line: impl std::fmt::Display) -> ExitCode {
+    eprintln!("{} {line}", style("error:").for_stderr().red().bold());
+    ExitCode::FAILURE
+}
+
+/// The error of a call about one context, naming the context when it does
+/// not exist instead of quoting the HTTP answer.
+pub(crate) fn context_error(slug: &str, error: &Error) -> String {
+    if error.is_not_found() {
+        format!("unknown context `{slug}`")
+    } else {
+        error_line(error)
+    }
+}
+
+/// Whether stderr is a terminal (spinners and bars only make sense there).
+pub(crate) fn stderr_is_tty() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+/// A one-line spinner on stderr with the latest message, on a terminal; plain
+/// lines (each message once) otherwise.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    bar: Option<ProgressBar>,
+    last: String,
+}
+
+impl Activity {
+    /// Starts showing `message`.
+    pub(crate) fn start(message: &str) -> Activity {
+        let bar = stderr_is_tty().then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            let template = if console::colors_enabled_stderr() {
+                "{spinner:.cyan} {msg:.dim} {elapsed:.dim}"
+            } else {
+                "{spinner} {msg} {elapsed}"
+            };
+            if let Ok(s) = ProgressStyle::with_template(template) {
+                bar.set_style(s);
+            }
+            bar.enable_steady_tick(Duration::from_millis(90));
+            bar
+        });
+        let mut activity = Activity {
+            bar,
+            last: String::new(),
+        };
+        activity.set(message);
+        activity
+    }
+
+    /// Shows `message` instead of the previous one.
+    pub(crate) fn set(&mut self, message: &str) {
+        let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+        if message.is_empty() || message == self.last {
+            return;
+        }
+        match &self.bar {
+            Some(bar) => bar.set_message(message.clone()),
+            None => eprintln!("{} {message}", style("·").for_stderr().dim()),
+        }
+        self.last = message;
+    }
+
+    /// Removes the spinner (the terminal line is left empty).
+    pub(crate) fn clear(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Activity {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub(crate) fn progress_bar(len: u64, template: &str) -> ProgressBar {
+    let target = if stderr_is_tty() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(Some(len), target);
+    let template = if console::colors_enabled_stderr() {
+        template.to_owned()
+    } else {
+        // Strip the `.style` parts of `{key:.style}` placeholders.
+        strip_template_styles(template)
+    };
+    if let Ok(s) = ProgressStyle::with_template(&template) {
+        bar.set_style(s.progress_chars("█▉▊▋▌▍▎▏ "));
+    }
+    bar
+}
+
+fn strip_template_styles(template: &str) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        let inner = &rest[open + 1..open + close];
+        // `{key:40.cyan/blue}` keeps `key:40`; `{key:.dim}` keeps `key`.
+        let kept = match inner.split_once(':') {
+            Some((key, spec)) => {
+                let width: String = spec.chars().take_while(char::is_ascii_digit).collect();
+                if width.is_empty() {
+                    key.to_owned()
+                } else {
+                    format!("{key}:{width}")
+                }
+            }
+            None => inner.to_owned(),
+        };
+        out.push('{');
+        out.push_str(&kept);
+        out.push('}');
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One citation as a footnote body: `source § Section › Sub (p. 3)`.
+pub(crate) fn citation_text(citation: &types::Citation) -> String {
+    let mut text = citation.source.clone();
+    let sections: Vec<String> = citation
+        .section_paths
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| p.join(" › "))
+        .collect();
+    if !sections.is_empty() {
+        let _ = write!(text, " § {}", sections.join("; "));
+    }
+    match citation.pages.as_slice() {
+        [] => {}
+        [page] => {
+            let _ = write!(text, " (p. {page})");
+        }
+        pages => {
+            let pages: Vec<String> = pages.iter().map(i64::to_string).collect();
+            let _ = write!(text, " (pp. {})", pages.join(", "));
+        }
+    }
+    text
+}
+
+/// Citations as numbered footnotes, one per line (empty when there are none).
+pub(crate) fn footnotes(citations: &[types::Citation]) -> String {
+    let mut out = String::new();
+    for (i, c) in citations.iter().enumerate() {
+        let _ = writeln!(out, "[{}] {}", i + 1, citation_text(c));
+    }
+    out
+}
+
+/// A duration in milliseconds, short and human.
+pub(crate) fn human_ms(ms: i64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
+/// A byte count, short and human.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    indicatif::HumanBytes(bytes).to_string()
+}
+
+/// Pretty JSON of a value, or the one-line reason it cannot be shown.
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("\"cannot encode: {e}\""))
+}
