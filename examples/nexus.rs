@@ -34,7 +34,7 @@ use console::style;
 use nexus_knowql::resources::{CurateOptions, TaskWait};
 use nexus_knowql::{Client, Error, types};
 
-use common::{ServerArgs, context_error, error_line, fail};
+use common::{Outcome, ServerArgs, context_error, error_line, fail};
 
 /// Everyday Nexus management: contexts, uploads, curation, tasks, questions.
 #[derive(Debug, Parser)]
@@ -542,8 +542,79 @@ async fn ask(
     no_stream: bool,
     background: bool,
 ) -> Result<ExitCode, String> {
-    let _ = (client, json, slug, question, no_stream, background);
-    Err("ask needs the query engine".into())
+    let context = client
+        .contexts()
+        .get(slug)
+        .await
+        .map_err(|e| context_error(slug, &e))?;
+    if !context.is_queryable() {
+        return Err(format!(
+            "context `{slug}` cannot be queried yet: run `nexus curate {slug} --wait`"
+        ));
+    }
+    let session = client.session([slug]).build().map_err(|e| error_line(&e))?;
+    let builder = session.ask(question);
+    let interrupt = async {
+        // Without a handler Ctrl-C would end the process and leave the turn running.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let print_answer = |q: &types::Query| {
+        if !json {
+            println!("{}", q.answer_text().trim_end());
+        }
+    };
+    let outcome = if background {
+        let handle = builder.background().await.map_err(|e| error_line(&e))?;
+        let outcome = common::wait_background(handle, interrupt).await;
+        if let Ok(Outcome::Completed(q)) = &outcome {
+            print_answer(q);
+        }
+        outcome
+    } else if no_stream {
+        let mut activity = common::Activity::start("waiting for the answer");
+        let sent = tokio::select! {
+            biased;
+            () = interrupt => None,
+            query = builder.send() => Some(query),
+        };
+        activity.clear();
+        match sent {
+            Some(query) => query.map(|q| {
+                print_answer(&q);
+                Outcome::Completed(Box::new(q))
+            }),
+            None => {
+                return Err(
+                    "interrupted before the answer came; the turn may still run on the server"
+                        .into(),
+                );
+            }
+        }
+    } else {
+        let turn = builder.stream().await.map_err(|e| error_line(&e))?;
+        common::stream_answer(turn, !json, interrupt).await
+    };
+    match outcome.map_err(|e| error_line(&e))? {
+        Outcome::Completed(query) => {
+            if json {
+                return print_json(&query);
+            }
+            let notes = common::footnotes(&query.citations);
+            if !notes.is_empty() {
+                eprint!("{}", style(notes).for_stderr().dim());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Cancelled { query_id } => {
+            eprintln!(
+                "{} cancelled {query_id} on the server",
+                style("interrupted:").for_stderr().yellow()
+            );
+            Ok(ExitCode::from(130))
+        }
+    }
 }
 
 async fn sessions(client: &Client, json: bool) -> Result<ExitCode, String> {

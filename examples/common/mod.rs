@@ -6,13 +6,14 @@
 #![allow(dead_code)]
 
 use std::fmt::Write as _;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use console::style;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use nexus_knowql::{Client, Error, types};
+use futures::StreamExt;
+use nexus_knowql::{Client, Error, QueryEvent, QueryHandle, QueryTurn, QueryWait, types};
 
 /// Where the examples find a Nexus, from flags or the environment.
 #[derive(Debug, clap::Args)]
@@ -297,4 +298,144 @@ pub(crate) fn human_bytes(bytes: u64) -> String {
 /// Pretty JSON of a value, or the one-line reason it cannot be shown.
 pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("\"cannot encode: {e}\""))
+}
+
+/// How a turn the user watched ended, when it did not fail.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// The turn completed; its stored Query.
+    Completed(Box<types::Query>),
+    /// The user interrupted the turn and it was cancelled on the server.
+    Cancelled {
+        /// The cancelled turn.
+        query_id: String,
+    },
+}
+
+/// Streams a turn: step commentary on the [`Activity`] line until the answer
+/// starts, then the answer text to stdout as it arrives (ended by one
+/// newline) unless `print_text` is false. When `interrupt` resolves first,
+/// the turn is cancelled on the server.
+///
+/// # Errors
+/// The turn's error: it failed or was cancelled elsewhere, the stream broke
+/// beyond resuming, or the cancel call failed.
+pub(crate) async fn stream_answer(
+    mut turn: QueryTurn,
+    print_text: bool,
+    interrupt: impl Future<Output = ()>,
+) -> Result<Outcome, Error> {
+    let mut activity = Activity::start("thinking");
+    let mut stdout = std::io::stdout();
+    let mut wrote_text = false;
+    let mut ends_with_newline = true;
+    let mut failure = None;
+    tokio::pin!(interrupt);
+    let interrupted = loop {
+        tokio::select! {
+            biased;
+            () = &mut interrupt => break true,
+            event = turn.next() => match event {
+                None => break false,
+                Some(Ok(QueryEvent::Step(step))) if !wrote_text => activity.set(&step.commentary),
+                Some(Ok(QueryEvent::TextDelta { delta })) if print_text => {
+                    if !wrote_text {
+                        activity.clear();
+                        wrote_text = true;
+                    }
+                    // A closed stdout (a pager quit early) is no reason to stop the turn.
+                    let _ = stdout.write_all(delta.as_bytes()).and_then(|()| stdout.flush());
+                    if let Some(last) = delta.chars().last() {
+                        ends_with_newline = last == '\n';
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    failure.get_or_insert(e);
+                }
+            },
+        }
+    };
+    activity.clear();
+    if wrote_text && !ends_with_newline {
+        println!();
+    }
+    if interrupted {
+        let query_id = turn.query_id().map(str::to_owned);
+        let cancelled = turn.cancel().await?;
+        return Ok(Outcome::Cancelled {
+            query_id: query_id.unwrap_or(cancelled.id),
+        });
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    turn.finish().await.map(|q| Outcome::Completed(Box::new(q)))
+}
+
+/// Waits for a background turn with a live spinner (status and elapsed
+/// time). When `interrupt` resolves first, the turn is cancelled on the
+/// server. The answer is not printed.
+///
+/// # Errors
+/// The turn's error, or the cancel call's.
+pub(crate) async fn wait_background(
+    mut handle: QueryHandle,
+    interrupt: impl Future<Output = ()>,
+) -> Result<Outcome, Error> {
+    let mut activity = Activity::start(&format!("running {} in the background", handle.id()));
+    let waited = {
+        let wait = handle.wait_with(
+            QueryWait::default().interval(Duration::from_millis(100), Duration::from_secs(1)),
+        );
+        tokio::select! {
+            biased;
+            () = interrupt => None,
+            query = wait => Some(query),
+        }
+    };
+    activity.clear();
+    match waited {
+        Some(query) => query.map(|q| Outcome::Completed(Box::new(q))),
+        None => {
+            let query_id = handle.id().to_owned();
+            handle.cancel().await?;
+            Ok(Outcome::Cancelled { query_id })
+        }
+    }
+}
+
+/// Ctrl-C presses, delivered through a channel so that a press is not lost
+/// between two waits and old presses can be discarded before a turn.
+#[derive(Debug)]
+pub(crate) struct Interrupts {
+    rx: tokio::sync::mpsc::Receiver<()>,
+}
+
+impl Interrupts {
+    /// Starts listening for Ctrl-C (from then on it no longer ends the
+    /// process by itself).
+    pub(crate) fn listen() -> Interrupts {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            while tokio::signal::ctrl_c().await.is_ok() {
+                // A press already waiting to be read is enough.
+                let _ = tx.try_send(());
+            }
+        });
+        Interrupts { rx }
+    }
+
+    /// Forgets presses nobody waited for.
+    pub(crate) fn discard_pending(&mut self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+
+    /// The next press.
+    pub(crate) async fn next(&mut self) {
+        if self.rx.recv().await.is_none() {
+            // No listener (the handler could not be installed): never fires.
+            std::future::pending::<()>().await;
+        }
+    }
 }
