@@ -21,6 +21,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -320,6 +321,8 @@ impl Chat {
                     println!();
                     print!("{}", style(notes).dim());
                 }
+                // The answer is complete before the summary line on stderr.
+                let _ = std::io::stdout().flush();
                 eprintln!(
                     "{}",
                     style(format!(

@@ -603,6 +603,7 @@ async fn ask(
             }
             let notes = common::footnotes(&query.citations);
             if !notes.is_empty() {
+                eprintln!();
                 eprint!("{}", style(notes).for_stderr().dim());
             }
             Ok(ExitCode::SUCCESS)

@@ -11,9 +11,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use examples::{example, exit_code, non_empty_lines, run, spawn_pty};
+use examples::{Pty, example, non_empty_lines, run};
 use nexus_knowql::local::LocalNexus;
-use rexpect::session::PtySession;
 
 const PROMPT: &str = "› ";
 
@@ -39,12 +38,11 @@ struct Summary {
 
 /// Asks a question and waits for the answer's summary line; returns it with
 /// everything printed before it (the streamed answer and its footnotes).
-fn ask(chat: &mut PtySession, question: &str) -> (Summary, String) {
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line(question).unwrap();
+fn ask(chat: &mut Pty, question: &str) -> (Summary, String) {
+    chat.expect(PROMPT);
+    chat.send_line(question);
     let (before, line) = chat
-        .exp_regex(r"\S+ · session \S+ · turn \d+")
-        .unwrap();
+        .expect_regex(r"\S+ · session \S+ · turn \d+");
     // "<query id> · session <session id> · turn <n>"
     let parts: Vec<&str> = line.split(" · ").collect();
     let summary = Summary {
@@ -66,12 +64,12 @@ fn json_field(text: &str, field: &str) -> Option<String> {
 #[test]
 fn two_turns_stream_answers_in_one_session() {
     // No base URL: the example starts its own local Nexus over the corpus.
-    let mut chat = spawn_pty(example("chat", &[]));
+    let mut chat = Pty::spawn(example("chat", &[]));
 
     let (first, answer) = ask(&mut chat, "How does a stream resume after the connection drops?");
     assert_eq!(first.turn, "1");
     // The answer streamed, then its citations as numbered footnotes.
-    let footnotes = answer.find("[1] ").expect("citations are footnotes");
+    let footnotes = answer.find("\n[1] ").expect("citations are footnotes");
     assert!(answer[..footnotes].trim().len() > 20, "answer: {answer:?}");
     assert!(answer[footnotes..].contains(".md"), "{answer:?}");
 
@@ -81,33 +79,34 @@ fn two_turns_stream_answers_in_one_session() {
     assert_ne!(second.query_id, first.query_id);
 
     // The server continued the session: the second turn follows the first.
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("/json").unwrap();
-    let (json, _) = chat.exp_regex(r#""runtime_ms": \d+"#).unwrap();
+    chat.expect(PROMPT);
+    chat.send_line("/json");
+    // The document ends with a closing brace at the start of a line.
+    let (json, _) = chat.expect_regex(r"\n\}\r?\n");
     let json = &json[json.rfind(&format!("\"id\": \"{}\"", second.query_id)).unwrap_or(0)..];
     assert_eq!(json_field(json, "session_id"), Some(first.session_id.clone()));
     assert_eq!(json_field(json, "previous_query_id"), Some(first.query_id));
 
     // Ctrl-D at an empty prompt leaves.
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_control('d').unwrap();
-    assert_eq!(exit_code(&mut chat), Some(0));
+    chat.expect(PROMPT);
+    chat.send_control('d');
+    assert_eq!(chat.exit_code(), Some(0));
 }
 
 #[test]
 fn new_starts_a_new_session_with_the_same_scope() {
-    let mut chat = spawn_pty(example("chat", &[]));
+    let mut chat = Pty::spawn(example("chat", &[]));
     let (first, _) = ask(&mut chat, "What is a context?");
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("/new").unwrap();
-    chat.exp_string("new session").unwrap();
+    chat.expect(PROMPT);
+    chat.send_line("/new");
+    chat.expect("new session");
     let (second, _) = ask(&mut chat, "What is a context?");
     assert_eq!(second.turn, "1");
     assert_ne!(second.session_id, first.session_id);
 
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("/quit").unwrap();
-    assert_eq!(exit_code(&mut chat), Some(0));
+    chat.expect(PROMPT);
+    chat.send_line("/quit");
+    assert_eq!(chat.exit_code(), Some(0));
 }
 
 #[test]
@@ -122,20 +121,20 @@ fn ctrl_c_cancels_a_slow_turn_on_the_server_and_the_prompt_returns() {
         )
         .unwrap();
     let url = server.base_url().to_owned();
-    let mut chat = spawn_pty(example("chat", &["--base-url", &url]));
+    let mut chat = Pty::spawn(example("chat", &["--base-url", &url]));
 
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("How are sessions continued across turns?").unwrap();
+    chat.expect(PROMPT);
+    chat.send_line("How are sessions continued across turns?");
     // The turn is under way (the spinner shows), then the user gives up.
-    chat.exp_string("thinking").unwrap();
+    chat.expect("thinking");
     std::thread::sleep(Duration::from_millis(700));
-    chat.send_control('c').unwrap();
-    let (_, line) = chat.exp_regex(r"cancelled \S+ on the server").unwrap();
+    chat.send_control('c');
+    let (_, line) = chat.expect_regex(r"cancelled \S+ on the server");
     let query_id = line
         .trim_start_matches("cancelled ")
         .trim_end_matches(" on the server")
         .to_owned();
-    chat.exp_string(PROMPT).unwrap();
+    chat.expect(PROMPT);
 
     // The server agrees: the turn ended cancelled.
     let client = server.client().unwrap();
@@ -150,48 +149,47 @@ fn ctrl_c_cancels_a_slow_turn_on_the_server_and_the_prompt_returns() {
     assert_eq!(status, "cancelled");
 
     // The chat goes on: the next turn in the session runs to its end.
-    chat.send_line("/background").unwrap();
+    chat.send_line("/background");
     let (next, _) = ask(&mut chat, "What is a context?");
     assert_eq!(next.turn, "2");
 
     // Ctrl-C at an empty prompt leaves.
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_control('c').unwrap();
-    assert_eq!(exit_code(&mut chat), Some(0));
+    chat.expect(PROMPT);
+    chat.send_control('c');
+    assert_eq!(chat.exit_code(), Some(0));
 }
 
 #[test]
 fn commands_list_contexts_trace_and_reject_unknown_ones() {
-    let mut chat = spawn_pty(example("chat", &[]));
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("/help").unwrap();
-    chat.exp_string("/background").unwrap();
+    let mut chat = Pty::spawn(example("chat", &[]));
+    chat.expect(PROMPT);
+    chat.send_line("/help");
+    chat.expect("/background");
 
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("/trace").unwrap();
-    chat.exp_string("no turn yet").unwrap();
+    chat.expect(PROMPT);
+    chat.send_line("/trace");
+    chat.expect("no turn yet");
 
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("/contexts").unwrap();
-    chat.exp_regex(r"✓\s+•").unwrap();
+    chat.expect(PROMPT);
+    chat.send_line("/contexts");
+    chat.expect_regex(r"✓\s+•");
 
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("/scope nope").unwrap();
-    chat.exp_string("unknown context `nope`").unwrap();
+    chat.expect(PROMPT);
+    chat.send_line("/scope nope");
+    chat.expect("unknown context `nope`");
 
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("/frobnicate").unwrap();
-    chat.exp_string("unknown command /frobnicate").unwrap();
+    chat.expect(PROMPT);
+    chat.send_line("/frobnicate");
+    chat.expect("unknown command /frobnicate");
 
     let (turn, _) = ask(&mut chat, "What is a context?");
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_line("/trace").unwrap();
-    chat.exp_string(&format!("trace of {}", turn.query_id))
-        .unwrap();
+    chat.expect(PROMPT);
+    chat.send_line("/trace");
+    chat.expect(&format!("trace of {}", turn.query_id));
 
-    chat.exp_string(PROMPT).unwrap();
-    chat.send_control('d').unwrap();
-    assert_eq!(exit_code(&mut chat), Some(0));
+    chat.expect(PROMPT);
+    chat.send_control('d');
+    assert_eq!(chat.exit_code(), Some(0));
 }
 
 #[test]

@@ -13,6 +13,7 @@ use std::time::Duration;
 use console::style;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use futures::StreamExt;
+use nexus_knowql::local::LocalNexus;
 use nexus_knowql::{Client, Error, QueryEvent, QueryHandle, QueryTurn, QueryWait, types};
 
 /// Where the examples find a Nexus, from flags or the environment.
@@ -38,7 +39,7 @@ pub(crate) struct Connection {
     pub(crate) client: Client,
     /// Whether the client talks to the embedded local Nexus.
     pub(crate) local: bool,
-    _server: Option<LocalServer>,
+    _server: Option<LocalNexus>,
 }
 
 impl ServerArgs {
@@ -49,7 +50,7 @@ impl ServerArgs {
             Some(url) => (url.to_owned(), None),
             None => {
                 let server = start_local().await?;
-                (server.url().to_owned(), Some(server))
+                (server.base_url().to_owned(), Some(server))
             }
         };
         let mut builder = Client::builder().base_url(url);
@@ -71,19 +72,16 @@ impl ServerArgs {
 /// The corpus the embedded server serves when no base URL is given.
 pub(crate) const CORPUS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
 
-// Replaced by the embedded LocalNexus once it is available.
-#[derive(Debug)]
-struct LocalServer;
-impl LocalServer {
-    fn url(&self) -> &str {
-        ""
-    }
-}
+/// The slug of the corpus context on the embedded server.
+pub(crate) const CORPUS_CONTEXT: &str = "docs";
 
-async fn start_local() -> Result<LocalServer, String> {
-    Err(format!(
-        "no server: pass --base-url or set NEXUS_BASE_URL (corpus {CORPUS_DIR})"
-    ))
+/// Starts the embedded local Nexus with the corpus created and curated.
+async fn start_local() -> Result<LocalNexus, String> {
+    LocalNexus::builder()
+        .context(CORPUS_CONTEXT, CORPUS_DIR)
+        .start()
+        .await
+        .map_err(|e| format!("cannot start the local Nexus: {}", error_line(&e)))
 }
 
 /// An error as one line: its text and its sources' texts, joined by `: `,

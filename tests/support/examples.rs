@@ -14,7 +14,7 @@ use rexpect::session::{Options, PtySession};
 
 /// How long one expectation in a pseudo-terminal waits: generous, because a
 /// loaded two-core machine can be slow to start a binary or curate.
-pub const PTY_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const PTY_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The profile directory the tests were built into (`target/debug`).
 fn profile_dir() -> PathBuf {
@@ -35,6 +35,27 @@ fn build_examples() -> &'static Result<(), String> {
         let mut cmd = Command::new(cargo);
         cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
             .args(["build", "--example", "chat", "--example", "nexus"]);
+        // Cargo gives the test process the package's variables. Some build
+        // scripts rerun when they change (ring watches CARGO_MANIFEST_DIR),
+        // so passing them on would rebuild half the tree, twice.
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_PKG_")
+                || matches!(
+                    key.as_ref(),
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_BIN_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_TARGET_TMPDIR"
+                        | "CARGO_RUSTC_CURRENT_DIR"
+                        | "OUT_DIR"
+                )
+            {
+                cmd.env_remove(key.as_ref());
+            }
+        }
         // The same features as this test, so the library is not rebuilt.
         if cfg!(feature = "mcp") {
             cmd.arg("--all-features");
@@ -56,7 +77,7 @@ fn build_examples() -> &'static Result<(), String> {
 }
 
 /// The path of an example's binary, built if needed.
-pub fn example_bin(name: &str) -> PathBuf {
+pub(crate) fn example_bin(name: &str) -> PathBuf {
     if let Err(e) = build_examples() {
         panic!("{e}");
     }
@@ -72,7 +93,7 @@ pub fn example_bin(name: &str) -> PathBuf {
 /// A command running an example with the given arguments, without any
 /// `NEXUS_*`/`PINECONE_*` variable from the caller's environment, and
 /// without colour.
-pub fn example(name: &str, args: &[&str]) -> Command {
+pub(crate) fn example(name: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(example_bin(name));
     cmd.args(args)
         .env_remove("NEXUS_BASE_URL")
@@ -86,7 +107,7 @@ pub fn example(name: &str, args: &[&str]) -> Command {
 }
 
 /// Runs a command to its end (stdin closed).
-pub fn run(mut cmd: Command) -> Output {
+pub(crate) fn run(mut cmd: Command) -> Output {
     cmd.stdin(std::process::Stdio::null())
         .output()
         .expect("the example runs")
@@ -94,7 +115,7 @@ pub fn run(mut cmd: Command) -> Output {
 
 /// Runs `nexus` with `--base-url URL` and the arguments; panics unless it
 /// succeeds. Returns stdout.
-pub fn nexus_ok(base_url: &str, args: &[&str]) -> String {
+pub(crate) fn nexus_ok(base_url: &str, args: &[&str]) -> String {
     let mut all = vec!["--base-url", base_url];
     all.extend_from_slice(args);
     let out = run(example("nexus", &all));
@@ -108,32 +129,81 @@ pub fn nexus_ok(base_url: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("stdout is UTF-8")
 }
 
-/// Runs a command in a pseudo-terminal (stdin, stdout and stderr are the
-/// terminal), with escape codes stripped from what the test reads.
-pub fn spawn_pty(cmd: Command) -> PtySession {
-    rexpect::session::spawn_with_options(
-        cmd,
-        Options::new()
-            .timeout_ms(Some(PTY_TIMEOUT.as_millis() as u64))
-            .strip_ansi_escape_codes(true),
-    )
-    .expect("the example starts in a pseudo-terminal")
+/// A program running in a pseudo-terminal (stdin, stdout and stderr are the
+/// terminal). Expectations are UTF-8 text; escape codes are stripped from
+/// what the program prints.
+pub(crate) struct Pty {
+    session: PtySession,
 }
 
-/// Waits for the process of a pseudo-terminal session to exit and returns
-/// its exit code (`None` when a signal ended it).
-pub fn exit_code(session: &mut PtySession) -> Option<i32> {
-    use rexpect::process::WaitStatus;
-    // Reading to EOF keeps the child from blocking on a full terminal buffer.
-    let _ = session.exp_eof();
-    match session.process().wait() {
-        Ok(WaitStatus::Exited(_, code)) => Some(code),
-        _ => None,
+/// The pseudo-terminal reader hands out each byte as one `char`: text in
+/// that form, so that non-ASCII expectations match.
+fn as_bytes_text(text: &str) -> String {
+    text.bytes().map(char::from).collect()
+}
+
+/// The reverse of [`as_bytes_text`].
+fn from_bytes_text(text: &str) -> String {
+    let bytes: Vec<u8> = text.chars().map(|c| c as u32 as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl Pty {
+    /// Starts a command in a new pseudo-terminal.
+    pub(crate) fn spawn(cmd: Command) -> Pty {
+        let session = rexpect::session::spawn_with_options(
+            cmd,
+            Options::new()
+                .timeout_ms(Some(PTY_TIMEOUT.as_millis() as u64))
+                .strip_ansi_escape_codes(true),
+        )
+        .expect("the example starts in a pseudo-terminal");
+        Pty { session }
+    }
+
+    /// Waits for `needle`; returns what came before it.
+    pub(crate) fn expect(&mut self, needle: &str) -> String {
+        match self.session.exp_string(&as_bytes_text(needle)) {
+            Ok(before) => from_bytes_text(&before),
+            Err(e) => panic!("waiting for {needle:?}: {}", from_bytes_text(&e.to_string())),
+        }
+    }
+
+    /// Waits for a match of `regex`; returns what came before it and the match.
+    pub(crate) fn expect_regex(&mut self, regex: &str) -> (String, String) {
+        match self.session.exp_regex(&as_bytes_text(regex)) {
+            Ok((before, matched)) => (from_bytes_text(&before), from_bytes_text(&matched)),
+            Err(e) => panic!("waiting for /{regex}/: {}", from_bytes_text(&e.to_string())),
+        }
+    }
+
+    /// Types a line and Enter.
+    pub(crate) fn send_line(&mut self, line: &str) {
+        self.session.send_line(line).expect("the terminal takes input");
+    }
+
+    /// Presses Ctrl and a key (`'c'`, `'d'`).
+    pub(crate) fn send_control(&mut self, key: char) {
+        self.session
+            .send_control(key)
+            .expect("the terminal takes input");
+    }
+
+    /// Waits for the program to exit; returns its exit code (`None` when a
+    /// signal ended it).
+    pub(crate) fn exit_code(mut self) -> Option<i32> {
+        use rexpect::process::WaitStatus;
+        // Reading to the end keeps the program from blocking on a full terminal.
+        let _ = self.session.exp_eof();
+        match self.session.process().wait() {
+            Ok(WaitStatus::Exited(_, code)) => Some(code),
+            _ => None,
+        }
     }
 }
 
 /// The lines of a byte buffer that hold something.
-pub fn non_empty_lines(bytes: &[u8]) -> Vec<String> {
+pub(crate) fn non_empty_lines(bytes: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(bytes)
         .lines()
         .map(str::trim)
