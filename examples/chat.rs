@@ -374,12 +374,9 @@ impl Chat {
                 println!("{HELP}");
                 Ok(())
             }
-            "new" => self.restart().map(|()| {
-                note(&format!(
-                    "new session · scope {}",
-                    self.scope.join(", ")
-                ))
-            }),
+            "new" => self
+                .restart()
+                .map(|()| note(&format!("new session · scope {}", self.scope.join(", ")))),
             "contexts" => self.contexts().await,
             "scope" => self.set_scope(&args).await,
             "background" | "bg" => {
@@ -418,7 +415,11 @@ impl Chat {
         for c in &contexts {
             table.add_row(vec![
                 Cell::new(if c.is_queryable() { "✓" } else { " " }),
-                Cell::new(if self.scope.contains(&c.slug) { "•" } else { " " }),
+                Cell::new(if self.scope.contains(&c.slug) {
+                    "•"
+                } else {
+                    " "
+                }),
                 Cell::new(&c.slug),
                 Cell::new(c.kind.as_str()),
                 Cell::new(c.description.as_deref().unwrap_or_default()),
@@ -495,7 +496,12 @@ fn print_trace(id: &str, trace: &types::Trace) {
             "" => step.strategy.kind.clone(),
             label => format!("{} ({label})", step.strategy.kind),
         };
-        println!("{} {} {}", style(&step.step_id).bold(), strategy, step.commentary);
+        println!(
+            "{} {} {}",
+            style(&step.step_id).bold(),
+            strategy,
+            step.commentary
+        );
         for call in &step.calls {
             let status = match (&call.error, call.ok) {
                 (Some(e), _) => format!("failed: {e}"),

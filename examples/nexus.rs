@@ -289,7 +289,10 @@ fn collect_uploads(paths: &[PathBuf]) -> Result<Vec<UploadFile>, String> {
                 return Err(format!("{} holds no files to upload", path.display()));
             }
         } else {
-            return Err(format!("{} is neither a file nor a directory", path.display()));
+            return Err(format!(
+                "{} is neither a file nor a directory",
+                path.display()
+            ));
         }
     }
     Ok(files)
@@ -488,10 +491,14 @@ async fn curate(
 }
 
 async fn tasks(client: &Client, json: bool, context: Option<&str>) -> Result<ExitCode, String> {
-    let page = client.tasks().list(context).await.map_err(|e| match context {
-        Some(slug) => context_error(slug, &e),
-        None => error_line(&e),
-    })?;
+    let page = client
+        .tasks()
+        .list(context)
+        .await
+        .map_err(|e| match context {
+            Some(slug) => context_error(slug, &e),
+            None => error_line(&e),
+        })?;
     if json {
         return print_json(&page.items);
     }
@@ -642,10 +649,14 @@ async fn sessions(client: &Client, json: bool) -> Result<ExitCode, String> {
 }
 
 async fn query(client: &Client, json: bool, id: &str) -> Result<ExitCode, String> {
-    let q = client.queries().get(id).await.map_err(|e| match e.is_not_found() {
-        true => format!("unknown query `{id}`"),
-        false => error_line(&e),
-    })?;
+    let q = client
+        .queries()
+        .get(id)
+        .await
+        .map_err(|e| match e.is_not_found() {
+            true => format!("unknown query `{id}`"),
+            false => error_line(&e),
+        })?;
     if json {
         return print_json(&q);
     }
@@ -685,7 +696,10 @@ async fn query(client: &Client, json: bool, id: &str) -> Result<ExitCode, String
     if !q.steps.is_empty() {
         println!();
         for s in &q.steps {
-            println!("{}", dim(format!("  {} [{}] {}", s.step_id, s.status, s.commentary)));
+            println!(
+                "{}",
+                dim(format!("  {} [{}] {}", s.step_id, s.status, s.commentary))
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

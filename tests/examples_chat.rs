@@ -41,8 +41,7 @@ struct Summary {
 fn ask(chat: &mut Pty, question: &str) -> (Summary, String) {
     chat.expect(PROMPT);
     chat.send_line(question);
-    let (before, line) = chat
-        .expect_regex(r"\S+ · session \S+ · turn \d+");
+    let (before, line) = chat.expect_regex(r"\S+ · session \S+ · turn \d+");
     // "<query id> · session <session id> · turn <n>"
     let parts: Vec<&str> = line.split(" · ").collect();
     let summary = Summary {
@@ -66,7 +65,10 @@ fn two_turns_stream_answers_in_one_session() {
     // No base URL: the example starts its own local Nexus over the corpus.
     let mut chat = Pty::spawn(example("chat", &[]));
 
-    let (first, answer) = ask(&mut chat, "How does a stream resume after the connection drops?");
+    let (first, answer) = ask(
+        &mut chat,
+        "How does a stream resume after the connection drops?",
+    );
     assert_eq!(first.turn, "1");
     // The answer streamed, then its citations as numbered footnotes.
     let footnotes = answer.find("\n[1] ").expect("citations are footnotes");
@@ -83,8 +85,13 @@ fn two_turns_stream_answers_in_one_session() {
     chat.send_line("/json");
     // The document ends with a closing brace at the start of a line.
     let (json, _) = chat.expect_regex(r"\n\}\r?\n");
-    let json = &json[json.rfind(&format!("\"id\": \"{}\"", second.query_id)).unwrap_or(0)..];
-    assert_eq!(json_field(json, "session_id"), Some(first.session_id.clone()));
+    let json = &json[json
+        .rfind(&format!("\"id\": \"{}\"", second.query_id))
+        .unwrap_or(0)..];
+    assert_eq!(
+        json_field(json, "session_id"),
+        Some(first.session_id.clone())
+    );
     assert_eq!(json_field(json, "previous_query_id"), Some(first.query_id));
 
     // Ctrl-D at an empty prompt leaves.

@@ -8,7 +8,7 @@ mod examples;
 
 use std::path::Path;
 
-use examples::{Pty, example, non_empty_lines, nexus_ok, run};
+use examples::{Pty, example, nexus_ok, non_empty_lines, run};
 use nexus_knowql::local::LocalNexus;
 use serde_json::Value;
 
@@ -72,7 +72,13 @@ fn upload_of_a_directory_then_curate_wait_then_ask_answers_from_it() {
 
     let mut upload = Pty::spawn(example(
         "nexus",
-        &["--base-url", &url, "upload", "kb", dir.path().to_str().unwrap()],
+        &[
+            "--base-url",
+            &url,
+            "upload",
+            "kb",
+            dir.path().to_str().unwrap(),
+        ],
     ));
     upload.expect("uploaded 3 files");
     assert_eq!(upload.exit_code(), Some(0));
@@ -91,7 +97,11 @@ fn upload_of_a_directory_then_curate_wait_then_ask_answers_from_it() {
     // Directories keep their layout on the server.
     let client = server.client().unwrap();
     let deep = rt
-        .block_on(client.sources("kb").list(Some("uploads/guide/deep"), None, None))
+        .block_on(
+            client
+                .sources("kb")
+                .list(Some("uploads/guide/deep"), None, None),
+        )
         .unwrap();
     let deep = serde_json::to_string(&deep).unwrap();
     assert!(deep.contains("travel.md"), "{deep}");
@@ -113,7 +123,10 @@ fn upload_of_a_directory_then_curate_wait_then_ask_answers_from_it() {
     assert!(answer.ends_with('\n'), "{answer:?}");
     assert!(!answer.lines().any(|l| l.starts_with("[1] ")), "{answer:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("[1] ") && stderr.contains("keys.md"), "{stderr}");
+    assert!(
+        stderr.contains("[1] ") && stderr.contains("keys.md"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -208,7 +221,10 @@ fn unknown_context_is_one_line_on_stderr_and_exit_code_1() {
         assert_eq!(lines, ["error: unknown context `nope`"], "{args:?}");
     }
 
-    let out = run(example("nexus", &["--base-url", &url, "query", "q_missing"]));
+    let out = run(example(
+        "nexus",
+        &["--base-url", &url, "query", "q_missing"],
+    ));
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         non_empty_lines(&out.stderr),
@@ -256,7 +272,10 @@ fn a_failed_curation_exits_non_zero_with_the_reason() {
             .await;
     });
     let url = format!("{}/api", mock.uri());
-    let out = run(example("nexus", &["--base-url", &url, "curate", "kb", "--wait"]));
+    let out = run(example(
+        "nexus",
+        &["--base-url", &url, "curate", "kb", "--wait"],
+    ));
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(
         non_empty_lines(&out.stderr),

@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use console::style;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nexus_knowql::local::LocalNexus;
 use nexus_knowql::{Client, Error, QueryEvent, QueryHandle, QueryTurn, QueryWait, types};
 
@@ -45,7 +45,11 @@ pub(crate) struct Connection {
 impl ServerArgs {
     /// Connects to the configured server, or starts the embedded one.
     pub(crate) async fn connect(&self) -> Result<Connection, String> {
-        let base_url = self.base_url.as_deref().map(str::trim).filter(|u| !u.is_empty());
+        let base_url = self
+            .base_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty());
         let (url, server) = match base_url {
             Some(url) => (url.to_owned(), None),
             None => {

@@ -33,8 +33,13 @@ fn build_examples() -> &'static Result<(), String> {
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["build", "--example", "chat", "--example", "nexus"]);
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+            "build",
+            "--example",
+            "chat",
+            "--example",
+            "nexus",
+        ]);
         // Cargo gives the test process the package's variables. Some build
         // scripts rerun when they change (ring watches CARGO_MANIFEST_DIR),
         // so passing them on would rebuild half the tree, twice.
@@ -165,7 +170,10 @@ impl Pty {
     pub(crate) fn expect(&mut self, needle: &str) -> String {
         match self.session.exp_string(&as_bytes_text(needle)) {
             Ok(before) => from_bytes_text(&before),
-            Err(e) => panic!("waiting for {needle:?}: {}", from_bytes_text(&e.to_string())),
+            Err(e) => panic!(
+                "waiting for {needle:?}: {}",
+                from_bytes_text(&e.to_string())
+            ),
         }
     }
 
@@ -179,7 +187,9 @@ impl Pty {
 
     /// Types a line and Enter.
     pub(crate) fn send_line(&mut self, line: &str) {
-        self.session.send_line(line).expect("the terminal takes input");
+        self.session
+            .send_line(line)
+            .expect("the terminal takes input");
     }
 
     /// Presses Ctrl and a key (`'c'`, `'d'`).
