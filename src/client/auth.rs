@@ -44,11 +44,13 @@ impl LoginState {
             .map(|(g, t)| (*g, t.clone()))
     }
 
-    pub(crate) fn store(&self, token: String) -> u64 {
+    /// Keeps a new token; returns it with its generation.
+    pub(crate) fn store(&self, token: String) -> (u64, SecretString) {
         let mut slot = self.token.write().unwrap_or_else(|p| p.into_inner());
         let generation = slot.as_ref().map_or(1, |(g, _)| g + 1);
-        *slot = Some((generation, SecretString::from(token)));
-        generation
+        let token = SecretString::from(token);
+        *slot = Some((generation, token.clone()));
+        (generation, token)
     }
 
     /// Forgets the token of `generation` (a newer one is kept).
@@ -97,8 +99,8 @@ mod tests {
     #[test]
     fn generations_guard_invalidation() {
         let s = LoginState::new(SecretString::from("k"));
-        let g1 = s.store("a".into());
-        let g2 = s.store("b".into());
+        let (g1, _) = s.store("a".into());
+        let (g2, _) = s.store("b".into());
         s.invalidate(g1);
         assert_eq!(s.token().map(|(g, _)| g), Some(g2));
         s.invalidate(g2);

@@ -244,15 +244,7 @@ impl Transport {
                         match state.token() {
                             Some(t) => t,
                             None => match self.login().await? {
-                                Ok(token) => {
-                                    let generation = state.store(token);
-                                    match state.token() {
-                                        Some(t) => t,
-                                        None => {
-                                            (generation, secrecy::SecretString::from(String::new()))
-                                        }
-                                    }
-                                }
+                                Ok(token) => state.store(token),
                                 Err(refused) => return Ok(Err(refused)),
                             },
                         }
