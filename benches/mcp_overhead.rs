@@ -1,7 +1,7 @@
 //! Round-trip overhead of the MCP server for `list_contexts`, over stdio (the
 //! real `nexus-mcp` binary as a child process) and over Streamable HTTP (an
 //! in-process axum server on loopback), against calling the SDK directly in
-//! the same run. Nexus is a wiremock fake on loopback serving four contexts.
+//! the same run. Nexus is an in-process `LocalNexus` serving the shipped corpus.
 //!
 //! ```text
 //! cargo bench --features mcp --bench mcp_overhead
@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 #[path = "../tests/support/mcp.rs"]
 mod mcp_support;
-use mcp_support::{HttpMcp, SERVER_KEY, fake_nexus, nexus_client};
+use mcp_support::{HttpMcp, SERVER_KEY, nexus_client};
+use nexus_knowql::local::LocalNexus;
 
 /// Every call's duration, per benchmark.
 type Samples = Arc<Mutex<Vec<Duration>>>;
@@ -61,8 +62,17 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let nexus = rt.block_on(fake_nexus(0));
-    let base = nexus.uri();
+    let nexus = rt
+        .block_on(
+            LocalNexus::builder()
+                .context(
+                    "docs",
+                    concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus"),
+                )
+                .start(),
+        )
+        .expect("local nexus starts");
+    let base = nexus.base_url().to_owned();
 
     // Direct SDK.
     let sdk = nexus_client(&base);
@@ -170,7 +180,7 @@ fn main() {
     }
     let base_p50 = rows[0].2;
     let base_p99 = rows[0].3;
-    eprintln!("\nlist_contexts round trip against a loopback wiremock Nexus (every call timed)");
+    eprintln!("\nlist_contexts round trip against an in-process LocalNexus (every call timed)");
     eprintln!(
         "{:<11} {:>7} {:>10} {:>10} {:>16} {:>16}",
         "path", "calls", "p50", "p99", "p50 overhead", "p99 overhead"
