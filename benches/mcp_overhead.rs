@@ -125,7 +125,11 @@ fn main() {
                 let s = samples[0].clone();
                 async move {
                     timed(iters, &s, || async {
-                        assert_eq!(sdk.contexts().list().await.unwrap().len(), 4);
+                        assert_eq!(
+                            sdk.contexts().list().await.unwrap().len(),
+                            1,
+                            "the corpus context"
+                        );
                     })
                     .await
                 }
