@@ -446,6 +446,8 @@ async fn curate(
         return Ok(ExitCode::SUCCESS);
     }
 
+    // Timed here: the task's `runtime_seconds` has whole-second granularity.
+    let started = std::time::Instant::now();
     let bar = common::progress_bar(100, "{spinner:.cyan} [{bar:30.cyan/blue}] {pos:>3}% {msg}");
     bar.set_message(format!("curating {slug}"));
     bar.enable_steady_tick(Duration::from_millis(90));
@@ -484,7 +486,7 @@ async fn curate(
     if !json {
         println!(
             "curated `{slug}` in {}; ask it with `nexus ask {slug} QUESTION`",
-            common::human_ms(task.runtime_seconds.saturating_mul(1000))
+            common::human_ms(i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX))
         );
     }
     Ok(ExitCode::SUCCESS)
