@@ -2,7 +2,7 @@
 //! version tracking, and the mapping of failures to [`Error`].
 //!
 //! Both layers go through it: the generated client (via its hooks in
-//! `src/api.rs`) and the hand-written query and upload code.
+//! `src/api/mod.rs`) and the hand-written query and upload code.
 
 use std::fmt;
 use std::sync::Arc;
