@@ -115,6 +115,19 @@ pub enum Error {
         message: String,
     },
 
+    /// A redirect to another origin (scheme, host or port, including `https`
+    /// to `http`) was refused, or there were too many redirects. Nothing was
+    /// sent to `location`; credentials go only to the configured origin.
+    #[error("{operation}: {reason}: redirect to {location} not followed")]
+    Redirect {
+        /// The operation under way.
+        operation: &'static str,
+        /// The redirect target, without user info, query or fragment.
+        location: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+
     /// An event stream broke in a way that cannot be resumed.
     #[error("event stream{}: {message}", query_suffix(.query_id))]
     Stream {

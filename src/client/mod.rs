@@ -2,6 +2,7 @@
 //! retry policy, shared by every call.
 
 pub(crate) mod auth;
+pub(crate) mod redirect;
 pub(crate) mod retry;
 mod transport;
 pub(crate) mod version;
@@ -14,6 +15,7 @@ use reqwest::header::HeaderValue;
 use secrecy::SecretString;
 
 pub use auth::API_KEY_HEADER;
+pub use redirect::{MAX_REDIRECTS, redirect_policy};
 pub use retry::RetryPolicy;
 pub use transport::Transport;
 pub(crate) use transport::{ErrorEnvelope, map_reqwest};
@@ -293,6 +295,7 @@ impl ClientBuilder {
             None => {
                 let ua = self.user_agent.unwrap_or_else(|| USER_AGENT.to_owned());
                 reqwest::Client::builder()
+                    .redirect(redirect::redirect_policy())
                     .user_agent(ua)
                     .connect_timeout(self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))
                     .build()

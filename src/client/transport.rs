@@ -15,6 +15,7 @@ use secrecy::ExposeSecret;
 use tracing::Instrument;
 
 use super::auth::{API_KEY_HEADER, Auth};
+use super::redirect::{self, RedirectRefused};
 use super::retry::{self, RetryPolicy};
 use super::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
 use crate::error::{Error, Result, snippet};
@@ -24,6 +25,10 @@ const REQUEST_ID_HEADERS: &[&str] = &["x-request-id", "x-pinecone-request-id", "
 
 /// Marks a rewritten error response whose body was not the JSON envelope.
 const RAW_BODY_MARKER: &str = "x-nexus-knowql-raw-error-body";
+
+/// Marks a response rewritten because a custom client followed a redirect to
+/// another origin; its value is the (redacted) final URL.
+const REDIRECT_MARKER: &str = "x-nexus-knowql-redirect-refused";
 
 /// The most bytes of an error body that are read.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -120,6 +125,7 @@ impl Transport {
             .unwrap_or_default()
             .to_owned();
         let idempotent = retry::is_idempotent(req.method());
+        let origin = req.url().clone();
         let started = tokio::time::Instant::now();
         let mut backoff = inner.retry.backoff();
         let mut retries = 0u32;
@@ -145,6 +151,9 @@ impl Transport {
             );
             let result = inner.http.execute(attempt).instrument(span.clone()).await;
             match result {
+                Ok(resp) if !redirect::same_origin(&origin, resp.url()) => {
+                    return Ok(redirect_refused_response(resp.url()));
+                }
                 Ok(resp) => {
                     let status = resp.status();
                     span.record("http.status_code", status.as_u16());
@@ -162,7 +171,7 @@ impl Transport {
                     }
                     if idempotent && !last_chance && retry::is_retryable_status(status.as_u16()) {
                         let retry_after = match status.as_u16() {
-                            429 | 503 => retry::retry_after(resp.headers()),
+                            429 | 503 => inner.retry.retry_after(resp.headers()),
                             _ => None,
                         };
                         if let Some(delay) =
@@ -214,7 +223,7 @@ impl Transport {
             return None;
         }
         let delay = policy.next_delay(backoff, retry_after);
-        if started.elapsed() + delay > policy.get_max_elapsed() {
+        if started.elapsed().saturating_add(delay) > policy.get_max_elapsed() {
             return None;
         }
         *retries += 1;
@@ -275,7 +284,11 @@ impl Transport {
             .header(API_VERSION_HEADER, self.inner.version_value.clone())
             .json(&body)
             .build()?;
+        let origin = req.url().clone();
         let resp = self.inner.http.execute(req).await?;
+        if !redirect::same_origin(&origin, resp.url()) {
+            return Ok(Err(redirect_refused_response(resp.url())));
+        }
         if !resp.status().is_success() {
             return Ok(Err(normalize_error_body(resp).await));
         }
@@ -341,6 +354,13 @@ impl Transport {
         message: String,
         raw_body: Option<String>,
     ) -> Error {
+        if let Some(location) = headers.get(REDIRECT_MARKER).and_then(|v| v.to_str().ok()) {
+            return Error::Redirect {
+                operation,
+                location: location.to_owned(),
+                reason: RedirectRefused::followed_reason(),
+            };
+        }
         let request_id = request_id(headers);
         if status == 401 {
             return Error::Unauthorized {
@@ -413,6 +433,9 @@ pub(crate) fn map_reqwest(
     err: reqwest::Error,
     timeout: Option<Duration>,
 ) -> Error {
+    if let Some(refused) = redirect::refused(&err) {
+        return refused.to_error(operation);
+    }
     if err.is_timeout() {
         return Error::Timeout {
             operation,
@@ -520,6 +543,23 @@ fn http_response(status: StatusCode, headers: &HeaderMap, body: Bytes, raw: bool
         Ok(r) => Response::from(r),
         Err(_) => Response::from(http::Response::new(Bytes::new())),
     }
+}
+
+/// The answer that stands in for one a custom client fetched from another
+/// origin after following a redirect: it is never handed on.
+fn redirect_refused_response(url: &url::Url) -> Response {
+    let refused = RedirectRefused::followed(url);
+    tracing::warn!(location = %refused.location, "a redirect to another origin was followed by the custom HTTP client");
+    let mut headers = HeaderMap::new();
+    let marker = HeaderValue::from_str(&refused.location)
+        .unwrap_or_else(|_| HeaderValue::from_static("(another origin)"));
+    headers.insert(REDIRECT_MARKER, marker);
+    http_response(
+        StatusCode::MISDIRECTED_REQUEST,
+        &headers,
+        envelope_bytes(&refused.to_string(), None),
+        false,
+    )
 }
 
 /// Makes an error answer's body the JSON envelope so that the generated
