@@ -33,6 +33,9 @@ const REDIRECT_MARKER: &str = "x-nexus-knowql-redirect-refused";
 /// The most bytes of an error body that are read.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
+/// Makes a fresh copy of a request whose body cannot be cloned.
+pub(crate) type Rebuild<'a> = dyn Fn() -> Option<Request> + Send + Sync + 'a;
+
 /// Shared state behind every request of one [`Client`](crate::Client).
 ///
 /// It is the generated client's inner value (`api::Client::inner()`); users
@@ -102,9 +105,18 @@ impl Transport {
     /// Returns the server's final answer whatever its status; error bodies
     /// that are not the JSON envelope are rewritten into one (see
     /// [`Transport::error_from_response`]) so the status is never lost.
-    pub(crate) async fn execute(
+    pub(crate) async fn execute(&self, req: Request, operation: &str) -> reqwest::Result<Response> {
+        self.execute_rebuilding(req, None, operation).await
+    }
+
+    /// [`Transport::execute`] for a request whose body cannot be cloned (a
+    /// multipart upload): `rebuild` makes a fresh copy for each further
+    /// attempt, so re-login and retries work as for any other request. When
+    /// it gives `None`, the attempt under way is the last one.
+    pub(crate) async fn execute_rebuilding(
         &self,
         mut req: Request,
+        rebuild: Option<&Rebuild<'_>>,
         operation: &str,
     ) -> reqwest::Result<Response> {
         let inner = &*self.inner;
@@ -133,9 +145,13 @@ impl Transport {
 
         loop {
             // A body that cannot be cloned (a stream) allows one attempt only.
-            let (mut attempt, last_chance) = match req.try_clone() {
-                Some(r) => (r, false),
-                None => (take_request(&mut req), true),
+            let (mut attempt, last_chance) = match (req.try_clone(), rebuild) {
+                (Some(r), _) => (r, false),
+                (None, Some(make)) => match make() {
+                    Some(next) => (std::mem::replace(&mut req, next), false),
+                    None => (take_request(&mut req), true),
+                },
+                (None, None) => (take_request(&mut req), true),
             };
             let token_generation = match self.authorize(&mut attempt).await? {
                 Ok(generation) => generation,
@@ -319,8 +335,19 @@ impl Transport {
 
     /// Sends a hand-written request; a non-2xx answer becomes an [`Error`].
     pub(crate) async fn send(&self, req: Request, operation: &'static str) -> Result<Response> {
+        self.send_rebuilding(req, None, operation).await
+    }
+
+    /// [`Transport::send`] with a way to rebuild an uncloneable request (see
+    /// [`Transport::execute_rebuilding`]).
+    pub(crate) async fn send_rebuilding(
+        &self,
+        req: Request,
+        rebuild: Option<&Rebuild<'_>>,
+        operation: &'static str,
+    ) -> Result<Response> {
         let resp = self
-            .execute(req, operation)
+            .execute_rebuilding(req, rebuild, operation)
             .await
             .map_err(|e| self.map_reqwest(operation, e))?;
         if resp.status().is_success() {

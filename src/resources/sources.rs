@@ -56,19 +56,23 @@ impl Sources<'_> {
     ) -> Result<types::WorkflowTriggerResponse> {
         let path = path.as_ref();
         let name = file_name(path)?;
-        let file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| Error::InvalidRequest(format!("cannot open {}: {e}", path.display())))?;
-        let len = file
-            .metadata()
-            .await
-            .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", path.display())))?
-            .len();
-        let stream = tokio_util_like::file_stream(file);
-        let part =
-            reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(stream), len)
-                .file_name(name);
-        self.send_upload(part, dir).await
+        // Each attempt opens the file again and streams it from the start.
+        let part = || -> Result<reqwest::multipart::Part> {
+            let file = std::fs::File::open(path).map_err(|e| {
+                Error::InvalidRequest(format!("cannot open {}: {e}", path.display()))
+            })?;
+            let len = file
+                .metadata()
+                .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", path.display())))?
+                .len();
+            let stream = tokio_util_like::file_stream(tokio::fs::File::from_std(file));
+            Ok(reqwest::multipart::Part::stream_with_length(
+                reqwest::Body::wrap_stream(stream),
+                len,
+            )
+            .file_name(name.clone()))
+        };
+        self.send_upload(&part, dir).await
     }
 
     /// Uploads in-memory bytes as a file named `name`.
@@ -85,27 +89,50 @@ impl Sources<'_> {
             return Err(Error::InvalidRequest(format!("invalid file name {name:?}")));
         }
         let bytes: bytes::Bytes = bytes.into();
-        let part =
-            reqwest::multipart::Part::stream(reqwest::Body::from(bytes)).file_name(name.to_owned());
-        self.send_upload(part, dir).await
+        let part = || -> Result<reqwest::multipart::Part> {
+            Ok(
+                reqwest::multipart::Part::stream(reqwest::Body::from(bytes.clone()))
+                    .file_name(name.to_owned()),
+            )
+        };
+        self.send_upload(&part, dir).await
     }
 
+    /// Sends the multipart upload. A multipart body cannot be cloned, so the
+    /// request is built again from `part` for every attempt: a refused token
+    /// (401 with [`login`](crate::ClientBuilder::login)) logs in again and a
+    /// connection that could not be opened is retried, as for any other call.
     async fn send_upload(
         &self,
-        part: reqwest::multipart::Part,
+        part: &(dyn Fn() -> Result<reqwest::multipart::Part> + Send + Sync),
         dir: Option<&str>,
     ) -> Result<types::WorkflowTriggerResponse> {
         let op = "upload_context_source";
-        let form = reqwest::multipart::Form::new().part("file", part);
         let path = format!("/contexts/{}/import/upload", encode_segment(self.slug));
-        let mut req = self
+        let build = || -> Result<reqwest::Request> {
+            let form = reqwest::multipart::Form::new().part("file", part()?);
+            let mut req = self
+                .client
+                .request(reqwest::Method::POST, &path)
+                .multipart(form);
+            if let Some(dir) = dir {
+                req = req.query(&[("path", dir)]);
+            }
+            req.build()
+                .map_err(|e| Error::InvalidRequest(format!("{op}: {e}")))
+        };
+        let rebuild = || match build() {
+            Ok(req) => Some(req),
+            Err(e) => {
+                tracing::debug!(error = %e, "upload cannot be sent again");
+                None
+            }
+        };
+        let resp = self
             .client
-            .request(reqwest::Method::POST, &path)
-            .multipart(form);
-        if let Some(dir) = dir {
-            req = req.query(&[("path", dir)]);
-        }
-        let resp = self.client.send(op, req).await?;
+            .transport()
+            .send_rebuilding(build()?, Some(&rebuild), op)
+            .await?;
         let body = resp
             .bytes()
             .await
