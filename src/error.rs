@@ -128,6 +128,16 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A listing's pages did not add up (the server repeated a page or
+    /// pointed back to one), or the listing holds more items than its bound.
+    #[error("{operation}: paging: {message}")]
+    Paging {
+        /// The list operation.
+        operation: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+
     /// An event stream broke in a way that cannot be resumed.
     #[error("event stream{}: {message}", query_suffix(.query_id))]
     Stream {

@@ -40,7 +40,7 @@ const ARCHIVE_LIMIT: u64 = 256 * 1024 * 1024;
 /// How long a 409 (import in flight) is waited out before giving up.
 const BUSY_WAIT: Duration = Duration::from_secs(600);
 
-impl Sources<'_> {
+impl<'c> Sources<'c> {
     /// `POST /contexts/{slug}/import/upload`: uploads one file or archive
     /// (`.zip`, `.tar`, `.tar.gz`, `.tgz` are expanded by the server) under
     /// `dir` in the source tree (default `uploads`). The import runs as a task;
@@ -140,11 +140,19 @@ impl Sources<'_> {
         serde_json::from_slice(&body).map_err(|e| Error::decode(op, e, &body))
     }
 
-    /// `GET /contexts/{slug}/source/list[/{path}]`: one page of entries.
+    /// `GET /contexts/{slug}/source/list[/{path}]`: every entry of a
+    /// directory (the root unless [`ListFiles::path`](super::ListFiles::path)
+    /// names one), following the pages. `.await` it for the entries, or read
+    /// [`ListFiles::pages`](super::ListFiles::pages).
+    pub fn list(&self) -> super::ListFiles<'c> {
+        super::ListFiles::new(self.client, super::pages::Tree::Sources, self.slug)
+    }
+
+    /// One page of entries, as the API returns it.
     ///
     /// # Errors
-    /// Any [`Error`] of the call.
-    pub async fn list(
+    /// Any [`Error`](crate::Error) of the call.
+    pub async fn list_page(
         &self,
         path: Option<&str>,
         offset: Option<i64>,
