@@ -537,9 +537,6 @@ async fn tasks(client: &Client, json: bool, context: Option<&str>) -> Result<Exi
         ]);
     }
     println!("{table}");
-    if page.total > items.len() as i64 {
-        println!("({} of {} tasks shown)", items.len(), page.total);
-    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -240,3 +240,29 @@ async fn an_answer_a_custom_client_fetched_from_another_origin_is_never_used() {
     assert_refused(&err, &target);
     assert!(err.to_string().contains("redirect_policy"), "{err}");
 }
+
+#[tokio::test]
+async fn a_custom_client_keeps_the_crate_headers_and_the_user_agent_set_here() {
+    let origin = MockServer::start().await;
+    Mock::given(any())
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&origin)
+        .await;
+    let http = reqwest::Client::builder()
+        .redirect(nexus_knowql::client::redirect_policy())
+        .build()
+        .unwrap();
+    builder(&origin)
+        .http_client(http)
+        .user_agent("my-app/1.0")
+        .build()
+        .unwrap()
+        .contexts()
+        .list()
+        .await
+        .unwrap();
+    let got = origin.received_requests().await.unwrap();
+    assert_eq!(got[0].headers["user-agent"], "my-app/1.0");
+    assert_eq!(got[0].headers["x-pinecone-api-key"], KEY);
+    assert_eq!(got[0].headers["x-pinecone-api-version"], "2026-07");
+}

@@ -55,6 +55,8 @@ pub(crate) struct TransportInner {
     pub(crate) auth: Auth,
     pub(crate) retry: RetryPolicy,
     pub(crate) request_timeout: Option<Duration>,
+    /// Sent on each request (set only for a caller's own `reqwest::Client`).
+    pub(crate) user_agent: Option<HeaderValue>,
 }
 
 impl fmt::Debug for Transport {
@@ -126,6 +128,10 @@ impl Transport {
         if !req.headers().contains_key(API_VERSION_HEADER) {
             req.headers_mut()
                 .insert(API_VERSION_HEADER, inner.version_value.clone());
+        }
+        if let Some(ua) = &inner.user_agent {
+            req.headers_mut()
+                .insert(reqwest::header::USER_AGENT, ua.clone());
         }
         if req.timeout().is_none() && !is_event_stream(&req) {
             *req.timeout_mut() = inner.request_timeout;
