@@ -2,10 +2,15 @@
 //! scheme, host or port is refused before anything is sent there, for every
 //! kind of request the client makes. A second listener records what reaches it.
 
+#[path = "support/sse_server.rs"]
+mod sse_server;
+
 use std::time::Duration;
 
-use nexus_knowql::{Client, Error, RetryPolicy};
+use futures::StreamExt;
+use nexus_knowql::{Client, Error, RetryPolicy, StreamConfig};
 use serde_json::json;
+use sse_server::{Reply, SseServer, Step, Turn};
 use wiremock::matchers::{any, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -265,4 +270,57 @@ async fn a_custom_client_keeps_the_crate_headers_and_the_user_agent_set_here() {
     assert_eq!(got[0].headers["user-agent"], "my-app/1.0");
     assert_eq!(got[0].headers["x-pinecone-api-key"], KEY);
     assert_eq!(got[0].headers["x-pinecone-api-version"], "2026-07");
+}
+
+#[tokio::test]
+async fn an_event_resume_redirected_to_another_origin_is_refused() {
+    let other = recorder().await;
+    let target = format!(
+        "http://127.0.0.1:{}/queries/q_r/events",
+        other.address().port()
+    );
+    let turn = Turn::completed("q_r", "sess_r", &["Hello ", "there ", "world"]);
+    let script_turn = turn.clone();
+    let location = format!("Location: {target}");
+    let server = SseServer::start(move |req, _| {
+        if req.is("POST", "/query") {
+            // Two events, then the connection ends: the client resumes.
+            Reply::sse(vec![Step::Write(script_turn.first(2).into_bytes())])
+        } else {
+            Reply::json(307, &[location.as_str()], &json!({"message": "moved"}))
+        }
+    })
+    .await;
+    let mut live = server
+        .client()
+        .session(["docs"])
+        .build()
+        .unwrap()
+        .ask("q")
+        .stream_config(
+            StreamConfig::default()
+                .resume_delay(Duration::from_millis(5), Duration::from_millis(50)),
+        )
+        .stream()
+        .await
+        .unwrap();
+    let mut error = None;
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(20), live.next())
+        .await
+        .expect("the turn ends")
+    {
+        if let Err(e) = item {
+            error.get_or_insert(e);
+        }
+    }
+    let error = error.expect("the refused resume is reported");
+    assert!(
+        matches!(error, Error::Redirect { .. }) || error.to_string().contains(&target),
+        "{error:?}"
+    );
+    assert!(
+        server.count("GET", &turn.events_path()) >= 1,
+        "the client did resume"
+    );
+    assert!(other.received_requests().await.unwrap().is_empty());
 }
