@@ -105,13 +105,37 @@ impl RedirectRefused {
         }
     }
 
-    /// The reason given for [`RedirectRefused::followed`].
-    pub(crate) fn followed_reason() -> &'static str {
+    /// A redirect answer to another origin that reached the crate unfollowed.
+    pub(crate) fn refused(url: &Url) -> Self {
         RedirectRefused {
-            location: String::new(),
-            reason: Reason::Followed,
+            location: redacted(url),
+            reason: Reason::OtherOrigin,
         }
-        .reason()
+    }
+
+    /// The value of the marker header of a rewritten answer.
+    pub(crate) fn to_marker(&self) -> String {
+        let code = match self.reason {
+            Reason::OtherOrigin => "refused",
+            Reason::TooMany => "too-many",
+            Reason::Followed => "followed",
+        };
+        format!("{code} {}", self.location)
+    }
+
+    /// Reads [`RedirectRefused::to_marker`] back.
+    pub(crate) fn from_marker(value: &str) -> Option<Self> {
+        let (code, location) = value.split_once(' ')?;
+        let reason = match code {
+            "refused" => Reason::OtherOrigin,
+            "too-many" => Reason::TooMany,
+            "followed" => Reason::Followed,
+            _ => return None,
+        };
+        Some(RedirectRefused {
+            location: location.to_owned(),
+            reason,
+        })
     }
 
     /// The error the crate reports for it.

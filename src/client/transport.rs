@@ -26,8 +26,9 @@ const REQUEST_ID_HEADERS: &[&str] = &["x-request-id", "x-pinecone-request-id", "
 /// Marks a rewritten error response whose body was not the JSON envelope.
 const RAW_BODY_MARKER: &str = "x-nexus-knowql-raw-error-body";
 
-/// Marks a response rewritten because a custom client followed a redirect to
-/// another origin; its value is the (redacted) final URL.
+/// Marks a response rewritten because of a redirect to another origin (one
+/// a custom client followed, or one that reached the crate unfollowed); its
+/// value is [`RedirectRefused::to_marker`].
 const REDIRECT_MARKER: &str = "x-nexus-knowql-redirect-refused";
 
 /// The most bytes of an error body that are read.
@@ -148,9 +149,11 @@ impl Transport {
         let mut backoff = inner.retry.backoff();
         let mut retries = 0u32;
         let mut relogged_in = false;
+        let mut redirects = 0usize;
 
         loop {
-            // A body that cannot be cloned (a stream) allows one attempt only.
+            // A body that cannot be cloned (a stream) allows one attempt
+            // unless the caller can rebuild the request.
             let (mut attempt, last_chance) = match (req.try_clone(), rebuild) {
                 (Some(r), _) => (r, false),
                 (None, Some(make)) => match make() {
@@ -174,10 +177,25 @@ impl Transport {
             let result = inner.http.execute(attempt).instrument(span.clone()).await;
             match result {
                 Ok(resp) if !redirect::same_origin(&origin, resp.url()) => {
-                    return Ok(redirect_refused_response(resp.url()));
+                    return Ok(redirect_refused_response(RedirectRefused::followed(
+                        resp.url(),
+                    )));
                 }
                 Ok(resp) => {
                     let status = resp.status();
+                    // A redirect reqwest left to us: the body could not be
+                    // sent twice, or a custom client follows none.
+                    if let Some(next) = redirect_target(&resp) {
+                        if !redirect::same_origin(&origin, &next) {
+                            return Ok(redirect_refused_response(RedirectRefused::refused(&next)));
+                        }
+                        let keeps_method = matches!(status.as_u16(), 307 | 308);
+                        if keeps_method && !last_chance && redirects < redirect::MAX_REDIRECTS {
+                            redirects += 1;
+                            *req.url_mut() = next;
+                            continue;
+                        }
+                    }
                     span.record("http.status_code", status.as_u16());
                     self.observe_version(&sent_version, resp.headers());
                     if status == StatusCode::UNAUTHORIZED
@@ -309,7 +327,8 @@ impl Transport {
         let origin = req.url().clone();
         let resp = self.inner.http.execute(req).await?;
         if !redirect::same_origin(&origin, resp.url()) {
-            return Ok(Err(redirect_refused_response(resp.url())));
+            let refused = RedirectRefused::followed(resp.url());
+            return Ok(Err(redirect_refused_response(refused)));
         }
         if !resp.status().is_success() {
             return Ok(Err(normalize_error_body(resp).await));
@@ -387,12 +406,12 @@ impl Transport {
         message: String,
         raw_body: Option<String>,
     ) -> Error {
-        if let Some(location) = headers.get(REDIRECT_MARKER).and_then(|v| v.to_str().ok()) {
-            return Error::Redirect {
-                operation,
-                location: location.to_owned(),
-                reason: RedirectRefused::followed_reason(),
-            };
+        if let Some(refused) = headers
+            .get(REDIRECT_MARKER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(RedirectRefused::from_marker)
+        {
+            return refused.to_error(operation);
         }
         let request_id = request_id(headers);
         if status == 401 {
@@ -578,14 +597,26 @@ fn http_response(status: StatusCode, headers: &HeaderMap, body: Bytes, raw: bool
     }
 }
 
-/// The answer that stands in for one a custom client fetched from another
-/// origin after following a redirect: it is never handed on.
-fn redirect_refused_response(url: &url::Url) -> Response {
-    let refused = RedirectRefused::followed(url);
-    tracing::warn!(location = %refused.location, "a redirect to another origin was followed by the custom HTTP client");
+/// Where a redirect answer points, resolved against the URL it came from.
+fn redirect_target(resp: &Response) -> Option<url::Url> {
+    if !resp.status().is_redirection() {
+        return None;
+    }
+    let location = resp
+        .headers()
+        .get(reqwest::header::LOCATION)?
+        .to_str()
+        .ok()?;
+    resp.url().join(location).ok()
+}
+
+/// The answer that stands in for a redirect to another origin (or for what a
+/// custom client fetched there): the foreign answer is never handed on.
+fn redirect_refused_response(refused: RedirectRefused) -> Response {
+    tracing::warn!(location = %refused.location, "{}", refused.reason());
     let mut headers = HeaderMap::new();
-    let marker = HeaderValue::from_str(&refused.location)
-        .unwrap_or_else(|_| HeaderValue::from_static("(another origin)"));
+    let marker = HeaderValue::from_str(&refused.to_marker())
+        .unwrap_or_else(|_| HeaderValue::from_static("refused (another origin)"));
     headers.insert(REDIRECT_MARKER, marker);
     http_response(
         StatusCode::MISDIRECTED_REQUEST,
