@@ -115,6 +115,29 @@ pub enum Error {
         message: String,
     },
 
+    /// A redirect to another origin (scheme, host or port, including `https`
+    /// to `http`) was refused, or there were too many redirects. Nothing was
+    /// sent to `location`; credentials go only to the configured origin.
+    #[error("{operation}: {reason}: redirect to {location} not followed")]
+    Redirect {
+        /// The operation under way.
+        operation: &'static str,
+        /// The redirect target, without user info, query or fragment.
+        location: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+
+    /// A listing's pages did not add up (the server repeated a page or
+    /// pointed back to one), or the listing holds more items than its bound.
+    #[error("{operation}: paging: {message}")]
+    Paging {
+        /// The list operation.
+        operation: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+
     /// An event stream broke in a way that cannot be resumed.
     #[error("event stream{}: {message}", query_suffix(.query_id))]
     Stream {

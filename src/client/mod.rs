@@ -2,6 +2,7 @@
 //! retry policy, shared by every call.
 
 pub(crate) mod auth;
+pub(crate) mod redirect;
 pub(crate) mod retry;
 mod transport;
 pub(crate) mod version;
@@ -14,6 +15,7 @@ use reqwest::header::HeaderValue;
 use secrecy::SecretString;
 
 pub use auth::API_KEY_HEADER;
+pub use redirect::{MAX_REDIRECTS, redirect_policy};
 pub use retry::RetryPolicy;
 pub use transport::Transport;
 pub(crate) use transport::{ErrorEnvelope, map_reqwest};
@@ -250,8 +252,25 @@ impl ClientBuilder {
         self
     }
 
-    /// Uses this `reqwest::Client` (proxies, TLS roots, pools) instead of one
-    /// built from the timeouts and user agent above.
+    /// Uses this `reqwest::Client` instead of the built-in one, for anything
+    /// the builder does not offer (a proxy of your own, extra root or client
+    /// certificates, DNS, pool sizes).
+    ///
+    /// Whatever the client, the crate applies per request: the credentials
+    /// (key header, login token and re-login), `X-Pinecone-Api-Version`, the
+    /// retry policy and `Retry-After`, [`request_timeout`](Self::request_timeout),
+    /// the [`user_agent`](Self::user_agent) when one was set, and the check
+    /// that every answer comes from the configured origin.
+    ///
+    /// Only the built-in client is shaped by
+    /// [`connect_timeout`](Self::connect_timeout), the default user agent, the
+    /// TLS backend chosen by Cargo feature, the system proxy settings and the
+    /// redirect rule. reqwest follows redirects inside the client, before the
+    /// crate sees the answer, so build yours with
+    /// [`client::redirect_policy()`](crate::client::redirect_policy) (or no
+    /// redirects at all): with reqwest's default policy a redirect to another
+    /// host still carries `X-Pinecone-Api-Key`, and the crate can only refuse
+    /// the answer afterwards ([`Error::Redirect`]).
     pub fn http_client(mut self, client: reqwest::Client) -> Self {
         self.http = Some(client);
         self
@@ -288,11 +307,20 @@ impl ClientBuilder {
             (None, true) => return Err(Error::InvalidRequest("login needs an API key".into())),
             (None, false) => auth::Auth::None,
         };
+        // With a client of the caller's, a user agent set here goes on each request.
+        let user_agent = match (&self.user_agent, self.http.is_some()) {
+            (Some(ua), true) => Some(
+                HeaderValue::from_str(ua)
+                    .map_err(|_| Error::InvalidRequest(format!("invalid user agent {ua:?}")))?,
+            ),
+            _ => None,
+        };
         let http = match self.http {
             Some(c) => c,
             None => {
                 let ua = self.user_agent.unwrap_or_else(|| USER_AGENT.to_owned());
                 reqwest::Client::builder()
+                    .redirect(redirect::redirect_policy())
                     .user_agent(ua)
                     .connect_timeout(self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))
                     .build()
@@ -302,6 +330,7 @@ impl ClientBuilder {
             }
         };
         let transport = Transport::new(transport::TransportInner {
+            user_agent,
             http: http.clone(),
             base_url: base_url.clone(),
             version: self.api_version,
