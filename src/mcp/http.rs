@@ -331,12 +331,7 @@ pub(crate) fn call_key(policy: KeyPolicy, extensions: &Extensions) -> Result<Cal
 }
 
 /// Logs one refused request (never its key) and answers it.
-fn refuse(
-    status: StatusCode,
-    peer: Option<SocketAddr>,
-    method: &Method,
-    reason: &str,
-) -> Response {
+fn refuse(status: StatusCode, peer: Option<SocketAddr>, method: &Method, reason: &str) -> Response {
     tracing::warn!(
         peer = ?peer,
         %method,
@@ -536,11 +531,8 @@ pub fn router(
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(options.session_idle_timeout);
     let manager = Arc::new(manager);
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::clone(&manager),
-        config,
-    );
+    let service =
+        StreamableHttpService::new(move || Ok(server.clone()), Arc::clone(&manager), config);
     let guard = Arc::new(Guard {
         sessions: (!options.stateless).then(|| Sessions {
             manager,
