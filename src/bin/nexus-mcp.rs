@@ -120,7 +120,7 @@ fn seconds(text: &str) -> Result<Duration, String> {
         .trim()
         .parse()
         .map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    if !(value > 0.0) {
+    if value.is_nan() || value <= 0.0 {
         return Err(format!("`{text}` must be more than 0 seconds"));
     }
     Duration::try_from_secs_f64(value).map_err(|e| format!("`{text}`: {e}"))

@@ -432,16 +432,33 @@ async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: 
             let reserved = sessions.creating.fetch_add(1, Ordering::AcqRel);
             let _creating = Creating(&sessions.creating);
             let live = sessions.manager.sessions.read().await.len();
+            let mut request = request;
             if live.saturating_add(reserved) >= sessions.max {
-                return refuse(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    peer,
-                    &method,
-                    &format!(
-                        "too many live MCP sessions (limit {}); retry later or end an unused session",
-                        sessions.max
-                    ),
-                );
+                // Only an `initialize` creates a session; other requests
+                // without one (the newest protocol) are served statelessly.
+                let (parts, body) = request.into_parts();
+                let Ok(bytes) = axum::body::to_bytes(body, MAX_REQUEST_BODY_BYTES).await else {
+                    return refuse(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        peer,
+                        &method,
+                        "request body too large or cut",
+                    );
+                };
+                let initialize = serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .is_ok_and(|m| m.get("method").and_then(|m| m.as_str()) == Some("initialize"));
+                request = Request::from_parts(parts, Body::from(bytes));
+                if initialize {
+                    return refuse(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        peer,
+                        &method,
+                        &format!(
+                            "too many live MCP sessions (limit {}); retry later or end an unused session",
+                            sessions.max
+                        ),
+                    );
+                }
             }
             let response = next.run(request).await;
             if let Some(id) = response
