@@ -458,7 +458,12 @@ async fn replicas_flow(stateless: bool) -> Vec<Result<Value, String>> {
     .await;
     let two = serve(nexus(&nexus_fake.uri(), caller_keys(false)), options).await;
     let base = |s: &Served| s.url.trim_end_matches(http::MCP_PATH).to_owned();
-    let (url, proxy) = round_robin(vec![base(&one), base(&two)]).await;
+    flow_through_proxy(vec![base(&one), base(&two)]).await
+}
+
+/// Runs the flow through a round-robin proxy over `backends`.
+async fn flow_through_proxy(backends: Vec<String>) -> Vec<Result<Value, String>> {
+    let (url, proxy) = round_robin(backends).await;
     let mut mcp = HttpMcp::new(&url).header("X-Pinecone-Api-Key", SERVER_KEY);
     let (id, init) = mcp
         .request(
@@ -520,5 +525,74 @@ async fn session_replicas_behind_a_round_robin_proxy_fail_clearly() {
             .iter()
             .all(|f| f.contains("HTTP 404") && f.contains("Session not found")),
         "{failures:?}"
+    );
+}
+
+/// A `nexus-mcp --transport http` process on a free port; killed on drop.
+struct Process {
+    _child: tokio::process::Child,
+    base: String,
+}
+
+async fn nexus_mcp_process(nexus_url: &str, extra: &[&str]) -> Process {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"))
+        .args([
+            "--transport",
+            "http",
+            "--bind",
+            "127.0.0.1:0",
+            "--log-format",
+            "text",
+        ])
+        .args(extra)
+        .env_clear()
+        .env("NEXUS_BASE_URL", nexus_url)
+        .env("RUST_LOG", "nexus_knowql=info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("local_addr=").nth(1) {
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("nexus-mcp exited before serving");
+    })
+    .await
+    .expect("nexus-mcp starts within 20 s");
+    // Keep draining the log so the process never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Process {
+        _child: child,
+        base: format!("http://{addr}"),
+    }
+}
+
+#[tokio::test]
+async fn two_stateless_nexus_mcp_processes_serve_one_client_in_turn() {
+    let nexus_fake = fake_nexus(0).await;
+    let one = nexus_mcp_process(&nexus_fake.uri(), &["--stateless"]).await;
+    let two = nexus_mcp_process(&nexus_fake.uri(), &["--stateless"]).await;
+    let answers = flow_through_proxy(vec![one.base.clone(), two.base.clone()]).await;
+    let results: Vec<Value> = answers.into_iter().map(Result::unwrap).collect();
+    assert!(results.iter().all(|r| r["isError"] == false), "{results:?}");
+    assert_eq!(results[1]["structuredContent"]["query_id"], "q_1");
+    assert_eq!(results[2]["structuredContent"]["status"], "completed");
+
+    // Two processes without --stateless lose the session.
+    let one = nexus_mcp_process(&nexus_fake.uri(), &[]).await;
+    let two = nexus_mcp_process(&nexus_fake.uri(), &[]).await;
+    let answers = flow_through_proxy(vec![one.base.clone(), two.base.clone()]).await;
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.as_ref().is_err_and(|e| e.contains("HTTP 404"))),
+        "{answers:?}"
     );
 }
