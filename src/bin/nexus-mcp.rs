@@ -245,6 +245,12 @@ async fn run(args: Args) -> Result<(), String> {
                     "--allow-server-key: requests without X-Pinecone-Api-Key use this server's key"
                 );
             }
+            if args.session_idle_timeout <= args.request_timeout {
+                tracing::warn!(
+                    "--session-idle-timeout is not longer than --request-timeout: a session may \
+                     expire while one of its requests is still running"
+                );
+            }
             let options = HttpOptions::default()
                 .allowed_origins(args.allow_origins)
                 .allowed_hosts(args.allow_hosts)
