@@ -123,7 +123,9 @@ pub struct HttpOptions {
     pub request_timeout: Duration,
     /// Open connections; more are closed at once.
     pub max_connections: usize,
-    /// Requests being handled at once over all connections; more get 503.
+    /// Requests being handled at once over all connections, counted until
+    /// their response starts (an SSE stream then stays bounded by its
+    /// connection and the request deadline); more get 503.
     pub max_concurrent_requests: usize,
     /// Requests being handled at once on one connection (and HTTP/2
     /// streams per connection); more get 503.
