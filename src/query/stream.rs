@@ -531,7 +531,14 @@ impl EventConnection {
                     }
                     Some(Ok(Parsed::Skip)) => continue,
                     Some(Ok(Parsed::Broken(cause))) => {
-                        self.recover(cause);
+                        if self.terminal_seen {
+                            // Only the final Query was missing; the stored
+                            // one stands in for it.
+                            tracing::debug!(cause, "a broken replay after the terminal event");
+                            self.state = State::Done;
+                        } else {
+                            self.recover(cause);
+                        }
                         continue;
                     }
                     Some(Err(e)) => {
@@ -569,7 +576,11 @@ impl EventConnection {
                         self.reconnect(&format!("the connection failed: {e}"));
                     }
                     Poll::Ready(None) => {
-                        self.reconnect("the stream ended before the turn did");
+                        if self.terminal_seen {
+                            self.state = State::Done;
+                        } else {
+                            self.reconnect("the stream ended before the turn did");
+                        }
                     }
                     Poll::Pending => {
                         if self.idle_expired(cx) {
@@ -594,7 +605,12 @@ impl EventConnection {
                     }
                     Poll::Ready(Err(e)) => {
                         let gone = matches!(e.status(), Some(404 | 410));
-                        if gone && self.delivered_any {
+                        if self.terminal_seen {
+                            // Only the final Query was missing; the stored
+                            // one stands in for it.
+                            tracing::debug!(error = %e, "no resume after the terminal event");
+                            self.state = State::Done;
+                        } else if gone && self.delivered_any {
                             self.recover(format!("the event log is gone ({e})"));
                         } else if resumable(&e) {
                             self.reconnect(&e.to_string());
@@ -704,15 +720,12 @@ impl EventConnection {
         true
     }
 
-    /// Schedules a reconnection after a break, or ends the stream.
+    /// Schedules a reconnection after a break, or ends the stream. After
+    /// the terminal event only the final `query` frame can be missing: a
+    /// resume that fails then ends the stream quietly, and the stored Query
+    /// stands in for the frame.
     fn reconnect(&mut self, cause: &str) {
         self.state = State::Done;
-        if self.terminal_seen {
-            // The turn is over: nothing is left to resume, and the stored
-            // Query stands in for a `query` frame that did not come.
-            tracing::debug!(cause, "the stream ended after the terminal event");
-            return;
-        }
         let Some(query_id) = self.query_id.clone() else {
             self.failed = Some(Error::Stream {
                 query_id: None,
@@ -750,6 +763,16 @@ impl EventConnection {
         if cycle.attempts >= self.config.resume_attempts
             || spent.saturating_add(delay) > self.config.resume_max_elapsed
         {
+            if self.terminal_seen {
+                // The turn is over; the stored Query stands in for the
+                // `query` frame that did not come.
+                tracing::debug!(
+                    query_id,
+                    cause,
+                    "no final Query frame after the terminal event"
+                );
+                return;
+            }
             tracing::warn!(
                 query_id,
                 attempts = cycle.attempts,
