@@ -158,10 +158,10 @@ impl QueryHandle {
                 return into_outcome(query);
             }
             let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
-            if started.elapsed() + delay > wait.timeout {
+            if started.elapsed().saturating_add(delay) > wait.timeout {
                 return Err(Error::Timeout {
                     operation: "get_query",
-                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    elapsed_ms: super::millis(started.elapsed()),
                 });
             }
             tokio::time::sleep(delay).await;

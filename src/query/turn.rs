@@ -1,9 +1,11 @@
 //! One turn: [`TurnBuilder`] (per-turn controls, three ways to run) and
 //! [`QueryTurn`] (a live streaming turn that accumulates as it goes).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
@@ -11,7 +13,10 @@ use serde::de::DeserializeOwned;
 use super::background::QueryHandle;
 use super::event::QueryEvent;
 use super::session::{Session, TurnSlot};
-use super::stream::{EventConnection, StreamConfig, expect_event_stream};
+use super::stream::{
+    Delivery, EventConnection, MAX_QUERY_BODY_BYTES, ReplayGap, StreamConfig, expect_event_stream,
+    stored_terminal,
+};
 use crate::error::{Error, Result};
 use crate::types;
 
@@ -213,10 +218,18 @@ impl TurnBuilder {
     /// [`Error::TurnCancelled`] when the turn ended so; any error of the call.
     pub async fn send(mut self) -> Result<types::Query> {
         let slot = self.prepare()?;
+        // The one call that may take as long as a turn: its own deadline
+        // (`None` becomes a deadline no turn reaches).
+        let limit = self
+            .session
+            .client
+            .transport()
+            .turn_timeout()
+            .unwrap_or(Duration::MAX);
         let resp = self
             .session
             .client
-            .send("create_query", self.post(false))
+            .send("create_query", self.post(false).timeout(limit))
             .await?;
         let query = decode_query("create_query", resp).await?;
         slot.learn(Some(&query.session_id), Some(&query.id));
@@ -232,12 +245,14 @@ impl TurnBuilder {
     /// # Errors
     /// [`Error::InvalidRequest`] as for [`TurnBuilder::send`]; any error
     /// answer to `POST /query` (409 when the server still runs another turn
-    /// of the session).
+    /// of the session); [`Error::Timeout`] when the response headers do not
+    /// come within the client's header timeout (the request is not sent
+    /// again: the server may already run the turn).
     pub async fn stream(mut self) -> Result<QueryTurn> {
         let slot = self.prepare()?;
         self.request.stream = Some(true);
         let client = self.session.client.clone();
-        let resp = client.send("create_query", self.post(true)).await?;
+        let resp = client.send_stream("create_query", self.post(true)).await?;
         let resp = expect_event_stream("create_query", None, resp)?;
         let conn = EventConnection::new(client, self.stream_config, resp, None);
         Ok(QueryTurn::new(conn, Some(slot)))
@@ -267,9 +282,6 @@ impl TurnBuilder {
     }
 }
 
-/// The most bytes of a Query document read from one answer.
-const QUERY_BODY_LIMIT: usize = 64 * 1024 * 1024;
-
 pub(crate) async fn decode_query(
     operation: &'static str,
     resp: reqwest::Response,
@@ -281,7 +293,7 @@ pub(crate) async fn decode_query(
         .await
         .map_err(|e| crate::client::map_reqwest(operation, e, None))?
     {
-        if body.len() + chunk.len() > QUERY_BODY_LIMIT {
+        if body.len().saturating_add(chunk.len()) > MAX_QUERY_BODY_BYTES {
             return Err(Error::decode(operation, "the answer is too large", &body));
         }
         body.extend_from_slice(&chunk);
@@ -309,7 +321,11 @@ pub(crate) fn into_outcome(query: types::Query) -> Result<types::Query> {
 ///
 /// Every event is delivered exactly once and in order, whatever the network
 /// does: a broken or idle connection is resumed with `Last-Event-ID` (see
-/// [`StreamConfig`]). A failed or cancelled turn yields
+/// [`StreamConfig`]), and each resumed connection must replay from exactly
+/// that id. When it does not (or the event log is gone), the rest of the
+/// answer comes from the stored turn as one final text delta, or the stream
+/// ends with [`Error::ReplayGap`]: the deltas never add up to a wrong text.
+/// A failed or cancelled turn yields
 /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] after the events before
 /// it; the stream then ends with the final [`QueryEvent::Query`].
 ///
@@ -339,6 +355,12 @@ pub struct QueryTurn {
     conn: EventConnection,
     slot: Option<TurnSlot>,
     acc: Accumulated,
+    /// Events made up from the stored turn after a broken replay, to deliver
+    /// before the stream ends.
+    pending: VecDeque<QueryEvent>,
+    /// A replay gap the stored turn did not make up for: the turn's outcome
+    /// even after the error was yielded.
+    gap: Option<(ReplayGap, String)>,
     ended: bool,
 }
 
@@ -397,7 +419,8 @@ impl Accumulated {
         if let Some(o) = output {
             u.output_tokens = o;
         }
-        u.total_tokens = u.input_tokens + u.output_tokens;
+        // Server numbers: each may fit while their sum does not.
+        u.total_tokens = u.input_tokens.saturating_add(u.output_tokens);
     }
 }
 
@@ -446,11 +469,13 @@ impl QueryTurn {
             conn,
             slot,
             acc: Accumulated::default(),
+            pending: VecDeque::new(),
+            gap: None,
             ended: false,
         }
     }
 
-    /// The turn's id, once the server named it (`response.created`).
+    /// The turn's id, once the server named it (any event carries it).
     pub fn query_id(&self) -> Option<&str> {
         self.conn.query_id()
     }
@@ -514,12 +539,18 @@ impl QueryTurn {
     /// Reads the rest of the stream and returns the final Query.
     ///
     /// The Query comes from the stream's `query` frame; when the stream ended
-    /// after the terminal event without one, from `GET /queries/{id}`.
+    /// after the terminal event without a usable one (the connection broke,
+    /// the frame was too large), from `GET /queries/{id}`, which must be
+    /// terminal (it is polled, up to [`StreamConfig::recovery_wait`]). Once
+    /// the terminal event was delivered, nothing the transport does makes
+    /// the turn an error.
     ///
     /// # Errors
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] for a turn that ended
-    /// so; [`Error::Stream`] when the stream broke beyond resuming; a 4xx
-    /// answer to a resume request; any error of the final `GET`.
+    /// so; [`Error::Stream`] when the stream broke beyond resuming;
+    /// [`Error::ReplayGap`] when a resume could not be trusted and the
+    /// stored turn did not make up for it; a 4xx answer to a resume request;
+    /// any error of the final `GET`.
     ///
     /// # Cancel safety
     /// Dropping the future loses nothing already delivered: the accumulated
@@ -534,12 +565,16 @@ impl QueryTurn {
         if let Some(e) = first_error {
             return Err(e);
         }
+        if let Some((gap, detail)) = self.gap.take() {
+            return Err(gap.into_error(&detail));
+        }
         if let Some(q) = self.acc.query.take() {
             return into_outcome(q);
         }
         match self.conn.query_id() {
             Some(id) if self.conn.terminal_seen() => {
-                let query = self.conn.client().queries().get(id).await?;
+                let limit = self.conn.config().recovery_wait_limit();
+                let query = stored_terminal(self.conn.client(), id, limit).await?;
                 if let Some(slot) = &self.slot {
                     slot.learn(Some(&query.session_id), Some(&query.id));
                 }
@@ -588,6 +623,40 @@ impl QueryTurn {
         result
     }
 
+    /// Turns the stored turn that stands in for a broken replay into the
+    /// events still owed, or the error when it does not continue the text
+    /// already delivered.
+    fn recovered(&mut self, query: types::Query, gap: ReplayGap) -> Option<Error> {
+        let answer = query.answer_text();
+        let Some(rest) = answer.strip_prefix(self.acc.text.as_str()) else {
+            let detail = format!(
+                "the stored answer ({} bytes) does not continue the {} bytes already delivered",
+                answer.len(),
+                self.acc.text.len()
+            );
+            self.gap = Some((gap.clone(), detail.clone()));
+            return Some(gap.into_error(&detail));
+        };
+        tracing::debug!(
+            query_id = query.id,
+            rest = rest.len(),
+            "finishing the turn from its stored state"
+        );
+        if !rest.is_empty() {
+            self.pending.push_back(QueryEvent::TextDelta {
+                delta: rest.to_owned(),
+            });
+        }
+        let error = query.error.clone().unwrap_or_default();
+        match query.status.as_str() {
+            "failed" => self.pending.push_back(QueryEvent::Failed { error }),
+            "cancelled" => self.pending.push_back(QueryEvent::Cancelled { error }),
+            _ => self.pending.push_back(QueryEvent::Completed),
+        }
+        self.pending.push_back(QueryEvent::Query(Box::new(query)));
+        None
+    }
+
     fn end(&mut self) {
         self.ended = true;
         if let Some(slot) = self.slot.take() {
@@ -605,17 +674,30 @@ impl Stream for QueryTurn {
         if this.ended {
             return Poll::Ready(None);
         }
-        let item = match this.conn.poll_next_event(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(item) => item,
-        };
-        let Some(item) = item else {
-            this.end();
-            return Poll::Ready(None);
-        };
-        let event = match item {
-            Ok((_, event)) => event,
-            Err(e) => return Poll::Ready(Some(Err(e))),
+        let event = if let Some(event) = this.pending.pop_front() {
+            event
+        } else {
+            let item = match this.conn.poll_next_event(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(item) => item,
+            };
+            let Some(item) = item else {
+                this.end();
+                return Poll::Ready(None);
+            };
+            match item {
+                Ok(Delivery::Event(_, event)) => event,
+                Ok(Delivery::Recovered(query, gap)) => {
+                    if let Some(e) = this.recovered(*query, gap) {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    match this.pending.pop_front() {
+                        Some(event) => event,
+                        None => return Poll::Ready(None),
+                    }
+                }
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
         };
         this.acc.apply(&event);
         if let (
