@@ -43,6 +43,7 @@ pub struct StreamConfig {
     resume_max_elapsed: Duration,
     resume_delay: Duration,
     resume_max_delay: Duration,
+    cancel_on_drop: bool,
 }
 
 impl Default for StreamConfig {
@@ -54,6 +55,7 @@ impl Default for StreamConfig {
             resume_max_elapsed: Duration::from_secs(120),
             resume_delay: Duration::from_millis(250),
             resume_max_delay: Duration::from_secs(10),
+            cancel_on_drop: false,
         }
     }
 }
@@ -84,6 +86,21 @@ impl StreamConfig {
     pub fn resume_max_elapsed(mut self, limit: Duration) -> Self {
         self.resume_max_elapsed = limit;
         self
+    }
+
+    /// Whether dropping the [`QueryTurn`](crate::QueryTurn) before the turn
+    /// ended cancels it on the server (default `false`: the turn goes on and
+    /// its session remembers it). The cancel (`POST /queries/{id}/cancel`)
+    /// runs as a task on the current Tokio runtime, since a drop cannot
+    /// wait; a turn dropped before the server named it cannot be cancelled.
+    /// [`QueryTurn::detach`](crate::QueryTurn::detach) never cancels.
+    pub fn cancel_on_drop(mut self, on: bool) -> Self {
+        self.cancel_on_drop = on;
+        self
+    }
+
+    pub(crate) fn cancel_on_drop_enabled(&self) -> bool {
+        self.cancel_on_drop
     }
 
     /// The first delay before reconnecting (default 250 ms) when the stream
@@ -123,6 +140,15 @@ pub(crate) struct EventConnection {
     last_seq: Option<u64>,
     /// A terminal event was delivered: a later break needs no resume.
     terminal_seen: bool,
+    /// The id the next id-carrying frame must have: a connection opened with
+    /// `Last-Event-ID: N` replays from N inclusively, so its first frame
+    /// with an id is N (already delivered) or the replay is broken.
+    expect_replay_of: Option<u64>,
+    /// Whether every resumed connection's replay is checked as well (a
+    /// stream continued from a checkpoint).
+    verify_replays: bool,
+    /// How many times the stream reconnected.
+    resumes: u32,
     /// The `retry:` the server asked for, kept across connections.
     retry: Option<Duration>,
     /// Resume bookkeeping since the last break; `None` while healthy.
@@ -226,6 +252,31 @@ impl EventConnection {
             parser,
             query_id,
             last_seq: None,
+            expect_replay_of: None,
+            verify_replays: false,
+            resumes: 0,
+            terminal_seen: false,
+            retry: None,
+            resume: None,
+            last_activity: Instant::now(),
+            idle: None,
+            failed: None,
+        }
+    }
+
+    /// A connection that is over, to stand in for one moved elsewhere.
+    pub(crate) fn closed(client: Client) -> Self {
+        let config = StreamConfig::default();
+        EventConnection {
+            client,
+            parser: SseParser::new(config.max_frame_bytes),
+            config,
+            state: State::Done,
+            query_id: None,
+            last_seq: None,
+            expect_replay_of: None,
+            verify_replays: false,
+            resumes: 0,
             terminal_seen: false,
             retry: None,
             resume: None,
@@ -241,6 +292,20 @@ impl EventConnection {
 
     pub(crate) fn last_seq(&self) -> Option<u64> {
         self.last_seq
+    }
+
+    /// Treats events up to `seq` as delivered, and checks that the
+    /// connection (opened with `Last-Event-ID: seq`) replays from exactly
+    /// `seq`.
+    pub(crate) fn resume_from(&mut self, seq: u64) {
+        self.last_seq = Some(seq);
+        self.expect_replay_of = Some(seq);
+        self.verify_replays = true;
+    }
+
+    /// How many times the stream reconnected.
+    pub(crate) fn resumes(&self) -> u32 {
+        self.resumes
     }
 
     pub(crate) fn terminal_seen(&self) -> bool {
@@ -265,6 +330,25 @@ impl EventConnection {
             if let State::Open(_) = self.state {
                 match self.parser.next_frame() {
                     Ok(Some(frame)) => {
+                        if let (Some(id), Some(expected)) = (frame.id, self.expect_replay_of) {
+                            self.expect_replay_of = None;
+                            if id != expected {
+                                tracing::warn!(
+                                    query_id = self.query_id.as_deref(),
+                                    expected,
+                                    got = id,
+                                    "broken replay"
+                                );
+                                self.fail(Error::Stream {
+                                    query_id: self.query_id.clone(),
+                                    message: format!(
+                                        "broken replay: asked to replay from event {expected}, \
+                                         the first event replayed was {id}"
+                                    ),
+                                });
+                                continue;
+                            }
+                        }
                         if let (Some(id), Some(last)) = (frame.id, self.last_seq)
                             && id <= last
                         {
@@ -462,6 +546,10 @@ impl EventConnection {
         };
         let client = self.client.clone();
         let last = self.last_seq;
+        if self.verify_replays {
+            self.expect_replay_of = last;
+        }
+        self.resumes = self.resumes.saturating_add(1);
         self.last_activity = Instant::now();
         self.state = State::Connecting(Box::pin(async move {
             open_events(&client, &query_id, last).await
