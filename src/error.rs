@@ -23,7 +23,7 @@ pub(crate) const SNIPPET_LIMIT: usize = 512;
 #[non_exhaustive]
 pub enum Error {
     /// The server answered with an error status and (usually) the API's `Error` envelope.
-    #[error("{}: server answered {}{}: {}", .0.operation, .0.status, code_suffix(&.0.code), .0.message)]
+    #[error("{}{}: server answered {}{}: {}", .0.operation, query_suffix(&.0.query_id), .0.status, code_suffix(&.0.code), .0.message)]
     Api(Box<ApiError>),
 
     /// The server does not serve the API version this client sent.
@@ -137,6 +137,19 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+
+    /// A resumed event stream did not replay from the `Last-Event-ID` that
+    /// was sent (or its event log was gone), and the stored turn could not
+    /// make up for the gap. Nothing after `last_event_id` was delivered.
+    #[error("event stream of query {query_id}: the events after {} could not be replayed: {message}", after_event(.last_event_id))]
+    ReplayGap {
+        /// The turn.
+        query_id: String,
+        /// The last event delivered before the gap (`None`: none had an id).
+        last_event_id: Option<u64>,
+        /// What the server did, and why the stored turn did not help.
+        message: String,
+    },
 }
 
 /// An error answer from the Nexus API: the HTTP status plus the `Error` envelope.
@@ -155,6 +168,8 @@ pub struct ApiError {
     pub request_id: Option<String>,
     /// The raw body (at most 512 bytes) when it was not a JSON `Error` envelope.
     pub raw_body: Option<String>,
+    /// The query turn the call was about, when it was about one.
+    pub query_id: Option<String>,
 }
 
 impl fmt::Debug for ApiError {
@@ -166,6 +181,7 @@ impl fmt::Debug for ApiError {
             .field("message", &self.message)
             .field("request_id", &self.request_id)
             .field("raw_body", &self.raw_body)
+            .field("query_id", &self.query_id)
             .finish()
     }
 }
@@ -186,6 +202,10 @@ fn message_suffix(message: &str) -> String {
     } else {
         format!(": {message}")
     }
+}
+
+fn after_event(last_event_id: &Option<u64>) -> String {
+    last_event_id.map_or_else(|| "the start".to_owned(), |n| format!("event {n}"))
 }
 
 fn query_suffix(query_id: &Option<String>) -> String {
@@ -244,18 +264,57 @@ impl Error {
         matches!(self, Error::SessionBusy { .. }) || self.status() == Some(409)
     }
 
-    /// Whether trying the same call again later may succeed.
+    /// Whether a deadline passed ([`Error::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// Whether trying the same call again later may succeed without harm.
     ///
-    /// This is the same classification the client's retry loop uses for
-    /// idempotent requests: 408, 429 and 5xx answers, connection failures and
-    /// timeouts.
+    /// This is the classification the client's retry loop uses for
+    /// idempotent requests (408, 429 and 5xx answers, connection failures
+    /// and timeouts), with one rule above it: nothing that could start a
+    /// second turn is retryable. A `create_query` that may have reached the
+    /// server (a timeout, a connection lost after sending), an event stream
+    /// that broke ([`Error::Stream`]: before the turn was named, beyond its
+    /// resume budget, an oversized frame) and a broken replay
+    /// ([`Error::ReplayGap`]) are not; when [`Error::query_id`] is known,
+    /// read or attach to that turn instead of asking again.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Api(e) => crate::client::retry::is_retryable_status(e.status),
-            Error::Transport { .. } | Error::Timeout { .. } => true,
-            Error::Stream { .. } => true,
+            Error::Transport {
+                operation, connect, ..
+            } => *connect || !starts_turn(operation),
+            Error::Timeout { operation, .. } => !starts_turn(operation),
             _ => false,
         }
+    }
+
+    /// The query turn this error is about, when it is known: a failed or
+    /// cancelled turn, a broken stream or replay, or an error answer to a
+    /// call about one turn (its events, its stored state). Attach to it or
+    /// read it (`client.queries().get(id)`) rather than ask again.
+    pub fn query_id(&self) -> Option<&str> {
+        match self {
+            Error::Api(e) => e.query_id.as_deref(),
+            Error::TurnFailed { query_id, .. }
+            | Error::TurnCancelled { query_id, .. }
+            | Error::ReplayGap { query_id, .. }
+            | Error::SessionBusy { query_id } => Some(query_id),
+            Error::Stream { query_id, .. } => query_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Names the query turn an error answer was about (no-op for other errors).
+    pub(crate) fn for_query(mut self, id: &str) -> Self {
+        if let Error::Api(e) = &mut self
+            && e.query_id.is_none()
+        {
+            e.query_id = Some(id.to_owned());
+        }
+        self
     }
 
     pub(crate) fn api(
@@ -273,6 +332,7 @@ impl Error {
             message,
             request_id,
             raw_body,
+            query_id: None,
         }))
     }
 
@@ -295,6 +355,11 @@ impl Error {
             snippet: snippet(body),
         }
     }
+}
+
+/// Whether the operation starts a query turn when the server receives it.
+fn starts_turn(operation: &str) -> bool {
+    operation == "create_query"
 }
 
 /// The first [`SNIPPET_LIMIT`] bytes of a body, lossily decoded, cut on a char boundary.

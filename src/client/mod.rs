@@ -34,10 +34,17 @@ pub const USER_AGENT: &str = concat!("nexus-knowql/", env!("CARGO_PKG_VERSION"))
 
 /// Default time allowed to open a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default total time for one ordinary request (not for event streams).
-///
-/// It is above the service's 900 s cap on a synchronous query turn.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(930);
+/// Default total time for one ordinary request (not for event streams or a
+/// synchronous turn), and the bound on `POST /auth/login`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default longest wait for the response headers of an event stream (a
+/// streamed turn's `POST /query`, `GET /queries/{id}/events`).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default longest time spent reading an error answer's body.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default total time for a synchronous turn ([`TurnBuilder::send`](crate::TurnBuilder::send)):
+/// above the service's 900 s cap on a turn.
+pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(930);
 
 /// A Nexus API client. Cheap to clone: clones share one connection pool.
 ///
@@ -147,6 +154,19 @@ impl Client {
             .map_err(|e| Error::InvalidRequest(format!("{operation}: {e}")))?;
         self.inner.transport.send(req, operation).await
     }
+
+    /// Sends a hand-written request for an event stream, the wait for its
+    /// headers bounded by the header timeout.
+    pub(crate) async fn send_stream(
+        &self,
+        operation: &'static str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response> {
+        let req = req
+            .build()
+            .map_err(|e| Error::InvalidRequest(format!("{operation}: {e}")))?;
+        self.inner.transport.send_stream(req, operation).await
+    }
 }
 
 /// Builds a [`Client`]. Setters never fail; [`ClientBuilder::build`] reports
@@ -160,6 +180,9 @@ pub struct ClientBuilder {
     api_version: ApiVersion,
     connect_timeout: Option<Duration>,
     request_timeout: Option<Option<Duration>>,
+    header_timeout: Option<Option<Duration>>,
+    read_timeout: Option<Option<Duration>>,
+    turn_timeout: Option<Option<Duration>>,
     retry: RetryPolicy,
     user_agent: Option<String>,
     http: Option<reqwest::Client>,
@@ -174,6 +197,9 @@ impl fmt::Debug for ClientBuilder {
             .field("api_version", &self.api_version)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("header_timeout", &self.header_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .field("turn_timeout", &self.turn_timeout)
             .field("retry", &self.retry)
             .field("user_agent", &self.user_agent)
             .finish()
@@ -231,10 +257,37 @@ impl ClientBuilder {
         self
     }
 
-    /// Total time for one ordinary request (default 930 s); `None` for no
-    /// limit. Event streams are never cut by it; their idle limit is set per turn.
+    /// Total time for one ordinary request (default 60 s); `None` for no
+    /// limit. It also bounds `POST /auth/login` (60 s when `None`), which
+    /// every request waits on. Event streams and synchronous turns are never
+    /// cut by it: see [`ClientBuilder::header_timeout`] (and the per-turn
+    /// idle limit) and [`ClientBuilder::turn_timeout`].
     pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.request_timeout = Some(timeout);
+        self
+    }
+
+    /// The longest wait for the response headers of an event stream: a
+    /// streamed turn's `POST /query` (default 30 s) and every
+    /// `GET /queries/{id}/events`. A `POST /query` that runs out of time
+    /// fails with [`Error::Timeout`] and is never sent again. `None` waits
+    /// forever.
+    pub fn header_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.header_timeout = Some(timeout);
+        self
+    }
+
+    /// The longest time spent reading the body of an error answer (default
+    /// 30 s); what arrived by then is kept. `None` waits forever.
+    pub fn read_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.read_timeout = Some(timeout);
+        self
+    }
+
+    /// Total time for a synchronous turn, [`TurnBuilder::send`](crate::TurnBuilder::send)
+    /// (default 930 s, above the service's 900 s cap); `None` for no limit.
+    pub fn turn_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.turn_timeout = Some(timeout);
         self
     }
 
@@ -312,6 +365,9 @@ impl ClientBuilder {
             request_timeout: self
                 .request_timeout
                 .unwrap_or(Some(DEFAULT_REQUEST_TIMEOUT)),
+            header_timeout: self.header_timeout.unwrap_or(Some(DEFAULT_HEADER_TIMEOUT)),
+            read_timeout: self.read_timeout.unwrap_or(Some(DEFAULT_READ_TIMEOUT)),
+            turn_timeout: self.turn_timeout.unwrap_or(Some(DEFAULT_TURN_TIMEOUT)),
         });
         let api = api::Client::new_with_client(&base_url, http, transport.clone());
         Ok(Client {

@@ -47,6 +47,12 @@ pub(crate) struct TransportInner {
     pub(crate) auth: Auth,
     pub(crate) retry: RetryPolicy,
     pub(crate) request_timeout: Option<Duration>,
+    /// The longest wait for the response headers of an event stream.
+    pub(crate) header_timeout: Option<Duration>,
+    /// The longest wait for a body the transport reads itself (error bodies).
+    pub(crate) read_timeout: Option<Duration>,
+    /// The total time of a synchronous turn (`POST /query` without stream).
+    pub(crate) turn_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for Transport {
@@ -57,6 +63,9 @@ impl fmt::Debug for Transport {
             .field("auth", &self.inner.auth)
             .field("retry", &self.inner.retry)
             .field("request_timeout", &self.inner.request_timeout)
+            .field("header_timeout", &self.inner.header_timeout)
+            .field("read_timeout", &self.inner.read_timeout)
+            .field("turn_timeout", &self.inner.turn_timeout)
             .finish()
     }
 }
@@ -176,7 +185,7 @@ impl Transport {
                         tracing::warn!(parent: &span, status = status.as_u16(), retries, "giving up after retries");
                     }
                     if status.is_client_error() || status.is_server_error() {
-                        return Ok(normalize_error_body(resp).await);
+                        return Ok(normalize_error_body(resp, inner.read_timeout).await);
                     }
                     return Ok(resp);
                 }
@@ -268,16 +277,25 @@ impl Transport {
         };
         tracing::debug!("logging in");
         let body = serde_json::json!({ "api_key": state.key.expose_secret() });
+        // Every request waits on the login lock this runs under: it always
+        // has a deadline, even when ordinary requests have none.
+        let limit = self
+            .inner
+            .request_timeout
+            .unwrap_or(super::DEFAULT_REQUEST_TIMEOUT);
         let req = self
             .inner
             .http
             .post(format!("{}/auth/login", self.inner.base_url))
             .header(API_VERSION_HEADER, self.inner.version_value.clone())
+            .timeout(limit)
             .json(&body)
             .build()?;
         let resp = self.inner.http.execute(req).await?;
         if !resp.status().is_success() {
-            return Ok(Err(normalize_error_body(resp).await));
+            return Ok(Err(
+                normalize_error_body(resp, self.inner.read_timeout).await
+            ));
         }
         let bytes = resp.bytes().await?;
         match serde_json::from_slice::<crate::api::types::LoginResponse>(&bytes) {
@@ -306,15 +324,54 @@ impl Transport {
 
     /// Sends a hand-written request; a non-2xx answer becomes an [`Error`].
     pub(crate) async fn send(&self, req: Request, operation: &'static str) -> Result<Response> {
-        let resp = self
-            .execute(req, operation)
-            .await
-            .map_err(|e| self.map_reqwest(operation, e))?;
+        let started = tokio::time::Instant::now();
+        let resp = self.execute(req, operation).await.map_err(|e| {
+            let mut e = self.map_reqwest(operation, e);
+            if let Error::Timeout { elapsed_ms, .. } = &mut e {
+                *elapsed_ms = crate::query::millis(started.elapsed());
+            }
+            e
+        })?;
         if resp.status().is_success() {
             Ok(resp)
         } else {
             Err(self.error_from_response(operation, resp).await)
         }
+    }
+
+    /// Sends a request for an event stream: like [`Transport::send`], with
+    /// the wait for the response headers (and any error body) bounded by the
+    /// header timeout. The body itself is never cut by a total timeout.
+    ///
+    /// A `POST /query` that runs out of time is not sent again: the server
+    /// may already run the turn.
+    pub(crate) async fn send_stream(
+        &self,
+        req: Request,
+        operation: &'static str,
+    ) -> Result<Response> {
+        let Some(limit) = self.inner.header_timeout else {
+            return self.send(req, operation).await;
+        };
+        match tokio::time::timeout(limit, self.send(req, operation)).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(
+                    op = operation,
+                    limit_ms = crate::query::millis(limit),
+                    "no response headers in time"
+                );
+                Err(Error::Timeout {
+                    operation,
+                    elapsed_ms: crate::query::millis(limit),
+                })
+            }
+        }
+    }
+
+    /// The total time allowed to a synchronous turn, if bounded.
+    pub(crate) fn turn_timeout(&self) -> Option<Duration> {
+        self.inner.turn_timeout
     }
 
     /// Turns an error answer into an [`Error`].
@@ -325,7 +382,7 @@ impl Transport {
     ) -> Error {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = read_limited(resp, ERROR_BODY_LIMIT)
+        let body = read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
             .await
             .unwrap_or_default();
         let (code, message, raw) = parse_envelope(&headers, &body);
@@ -388,7 +445,7 @@ impl Transport {
             G::UnexpectedResponse(resp) => {
                 if resp.status().is_success() {
                     let status = resp.status();
-                    let body = read_limited(resp, ERROR_BODY_LIMIT)
+                    let body = read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
                         .await
                         .unwrap_or_default();
                     Error::decode(operation, format!("unexpected status {status}"), &body)
@@ -416,7 +473,7 @@ pub(crate) fn map_reqwest(
     if err.is_timeout() {
         return Error::Timeout {
             operation,
-            elapsed_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+            elapsed_ms: timeout.map_or(0, crate::query::millis),
         };
     }
     if err.is_decode() {
@@ -479,10 +536,30 @@ fn parse_envelope(headers: &HeaderMap, body: &[u8]) -> (Option<String>, String, 
     }
 }
 
-/// Reads at most `limit` bytes of a body.
-pub(crate) async fn read_limited(mut resp: Response, limit: usize) -> reqwest::Result<Vec<u8>> {
+/// Reads at most `limit` bytes of a body, for at most `time` (what arrived
+/// by then is kept).
+pub(crate) async fn read_limited(
+    mut resp: Response,
+    limit: usize,
+    time: Option<Duration>,
+) -> reqwest::Result<Vec<u8>> {
+    let deadline = time.and_then(|t| tokio::time::Instant::now().checked_add(t));
     let mut out = Vec::new();
-    while let Some(chunk) = resp.chunk().await? {
+    loop {
+        let chunk = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, resp.chunk()).await {
+                Ok(chunk) => chunk?,
+                Err(_) => {
+                    tracing::debug!(
+                        read = out.len(),
+                        "an error body took too long; keeping what arrived"
+                    );
+                    break;
+                }
+            },
+            None => resp.chunk().await?,
+        };
+        let Some(chunk) = chunk else { break };
         let room = limit.saturating_sub(out.len());
         out.extend_from_slice(&chunk[..chunk.len().min(room)]);
         if out.len() >= limit {
@@ -524,10 +601,10 @@ fn http_response(status: StatusCode, headers: &HeaderMap, body: Bytes, raw: bool
 
 /// Makes an error answer's body the JSON envelope so that the generated
 /// client keeps the status even when the server sent text or HTML.
-async fn normalize_error_body(resp: Response) -> Response {
+async fn normalize_error_body(resp: Response, read_timeout: Option<Duration>) -> Response {
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = read_limited(resp, ERROR_BODY_LIMIT)
+    let body = read_limited(resp, ERROR_BODY_LIMIT, read_timeout)
         .await
         .unwrap_or_default();
     let is_envelope = serde_json::from_slice::<serde_json::Value>(&body)

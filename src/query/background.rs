@@ -8,7 +8,7 @@ use backoff::backoff::Backoff;
 use tracing::Instrument;
 
 use super::session::TurnSlot;
-use super::stream::{EventConnection, StreamConfig, open_events};
+use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
 use super::turn::{QueryTurn, TurnSpan, into_outcome};
 use crate::error::{Error, Result};
 use crate::{Client, types};
@@ -180,7 +180,10 @@ impl QueryHandle {
                 })
                 .await;
                 match next {
-                    Some(Ok((_, super::event::QueryEvent::Created { session_id, .. }))) => {
+                    Some(Ok(Delivery::Event(
+                        _,
+                        super::event::QueryEvent::Created { session_id, .. },
+                    ))) => {
                         if let Some(s) = session_id {
                             self.query.session_id = s;
                         }
@@ -253,10 +256,10 @@ impl QueryHandle {
                 return into_outcome(query);
             }
             let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
-            if started.elapsed() + delay > wait.timeout {
+            if started.elapsed().saturating_add(delay) > wait.timeout {
                 return Err(Error::Timeout {
                     operation: "get_query",
-                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    elapsed_ms: super::millis(started.elapsed()),
                 });
             }
             tokio::time::sleep(delay).await;
@@ -295,18 +298,24 @@ impl QueryHandle {
     /// It asks `GET /queries/{id}/events` with `Last-Event-ID: seq` and
     /// checks the replay: the server replays from `seq` inclusively, so the
     /// first event with an id must be exactly `seq` (it is dropped as
-    /// already seen). A replay that starts elsewhere (the server no longer
-    /// has the events after the checkpoint) ends the stream with
-    /// [`Error::Stream`] naming both ids, never with a silent gap or a
-    /// duplicate. Later breaks resume as for any streamed turn.
-    /// `events_after(0)` is [`QueryHandle::events`].
+    /// already seen). A replay that starts elsewhere, or an event log that
+    /// is gone (404/410), ends the stream with [`Error::ReplayGap`] naming
+    /// the checkpoint once the stored turn has ended, never with a silent
+    /// gap or a duplicate: the text before the checkpoint is not known in
+    /// this process, so the stored answer cannot be split at it (read the
+    /// whole turn with [`QueryHandle::get`]). Later breaks resume as for any
+    /// streamed turn. `events_after(0)` is [`QueryHandle::events`].
+    ///
+    /// The events request is sent when the returned turn is first polled;
+    /// its errors arrive through the stream.
     ///
     /// The returned turn accumulates only what follows the checkpoint: its
     /// [`QueryTurn::text`] is the rest of the answer, and
     /// [`QueryTurn::finish`] still returns the whole stored Query.
     ///
     /// # Errors
-    /// Any error answer to the events request.
+    /// [`Error::Stream`] when the handle was detached before the server
+    /// named the turn and the stream ended without naming it.
     pub async fn events_after(self, seq: u64) -> Result<QueryTurn> {
         self.subscribe(Some(seq).filter(|&s| s > 0)).await
     }
@@ -321,15 +330,24 @@ impl QueryHandle {
             unnamed: _,
             span,
         } = self;
-        let resp = open_events(&client, &query.id, after)
-            .instrument(span.span())
-            .await?;
-        let mut conn = EventConnection::new(client, stream_config.clone(), resp, Some(query.id));
-        if let Some(seq) = after {
-            conn.resume_from(seq);
-        }
+        let conn = match after {
+            // The engine's verified resume: `Last-Event-ID: seq`, and the
+            // replay must start at exactly `seq`.
+            Some(seq) => {
+                EventConnection::resume(client, stream_config.clone(), query.id.clone(), Some(seq))
+            }
+            None => {
+                let resp = open_events(&client, &query.id, None)
+                    .instrument(span.span())
+                    .await?;
+                EventConnection::new(client, stream_config.clone(), resp, Some(query.id.clone()))
+            }
+        };
         let mut turn = QueryTurn::new(conn, slot, span, &stream_config);
         turn.set_session_id(&query.session_id);
+        if after.is_some() {
+            turn.mark_after_checkpoint();
+        }
         Ok(turn)
     }
 

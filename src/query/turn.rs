@@ -1,6 +1,7 @@
 //! One turn: [`TurnBuilder`] (per-turn controls, three ways to run) and
 //! [`QueryTurn`] (a live streaming turn that accumulates as it goes).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -12,7 +13,10 @@ use tracing::Instrument;
 use super::background::QueryHandle;
 use super::event::QueryEvent;
 use super::session::{Session, TurnSlot, WhenBusy};
-use super::stream::{EventConnection, StreamConfig, expect_event_stream};
+use super::stream::{
+    Delivery, EventConnection, MAX_QUERY_BODY_BYTES, ReplayGap, StreamConfig, expect_event_stream,
+    stored_terminal,
+};
 use crate::error::{Error, Result};
 use crate::types;
 
@@ -293,7 +297,12 @@ impl TurnBuilder {
         loop {
             let slot = self.prepare(span).await?;
             let client = self.session.client.clone();
-            let err = match client.send("create_query", self.post(event_stream)).await {
+            let sent = if event_stream {
+                client.send_stream("create_query", self.post(true)).await
+            } else {
+                client.send("create_query", self.post(false)).await
+            };
+            let err = match sent {
                 Ok(resp) => return Ok((slot, resp)),
                 Err(e) => e,
             };
@@ -354,11 +363,14 @@ impl TurnBuilder {
     /// [`Error::SessionBusy`] while an earlier turn of the session runs;
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] when the turn ended
     /// so; [`Error::Stream`] when the connection broke before the server
-    /// named the turn; any error of the calls.
+    /// named the turn; [`Error::Timeout`] after the client's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (the turn is not
+    /// cancelled; the session remembers it); any error of the calls.
     pub async fn send(mut self) -> Result<types::Query> {
         let span = TurnSpan::new("send");
         let outer = span.span();
-        async move {
+        let limit = self.session.client.transport().turn_timeout();
+        let run = async move {
             self.request.stream = Some(true);
             let (slot, resp) = self.post_turn(true, &span).await?;
             let client = self.session.client.clone();
@@ -379,8 +391,17 @@ impl TurnBuilder {
                 .finish_or_poll()
                 .await
         }
-        .instrument(outer)
-        .await
+        .instrument(outer);
+        match limit {
+            None => run.await,
+            // Dropped at the deadline, the turn stays remembered by the session.
+            Some(limit) => tokio::time::timeout(limit, run)
+                .await
+                .unwrap_or(Err(Error::Timeout {
+                    operation: "create_query",
+                    elapsed_ms: super::millis(limit),
+                })),
+        }
     }
 
     /// Runs the turn as a stream of events.
@@ -391,7 +412,9 @@ impl TurnBuilder {
     /// # Errors
     /// [`Error::InvalidRequest`] as for [`TurnBuilder::send`];
     /// [`Error::SessionBusy`] while an earlier turn of the session runs;
-    /// any error answer to `POST /query`.
+    /// any error answer to `POST /query`; [`Error::Timeout`] when the
+    /// response headers do not come within the client's header timeout (the
+    /// request is not sent again: the server may already run the turn).
     pub async fn stream(mut self) -> Result<QueryTurn> {
         let span = TurnSpan::new("stream");
         let outer = span.span();
@@ -441,9 +464,6 @@ fn is_json(resp: &reqwest::Response) -> bool {
         .is_some_and(|v| v.starts_with("application/json"))
 }
 
-/// The most bytes of a Query document read from one answer.
-const QUERY_BODY_LIMIT: usize = 64 * 1024 * 1024;
-
 pub(crate) async fn decode_query(
     operation: &'static str,
     resp: reqwest::Response,
@@ -455,7 +475,7 @@ pub(crate) async fn decode_query(
         .await
         .map_err(|e| crate::client::map_reqwest(operation, e, None))?
     {
-        if body.len() + chunk.len() > QUERY_BODY_LIMIT {
+        if body.len().saturating_add(chunk.len()) > MAX_QUERY_BODY_BYTES {
             return Err(Error::decode(operation, "the answer is too large", &body));
         }
         body.extend_from_slice(&chunk);
@@ -516,11 +536,19 @@ pub struct QueryTurn {
     conn: EventConnection,
     slot: Option<TurnSlot>,
     acc: Accumulated,
+    /// Events made up from the stored turn after a broken replay, to deliver
+    /// before the stream ends.
+    pending: VecDeque<QueryEvent>,
+    /// A replay gap the stored turn did not make up for: the turn's outcome
+    /// even after the error was yielded.
+    gap: Option<(ReplayGap, String)>,
     ended: bool,
     span: TurnSpan,
     stream_config: StreamConfig,
     /// Whether a drop before the end cancels the turn on the server.
     cancel_on_drop: bool,
+    /// Continues after a checkpoint (see [`QueryHandle::events_after`]).
+    after_checkpoint: bool,
 }
 
 /// What a turn has delivered so far.
@@ -578,7 +606,8 @@ impl Accumulated {
         if let Some(o) = output {
             u.output_tokens = o;
         }
-        u.total_tokens = u.input_tokens + u.output_tokens;
+        // Server numbers: each may fit while their sum does not.
+        u.total_tokens = u.input_tokens.saturating_add(u.output_tokens);
     }
 }
 
@@ -633,11 +662,20 @@ impl QueryTurn {
             conn,
             slot,
             acc: Accumulated::default(),
+            pending: VecDeque::new(),
+            gap: None,
             ended: false,
             span,
             cancel_on_drop: config.cancel_on_drop_enabled(),
+            after_checkpoint: false,
             stream_config: config.clone(),
         }
+    }
+
+    /// This turn continues after a checkpoint stored elsewhere: the text
+    /// before it is unknown here, so a replay gap cannot be made up for.
+    pub(crate) fn mark_after_checkpoint(&mut self) {
+        self.after_checkpoint = true;
     }
 
     /// Sets the session id known from elsewhere (an attached turn).
@@ -713,7 +751,7 @@ impl QueryTurn {
         }
     }
 
-    /// The turn's id, once the server named it (`response.created`).
+    /// The turn's id, once the server named it (any event carries it).
     pub fn query_id(&self) -> Option<&str> {
         self.conn.query_id()
     }
@@ -777,12 +815,18 @@ impl QueryTurn {
     /// Reads the rest of the stream and returns the final Query.
     ///
     /// The Query comes from the stream's `query` frame; when the stream ended
-    /// after the terminal event without one, from `GET /queries/{id}`.
+    /// after the terminal event without a usable one (the connection broke,
+    /// the frame was too large), from `GET /queries/{id}`, which must be
+    /// terminal (it is polled, up to [`StreamConfig::recovery_wait`]). Once
+    /// the terminal event was delivered, nothing the transport does makes
+    /// the turn an error.
     ///
     /// # Errors
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] for a turn that ended
-    /// so; [`Error::Stream`] when the stream broke beyond resuming; a 4xx
-    /// answer to a resume request; any error of the final `GET`.
+    /// so; [`Error::Stream`] when the stream broke beyond resuming;
+    /// [`Error::ReplayGap`] when a resume could not be trusted and the
+    /// stored turn did not make up for it; a 4xx answer to a resume request;
+    /// any error of the final `GET`.
     ///
     /// # Cancel safety
     /// Dropping the future loses nothing already delivered: the accumulated
@@ -802,12 +846,16 @@ impl QueryTurn {
         if let Some(e) = first_error {
             return Err(e);
         }
+        if let Some((gap, detail)) = self.gap.take() {
+            return Err(gap.into_error(&detail));
+        }
         if let Some(q) = self.acc.query.take() {
             return into_outcome(q);
         }
         match self.conn.query_id() {
             Some(id) if self.conn.terminal_seen() => {
-                let query = self.conn.client().queries().get(id).await?;
+                let limit = self.conn.config().recovery_wait_limit();
+                let query = stored_terminal(self.conn.client(), id, limit).await?;
                 if let Some(slot) = self.slot.take() {
                     slot.learn(Some(&query.session_id), Some(&query.id));
                     if query.is_terminal() {
@@ -894,6 +942,50 @@ impl QueryTurn {
         result
     }
 
+    /// Turns the stored turn that stands in for a broken replay into the
+    /// events still owed, or the error when it does not continue the text
+    /// already delivered.
+    fn recovered(&mut self, query: types::Query, gap: ReplayGap) -> Option<Error> {
+        let answer = query.answer_text();
+        if self.after_checkpoint {
+            let detail = format!(
+                "the text before checkpoint {} was delivered elsewhere, so the stored answer \
+                 ({} bytes) cannot be split at it; read the stored turn instead",
+                gap.last_event_id.unwrap_or_default(),
+                answer.len()
+            );
+            self.gap = Some((gap.clone(), detail.clone()));
+            return Some(gap.into_error(&detail));
+        }
+        let Some(rest) = answer.strip_prefix(self.acc.text.as_str()) else {
+            let detail = format!(
+                "the stored answer ({} bytes) does not continue the {} bytes already delivered",
+                answer.len(),
+                self.acc.text.len()
+            );
+            self.gap = Some((gap.clone(), detail.clone()));
+            return Some(gap.into_error(&detail));
+        };
+        tracing::debug!(
+            query_id = query.id,
+            rest = rest.len(),
+            "finishing the turn from its stored state"
+        );
+        if !rest.is_empty() {
+            self.pending.push_back(QueryEvent::TextDelta {
+                delta: rest.to_owned(),
+            });
+        }
+        let error = query.error.clone().unwrap_or_default();
+        match query.status.as_str() {
+            "failed" => self.pending.push_back(QueryEvent::Failed { error }),
+            "cancelled" => self.pending.push_back(QueryEvent::Cancelled { error }),
+            _ => self.pending.push_back(QueryEvent::Completed),
+        }
+        self.pending.push_back(QueryEvent::Query(Box::new(query)));
+        None
+    }
+
     fn end(&mut self) {
         self.ended = true;
         self.span.record_resumes(self.conn.resumes());
@@ -954,17 +1046,30 @@ impl Stream for QueryTurn {
         }
         let span = this.span.span();
         let _enter = span.enter();
-        let item = match this.conn.poll_next_event(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(item) => item,
-        };
-        let Some(item) = item else {
-            this.end();
-            return Poll::Ready(None);
-        };
-        let event = match item {
-            Ok((_, event)) => event,
-            Err(e) => return Poll::Ready(Some(Err(e))),
+        let event = if let Some(event) = this.pending.pop_front() {
+            event
+        } else {
+            let item = match this.conn.poll_next_event(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(item) => item,
+            };
+            let Some(item) = item else {
+                this.end();
+                return Poll::Ready(None);
+            };
+            match item {
+                Ok(Delivery::Event(_, event)) => event,
+                Ok(Delivery::Recovered(query, gap)) => {
+                    if let Some(e) = this.recovered(*query, gap) {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    match this.pending.pop_front() {
+                        Some(event) => event,
+                        None => return Poll::Ready(None),
+                    }
+                }
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
         };
         this.acc.apply(&event);
         if let (
