@@ -130,9 +130,17 @@ async fn events_after_zero_is_events_from_the_start() {
 async fn a_replay_that_skips_past_the_checkpoint_is_an_error_not_a_gap() {
     let turn = Turn::completed("q_g", "sess_g", DELTAS);
     let t = turn.clone();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let p = polls.clone();
     let server = SseServer::start(move |req, _| {
         if req.is("GET", "/queries/q_g") {
-            Reply::json(200, &[], &query_json("q_g", "sess_g", "in_progress", ""))
+            // Running when attached, completed when the gap is checked.
+            let status = if p.fetch_add(1, Ordering::SeqCst) == 0 {
+                "in_progress"
+            } else {
+                "completed"
+            };
+            Reply::json(200, &[], &query_json("q_g", "sess_g", status, &t.answer))
         } else {
             // A trimmed buffer: the replay starts two events late.
             let from = last_event_id(req).unwrap_or(0) + 2;
@@ -141,19 +149,31 @@ async fn a_replay_that_skips_past_the_checkpoint_is_an_error_not_a_gap() {
     })
     .await;
     let handle = server.client().queries().attach("q_g").await.unwrap();
-    let mut rest = handle.events_after(3).await.unwrap();
+    let mut rest = handle
+        .with_stream_config(fast())
+        .events_after(3)
+        .await
+        .unwrap();
     let (events, error) = drain(&mut rest).await;
+    // Nothing after the gap is delivered, and the whole stored answer is
+    // not passed off as the rest.
     assert!(events.is_empty(), "{events:?}");
     match error {
-        Some(Error::Stream { query_id, message }) => {
-            assert_eq!(query_id.as_deref(), Some("q_g"));
+        Some(Error::ReplayGap {
+            query_id,
+            last_event_id,
+            message,
+        }) => {
+            assert_eq!(query_id, "q_g");
+            assert_eq!(last_event_id, Some(3));
             assert!(
-                message.contains("broken replay") && message.contains('3') && message.contains('5'),
+                message.contains("event 5") && message.contains("checkpoint"),
                 "{message}"
             );
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(server.last_event_ids(), vec![Some("3".to_owned())]);
 }
 
 #[tokio::test]
@@ -190,7 +210,7 @@ fn continue_from(
                 return Reply::json(
                     200,
                     &[],
-                    &query_json(&t.query_id, &t.session_id, "in_progress", ""),
+                    &query_json(&t.query_id, &t.session_id, "completed", &t.answer),
                 );
             }
             let body = t.replay_from(last_event_id(req)).into_bytes();
@@ -217,6 +237,10 @@ fn continue_from(
             .unwrap();
         let (events, error) = drain(&mut rest).await;
         assert!(error.is_none(), "{error:?}");
+        // The whole stored Query, whether its frame came or (cut after the
+        // terminal event) it was fetched.
+        let query = rest.finish().await.unwrap();
+        assert_eq!(query.answer_text(), turn.answer);
         (events, server.last_event_ids())
     })
 }
@@ -242,8 +266,11 @@ proptest! {
             .into_iter()
             .filter(|(id, _)| id.is_none_or(|id| id > k))
             .collect();
-        let got: Vec<_> = events.iter().map(|(_, e)| e.clone()).collect();
-        let want: Vec<_> = expected.iter().map(|(_, e)| e.clone()).collect();
+        // A cut after the terminal event needs no resume: the final Query
+        // then comes from `finish()` instead of its frame.
+        let progress = |e: &&QueryEvent| !matches!(e, QueryEvent::Query(_));
+        let got: Vec<_> = events.iter().map(|(_, e)| e).filter(progress).cloned().collect();
+        let want: Vec<_> = expected.iter().map(|(_, e)| e).filter(progress).cloned().collect();
         prop_assert_eq!(got, want);
         // Each delivered event moved the checkpoint to its own id.
         let got_ids: Vec<u64> = events.iter().filter_map(|(id, _)| *id).collect();
@@ -581,4 +608,57 @@ async fn send_accepts_a_synchronous_answer() {
     let q = session.ask("q").send().await.unwrap();
     assert_eq!(q.answer_text(), "Yes.");
     assert!(session.unfinished_query_id().is_none());
+}
+
+/// Captured `tracing` output.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn every_turn_is_a_span_with_its_ids_mode_and_resumes() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let turn = Turn::completed("q_t", "sess_t", DELTAS);
+    let server = serve(&turn, "completed", |t| {
+        vec![Step::Write(t.first(4).into_bytes()), Step::Reset]
+    })
+    .await;
+    let session = server.client().session(["docs"]).build().unwrap();
+    session.ask("q").stream_config(fast()).send().await.unwrap();
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let in_span = |needle: &str| {
+        text.lines().any(|l| {
+            l.contains("query_turn{")
+                && l.contains("mode=\"send\"")
+                && l.contains("query_id=\"q_t\"")
+                && l.contains("session_id=\"sess_t\"")
+                && l.contains(needle)
+        })
+    };
+    assert!(in_span("resuming the event stream"), "{text}");
+    assert!(in_span("resumes=1"), "{text}");
+    assert!(!text.contains("pcsk_test"), "{text}");
 }
