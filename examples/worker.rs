@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --example worker --features local
-//! cargo run --example worker --features local -- --crash-after 6 "How do I resume a stream?"
+//! cargo run --example worker --features local -- --crash-after 10 "How do I resume a stream?"
 //! RUST_LOG=nexus_knowql=debug cargo run --example worker --features local
 //! ```
 //!
@@ -26,7 +26,7 @@
 //! resumes and replay checks are events inside it (the span's close line
 //! shows its fields). The exit code is 0 when the resumed turn completed.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -55,7 +55,7 @@ struct Args {
     #[command(subcommand)]
     role: Option<Role>,
     /// Events the first process reads before it crashes.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     crash_after: usize,
     /// Context to ask (default: the only queryable one).
     #[arg(long = "context", value_name = "SLUG")]
@@ -101,6 +101,7 @@ async fn main() -> ExitCode {
                 .unwrap_or_else(|_| EnvFilter::new("nexus_knowql=info")),
         )
         .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
     match run(args).await {
