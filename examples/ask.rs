@@ -172,7 +172,7 @@ async fn run(args: Args) -> Result<(), Failure> {
         }
     } else {
         match stream(turn, !args.json).await {
-            Ok(Streamed::Done(outcome)) => outcome,
+            Ok(Streamed::Done(outcome)) => *outcome,
             Ok(Streamed::Interrupted(id)) => return Err(cancel(&client, id.as_deref()).await),
             Err(e) => Err(e),
         }
@@ -228,7 +228,7 @@ fn nexus_knowql_outcome(q: types::Query) -> nexus_knowql::Result<types::Query> {
 /// How a streamed turn ended.
 enum Streamed {
     /// It ran to its end (or failed).
-    Done(nexus_knowql::Result<types::Query>),
+    Done(Box<nexus_knowql::Result<types::Query>>),
     /// Ctrl-C; the turn's id when known.
     Interrupted(Option<String>),
 }
@@ -264,14 +264,14 @@ async fn stream(turn: nexus_knowql::TurnBuilder, print: bool) -> nexus_knowql::R
                 if printed {
                     println!();
                 }
-                return Ok(Streamed::Done(Err(e)));
+                return Ok(Streamed::Done(Box::new(Err(e))));
             }
         }
     }
     if printed {
         println!();
     }
-    Ok(Streamed::Done(turn.finish().await))
+    Ok(Streamed::Done(Box::new(turn.finish().await)))
 }
 
 /// One line saying why the turn did not complete.

@@ -14,6 +14,9 @@ use nexus_knowql::{Error, QueryEvent, QueryTurn, QueryWait, Session, StreamConfi
 use proptest::prelude::*;
 use sse_server::{Reply, SseServer, Step, Turn, last_event_id, query_json};
 
+/// Events as the caller saw them, each with the checkpoint after it.
+type Delivered = Vec<(Option<u64>, QueryEvent)>;
+
 const DELTAS: &[&str] = &["Travel ", "is approved ", "by your ", "manager."];
 
 fn fast() -> StreamConfig {
@@ -22,7 +25,7 @@ fn fast() -> StreamConfig {
         .resume_attempts(20)
 }
 
-async fn drain(turn: &mut QueryTurn) -> (Vec<(Option<u64>, QueryEvent)>, Option<Error>) {
+async fn drain(turn: &mut QueryTurn) -> (Delivered, Option<Error>) {
     let mut events = Vec::new();
     let mut error = None;
     while let Some(item) = turn.next().await {
@@ -37,7 +40,7 @@ async fn drain(turn: &mut QueryTurn) -> (Vec<(Option<u64>, QueryEvent)>, Option<
 }
 
 /// Every event of the uncut stream, with its id (`None` for the `query` frame).
-fn uncut(turn: &Turn) -> Vec<(Option<u64>, QueryEvent)> {
+fn uncut(turn: &Turn) -> Delivered {
     let mut decoder = nexus_knowql::query::EventDecoder::new();
     decoder.feed(turn.body().as_bytes());
     let mut out = Vec::new();
@@ -192,11 +195,7 @@ async fn attach_to_an_unknown_turn_is_not_found() {
 /// Checkpoint `k` of a turn, then a fresh client continues from it while
 /// the replay connections are cut at `cuts`. Returns (delivered, the
 /// `Last-Event-ID`s sent).
-fn continue_from(
-    turn: &Turn,
-    k: u64,
-    cuts: Vec<usize>,
-) -> (Vec<(Option<u64>, QueryEvent)>, Vec<Option<String>>) {
+fn continue_from(turn: &Turn, k: u64, cuts: Vec<usize>) -> (Delivered, Vec<Option<String>>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
