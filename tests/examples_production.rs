@@ -37,7 +37,11 @@ fn ask_ctrl_c_cancels_the_turn_on_the_server_and_exits_130() {
     let url = server.base_url().to_owned();
     let mut ask = Pty::spawn(example(
         "ask",
-        &["--base-url", &url, "How are sessions continued across turns?"],
+        &[
+            "--base-url",
+            &url,
+            "How are sessions continued across turns?",
+        ],
     ));
     // A step line shows the turn is under way; then the user gives up.
     ask.expect("·");
@@ -67,7 +71,10 @@ fn worker_crashes_mid_answer_and_a_second_process_finishes_it() {
     let out = run(example("worker", &["--crash-after", "8"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("process 1 ended with exit status: 3"), "{stderr}");
+    assert!(
+        stderr.contains("process 1 ended with exit status: 3"),
+        "{stderr}"
+    );
     assert!(stderr.contains("attaching to"), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     // The answer once, whole: the checkpointed part and the rest.

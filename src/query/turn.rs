@@ -306,7 +306,7 @@ impl TurnBuilder {
                 Ok(resp) => return Ok((slot, resp)),
                 Err(e) => e,
             };
-            if err.status().is_none() {
+            if err.status().is_none() && !matches!(err, Error::Transport { connect: true, .. }) {
                 // The request may have reached the server: keep the turn
                 // remembered (dropping the slot) so the next one checks.
                 drop(slot);
@@ -1004,10 +1004,10 @@ impl QueryTurn {
 
 impl Drop for QueryTurn {
     fn drop(&mut self) {
-        if self.ended {
-            return;
+        if !self.ended {
+            self.span.record_resumes(self.conn.resumes());
         }
-        self.span.record_resumes(self.conn.resumes());
+        // A stream that broke off has ended, but the turn may still run.
         if !self.cancel_on_drop || self.ended_on_server() {
             return;
         }
