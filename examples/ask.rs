@@ -282,7 +282,12 @@ fn reason(e: &Error, scope: &[String], base_url: &str) -> String {
         Error::Transport { .. } | Error::Timeout { .. } => {
             format!("cannot reach {base_url}: {}", one_line(e))
         }
-        e if e.is_not_found() => format!("unknown context in {scope:?}: {}", one_line(e)),
+        Error::ReplayGap { .. } => format!("the answer is incomplete: {}", one_line(e)),
+        // Only the request that names the contexts can blame them; a 404
+        // for a turn's events or its stored state says so itself.
+        e if e.is_not_found() && e.as_api().is_some_and(|a| a.operation == "create_query") => {
+            format!("unknown context in {scope:?}: {}", one_line(e))
+        }
         e => one_line(e),
     }
 }

@@ -402,6 +402,43 @@ mod tests {
     }
 
     #[test]
+    fn nothing_that_could_start_a_second_turn_is_retryable() {
+        let stream = Error::Stream {
+            query_id: None,
+            message: "cut".into(),
+        };
+        assert!(!stream.is_retryable());
+        let gap = Error::ReplayGap {
+            query_id: "q1".into(),
+            last_event_id: Some(4),
+            message: "the replay started at event 7".into(),
+        };
+        assert!(!gap.is_retryable());
+        assert_eq!(gap.query_id(), Some("q1"));
+        assert!(gap.to_string().contains("after event 4"), "{gap}");
+        let timeout = |operation| Error::Timeout {
+            operation,
+            elapsed_ms: 1,
+        };
+        assert!(!timeout("create_query").is_retryable());
+        assert!(timeout("list_contexts").is_retryable());
+        let lost = |connect| Error::transport("create_query", "reset", connect);
+        assert!(!lost(false).is_retryable());
+        assert!(lost(true).is_retryable());
+    }
+
+    #[test]
+    fn api_errors_name_their_query() {
+        let e =
+            Error::api("stream_query_events", 403, None, "no".into(), None, None).for_query("q_9");
+        assert_eq!(e.query_id(), Some("q_9"));
+        assert_eq!(
+            e.to_string(),
+            "stream_query_events of query q_9: server answered 403: no"
+        );
+    }
+
+    #[test]
     fn snippet_is_bounded() {
         let body = vec![b'x'; 10_000];
         assert_eq!(snippet(&body).len(), SNIPPET_LIMIT);

@@ -449,6 +449,71 @@ mod tests {
     }
 
     #[test]
+    fn non_numeric_ids_are_flagged() {
+        let mut p = SseParser::new(1024);
+        p.feed(b"id: x7\ndata: a\n\nid: 8\ndata: b\n\nid:\ndata: c\n\n");
+        let f = p.next_frame().unwrap().unwrap();
+        assert_eq!((f.id, f.bad_id), (None, true));
+        let f = p.next_frame().unwrap().unwrap();
+        assert_eq!((f.id, f.bad_id), (Some(8), false));
+        let f = p.next_frame().unwrap().unwrap();
+        assert_eq!((f.id, f.bad_id), (None, false));
+    }
+
+    #[test]
+    fn the_query_frame_has_its_own_limit() {
+        let big = "x".repeat(200);
+        let wire = format!("event: query\ndata: {big}\n\nevent: other\ndata: {big}\n\n");
+        for split in [1, 7, 4096] {
+            let mut p = SseParser::new(64).with_query_frame_limit(1024);
+            let mut frames = Vec::new();
+            let mut error = None;
+            for chunk in wire.as_bytes().chunks(split) {
+                p.feed(chunk);
+                loop {
+                    match p.next_frame() {
+                        Ok(Some(f)) => frames.push(f.event.to_owned()),
+                        Ok(None) => break,
+                        Err(e) => {
+                            error = Some(e);
+                            break;
+                        }
+                    }
+                }
+                if error.is_some() {
+                    break;
+                }
+            }
+            assert_eq!(frames, ["query"], "split {split}");
+            assert_eq!(error, Some(SseError::FrameTooLarge(64)), "split {split}");
+        }
+    }
+
+    #[test]
+    fn a_frame_in_many_chunks_is_scanned_from_where_the_last_search_ended() {
+        let mut p = SseParser::new(1 << 20);
+        p.feed(b"event: query\ndata: ");
+        assert_eq!(p.next_frame(), Ok(None));
+        for _ in 0..100 {
+            p.feed(&[b'x'; 1000]);
+            assert_eq!(p.next_frame(), Ok(None));
+            // Nothing before the end is searched again.
+            assert_eq!(p.searched, p.buf.len());
+        }
+        p.feed(b"\n\n");
+        let f = p.next_frame().unwrap().unwrap();
+        assert_eq!((f.event, f.data.len()), ("query", 100_000));
+    }
+
+    #[test]
+    fn huge_retry_values_do_not_panic() {
+        let mut p = SseParser::new(1024);
+        p.feed(b"retry: 18446744073709551615\n\n");
+        assert_eq!(p.next_frame(), Ok(None));
+        assert_eq!(p.retry(), Some(Duration::from_millis(u64::MAX)));
+    }
+
+    #[test]
     fn non_numeric_ids_are_ignored() {
         let got = parse_split(
             b"id: abc\ndata: a\n\nid: 99999999999999999999999\ndata: b\n\n",

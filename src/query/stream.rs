@@ -560,7 +560,14 @@ impl EventConnection {
                     }
                     Some(Ok(Parsed::Skip)) => continue,
                     Some(Ok(Parsed::Broken(cause))) => {
-                        self.recover(cause);
+                        if self.terminal_seen {
+                            // Only the final Query was missing; the stored
+                            // one stands in for it.
+                            tracing::debug!(cause, "a broken replay after the terminal event");
+                            self.state = State::Done;
+                        } else {
+                            self.recover(cause);
+                        }
                         continue;
                     }
                     Some(Err(e)) => {
@@ -598,7 +605,11 @@ impl EventConnection {
                         self.reconnect(&format!("the connection failed: {e}"));
                     }
                     Poll::Ready(None) => {
-                        self.reconnect("the stream ended before the turn did");
+                        if self.terminal_seen {
+                            self.state = State::Done;
+                        } else {
+                            self.reconnect("the stream ended before the turn did");
+                        }
                     }
                     Poll::Pending => {
                         if self.idle_expired(cx) {
@@ -623,7 +634,12 @@ impl EventConnection {
                     }
                     Poll::Ready(Err(e)) => {
                         let gone = matches!(e.status(), Some(404 | 410));
-                        if gone && self.delivered_any {
+                        if self.terminal_seen {
+                            // Only the final Query was missing; the stored
+                            // one stands in for it.
+                            tracing::debug!(error = %e, "no resume after the terminal event");
+                            self.state = State::Done;
+                        } else if gone && self.delivered_any {
                             self.recover(format!("the event log is gone ({e})"));
                         } else if resumable(&e) {
                             self.reconnect(&e.to_string());
@@ -733,15 +749,12 @@ impl EventConnection {
         true
     }
 
-    /// Schedules a reconnection after a break, or ends the stream.
+    /// Schedules a reconnection after a break, or ends the stream. After
+    /// the terminal event only the final `query` frame can be missing: a
+    /// resume that fails then ends the stream quietly, and the stored Query
+    /// stands in for the frame.
     fn reconnect(&mut self, cause: &str) {
         self.state = State::Done;
-        if self.terminal_seen {
-            // The turn is over: nothing is left to resume, and the stored
-            // Query stands in for a `query` frame that did not come.
-            tracing::debug!(cause, "the stream ended after the terminal event");
-            return;
-        }
         let Some(query_id) = self.query_id.clone() else {
             self.failed = Some(Error::Stream {
                 query_id: None,
@@ -779,6 +792,16 @@ impl EventConnection {
         if cycle.attempts >= self.config.resume_attempts
             || spent.saturating_add(delay) > self.config.resume_max_elapsed
         {
+            if self.terminal_seen {
+                // The turn is over; the stored Query stands in for the
+                // `query` frame that did not come.
+                tracing::debug!(
+                    query_id,
+                    cause,
+                    "no final Query frame after the terminal event"
+                );
+                return;
+            }
             tracing::warn!(
                 query_id,
                 attempts = cycle.attempts,
@@ -841,6 +864,84 @@ mod tests {
     fn path_segments_are_encoded() {
         assert_eq!(path_segment("q_1-a.b~"), "q_1-a.b~");
         assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+    }
+
+    async fn next(conn: &mut EventConnection) -> Option<Result<Delivery>> {
+        futures::future::poll_fn(|cx| conn.poll_next_event(cx)).await
+    }
+
+    fn query_json(status: &str, answer: &str) -> serde_json::Value {
+        serde_json::json!({
+            "id": "q1", "object": "query", "session_id": "s1", "created": 0,
+            "status": status, "input": [], "citations": [], "steps": [], "runtime_ms": 1,
+            "output": [{"role": "assistant", "content": [{"type": "output_text", "text": answer}]}],
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+        })
+    }
+
+    async fn server(events: &'static str) -> (wiremock::MockServer, Client) {
+        use wiremock::matchers::{header, method, path};
+        use wiremock::{Mock, ResponseTemplate};
+        let server = wiremock::MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/queries/q1/events"))
+            .and(header("last-event-id", "2"))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_raw(events.as_bytes(), "text/event-stream"),
+            )
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/queries/q1"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(query_json("completed", "ab")))
+            .mount(&server)
+            .await;
+        let client = Client::builder().base_url(server.uri()).build().unwrap();
+        (server, client)
+    }
+
+    #[tokio::test]
+    async fn resume_from_a_known_event_skips_it_and_delivers_the_rest() {
+        let (_server, client) = server(
+            "id: 2\nevent: response.output_text.delta\ndata: {\"delta\":\"a\"}\n\n\
+             id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n\
+             id: 4\nevent: response.completed\ndata: {}\n\n",
+        )
+        .await;
+        let mut conn =
+            EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
+        match next(&mut conn).await {
+            Some(Ok(Delivery::Event(Some(3), QueryEvent::TextDelta { delta }))) => {
+                assert_eq!(delta, "b")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            next(&mut conn).await,
+            Some(Ok(Delivery::Event(Some(4), QueryEvent::Completed)))
+        ));
+        assert!(next(&mut conn).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn resume_that_skips_the_known_event_hands_over_the_stored_turn() {
+        let (_server, client) =
+            server("id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n").await;
+        let mut conn =
+            EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
+        match next(&mut conn).await {
+            Some(Ok(Delivery::Recovered(query, gap))) => {
+                assert_eq!(query.answer_text(), "ab");
+                assert_eq!(gap.last_event_id, Some(2));
+                assert!(
+                    gap.cause.contains("event 3 instead of event 2"),
+                    "{}",
+                    gap.cause
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(next(&mut conn).await.is_none());
     }
 
     #[test]

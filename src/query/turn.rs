@@ -503,7 +503,11 @@ pub(crate) fn into_outcome(query: types::Query) -> Result<types::Query> {
 ///
 /// Every event is delivered exactly once and in order, whatever the network
 /// does: a broken or idle connection is resumed with `Last-Event-ID` (see
-/// [`StreamConfig`]). A failed or cancelled turn yields
+/// [`StreamConfig`]), and each resumed connection must replay from exactly
+/// that id. When it does not (or the event log is gone), the rest of the
+/// answer comes from the stored turn as one final text delta, or the stream
+/// ends with [`Error::ReplayGap`]: the deltas never add up to a wrong text.
+/// A failed or cancelled turn yields
 /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] after the events before
 /// it; the stream then ends with the final [`QueryEvent::Query`].
 ///

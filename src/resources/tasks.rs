@@ -135,14 +135,14 @@ impl Tasks<'_> {
             if task_is_terminal(task.state.as_str()) {
                 return Ok(task);
             }
-            if started.elapsed() + interval > wait.timeout {
+            if started.elapsed().saturating_add(interval) > wait.timeout {
                 return Err(Error::Timeout {
                     operation: "get_task",
-                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    elapsed_ms: crate::query::millis(started.elapsed()),
                 });
             }
             tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(wait.max_interval);
+            interval = interval.saturating_mul(2).min(wait.max_interval);
         }
     }
 
