@@ -661,3 +661,34 @@ async fn every_turn_is_a_span_with_its_ids_mode_and_resumes() {
     assert!(in_span("resumes=1"), "{text}");
     assert!(!text.contains("pcsk_test"), "{text}");
 }
+
+#[tokio::test]
+async fn a_409_after_a_dropped_turn_is_session_busy_even_when_the_server_cannot_say_which() {
+    let turn = Turn::completed("q_x", "sess_x", DELTAS);
+    let t = turn.clone();
+    let server = SseServer::start(move |req, _| {
+        if req.is("POST", "/query") && req.json().get("session_id").is_none() {
+            Reply::sse(vec![Step::Write(t.first(3).into_bytes()), Step::AwaitClose])
+        } else if req.is("POST", "/query") {
+            Reply::json(
+                409,
+                &[],
+                &serde_json::json!({"message": "a turn is in flight"}),
+            )
+        } else {
+            Reply::json(404, &[], &serde_json::json!({"message": "not here"}))
+        }
+    })
+    .await;
+    let session = server.client().session(["docs"]).build().unwrap();
+    let mut live = session.ask("first").stream().await.unwrap();
+    live.next().await.unwrap().unwrap();
+    drop(live);
+    let e = session.ask("second").send().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::SessionBusy { query_id } if query_id == "q_x"),
+        "{e:?}"
+    );
+    assert!(e.is_conflict());
+    assert_eq!(e.query_id(), Some("q_x"));
+}

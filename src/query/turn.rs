@@ -330,21 +330,36 @@ impl TurnBuilder {
         }
     }
 
-    /// The running turn of the session this turn continues, per the server.
+    /// The running turn of the session this turn continues: per the
+    /// server's stored session, else the last turn this process knows of
+    /// (a 409 on a continued session means one of its turns still runs).
     async fn running_turn(&self) -> Option<String> {
-        let queries = self.session.client.queries();
-        let session_id = match (&self.request.session_id, &self.request.previous_query_id) {
-            (Some(s), _) => s.clone(),
-            (None, Some(prev)) => queries.get(prev).await.ok()?.session_id,
-            (None, None) => return None,
+        if self.request.session_id.is_none() && self.request.previous_query_id.is_none() {
+            // A new session: its 409 is about something else.
+            return None;
+        }
+        let from_server = async {
+            let queries = self.session.client.queries();
+            let session_id = match (&self.request.session_id, &self.request.previous_query_id) {
+                (Some(s), _) => s.clone(),
+                (None, Some(prev)) => queries.get(prev).await.ok()?.session_id,
+                (None, None) => return None,
+            };
+            let session = self.session.client.sessions().get(&session_id).await.ok()?;
+            session
+                .queries
+                .iter()
+                .rev()
+                .find(|q| !q.is_terminal())
+                .map(|q| q.id.clone())
         };
-        let session = self.session.client.sessions().get(&session_id).await.ok()?;
-        session
-            .queries
-            .iter()
-            .rev()
-            .find(|q| !q.is_terminal())
-            .map(|q| q.id.clone())
+        match from_server.await {
+            Some(id) => Some(id),
+            None => self
+                .session
+                .last_query_id()
+                .or_else(|| self.request.previous_query_id.clone()),
+        }
     }
 
     /// Runs the turn to its end and returns the stored Query.
