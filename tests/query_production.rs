@@ -639,7 +639,10 @@ async fn every_turn_is_a_span_with_its_ids_mode_and_resumes() {
         .with_max_level(tracing::Level::DEBUG)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    // Global, not scoped: with tests running in parallel threads, a scoped
+    // subscriber can miss events whose callsites another thread registered
+    // first. Only this test installs one; the others' output is ignored.
+    tracing::subscriber::set_global_default(subscriber).unwrap();
     let turn = Turn::completed("q_t", "sess_t", DELTAS);
     let server = serve(&turn, "completed", |t| {
         vec![Step::Write(t.first(4).into_bytes()), Step::Reset]
@@ -691,4 +694,53 @@ async fn a_409_after_a_dropped_turn_is_session_busy_even_when_the_server_cannot_
     );
     assert!(e.is_conflict());
     assert_eq!(e.query_id(), Some("q_x"));
+}
+
+#[test]
+fn new_futures_and_handles_are_send() {
+    fn send<T: Send>(_: &T) {}
+    fn send_static<T: Send + 'static>(_: &T) {}
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<nexus_knowql::QueryHandle>();
+    send_sync::<WhenBusy>();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let client = nexus_knowql::Client::builder()
+        .base_url("http://127.0.0.1:9")
+        .build()
+        .unwrap();
+    let queries = client.queries();
+    let attach = queries.attach("q");
+    send(&attach);
+    let session = client.session(["docs"]).build().unwrap();
+    let turn = session.ask("q").when_busy(WhenBusy::Fail).send();
+    send_static(&turn);
+    let _ = Session::resume(&client, "s").with_when_busy(WhenBusy::Fail);
+}
+
+#[tokio::test]
+async fn a_turn_detached_before_it_is_named_learns_its_id_when_needed() {
+    let turn = Turn::completed("q_u", "sess_u", DELTAS);
+    let server = serve(&turn, "completed", |t| {
+        vec![
+            Step::Write(b": accepted\n\n".to_vec()),
+            Step::Sleep(Duration::from_millis(30)),
+            Step::Write(t.body().into_bytes()),
+        ]
+    })
+    .await;
+    let session = server.client().session(["docs"]).build().unwrap();
+    let live = session.ask("q").stream().await.unwrap();
+    let mut handle = live.detach();
+    assert_eq!(handle.id(), "");
+    let query = handle.wait().await.unwrap();
+    assert_eq!(query.id, "q_u");
+    assert_eq!(handle.id(), "q_u");
+    assert_eq!(handle.session_id(), "sess_u");
+    assert_eq!(query.answer_text(), turn.answer);
+    assert!(!session.is_busy());
+    assert!(session.unfinished_query_id().is_none());
 }

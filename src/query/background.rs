@@ -34,8 +34,9 @@ pub struct QueryHandle {
     slot: Option<TurnSlot>,
     stream_config: StreamConfig,
     /// A detached stream that had not named its turn yet: read on (and
-    /// dropped) as soon as the id is needed.
-    unnamed: Option<EventConnection>,
+    /// dropped) as soon as the id is needed. In a mutex only so that the
+    /// handle stays `Sync`; it is never locked while shared.
+    unnamed: Option<std::sync::Mutex<EventConnection>>,
     span: TurnSpan,
 }
 
@@ -131,7 +132,7 @@ impl QueryHandle {
             query,
             slot,
             stream_config,
-            unnamed: Some(conn),
+            unnamed: Some(std::sync::Mutex::new(conn)),
             span,
         }
     }
@@ -171,7 +172,8 @@ impl QueryHandle {
 
     /// Reads a detached stream on until the server names the turn.
     async fn named(&mut self) -> Result<&str> {
-        if let Some(mut conn) = self.unnamed.take() {
+        if let Some(conn) = self.unnamed.take() {
+            let mut conn = conn.into_inner().unwrap_or_else(|p| p.into_inner());
             while conn.query_id().is_none() {
                 let span = &self.span;
                 let next = futures::future::poll_fn(|cx| {
