@@ -138,6 +138,20 @@ pub enum Error {
         message: String,
     },
 
+    /// A turn of the session is still running (dropped, detached or started
+    /// elsewhere), so the session cannot start another one yet. Nothing was
+    /// started. Attach to the running turn with
+    /// [`Queries::attach`](crate::resources::Queries::attach), cancel it with
+    /// [`Queries::cancel`](crate::resources::Queries::cancel), or let the
+    /// session wait for it ([`WhenBusy::Wait`](crate::WhenBusy::Wait)).
+    #[error(
+        "the session still runs query {query_id}: attach to it or cancel it before asking again"
+    )]
+    SessionBusy {
+        /// The turn still running.
+        query_id: String,
+    },
+
     /// An event stream broke in a way that cannot be resumed.
     #[error("event stream{}: {message}", query_suffix(.query_id))]
     Stream {
@@ -270,7 +284,7 @@ impl Error {
     /// Whether the server refused because of a conflict (HTTP 409), such as a
     /// turn already in flight on a session or an import in progress.
     pub fn is_conflict(&self) -> bool {
-        self.status() == Some(409)
+        matches!(self, Error::SessionBusy { .. }) || self.status() == Some(409)
     }
 
     /// Whether a deadline passed ([`Error::Timeout`]).
@@ -309,7 +323,8 @@ impl Error {
             Error::Api(e) => e.query_id.as_deref(),
             Error::TurnFailed { query_id, .. }
             | Error::TurnCancelled { query_id, .. }
-            | Error::ReplayGap { query_id, .. } => Some(query_id),
+            | Error::ReplayGap { query_id, .. }
+            | Error::SessionBusy { query_id } => Some(query_id),
             Error::Stream { query_id, .. } => query_id.as_deref(),
             _ => None,
         }

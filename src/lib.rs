@@ -65,7 +65,7 @@ pub use client::{ApiVersion, Client, ClientBuilder, RetryPolicy};
 pub use error::{ApiError, Error, Result};
 pub use query::{
     QueryEvent, QueryHandle, QueryTurn, QueryWait, Session, SessionBuilder, StreamConfig,
-    TextStream, TurnBuilder,
+    TextStream, TurnBuilder, WhenBusy,
 };
 
 /// The README's code blocks compile as doctests.

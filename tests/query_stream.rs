@@ -537,7 +537,7 @@ async fn dropping_a_turn_closes_the_connection_and_frees_the_session() {
     assert!(session.is_busy());
     assert!(matches!(
         session.ask("again").stream().await,
-        Err(Error::InvalidRequest(_))
+        Err(Error::SessionBusy { query_id }) if query_id == "q_13"
     ));
     drop(live);
     assert!(!session.is_busy());

@@ -52,6 +52,7 @@ pub struct StreamConfig {
     resume_max_elapsed: Duration,
     resume_delay: Duration,
     resume_max_delay: Duration,
+    cancel_on_drop: bool,
 }
 
 impl Default for StreamConfig {
@@ -65,6 +66,7 @@ impl Default for StreamConfig {
             resume_max_elapsed: Duration::from_secs(120),
             resume_delay: Duration::from_millis(250),
             resume_max_delay: Duration::from_secs(10),
+            cancel_on_drop: false,
         }
     }
 }
@@ -91,6 +93,21 @@ impl StreamConfig {
     pub fn max_query_frame_bytes(mut self, limit: usize) -> Self {
         self.max_query_frame_bytes = limit.max(1);
         self
+    }
+
+    /// Whether dropping the [`QueryTurn`](crate::QueryTurn) before the turn
+    /// ended cancels it on the server (default `false`: the turn goes on and
+    /// its session remembers it). The cancel (`POST /queries/{id}/cancel`)
+    /// runs as a task on the current Tokio runtime, since a drop cannot
+    /// wait; a turn dropped before the server named it cannot be cancelled.
+    /// [`QueryTurn::detach`](crate::QueryTurn::detach) never cancels.
+    pub fn cancel_on_drop(mut self, on: bool) -> Self {
+        self.cancel_on_drop = on;
+        self
+    }
+
+    pub(crate) fn cancel_on_drop_enabled(&self) -> bool {
+        self.cancel_on_drop
     }
 
     /// How long to wait for the stored turn to end when the event log cannot
@@ -196,6 +213,8 @@ pub(crate) struct EventConnection {
     last_seq: Option<u64>,
     /// Whether any event was delivered (with or without an id).
     delivered_any: bool,
+    /// How many times the stream reconnected.
+    resumes: u32,
     /// On a resumed connection: the id its first id-carrying frame must have
     /// (the `Last-Event-ID` sent). Cleared once it checked out.
     verify: Option<u64>,
@@ -378,6 +397,7 @@ impl EventConnection {
             last_seq: None,
             delivered_any: false,
             verify: None,
+            resumes: 0,
             terminal_seen: false,
             retry: None,
             resume: None,
@@ -407,7 +427,6 @@ impl EventConnection {
     /// later id, an earlier one, a non-numeric one), or a 404/410 for the
     /// event log, yields [`Delivery::Recovered`] with the stored turn once it
     /// is terminal, instead of events across the gap.
-    #[cfg_attr(not(test), allow(dead_code))] // the entry point for attaching after a known event
     pub(crate) fn resume(
         client: Client,
         config: StreamConfig,
@@ -436,6 +455,16 @@ impl EventConnection {
 
     pub(crate) fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// A connection that is over, to stand in for one moved elsewhere.
+    pub(crate) fn closed(client: Client) -> Self {
+        EventConnection::with_state(client, StreamConfig::default(), State::Done, None)
+    }
+
+    /// How many times the stream reconnected.
+    pub(crate) fn resumes(&self) -> u32 {
+        self.resumes
     }
 
     pub(crate) fn config(&self) -> &StreamConfig {
@@ -785,7 +814,9 @@ impl EventConnection {
             return;
         }
         cycle.attempts += 1;
+        self.resumes = self.resumes.saturating_add(1);
         tracing::debug!(
+            resume = self.resumes,
             query_id,
             attempt = cycle.attempts,
             delay_ms = millis(delay),

@@ -41,6 +41,8 @@ fn build_examples() -> &'static Result<(), String> {
             "nexus",
             "--example",
             "ask",
+            "--example",
+            "worker",
         ]);
         // Cargo gives the test process the package's variables. Some build
         // scripts rerun when they change (ring watches CARGO_MANIFEST_DIR),
