@@ -939,6 +939,76 @@ pub(crate) fn deltas(text: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::local::faults::Faults;
+    use crate::local::guard::HostPolicy;
+    use crate::local::state::Config;
+    use crate::local::store::Store;
+
+    fn state() -> Arc<AppState> {
+        let config = Config {
+            api_key: None,
+            data_dir: None,
+            upload_limit: 1024,
+            json_limit: 1024,
+            context_bytes_limit: 1 << 20,
+            events_per_query: 100,
+            chunk_chars: 1200,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+        };
+        let faults = Faults::new(None, Duration::ZERO, 0, 1);
+        let policy = HostPolicy::new(([127, 0, 0, 1], 0).into(), &[], &[]);
+        let state = AppState::new(config, Store::in_memory(), faults, policy);
+        let req: types::CreateContextRequest = serde_json::from_value(serde_json::json!({
+            "slug": "w", "name": "W", "kind": "work"
+        }))
+        .unwrap();
+        state.store.lock().create_context(req).unwrap();
+        state
+    }
+
+    #[tokio::test]
+    async fn a_dropped_runner_fails_its_turn_closes_its_log_and_frees_its_session() {
+        let state = state();
+        let req: types::QueryRequest =
+            serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
+        let accepted = accept(&state, req).unwrap();
+        let sid = accepted.plan.session_id.clone();
+        assert!(state.store.lock().sessions[&sid].in_flight.is_some());
+        let guard = TurnGuard {
+            state: state.clone(),
+            plan: accepted.plan.clone(),
+            log: accepted.log.clone(),
+            started: Instant::now(),
+            armed: true,
+        };
+        // A runner that panics unwinds through its guard.
+        let runner = tokio::spawn(async move {
+            let _guard = guard;
+            panic!("boom");
+        });
+        assert!(runner.await.unwrap_err().is_panic());
+        assert!(accepted.log.is_finished());
+        let inner = state.store.lock();
+        assert!(inner.sessions[&sid].in_flight.is_none());
+        let q = &inner.queries[&accepted.plan.query_id].query;
+        assert_eq!(q.status, "failed");
+        assert!(q.error.as_deref().unwrap().contains("unexpectedly"));
+    }
+
+    #[tokio::test]
+    async fn a_started_turn_ends_even_if_nobody_waits_for_it() {
+        let state = state();
+        let req: types::QueryRequest =
+            serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
+        let started = start(&state, req).unwrap();
+        drop(started.query);
+        tokio::time::timeout(Duration::from_secs(10), started.log.wait_finished())
+            .await
+            .unwrap();
+        let inner = state.store.lock();
+        assert!(inner.sessions.values().all(|s| s.in_flight.is_none()));
+    }
 
     #[test]
     fn deltas_rebuild_the_text_exactly() {
