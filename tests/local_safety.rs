@@ -468,3 +468,63 @@ async fn unsafe_upload_paths_are_refused() {
     }
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_curation_whose_context_is_deleted_ends_its_task() {
+    let (server, client, dir) =
+        seeded(LocalNexus::builder().frame_delay(Duration::from_millis(400))).await;
+    let req: nexus_knowql::types::CreateContextRequest =
+        serde_json::from_value(json!({"slug": "gone", "name": "Gone"})).unwrap();
+    client.contexts().create(&req).await.unwrap();
+    client
+        .sources("gone")
+        .import_dir(dir.path(), |_| {})
+        .await
+        .unwrap();
+    let t = client
+        .contexts()
+        .curate("gone", &Default::default())
+        .await
+        .unwrap();
+    client.contexts().delete("gone").await.unwrap();
+    let task = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.tasks().wait(&t.task_id, Default::default()),
+    )
+    .await
+    .expect("the task ended")
+    .unwrap();
+    assert!(
+        matches!(task.state.as_str(), "cancelled" | "failed"),
+        "{}",
+        task.state.as_str()
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_import_cancelled_after_it_applied_reports_completed() {
+    let (server, client, _dir) =
+        seeded(LocalNexus::builder().frame_delay(Duration::from_millis(400))).await;
+    let url = server.base_url().to_owned();
+    // The upload is acknowledged once its files are in place; the task then
+    // lingers (injected delay) but can no longer be undone.
+    let resp = upload_raw(&url, "docs", "late.md", b"# Late\n\nkept".to_vec()).await;
+    assert_eq!(resp.status(), 200);
+    let trigger: Value = resp.json().await.unwrap();
+    let task_id = trigger["task_id"].as_str().unwrap().to_owned();
+    client.tasks().cancel(&task_id, None).await.unwrap();
+    let task = client
+        .tasks()
+        .wait(&task_id, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(task.state.as_str(), "completed");
+    let read = client
+        .sources("docs")
+        .read("uploads/late.md")
+        .await
+        .unwrap();
+    assert_eq!(read.as_ref(), b"# Late\n\nkept");
+    server.shutdown().await;
+}

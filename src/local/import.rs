@@ -144,14 +144,17 @@ pub(crate) struct Caps {
     pub(crate) ratio: u64,
     /// Most files.
     pub(crate) entries: usize,
+    /// Whether staged files are flushed to disk (a data directory is in use).
+    pub(crate) sync: bool,
 }
 
 impl Caps {
-    pub(crate) fn new(total: u64) -> Self {
+    pub(crate) fn new(total: u64, sync: bool) -> Self {
         Caps {
             total,
             ratio: MAX_EXPANSION_RATIO,
             entries: MAX_ARCHIVE_ENTRIES,
+            sync,
         }
     }
 }
@@ -184,6 +187,7 @@ pub(crate) fn stage(
         limit,
         total_cap: caps.total,
         entries: caps.entries,
+        sync: caps.sync,
         total: 0,
         files: Vec::new(),
         seen: HashSet::new(),
@@ -252,6 +256,7 @@ struct Expander {
     limit: u64,
     total_cap: u64,
     entries: usize,
+    sync: bool,
     total: u64,
     files: Vec<(String, u64)>,
     seen: HashSet<String>,
@@ -313,7 +318,9 @@ impl Expander {
             file.write_all(&self.buffer[..n])
                 .map_err(|e| StageError::Io(e.to_string()))?;
         }
-        file.sync_all().map_err(|e| StageError::Io(e.to_string()))?;
+        if self.sync {
+            file.sync_all().map_err(|e| StageError::Io(e.to_string()))?;
+        }
         if self.seen.insert(full.clone()) {
             self.files.push((full, size));
         } else if let Some(slot) = self.files.iter_mut().find(|(p, _)| *p == full) {
@@ -460,11 +467,12 @@ async fn run(
     let sources_dir = state.store.context_dir(&context_id).join("sources");
     let files_dir = Staged::files_dir(&staged.root);
     let to_move: Vec<(String, u64)> = staged.files.clone();
-    let moved =
-        tokio::task::spawn_blocking(move || move_into_place(&files_dir, &sources_dir, &to_move))
-            .await
-            .unwrap_or_else(|e| (Vec::new(), Some(e.to_string())));
-    let (moved, error) = moved;
+    let sync = state.store.is_persistent();
+    let (moved, error) = tokio::task::spawn_blocking(move || {
+        move_into_place(&files_dir, &sources_dir, &to_move, sync)
+    })
+    .await
+    .unwrap_or_else(|e| (Vec::new(), Some(e.to_string())));
     let now = Utc::now();
     let recorded = {
         let mut inner = state.store.lock();
@@ -551,6 +559,7 @@ fn move_into_place(
     staged: &Path,
     sources: &Path,
     files: &[(String, u64)],
+    sync: bool,
 ) -> (Vec<(String, u64)>, Option<String>) {
     let mut moved = Vec::new();
     let mut dirs = BTreeMap::new();
@@ -585,7 +594,7 @@ fn move_into_place(
             Err(e) => return (moved, Some(e.to_string())),
         }
     }
-    for dir in dirs.keys() {
+    for dir in dirs.keys().filter(|_| sync) {
         if let Err(e) = durable::sync_dir(dir) {
             return (moved, Some(e.to_string()));
         }
@@ -781,7 +790,7 @@ mod tests {
         let data = b.into_inner().unwrap().finish().unwrap();
         let scratch = Scratch::new("tgz");
         let e = scratch
-            .stage("src.tar.gz", &data, Caps::new(1 << 20))
+            .stage("src.tar.gz", &data, Caps::new(1 << 20, false))
             .unwrap();
         let paths: Vec<_> = e.files.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(paths, vec!["uploads/docs/a.md", "uploads/b.txt"]);
@@ -796,10 +805,12 @@ mod tests {
     fn zip_is_expanded_within_the_limit() {
         let data = zip_of(&[("notes/n.md", vec![b'x'; 100])]);
         let scratch = Scratch::new("zip");
-        let e = scratch.stage("n.zip", &data, Caps::new(1 << 20)).unwrap();
+        let e = scratch
+            .stage("n.zip", &data, Caps::new(1 << 20, false))
+            .unwrap();
         assert_eq!(e.files, [("uploads/notes/n.md".to_owned(), 100)]);
         assert!(matches!(
-            scratch.stage("n.zip", &data, Caps::new(50)),
+            scratch.stage("n.zip", &data, Caps::new(50, false)),
             Err(StageError::TooLarge(_))
         ));
     }
@@ -811,7 +822,7 @@ mod tests {
         assert!((data.len() as u64) * MAX_EXPANSION_RATIO < 8 << 20);
         let scratch = Scratch::new("bomb");
         let err = scratch
-            .stage("bomb.zip", &data, Caps::new(1 << 30))
+            .stage("bomb.zip", &data, Caps::new(1 << 30, false))
             .unwrap_err();
         assert!(
             matches!(&err, StageError::TooLarge(m) if m.contains("archive bomb")),
@@ -832,7 +843,7 @@ mod tests {
         let scratch = Scratch::new("count");
         let caps = Caps {
             entries: 4,
-            ..Caps::new(1 << 20)
+            ..Caps::new(1 << 20, false)
         };
         assert!(matches!(
             scratch.stage("many.zip", &data, caps),
@@ -843,7 +854,9 @@ mod tests {
     #[test]
     fn a_plain_file_lands_in_its_directory() {
         let scratch = Scratch::new("plain");
-        let e = scratch.stage("guide.md", b"# G", Caps::new(100)).unwrap();
+        let e = scratch
+            .stage("guide.md", b"# G", Caps::new(100, false))
+            .unwrap();
         assert_eq!(e.files[0].0, "uploads/guide.md");
     }
 

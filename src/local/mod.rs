@@ -33,6 +33,17 @@
 //! ```
 //!
 //! The binary `nexus-local` runs the same server from the command line.
+//!
+//! On a developer's machine the server refuses requests whose `Host` is not
+//! loopback, the bound address or an allowed host, and browser requests from
+//! other origins (403). With a data directory, files are written durably,
+//! the directory is locked against a second server, and a crash loses
+//! nothing that was acknowledged.
+//!
+//! Layout: `routes/` has one file per resource (auth, contexts, sources,
+//! knowledge, tasks, queries, sessions); `store` owns the state and its
+//! single writer; `durable` writes files crash-safely; `guard` is the
+//! Host/Origin rule; `import`, `curate` and `turn` are the background work.
 
 mod answer;
 mod curate;
@@ -545,14 +556,21 @@ fn read_tree(dir: &Path, limit: u64) -> Result<Vec<(String, PathBuf, u64)>, Stri
 
 /// Copies the files of a tree into a context's source directory (durably),
 /// replacing what it held.
-fn copy_tree(files: &[(String, PathBuf, u64)], ctx_dir: &Path) -> std::io::Result<()> {
+fn copy_tree(files: &[(String, PathBuf, u64)], ctx_dir: &Path, sync: bool) -> std::io::Result<()> {
     let src = ctx_dir.join("sources");
     if src.exists() {
         std::fs::remove_dir_all(&src)?;
     }
     for (rel, path, _) in files {
-        let data = std::fs::read(path)?;
-        durable::write_file(&src.join(rel), &data)?;
+        let target = src.join(rel);
+        if sync {
+            durable::write_file(&target, &std::fs::read(path)?)?;
+        } else {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::copy(path, &target)?;
+        }
     }
     Ok(())
 }
@@ -590,7 +608,8 @@ async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(
     };
     let ctx_dir = state.store.context_dir(&context_id);
     let copied = files.clone();
-    tokio::task::spawn_blocking(move || copy_tree(&copied, &ctx_dir))
+    let sync = state.store.is_persistent();
+    tokio::task::spawn_blocking(move || copy_tree(&copied, &ctx_dir, sync))
         .await
         .map_err(|e| fail(e.to_string()))?
         .map_err(|e| fail(format!("cannot store sources: {e}")))?;

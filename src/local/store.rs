@@ -660,6 +660,76 @@ impl Inner {
         Ok(rec)
     }
 
+    /// Applies an update to a context (slug, name, description, guide,
+    /// manifest); returns it as updated.
+    pub(crate) fn update_context(
+        &mut self,
+        key: &str,
+        req: types::UpdateContextRequest,
+    ) -> LocalResult<&ContextRecord> {
+        let id = self.context(key)?.id.clone();
+        if let Some(new_slug) = &req.slug {
+            if !valid_slug(new_slug) {
+                return Err(LocalError::bad_request(format!(
+                    "invalid slug {new_slug:?}"
+                )));
+            }
+            if self.context_id(new_slug).is_some_and(|other| other != id) {
+                return Err(LocalError::conflict(format!(
+                    "context {new_slug:?} already exists"
+                )));
+            }
+        }
+        if req.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            return Err(LocalError::bad_request("name must not be empty"));
+        }
+        let ctx = self.context_mut(&id)?;
+        if let Some(v) = req.slug {
+            ctx.slug = v;
+        }
+        if let Some(v) = req.name {
+            ctx.name = v;
+        }
+        if let Some(v) = req.description {
+            ctx.description = Some(v);
+        }
+        if let Some(v) = req.guide {
+            ctx.guide = Some(v);
+        }
+        if let Some(v) = req.manifest {
+            ctx.manifest = Some(v);
+        }
+        ctx.updated_at = Utc::now();
+        Ok(ctx)
+    }
+
+    /// Records feedback on a query.
+    pub(crate) fn set_feedback(
+        &mut self,
+        id: &str,
+        feedback: types::QueryFeedback,
+    ) -> LocalResult<()> {
+        let q = self
+            .queries
+            .get_mut(id)
+            .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
+        q.query.feedback = Some(feedback);
+        Ok(())
+    }
+
+    /// Removes a session and cancels its running turn; whether it existed.
+    pub(crate) fn delete_session(&mut self, id: &str) -> bool {
+        let Some(s) = self.sessions.remove(id) else {
+            return false;
+        };
+        for q in &s.query_ids {
+            if let Some(entry) = self.queries.get(q) {
+                entry.cancel.cancel();
+            }
+        }
+        true
+    }
+
     /// Removes a context; returns it and the tokens of its running tasks.
     pub(crate) fn delete_context(
         &mut self,

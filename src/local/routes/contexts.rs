@@ -2,7 +2,6 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use chrono::Utc;
 
 use super::Shared;
 use crate::local::curate;
@@ -36,43 +35,7 @@ pub(super) async fn update_context(
     Path(slug): Path<String>,
     ApiJson(req): ApiJson<types::UpdateContextRequest>,
 ) -> LocalResult<axum::Json<types::ContextResponse>> {
-    let resp = {
-        let mut inner = state.store.lock();
-        let id = inner.context(&slug)?.id.clone();
-        if let Some(new_slug) = &req.slug {
-            if !crate::local::store::valid_slug(new_slug) {
-                return Err(LocalError::bad_request(format!(
-                    "invalid slug {new_slug:?}"
-                )));
-            }
-            if inner.context_id(new_slug).is_some_and(|other| other != id) {
-                return Err(LocalError::conflict(format!(
-                    "context {new_slug:?} already exists"
-                )));
-            }
-        }
-        if req.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
-            return Err(LocalError::bad_request("name must not be empty"));
-        }
-        let ctx = inner.context_mut(&id)?;
-        if let Some(v) = req.slug {
-            ctx.slug = v;
-        }
-        if let Some(v) = req.name {
-            ctx.name = v;
-        }
-        if let Some(v) = req.description {
-            ctx.description = Some(v);
-        }
-        if let Some(v) = req.guide {
-            ctx.guide = Some(v);
-        }
-        if let Some(v) = req.manifest {
-            ctx.manifest = Some(v);
-        }
-        ctx.updated_at = Utc::now();
-        ctx.to_response()
-    };
+    let resp = state.store.lock().update_context(&slug, req)?.to_response();
     state.store.flush().await?;
     Ok(axum::Json(resp))
 }

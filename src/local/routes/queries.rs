@@ -212,17 +212,13 @@ pub(super) async fn query_feedback(
             "comment must be at most 2000 characters",
         ));
     }
-    {
-        let mut inner = state.store.lock();
-        let q = inner
-            .queries
-            .get_mut(&id)
-            .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
-        q.query.feedback = Some(types::QueryFeedback {
+    state.store.lock().set_feedback(
+        &id,
+        types::QueryFeedback {
             comment: body.comment,
             rating: body.rating,
-        });
-    }
+        },
+    )?;
     state.store.flush().await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -67,20 +67,7 @@ pub(super) async fn delete_session(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::DeleteSessionResponse>> {
-    let deleted = {
-        let mut inner = state.store.lock();
-        match inner.sessions.remove(&id) {
-            Some(s) => {
-                for q in &s.query_ids {
-                    if let Some(entry) = inner.queries.get(q) {
-                        entry.cancel.cancel();
-                    }
-                }
-                true
-            }
-            None => false,
-        }
-    };
+    let deleted = state.store.lock().delete_session(&id);
     if deleted {
         state.store.flush().await?;
     }

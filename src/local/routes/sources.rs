@@ -86,7 +86,10 @@ pub(super) async fn upload(
                 .await
                 .map_err(|e| LocalError::internal("staging the upload", e))?;
         }
-        let caps = import::Caps::new(state.config.context_bytes_limit);
+        let caps = import::Caps::new(
+            state.config.context_bytes_limit,
+            state.store.is_persistent(),
+        );
         let staged =
             tokio::task::spawn_blocking(move || import::stage(&upload, &name, &dir, &root, caps))
                 .await
