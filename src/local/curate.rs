@@ -155,14 +155,16 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
                 "cancelled",
                 "cancelled before the index was swapped in".to_owned(),
             ))
-        } else if let Some(ctx) = inner.contexts.get_mut(&context_id) {
-            ctx.last_curated_at = Some(now);
-            ctx.updated_at = now;
-            ctx.index_generation = generation;
-            ctx.sample_queries = built.samples;
-            inner
-                .indexes
-                .insert(context_id.clone(), Arc::new(built.index));
+        } else if inner
+            .apply_index(
+                &context_id,
+                Arc::new(built.index),
+                generation,
+                built.samples,
+                now,
+            )
+            .is_ok()
+        {
             inner.end_task(&task_id, "completed", Some(output), None);
             if let Some(ctx) = inner.contexts.get_mut(&context_id)
                 && ctx.curate_task_id.as_deref() == Some(task_id.as_str())

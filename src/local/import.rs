@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::durable;
 use super::error::{LocalError, LocalResult};
 use super::state::AppState;
-use super::store::{ContextRecord, SourceMeta, safe_join};
+use super::store::{ContextRecord, safe_join};
 use crate::types;
 
 /// Most files one archive may expand to.
@@ -474,26 +474,11 @@ async fn run(
     .await
     .unwrap_or_else(|e| (Vec::new(), Some(e.to_string())));
     let now = Utc::now();
-    let recorded = {
-        let mut inner = state.store.lock();
-        match inner.contexts.get_mut(&context_id) {
-            Some(ctx) => {
-                for (path, size) in &moved {
-                    ctx.sources.insert(
-                        path.clone(),
-                        SourceMeta {
-                            size: *size,
-                            mtime: now,
-                        },
-                    );
-                }
-                ctx.last_source_import_at = Some(now);
-                ctx.updated_at = now;
-                Ok(ctx.kind == "work")
-            }
-            None => Err("the context was deleted".to_owned()),
-        }
-    };
+    let recorded = state
+        .store
+        .lock()
+        .add_sources(&context_id, &moved, now)
+        .map_err(|_| "the context was deleted".to_owned());
     let outcome = match (recorded, error) {
         (Ok(is_work), None) => Ok(is_work),
         (Ok(_), Some(e)) => {
@@ -696,6 +681,7 @@ pub(crate) fn empty_output() -> types::TaskOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::local::store::SourceMeta;
 
     struct Scratch(PathBuf);
 

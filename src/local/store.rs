@@ -767,6 +767,47 @@ impl Inner {
         Ok(())
     }
 
+    /// Records files moved into a context's source tree; returns whether it
+    /// is a work context.
+    pub(crate) fn add_sources(
+        &mut self,
+        context_id: &str,
+        files: &[(String, u64)],
+        now: DateTime<Utc>,
+    ) -> LocalResult<bool> {
+        let ctx = self.context_mut(context_id)?;
+        for (path, size) in files {
+            ctx.sources.insert(
+                path.clone(),
+                SourceMeta {
+                    size: *size,
+                    mtime: now,
+                },
+            );
+        }
+        ctx.last_source_import_at = Some(now);
+        ctx.updated_at = now;
+        Ok(ctx.kind == "work")
+    }
+
+    /// Swaps in a curated index and marks the context queryable.
+    pub(crate) fn apply_index(
+        &mut self,
+        context_id: &str,
+        index: Arc<ContextIndex>,
+        generation: u64,
+        samples: Vec<String>,
+        now: DateTime<Utc>,
+    ) -> LocalResult<()> {
+        let ctx = self.context_mut(context_id)?;
+        ctx.last_curated_at = Some(now);
+        ctx.updated_at = now;
+        ctx.index_generation = generation;
+        ctx.sample_queries = samples;
+        self.indexes.insert(context_id.to_owned(), index);
+        Ok(())
+    }
+
     /// Registers a new running task.
     pub(crate) fn new_task(
         &mut self,
