@@ -208,6 +208,8 @@ const LOCK_FILE: &str = ".lock";
 const STAGING_DIR: &str = "staging";
 /// Longest wait of [`Store::flush`] for the writer.
 const FLUSH_WAIT: Duration = Duration::from_secs(30);
+/// How long the writer lets changes gather before a write.
+const COALESCE: Duration = Duration::from_millis(20);
 /// Pause after a failed write of `state.json` before trying again.
 const RETRY_WRITE: Duration = Duration::from_secs(1);
 
@@ -366,6 +368,13 @@ impl Store {
                 _ = p.wake.notified() => false,
                 _ = stop.cancelled() => true,
             };
+            if !stopping {
+                // Let a burst of changes gather into one write.
+                tokio::select! {
+                    _ = tokio::time::sleep(COALESCE) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
             let target = p.changes.load(Ordering::SeqCst);
             if target > *p.saved.borrow() || stopping {
                 let store = self.clone();
