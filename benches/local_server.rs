@@ -10,6 +10,9 @@
 //! - `stream_turn/*`: one streamed query turn over loopback (POST to the
 //!   closing `query` frame), against a baseline round-trip (`GET /models`).
 //!   The p50/p99 of the first text delta and of completion are printed too.
+//! - `turn_throughput/*`: turns per second with many sessions asking at
+//!   once (synchronous turns, each session one turn at a time), with the
+//!   state persisted to a data directory against the same run in memory.
 
 // `criterion_group!` generates an undocumented public function.
 #![allow(missing_docs)]
@@ -23,6 +26,9 @@ use nexus_knowql::local::LocalNexus;
 
 const DOCS: usize = 1_200;
 const LATENCY_SAMPLES: usize = 200;
+/// Sessions asking concurrently, and turns each asks per iteration.
+const SESSIONS: usize = 16;
+const TURNS_PER_SESSION: usize = 4;
 
 const WORDS: &[&str] = &[
     "stream",
@@ -253,6 +259,65 @@ fn bench_turns(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path) {
     rt.block_on(server.shutdown());
 }
 
+/// One synchronous turn on a session; panics unless it completes.
+async fn sync_turn(http: &reqwest::Client, base: &str, body: serde_json::Value) -> String {
+    let resp = http
+        .post(format!("{base}/query"))
+        .json(&body)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(resp.status(), 200, "turn refused");
+    let q: serde_json::Value = resp.json().await.expect("query");
+    q["session_id"].as_str().expect("session id").to_owned()
+}
+
+fn bench_throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path) {
+    let data = std::env::temp_dir().join(format!("nexus-local-bench-data-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let mut g = c.benchmark_group("turn_throughput");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements((SESSIONS * TURNS_PER_SESSION) as u64));
+    for (label, persisted) in [("in_memory", false), ("data_dir", true)] {
+        let mut builder = LocalNexus::builder().context("bench", dir);
+        if persisted {
+            builder = builder.data_dir(&data);
+        }
+        let server = rt.block_on(builder.start()).expect("server");
+        let base = server.base_url().to_owned();
+        let http = reqwest::Client::new();
+        let sessions: Vec<String> =
+            rt.block_on(futures::future::join_all((0..SESSIONS).map(|_| {
+                sync_turn(
+                    &http,
+                    &base,
+                    serde_json::json!({"ask": "resume a stream", "scope": ["bench"]}),
+                )
+            })));
+        g.bench_function(label, |b| {
+            b.to_async(rt).iter(|| {
+                let (http, base, sessions) = (&http, &base, &sessions);
+                async move {
+                    futures::future::join_all(sessions.iter().map(|sid| async move {
+                        for _ in 0..TURNS_PER_SESSION {
+                            sync_turn(
+                                http,
+                                base,
+                                serde_json::json!({"ask": "citation of a heading", "session_id": sid}),
+                            )
+                            .await;
+                        }
+                    }))
+                    .await
+                }
+            })
+        });
+        rt.block_on(server.shutdown());
+    }
+    g.finish();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir: PathBuf =
@@ -264,6 +329,8 @@ fn benches(c: &mut Criterion) {
     );
     bench_curation(c, &rt, &dir, bytes);
     bench_turns(c, &rt, &dir);
+    // A tenth of the corpus: seeding a data directory writes every file durably.
+    bench_throughput(c, &rt, &dir.join("part0"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

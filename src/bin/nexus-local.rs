@@ -2,7 +2,13 @@
 //!
 //! ```text
 //! nexus-local [--bind ADDR] [--api-key KEY] [--data DIR] [--context SLUG=DIR]...
+//!             [--allow-host HOST]... [--allow-origin ORIGIN]...
 //! ```
+//!
+//! Requests whose `Host` is not loopback, the bound address or an allowed
+//! host, and browser requests from other origins, get 403. A data directory
+//! is locked: a second server on it exits with status 1 and one line on
+//! stderr.
 //!
 //! Prints the base URL on one line on stdout once every `--context` is
 //! curated and the server is ready; logs go to stderr. Stops on Ctrl-C or
@@ -33,6 +39,14 @@ struct Args {
     /// Create a context from a directory and curate it at start-up (repeatable).
     #[arg(long = "context", value_name = "SLUG=DIR", value_parser = parse_context)]
     contexts: Vec<(String, PathBuf)>,
+    /// Also accept requests with this `Host` (`name` or `name:port`;
+    /// repeatable). Loopback names and the bound address are always accepted.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+    /// Also accept browser requests from this origin (`scheme://host:port`,
+    /// `:*` for any port; repeatable). Local pages are always accepted.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
     /// Largest accepted upload, in MiB.
     #[arg(long, default_value_t = 256)]
     upload_limit_mb: usize,
@@ -98,6 +112,8 @@ async fn main() -> ExitCode {
     let mut builder = LocalNexus::builder()
         .bind(args.bind)
         .upload_limit(args.upload_limit_mb.saturating_mul(1024 * 1024))
+        .allow_hosts(args.allow_hosts)
+        .allow_origins(args.allow_origins)
         .faults_from_env();
     if let Some(key) = args.api_key {
         builder = builder.api_key(key);

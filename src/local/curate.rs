@@ -7,10 +7,12 @@ use std::sync::Arc;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
+use super::durable;
 use super::error::{LocalError, LocalResult};
 use super::import::empty_output;
 use super::search::{Chunk, ContextIndex, chunk_document};
 use super::state::AppState;
+use super::store::{safe_join, task_is_terminal};
 use crate::types;
 
 /// Phases reported in a curate task's progress.
@@ -87,20 +89,18 @@ struct Built {
 }
 
 async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: CancellationToken) {
-    let (sources, generation) = {
+    let (paths, generation) = {
         let mut inner = state.store.lock();
         inner.task_progress(&task_id, 0, PHASES, "reading sources");
-        let generation = inner
-            .contexts
-            .get(&context_id)
-            .map_or(1, |c| c.index_generation + 1);
-        let sources: Vec<(String, bytes::Bytes)> = inner
-            .sources
-            .get(&context_id)
-            .map(|s| s.iter().map(|(p, d)| (p.clone(), d.clone())).collect())
-            .unwrap_or_default();
-        (sources, generation)
+        match inner.contexts.get(&context_id) {
+            Some(c) => (
+                c.sources.keys().cloned().collect::<Vec<_>>(),
+                c.index_generation + 1,
+            ),
+            None => (Vec::new(), 1),
+        }
     };
+    state.store.changed();
     let job_state = state.clone();
     let job_cancel = cancel.clone();
     let job_task = task_id.clone();
@@ -110,7 +110,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             &job_state,
             &job_ctx,
             &job_task,
-            sources,
+            &paths,
             generation,
             &job_cancel,
         )
@@ -125,54 +125,87 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             _ = cancel.cancelled() => {}
         }
     }
-    if cancel.is_cancelled() {
-        end(&state, &context_id, &task_id, "cancelled", None, None);
-        state.store.persist().await;
-        return;
-    }
+    let ctx_dir = state.store.context_dir(&context_id);
     let built = match built {
         Ok(b) => b,
         Err(msg) => {
-            end(&state, &context_id, &task_id, "failed", None, Some(msg));
-            state.store.persist().await;
+            let how = if cancel.is_cancelled() {
+                "cancelled"
+            } else {
+                "failed"
+            };
+            end(&state, &context_id, &task_id, how, None, Some(msg));
+            state.store.changed();
             return;
         }
     };
     let now = Utc::now();
     let output = curate_output(&built);
-    {
+    let generation = built.generation;
+    // Applying and the cancellation check happen under one lock, so a task
+    // is either cancelled before its result is applied or reports completed.
+    let applied = {
         let mut inner = state.store.lock();
-        let Some(ctx) = inner.contexts.get_mut(&context_id) else {
-            return;
-        };
-        ctx.last_curated_at = Some(now);
-        ctx.updated_at = now;
-        ctx.index_generation = built.generation;
-        ctx.sample_queries = built.samples;
-        inner
-            .indexes
-            .insert(context_id.clone(), Arc::new(built.index));
-    }
-    end(
-        &state,
-        &context_id,
-        &task_id,
-        "completed",
-        Some(output),
-        None,
-    );
-    state.store.persist().await;
-    if let Some(dir) = state.store.context_dir(&context_id) {
-        remove_old_generations(&dir, built.generation);
+        let still_running = inner
+            .tasks
+            .get(&task_id)
+            .is_some_and(|t| !task_is_terminal(t.task.state.as_str()));
+        if cancel.is_cancelled() || !still_running {
+            Err((
+                "cancelled",
+                "cancelled before the index was swapped in".to_owned(),
+            ))
+        } else if inner
+            .apply_index(
+                &context_id,
+                Arc::new(built.index),
+                generation,
+                built.samples,
+                now,
+            )
+            .is_ok()
+        {
+            inner.end_task(&task_id, "completed", Some(output), None);
+            if let Some(ctx) = inner.contexts.get_mut(&context_id)
+                && ctx.curate_task_id.as_deref() == Some(task_id.as_str())
+            {
+                ctx.curating = false;
+            }
+            Ok(())
+        } else {
+            Err(("failed", "the context was deleted".to_owned()))
+        }
+    };
+    state.store.changed();
+    match applied {
+        Ok(()) => {
+            if state.store.is_persistent() {
+                // Old generations go once the new one is on disk in state.json.
+                let _ = state.store.flush().await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    remove_old_generations(&ctx_dir, generation)
+                })
+                .await;
+            }
+        }
+        Err((how, msg)) => {
+            end(&state, &context_id, &task_id, how, None, Some(msg));
+            state.store.changed();
+            if state.store.is_persistent() {
+                let _ =
+                    tokio::task::spawn_blocking(move || remove_generation(&ctx_dir, generation))
+                        .await;
+            }
+        }
     }
 }
 
-/// Chunks and indexes, on a blocking thread.
+/// Chunks and indexes, on a blocking thread, reading the sources from disk.
 fn build(
     state: &AppState,
     context_id: &str,
     task_id: &str,
-    sources: Vec<(String, bytes::Bytes)>,
+    paths: &[String],
     generation: u64,
     cancel: &CancellationToken,
 ) -> Result<Built, String> {
@@ -180,15 +213,28 @@ fn build(
         .store
         .lock()
         .task_progress(task_id, 1, PHASES, "chunking");
+    let sources_dir = state.store.context_dir(context_id).join("sources");
     let mut chunks: Vec<Chunk> = Vec::new();
     let mut failed = Vec::new();
     let mut processed = 0;
     let mut samples = Vec::new();
-    for (path, data) in &sources {
+    for path in paths {
         if cancel.is_cancelled() {
             return Err("cancelled".to_owned());
         }
-        let Some(text) = as_text(data) else {
+        let data = match safe_join(&sources_dir, path).map(std::fs::read) {
+            Some(Ok(d)) => d,
+            Some(Err(e)) => {
+                tracing::warn!(path, error = %e, "a source could not be read");
+                failed.push(path.clone());
+                continue;
+            }
+            None => {
+                failed.push(path.clone());
+                continue;
+            }
+        };
+        let Some(text) = as_text(&data) else {
             failed.push(path.clone());
             continue;
         };
@@ -213,22 +259,24 @@ fn build(
         .lock()
         .task_progress(task_id, 2, PHASES, "indexing");
     let n_chunks = chunks.len();
-    let index = match state.store.context_dir(context_id) {
-        Some(dir) => {
-            let index_dir = dir.join(format!("index-{generation}"));
-            let _ = std::fs::remove_dir_all(&index_dir);
-            std::fs::create_dir_all(&index_dir).map_err(|e| {
-                tracing::error!(error = %e, "creating the index directory failed");
-                "the index could not be stored".to_owned()
-            })?;
-            let json = serde_json::to_vec(&chunks).map_err(|e| e.to_string())?;
-            std::fs::write(dir.join(format!("chunks-{generation}.json")), json).map_err(|e| {
+    let index = if state.store.is_persistent() {
+        let dir = state.store.context_dir(context_id);
+        let index_dir = dir.join(format!("index-{generation}"));
+        let _ = std::fs::remove_dir_all(&index_dir);
+        durable::create_dir_all(&index_dir).map_err(|e| {
+            tracing::error!(error = %e, "creating the index directory failed");
+            "the index could not be stored".to_owned()
+        })?;
+        let json = serde_json::to_vec(&chunks).map_err(|e| e.to_string())?;
+        durable::write_file(&dir.join(format!("chunks-{generation}.json")), &json).map_err(
+            |e| {
                 tracing::error!(error = %e, "writing the chunk table failed");
                 "the index could not be stored".to_owned()
-            })?;
-            ContextIndex::build(chunks, Some(&index_dir))
-        }
-        None => ContextIndex::build(chunks, None),
+            },
+        )?;
+        ContextIndex::build(chunks, Some(&index_dir))
+    } else {
+        ContextIndex::build(chunks, None)
     }
     .map_err(|e| {
         tracing::error!(error = %e, "indexing failed");
@@ -265,6 +313,12 @@ fn end(
     {
         ctx.curating = false;
     }
+}
+
+/// Removes the files of one unused index generation.
+fn remove_generation(dir: &std::path::Path, generation: u64) {
+    let _ = std::fs::remove_dir_all(dir.join(format!("index-{generation}")));
+    let _ = std::fs::remove_file(dir.join(format!("chunks-{generation}.json")));
 }
 
 fn remove_old_generations(dir: &std::path::Path, keep: u64) {

@@ -52,6 +52,14 @@ impl LocalError {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, message)
     }
 
+    /// A request from a foreign `Host` or `Origin`.
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
+        LocalError {
+            code: Some("forbidden"),
+            ..Self::new(StatusCode::FORBIDDEN, message)
+        }
+    }
+
     pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, message)
     }

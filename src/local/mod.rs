@@ -33,12 +33,25 @@
 //! ```
 //!
 //! The binary `nexus-local` runs the same server from the command line.
+//!
+//! On a developer's machine the server refuses requests whose `Host` is not
+//! loopback, the bound address or an allowed host, and browser requests from
+//! other origins (403). With a data directory, files are written durably,
+//! the directory is locked against a second server, and a crash loses
+//! nothing that was acknowledged.
+//!
+//! Layout: `routes/` has one file per resource (auth, contexts, sources,
+//! knowledge, tasks, queries, sessions); `store` owns the state and its
+//! single writer; `durable` writes files crash-safely; `guard` is the
+//! Host/Origin rule; `import`, `curate` and `turn` are the background work.
 
 mod answer;
 mod curate;
+mod durable;
 mod error;
 mod events;
 mod faults;
+mod guard;
 mod import;
 mod routes;
 mod search;
@@ -51,7 +64,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
@@ -88,6 +100,14 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// Another server uses the data directory (it holds the directory's lock).
+    #[error("the data directory {path} is in use by another nexus-local server (lock file {lock})", path = .path.display(), lock = .lock.display())]
+    DataDirLocked {
+        /// The directory.
+        path: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+    },
     /// A context could not be created, filled or curated.
     #[error("context {slug:?}: {message}")]
     Context {
@@ -106,6 +126,8 @@ pub struct LocalNexus {
     /// Stops accepting connections (graceful shutdown of the HTTP server).
     stop: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
+    /// The single writer of the state file; stopped after everything else.
+    writer: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
 }
 
 impl std::fmt::Debug for LocalNexus {
@@ -191,7 +213,10 @@ impl LocalNexus {
         }
         self.state.tracker.close();
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.state.tracker.wait()).await;
-        self.state.store.persist().await;
+        if let Some((stop, writer)) = self.writer.take() {
+            stop.cancel();
+            let _ = writer.await;
+        }
     }
 }
 
@@ -204,6 +229,9 @@ impl Drop for LocalNexus {
             server.abort();
         }
         self.state.tracker.close();
+        if let Some((stop, _)) = self.writer.take() {
+            stop.cancel();
+        }
     }
 }
 
@@ -224,6 +252,8 @@ pub struct LocalNexusBuilder {
     fail_next: usize,
     retry_after_secs: u64,
     contexts: Vec<(String, PathBuf)>,
+    allowed_hosts: Vec<String>,
+    allowed_origins: Vec<String>,
 }
 
 impl Default for LocalNexusBuilder {
@@ -242,6 +272,8 @@ impl Default for LocalNexusBuilder {
             fail_next: 0,
             retry_after_secs: 1,
             contexts: Vec::new(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -260,10 +292,29 @@ impl LocalNexusBuilder {
         self
     }
 
-    /// Keeps contexts, sources, indexes, sessions and finished turns in
-    /// `dir` across restarts (default: memory only).
+    /// Keeps contexts, sources, indexes, sessions and turns in `dir` across
+    /// restarts (default: memory only). The server locks the directory: a
+    /// second server on it fails to start with
+    /// [`StartError::DataDirLocked`].
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Also answers requests whose `Host` is one of `hosts` (`name` or
+    /// `name:port`). Loopback names and the bound address are always
+    /// accepted; any other `Host` gets 403, which defeats DNS rebinding.
+    pub fn allow_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.allowed_hosts.extend(hosts.into_iter().map(Into::into));
+        self
+    }
+
+    /// Also answers browser requests from these origins (`scheme://host:port`,
+    /// `:*` for any port). Pages on `localhost`, `127.0.0.1` and `[::1]` are
+    /// always accepted; a request with any other `Origin` gets 403.
+    pub fn allow_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.allowed_origins
+            .extend(origins.into_iter().map(Into::into));
         self
     }
 
@@ -368,9 +419,15 @@ impl LocalNexusBuilder {
                         path: dir.clone(),
                         source: std::io::Error::other(e.to_string()),
                     })?
-                    .map_err(|source| StartError::DataDir {
-                        path: dir.clone(),
-                        source,
+                    .map_err(|e| match e {
+                        store::OpenError::Locked(lock) => StartError::DataDirLocked {
+                            path: dir.clone(),
+                            lock,
+                        },
+                        store::OpenError::Io(source) => StartError::DataDir {
+                            path: dir.clone(),
+                            source,
+                        },
                     })?
             }
             None => Store::in_memory(),
@@ -383,6 +440,8 @@ impl LocalNexusBuilder {
             context_bytes_limit: self.context_bytes_limit,
             events_per_query: self.events_per_query,
             chunk_chars: self.chunk_chars,
+            allowed_hosts: self.allowed_hosts,
+            allowed_origins: self.allowed_origins,
         };
         let faults = faults::Faults::new(
             self.cut_after_frames,
@@ -390,7 +449,6 @@ impl LocalNexusBuilder {
             self.fail_next,
             self.retry_after_secs,
         );
-        let state = AppState::new(config, store, faults);
         let listener = tokio::net::TcpListener::bind(self.bind)
             .await
             .map_err(|source| StartError::Bind {
@@ -401,6 +459,17 @@ impl LocalNexusBuilder {
             addr: self.bind,
             source,
         })?;
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "serving on a non-loopback address: anyone who can reach it can use it; set an API key");
+        }
+        let policy = guard::HostPolicy::new(addr, &config.allowed_hosts, &config.allowed_origins);
+        let state = AppState::new(config, store, faults, policy);
+        let writer_stop = CancellationToken::new();
+        let writer = {
+            let store = state.store.clone();
+            let stop = writer_stop.clone();
+            tokio::spawn(async move { store.run_writer(stop).await })
+        };
         let stop = CancellationToken::new();
         let app = routes::router(state.clone());
         let graceful = stop.clone();
@@ -431,6 +500,7 @@ impl LocalNexusBuilder {
             state,
             stop,
             server: Some(server),
+            writer: Some((writer_stop, writer)),
         };
         tracing::info!(base_url = %nexus.base_url, "local Nexus listening");
         for (slug, dir) in &self.contexts {
@@ -440,8 +510,8 @@ impl LocalNexusBuilder {
     }
 }
 
-/// Files below `dir` (hidden ones skipped) as `(relative path, bytes)`.
-fn read_tree(dir: &Path, limit: u64) -> Result<Vec<(String, Bytes)>, String> {
+/// Files below `dir` (hidden ones skipped) as `(relative path, path, size)`.
+fn read_tree(dir: &Path, limit: u64) -> Result<Vec<(String, PathBuf, u64)>, String> {
     let mut out = Vec::new();
     let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];
@@ -461,7 +531,7 @@ fn read_tree(dir: &Path, limit: u64) -> Result<Vec<(String, Bytes)>, String> {
             if meta.is_dir() {
                 stack.push(path);
             } else if meta.is_file() {
-                total += meta.len();
+                total = total.saturating_add(meta.len());
                 if total > limit {
                     return Err(format!("{} holds more than {limit} bytes", dir.display()));
                 }
@@ -472,14 +542,37 @@ fn read_tree(dir: &Path, limit: u64) -> Result<Vec<(String, Bytes)>, String> {
                     .map(|c| c.as_os_str().to_string_lossy().into_owned())
                     .collect::<Vec<_>>()
                     .join("/");
-                let data = std::fs::read(&path)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                out.push((rel, Bytes::from(data)));
+                let Some(rel) = import::safe_path(&rel) else {
+                    tracing::warn!(path = %path.display(), "skipping a file whose name is unsafe");
+                    continue;
+                };
+                out.push((rel, path, meta.len()));
             }
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+/// Copies the files of a tree into a context's source directory (durably),
+/// replacing what it held.
+fn copy_tree(files: &[(String, PathBuf, u64)], ctx_dir: &Path, sync: bool) -> std::io::Result<()> {
+    let src = ctx_dir.join("sources");
+    if src.exists() {
+        std::fs::remove_dir_all(&src)?;
+    }
+    for (rel, path, _) in files {
+        let target = src.join(rel);
+        if sync {
+            durable::write_file(&target, &std::fs::read(path)?)?;
+        } else {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::copy(path, &target)?;
+        }
+    }
+    Ok(())
 }
 
 async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(), StartError> {
@@ -498,7 +591,7 @@ async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(
     }
     let context_id = {
         let mut inner = state.store.lock();
-        let id = match inner.context_id(slug) {
+        match inner.context_id(slug) {
             Some(id) => id,
             None => {
                 let req = crate::types::CreateContextRequest {
@@ -511,47 +604,35 @@ async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(
                 };
                 inner.create_context(req).map_err(|e| fail(e.message))?.id
             }
-        };
-        let now = Utc::now();
-        let Some(ctx) = inner.contexts.get_mut(&id) else {
-            return Err(fail("context vanished".to_owned()));
-        };
-        ctx.sources.clear();
-        for (path, data) in &files {
-            ctx.sources.insert(
-                path.clone(),
-                SourceMeta {
-                    size: data.len() as u64,
-                    mtime: now,
-                },
-            );
         }
-        ctx.last_source_import_at = Some(now);
-        let sources = inner.sources.entry(id.clone()).or_default();
-        sources.clear();
-        for (path, data) in &files {
-            sources.insert(path.clone(), data.clone());
-        }
-        id
     };
-    if let Some(ctx_dir) = state.store.context_dir(&context_id) {
-        let files = files.clone();
-        tokio::task::spawn_blocking(move || {
-            let src = ctx_dir.join("sources");
-            let _ = std::fs::remove_dir_all(&src);
-            for (path, data) in files {
-                let target = src.join(&path);
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                std::fs::write(target, data)?;
-            }
-            Ok::<_, std::io::Error>(())
-        })
+    let ctx_dir = state.store.context_dir(&context_id);
+    let copied = files.clone();
+    let sync = state.store.is_persistent();
+    tokio::task::spawn_blocking(move || copy_tree(&copied, &ctx_dir, sync))
         .await
         .map_err(|e| fail(e.to_string()))?
         .map_err(|e| fail(format!("cannot store sources: {e}")))?;
+    {
+        let now = Utc::now();
+        let mut inner = state.store.lock();
+        let sources = files
+            .iter()
+            .map(|(rel, _, size)| {
+                (
+                    rel.clone(),
+                    SourceMeta {
+                        size: *size,
+                        mtime: now,
+                    },
+                )
+            })
+            .collect();
+        inner
+            .replace_sources(&context_id, sources, now)
+            .map_err(|e| fail(e.message))?;
     }
+    state.store.changed();
     let is_work = state
         .store
         .lock()
@@ -576,6 +657,6 @@ async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(
             _ => tokio::time::sleep(Duration::from_millis(10)).await,
         }
     }
-    state.store.persist().await;
+    state.store.flush().await.map_err(|e| fail(e.message))?;
     Ok(())
 }

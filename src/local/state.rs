@@ -1,7 +1,8 @@
 //! What every handler shares: configuration, the store, faults, auth tokens
 //! and the supervisor of background work.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -9,10 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::faults::Faults;
+use super::guard::HostPolicy;
 use super::store::Store;
 
 /// Most bearer tokens remembered; the oldest is forgotten first.
-const MAX_TOKENS: usize = 1024;
+const MAX_TOKENS: usize = 100_000;
+/// The prefix of every bearer token.
+pub(crate) const TOKEN_PREFIX: &str = "nlt_";
 
 /// Limits and identity of one server.
 #[derive(Debug, Clone)]
@@ -31,30 +35,42 @@ pub(crate) struct Config {
     pub(crate) events_per_query: usize,
     /// Chunk size used by curation, in characters.
     pub(crate) chunk_chars: usize,
+    /// `Host` values accepted besides loopback names and the bound address.
+    pub(crate) allowed_hosts: Vec<String>,
+    /// `Origin` values accepted besides local pages.
+    pub(crate) allowed_origins: Vec<String>,
 }
 
 /// Shared server state. Handlers get it as `State<Arc<AppState>>`.
 #[derive(Debug)]
 pub(crate) struct AppState {
     pub(crate) config: Config,
-    pub(crate) store: Store,
+    pub(crate) store: Arc<Store>,
     pub(crate) faults: Faults,
     /// Turn runners, imports and curations; waited for on shutdown.
     pub(crate) tracker: TaskTracker,
     /// Cancelled on shutdown; every background job holds a child of it.
     pub(crate) shutdown: CancellationToken,
-    tokens: Mutex<VecDeque<String>>,
+    /// Which `Host` and `Origin` values are answered.
+    pub(crate) policy: HostPolicy,
+    tokens: Mutex<TokenSet>,
 }
 
 impl AppState {
-    pub(crate) fn new(config: Config, store: Store, faults: Faults) -> Arc<Self> {
+    pub(crate) fn new(
+        config: Config,
+        store: Store,
+        faults: Faults,
+        policy: HostPolicy,
+    ) -> Arc<Self> {
         Arc::new(AppState {
             config,
-            store,
+            store: Arc::new(store),
             faults,
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
-            tokens: Mutex::new(VecDeque::new()),
+            policy,
+            tokens: Mutex::new(TokenSet::default()),
         })
     }
 
@@ -67,23 +83,121 @@ impl AppState {
         self.tracker.spawn(job);
     }
 
-    /// Issues a bearer token (remembered until `MAX_TOKENS` newer ones exist).
-    pub(crate) fn issue_token(&self) -> String {
-        let token = format!("nlt_{}", super::store::new_id_raw());
+    /// Issues a bearer token: `nlt_` and 128 random bits as 32 hex digits,
+    /// remembered until `MAX_TOKENS` newer ones exist.
+    ///
+    /// # Errors
+    /// The system's random source failed.
+    pub(crate) fn issue_token(&self) -> Result<String, getrandom::Error> {
         let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        if tokens.len() >= MAX_TOKENS {
-            tokens.pop_front();
+        loop {
+            let mut secret = [0u8; 16];
+            getrandom::fill(&mut secret)?;
+            if tokens.insert(secret) {
+                let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+                return Ok(format!("{TOKEN_PREFIX}{hex}"));
+            }
         }
-        tokens.push_back(token.clone());
-        token
     }
 
-    /// Whether a bearer token was issued by this server.
+    /// Whether a bearer token was issued by this server (compared in
+    /// constant time).
     pub(crate) fn knows_token(&self, token: &str) -> bool {
+        let Some(secret) = parse_token(token) else {
+            return false;
+        };
         self.tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|t| t == token)
+            .contains(&secret)
+    }
+}
+
+/// The 16 secret bytes of a well-formed token.
+fn parse_token(token: &str) -> Option<[u8; 16]> {
+    let hex = token.strip_prefix(TOKEN_PREFIX)?.as_bytes();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in hex.chunks_exact(2).enumerate() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        out[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
+    }
+    Some(out)
+}
+
+/// Issued token secrets, looked up by a keyed hash (its key is random per
+/// process, so lookup timing tells nothing about a secret) and confirmed
+/// with a constant-time comparison.
+#[derive(Debug, Default)]
+struct TokenSet {
+    hasher: std::collections::hash_map::RandomState,
+    by_hash: HashMap<u64, [u8; 16]>,
+    order: VecDeque<u64>,
+}
+
+impl TokenSet {
+    /// Adds a secret; false when its hash is taken (the caller draws again).
+    fn insert(&mut self, secret: [u8; 16]) -> bool {
+        let h = self.hasher.hash_one(secret);
+        if self.by_hash.contains_key(&h) {
+            return false;
+        }
+        if self.order.len() >= MAX_TOKENS
+            && let Some(old) = self.order.pop_front()
+        {
+            self.by_hash.remove(&old);
+        }
+        self.by_hash.insert(h, secret);
+        self.order.push_back(h);
+        true
+    }
+
+    fn contains(&self, secret: &[u8; 16]) -> bool {
+        let h = self.hasher.hash_one(secret);
+        self.by_hash
+            .get(&h)
+            .is_some_and(|known| constant_time_eq(known, secret))
+    }
+}
+
+/// Compares secrets without an early exit on the first differing byte.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= x ^ y;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_forgeries_fail() {
+        let mut set = TokenSet::default();
+        assert!(set.insert([7; 16]));
+        assert!(!set.insert([7; 16]));
+        assert!(set.contains(&[7; 16]));
+        assert!(!set.contains(&[8; 16]));
+        let hex = "07".repeat(16);
+        assert_eq!(parse_token(&format!("nlt_{hex}")), Some([7; 16]));
+        assert_eq!(parse_token(&format!("nlt_{hex}0")), None);
+        assert_eq!(parse_token(&format!("xyz_{hex}")), None);
+        assert_eq!(parse_token(&format!("nlt_{}", "zz".repeat(16))), None);
+        assert_eq!(parse_token("nlt_\u{e9}"), None);
+    }
+
+    #[test]
+    fn constant_time_eq_compares_whole_values() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(!constant_time_eq(b"", b"a"));
+        assert!(constant_time_eq(b"", b""));
     }
 }

@@ -5,8 +5,16 @@
 //! `.await`, and slow work (expanding archives, indexing, searching) runs on
 //! copies taken out of the lock, so the critical sections stay short.
 //!
+//! Persistence is off the request path: handlers change the state and call
+//! [`Store::changed`]; one writer task saves it (coalescing changes) with
+//! [`durable::write_keeping_previous`]. What must survive a crash before it
+//! is acknowledged waits with [`Store::flush`].
+//!
 //! Layout of a data directory:
-//! - `state.json`: contexts, tasks, sessions and finished queries;
+//! - `.lock`: held exclusively by the server using the directory;
+//! - `state.json` (and `state.json.prev`, the version before): contexts,
+//!   tasks, sessions and queries;
+//! - `staging/`: uploads being checked (cleared on start);
 //! - `contexts/{id}/sources/{path}`: source files;
 //! - `contexts/{id}/index-{generation}/` and `chunks-{generation}.json`: the
 //!   curated index.
@@ -15,12 +23,13 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::durable;
 use super::error::{LocalError, LocalResult};
 use super::events::EventLog;
 use super::search::{Chunk, ContextIndex};
@@ -141,6 +150,8 @@ impl ContextRecord {
 pub(crate) struct TaskEntry {
     pub(crate) task: types::TaskResponse,
     pub(crate) cancel: CancellationToken,
+    /// Past its point of no return: a cancellation no longer stops it.
+    pub(crate) committed: bool,
 }
 
 /// A session as the server keeps it.
@@ -182,8 +193,6 @@ struct Snapshot {
 #[derive(Debug, Default)]
 pub(crate) struct Inner {
     pub(crate) contexts: BTreeMap<String, ContextRecord>,
-    /// Source bytes by context id and path.
-    pub(crate) sources: HashMap<String, BTreeMap<String, Bytes>>,
     pub(crate) indexes: HashMap<String, Arc<ContextIndex>>,
     pub(crate) tasks: BTreeMap<String, TaskEntry>,
     pub(crate) sessions: HashMap<String, SessionEntry>,
@@ -191,45 +200,117 @@ pub(crate) struct Inner {
     query_order: VecDeque<String>,
 }
 
+/// The name of the state file in a data directory.
+const STATE_FILE: &str = "state.json";
+/// The name of the lock file in a data directory.
+const LOCK_FILE: &str = ".lock";
+/// The directory of staged uploads, below the files root.
+const STAGING_DIR: &str = "staging";
+/// Longest wait of [`Store::flush`] for the writer.
+const FLUSH_WAIT: Duration = Duration::from_secs(30);
+/// How long the writer lets changes gather before a write.
+const COALESCE: Duration = Duration::from_millis(20);
+/// Pause after a failed write of `state.json` before trying again.
+const RETRY_WRITE: Duration = Duration::from_secs(1);
+
+/// Why a data directory cannot be opened.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// Another server holds the directory's lock.
+    Locked(PathBuf),
+    /// An I/O failure.
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for OpenError {
+    fn from(e: std::io::Error) -> Self {
+        OpenError::Io(e)
+    }
+}
+
+/// The state file's writer: changes bump `changes`, the writer task saves
+/// the newest state and publishes the change number it saved.
+#[derive(Debug)]
+struct Persistence {
+    dir: PathBuf,
+    /// Held for the store's lifetime: the exclusive lock on the directory.
+    _lock: std::fs::File,
+    /// The number of the newest change.
+    changes: AtomicU64,
+    /// Wakes the writer (a stored permit coalesces many changes into one write).
+    wake: tokio::sync::Notify,
+    /// The number of the newest change on disk.
+    saved: tokio::sync::watch::Sender<u64>,
+}
+
 /// The server's data.
 #[derive(Debug)]
 pub(crate) struct Store {
     inner: Mutex<Inner>,
-    data_dir: Option<PathBuf>,
-    /// Serializes writes of `state.json`.
-    persist_lock: tokio::sync::Mutex<()>,
+    /// Where source files, indexes and staged uploads live: the data
+    /// directory, or a private temporary directory removed on drop.
+    files: PathBuf,
+    /// Whether `files` is private to this store (removed on drop).
+    private_files: bool,
+    persistence: Option<Persistence>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.private_files {
+            let _ = std::fs::remove_dir_all(&self.files);
+        } else {
+            let _ = std::fs::remove_dir_all(self.files.join(STAGING_DIR));
+        }
+    }
 }
 
 impl Store {
-    /// An empty in-memory store.
+    /// An empty store whose state lives in memory; source files go to a
+    /// private temporary directory.
     pub(crate) fn in_memory() -> Self {
+        let files = std::env::temp_dir().join(format!("nexus-local-{}", new_secret_name()));
         Store {
             inner: Mutex::new(Inner::default()),
-            data_dir: None,
-            persist_lock: tokio::sync::Mutex::new(()),
+            files,
+            private_files: true,
+            persistence: None,
         }
     }
 
     /// A store persisted in `dir`, loaded from it when it holds state.
-    /// Work that was running when the previous server stopped is marked failed.
-    pub(crate) fn open(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+    /// Takes the directory's exclusive lock. Work that was running when the
+    /// previous server stopped is marked failed; a torn `state.json` is
+    /// replaced by its previous version (what is lost is logged).
+    pub(crate) fn open(dir: &Path) -> Result<Self, OpenError> {
+        durable::create_dir_all(dir)?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(OpenError::Locked(lock_path)),
+            Err(std::fs::TryLockError::Error(e)) => return Err(OpenError::Io(e)),
+        }
+        let _ = std::fs::remove_dir_all(dir.join(STAGING_DIR));
         let mut inner = Inner::default();
-        let state_file = dir.join("state.json");
-        if state_file.exists() {
-            let text = std::fs::read_to_string(&state_file)?;
-            let snap: Snapshot = serde_json::from_str(&text).map_err(|e| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("{}: {e}", state_file.display()),
-                )
-            })?;
+        if let Some(snap) = read_state(dir) {
             load_snapshot(dir, snap, &mut inner);
         }
         Ok(Store {
             inner: Mutex::new(inner),
-            data_dir: Some(dir.to_path_buf()),
-            persist_lock: tokio::sync::Mutex::new(()),
+            files: dir.to_path_buf(),
+            private_files: false,
+            persistence: Some(Persistence {
+                dir: dir.to_path_buf(),
+                _lock: lock,
+                changes: AtomicU64::new(0),
+                wake: tokio::sync::Notify::new(),
+                saved: tokio::sync::watch::Sender::new(0),
+            }),
         })
     }
 
@@ -238,42 +319,166 @@ impl Store {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes `state.json` (no-op in memory). Errors are logged: the
-    /// in-memory state stays authoritative.
-    pub(crate) async fn persist(&self) {
-        let Some(dir) = self.data_dir.clone() else {
-            return;
+    /// Whether the state is saved to a data directory.
+    pub(crate) fn is_persistent(&self) -> bool {
+        self.persistence.is_some()
+    }
+
+    /// Records that the state changed: the writer saves it soon, off the
+    /// request path. Returns the change's number.
+    pub(crate) fn changed(&self) -> u64 {
+        let Some(p) = &self.persistence else {
+            return 0;
         };
-        let _guard = self.persist_lock.lock().await;
-        let text = {
-            let inner = self.lock();
-            let snap = snapshot(&inner);
-            match serde_json::to_vec_pretty(&snap) {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::error!(error = %e, "could not serialize the state");
-                    return;
-                }
-            }
+        let n = p.changes.fetch_add(1, Ordering::SeqCst) + 1;
+        p.wake.notify_one();
+        n
+    }
+
+    /// Records a change and waits until it is on disk (at most
+    /// `FLUSH_WAIT`). Used before acknowledging what must survive a crash.
+    ///
+    /// # Errors
+    /// The writer could not save the state in time.
+    pub(crate) async fn flush(&self) -> LocalResult<()> {
+        let Some(p) = &self.persistence else {
+            return Ok(());
         };
-        let res = tokio::task::spawn_blocking(move || {
-            let tmp = dir.join("state.json.tmp");
-            std::fs::write(&tmp, text)?;
-            std::fs::rename(&tmp, dir.join("state.json"))
-        })
-        .await;
-        match res {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "could not write state.json"),
-            Err(e) => tracing::error!(error = %e, "state writer stopped"),
+        let n = self.changed();
+        let mut rx = p.saved.subscribe();
+        match tokio::time::timeout(FLUSH_WAIT, rx.wait_for(|saved| *saved >= n)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(LocalError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "the server could not save its state; see its log",
+            )),
         }
     }
 
-    /// The directory of one context's files, when persisted.
-    pub(crate) fn context_dir(&self, context_id: &str) -> Option<PathBuf> {
-        self.data_dir
-            .as_ref()
-            .map(|d| d.join("contexts").join(context_id))
+    /// The single writer of `state.json`: waits for changes, copies the
+    /// state out of the lock, serializes and writes it durably on a blocking
+    /// thread. Changes made during a write are saved by the next one. Ends
+    /// after a last write once `stop` is cancelled.
+    pub(crate) async fn run_writer(self: &Arc<Self>, stop: CancellationToken) {
+        let Some(p) = &self.persistence else {
+            return;
+        };
+        loop {
+            let stopping = tokio::select! {
+                _ = p.wake.notified() => false,
+                _ = stop.cancelled() => true,
+            };
+            if !stopping {
+                // Let a burst of changes gather into one write.
+                tokio::select! {
+                    _ = tokio::time::sleep(COALESCE) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
+            let target = p.changes.load(Ordering::SeqCst);
+            if target > *p.saved.borrow() || stopping {
+                let store = self.clone();
+                let written = tokio::task::spawn_blocking(move || store.write_state_now()).await;
+                match written {
+                    Ok(Ok(())) => {
+                        p.saved.send_modify(|s| *s = (*s).max(target));
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "could not write state.json; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(RETRY_WRITE) => {}
+                            _ = stop.cancelled() => {}
+                        }
+                        p.wake.notify_one();
+                    }
+                    Err(e) => tracing::error!(error = %e, "the state writer stopped"),
+                }
+            }
+            if stopping {
+                return;
+            }
+        }
+    }
+
+    /// Copies the state (short lock), then serializes and writes it.
+    fn write_state_now(&self) -> std::io::Result<()> {
+        let Some(p) = &self.persistence else {
+            return Ok(());
+        };
+        let snap = snapshot(&self.lock());
+        let text = serde_json::to_vec(&snap).map_err(std::io::Error::other)?;
+        durable::write_keeping_previous(&p.dir.join(STATE_FILE), &text)
+    }
+
+    /// The directory of one context's files (sources and indexes).
+    pub(crate) fn context_dir(&self, context_id: &str) -> PathBuf {
+        self.files.join("contexts").join(context_id)
+    }
+
+    /// A fresh private directory for staging one upload.
+    pub(crate) fn staging_dir(&self) -> PathBuf {
+        self.files.join(STAGING_DIR).join(new_secret_name())
+    }
+}
+
+/// A random name for a private file or directory.
+fn new_secret_name() -> String {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        return format!("{}-{}", std::process::id(), new_id_raw());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads `state.json`, falling back to its previous version when it is
+/// missing or torn; a torn file is kept aside for inspection. `None` when
+/// there is no usable state (a new directory, or both files unreadable).
+fn read_state(dir: &Path) -> Option<Snapshot> {
+    let path = dir.join(STATE_FILE);
+    let prev = durable::previous(&path);
+    let parse = |p: &Path| -> Result<Snapshot, String> {
+        let bytes = std::fs::read(p).map_err(|e| e.to_string())?;
+        serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    };
+    let main_error = match parse(&path) {
+        Ok(s) => return Some(s),
+        Err(e) if !path.exists() => {
+            if !prev.exists() {
+                return None;
+            }
+            e
+        }
+        Err(e) => {
+            let aside = dir.join(format!("state.json.torn-{}", Utc::now().timestamp()));
+            tracing::error!(error = %e, kept = %aside.display(), "state.json is unreadable");
+            let _ = std::fs::rename(&path, &aside);
+            e
+        }
+    };
+    match parse(&prev) {
+        Ok(s) => {
+            let when = std::fs::metadata(&prev)
+                .and_then(|m| m.modified())
+                .map(|t| DateTime::<Utc>::from(t).to_rfc3339())
+                .unwrap_or_else(|_| "an unknown time".to_owned());
+            tracing::error!(
+                error = %main_error,
+                saved_at = %when,
+                contexts = s.contexts.len(),
+                tasks = s.tasks.len(),
+                sessions = s.sessions.len(),
+                queries = s.queries.len(),
+                "started from the previous state (state.json.prev); changes made after it was saved are lost"
+            );
+            Some(s)
+        }
+        Err(e) => {
+            tracing::error!(
+                error = %e,
+                "neither state.json nor state.json.prev is readable; starting empty (contexts, tasks, sessions and queries are lost; their files stay on disk)"
+            );
+            None
+        }
     }
 }
 
@@ -286,7 +491,6 @@ fn snapshot(inner: &Inner) -> Snapshot {
             .query_order
             .iter()
             .filter_map(|id| inner.queries.get(id))
-            .filter(|q| q.query.is_terminal())
             .map(|q| StoredQuery {
                 query: q.query.clone(),
                 trace: q.trace.clone(),
@@ -298,18 +502,12 @@ fn snapshot(inner: &Inner) -> Snapshot {
 fn load_snapshot(dir: &Path, snap: Snapshot, inner: &mut Inner) {
     for mut ctx in snap.contexts {
         let ctx_dir = dir.join("contexts").join(&ctx.id);
-        let mut sources = BTreeMap::new();
         ctx.sources.retain(|path, _| {
-            match std::fs::read(ctx_dir.join("sources").join(path)) {
-                Ok(data) => {
-                    sources.insert(path.clone(), Bytes::from(data));
-                    true
-                }
-                Err(e) => {
-                    tracing::warn!(context = %ctx.slug, path, error = %e, "source file missing; dropped");
-                    false
-                }
+            let on_disk = safe_join(&ctx_dir.join("sources"), path).is_some_and(|p| p.is_file());
+            if !on_disk {
+                tracing::warn!(context = %ctx.slug, path, "source file missing; dropped");
             }
+            on_disk
         });
         if ctx.last_curated_at.is_some() {
             match open_index(&ctx_dir, ctx.index_generation) {
@@ -322,7 +520,6 @@ fn load_snapshot(dir: &Path, snap: Snapshot, inner: &mut Inner) {
                 }
             }
         }
-        inner.sources.insert(ctx.id.clone(), sources);
         inner.contexts.insert(ctx.id.clone(), ctx);
     }
     for mut task in snap.tasks {
@@ -335,13 +532,18 @@ fn load_snapshot(dir: &Path, snap: Snapshot, inner: &mut Inner) {
             TaskEntry {
                 task,
                 cancel: CancellationToken::new(),
+                committed: false,
             },
         );
     }
     for s in snap.sessions {
         inner.sessions.insert(s.session.id.clone(), s);
     }
-    for q in snap.queries {
+    for mut q in snap.queries {
+        if !q.query.is_terminal() {
+            q.query.status = "failed".to_owned();
+            q.query.error = Some("the server stopped while the turn ran".to_owned());
+        }
         let id = q.query.id.clone();
         inner.query_order.push_back(id.clone());
         inner.queries.insert(
@@ -354,6 +556,17 @@ fn load_snapshot(dir: &Path, snap: Snapshot, inner: &mut Inner) {
             },
         );
     }
+}
+
+/// `root/rel` for a relative path already checked by `import::safe_path`,
+/// or `None` when it would not stay below `root`.
+pub(crate) fn safe_join(root: &Path, rel: &str) -> Option<PathBuf> {
+    let checked = super::import::safe_path(rel)?;
+    if checked != rel {
+        return None;
+    }
+    let path = root.join(checked);
+    path.starts_with(root).then_some(path)
 }
 
 /// Opens the persisted index of one generation.
@@ -452,9 +665,78 @@ impl Inner {
             index_generation: 0,
             sources: BTreeMap::new(),
         };
-        self.sources.insert(rec.id.clone(), BTreeMap::new());
         self.contexts.insert(rec.id.clone(), rec.clone());
         Ok(rec)
+    }
+
+    /// Applies an update to a context (slug, name, description, guide,
+    /// manifest); returns it as updated.
+    pub(crate) fn update_context(
+        &mut self,
+        key: &str,
+        req: types::UpdateContextRequest,
+    ) -> LocalResult<&ContextRecord> {
+        let id = self.context(key)?.id.clone();
+        if let Some(new_slug) = &req.slug {
+            if !valid_slug(new_slug) {
+                return Err(LocalError::bad_request(format!(
+                    "invalid slug {new_slug:?}"
+                )));
+            }
+            if self.context_id(new_slug).is_some_and(|other| other != id) {
+                return Err(LocalError::conflict(format!(
+                    "context {new_slug:?} already exists"
+                )));
+            }
+        }
+        if req.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            return Err(LocalError::bad_request("name must not be empty"));
+        }
+        let ctx = self.context_mut(&id)?;
+        if let Some(v) = req.slug {
+            ctx.slug = v;
+        }
+        if let Some(v) = req.name {
+            ctx.name = v;
+        }
+        if let Some(v) = req.description {
+            ctx.description = Some(v);
+        }
+        if let Some(v) = req.guide {
+            ctx.guide = Some(v);
+        }
+        if let Some(v) = req.manifest {
+            ctx.manifest = Some(v);
+        }
+        ctx.updated_at = Utc::now();
+        Ok(ctx)
+    }
+
+    /// Records feedback on a query.
+    pub(crate) fn set_feedback(
+        &mut self,
+        id: &str,
+        feedback: types::QueryFeedback,
+    ) -> LocalResult<()> {
+        let q = self
+            .queries
+            .get_mut(id)
+            .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
+        q.query.feedback = Some(feedback);
+        Ok(())
+    }
+
+    /// Removes a session and cancels its running turn; whether it existed.
+    pub(crate) fn delete_session(&mut self, id: &str) -> bool {
+        let Some(s) = self.sessions.remove(id) else {
+            return false;
+        };
+        for q in &s.query_ids {
+            if let Some(entry) = self.queries.get(q) {
+                entry.cancel.cancel();
+            }
+        }
+        true
     }
 
     /// Removes a context; returns it and the tokens of its running tasks.
@@ -469,7 +751,6 @@ impl Inner {
             .contexts
             .remove(&id)
             .ok_or_else(|| LocalError::not_found(format!("context {key:?} not found")))?;
-        self.sources.remove(&id);
         self.indexes.remove(&id);
         let tokens = self
             .tasks
@@ -479,6 +760,61 @@ impl Inner {
             .map(|t| t.cancel.clone())
             .collect();
         Ok((rec, tokens))
+    }
+
+    /// Replaces the source list of a context (its files are already in place).
+    pub(crate) fn replace_sources(
+        &mut self,
+        context_id: &str,
+        sources: BTreeMap<String, SourceMeta>,
+        now: DateTime<Utc>,
+    ) -> LocalResult<()> {
+        let ctx = self.context_mut(context_id)?;
+        ctx.sources = sources;
+        ctx.last_source_import_at = Some(now);
+        ctx.updated_at = now;
+        Ok(())
+    }
+
+    /// Records files moved into a context's source tree; returns whether it
+    /// is a work context.
+    pub(crate) fn add_sources(
+        &mut self,
+        context_id: &str,
+        files: &[(String, u64)],
+        now: DateTime<Utc>,
+    ) -> LocalResult<bool> {
+        let ctx = self.context_mut(context_id)?;
+        for (path, size) in files {
+            ctx.sources.insert(
+                path.clone(),
+                SourceMeta {
+                    size: *size,
+                    mtime: now,
+                },
+            );
+        }
+        ctx.last_source_import_at = Some(now);
+        ctx.updated_at = now;
+        Ok(ctx.kind == "work")
+    }
+
+    /// Swaps in a curated index and marks the context queryable.
+    pub(crate) fn apply_index(
+        &mut self,
+        context_id: &str,
+        index: Arc<ContextIndex>,
+        generation: u64,
+        samples: Vec<String>,
+        now: DateTime<Utc>,
+    ) -> LocalResult<()> {
+        let ctx = self.context_mut(context_id)?;
+        ctx.last_curated_at = Some(now);
+        ctx.updated_at = now;
+        ctx.index_generation = generation;
+        ctx.sample_queries = samples;
+        self.indexes.insert(context_id.to_owned(), index);
+        Ok(())
     }
 
     /// Registers a new running task.
@@ -529,6 +865,7 @@ impl Inner {
             TaskEntry {
                 task: task.clone(),
                 cancel,
+                committed: false,
             },
         );
         self.evict_tasks();
@@ -549,6 +886,32 @@ impl Inner {
                 None => break,
             }
         }
+    }
+
+    /// Marks a running task as past its point of no return.
+    pub(crate) fn commit_task(&mut self, id: &str) {
+        if let Some(t) = self.tasks.get_mut(id) {
+            t.committed = true;
+        }
+    }
+
+    /// Cancels a task on request, unless it has ended or committed its
+    /// result (then it reports how it ends). Returns the task as it stands.
+    pub(crate) fn cancel_task(&mut self, id: &str) -> LocalResult<types::TaskResponse> {
+        let entry = self
+            .tasks
+            .get(id)
+            .ok_or_else(|| LocalError::not_found(format!("task {id:?} not found")))?;
+        if !entry.committed && !task_is_terminal(entry.task.state.as_str()) {
+            entry.cancel.cancel();
+            self.end_task(
+                id,
+                "cancelled",
+                None,
+                Some("cancelled on request".to_owned()),
+            );
+        }
+        Ok(self.tasks[id].task.clone())
     }
 
     /// Updates a task's progress (ignored once the task has ended).
@@ -619,6 +982,16 @@ impl Inner {
             if let Some(old) = self.query_order.remove(pos) {
                 self.queries.remove(&old);
             }
+        }
+    }
+
+    /// Frees a session's slot if `query_id` holds it.
+    pub(crate) fn release_session(&mut self, session_id: &str, query_id: &str) {
+        if let Some(s) = self.sessions.get_mut(session_id)
+            && s.in_flight.as_deref() == Some(query_id)
+        {
+            s.in_flight = None;
+            s.session.updated_at = Utc::now();
         }
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use futures::FutureExt;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -389,22 +390,91 @@ enum Outcome {
     Cancelled,
 }
 
-/// Runs an accepted turn to its end. Never panics on input; every failure
-/// ends the turn as `failed` with a message.
-pub(crate) async fn run(
+/// A started turn: its first document and its event log.
+#[derive(Debug)]
+pub(crate) struct Started {
+    pub(crate) query: types::Query,
+    pub(crate) log: Arc<EventLog>,
+}
+
+/// Accepts a turn and starts its runner on a task of its own, in one step
+/// with no `.await` between: once accepted, a turn always runs to a
+/// terminal state whatever happens to the request that asked for it.
+pub(crate) fn start(state: &Arc<AppState>, req: types::QueryRequest) -> LocalResult<Started> {
+    let accepted = accept(state, req)?;
+    let guard = TurnGuard {
+        state: state.clone(),
+        plan: accepted.plan.clone(),
+        log: accepted.log.clone(),
+        started: Instant::now(),
+        armed: true,
+    };
+    state.store.changed();
+    state.spawn(run(guard, accepted.plan, accepted.cancel));
+    Ok(Started {
+        query: accepted.query,
+        log: accepted.log,
+    })
+}
+
+/// Ends a turn that did not end by itself: when its runner is dropped
+/// (aborted, or unwinding from a panic) the turn is marked failed, its
+/// event log closed and its session's slot released.
+#[derive(Debug)]
+struct TurnGuard {
     state: Arc<AppState>,
     plan: TurnPlan,
     log: Arc<EventLog>,
-    cancel: CancellationToken,
-) {
-    let started = Instant::now();
+    started: Instant,
+    armed: bool,
+}
+
+impl TurnGuard {
+    fn finish(mut self, outcome: Outcome, progress: &Progress) {
+        self.armed = false;
+        finalize(
+            &self.state,
+            &self.plan,
+            &self.log,
+            outcome,
+            progress,
+            self.started,
+        );
+    }
+}
+
+impl Drop for TurnGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::error!(query = %self.plan.query_id, "a turn stopped unexpectedly");
+            finalize(
+                &self.state,
+                &self.plan,
+                &self.log,
+                Outcome::Failed("the turn stopped unexpectedly".to_owned()),
+                &Progress::default(),
+                self.started,
+            );
+        }
+    }
+}
+
+/// Runs an accepted turn to its end. Never panics on input; every failure
+/// ends the turn as `failed` with a message, a panic included.
+async fn run(guard: TurnGuard, plan: TurnPlan, cancel: CancellationToken) {
     let mut progress = Progress::default();
     let outcome = {
-        let body = produce(&state, &plan, &log, &mut progress);
+        let body =
+            std::panic::AssertUnwindSafe(produce(&guard.state, &plan, &guard.log, &mut progress))
+                .catch_unwind();
         tokio::select! {
             r = tokio::time::timeout(plan.timeout, body) => match r {
-                Ok(Ok(())) => Outcome::Completed,
-                Ok(Err(msg)) => Outcome::Failed(msg),
+                Ok(Ok(Ok(()))) => Outcome::Completed,
+                Ok(Ok(Err(msg))) => Outcome::Failed(msg),
+                Ok(Err(_panic)) => {
+                    tracing::error!(query = %plan.query_id, "a turn panicked");
+                    Outcome::Failed("the turn failed unexpectedly".to_owned())
+                }
                 Err(_) => Outcome::Failed(format!(
                     "the turn timed out after {} s", plan.timeout.as_secs()
                 )),
@@ -412,7 +482,20 @@ pub(crate) async fn run(
             _ = cancel.cancelled() => Outcome::Cancelled,
         }
     };
-    let runtime_ms = started.elapsed().as_millis() as i64;
+    guard.finish(outcome, &progress);
+}
+
+/// Writes a turn's end: the terminal event, the final query document and
+/// trace, the session's slot released, the log closed.
+fn finalize(
+    state: &AppState,
+    plan: &TurnPlan,
+    log: &EventLog,
+    outcome: Outcome,
+    progress: &Progress,
+    started: Instant,
+) {
+    let runtime_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let (status, error, terminal) = match &outcome {
         Outcome::Completed => ("completed", None, "response.completed"),
         Outcome::Failed(m) => ("failed", Some(m.clone()), "response.failed"),
@@ -426,12 +509,12 @@ pub(crate) async fn run(
             "response.cancelled",
         ),
     };
-    let mut event = blank_event(terminal, &plan);
+    let mut event = blank_event(terminal, plan);
     event.error = error.clone();
     event.trace_ref = Some(format!("local://traces/{}", plan.query_id));
     let _ = log.push(&event, true);
 
-    let rollup = rollup(&progress, runtime_ms);
+    let rollup = rollup(progress, runtime_ms);
     let final_query = {
         let mut inner = state.store.lock();
         let entry = inner.queries.get_mut(&plan.query_id);
@@ -454,7 +537,7 @@ pub(crate) async fn run(
             }
             q.rollup = Some(rollup.clone());
             if matches!(outcome, Outcome::Completed) {
-                q.synthesis = Some(synthesis(&plan, &progress));
+                q.synthesis = Some(synthesis(plan, progress));
             }
             e.trace = Some(types::Trace {
                 rollup: Some(types::TraceRollup {
@@ -470,12 +553,7 @@ pub(crate) async fn run(
             });
             q.clone()
         });
-        if let Some(s) = inner.sessions.get_mut(&plan.session_id)
-            && s.in_flight.as_deref() == Some(plan.query_id.as_str())
-        {
-            s.in_flight = None;
-            s.session.updated_at = Utc::now();
-        }
+        inner.release_session(&plan.session_id, &plan.query_id);
         query
     };
     if let Some(q) = final_query {
@@ -484,12 +562,12 @@ pub(crate) async fn run(
         // The session or query was deleted meanwhile; close followers anyway.
         let mut q = types::Query {
             status: status.to_owned(),
-            ..placeholder(&plan)
+            ..placeholder(plan)
         };
         q.runtime_ms = runtime_ms;
         log.finish(&q);
     }
-    state.store.persist().await;
+    state.store.changed();
 }
 
 fn placeholder(plan: &TurnPlan) -> types::Query {
@@ -861,6 +939,76 @@ pub(crate) fn deltas(text: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::local::faults::Faults;
+    use crate::local::guard::HostPolicy;
+    use crate::local::state::Config;
+    use crate::local::store::Store;
+
+    fn state() -> Arc<AppState> {
+        let config = Config {
+            api_key: None,
+            data_dir: None,
+            upload_limit: 1024,
+            json_limit: 1024,
+            context_bytes_limit: 1 << 20,
+            events_per_query: 100,
+            chunk_chars: 1200,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+        };
+        let faults = Faults::new(None, Duration::ZERO, 0, 1);
+        let policy = HostPolicy::new(([127, 0, 0, 1], 0).into(), &[], &[]);
+        let state = AppState::new(config, Store::in_memory(), faults, policy);
+        let req: types::CreateContextRequest = serde_json::from_value(serde_json::json!({
+            "slug": "w", "name": "W", "kind": "work"
+        }))
+        .unwrap();
+        state.store.lock().create_context(req).unwrap();
+        state
+    }
+
+    #[tokio::test]
+    async fn a_dropped_runner_fails_its_turn_closes_its_log_and_frees_its_session() {
+        let state = state();
+        let req: types::QueryRequest =
+            serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
+        let accepted = accept(&state, req).unwrap();
+        let sid = accepted.plan.session_id.clone();
+        assert!(state.store.lock().sessions[&sid].in_flight.is_some());
+        let guard = TurnGuard {
+            state: state.clone(),
+            plan: accepted.plan.clone(),
+            log: accepted.log.clone(),
+            started: Instant::now(),
+            armed: true,
+        };
+        // A runner that panics unwinds through its guard.
+        let runner = tokio::spawn(async move {
+            let _guard = guard;
+            panic!("boom");
+        });
+        assert!(runner.await.unwrap_err().is_panic());
+        assert!(accepted.log.is_finished());
+        let inner = state.store.lock();
+        assert!(inner.sessions[&sid].in_flight.is_none());
+        let q = &inner.queries[&accepted.plan.query_id].query;
+        assert_eq!(q.status, "failed");
+        assert!(q.error.as_deref().unwrap().contains("unexpectedly"));
+    }
+
+    #[tokio::test]
+    async fn a_started_turn_ends_even_if_nobody_waits_for_it() {
+        let state = state();
+        let req: types::QueryRequest =
+            serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
+        let started = start(&state, req).unwrap();
+        drop(started.query);
+        tokio::time::timeout(Duration::from_secs(10), started.log.wait_finished())
+            .await
+            .unwrap();
+        let inner = state.store.lock();
+        assert!(inner.sessions.values().all(|s| s.in_flight.is_none()));
+    }
 
     #[test]
     fn deltas_rebuild_the_text_exactly() {

@@ -187,3 +187,58 @@ pub fn text_of(frames: &[Frame]) -> String {
         .map(|f| f.data["delta"].as_str().unwrap())
         .collect()
 }
+
+/// A `nexus-local` process: its base URL once ready; killed on drop.
+pub struct LocalBinary {
+    pub child: std::process::Child,
+    pub url: String,
+}
+
+impl LocalBinary {
+    /// Starts `nexus-local --bind 127.0.0.1:0` with `args` and `envs`, and
+    /// waits for the base URL on stdout (at most 60 s).
+    pub fn start(args: &[&str], envs: &[(&str, &str)]) -> LocalBinary {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nexus-local"))
+            .args(["--bind", "127.0.0.1:0"])
+            .args(args)
+            .envs(envs.iter().copied())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("nexus-local printed no URL within 60 s");
+            }
+        };
+        let url = line.trim().to_owned();
+        if url.is_empty() {
+            let status = child.wait().unwrap();
+            panic!("nexus-local did not start: {status}");
+        }
+        LocalBinary { child, url }
+    }
+
+    /// Kills the process at once (SIGKILL on Unix) and reaps it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for LocalBinary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,155 @@
+//! Crash-safe file writes: every file that matters is written to a temporary
+//! file beside it, flushed to disk, renamed into place, and its directory
+//! flushed, so a crash leaves either the old file or the new one, never a
+//! torn one.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The suffix of a previous version kept by [`write_keeping_previous`].
+pub(crate) const PREVIOUS_SUFFIX: &str = ".prev";
+
+/// A fresh temporary path beside `path` (same directory, so the rename is atomic).
+pub(crate) fn temp_beside(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
+}
+
+/// Flushes a directory's entries (creations, renames) to disk. A no-op
+/// where directories cannot be opened (Windows).
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        File::open(dir)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
+}
+
+/// Creates `dir` and its missing parents, flushing each new entry.
+pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dir_all(parent)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `data` to `path` durably: temp file, fsync, rename, fsync of the
+/// directory. Missing parent directories are created.
+pub(crate) fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    let dir = parent(path)?;
+    create_dir_all(dir)?;
+    let tmp = temp_beside(path);
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Writes `path` durably and keeps the version it replaces as
+/// `path` + [`PREVIOUS_SUFFIX`]. At every instant one of the two is a
+/// complete file.
+pub(crate) fn write_keeping_previous(path: &Path, data: &[u8]) -> io::Result<()> {
+    let dir = parent(path)?;
+    create_dir_all(dir)?;
+    let tmp = temp_beside(path);
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        drop(f);
+        if path.exists() {
+            std::fs::rename(path, previous(path))?;
+        }
+        std::fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The path of the previous version of `path`.
+pub(crate) fn previous(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(PREVIOUS_SUFFIX);
+    PathBuf::from(name)
+}
+
+fn parent(path: &Path) -> io::Result<&Path> {
+    path.parent()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a file path has no directory"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(label: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "nexus-durable-{label}-{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn writes_replace_whole_files_and_leave_no_temp_behind() {
+        let dir = scratch("write");
+        let file = dir.join("a/b/state.json");
+        write_file(&file, b"one").unwrap();
+        write_file(&file, b"two").unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(dir.join("a/b"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["state.json"]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_previous_version_is_kept() {
+        let dir = scratch("prev");
+        let file = dir.join("state.json");
+        write_keeping_previous(&file, b"v1").unwrap();
+        assert!(!previous(&file).exists());
+        write_keeping_previous(&file, b"v2").unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"v2");
+        assert_eq!(std::fs::read(previous(&file)).unwrap(), b"v1");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

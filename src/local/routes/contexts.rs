@@ -1,0 +1,96 @@
+//! Contexts: create, read, update, delete, and starting a curation.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+
+use super::Shared;
+use crate::local::curate;
+use crate::local::error::{ApiJson, LocalError, LocalResult};
+use crate::local::store::LOCAL_MODEL;
+use crate::types;
+
+pub(super) async fn list_contexts(State(state): Shared) -> axum::Json<Vec<types::ContextResponse>> {
+    let inner = state.store.lock();
+    axum::Json(inner.contexts.values().map(|c| c.to_response()).collect())
+}
+
+pub(super) async fn create_context(
+    State(state): Shared,
+    ApiJson(req): ApiJson<types::CreateContextRequest>,
+) -> LocalResult<axum::Json<types::ContextResponse>> {
+    let rec = state.store.lock().create_context(req)?;
+    state.store.flush().await?;
+    Ok(axum::Json(rec.to_response()))
+}
+
+pub(super) async fn get_context(
+    State(state): Shared,
+    Path(slug): Path<String>,
+) -> LocalResult<axum::Json<types::ContextResponse>> {
+    Ok(axum::Json(state.store.lock().context(&slug)?.to_response()))
+}
+
+pub(super) async fn update_context(
+    State(state): Shared,
+    Path(slug): Path<String>,
+    ApiJson(req): ApiJson<types::UpdateContextRequest>,
+) -> LocalResult<axum::Json<types::ContextResponse>> {
+    let resp = state.store.lock().update_context(&slug, req)?.to_response();
+    state.store.flush().await?;
+    Ok(axum::Json(resp))
+}
+
+pub(super) async fn delete_context(
+    State(state): Shared,
+    Path(slug): Path<String>,
+) -> LocalResult<StatusCode> {
+    let (rec, tokens) = state.store.lock().delete_context(&slug)?;
+    for t in tokens {
+        t.cancel();
+    }
+    state.store.flush().await?;
+    let dir = state.store.context_dir(&rec.id);
+    if let Err(e) = tokio::fs::remove_dir_all(dir).await
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(error = %e, "the files of a deleted context could not be removed");
+    }
+    Ok(StatusCode::OK)
+}
+
+pub(super) async fn curate_context(
+    State(state): Shared,
+    Path(slug): Path<String>,
+    body: axum::body::Bytes,
+) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
+    // The body is optional: an empty one means the defaults.
+    let opts: types::CurateContextBody = if body.iter().all(u8::is_ascii_whitespace) {
+        types::CurateContextBody {
+            batch_size: None,
+            force: false,
+            model: None,
+            pinecone_api_key: None,
+            scope: None,
+            trigger: None,
+        }
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| LocalError::bad_request(format!("invalid JSON body: {e}")))?
+    };
+    if let Some(m) = opts.model.as_deref()
+        && m != LOCAL_MODEL
+    {
+        return Err(LocalError::bad_request(format!(
+            "model {m:?} is not available locally; the only model is {LOCAL_MODEL:?}"
+        )));
+    }
+    let task = curate::start(&state, &slug, opts.force, opts.scope, false)?;
+    state.store.changed();
+    Ok(axum::Json(types::WorkflowTriggerResponse {
+        exploring: None,
+        importing: None,
+        profiling: None,
+        state: "importing".to_owned(),
+        task_id: task.id,
+    }))
+}

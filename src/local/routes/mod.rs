@@ -1,0 +1,570 @@
+//! The HTTP surface: every path of the 2026-07 API under `/api`, with the
+//! Host/Origin, version and auth checks in one middleware. Handlers live
+//! in one file per resource.
+
+mod auth;
+mod contexts;
+mod knowledge;
+mod queries;
+mod sessions;
+mod sources;
+mod tasks;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use super::error::{LocalError, LocalResult};
+use super::state::{AppState, constant_time_eq};
+use crate::types;
+
+/// The `X-Pinecone-Api-Version` header.
+const VERSION_HEADER: &str = "x-pinecone-api-version";
+/// The API key header.
+const KEY_HEADER: &str = "x-pinecone-api-key";
+/// The version answered when a request names none.
+const DEFAULT_VERSION: &str = "2026-07";
+/// Default and largest page of a directory listing.
+const DEFAULT_PAGE: i64 = 100;
+const MAX_PAGE: i64 = 1000;
+
+/// The state every handler extracts.
+type Shared = State<Arc<AppState>>;
+
+/// The whole application: `/api/...` plus error answers for anything else.
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    let upload_limit = state.config.upload_limit.saturating_add(64 * 1024);
+    let json_limit = state.config.json_limit;
+    let api = Router::new()
+        .route("/auth/login", post(auth::login))
+        .route("/auth", get(auth::identity))
+        .route(
+            "/contexts",
+            get(contexts::list_contexts).post(contexts::create_context),
+        )
+        .route(
+            "/contexts/{slug}",
+            get(contexts::get_context)
+                .put(contexts::update_context)
+                .delete(contexts::delete_context),
+        )
+        .route(
+            "/contexts/{slug}/import/upload",
+            post(sources::upload).layer(DefaultBodyLimit::max(upload_limit)),
+        )
+        .route("/contexts/{slug}/source/list", get(sources::list_sources))
+        .route(
+            "/contexts/{slug}/source/list/{*path}",
+            get(sources::list_sources_at),
+        )
+        .route(
+            "/contexts/{slug}/source/read/{*path}",
+            get(sources::read_source),
+        )
+        .route(
+            "/contexts/{slug}/curate",
+            post(contexts::curate_context).get(ni("get_curation_ledger")),
+        )
+        .route(
+            "/contexts/{slug}/knowledge/list",
+            get(knowledge::list_knowledge),
+        )
+        .route(
+            "/contexts/{slug}/knowledge/list/{*path}",
+            get(knowledge::list_knowledge_at),
+        )
+        .route(
+            "/contexts/{slug}/knowledge/read/{*path}",
+            get(knowledge::read_knowledge),
+        )
+        .route("/tasks", get(tasks::list_tasks))
+        .route(
+            "/tasks/{id}",
+            get(tasks::get_task).delete(tasks::cancel_task),
+        )
+        .route("/models", get(queries::models))
+        .route("/query", post(queries::post_query))
+        .route("/queries/{id}", get(queries::get_query))
+        .route("/queries/{id}/cancel", post(queries::cancel_query))
+        .route("/queries/{id}/events", get(queries::query_events))
+        .route("/queries/{id}/trace", get(queries::query_trace))
+        .route("/queries/{id}/feedback", post(queries::query_feedback))
+        .route("/sessions", get(sessions::list_sessions))
+        .route(
+            "/sessions/{id}",
+            get(sessions::get_session).delete(sessions::delete_session),
+        )
+        // Operations of the API that the local server does not provide.
+        .route("/project", get(ni("get_project")))
+        .route("/stats", get(ni("get_project_task_stats")))
+        .route("/manifest/templates", get(ni("list_manifest_templates")))
+        .route("/connectors", get(ni("list_connectors")))
+        .route(
+            "/connectors/{id}",
+            get(ni("get_connector")).delete(ni("delete_connector")),
+        )
+        .route("/connectors/{id}/items", get(ni("list_connector_items")))
+        .route(
+            "/connectors/oauth/{provider}/start",
+            get(ni("start_connector_oauth")),
+        )
+        .route("/connectors/keys/{provider}", post(ni("create_connector")))
+        .route(
+            "/contexts/{slug}/connectors",
+            get(ni("list_context_connectors")),
+        )
+        .route(
+            "/contexts/{slug}/connectors/{connector_id}",
+            put(ni("update_context_connector")),
+        )
+        .route("/contexts/{slug}/fork", post(ni("fork_context")))
+        .route("/contexts/{slug}/manifest", get(ni("get_context_manifest")))
+        .route(
+            "/contexts/{slug}/tasks/stats",
+            get(ni("get_context_task_stats")),
+        )
+        .route(
+            "/contexts/{slug}/curate/delete-sources",
+            post(ni("delete_curated_sources")),
+        )
+        .route("/contexts/{slug}/optimize", post(ni("optimize_context")))
+        .route("/contexts/{slug}/explore", post(ni("explore_context")))
+        .route("/contexts/{slug}/profile", post(ni("profile_context")))
+        .route(
+            "/contexts/{slug}/import",
+            post(ni("import_context_sources")),
+        )
+        .route("/contexts/{slug}/source/stats", get(ni("get_source_stats")))
+        .route(
+            "/contexts/{slug}/source/manifest",
+            get(ni("get_source_manifest")),
+        )
+        .route(
+            "/contexts/{slug}/source/delete/{*path}",
+            delete(ni("delete_source_file")),
+        )
+        .route(
+            "/contexts/{slug}/knowledge/stats",
+            get(ni("get_knowledge_stats")),
+        )
+        .route("/tasks/{id}/stats", get(ni("get_task_stats")))
+        .route("/tasks/{id}/files/read/{*path}", get(ni("read_task_file")))
+        .route(
+            "/tasks/{id}/files/metadata/{*path}",
+            get(ni("get_task_file_metadata")),
+        )
+        .route("/tasks/{id}/files/list", get(ni("list_task_files")))
+        .route(
+            "/tasks/{id}/files/list/{*path}",
+            get(ni("list_task_files_by_path")),
+        )
+        .route(
+            "/tasks/{id}/files/delete/{*path}",
+            delete(ni("delete_task_file")),
+        )
+        .method_not_allowed_fallback(method_not_allowed);
+    Router::new()
+        .nest("/api", api)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), gate))
+        .layer(DefaultBodyLimit::max(json_limit))
+        .with_state(state)
+}
+
+/// A handler for an operation the local server does not provide.
+fn ni(
+    operation: &'static str,
+) -> impl Fn() -> std::future::Ready<LocalError> + Clone + Send + Sync + 'static {
+    move || std::future::ready(LocalError::not_implemented(operation))
+}
+
+async fn not_found() -> LocalError {
+    LocalError::not_found("no such endpoint")
+}
+
+async fn method_not_allowed() -> LocalError {
+    LocalError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed on this endpoint",
+    )
+}
+
+/// Injected faults, version negotiation and authentication, in that order;
+/// echoes the version on every answer.
+async fn gate(State(state): Shared, req: Request, next: Next) -> Response {
+    let asked = req
+        .headers()
+        .get(VERSION_HEADER)
+        .map(|v| v.to_str().unwrap_or("").to_owned());
+    let mut resp = match check(&state, &req, asked.as_deref()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    };
+    let status = resp.status();
+    if status.is_server_error() {
+        tracing::warn!(status = status.as_u16(), "request failed");
+    } else if status.is_client_error() {
+        tracing::debug!(status = status.as_u16(), "request refused");
+    }
+    let echoed = match asked.as_deref() {
+        Some(v @ ("2026-07" | "unstable")) => v,
+        _ => DEFAULT_VERSION,
+    };
+    resp.headers_mut().insert(
+        VERSION_HEADER,
+        HeaderValue::from_static(static_version(echoed)),
+    );
+    resp
+}
+
+fn static_version(v: &str) -> &'static str {
+    if v == "unstable" {
+        "unstable"
+    } else {
+        DEFAULT_VERSION
+    }
+}
+
+fn check(state: &AppState, req: &Request, asked: Option<&str>) -> LocalResult<()> {
+    let headers = req.headers();
+    // HTTP/2 carries the host in the request's authority rather than `Host`.
+    let host = headers
+        .get(header::HOST)
+        .map(HeaderValue::as_bytes)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()));
+    let origin = headers.get(header::ORIGIN).map(HeaderValue::as_bytes);
+    if let Err(refusal) = state.policy.check(host, origin) {
+        tracing::warn!(%refusal, "request refused");
+        return Err(LocalError::forbidden(refusal.to_string()));
+    }
+    if let Some(secs) = state.faults.take_503() {
+        return Err(LocalError::unavailable(secs));
+    }
+    match asked {
+        None | Some("2026-07") | Some("unstable") => {}
+        Some(other) => return Err(LocalError::unsupported_version(other)),
+    }
+    let Some(key) = state.config.api_key.as_deref() else {
+        return Ok(());
+    };
+    if req.uri().path() == "/api/auth/login" {
+        return Ok(());
+    }
+    let by_key = headers
+        .get(KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| constant_time_eq(v.as_bytes(), key.as_bytes()));
+    let by_token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer)
+        .is_some_and(|t| state.knows_token(t));
+    if by_key || by_token {
+        Ok(())
+    } else {
+        Err(LocalError::unauthorized(
+            "missing or invalid credentials: send X-Pinecone-Api-Key or a bearer token from POST /auth/login",
+        ))
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` value (scheme matched
+/// case-insensitively, as RFC 9110 asks).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PageParams {
+    offset: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// `(path, size, mtime)` of every file of a tree.
+pub(super) type FileList = Vec<(String, u64, DateTime<Utc>)>;
+
+/// Lists the direct children of `dir` in a flat file list.
+pub(super) fn listing(
+    files: &FileList,
+    dir: &str,
+    page: &PageParams,
+) -> LocalResult<types::DirListing> {
+    let offset = page.offset.unwrap_or(0);
+    let limit = page.limit.unwrap_or(DEFAULT_PAGE);
+    if offset < 0 || !(1..=MAX_PAGE).contains(&limit) {
+        return Err(LocalError::bad_request(format!(
+            "offset must be >= 0 and limit 1..={MAX_PAGE}"
+        )));
+    }
+    let dir = dir.trim_matches('/');
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let mut children: BTreeMap<String, (bool, u64, DateTime<Utc>)> = BTreeMap::new();
+    for (path, size, mtime) in files {
+        if !dir.is_empty() && path == dir {
+            children.insert(leaf(path).to_owned(), (false, *size, *mtime));
+            continue;
+        }
+        let Some(rest) = path.strip_prefix(&prefix) else {
+            continue;
+        };
+        match rest.split_once('/') {
+            Some((child, _)) => {
+                let e = children
+                    .entry(child.to_owned())
+                    .or_insert((true, 0, *mtime));
+                e.1 += size;
+                e.2 = e.2.max(*mtime);
+            }
+            None => {
+                children.insert(rest.to_owned(), (false, *size, *mtime));
+            }
+        }
+    }
+    if children.is_empty() && !dir.is_empty() {
+        return Err(LocalError::not_found(format!("no such path {dir:?}")));
+    }
+    let total = children.len() as i64;
+    let entries: Vec<_> = children
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .map(
+            |(name, (is_dir, size, mtime))| types::DirListingEntriesItem {
+                kind: if is_dir { "dir" } else { "file" }.to_owned(),
+                mtime: mtime.to_rfc3339(),
+                name,
+                size: size as i64,
+            },
+        )
+        .collect();
+    let next = offset + entries.len() as i64;
+    Ok(types::DirListing {
+        entries,
+        limit,
+        next_offset: (next < total).then_some(next),
+        offset,
+        total,
+    })
+}
+
+pub(super) fn leaf(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+pub(super) fn octets(data: bytes::Bytes) -> Response {
+    ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    use super::*;
+    use std::time::Duration;
+
+    use axum::http::HeaderMap;
+
+    use crate::local::faults::Faults;
+    use crate::local::guard::HostPolicy;
+    use crate::local::state::Config;
+    use crate::local::store::Store;
+
+    fn app(api_key: Option<&str>) -> Router {
+        let config = Config {
+            api_key: api_key.map(str::to_owned),
+            data_dir: None,
+            upload_limit: 1024,
+            json_limit: 256,
+            context_bytes_limit: 1 << 20,
+            events_per_query: 100,
+            chunk_chars: 1200,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+        };
+        let faults = Faults::new(None, Duration::ZERO, 0, 1);
+        let policy = HostPolicy::new(([127, 0, 0, 1], 8808).into(), &[], &[]);
+        router(AppState::new(config, Store::in_memory(), faults, policy))
+    }
+
+    async fn call(
+        app: Router,
+        mut req: axum::http::Request<Body>,
+    ) -> (StatusCode, HeaderMap, types::Error) {
+        req.headers_mut()
+            .entry(header::HOST)
+            .or_insert(HeaderValue::from_static("127.0.0.1:8808"));
+        let resp = app.oneshot(req).await.unwrap();
+        let (parts, body) = resp.into_parts();
+        let bytes = axum::body::to_bytes(body, 1 << 16).await.unwrap();
+        let err = serde_json::from_slice(&bytes).unwrap_or(types::Error {
+            code: None,
+            message: String::new(),
+        });
+        (parts.status, parts.headers, err)
+    }
+
+    fn get(uri: &str) -> axum::http::Request<Body> {
+        axum::http::Request::get(uri).body(Body::empty()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_error_is_the_envelope_and_echoes_the_version() {
+        let (status, headers, err) = call(app(None), get("/api/nope")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(!err.message.is_empty());
+        assert_eq!(headers[VERSION_HEADER], "2026-07");
+        let (status, _, err) = call(app(None), get("/elsewhere")).await;
+        assert_eq!(
+            (status, err.message.is_empty()),
+            (StatusCode::NOT_FOUND, false)
+        );
+        let (status, _, err) = call(
+            app(None),
+            axum::http::Request::delete("/api/models")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert!(err.message.contains("method"));
+        let (status, _, err) = call(app(None), get("/api/project")).await;
+        assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
+        assert!(err.message.contains("get_project"));
+    }
+
+    #[tokio::test]
+    async fn versions_are_checked_before_anything_else() {
+        let req = axum::http::Request::get("/api/models")
+            .header(VERSION_HEADER, "unstable")
+            .body(Body::empty())
+            .unwrap();
+        let (status, headers, _) = call(app(None), req).await;
+        assert_eq!(
+            (status, &headers[VERSION_HEADER]),
+            (StatusCode::OK, &HeaderValue::from_static("unstable"))
+        );
+        let req = axum::http::Request::get("/api/models")
+            .header(VERSION_HEADER, "2020-01")
+            .body(Body::empty())
+            .unwrap();
+        let (status, _, err) = call(app(Some("k")), req).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(err.code.as_deref(), Some("unsupported_api_version"));
+    }
+
+    #[tokio::test]
+    async fn a_configured_key_is_required_except_for_login() {
+        let (status, _, _) = call(app(Some("k")), get("/api/models")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let req = axum::http::Request::get("/api/models")
+            .header(KEY_HEADER, "k")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(call(app(Some("k")), req).await.0, StatusCode::OK);
+        let login = |key: &str| {
+            axum::http::Request::post("/api/auth/login")
+                .header("content-type", "application/json")
+                .body(Body::from(format!("{{\"api_key\":\"{key}\"}}")))
+                .unwrap()
+        };
+        assert_eq!(
+            call(app(Some("k")), login("wrong")).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(call(app(Some("k")), login("k")).await.0, StatusCode::OK);
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"abc", b"ab"));
+    }
+
+    #[tokio::test]
+    async fn json_bodies_are_checked_and_bounded() {
+        let post = |body: String| {
+            axum::http::Request::post("/api/contexts")
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .unwrap()
+        };
+        let (status, _, err) = call(app(None), post("{oops".into())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(!err.message.is_empty());
+        let (status, _, err) = call(app(None), post(r#"{"slug": 1}"#.into())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(!err.message.is_empty());
+        let big = format!(r#"{{"slug":"a","name":"{}"}}"#, "x".repeat(1000));
+        assert_eq!(
+            call(app(None), post(big)).await.0,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+    }
+
+    #[test]
+    fn listings_show_direct_children_with_paging() {
+        let now = Utc::now();
+        let files: FileList = vec![
+            ("a/x.md".into(), 3, now),
+            ("a/y.md".into(), 4, now),
+            ("a/sub/z.md".into(), 5, now),
+            ("top.txt".into(), 1, now),
+        ];
+        let page = PageParams {
+            offset: None,
+            limit: None,
+        };
+        let root = listing(&files, "", &page).unwrap();
+        let names: Vec<_> = root
+            .entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.kind.as_str(), e.size))
+            .collect();
+        assert_eq!(names, [("a", "dir", 12), ("top.txt", "file", 1)]);
+        let paged = listing(
+            &files,
+            "a",
+            &PageParams {
+                offset: Some(1),
+                limit: Some(1),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                paged.total,
+                paged.next_offset,
+                paged.entries[0].name.as_str()
+            ),
+            (3, Some(2), "x.md")
+        );
+        assert_eq!(
+            listing(&files, "nope", &page).unwrap_err().status,
+            StatusCode::NOT_FOUND
+        );
+        assert!(
+            listing(
+                &files,
+                "",
+                &PageParams {
+                    offset: None,
+                    limit: Some(0)
+                }
+            )
+            .is_err()
+        );
+    }
+}

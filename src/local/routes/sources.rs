@@ -1,0 +1,182 @@
+//! Sources: uploads (staged, checked, then moved into place) and reads.
+
+use axum::extract::multipart::MultipartRejection;
+use axum::extract::{Multipart, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::io::ReaderStream;
+
+use super::{FileList, PageParams, Shared, listing};
+use crate::local::error::{ApiQuery, LocalError, LocalResult};
+use crate::local::state::AppState;
+use crate::local::store::safe_join;
+use crate::local::{durable, import};
+use crate::types;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct UploadParams {
+    path: Option<String>,
+}
+
+pub(super) async fn upload(
+    State(state): Shared,
+    Path(slug): Path<String>,
+    ApiQuery(params): ApiQuery<UploadParams>,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
+    {
+        let inner = state.store.lock();
+        let ctx = inner.context(&slug)?;
+        if ctx.importing {
+            return Err(LocalError::conflict(format!(
+                "an import is already running on context {:?}",
+                ctx.slug
+            )));
+        }
+    }
+    let dir = match params.path.as_deref().map(str::trim) {
+        None | Some("") => "uploads".to_owned(),
+        Some(p) => import::safe_path(p)
+            .ok_or_else(|| LocalError::bad_request(format!("unsafe upload path {p:?}")))?,
+    };
+    let mut multipart = multipart.map_err(|e| LocalError::new(e.status(), e.body_text()))?;
+    let limit = state.config.upload_limit;
+    let multipart_error = |e: axum::extract::multipart::MultipartError| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            LocalError::too_large(format!("the upload exceeds the {limit} byte limit"))
+        } else {
+            LocalError::new(e.status(), e.body_text())
+        }
+    };
+    while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
+        if field.name() != Some("file") {
+            continue;
+        }
+        let name = field.file_name().unwrap_or("").to_owned();
+        import::check_file_name(&name)?;
+        // Everything below happens in a private staging directory, removed
+        // on every way out until the import takes it over.
+        let root = state.store.staging_dir();
+        let guard = StagingDir(Some(root.clone()));
+        let upload = root.join("upload");
+        {
+            let create = root.clone();
+            tokio::task::spawn_blocking(move || durable::create_dir_all(&create))
+                .await
+                .map_err(|e| LocalError::internal("staging the upload", e))?
+                .map_err(|e| LocalError::internal("staging the upload", e))?;
+            let mut file = tokio::fs::File::create(&upload)
+                .await
+                .map_err(|e| LocalError::internal("staging the upload", e))?;
+            let mut written = 0usize;
+            while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                written = written.saturating_add(chunk.len());
+                if written > limit {
+                    return Err(LocalError::too_large(format!(
+                        "the upload exceeds the {limit} byte limit"
+                    )));
+                }
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|e| LocalError::internal("staging the upload", e))?;
+            }
+            file.flush()
+                .await
+                .map_err(|e| LocalError::internal("staging the upload", e))?;
+        }
+        let caps = import::Caps::new(
+            state.config.context_bytes_limit,
+            state.store.is_persistent(),
+        );
+        let staged =
+            tokio::task::spawn_blocking(move || import::stage(&upload, &name, &dir, &root, caps))
+                .await
+                .map_err(|e| LocalError::internal("staging the upload", e))??;
+        let trigger = import::start(&state, &slug, guard.hand_over(staged)).await?;
+        return Ok(axum::Json(trigger));
+    }
+    Err(LocalError::bad_request("the form has no `file` part"))
+}
+
+/// Removes a staging directory on drop, unless handed over to the import.
+struct StagingDir(Option<std::path::PathBuf>);
+
+impl StagingDir {
+    fn hand_over(mut self, staged: import::Staged) -> import::Staged {
+        self.0 = None;
+        staged
+    }
+}
+
+impl Drop for StagingDir {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            // Off the async thread: a staged archive may hold many files.
+            std::thread::spawn(move || {
+                let _ = std::fs::remove_dir_all(dir);
+            });
+        }
+    }
+}
+
+pub(super) fn source_files(state: &AppState, slug: &str) -> LocalResult<FileList> {
+    let inner = state.store.lock();
+    let ctx = inner.context(slug)?;
+    Ok(ctx
+        .sources
+        .iter()
+        .map(|(p, m)| (p.clone(), m.size, m.mtime))
+        .collect())
+}
+
+pub(super) async fn list_sources(
+    State(state): Shared,
+    Path(slug): Path<String>,
+    ApiQuery(page): ApiQuery<PageParams>,
+) -> LocalResult<axum::Json<types::DirListing>> {
+    let files = source_files(&state, &slug)?;
+    Ok(axum::Json(listing(&files, "", &page)?))
+}
+
+pub(super) async fn list_sources_at(
+    State(state): Shared,
+    Path((slug, path)): Path<(String, String)>,
+    ApiQuery(page): ApiQuery<PageParams>,
+) -> LocalResult<axum::Json<types::DirListing>> {
+    let files = source_files(&state, &slug)?;
+    Ok(axum::Json(listing(&files, &path, &page)?))
+}
+
+pub(super) async fn read_source(
+    State(state): Shared,
+    Path((slug, path)): Path<(String, String)>,
+) -> LocalResult<Response> {
+    let path = path.trim_matches('/').to_owned();
+    let (file, size) = {
+        let inner = state.store.lock();
+        let ctx = inner.context(&slug)?;
+        let meta = ctx
+            .sources
+            .get(&path)
+            .ok_or_else(|| LocalError::not_found(format!("no source file {path:?}")))?;
+        let file = safe_join(&state.store.context_dir(&ctx.id).join("sources"), &path)
+            .ok_or_else(|| LocalError::not_found(format!("no source file {path:?}")))?;
+        (file, meta.size)
+    };
+    let file = tokio::fs::File::open(&file).await.map_err(|e| {
+        tracing::warn!(error = %e, "a listed source file could not be opened");
+        LocalError::not_found(format!("no source file {path:?}"))
+    })?;
+    // Streamed from disk, at most the size the context records.
+    let body = axum::body::Body::from_stream(ReaderStream::new(file.take(size)));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (header::CONTENT_LENGTH, size.to_string()),
+        ],
+        body,
+    )
+        .into_response())
+}
