@@ -9,12 +9,14 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use nexus_knowql::Client;
 use nexus_knowql::client::{ENV_API_VERSION, ENV_BASE_URL};
 use nexus_knowql::mcp::http::{self, HttpOptions};
-use nexus_knowql::mcp::pinecone::{PineconeArgs, PineconeServer};
+use nexus_knowql::mcp::pinecone::client as pinecone_client;
+use nexus_knowql::mcp::pinecone::{PineconeArgs, PineconeConfig, PineconeServer, check};
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
 use rmcp::ServiceExt;
 use secrecy::ExposeSecret;
@@ -63,6 +65,12 @@ struct Args {
     /// Repeatable.
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_hosts: Vec<String>,
+
+    /// Deadline of each Nexus call a tool makes, in milliseconds (`get_query`
+    /// may take this plus its `wait_seconds`); a passed deadline is a
+    /// `TIMEOUT` tool error.
+    #[arg(long, env = "NEXUS_MCP_CALL_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    nexus_call_timeout_ms: u64,
 
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, env = "NEXUS_MCP_LOG_LEVEL", default_value = "info")]
@@ -131,7 +139,32 @@ async fn shutdown_signal(token: CancellationToken) {
     token.cancel();
 }
 
-async fn run(args: Args) -> Result<(), String> {
+/// `--check-indexes`: one probe per index, one line each on stderr; exit 0
+/// when every index answered, 1 otherwise. Nothing is served.
+async fn check_indexes(config: &PineconeConfig) -> Result<ExitCode, String> {
+    let http = pinecone_client::http_client().map_err(|e| e.to_string())?;
+    let probes = check::check_indexes(config, &http).await;
+    for probe in &probes {
+        eprintln!("{}", probe.line());
+    }
+    Ok(if check::all_reachable(&probes) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn run(args: Args) -> Result<ExitCode, String> {
+    let pinecone_config = args.pinecone.resolve().map_err(|e| e.to_string())?;
+    if args.pinecone.check_indexes == Some(true) {
+        return match &pinecone_config {
+            Some(config) => check_indexes(config).await,
+            None => Err(
+                "--check-indexes: no Pinecone index is configured (set an index, --sources or --config-file)"
+                    .to_owned(),
+            ),
+        };
+    }
     let client = match args.base_url.as_deref().filter(|u| !u.trim().is_empty()) {
         Some(url) => {
             let mut builder = Client::builder()
@@ -144,7 +177,7 @@ async fn run(args: Args) -> Result<(), String> {
         }
         None => None,
     };
-    let pinecone = match args.pinecone.resolve().map_err(|e| e.to_string())? {
+    let pinecone = match pinecone_config {
         Some(config) => Some(PineconeServer::new(config).map_err(|e| e.to_string())?),
         None => None,
     };
@@ -161,7 +194,11 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let mut server = NexusMcp::new();
     if let Some(client) = client {
-        server = server.with_nexus(NexusServer::new(client).with_key_policy(keys));
+        server = server.with_nexus(
+            NexusServer::new(client)
+                .with_key_policy(keys)
+                .with_call_timeout(Duration::from_millis(args.nexus_call_timeout_ms)),
+        );
     }
     if let Some(pinecone) = pinecone {
         server = server.with_pinecone(pinecone);
@@ -178,7 +215,7 @@ async fn run(args: Args) -> Result<(), String> {
                 .waiting()
                 .await
                 .map_err(|e| format!("MCP server stopped: {e}"))?;
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         Transport::Http => {
             if args.allow_server_key {
@@ -196,7 +233,8 @@ async fn run(args: Args) -> Result<(), String> {
             tokio::spawn(shutdown_signal(shutdown.clone()));
             http::serve(listener, server, &options, shutdown)
                 .await
-                .map_err(|e| format!("HTTP server failed: {e}"))
+                .map_err(|e| format!("HTTP server failed: {e}"))?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
@@ -215,7 +253,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("nexus-mcp: {e}");
             ExitCode::FAILURE
