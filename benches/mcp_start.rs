@@ -96,11 +96,10 @@ fn main() {
         ("PINECONE_CONTROLLER_HOST", "http://127.0.0.1:9"),
     ];
     let names = ["spawn_true", "nexus_mcp_nexus_tools", "nexus_mcp_all_tools"];
-    let starts: [&dyn Fn() -> Duration; 3] = [
-        &spawn_true,
-        &|| start_nexus_mcp(nexus_only, 3),
-        &|| start_nexus_mcp(with_pinecone, 12),
-    ];
+    let starts: [&dyn Fn() -> Duration; 3] =
+        [&spawn_true, &|| start_nexus_mcp(nexus_only, 3), &|| {
+            start_nexus_mcp(with_pinecone, 12)
+        }];
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
 
     let mut c = Criterion::default()

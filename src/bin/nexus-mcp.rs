@@ -207,10 +207,11 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     match args.transport {
         Transport::Stdio => {
             tracing::info!("serving MCP over stdio");
-            let running = server
-                .serve(rmcp::transport::stdio())
-                .await
-                .map_err(|e| format!("MCP handshake failed: {e}"))?;
+            let running = match stdio_pipes() {
+                Some(pipes) => server.serve(pipes).await,
+                None => server.serve(rmcp::transport::stdio()).await,
+            }
+            .map_err(|e| format!("MCP handshake failed: {e}"))?;
             running
                 .waiting()
                 .await
@@ -239,13 +240,56 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     }
 }
 
+/// Stdin and stdout as non-blocking pipes on the runtime's reactor, when
+/// both are pipes (as when an MCP client starts this process): each message
+/// then costs no hand-off to a blocking thread. `None` otherwise (a terminal,
+/// a file, a socket), and tokio's thread-backed stdio is used.
+#[cfg(unix)]
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd;
+    let is_fifo = |fd: std::os::fd::BorrowedFd<'_>| {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::File::from(fd.try_clone_to_owned().ok()?)
+            .metadata()
+            .ok()
+            .map(|m| m.file_type().is_fifo())
+    };
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    if is_fifo(stdin.as_fd()) != Some(true) || is_fifo(stdout.as_fd()) != Some(true) {
+        return None;
+    }
+    let rx =
+        tokio::net::unix::pipe::Receiver::from_owned_fd(stdin.as_fd().try_clone_to_owned().ok()?);
+    let tx =
+        tokio::net::unix::pipe::Sender::from_owned_fd(stdout.as_fd().try_clone_to_owned().ok()?);
+    match (rx, tx) {
+        (Ok(rx), Ok(tx)) => Some((rx, tx)),
+        _ => None,
+    }
+}
+
+#[cfg(not(unix))]
+fn stdio_pipes() -> Option<(tokio::io::Stdin, tokio::io::Stdout)> {
+    None
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(&args);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // Over stdio there is one client on one connection: a single-threaded
+    // runtime answers each call without waking other threads. HTTP serves
+    // many clients and uses every core.
+    let runtime = match args.transport {
+        Transport::Stdio => tokio::runtime::Builder::new_current_thread(),
+        Transport::Http => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build();
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("nexus-mcp: cannot start the runtime: {e}");
