@@ -214,6 +214,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_error_schema_lists_every_code() {
+        use ToolErrorCode::*;
+        let codes = [
+            Validation,
+            NotFound,
+            Unauthorized,
+            NexusError,
+            PineconeError,
+            Timeout,
+            FlowGate,
+            Lifecycle,
+            Cancelled,
+        ];
+        let json: Vec<Value> = codes
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .collect();
+        assert_eq!(json, ToolErrorCode::ALL.map(Value::from).to_vec());
+        assert_eq!(error_schema()["properties"]["code"]["enum"], json!(json));
+    }
+
+    #[test]
+    fn the_success_requirements_move_into_the_first_branch() {
+        let success = json!({
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "required": ["a"],
+            "anyOf": [{"required": ["a"]}]
+        });
+        let schema = with_error_branch(success.as_object().unwrap().clone());
+        assert_eq!(schema.get("required"), None);
+        assert_eq!(schema["properties"], success["properties"]);
+        assert_eq!(
+            schema["anyOf"][0],
+            json!({"required": ["a"], "anyOf": [{"required": ["a"]}]})
+        );
+        assert_eq!(schema["anyOf"][1], error_schema());
+    }
+
+    #[test]
     fn key_order_and_redaction() {
         let e = ToolError::new(
             ToolErrorCode::NexusError,
