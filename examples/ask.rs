@@ -10,7 +10,8 @@
 //! in-process over the project's own docs (`examples/corpus`), so it works
 //! offline with no account. stdout carries only the answer (or, with
 //! `--json`, the final Query); steps, citations and diagnostics go to stderr.
-//! The exit code is 0 when the turn completed.
+//! The exit code is 0 when the turn completed. Ctrl-C cancels the running
+//! turn on the server (whichever way it runs) and exits with code 130.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -51,14 +52,55 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(reason) => {
+        Err(Failure::Interrupted) => ExitCode::from(130),
+        Err(Failure::Reason(reason)) => {
             eprintln!("ask: {reason}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
+/// Why `ask` did not print a completed answer.
+#[derive(Debug)]
+enum Failure {
+    /// Ctrl-C: the turn was cancelled on the server (exit code 130).
+    Interrupted,
+    /// A one-line reason.
+    Reason(String),
+}
+
+impl From<String> for Failure {
+    fn from(reason: String) -> Self {
+        Failure::Reason(reason)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(reason: &str) -> Self {
+        Failure::Reason(reason.to_owned())
+    }
+}
+
+/// Resolves at the first Ctrl-C (never, if the handler cannot be installed).
+async fn ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Cancels a turn on the server after Ctrl-C and says so.
+async fn cancel(client: &Client, query_id: Option<&str>) -> Failure {
+    match query_id {
+        Some(id) => match client.queries().cancel(id).await {
+            Ok(_) => eprintln!("ask: interrupted; cancelled {id} on the server"),
+            Err(e) => eprintln!("ask: interrupted; could not cancel {id}: {}", one_line(&e)),
+        },
+        None => eprintln!("ask: interrupted before the server named the turn"),
+    }
+    Failure::Interrupted
+}
+
+async fn run(args: Args) -> Result<(), Failure> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     let base_url = args.base_url.clone().or_else(|| env("NEXUS_BASE_URL"));
     let api_key = args.api_key.clone().or_else(|| env("PINECONE_API_KEY"));
@@ -104,14 +146,36 @@ async fn run(args: Args) -> Result<(), String> {
         match turn.background().await {
             Ok(mut handle) => {
                 eprintln!("ask: background turn {}", handle.id());
-                handle.wait().await.and_then(nexus_knowql_outcome)
+                let waited = tokio::select! {
+                    waited = handle.wait() => Some(waited),
+                    () = ctrl_c() => None,
+                };
+                match waited {
+                    Some(waited) => waited.and_then(nexus_knowql_outcome),
+                    None => return Err(cancel(&client, Some(handle.id())).await),
+                }
             }
             Err(e) => Err(e),
         }
     } else if args.no_stream {
-        turn.send().await
+        let sent = tokio::select! {
+            sent = turn.send() => Some(sent),
+            () = ctrl_c() => None,
+        };
+        match sent {
+            Some(sent) => sent,
+            // The session remembers the turn the dropped send() started.
+            None => {
+                let id = session.unfinished_query_id();
+                return Err(cancel(&client, id.as_deref()).await);
+            }
+        }
     } else {
-        stream(turn, !args.json).await
+        match stream(turn, !args.json).await {
+            Ok(Streamed::Done(outcome)) => *outcome,
+            Ok(Streamed::Interrupted(id)) => return Err(cancel(&client, id.as_deref()).await),
+            Err(e) => Err(e),
+        }
     };
 
     let query = match outcome {
@@ -126,7 +190,7 @@ async fn run(args: Args) -> Result<(), String> {
                 let text = serde_json::to_string_pretty(&q).map_err(|e| e.to_string())?;
                 println!("{text}");
             }
-            return Err(reason(&e, &scope, client.base_url()));
+            return Err(reason(&e, &scope, client.base_url()).into());
         }
     };
     if args.json {
@@ -161,15 +225,33 @@ fn nexus_knowql_outcome(q: types::Query) -> nexus_knowql::Result<types::Query> {
     }
 }
 
+/// How a streamed turn ended.
+enum Streamed {
+    /// It ran to its end (or failed).
+    Done(Box<nexus_knowql::Result<types::Query>>),
+    /// Ctrl-C; the turn's id when known.
+    Interrupted(Option<String>),
+}
+
 /// Streams a turn: text deltas to stdout (when `print`), steps to stderr.
-async fn stream(
-    turn: nexus_knowql::TurnBuilder,
-    print: bool,
-) -> nexus_knowql::Result<types::Query> {
+async fn stream(turn: nexus_knowql::TurnBuilder, print: bool) -> nexus_knowql::Result<Streamed> {
     let mut turn = turn.stream().await?;
     let mut stdout = std::io::stdout();
     let mut printed = false;
-    while let Some(event) = turn.next().await {
+    loop {
+        let event = tokio::select! {
+            event = turn.next() => event,
+            () = ctrl_c() => {
+                if printed {
+                    println!();
+                }
+                let id = turn.query_id().map(str::to_owned);
+                // Closing the stream first; the caller cancels on the server.
+                drop(turn);
+                return Ok(Streamed::Interrupted(id));
+            }
+        };
+        let Some(event) = event else { break };
         match event {
             Ok(QueryEvent::TextDelta { delta }) if print => {
                 print!("{delta}");
@@ -182,14 +264,14 @@ async fn stream(
                 if printed {
                     println!();
                 }
-                return Err(e);
+                return Ok(Streamed::Done(Box::new(Err(e))));
             }
         }
     }
     if printed {
         println!();
     }
-    turn.finish().await
+    Ok(Streamed::Done(Box::new(turn.finish().await)))
 }
 
 /// One line saying why the turn did not complete.
@@ -200,7 +282,12 @@ fn reason(e: &Error, scope: &[String], base_url: &str) -> String {
         Error::Transport { .. } | Error::Timeout { .. } => {
             format!("cannot reach {base_url}: {}", one_line(e))
         }
-        e if e.is_not_found() => format!("unknown context in {scope:?}: {}", one_line(e)),
+        Error::ReplayGap { .. } => format!("the answer is incomplete: {}", one_line(e)),
+        // Only the request that names the contexts can blame them; a 404
+        // for a turn's events or its stored state says so itself.
+        e if e.is_not_found() && e.as_api().is_some_and(|a| a.operation == "create_query") => {
+            format!("unknown context in {scope:?}: {}", one_line(e))
+        }
         e => one_line(e),
     }
 }

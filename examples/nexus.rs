@@ -493,18 +493,18 @@ async fn curate(
 }
 
 async fn tasks(client: &Client, json: bool, context: Option<&str>) -> Result<ExitCode, String> {
-    let page = client
-        .tasks()
-        .list(context)
-        .await
-        .map_err(|e| match context {
-            Some(slug) => context_error(slug, &e),
-            None => error_line(&e),
-        })?;
-    if json {
-        return print_json(&page.items);
+    let mut listing = client.tasks().list();
+    if let Some(slug) = context {
+        listing = listing.context(slug);
     }
-    if page.items.is_empty() {
+    let items = listing.await.map_err(|e| match context {
+        Some(slug) => context_error(slug, &e),
+        None => error_line(&e),
+    })?;
+    if json {
+        return print_json(&items);
+    }
+    if items.is_empty() {
         println!("no tasks");
         return Ok(ExitCode::SUCCESS);
     }
@@ -516,7 +516,7 @@ async fn tasks(client: &Client, json: bool, context: Option<&str>) -> Result<Exi
         .map(|cs| cs.into_iter().map(|c| (c.id, c.slug)).collect())
         .unwrap_or_default();
     let mut table = new_table(&["ID", "WORKFLOW", "CONTEXT", "STATE", "PROGRESS", "CREATED"]);
-    for t in &page.items {
+    for t in &items {
         let context = t
             .context_id
             .as_ref()
@@ -537,9 +537,6 @@ async fn tasks(client: &Client, json: bool, context: Option<&str>) -> Result<Exi
         ]);
     }
     println!("{table}");
-    if page.total > page.items.len() as i64 {
-        println!("({} of {} tasks shown)", page.items.len(), page.total);
-    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -23,7 +23,7 @@ pub(crate) const SNIPPET_LIMIT: usize = 512;
 #[non_exhaustive]
 pub enum Error {
     /// The server answered with an error status and (usually) the API's `Error` envelope.
-    #[error("{}: server answered {}{}: {}", .0.operation, .0.status, code_suffix(&.0.code), .0.message)]
+    #[error("{}{}: server answered {}{}: {}", .0.operation, query_suffix(&.0.query_id), .0.status, code_suffix(&.0.code), .0.message)]
     Api(Box<ApiError>),
 
     /// The server does not serve the API version this client sent.
@@ -115,12 +115,62 @@ pub enum Error {
         message: String,
     },
 
+    /// A redirect to another origin (scheme, host or port, including `https`
+    /// to `http`) was refused, or there were too many redirects. Nothing was
+    /// sent to `location`; credentials go only to the configured origin.
+    #[error("{operation}: {reason}: redirect to {location} not followed")]
+    Redirect {
+        /// The operation under way.
+        operation: &'static str,
+        /// The redirect target, without user info, query or fragment.
+        location: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+
+    /// A listing's pages did not add up (the server repeated a page or
+    /// pointed back to one), or the listing holds more items than its bound.
+    #[error("{operation}: paging: {message}")]
+    Paging {
+        /// The list operation.
+        operation: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+
+    /// A turn of the session is still running (dropped, detached or started
+    /// elsewhere), so the session cannot start another one yet. Nothing was
+    /// started. Attach to the running turn with
+    /// [`Queries::attach`](crate::resources::Queries::attach), cancel it with
+    /// [`Queries::cancel`](crate::resources::Queries::cancel), or let the
+    /// session wait for it ([`WhenBusy::Wait`](crate::WhenBusy::Wait)).
+    #[error(
+        "the session still runs query {query_id}: attach to it or cancel it before asking again"
+    )]
+    SessionBusy {
+        /// The turn still running.
+        query_id: String,
+    },
+
     /// An event stream broke in a way that cannot be resumed.
     #[error("event stream{}: {message}", query_suffix(.query_id))]
     Stream {
         /// The turn, when its id was known.
         query_id: Option<String>,
         /// What happened.
+        message: String,
+    },
+
+    /// A resumed event stream did not replay from the `Last-Event-ID` that
+    /// was sent (or its event log was gone), and the stored turn could not
+    /// make up for the gap. Nothing after `last_event_id` was delivered.
+    #[error("event stream of query {query_id}: the events after {} could not be replayed: {message}", after_event(.last_event_id))]
+    ReplayGap {
+        /// The turn.
+        query_id: String,
+        /// The last event delivered before the gap (`None`: none had an id).
+        last_event_id: Option<u64>,
+        /// What the server did, and why the stored turn did not help.
         message: String,
     },
 }
@@ -141,6 +191,8 @@ pub struct ApiError {
     pub request_id: Option<String>,
     /// The raw body (at most 512 bytes) when it was not a JSON `Error` envelope.
     pub raw_body: Option<String>,
+    /// The query turn the call was about, when it was about one.
+    pub query_id: Option<String>,
 }
 
 impl fmt::Debug for ApiError {
@@ -152,6 +204,7 @@ impl fmt::Debug for ApiError {
             .field("message", &self.message)
             .field("request_id", &self.request_id)
             .field("raw_body", &self.raw_body)
+            .field("query_id", &self.query_id)
             .finish()
     }
 }
@@ -172,6 +225,10 @@ fn message_suffix(message: &str) -> String {
     } else {
         format!(": {message}")
     }
+}
+
+fn after_event(last_event_id: &Option<u64>) -> String {
+    last_event_id.map_or_else(|| "the start".to_owned(), |n| format!("event {n}"))
 }
 
 fn query_suffix(query_id: &Option<String>) -> String {
@@ -227,21 +284,60 @@ impl Error {
     /// Whether the server refused because of a conflict (HTTP 409), such as a
     /// turn already in flight on a session or an import in progress.
     pub fn is_conflict(&self) -> bool {
-        self.status() == Some(409)
+        matches!(self, Error::SessionBusy { .. }) || self.status() == Some(409)
     }
 
-    /// Whether trying the same call again later may succeed.
+    /// Whether a deadline passed ([`Error::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// Whether trying the same call again later may succeed without harm.
     ///
-    /// This is the same classification the client's retry loop uses for
-    /// idempotent requests: 408, 429 and 5xx answers, connection failures and
-    /// timeouts.
+    /// This is the classification the client's retry loop uses for
+    /// idempotent requests (408, 429 and 5xx answers, connection failures
+    /// and timeouts), with one rule above it: nothing that could start a
+    /// second turn is retryable. A `create_query` that may have reached the
+    /// server (a timeout, a connection lost after sending), an event stream
+    /// that broke ([`Error::Stream`]: before the turn was named, beyond its
+    /// resume budget, an oversized frame) and a broken replay
+    /// ([`Error::ReplayGap`]) are not; when [`Error::query_id`] is known,
+    /// read or attach to that turn instead of asking again.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Api(e) => crate::client::retry::is_retryable_status(e.status),
-            Error::Transport { .. } | Error::Timeout { .. } => true,
-            Error::Stream { .. } => true,
+            Error::Transport {
+                operation, connect, ..
+            } => *connect || !starts_turn(operation),
+            Error::Timeout { operation, .. } => !starts_turn(operation),
             _ => false,
         }
+    }
+
+    /// The query turn this error is about, when it is known: a failed or
+    /// cancelled turn, a broken stream or replay, or an error answer to a
+    /// call about one turn (its events, its stored state). Attach to it or
+    /// read it (`client.queries().get(id)`) rather than ask again.
+    pub fn query_id(&self) -> Option<&str> {
+        match self {
+            Error::Api(e) => e.query_id.as_deref(),
+            Error::TurnFailed { query_id, .. }
+            | Error::TurnCancelled { query_id, .. }
+            | Error::ReplayGap { query_id, .. }
+            | Error::SessionBusy { query_id } => Some(query_id),
+            Error::Stream { query_id, .. } => query_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Names the query turn an error answer was about (no-op for other errors).
+    pub(crate) fn for_query(mut self, id: &str) -> Self {
+        if let Error::Api(e) = &mut self
+            && e.query_id.is_none()
+        {
+            e.query_id = Some(id.to_owned());
+        }
+        self
     }
 
     pub(crate) fn api(
@@ -259,6 +355,7 @@ impl Error {
             message,
             request_id,
             raw_body,
+            query_id: None,
         }))
     }
 
@@ -281,6 +378,11 @@ impl Error {
             snippet: snippet(body),
         }
     }
+}
+
+/// Whether the operation starts a query turn when the server receives it.
+fn starts_turn(operation: &str) -> bool {
+    operation == "create_query"
 }
 
 /// The first [`SNIPPET_LIMIT`] bytes of a body, lossily decoded, cut on a char boundary.
@@ -320,6 +422,43 @@ mod tests {
         );
         assert!(e.is_not_found());
         assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn nothing_that_could_start_a_second_turn_is_retryable() {
+        let stream = Error::Stream {
+            query_id: None,
+            message: "cut".into(),
+        };
+        assert!(!stream.is_retryable());
+        let gap = Error::ReplayGap {
+            query_id: "q1".into(),
+            last_event_id: Some(4),
+            message: "the replay started at event 7".into(),
+        };
+        assert!(!gap.is_retryable());
+        assert_eq!(gap.query_id(), Some("q1"));
+        assert!(gap.to_string().contains("after event 4"), "{gap}");
+        let timeout = |operation| Error::Timeout {
+            operation,
+            elapsed_ms: 1,
+        };
+        assert!(!timeout("create_query").is_retryable());
+        assert!(timeout("list_contexts").is_retryable());
+        let lost = |connect| Error::transport("create_query", "reset", connect);
+        assert!(!lost(false).is_retryable());
+        assert!(lost(true).is_retryable());
+    }
+
+    #[test]
+    fn api_errors_name_their_query() {
+        let e =
+            Error::api("stream_query_events", 403, None, "no".into(), None, None).for_query("q_9");
+        assert_eq!(e.query_id(), Some("q_9"));
+        assert_eq!(
+            e.to_string(),
+            "stream_query_events of query q_9: server answered 403: no"
+        );
     }
 
     #[test]

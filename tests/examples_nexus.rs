@@ -100,7 +100,9 @@ fn upload_of_a_directory_then_curate_wait_then_ask_answers_from_it() {
         .block_on(
             client
                 .sources("kb")
-                .list(Some("uploads/guide/deep"), None, None),
+                .list()
+                .path("uploads/guide/deep")
+                .into_future(),
         )
         .unwrap();
     let deep = serde_json::to_string(&deep).unwrap();

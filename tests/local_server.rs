@@ -33,20 +33,18 @@ async fn uploaded_directory_is_curated_into_a_queryable_context() {
         .await
         .unwrap();
     assert_eq!(imports.len(), 1);
-    let root = client.sources("kb").list(None, None, None).await.unwrap();
-    assert_eq!(root.entries[0].name, "uploads");
-    assert_eq!(root.entries[0].kind, "dir");
+    let root = client.sources("kb").list().await.unwrap();
+    assert_eq!(root[0].name, "uploads");
+    assert_eq!(root[0].kind, "dir");
     let guide = client
         .sources("kb")
-        .list(Some("uploads/guide"), None, None)
+        .list()
+        .path("uploads/guide")
         .await
         .unwrap();
-    let names: Vec<_> = guide.entries.iter().map(|e| e.name.as_str()).collect();
+    let names: Vec<_> = guide.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["streaming.md", "tea.md"]);
-    let hidden = client
-        .sources("kb")
-        .list(Some("uploads/.hidden"), None, None)
-        .await;
+    let hidden = client.sources("kb").list().path("uploads/.hidden").await;
     assert!(
         hidden.unwrap_err().is_not_found(),
         "hidden files are skipped"
@@ -95,10 +93,11 @@ async fn uploaded_directory_is_curated_into_a_queryable_context() {
 
     let knowledge = client
         .knowledge("kb")
-        .list(Some("chunks/uploads/guide"), None, None)
+        .list()
+        .path("chunks/uploads/guide")
         .await
         .unwrap();
-    assert_eq!(knowledge.total, 2);
+    assert_eq!(knowledge.len(), 2);
     let tea = client
         .knowledge("kb")
         .read("chunks/uploads/guide/tea.md")
@@ -110,8 +109,8 @@ async fn uploaded_directory_is_curated_into_a_queryable_context() {
             .contains("## Tea > Black tea")
     );
 
-    let tasks = client.tasks().list(Some("kb")).await.unwrap();
-    let workflows: Vec<_> = tasks.items.iter().map(|t| t.workflow.as_str()).collect();
+    let tasks = client.tasks().list().context("kb").await.unwrap();
+    let workflows: Vec<_> = tasks.iter().map(|t| t.workflow.as_str()).collect();
     assert_eq!(workflows, ["curate", "import"], "newest first");
 }
 

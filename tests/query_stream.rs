@@ -286,7 +286,7 @@ async fn resume_honours_503_retry_after_then_succeeds() {
 }
 
 #[tokio::test]
-async fn resume_answered_404_ends_the_turn_after_the_delivered_events() {
+async fn resume_answered_404_finishes_from_the_stored_turn() {
     let turn = Turn::completed("q_6", "sess_6", DELTAS);
     let server = serve_turn(
         &turn,
@@ -302,10 +302,16 @@ async fn resume_answered_404_ends_the_turn_after_the_delivered_events() {
         .await
         .unwrap();
     let (events, error) = drain(&mut live).await;
-    assert_eq!(names(&events), expected_names(&turn)[..3].to_vec());
-    let error = error.expect("an error");
-    assert!(error.is_not_found(), "{error:?}");
+    assert!(error.is_none(), "{error:?}");
+    // The delivered events, then the rest of the stored answer as one delta,
+    // the terminal event and the stored Query: nothing across the gap.
+    let mut expected = expected_names(&turn)[..3].to_vec();
+    expected
+        .extend(["response.output_text.delta", "response.completed", "query"].map(String::from));
+    assert_eq!(names(&events), expected);
+    assert_eq!(text(&events), turn.answer);
     assert_eq!(server.last_event_ids(), vec![Some("3".to_owned())]);
+    assert_eq!(server.count("GET", "/queries/q_6"), 1);
     assert_eq!(server.count("POST", "/query"), 1);
     drop(live);
     assert!(!session.is_busy());
@@ -531,7 +537,7 @@ async fn dropping_a_turn_closes_the_connection_and_frees_the_session() {
     assert!(session.is_busy());
     assert!(matches!(
         session.ask("again").stream().await,
-        Err(Error::InvalidRequest(_))
+        Err(Error::SessionBusy { query_id }) if query_id == "q_13"
     ));
     drop(live);
     assert!(!session.is_busy());
@@ -667,8 +673,8 @@ async fn resume_gives_up_after_the_attempt_cap() {
     let server = serve_turn(
         &turn,
         |t| vec![Step::Write(t.first(2).into_bytes())],
-        // Every resume replays nothing new and closes.
-        |t, _, _| Reply::sse(vec![Step::Write(t.first(1).into_bytes())]),
+        // Every resume replays event 2 (the one asked for), nothing new, and closes.
+        |t, _, _| Reply::sse(vec![Step::Write(t.frames[1].1.clone().into_bytes())]),
     )
     .await;
     let mut live = session(&server)

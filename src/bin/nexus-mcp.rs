@@ -39,9 +39,9 @@ struct Args {
     bind: SocketAddr,
 
     /// Nexus API base URL, for example https://HOST/api; enables the Nexus
-    /// tools. The Nexus tools use the Pinecone API key (--pinecone-api-key,
-    /// PINECONE_API_KEY): over stdio for every call, over HTTP only with
-    /// --allow-server-key (callers otherwise send their own X-Pinecone-Api-Key).
+    /// tools. Keys follow one rule for every tool family: over stdio the
+    /// configured Pinecone key serves every call; over HTTP each call uses
+    /// the caller's X-Pinecone-Api-Key (see --allow-server-key).
     #[arg(long, env = ENV_BASE_URL)]
     base_url: Option<String>,
 
@@ -49,11 +49,48 @@ struct Args {
     #[arg(long, env = ENV_API_VERSION, default_value = "2026-07")]
     api_version: String,
 
-    /// Over HTTP, use this server's own API key for requests that carry no
-    /// X-Pinecone-Api-Key. Anyone who can reach the server then acts as
-    /// this key's project.
+    /// Over HTTP, serve requests that carry no X-Pinecone-Api-Key with this
+    /// server's own key(s), for the Nexus and the Pinecone tools alike.
+    /// Without it such calls fail with UNAUTHORIZED. Anyone who can reach
+    /// the server then acts as the server's project. A request whose header
+    /// is present but empty or malformed is always refused (401).
     #[arg(long)]
     allow_server_key: bool,
+
+    /// Over HTTP, keep no session state, so that several nexus-mcp
+    /// processes can serve the same clients behind a load balancer. The
+    /// suggest-flow gate of the Pinecone tools is off in this mode.
+    #[arg(long)]
+    stateless: bool,
+
+    /// Seconds a connection has to send a complete request head.
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10")]
+    header_read_timeout: Duration,
+
+    /// Seconds a request has until the end of its response (longer than
+    /// get_query's longest wait).
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "120")]
+    request_timeout: Duration,
+
+    /// Open connections; more are closed at once.
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+
+    /// Requests handled at once; more get 503.
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONCURRENT_REQUESTS)]
+    max_concurrent_requests: usize,
+
+    /// Requests handled at once on one connection; more get 503.
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_REQUESTS_PER_CONNECTION)]
+    max_requests_per_connection: usize,
+
+    /// Live MCP sessions; an initialize past it gets 503.
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_SESSIONS)]
+    max_sessions: usize,
+
+    /// Seconds without a message after which a session is closed.
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "600")]
+    session_idle_timeout: Duration,
 
     /// Also accept requests from this browser Origin (scheme://host:port, or
     /// :* for any port). Localhost origins are always accepted. Repeatable.
@@ -82,6 +119,18 @@ struct Args {
     /// Log format on stderr.
     #[arg(long, value_enum, env = "NEXUS_MCP_LOG_FORMAT", default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+}
+
+/// A positive number of seconds (fractions allowed).
+fn seconds(text: &str) -> Result<Duration, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if value.is_nan() || value <= 0.0 {
+        return Err(format!("`{text}` must be more than 0 seconds"));
+    }
+    Duration::try_from_secs_f64(value).map_err(|e| format!("`{text}`: {e}"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -177,8 +226,17 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         }
         None => None,
     };
+    let stateless = args.transport == Transport::Http && args.stateless;
     let pinecone = match pinecone_config {
-        Some(config) => Some(PineconeServer::new(config).map_err(|e| e.to_string())?),
+        Some(mut config) => {
+            if stateless && config.suggest_flow {
+                // A replica cannot see suggestions made on another: enforcing
+                // the gate would refuse valid calls depending on routing.
+                tracing::info!("--stateless: the suggest-flow gate is off");
+                config.suggest_flow = false;
+            }
+            Some(PineconeServer::new(config).map_err(|e| e.to_string())?)
+        }
         None => None,
     };
     if client.is_none() && pinecone.is_none() {
@@ -201,7 +259,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         );
     }
     if let Some(pinecone) = pinecone {
-        server = server.with_pinecone(pinecone);
+        server = server.with_pinecone(pinecone.with_key_policy(keys));
     }
 
     match args.transport {
@@ -224,9 +282,23 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                     "--allow-server-key: requests without X-Pinecone-Api-Key use this server's key"
                 );
             }
+            if args.session_idle_timeout <= args.request_timeout {
+                tracing::warn!(
+                    "--session-idle-timeout is not longer than --request-timeout: a session may \
+                     expire while one of its requests is still running"
+                );
+            }
             let options = HttpOptions::default()
                 .allowed_origins(args.allow_origins)
-                .allowed_hosts(args.allow_hosts);
+                .allowed_hosts(args.allow_hosts)
+                .stateless(args.stateless)
+                .header_read_timeout(args.header_read_timeout)
+                .request_timeout(args.request_timeout)
+                .max_connections(args.max_connections)
+                .max_concurrent_requests(args.max_concurrent_requests)
+                .max_requests_per_connection(args.max_requests_per_connection)
+                .max_sessions(args.max_sessions)
+                .session_idle_timeout(args.session_idle_timeout);
             let listener = http::bind(args.bind)
                 .await
                 .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;

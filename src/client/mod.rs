@@ -2,6 +2,7 @@
 //! retry policy, shared by every call.
 
 pub(crate) mod auth;
+pub(crate) mod redirect;
 pub(crate) mod retry;
 mod transport;
 pub(crate) mod version;
@@ -14,6 +15,7 @@ use reqwest::header::HeaderValue;
 use secrecy::SecretString;
 
 pub use auth::API_KEY_HEADER;
+pub use redirect::{MAX_REDIRECTS, redirect_policy};
 pub use retry::RetryPolicy;
 pub use transport::Transport;
 pub(crate) use transport::{ErrorEnvelope, map_reqwest};
@@ -34,10 +36,17 @@ pub const USER_AGENT: &str = concat!("nexus-knowql/", env!("CARGO_PKG_VERSION"))
 
 /// Default time allowed to open a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default total time for one ordinary request (not for event streams).
-///
-/// It is above the service's 900 s cap on a synchronous query turn.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(930);
+/// Default total time for one ordinary request (not for event streams or a
+/// synchronous turn), and the bound on `POST /auth/login`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default longest wait for the response headers of an event stream (a
+/// streamed turn's `POST /query`, `GET /queries/{id}/events`).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default longest time spent reading an error answer's body.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default total time for a synchronous turn ([`TurnBuilder::send`](crate::TurnBuilder::send)):
+/// above the service's 900 s cap on a turn.
+pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(930);
 
 /// A Nexus API client. Cheap to clone: clones share one connection pool.
 ///
@@ -147,6 +156,19 @@ impl Client {
             .map_err(|e| Error::InvalidRequest(format!("{operation}: {e}")))?;
         self.inner.transport.send(req, operation).await
     }
+
+    /// Sends a hand-written request for an event stream, the wait for its
+    /// headers bounded by the header timeout.
+    pub(crate) async fn send_stream(
+        &self,
+        operation: &'static str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response> {
+        let req = req
+            .build()
+            .map_err(|e| Error::InvalidRequest(format!("{operation}: {e}")))?;
+        self.inner.transport.send_stream(req, operation).await
+    }
 }
 
 /// Builds a [`Client`]. Setters never fail; [`ClientBuilder::build`] reports
@@ -160,6 +182,9 @@ pub struct ClientBuilder {
     api_version: ApiVersion,
     connect_timeout: Option<Duration>,
     request_timeout: Option<Option<Duration>>,
+    header_timeout: Option<Option<Duration>>,
+    read_timeout: Option<Option<Duration>>,
+    turn_timeout: Option<Option<Duration>>,
     retry: RetryPolicy,
     user_agent: Option<String>,
     http: Option<reqwest::Client>,
@@ -174,6 +199,9 @@ impl fmt::Debug for ClientBuilder {
             .field("api_version", &self.api_version)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("header_timeout", &self.header_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .field("turn_timeout", &self.turn_timeout)
             .field("retry", &self.retry)
             .field("user_agent", &self.user_agent)
             .finish()
@@ -231,10 +259,37 @@ impl ClientBuilder {
         self
     }
 
-    /// Total time for one ordinary request (default 930 s); `None` for no
-    /// limit. Event streams are never cut by it; their idle limit is set per turn.
+    /// Total time for one ordinary request (default 60 s); `None` for no
+    /// limit. It also bounds `POST /auth/login` (60 s when `None`), which
+    /// every request waits on. Event streams and synchronous turns are never
+    /// cut by it: see [`ClientBuilder::header_timeout`] (and the per-turn
+    /// idle limit) and [`ClientBuilder::turn_timeout`].
     pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.request_timeout = Some(timeout);
+        self
+    }
+
+    /// The longest wait for the response headers of an event stream: a
+    /// streamed turn's `POST /query` (default 30 s) and every
+    /// `GET /queries/{id}/events`. A `POST /query` that runs out of time
+    /// fails with [`Error::Timeout`] and is never sent again. `None` waits
+    /// forever.
+    pub fn header_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.header_timeout = Some(timeout);
+        self
+    }
+
+    /// The longest time spent reading the body of an error answer (default
+    /// 30 s); what arrived by then is kept. `None` waits forever.
+    pub fn read_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.read_timeout = Some(timeout);
+        self
+    }
+
+    /// Total time for a synchronous turn, [`TurnBuilder::send`](crate::TurnBuilder::send)
+    /// (default 930 s, above the service's 900 s cap); `None` for no limit.
+    pub fn turn_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.turn_timeout = Some(timeout);
         self
     }
 
@@ -250,8 +305,25 @@ impl ClientBuilder {
         self
     }
 
-    /// Uses this `reqwest::Client` (proxies, TLS roots, pools) instead of one
-    /// built from the timeouts and user agent above.
+    /// Uses this `reqwest::Client` instead of the built-in one, for anything
+    /// the builder does not offer (a proxy of your own, extra root or client
+    /// certificates, DNS, pool sizes).
+    ///
+    /// Whatever the client, the crate applies per request: the credentials
+    /// (key header, login token and re-login), `X-Pinecone-Api-Version`, the
+    /// retry policy and `Retry-After`, [`request_timeout`](Self::request_timeout),
+    /// the [`user_agent`](Self::user_agent) when one was set, and the check
+    /// that every answer comes from the configured origin.
+    ///
+    /// Only the built-in client is shaped by
+    /// [`connect_timeout`](Self::connect_timeout), the default user agent, the
+    /// TLS backend chosen by Cargo feature, the system proxy settings and the
+    /// redirect rule. reqwest follows redirects inside the client, before the
+    /// crate sees the answer, so build yours with
+    /// [`client::redirect_policy()`](crate::client::redirect_policy) (or no
+    /// redirects at all): with reqwest's default policy a redirect to another
+    /// host still carries `X-Pinecone-Api-Key`, and the crate can only refuse
+    /// the answer afterwards ([`Error::Redirect`]).
     pub fn http_client(mut self, client: reqwest::Client) -> Self {
         self.http = Some(client);
         self
@@ -288,11 +360,20 @@ impl ClientBuilder {
             (None, true) => return Err(Error::InvalidRequest("login needs an API key".into())),
             (None, false) => auth::Auth::None,
         };
+        // With a client of the caller's, a user agent set here goes on each request.
+        let user_agent = match (&self.user_agent, self.http.is_some()) {
+            (Some(ua), true) => Some(
+                HeaderValue::from_str(ua)
+                    .map_err(|_| Error::InvalidRequest(format!("invalid user agent {ua:?}")))?,
+            ),
+            _ => None,
+        };
         let http = match self.http {
             Some(c) => c,
             None => {
                 let ua = self.user_agent.unwrap_or_else(|| USER_AGENT.to_owned());
                 reqwest::Client::builder()
+                    .redirect(redirect::redirect_policy())
                     .user_agent(ua)
                     .connect_timeout(self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))
                     .build()
@@ -302,6 +383,7 @@ impl ClientBuilder {
             }
         };
         let transport = Transport::new(transport::TransportInner {
+            user_agent,
             http: http.clone(),
             base_url: base_url.clone(),
             version: self.api_version,
@@ -312,6 +394,9 @@ impl ClientBuilder {
             request_timeout: self
                 .request_timeout
                 .unwrap_or(Some(DEFAULT_REQUEST_TIMEOUT)),
+            header_timeout: self.header_timeout.unwrap_or(Some(DEFAULT_HEADER_TIMEOUT)),
+            read_timeout: self.read_timeout.unwrap_or(Some(DEFAULT_READ_TIMEOUT)),
+            turn_timeout: self.turn_timeout.unwrap_or(Some(DEFAULT_TURN_TIMEOUT)),
         });
         let api = api::Client::new_with_client(&base_url, http, transport.clone());
         Ok(Client {

@@ -69,7 +69,10 @@ impl RetryPolicy {
         self
     }
 
-    /// The largest backoff delay (default 10 s). A server's `Retry-After` may ask for more.
+    /// The largest delay between two attempts (default 10 s). A server's
+    /// `Retry-After` is honoured up to this bound: a longer (or absurd) value
+    /// waits `max_delay`, and the retry still counts against
+    /// [`RetryPolicy::max_retries`] and [`RetryPolicy::max_elapsed`].
     pub fn max_delay(mut self, d: Duration) -> Self {
         self.max_delay = d;
         self
@@ -119,14 +122,19 @@ impl RetryPolicy {
     }
 
     /// The delay before the next attempt: the server's `Retry-After` if it
-    /// gave one, else the next backoff step.
+    /// gave one, else the next backoff step; never more than `max_delay`.
     pub(crate) fn next_delay(
         &self,
         backoff: &mut backoff::ExponentialBackoff,
         retry_after: Option<Duration>,
     ) -> Duration {
         let step = backoff.next_backoff().unwrap_or(self.max_delay);
-        retry_after.unwrap_or(step)
+        retry_after.unwrap_or(step).min(self.max_delay)
+    }
+
+    /// The wait a `Retry-After` header asks for, clamped to `max_delay`.
+    pub(crate) fn retry_after(&self, headers: &HeaderMap) -> Option<Duration> {
+        retry_after(headers).map(|d| d.min(self.max_delay))
     }
 }
 
@@ -150,8 +158,11 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     parse_retry_after(value, SystemTime::now())
 }
 
+/// `delta-seconds` (any number of digits: beyond `u64::MAX` saturates) or an
+/// HTTP date (a past one is zero). Anything else is `None`.
 pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
-    if let Ok(secs) = value.parse::<u64>() {
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        let secs = value.parse::<u64>().unwrap_or(u64::MAX);
         return Some(Duration::from_secs(secs));
     }
     let at = httpdate::parse_http_date(value).ok()?;
@@ -161,6 +172,7 @@ pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn retry_after_seconds_and_dates() {
@@ -171,6 +183,74 @@ mod tests {
         let past = httpdate::fmt_http_date(now - Duration::from_secs(7));
         assert_eq!(parse_retry_after(&past, now), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("soon", now), None);
+    }
+
+    #[test]
+    fn retry_after_extremes_saturate_and_clamp() {
+        let now = SystemTime::now();
+        let max = Duration::from_secs(u64::MAX);
+        assert_eq!(parse_retry_after("18446744073709551615", now), Some(max));
+        assert_eq!(
+            parse_retry_after("99999999999999999999999999", now),
+            Some(max)
+        );
+        assert_eq!(parse_retry_after("+5", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
+        let far = parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now).unwrap();
+        assert!(far > Duration::from_secs(200 * 365 * 86_400));
+
+        let policy = RetryPolicy::default().max_delay(Duration::from_millis(300));
+        let mut headers = HeaderMap::new();
+        for v in ["18446744073709551615", "Fri, 31 Dec 9999 23:59:59 GMT"] {
+            headers.insert(RETRY_AFTER, v.parse().unwrap());
+            assert_eq!(
+                policy.retry_after(&headers),
+                Some(Duration::from_millis(300))
+            );
+            let mut b = policy.backoff();
+            let huge = policy.retry_after(&headers);
+            assert_eq!(policy.next_delay(&mut b, huge), Duration::from_millis(300));
+        }
+        let mut b = policy.backoff();
+        assert_eq!(
+            policy.next_delay(&mut b, Some(max)),
+            Duration::from_millis(300)
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(2048)
+        ))]
+
+        /// Any header value a server may send: no panic, and the wait stays
+        /// within the policy's bound.
+        #[test]
+        fn retry_after_never_panics_and_stays_in_bounds(
+            raw in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..80),
+                "[0-9]{1,60}".prop_map(String::into_bytes),
+                (0u64..253_402_300_800).prop_map(|s| httpdate::fmt_http_date(
+                    SystemTime::UNIX_EPOCH + Duration::from_secs(s)).into_bytes()),
+                "[A-Za-z]{3}, [0-9]{1,3} [A-Za-z]{3} [0-9]{1,6} [0-9]{1,3}:[0-9]{1,3}:[0-9]{1,3} GMT"
+                    .prop_map(String::into_bytes),
+            ],
+            max_ms in 0u64..100_000,
+        ) {
+            let policy = RetryPolicy::default().max_delay(Duration::from_millis(max_ms));
+            if let Ok(value) = reqwest::header::HeaderValue::from_bytes(&raw) {
+                let mut headers = HeaderMap::new();
+                headers.insert(RETRY_AFTER, value);
+                let got = policy.retry_after(&headers);
+                prop_assert!(got.is_none_or(|d| d <= Duration::from_millis(max_ms)));
+                let mut b = policy.backoff();
+                prop_assert!(policy.next_delay(&mut b, got) <= Duration::from_millis(max_ms));
+            }
+            if let Ok(text) = std::str::from_utf8(&raw) {
+                let _ = parse_retry_after(text.trim(), SystemTime::now());
+                let _ = parse_retry_after(text.trim(), SystemTime::UNIX_EPOCH);
+            }
+        }
     }
 
     #[test]
@@ -196,8 +276,13 @@ mod tests {
         let d: Vec<_> = (0..4).map(|_| policy.next_delay(&mut b, None)).collect();
         assert_eq!(d, [100, 200, 350, 350].map(Duration::from_millis).to_vec());
         assert_eq!(
+            policy.next_delay(&mut b, Some(Duration::from_millis(120))),
+            Duration::from_millis(120)
+        );
+        assert_eq!(
             policy.next_delay(&mut b, Some(Duration::from_secs(2))),
-            Duration::from_secs(2)
+            Duration::from_millis(350),
+            "clamped to max_delay"
         );
     }
 }

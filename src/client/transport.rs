@@ -2,7 +2,7 @@
 //! version tracking, and the mapping of failures to [`Error`].
 //!
 //! Both layers go through it: the generated client (via its hooks in
-//! `src/api.rs`) and the hand-written query and upload code.
+//! `src/api/mod.rs`) and the hand-written query and upload code.
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use secrecy::ExposeSecret;
 use tracing::Instrument;
 
 use super::auth::{API_KEY_HEADER, Auth};
+use super::redirect::{self, RedirectRefused};
 use super::retry::{self, RetryPolicy};
 use super::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
 use crate::error::{Error, Result, snippet};
@@ -25,8 +26,16 @@ const REQUEST_ID_HEADERS: &[&str] = &["x-request-id", "x-pinecone-request-id", "
 /// Marks a rewritten error response whose body was not the JSON envelope.
 const RAW_BODY_MARKER: &str = "x-nexus-knowql-raw-error-body";
 
+/// Marks a response rewritten because of a redirect to another origin (one
+/// a custom client followed, or one that reached the crate unfollowed); its
+/// value is [`RedirectRefused::to_marker`].
+const REDIRECT_MARKER: &str = "x-nexus-knowql-redirect-refused";
+
 /// The most bytes of an error body that are read.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// Makes a fresh copy of a request whose body cannot be cloned.
+pub(crate) type Rebuild<'a> = dyn Fn() -> Option<Request> + Send + Sync + 'a;
 
 /// Shared state behind every request of one [`Client`](crate::Client).
 ///
@@ -47,6 +56,14 @@ pub(crate) struct TransportInner {
     pub(crate) auth: Auth,
     pub(crate) retry: RetryPolicy,
     pub(crate) request_timeout: Option<Duration>,
+    /// Sent on each request (set only for a caller's own `reqwest::Client`).
+    pub(crate) user_agent: Option<HeaderValue>,
+    /// The longest wait for the response headers of an event stream.
+    pub(crate) header_timeout: Option<Duration>,
+    /// The longest wait for a body the transport reads itself (error bodies).
+    pub(crate) read_timeout: Option<Duration>,
+    /// The total time of a synchronous turn (`POST /query` without stream).
+    pub(crate) turn_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for Transport {
@@ -57,6 +74,9 @@ impl fmt::Debug for Transport {
             .field("auth", &self.inner.auth)
             .field("retry", &self.inner.retry)
             .field("request_timeout", &self.inner.request_timeout)
+            .field("header_timeout", &self.inner.header_timeout)
+            .field("read_timeout", &self.inner.read_timeout)
+            .field("turn_timeout", &self.inner.turn_timeout)
             .finish()
     }
 }
@@ -97,9 +117,18 @@ impl Transport {
     /// Returns the server's final answer whatever its status; error bodies
     /// that are not the JSON envelope are rewritten into one (see
     /// [`Transport::error_from_response`]) so the status is never lost.
-    pub(crate) async fn execute(
+    pub(crate) async fn execute(&self, req: Request, operation: &str) -> reqwest::Result<Response> {
+        self.execute_rebuilding(req, None, operation).await
+    }
+
+    /// [`Transport::execute`] for a request whose body cannot be cloned (a
+    /// multipart upload): `rebuild` makes a fresh copy for each further
+    /// attempt, so re-login and retries work as for any other request. When
+    /// it gives `None`, the attempt under way is the last one.
+    pub(crate) async fn execute_rebuilding(
         &self,
         mut req: Request,
+        rebuild: Option<&Rebuild<'_>>,
         operation: &str,
     ) -> reqwest::Result<Response> {
         let inner = &*self.inner;
@@ -109,6 +138,10 @@ impl Transport {
         if !req.headers().contains_key(API_VERSION_HEADER) {
             req.headers_mut()
                 .insert(API_VERSION_HEADER, inner.version_value.clone());
+        }
+        if let Some(ua) = &inner.user_agent {
+            req.headers_mut()
+                .insert(reqwest::header::USER_AGENT, ua.clone());
         }
         if req.timeout().is_none() && !is_event_stream(&req) {
             *req.timeout_mut() = inner.request_timeout;
@@ -120,16 +153,23 @@ impl Transport {
             .unwrap_or_default()
             .to_owned();
         let idempotent = retry::is_idempotent(req.method());
+        let origin = req.url().clone();
         let started = tokio::time::Instant::now();
         let mut backoff = inner.retry.backoff();
         let mut retries = 0u32;
         let mut relogged_in = false;
+        let mut redirects = 0usize;
 
         loop {
-            // A body that cannot be cloned (a stream) allows one attempt only.
-            let (mut attempt, last_chance) = match req.try_clone() {
-                Some(r) => (r, false),
-                None => (take_request(&mut req), true),
+            // A body that cannot be cloned (a stream) allows one attempt
+            // unless the caller can rebuild the request.
+            let (mut attempt, last_chance) = match (req.try_clone(), rebuild) {
+                (Some(r), _) => (r, false),
+                (None, Some(make)) => match make() {
+                    Some(next) => (std::mem::replace(&mut req, next), false),
+                    None => (take_request(&mut req), true),
+                },
+                (None, None) => (take_request(&mut req), true),
             };
             let token_generation = match self.authorize(&mut attempt).await? {
                 Ok(generation) => generation,
@@ -145,8 +185,26 @@ impl Transport {
             );
             let result = inner.http.execute(attempt).instrument(span.clone()).await;
             match result {
+                Ok(resp) if !redirect::same_origin(&origin, resp.url()) => {
+                    return Ok(redirect_refused_response(RedirectRefused::followed(
+                        resp.url(),
+                    )));
+                }
                 Ok(resp) => {
                     let status = resp.status();
+                    // A redirect reqwest left to us: the body could not be
+                    // sent twice, or a custom client follows none.
+                    if let Some(next) = redirect_target(&resp) {
+                        if !redirect::same_origin(&origin, &next) {
+                            return Ok(redirect_refused_response(RedirectRefused::refused(&next)));
+                        }
+                        let keeps_method = matches!(status.as_u16(), 307 | 308);
+                        if keeps_method && !last_chance && redirects < redirect::MAX_REDIRECTS {
+                            redirects += 1;
+                            *req.url_mut() = next;
+                            continue;
+                        }
+                    }
                     span.record("http.status_code", status.as_u16());
                     self.observe_version(&sent_version, resp.headers());
                     if status == StatusCode::UNAUTHORIZED
@@ -162,7 +220,7 @@ impl Transport {
                     }
                     if idempotent && !last_chance && retry::is_retryable_status(status.as_u16()) {
                         let retry_after = match status.as_u16() {
-                            429 | 503 => retry::retry_after(resp.headers()),
+                            429 | 503 => inner.retry.retry_after(resp.headers()),
                             _ => None,
                         };
                         if let Some(delay) =
@@ -176,7 +234,7 @@ impl Transport {
                         tracing::warn!(parent: &span, status = status.as_u16(), retries, "giving up after retries");
                     }
                     if status.is_client_error() || status.is_server_error() {
-                        return Ok(normalize_error_body(resp).await);
+                        return Ok(normalize_error_body(resp, inner.read_timeout).await);
                     }
                     return Ok(resp);
                 }
@@ -214,7 +272,7 @@ impl Transport {
             return None;
         }
         let delay = policy.next_delay(backoff, retry_after);
-        if started.elapsed() + delay > policy.get_max_elapsed() {
+        if started.elapsed().saturating_add(delay) > policy.get_max_elapsed() {
             return None;
         }
         *retries += 1;
@@ -268,16 +326,30 @@ impl Transport {
         };
         tracing::debug!("logging in");
         let body = serde_json::json!({ "api_key": state.key.expose_secret() });
+        // Every request waits on the login lock this runs under: it always
+        // has a deadline, even when ordinary requests have none.
+        let limit = self
+            .inner
+            .request_timeout
+            .unwrap_or(super::DEFAULT_REQUEST_TIMEOUT);
         let req = self
             .inner
             .http
             .post(format!("{}/auth/login", self.inner.base_url))
             .header(API_VERSION_HEADER, self.inner.version_value.clone())
+            .timeout(limit)
             .json(&body)
             .build()?;
+        let origin = req.url().clone();
         let resp = self.inner.http.execute(req).await?;
+        if !redirect::same_origin(&origin, resp.url()) {
+            let refused = RedirectRefused::followed(resp.url());
+            return Ok(Err(redirect_refused_response(refused)));
+        }
         if !resp.status().is_success() {
-            return Ok(Err(normalize_error_body(resp).await));
+            return Ok(Err(
+                normalize_error_body(resp, self.inner.read_timeout).await
+            ));
         }
         let bytes = resp.bytes().await?;
         match serde_json::from_slice::<crate::api::types::LoginResponse>(&bytes) {
@@ -306,15 +378,68 @@ impl Transport {
 
     /// Sends a hand-written request; a non-2xx answer becomes an [`Error`].
     pub(crate) async fn send(&self, req: Request, operation: &'static str) -> Result<Response> {
+        self.send_rebuilding(req, None, operation).await
+    }
+
+    /// [`Transport::send`] with a way to rebuild an uncloneable request (see
+    /// [`Transport::execute_rebuilding`]).
+    pub(crate) async fn send_rebuilding(
+        &self,
+        req: Request,
+        rebuild: Option<&Rebuild<'_>>,
+        operation: &'static str,
+    ) -> Result<Response> {
+        let started = tokio::time::Instant::now();
         let resp = self
-            .execute(req, operation)
+            .execute_rebuilding(req, rebuild, operation)
             .await
-            .map_err(|e| self.map_reqwest(operation, e))?;
+            .map_err(|e| {
+                let mut e = self.map_reqwest(operation, e);
+                if let Error::Timeout { elapsed_ms, .. } = &mut e {
+                    *elapsed_ms = crate::query::millis(started.elapsed());
+                }
+                e
+            })?;
         if resp.status().is_success() {
             Ok(resp)
         } else {
             Err(self.error_from_response(operation, resp).await)
         }
+    }
+
+    /// Sends a request for an event stream: like [`Transport::send`], with
+    /// the wait for the response headers (and any error body) bounded by the
+    /// header timeout. The body itself is never cut by a total timeout.
+    ///
+    /// A `POST /query` that runs out of time is not sent again: the server
+    /// may already run the turn.
+    pub(crate) async fn send_stream(
+        &self,
+        req: Request,
+        operation: &'static str,
+    ) -> Result<Response> {
+        let Some(limit) = self.inner.header_timeout else {
+            return self.send(req, operation).await;
+        };
+        match tokio::time::timeout(limit, self.send(req, operation)).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(
+                    op = operation,
+                    limit_ms = crate::query::millis(limit),
+                    "no response headers in time"
+                );
+                Err(Error::Timeout {
+                    operation,
+                    elapsed_ms: crate::query::millis(limit),
+                })
+            }
+        }
+    }
+
+    /// The total time allowed to a synchronous turn, if bounded.
+    pub(crate) fn turn_timeout(&self) -> Option<Duration> {
+        self.inner.turn_timeout
     }
 
     /// Turns an error answer into an [`Error`].
@@ -325,7 +450,7 @@ impl Transport {
     ) -> Error {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = read_limited(resp, ERROR_BODY_LIMIT)
+        let body = read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
             .await
             .unwrap_or_default();
         let (code, message, raw) = parse_envelope(&headers, &body);
@@ -341,6 +466,13 @@ impl Transport {
         message: String,
         raw_body: Option<String>,
     ) -> Error {
+        if let Some(refused) = headers
+            .get(REDIRECT_MARKER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(RedirectRefused::from_marker)
+        {
+            return refused.to_error(operation);
+        }
         let request_id = request_id(headers);
         if status == 401 {
             return Error::Unauthorized {
@@ -388,7 +520,7 @@ impl Transport {
             G::UnexpectedResponse(resp) => {
                 if resp.status().is_success() {
                     let status = resp.status();
-                    let body = read_limited(resp, ERROR_BODY_LIMIT)
+                    let body = read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
                         .await
                         .unwrap_or_default();
                     Error::decode(operation, format!("unexpected status {status}"), &body)
@@ -413,10 +545,13 @@ pub(crate) fn map_reqwest(
     err: reqwest::Error,
     timeout: Option<Duration>,
 ) -> Error {
+    if let Some(refused) = redirect::refused(&err) {
+        return refused.to_error(operation);
+    }
     if err.is_timeout() {
         return Error::Timeout {
             operation,
-            elapsed_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+            elapsed_ms: timeout.map_or(0, crate::query::millis),
         };
     }
     if err.is_decode() {
@@ -479,10 +614,30 @@ fn parse_envelope(headers: &HeaderMap, body: &[u8]) -> (Option<String>, String, 
     }
 }
 
-/// Reads at most `limit` bytes of a body.
-pub(crate) async fn read_limited(mut resp: Response, limit: usize) -> reqwest::Result<Vec<u8>> {
+/// Reads at most `limit` bytes of a body, for at most `time` (what arrived
+/// by then is kept).
+pub(crate) async fn read_limited(
+    mut resp: Response,
+    limit: usize,
+    time: Option<Duration>,
+) -> reqwest::Result<Vec<u8>> {
+    let deadline = time.and_then(|t| tokio::time::Instant::now().checked_add(t));
     let mut out = Vec::new();
-    while let Some(chunk) = resp.chunk().await? {
+    loop {
+        let chunk = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, resp.chunk()).await {
+                Ok(chunk) => chunk?,
+                Err(_) => {
+                    tracing::debug!(
+                        read = out.len(),
+                        "an error body took too long; keeping what arrived"
+                    );
+                    break;
+                }
+            },
+            None => resp.chunk().await?,
+        };
+        let Some(chunk) = chunk else { break };
         let room = limit.saturating_sub(out.len());
         out.extend_from_slice(&chunk[..chunk.len().min(room)]);
         if out.len() >= limit {
@@ -522,12 +677,41 @@ fn http_response(status: StatusCode, headers: &HeaderMap, body: Bytes, raw: bool
     }
 }
 
+/// Where a redirect answer points, resolved against the URL it came from.
+fn redirect_target(resp: &Response) -> Option<url::Url> {
+    if !resp.status().is_redirection() {
+        return None;
+    }
+    let location = resp
+        .headers()
+        .get(reqwest::header::LOCATION)?
+        .to_str()
+        .ok()?;
+    resp.url().join(location).ok()
+}
+
+/// The answer that stands in for a redirect to another origin (or for what a
+/// custom client fetched there): the foreign answer is never handed on.
+fn redirect_refused_response(refused: RedirectRefused) -> Response {
+    tracing::warn!(location = %refused.location, "{}", refused.reason());
+    let mut headers = HeaderMap::new();
+    let marker = HeaderValue::from_str(&refused.to_marker())
+        .unwrap_or_else(|_| HeaderValue::from_static("refused (another origin)"));
+    headers.insert(REDIRECT_MARKER, marker);
+    http_response(
+        StatusCode::MISDIRECTED_REQUEST,
+        &headers,
+        envelope_bytes(&refused.to_string(), None),
+        false,
+    )
+}
+
 /// Makes an error answer's body the JSON envelope so that the generated
 /// client keeps the status even when the server sent text or HTML.
-async fn normalize_error_body(resp: Response) -> Response {
+async fn normalize_error_body(resp: Response, read_timeout: Option<Duration>) -> Response {
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = read_limited(resp, ERROR_BODY_LIMIT)
+    let body = read_limited(resp, ERROR_BODY_LIMIT, read_timeout)
         .await
         .unwrap_or_default();
     let is_envelope = serde_json::from_slice::<serde_json::Value>(&body)

@@ -1,4 +1,5 @@
-//! Streamable HTTP transport: [`NexusMcp`] at `/mcp` on axum.
+//! Streamable HTTP transport: [`NexusMcp`] at `/mcp`, served by hyper-util's
+//! connection loop with tower and tower-http layers.
 //!
 //! Security, as the MCP specification asks of HTTP servers:
 //! - a request whose `Origin` is not allowed is refused with 403 (DNS
@@ -6,21 +7,51 @@
 //!   are allowed, and requests without `Origin` (non-browser clients) pass;
 //! - the `Host` header must name an allowed host (loopback names, the bound
 //!   address, and any added with [`HttpOptions::allowed_hosts`]);
-//! - each request may carry `X-Pinecone-Api-Key`, which
-//!   [`KeyPolicy::Caller`](super::nexus::KeyPolicy::Caller) tools use for that
-//!   request ([`caller_api_key`]);
+//! - each request may carry `X-Pinecone-Api-Key`; every tool family acts
+//!   with that key for that request ([`KeyPolicy::Caller`]); an empty,
+//!   repeated or malformed header is refused with 401;
+//! - a session belongs to the key that created it: a request naming a
+//!   session with another key (or none) gets 404, as for an unknown session;
+//!   sessions expire when idle and their number is capped;
+//! - every connection has a header-read timeout, every request a deadline,
+//!   and connections, in-flight requests and requests per connection are
+//!   limited; each refused request is logged on one line (never the key);
 //! - [`bind`] warns when the address is not loopback.
+//!
+//! With [`HttpOptions::stateless`] no session state is kept: any number of
+//! processes can serve the same clients behind a plain load balancer.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use axum::body::Body;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::{FutureExt, StreamExt};
+use http::{HeaderMap, Method, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
 use rmcp::model::Extensions;
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tower::{BoxError, ServiceBuilder};
+use tower_http::timeout::TimeoutLayer;
 
+use super::nexus::KeyPolicy;
 use super::server::NexusMcp;
+use super::{ToolError, ToolErrorCode};
 use crate::client::API_KEY_HEADER;
 
 /// The path the MCP endpoint is served at.
@@ -45,8 +76,30 @@ const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1"];
 /// The largest JSON-RPC request body accepted.
 const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
 
+/// The longest `X-Pinecone-Api-Key` value accepted.
+const MAX_KEY_BYTES: usize = 512;
+
+/// How long shutdown waits for open connections to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Default [`HttpOptions::header_read_timeout`].
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`HttpOptions::request_timeout`]: longer than the longest
+/// `get_query` wait (60 s) plus the per-call Nexus deadline.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default [`HttpOptions::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default [`HttpOptions::max_concurrent_requests`].
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 256;
+/// Default [`HttpOptions::max_requests_per_connection`].
+pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: usize = 16;
+/// Default [`HttpOptions::max_sessions`].
+pub const DEFAULT_MAX_SESSIONS: usize = 1000;
+/// Default [`HttpOptions::session_idle_timeout`].
+pub const DEFAULT_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Options of the HTTP transport.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct HttpOptions {
     /// Origins allowed besides [`LOCAL_ORIGINS`], as `scheme://host:port`
@@ -55,6 +108,49 @@ pub struct HttpOptions {
     /// `Host` header values allowed besides loopback names and the bound
     /// address (needed when clients reach the server by a DNS name).
     pub allowed_hosts: Vec<String>,
+    /// Serve every request without server-side session state, so that
+    /// several processes can serve the same clients (no `Mcp-Session-Id`,
+    /// no GET stream, no DELETE). Clients on the newest MCP protocol are
+    /// served statelessly either way. A [`PineconeServer`](super::pinecone::PineconeServer)
+    /// served this way should have its suggest-flow gate off
+    /// (`PineconeConfig::suggest_flow = false`), as `nexus-mcp --stateless`
+    /// does: a replica cannot see suggestions made on another.
+    pub stateless: bool,
+    /// Time a connection has to send a complete request head.
+    pub header_read_timeout: Duration,
+    /// Time a request has from its head to the end of its response
+    /// (SSE streams included).
+    pub request_timeout: Duration,
+    /// Open connections; more are closed at once.
+    pub max_connections: usize,
+    /// Requests being handled at once over all connections, counted until
+    /// their response starts (an SSE stream then stays bounded by its
+    /// connection and the request deadline); more get 503.
+    pub max_concurrent_requests: usize,
+    /// Requests being handled at once on one connection (and HTTP/2
+    /// streams per connection); more get 503.
+    pub max_requests_per_connection: usize,
+    /// Live MCP sessions; an `initialize` past it gets 503.
+    pub max_sessions: usize,
+    /// A session without any message for this long is closed.
+    pub session_idle_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            stateless: false,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            session_idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
+        }
+    }
 }
 
 impl HttpOptions {
@@ -70,17 +166,361 @@ impl HttpOptions {
         self.allowed_hosts.extend(hosts.into_iter().map(Into::into));
         self
     }
+
+    /// Serves without session state (see [`HttpOptions::stateless`]).
+    pub fn stateless(mut self, stateless: bool) -> Self {
+        self.stateless = stateless;
+        self
+    }
+
+    /// Sets the header-read timeout.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Sets the per-request deadline.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets the limit of open connections (at least 1).
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// Sets the limit of requests handled at once (at least 1).
+    pub fn max_concurrent_requests(mut self, max: usize) -> Self {
+        self.max_concurrent_requests = max.max(1);
+        self
+    }
+
+    /// Sets the limit of requests handled at once per connection (at least 1).
+    pub fn max_requests_per_connection(mut self, max: usize) -> Self {
+        self.max_requests_per_connection = max.max(1);
+        self
+    }
+
+    /// Sets the limit of live sessions (at least 1).
+    pub fn max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max.max(1);
+        self
+    }
+
+    /// Sets the idle time after which a session is closed.
+    pub fn session_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.session_idle_timeout = timeout;
+        self
+    }
 }
 
-/// The caller's API key: the `X-Pinecone-Api-Key` header of the HTTP request
-/// that carried this MCP request, if any (never set over stdio).
+/// Why an `X-Pinecone-Api-Key` header was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyHeaderError {
+    /// The header is present but empty.
+    Empty,
+    /// The header appears more than once.
+    Repeated,
+    /// Not 1 to 512 visible ASCII characters.
+    Malformed,
+}
+
+impl std::fmt::Display for KeyHeaderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self {
+            KeyHeaderError::Empty => "is empty",
+            KeyHeaderError::Repeated => "is sent more than once",
+            KeyHeaderError::Malformed => {
+                "is malformed (expected 1 to 512 visible ASCII characters)"
+            }
+        };
+        write!(f, "the {API_KEY_HEADER} header {what}")
+    }
+}
+
+impl std::error::Error for KeyHeaderError {}
+
+/// The caller's key in `headers`: `None` when the header is absent.
+///
+/// # Errors
+/// An empty, repeated or malformed header: an authentication error, never
+/// "no key".
+pub fn key_from_headers(headers: &HeaderMap) -> Result<Option<SecretString>, KeyHeaderError> {
+    let mut values = headers.get_all(API_KEY_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(KeyHeaderError::Repeated);
+    }
+    let bytes = value.as_bytes().trim_ascii();
+    if bytes.is_empty() {
+        return Err(KeyHeaderError::Empty);
+    }
+    if bytes.len() > MAX_KEY_BYTES || !bytes.iter().all(u8::is_ascii_graphic) {
+        return Err(KeyHeaderError::Malformed);
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(key) => Ok(Some(SecretString::from(key.to_owned()))),
+        Err(_) => Err(KeyHeaderError::Malformed),
+    }
+}
+
+/// The caller's API key: the valid `X-Pinecone-Api-Key` header of the HTTP
+/// request that carried this MCP request, if any (never set over stdio).
 pub fn caller_api_key(extensions: &Extensions) -> Option<SecretString> {
     let parts = extensions.get::<http::request::Parts>()?;
-    let key = parts.headers.get(API_KEY_HEADER)?.to_str().ok()?.trim();
-    (!key.is_empty()).then(|| SecretString::from(key.to_owned()))
+    key_from_headers(&parts.headers).ok().flatten()
 }
 
-/// The axum router serving `server` at [`MCP_PATH`].
+/// A digest naming a caller key without holding it (SHA-256 with a domain
+/// prefix): used to bind sessions and to key per-caller caches.
+pub(crate) fn key_digest(key: &SecretString) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(b"nexus-mcp caller key\0");
+    hasher.update(key.expose_secret().as_bytes());
+    hasher.finalize().into()
+}
+
+/// The key one tool call runs with.
+#[derive(Debug)]
+pub(crate) enum CallKey {
+    /// The server's own configured key (stdio, or `--allow-server-key`).
+    Configured,
+    /// The key the caller sent.
+    Caller(SecretString),
+}
+
+/// The key a call runs with under `policy`, one rule for every tool family:
+/// the caller's key when sent; the configured key over stdio or, without a
+/// caller key, when the policy allows it.
+///
+/// # Errors
+/// `UNAUTHORIZED` for a missing key (when the configured key may not serve
+/// callers) and for an empty, repeated or malformed key header.
+pub(crate) fn call_key(policy: KeyPolicy, extensions: &Extensions) -> Result<CallKey, ToolError> {
+    let fallback = match policy {
+        KeyPolicy::Configured => return Ok(CallKey::Configured),
+        KeyPolicy::Caller {
+            fallback_to_configured,
+        } => fallback_to_configured,
+    };
+    let key = match extensions.get::<http::request::Parts>() {
+        Some(parts) => key_from_headers(&parts.headers),
+        None => Ok(None),
+    };
+    match key {
+        Ok(Some(key)) => Ok(CallKey::Caller(key)),
+        Ok(None) if fallback => Ok(CallKey::Configured),
+        Ok(None) => Err(ToolError::new(
+            ToolErrorCode::Unauthorized,
+            format!(
+                "no Pinecone API key: send yours in the {API_KEY_HEADER} header of each HTTP request"
+            ),
+            false,
+        )
+        .with_suggestion(format!(
+            "configure the MCP client to send the {API_KEY_HEADER} header with your project's API key"
+        ))),
+        Err(e) => Err(ToolError::new(ToolErrorCode::Unauthorized, e.to_string(), false)
+            .with_suggestion(format!(
+                "send one {API_KEY_HEADER} header with your project's API key, or none"
+            ))),
+    }
+}
+
+/// Logs one refused request (never its key) and answers it.
+fn refuse(status: StatusCode, peer: Option<SocketAddr>, method: &Method, reason: &str) -> Response {
+    tracing::warn!(
+        peer = ?peer,
+        %method,
+        status = status.as_u16(),
+        reason,
+        "refused request"
+    );
+    let text = match status.canonical_reason() {
+        Some(name) => format!("{name}: {reason}"),
+        None => reason.to_owned(),
+    };
+    (status, text).into_response()
+}
+
+/// The owner (key digest, or none) of each session, and the session cap.
+#[derive(Debug)]
+struct Sessions {
+    manager: Arc<LocalSessionManager>,
+    owners: Mutex<HashMap<String, Option<[u8; 32]>>>,
+    /// Session creations in flight (counted against the cap).
+    creating: AtomicUsize,
+    max: usize,
+}
+
+impl Sessions {
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<[u8; 32]>>> {
+        // Plain values; a poisoned map is still consistent.
+        self.owners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records `owner` for a new session, forgetting sessions that ended.
+    async fn bind(&self, id: String, owner: Option<[u8; 32]>) {
+        let stale = self.owners().len() >= self.max;
+        if stale {
+            let live = self.manager.sessions.read().await;
+            self.owners().retain(|id, _| live.contains_key(id.as_str()));
+        }
+        self.owners().insert(id, owner);
+    }
+}
+
+/// What the request guard checks.
+#[derive(Debug)]
+struct Guard {
+    /// `None` when stateless.
+    sessions: Option<Sessions>,
+    request_timeout: Duration,
+}
+
+/// Releases one reserved session creation.
+struct Creating<'a>(&'a AtomicUsize);
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Checks the caller key header and session ownership, caps sessions, bounds
+/// SSE responses by the request deadline and logs refused requests.
+async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    let method = request.method().clone();
+    let owner = match key_from_headers(request.headers()) {
+        Ok(key) => key.as_ref().map(key_digest),
+        Err(e) => return refuse(StatusCode::UNAUTHORIZED, peer, &method, &e.to_string()),
+    };
+    let session = request
+        .headers()
+        .get(HEADER_SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let response = match (&guard.sessions, session) {
+        (Some(sessions), Some(id)) => {
+            let known = sessions.owners().get(&id).copied();
+            if known.is_some_and(|o| o != owner) {
+                // 404, as for an unknown session: a stranger learns nothing.
+                return refuse(
+                    StatusCode::NOT_FOUND,
+                    peer,
+                    &method,
+                    "session not found (it belongs to another caller key)",
+                );
+            }
+            let response = next.run(request).await;
+            if method == Method::DELETE && response.status().is_success() {
+                sessions.owners().remove(&id);
+            }
+            response
+        }
+        (Some(sessions), None) if method == Method::POST => {
+            let reserved = sessions.creating.fetch_add(1, Ordering::AcqRel);
+            let _creating = Creating(&sessions.creating);
+            let live = sessions.manager.sessions.read().await.len();
+            let mut request = request;
+            if live.saturating_add(reserved) >= sessions.max {
+                // Only an `initialize` creates a session; other requests
+                // without one (the newest protocol) are served statelessly.
+                let (parts, body) = request.into_parts();
+                let Ok(bytes) = axum::body::to_bytes(body, MAX_REQUEST_BODY_BYTES).await else {
+                    return refuse(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        peer,
+                        &method,
+                        "request body too large or cut",
+                    );
+                };
+                let initialize = serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .is_ok_and(|m| m.get("method").and_then(|m| m.as_str()) == Some("initialize"));
+                request = Request::from_parts(parts, Body::from(bytes));
+                if initialize {
+                    return refuse(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        peer,
+                        &method,
+                        &format!(
+                            "too many live MCP sessions (limit {}); retry later or end an unused session",
+                            sessions.max
+                        ),
+                    );
+                }
+            }
+            let response = next.run(request).await;
+            if let Some(id) = response
+                .headers()
+                .get(HEADER_SESSION_ID)
+                .and_then(|v| v.to_str().ok())
+            {
+                sessions.bind(id.to_owned(), owner).await;
+            }
+            response
+        }
+        _ => next.run(request).await,
+    };
+    let status = response.status();
+    if status.is_client_error() || status.is_server_error() {
+        tracing::warn!(
+            peer = ?peer,
+            %method,
+            status = status.as_u16(),
+            "refused request"
+        );
+    }
+    with_deadline(response, started + guard.request_timeout, peer)
+}
+
+/// Ends an SSE response body at `deadline`.
+fn with_deadline(response: Response, deadline: Instant, peer: Option<SocketAddr>) -> Response {
+    let streaming = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !streaming {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let cut = tokio::time::sleep_until(deadline).map(move |()| {
+        tracing::warn!(peer = ?peer, "request deadline passed: response stream ended");
+    });
+    let body = Body::from_stream(body.into_data_stream().take_until(cut));
+    Response::from_parts(parts, body)
+}
+
+/// Answers a request shed by a concurrency limit.
+async fn overloaded(error: BoxError) -> Response {
+    let (status, reason) = if error.is::<tower::load_shed::error::Overloaded>() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server busy: too many requests in flight; retry later",
+        )
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, "request failed")
+    };
+    tracing::warn!(status = status.as_u16(), reason, "refused request");
+    (status, reason).into_response()
+}
+
+/// The axum router serving `server` at [`MCP_PATH`], with the request
+/// guard, request deadline and global concurrency limit (but not the
+/// connection-level limits, which [`serve`] adds).
 ///
 /// `local_addr` is the address the listener is bound to (its IP, when
 /// specific, becomes an allowed `Host`). Cancelling `shutdown` ends every
@@ -105,13 +545,37 @@ pub fn router(
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_REQUEST_BODY_BYTES)
+        .with_legacy_session_mode(!options.stateless)
         .with_cancellation_token(shutdown);
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    axum::Router::new().route_service(MCP_PATH, service)
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(options.session_idle_timeout);
+    let manager = Arc::new(manager);
+    let service =
+        StreamableHttpService::new(move || Ok(server.clone()), Arc::clone(&manager), config);
+    let guard = Arc::new(Guard {
+        sessions: (!options.stateless).then(|| Sessions {
+            manager,
+            owners: Mutex::new(HashMap::new()),
+            creating: AtomicUsize::new(0),
+            max: options.max_sessions.max(1),
+        }),
+        request_timeout: options.request_timeout,
+    });
+    let global = Arc::new(Semaphore::new(options.max_concurrent_requests.max(1)));
+    let layers = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(overloaded))
+        .load_shed()
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::with_semaphore(
+            global,
+        ))
+        .layer(axum::middleware::from_fn_with_state(guard, check_request))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            options.request_timeout,
+        ));
+    axum::Router::new()
+        .route_service(MCP_PATH, service)
+        .layer(layers)
 }
 
 /// Binds `addr`, warning when it is not a loopback address.
@@ -129,7 +593,24 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     tokio::net::TcpListener::bind(addr).await
 }
 
+/// Logs how a connection ended when it matters (a header-read timeout is a
+/// refused request).
+fn log_connection_end(error: &(dyn std::error::Error + 'static), peer: SocketAddr) {
+    let timed_out = error
+        .downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_timeout);
+    if timed_out {
+        tracing::warn!(%peer, "refused request: request head not received in time; connection closed");
+    } else {
+        tracing::debug!(%peer, error = %error, "connection ended with an error");
+    }
+}
+
 /// Serves `server` on `listener` until `shutdown` is cancelled.
+///
+/// Each connection is served by hyper-util (HTTP/1.1 with a header-read
+/// timeout, or HTTP/2 with a stream limit) behind the connection limit and
+/// a per-connection concurrency limit; see [`HttpOptions`].
 ///
 /// # Errors
 /// An I/O failure of the listener.
@@ -141,15 +622,72 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let local_addr = listener.local_addr()?;
     let app = router(server, local_addr, options, shutdown.clone());
-    tracing::info!(%local_addr, path = MCP_PATH, "serving MCP over Streamable HTTP");
-    // Answers go out as several small SSE writes; without TCP_NODELAY, Nagle's
-    // algorithm and the client's delayed ACK add about 40 ms to each call.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+    tracing::info!(
+        %local_addr,
+        path = MCP_PATH,
+        stateless = options.stateless,
+        "serving MCP over Streamable HTTP"
+    );
+    let per_connection = options.max_requests_per_connection.max(1);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(u32::try_from(per_connection).unwrap_or(u32::MAX));
+    let connections = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, then go on.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+            tracing::warn!(%peer, limit = options.max_connections, "refused connection: too many open connections");
+            drop(tcp);
+            continue;
+        };
+        // Answers go out as several small SSE writes; without TCP_NODELAY,
+        // Nagle's algorithm and the client's delayed ACK add about 40 ms.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled_owned().await })
-        .await
+        let service = ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(overloaded))
+            .load_shed()
+            .concurrency_limit(per_connection)
+            .map_request(move |mut request: Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            })
+            .service(app.clone());
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(service))
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                log_connection_end(&*e, peer);
+            }
+            drop(permit);
+        });
+    }
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            tracing::debug!("connections still open at shutdown");
+        }
+    }
+    Ok(())
 }

@@ -438,14 +438,9 @@ impl NexusServer {
 
     /// The client for one call, following the key policy.
     fn client_for(&self, ctx: &RequestContext<RoleServer>) -> Result<Client, ToolError> {
-        let fallback = match self.keys {
-            KeyPolicy::Configured => return Ok(self.client.clone()),
-            KeyPolicy::Caller {
-                fallback_to_configured,
-            } => fallback_to_configured,
-        };
-        match super::http::caller_api_key(&ctx.extensions) {
-            Some(key) => {
+        match super::http::call_key(self.keys, &ctx.extensions)? {
+            super::http::CallKey::Configured => Ok(self.client.clone()),
+            super::http::CallKey::Caller(key) => {
                 use secrecy::ExposeSecret;
                 Client::builder()
                     .base_url(self.client.base_url())
@@ -455,19 +450,6 @@ impl NexusServer {
                     .build()
                     .map_err(|e| nexus_error(e, Subject::None))
             }
-            None if fallback => Ok(self.client.clone()),
-            None => Err(ToolError::new(
-                ToolErrorCode::Unauthorized,
-                format!(
-                    "no Pinecone API key: send yours in the {} header of each HTTP request",
-                    crate::client::API_KEY_HEADER
-                ),
-                false,
-            )
-            .with_suggestion(format!(
-                "configure the MCP client to send the {} header with your project's API key",
-                crate::client::API_KEY_HEADER
-            ))),
         }
     }
 

@@ -1,26 +1,43 @@
-//! [`QueryHandle`]: a turn running in the background.
+//! [`QueryHandle`]: a turn running in the background, detached, or attached
+//! to by id.
 
 use std::fmt;
 use std::time::Duration;
 
 use backoff::backoff::Backoff;
+use tracing::Instrument;
 
 use super::session::TurnSlot;
-use super::stream::{EventConnection, StreamConfig, open_events};
-use super::turn::{QueryTurn, into_outcome};
+use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
+use super::turn::{QueryTurn, TurnSpan, into_outcome};
 use crate::error::{Error, Result};
 use crate::{Client, types};
 
-/// A turn started with [`TurnBuilder::background`](crate::TurnBuilder::background).
+/// A turn that runs on the server while nothing reads its events: started
+/// with [`TurnBuilder::background`](crate::TurnBuilder::background), left
+/// with [`QueryTurn::detach`], or found by id with
+/// [`Queries::attach`](crate::resources::Queries::attach) (from any process).
 ///
 /// It polls only when asked ([`QueryHandle::get`], [`QueryHandle::wait`]);
-/// the SDK runs nothing behind the caller's back. While the handle lives and
-/// has not seen the turn end, its session counts the turn as in flight.
+/// the SDK runs nothing behind the caller's back. While the handle of a
+/// session's turn lives and has not seen the turn end, the session counts
+/// the turn as in flight; dropped, the session still remembers it (see
+/// [`Session`](crate::Session)).
+///
+/// To continue a turn from a checkpoint in another process, store
+/// [`QueryTurn::last_event_id`] as you go; later,
+/// `client.queries().attach(id).await?.events_after(seq).await?` delivers
+/// exactly the events after it.
 pub struct QueryHandle {
     client: Client,
     query: types::Query,
     slot: Option<TurnSlot>,
     stream_config: StreamConfig,
+    /// A detached stream that had not named its turn yet: read on (and
+    /// dropped) as soon as the id is needed. In a mutex only so that the
+    /// handle stays `Sync`; it is never locked while shared.
+    unnamed: Option<std::sync::Mutex<EventConnection>>,
+    span: TurnSpan,
 }
 
 impl fmt::Debug for QueryHandle {
@@ -37,9 +54,9 @@ impl fmt::Debug for QueryHandle {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub struct QueryWait {
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     initial_interval: Duration,
-    max_interval: Duration,
+    pub(crate) max_interval: Duration,
 }
 
 impl Default for QueryWait {
@@ -66,41 +83,80 @@ impl QueryWait {
         self.max_interval = max.max(initial);
         self
     }
+
+    /// The growing polling intervals.
+    pub(crate) fn intervals(&self) -> backoff::ExponentialBackoff {
+        backoff::ExponentialBackoff {
+            current_interval: self.initial_interval,
+            initial_interval: self.initial_interval,
+            randomization_factor: 0.1,
+            multiplier: 1.5,
+            max_interval: self.max_interval,
+            max_elapsed_time: None,
+            ..backoff::ExponentialBackoff::default()
+        }
+    }
 }
 
 impl QueryHandle {
     pub(crate) fn new(
         client: Client,
         query: types::Query,
-        slot: TurnSlot,
+        slot: Option<TurnSlot>,
         stream_config: StreamConfig,
+        span: TurnSpan,
     ) -> Self {
+        span.learn(Some(&query.id), Some(&query.session_id));
         let mut handle = QueryHandle {
             client,
             query,
-            slot: Some(slot),
+            slot,
             stream_config,
+            unnamed: None,
+            span,
         };
         handle.observe_terminal();
         handle
     }
 
-    /// The turn's id.
+    /// A handle on a detached stream that has not named its turn yet.
+    pub(crate) fn unnamed(
+        conn: EventConnection,
+        query: types::Query,
+        slot: Option<TurnSlot>,
+        stream_config: StreamConfig,
+        span: TurnSpan,
+    ) -> Self {
+        QueryHandle {
+            client: conn.client().clone(),
+            query,
+            slot,
+            stream_config,
+            unnamed: Some(std::sync::Mutex::new(conn)),
+            span,
+        }
+    }
+
+    /// The turn's id. Empty only on a handle detached before the server
+    /// named the turn; every async method learns it first.
     pub fn id(&self) -> &str {
         &self.query.id
     }
 
-    /// The turn's session id.
+    /// The turn's session id (empty while unknown, as for [`QueryHandle::id`]).
     pub fn session_id(&self) -> &str {
         &self.query.session_id
     }
 
-    /// The Query as last seen (the 202 answer, or the last poll).
+    /// The Query as last seen: the 202 answer, the last poll, or (for a
+    /// detached turn, until the first poll) what its stream had shown: id,
+    /// session, status, steps and usage, with no output yet.
     pub fn last_seen(&self) -> &types::Query {
         &self.query
     }
 
     fn observe(&mut self, query: types::Query) {
+        self.span.learn(Some(&query.id), Some(&query.session_id));
         self.query = query;
         self.observe_terminal();
     }
@@ -110,7 +166,48 @@ impl QueryHandle {
             && let Some(slot) = self.slot.take()
         {
             slot.learn(Some(&self.query.session_id), Some(&self.query.id));
+            slot.release();
         }
+    }
+
+    /// Reads a detached stream on until the server names the turn.
+    async fn named(&mut self) -> Result<&str> {
+        if let Some(conn) = self.unnamed.take() {
+            let mut conn = conn.into_inner().unwrap_or_else(|p| p.into_inner());
+            while conn.query_id().is_none() {
+                let span = &self.span;
+                let next = futures::future::poll_fn(|cx| {
+                    let _enter = span.enter();
+                    conn.poll_next_event(cx)
+                })
+                .await;
+                match next {
+                    Some(Ok(Delivery::Event(
+                        _,
+                        super::event::QueryEvent::Created { session_id, .. },
+                    ))) => {
+                        if let Some(s) = session_id {
+                            self.query.session_id = s;
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(e),
+                    None => {
+                        return Err(Error::Stream {
+                            query_id: None,
+                            message: "the stream ended before the server named the turn".into(),
+                        });
+                    }
+                }
+            }
+            self.query.id = conn.query_id().unwrap_or_default().to_owned();
+            if let Some(slot) = &self.slot {
+                slot.learn(Some(&self.query.session_id), Some(&self.query.id));
+            }
+            self.span
+                .learn(Some(&self.query.id), Some(&self.query.session_id));
+        }
+        Ok(&self.query.id)
     }
 
     /// `GET /queries/{id}`: the turn now, whatever its status.
@@ -118,7 +215,13 @@ impl QueryHandle {
     /// # Errors
     /// Any error of the call.
     pub async fn get(&mut self) -> Result<types::Query> {
-        let query = self.client.queries().get(&self.query.id).await?;
+        self.named().await?;
+        let query = self
+            .client
+            .queries()
+            .get(&self.query.id)
+            .instrument(self.span.span())
+            .await?;
         self.observe(query.clone());
         Ok(query)
     }
@@ -142,26 +245,23 @@ impl QueryHandle {
     /// # Cancel safety
     /// Dropping the future stops polling; the turn goes on on the server.
     pub async fn wait_with(&mut self, wait: QueryWait) -> Result<types::Query> {
+        let span = self.span.span();
+        self.wait_inner(wait).instrument(span).await
+    }
+
+    async fn wait_inner(&mut self, wait: QueryWait) -> Result<types::Query> {
         let started = tokio::time::Instant::now();
-        let mut intervals = backoff::ExponentialBackoff {
-            current_interval: wait.initial_interval,
-            initial_interval: wait.initial_interval,
-            randomization_factor: 0.1,
-            multiplier: 1.5,
-            max_interval: wait.max_interval,
-            max_elapsed_time: None,
-            ..backoff::ExponentialBackoff::default()
-        };
+        let mut intervals = wait.intervals();
         loop {
             let query = self.get().await?;
             if query.is_terminal() {
                 return into_outcome(query);
             }
             let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
-            if started.elapsed() + delay > wait.timeout {
+            if started.elapsed().saturating_add(delay) > wait.timeout {
                 return Err(Error::Timeout {
                     operation: "get_query",
-                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    elapsed_ms: super::millis(started.elapsed()),
                 });
             }
             tokio::time::sleep(delay).await;
@@ -174,15 +274,7 @@ impl QueryHandle {
     /// # Errors
     /// Any error answer to the events request.
     pub async fn events(self) -> Result<QueryTurn> {
-        let QueryHandle {
-            client,
-            query,
-            slot,
-            stream_config,
-        } = self;
-        let resp = open_events(&client, &query.id, None).await?;
-        let conn = EventConnection::new(client, stream_config, resp, Some(query.id));
-        Ok(QueryTurn::new(conn, slot))
+        self.subscribe(None).await
     }
 
     /// Like [`QueryHandle::events`], with its own [`StreamConfig`].
@@ -194,12 +286,85 @@ impl QueryHandle {
         self.events().await
     }
 
+    /// The same handle with another [`StreamConfig`] for the streams it
+    /// opens ([`QueryHandle::events`], [`QueryHandle::events_after`]).
+    #[must_use]
+    pub fn with_stream_config(mut self, config: StreamConfig) -> QueryHandle {
+        self.stream_config = config;
+        self
+    }
+
+    /// The turn's events strictly after sequence number `seq` (a checkpoint
+    /// stored from [`QueryTurn::last_event_id`]), each exactly once.
+    ///
+    /// It asks `GET /queries/{id}/events` with `Last-Event-ID: seq` and
+    /// checks the replay: the server replays from `seq` inclusively, so the
+    /// first event with an id must be exactly `seq` (it is dropped as
+    /// already seen). A replay that starts elsewhere, or an event log that
+    /// is gone (404/410), ends the stream with [`Error::ReplayGap`] naming
+    /// the checkpoint once the stored turn has ended, never with a silent
+    /// gap or a duplicate: the text before the checkpoint is not known in
+    /// this process, so the stored answer cannot be split at it (read the
+    /// whole turn with [`QueryHandle::get`]). Later breaks resume as for any
+    /// streamed turn. `events_after(0)` is [`QueryHandle::events`].
+    ///
+    /// The events request is sent when the returned turn is first polled;
+    /// its errors arrive through the stream.
+    ///
+    /// The returned turn accumulates only what follows the checkpoint: its
+    /// [`QueryTurn::text`] is the rest of the answer, and
+    /// [`QueryTurn::finish`] still returns the whole stored Query.
+    ///
+    /// # Errors
+    /// [`Error::Stream`] when the handle was detached before the server
+    /// named the turn and the stream ended without naming it.
+    pub async fn events_after(self, seq: u64) -> Result<QueryTurn> {
+        self.subscribe(Some(seq).filter(|&s| s > 0)).await
+    }
+
+    async fn subscribe(mut self, after: Option<u64>) -> Result<QueryTurn> {
+        self.named().await?;
+        let QueryHandle {
+            client,
+            query,
+            slot,
+            stream_config,
+            unnamed: _,
+            span,
+        } = self;
+        let conn = match after {
+            // The engine's verified resume: `Last-Event-ID: seq`, and the
+            // replay must start at exactly `seq`.
+            Some(seq) => {
+                EventConnection::resume(client, stream_config.clone(), query.id.clone(), Some(seq))
+            }
+            None => {
+                let resp = open_events(&client, &query.id, None)
+                    .instrument(span.span())
+                    .await?;
+                EventConnection::new(client, stream_config.clone(), resp, Some(query.id.clone()))
+            }
+        };
+        let mut turn = QueryTurn::new(conn, slot, span, &stream_config);
+        turn.set_session_id(&query.session_id);
+        if after.is_some() {
+            turn.mark_after_checkpoint();
+        }
+        Ok(turn)
+    }
+
     /// `POST /queries/{id}/cancel`: stops the turn on the server.
     ///
     /// # Errors
     /// Any error of the call.
     pub async fn cancel(&mut self) -> Result<types::Query> {
-        let query = self.client.queries().cancel(&self.query.id).await?;
+        self.named().await?;
+        let query = self
+            .client
+            .queries()
+            .cancel(&self.query.id)
+            .instrument(self.span.span())
+            .await?;
         self.observe(query.clone());
         Ok(query)
     }

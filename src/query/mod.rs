@@ -41,9 +41,11 @@ mod turn;
 
 pub use background::{QueryHandle, QueryWait};
 pub use event::{QueryEvent, names};
-pub use session::{MAX_SCOPE, Session, SessionBuilder};
+pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};
 pub use sse::DEFAULT_MAX_FRAME_BYTES;
 pub use stream::StreamConfig;
+pub(crate) use stream::millis;
+pub(crate) use turn::TurnSpan;
 pub use turn::{MAX_TURN_SECONDS, QueryTurn, TextStream, TurnBuilder};
 
 use crate::error::{Error, Result};

@@ -1,9 +1,11 @@
 //! [`Session`]: a multi-turn conversation over pinned scope and configuration.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use backoff::backoff::Backoff;
+
+use super::background::QueryWait;
 use super::turn::TurnBuilder;
 use crate::error::{Error, Result};
 use crate::{Client, types};
@@ -21,6 +23,31 @@ pub struct SessionBuilder {
     client: Client,
     scope: Vec<String>,
     config: PinnedConfig,
+    when_busy: WhenBusy,
+}
+
+/// What a new turn does while the session still runs an earlier one (a turn
+/// dropped or detached before its end, or one started by another process).
+///
+/// Either way the SDK never lets the server's 409 through: it checks the
+/// earlier turn with `GET /queries/{id}` first.
+///
+/// ```
+/// use std::time::Duration;
+/// use nexus_knowql::{QueryWait, WhenBusy};
+/// let wait = WhenBusy::Wait(QueryWait::default().timeout(Duration::from_secs(60)));
+/// # let _ = wait;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WhenBusy {
+    /// Fail at once with [`Error::SessionBusy`], which names the running
+    /// turn (the default).
+    #[default]
+    Fail,
+    /// Poll the running turn until it ends, then start the new one; after
+    /// the [`QueryWait`] timeout, fail with [`Error::SessionBusy`].
+    Wait(QueryWait),
 }
 
 /// Session configuration sent with the first turn only.
@@ -62,6 +89,7 @@ impl Client {
             client: self.clone(),
             scope: scope.into_iter().map(Into::into).collect(),
             config: PinnedConfig::default(),
+            when_busy: WhenBusy::Fail,
         }
     }
 }
@@ -105,6 +133,13 @@ impl SessionBuilder {
         self
     }
 
+    /// What a turn does while an earlier turn of the session still runs
+    /// (default [`WhenBusy::Fail`]).
+    pub fn when_busy(mut self, when_busy: WhenBusy) -> Self {
+        self.when_busy = when_busy;
+        self
+    }
+
     /// Checks the scope and returns the session. Nothing is sent yet: the
     /// first turn creates the session on the server.
     ///
@@ -123,38 +158,58 @@ impl SessionBuilder {
                 "a session scope entry is empty".into(),
             ));
         }
-        Ok(Session::with_start(
+        let session = Session::with_start(
             self.client,
             Start {
-                session_id: None,
-                previous_query_id: None,
                 scope: self.scope,
                 config: self.config,
-                last_query_id: None,
+                ..Start::default()
             },
-        ))
+        );
+        Ok(session.with_when_busy(self.when_busy))
     }
 }
 
 /// A KnowQL session: turns share context and pinned configuration.
 ///
 /// Cheap to clone; clones are the same session. A session runs one turn at
-/// a time: while a turn is in flight (a [`QueryTurn`](crate::QueryTurn) not
-/// yet ended or dropped, a [`QueryHandle`](crate::QueryHandle) not yet seen
-/// terminal or dropped, or a `send()` under way), starting another turn
-/// fails with [`Error::InvalidRequest`] before anything is sent, instead of
-/// a 409 from the server.
+/// a time, and it remembers its turn until it has seen it end:
+///
+/// - While a turn is held in this process (a [`QueryTurn`](crate::QueryTurn)
+///   not yet ended, a [`QueryHandle`](crate::QueryHandle) not yet seen
+///   terminal, or a `send()` under way), a new turn fails with
+///   [`Error::SessionBusy`] naming it (or waits, see [`WhenBusy`]).
+/// - A turn dropped or detached before its end may still run on the server.
+///   The next turn first asks `GET /queries/{id}`: if the earlier turn has
+///   ended it goes ahead, otherwise it fails with [`Error::SessionBusy`]
+///   (or waits for it).
+/// - A 409 from the server because a turn started elsewhere still runs is
+///   reported the same way.
+///
+/// Nothing reaches the server before these checks, so a refused turn is
+/// never started.
 ///
 /// The session learns its id from its first turn.
 #[derive(Clone)]
 pub struct Session {
     pub(crate) client: Client,
     pub(crate) shared: Arc<Shared>,
+    pub(crate) when_busy: WhenBusy,
 }
 
 pub(crate) struct Shared {
     start: Mutex<Start>,
-    in_flight: AtomicBool,
+}
+
+/// The session's current turn, as far as this process knows.
+#[derive(Debug, Clone)]
+pub(crate) struct Running {
+    /// Tells this turn's slot from a later one's.
+    generation: u64,
+    /// The turn's id, once known.
+    pub(crate) query_id: Option<String>,
+    /// An object in this process still owns the turn (it was not dropped).
+    held: bool,
 }
 
 /// What the next turn sends to join (or start) the session.
@@ -165,6 +220,10 @@ pub(crate) struct Start {
     pub(crate) scope: Vec<String>,
     pub(crate) config: PinnedConfig,
     pub(crate) last_query_id: Option<String>,
+    /// The turn the session last started, until it is seen to end.
+    pub(crate) running: Option<Running>,
+    /// The generation the next turn gets.
+    next_generation: u64,
 }
 
 impl fmt::Debug for Session {
@@ -174,7 +233,8 @@ impl fmt::Debug for Session {
             .field("id", &start.session_id)
             .field("scope", &start.scope)
             .field("last_query_id", &start.last_query_id)
-            .field("in_flight", &self.shared.in_flight.load(Ordering::Relaxed))
+            .field("running", &start.running)
+            .field("when_busy", &self.when_busy)
             .finish_non_exhaustive()
     }
 }
@@ -185,9 +245,17 @@ impl Session {
             client,
             shared: Arc::new(Shared {
                 start: Mutex::new(start),
-                in_flight: AtomicBool::new(false),
             }),
+            when_busy: WhenBusy::Fail,
         }
+    }
+
+    /// The same session with another [`WhenBusy`] policy for the turns
+    /// asked through this value (clones made later inherit it).
+    #[must_use]
+    pub fn with_when_busy(mut self, when_busy: WhenBusy) -> Session {
+        self.when_busy = when_busy;
+        self
     }
 
     /// An existing session, continued by its id. Nothing is sent.
@@ -224,9 +292,22 @@ impl Session {
         self.shared.lock().last_query_id.clone()
     }
 
-    /// Whether a turn of this session is in flight.
+    /// Whether a turn of this session is held in this process (a live
+    /// [`QueryTurn`](crate::QueryTurn) or [`QueryHandle`](crate::QueryHandle),
+    /// or a `send()` under way).
     pub fn is_busy(&self) -> bool {
-        self.shared.in_flight.load(Ordering::Acquire)
+        self.shared.lock().running.as_ref().is_some_and(|r| r.held)
+    }
+
+    /// The id of the last turn this session started, while it has not been
+    /// seen to end (it may still run on the server after being dropped or
+    /// detached). The next turn checks it before starting.
+    pub fn unfinished_query_id(&self) -> Option<String> {
+        self.shared
+            .lock()
+            .running
+            .as_ref()
+            .and_then(|r| r.query_id.clone())
     }
 
     /// Starts a turn: set per-turn controls on the builder, then run it with
@@ -255,41 +336,89 @@ impl Shared {
     }
 }
 
-/// The right to run one turn of a session; released when dropped.
+/// The right to run one turn of a session.
+///
+/// [`TurnSlot::release`] says the turn was seen to end; dropping the slot
+/// without that leaves the turn remembered by the session (it may still run).
 pub(crate) struct TurnSlot {
     shared: Arc<Shared>,
-    released: AtomicBool,
+    generation: u64,
+    released: bool,
 }
 
 impl fmt::Debug for TurnSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TurnSlot")
-            .field("released", &self.released.load(Ordering::Relaxed))
+            .field("generation", &self.generation)
+            .field("released", &self.released)
             .finish()
     }
 }
 
+/// What [`TurnSlot::acquire`] found in the way.
+enum Blocker {
+    /// A turn held in this process, by id when known.
+    Held(Option<String>),
+    /// A turn left running (dropped or detached), by id when known.
+    Left(Option<String>, u64),
+}
+
 impl TurnSlot {
-    /// Takes the session's slot.
+    /// Takes the session's slot, first checking that no earlier turn still
+    /// runs (see [`Session`]), waiting for it when `when_busy` says so.
     ///
     /// # Errors
-    /// [`Error::InvalidRequest`] when another turn holds it.
-    pub(crate) fn acquire(shared: &Arc<Shared>) -> Result<TurnSlot> {
-        if shared
-            .in_flight
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            let id = shared.lock().session_id.clone();
-            return Err(Error::InvalidRequest(format!(
-                "session {} already has a turn in flight; finish, drop or cancel it first",
-                id.as_deref().unwrap_or("(new)")
-            )));
+    /// [`Error::SessionBusy`] when an earlier turn still runs (after the
+    /// wait, if any); [`Error::InvalidRequest`] when a turn held in this
+    /// process has no id yet.
+    pub(crate) async fn acquire(session: &Session, when_busy: &WhenBusy) -> Result<TurnSlot> {
+        let started = tokio::time::Instant::now();
+        let mut intervals = None;
+        loop {
+            let blocker = match session.shared.try_take() {
+                Ok(slot) => return Ok(slot),
+                Err(blocker) => blocker,
+            };
+            let held = matches!(blocker, Blocker::Held(_));
+            let query_id = match blocker {
+                Blocker::Held(id) => id,
+                Blocker::Left(id, generation) => {
+                    match session
+                        .shared
+                        .check_left(&session.client, id, generation)
+                        .await
+                    {
+                        // The earlier turn ended: try again at once.
+                        None => continue,
+                        Some(id) => Some(id),
+                    }
+                }
+            };
+            let wait = match when_busy {
+                WhenBusy::Wait(wait) => wait,
+                WhenBusy::Fail => return Err(busy(&session.shared, query_id)),
+            };
+            let intervals = intervals.get_or_insert_with(|| wait.intervals());
+            let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
+            if started.elapsed().saturating_add(delay) > wait.timeout {
+                return Err(busy(&session.shared, query_id));
+            }
+            tracing::debug!(
+                query_id = query_id.as_deref(),
+                delay_ms = delay.as_millis() as u64,
+                "waiting for the session's running turn"
+            );
+            tokio::time::sleep(delay).await;
+            if held && let Some(id) = query_id {
+                // A held turn ends when its owner sees it end; the server may
+                // know first (its owner may never read on).
+                if let Ok(q) = session.client.queries().get(&id).await
+                    && q.is_terminal()
+                {
+                    session.shared.forget(&id);
+                }
+            }
         }
-        Ok(TurnSlot {
-            shared: Arc::clone(shared),
-            released: AtomicBool::new(false),
-        })
     }
 
     /// Records what a turn reported about the session.
@@ -300,23 +429,165 @@ impl TurnSlot {
         {
             start.session_id = Some(s.to_owned());
         }
-        if let Some(q) = query_id.filter(|q| !q.is_empty())
-            && start.last_query_id.as_deref() != Some(q)
-        {
-            start.last_query_id = Some(q.to_owned());
+        if let Some(q) = query_id.filter(|q| !q.is_empty()) {
+            if start.last_query_id.as_deref() != Some(q) {
+                start.last_query_id = Some(q.to_owned());
+            }
+            if let Some(r) = start.running.as_mut()
+                && r.generation == self.generation
+                && r.query_id.is_none()
+            {
+                r.query_id = Some(q.to_owned());
+            }
         }
     }
 
-    /// Lets the session start another turn (idempotent).
-    pub(crate) fn release(&self) {
-        if !self.released.swap(true, Ordering::AcqRel) {
-            self.shared.in_flight.store(false, Ordering::Release);
+    /// Makes the session remember `query_id` (a turn found running
+    /// elsewhere) in place of this slot's turn, which never started.
+    pub(crate) fn adopt(&self, query_id: &str) {
+        let mut start = self.shared.lock();
+        if let Some(r) = start.running.as_mut()
+            && r.generation == self.generation
+        {
+            r.query_id = Some(query_id.to_owned());
+        }
+    }
+
+    /// The turn was seen to end (or never started): the session is free.
+    pub(crate) fn release(mut self) {
+        self.released = true;
+        let mut start = self.shared.lock();
+        if start
+            .running
+            .as_ref()
+            .is_some_and(|r| r.generation == self.generation)
+        {
+            start.running = None;
         }
     }
 }
 
 impl Drop for TurnSlot {
     fn drop(&mut self) {
-        self.release();
+        if self.released {
+            return;
+        }
+        // Dropped before the turn was seen to end: it may still run, so the
+        // session remembers it (by id when known) and checks it next time.
+        let mut start = self.shared.lock();
+        let forget = match start.running.as_mut() {
+            Some(r) if r.generation == self.generation => {
+                r.held = false;
+                // With neither id, nothing can be checked, and the next turn
+                // starts a new session anyway.
+                r.query_id.is_none() && start.session_id.is_none()
+            }
+            _ => false,
+        };
+        if forget {
+            start.running = None;
+        }
+    }
+}
+
+/// The error for a session whose turn `query_id` still runs.
+fn busy(shared: &Shared, query_id: Option<String>) -> Error {
+    match query_id {
+        Some(query_id) => Error::SessionBusy { query_id },
+        None => {
+            let id = shared.lock().session_id.clone();
+            Error::InvalidRequest(format!(
+                "session {} already has a turn in flight; finish, drop or cancel it first",
+                id.as_deref().unwrap_or("(new)")
+            ))
+        }
+    }
+}
+
+impl Shared {
+    /// Takes the slot when no turn is remembered.
+    fn try_take(self: &Arc<Self>) -> Result<TurnSlot, Blocker> {
+        let mut start = self.lock();
+        match &start.running {
+            Some(r) if r.held => Err(Blocker::Held(r.query_id.clone())),
+            Some(r) => Err(Blocker::Left(r.query_id.clone(), r.generation)),
+            None => {
+                let generation = start.next_generation;
+                start.next_generation = generation.wrapping_add(1);
+                start.running = Some(Running {
+                    generation,
+                    query_id: None,
+                    held: true,
+                });
+                Ok(TurnSlot {
+                    shared: Arc::clone(self),
+                    generation,
+                    released: false,
+                })
+            }
+        }
+    }
+
+    /// Checks a turn left running: `None` when it ended (and is forgotten),
+    /// else its id.
+    async fn check_left(
+        &self,
+        client: &Client,
+        query_id: Option<String>,
+        generation: u64,
+    ) -> Option<String> {
+        let query_id = match query_id {
+            Some(id) => Some(id),
+            // Dropped before the server named it: the session's stored turns
+            // tell whether one still runs.
+            None => match self.session_id() {
+                None => None,
+                Some(session_id) => match client.sessions().get(&session_id).await {
+                    Ok(s) => s
+                        .queries
+                        .iter()
+                        .rev()
+                        .find(|q| !q.is_terminal())
+                        .map(|q| q.id.clone()),
+                    // Cannot tell: let the server decide (a 409 is mapped).
+                    Err(_) => None,
+                },
+            },
+        };
+        let ended = match &query_id {
+            None => true,
+            Some(id) => match client.queries().get(id).await {
+                Ok(q) => q.is_terminal(),
+                Err(e) => e.is_not_found(),
+            },
+        };
+        if ended {
+            let mut start = self.lock();
+            if start
+                .running
+                .as_ref()
+                .is_some_and(|r| r.generation == generation)
+            {
+                start.running = None;
+            }
+            return None;
+        }
+        query_id
+    }
+
+    fn session_id(&self) -> Option<String> {
+        self.lock().session_id.clone()
+    }
+
+    /// Forgets the remembered turn `query_id`, which has ended.
+    fn forget(&self, query_id: &str) {
+        let mut start = self.lock();
+        if start
+            .running
+            .as_ref()
+            .is_some_and(|r| r.query_id.as_deref() == Some(query_id))
+        {
+            start.running = None;
+        }
     }
 }

@@ -50,6 +50,8 @@ pub(crate) struct Frame<'a> {
     pub(crate) event: &'a str,
     /// The `data:` lines joined with `\n`.
     pub(crate) data: &'a str,
+    /// The frame had an `id:` that is not a decimal `u64` (it is then `None`).
+    pub(crate) bad_id: bool,
 }
 
 /// Incremental SSE parser with a per-frame byte limit.
@@ -61,11 +63,16 @@ pub(crate) struct SseParser {
     frame_start: usize,
     /// Where line scanning resumes.
     scan: usize,
+    /// Bytes from `scan` up to here are known to hold no line ending: a
+    /// frame that arrives in many chunks is scanned once, not once per chunk.
+    searched: usize,
     /// The last line ended with CR: an LF right after it is part of that ending.
     skip_lf: bool,
     /// Whether the start of the stream was checked for a BOM.
     bom_checked: bool,
     max_frame: usize,
+    /// The limit for a frame named `query` (the final Query document).
+    max_query_frame: usize,
     /// The frame being built.
     event: Option<Range<usize>>,
     data: Option<Range<usize>>,
@@ -73,6 +80,8 @@ pub(crate) struct SseParser {
     data_owned: Vec<u8>,
     data_lines: u32,
     id: Option<u64>,
+    /// The frame being built had a non-numeric `id:`.
+    bad_id: bool,
     /// `data_owned` belongs to the frame returned last and is cleared lazily.
     release_owned: bool,
     /// The last `retry:` value.
@@ -86,16 +95,35 @@ impl SseParser {
             buf: Vec::new(),
             frame_start: 0,
             scan: 0,
+            searched: 0,
             skip_lf: false,
             bom_checked: false,
             max_frame: max_frame.max(1),
+            max_query_frame: max_frame.max(1),
             event: None,
             data: None,
             data_owned: Vec::new(),
             data_lines: 0,
             id: None,
+            bad_id: false,
             release_owned: false,
             retry: None,
+        }
+    }
+
+    /// Lets a frame named `query` (the final Query document, which may be
+    /// far larger than a progress event) grow to `limit` bytes.
+    pub(crate) fn with_query_frame_limit(mut self, limit: usize) -> Self {
+        self.max_query_frame = limit.max(self.max_frame);
+        self
+    }
+
+    /// The limit for the frame being built: the `query` frame's once its
+    /// `event:` line was read.
+    fn limit(&self) -> usize {
+        match &self.event {
+            Some(r) if &self.buf[r.clone()] == b"query" => self.max_query_frame,
+            _ => self.max_frame,
         }
     }
 
@@ -111,6 +139,7 @@ impl SseParser {
             let shift = self.frame_start;
             self.buf.drain(..shift);
             self.scan -= shift;
+            self.searched = self.searched.saturating_sub(shift);
             self.frame_start = 0;
             if let Some(r) = &mut self.event {
                 *r = r.start - shift..r.end - shift;
@@ -124,7 +153,7 @@ impl SseParser {
 
     /// Bytes of the frame under construction, up to `end` in the buffer.
     fn frame_bytes(&self, end: usize) -> usize {
-        end - self.frame_start + self.data_owned.len()
+        (end - self.frame_start).saturating_add(self.data_owned.len())
     }
 
     /// The next complete frame, `Ok(None)` when more bytes are needed.
@@ -160,13 +189,18 @@ impl SseParser {
                     self.frame_start = self.scan;
                 }
             }
-            let Some(i) = memchr::memchr2(b'\n', b'\r', &self.buf[self.scan..]) else {
-                // Everything left is the frame's unfinished line.
-                if self.frame_bytes(self.buf.len()) > self.max_frame {
-                    return Err(SseError::FrameTooLarge(self.max_frame));
+            let from = self.searched.max(self.scan);
+            let Some(i) = memchr::memchr2(b'\n', b'\r', &self.buf[from..]) else {
+                // Everything left is the frame's unfinished line; the next
+                // search starts where this one ended.
+                self.searched = self.buf.len();
+                let limit = self.limit();
+                if self.frame_bytes(self.buf.len()) > limit {
+                    return Err(SseError::FrameTooLarge(limit));
                 }
                 return Ok(None);
             };
+            let i = from - self.scan + i;
             let line = self.scan..self.scan + i;
             self.skip_lf = self.buf[self.scan + i] == b'\r';
             self.scan += i + 1;
@@ -175,14 +209,16 @@ impl SseParser {
                     // Nothing to dispatch (comments, `id:` or `event:` alone).
                     self.event = None;
                     self.id = None;
+                    self.bad_id = false;
                     self.frame_start = self.scan;
                     continue;
                 }
                 return self.dispatch();
             }
             self.field(line);
-            if self.frame_bytes(self.scan) > self.max_frame {
-                return Err(SseError::FrameTooLarge(self.max_frame));
+            let limit = self.limit();
+            if self.frame_bytes(self.scan) > limit {
+                return Err(SseError::FrameTooLarge(limit));
             }
             if self.event.is_none() && self.data.is_none() {
                 self.frame_start = self.scan;
@@ -218,7 +254,7 @@ impl SseParser {
                         self.data_owned.extend_from_slice(&self.buf[value]);
                     }
                 }
-                self.data_lines += 1;
+                self.data_lines = self.data_lines.saturating_add(1);
             }
             b"event" => self.event = Some(value),
             b"id" => {
@@ -226,8 +262,9 @@ impl SseParser {
                 // An id with NUL is ignored; an empty one clears the id.
                 if !v.contains(&0) {
                     self.id = parse_u64(v);
-                    if self.id.is_none() && !v.is_empty() {
-                        tracing::debug!("ignoring a non-numeric event id");
+                    self.bad_id = self.id.is_none() && !v.is_empty();
+                    if self.bad_id {
+                        tracing::debug!("a non-numeric event id");
                     }
                 }
             }
@@ -242,6 +279,7 @@ impl SseParser {
 
     fn dispatch(&mut self) -> Result<Option<Frame<'_>>, SseError> {
         let id = self.id.take();
+        let bad_id = std::mem::take(&mut self.bad_id);
         let event = self.event.take();
         let data = self.data.take();
         let owned = self.data_lines > 1;
@@ -259,7 +297,12 @@ impl SseParser {
             data.map_or(&[][..], |r| &self.buf[r])
         };
         let data = std::str::from_utf8(data).map_err(|_| SseError::InvalidUtf8)?;
-        Ok(Some(Frame { id, event, data }))
+        Ok(Some(Frame {
+            id,
+            event,
+            data,
+            bad_id,
+        }))
     }
 }
 
@@ -403,6 +446,71 @@ mod tests {
         let mut p = SseParser::new(64);
         p.feed(b"data: \xff\xfe\n\n");
         assert_eq!(p.next_frame(), Err(SseError::InvalidUtf8));
+    }
+
+    #[test]
+    fn non_numeric_ids_are_flagged() {
+        let mut p = SseParser::new(1024);
+        p.feed(b"id: x7\ndata: a\n\nid: 8\ndata: b\n\nid:\ndata: c\n\n");
+        let f = p.next_frame().unwrap().unwrap();
+        assert_eq!((f.id, f.bad_id), (None, true));
+        let f = p.next_frame().unwrap().unwrap();
+        assert_eq!((f.id, f.bad_id), (Some(8), false));
+        let f = p.next_frame().unwrap().unwrap();
+        assert_eq!((f.id, f.bad_id), (None, false));
+    }
+
+    #[test]
+    fn the_query_frame_has_its_own_limit() {
+        let big = "x".repeat(200);
+        let wire = format!("event: query\ndata: {big}\n\nevent: other\ndata: {big}\n\n");
+        for split in [1, 7, 4096] {
+            let mut p = SseParser::new(64).with_query_frame_limit(1024);
+            let mut frames = Vec::new();
+            let mut error = None;
+            for chunk in wire.as_bytes().chunks(split) {
+                p.feed(chunk);
+                loop {
+                    match p.next_frame() {
+                        Ok(Some(f)) => frames.push(f.event.to_owned()),
+                        Ok(None) => break,
+                        Err(e) => {
+                            error = Some(e);
+                            break;
+                        }
+                    }
+                }
+                if error.is_some() {
+                    break;
+                }
+            }
+            assert_eq!(frames, ["query"], "split {split}");
+            assert_eq!(error, Some(SseError::FrameTooLarge(64)), "split {split}");
+        }
+    }
+
+    #[test]
+    fn a_frame_in_many_chunks_is_scanned_from_where_the_last_search_ended() {
+        let mut p = SseParser::new(1 << 20);
+        p.feed(b"event: query\ndata: ");
+        assert_eq!(p.next_frame(), Ok(None));
+        for _ in 0..100 {
+            p.feed(&[b'x'; 1000]);
+            assert_eq!(p.next_frame(), Ok(None));
+            // Nothing before the end is searched again.
+            assert_eq!(p.searched, p.buf.len());
+        }
+        p.feed(b"\n\n");
+        let f = p.next_frame().unwrap().unwrap();
+        assert_eq!((f.event, f.data.len()), ("query", 100_000));
+    }
+
+    #[test]
+    fn huge_retry_values_do_not_panic() {
+        let mut p = SseParser::new(1024);
+        p.feed(b"retry: 18446744073709551615\n\n");
+        assert_eq!(p.next_frame(), Ok(None));
+        assert_eq!(p.retry(), Some(Duration::from_millis(u64::MAX)));
     }
 
     #[test]

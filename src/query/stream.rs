@@ -8,6 +8,13 @@
 //! stream reconnects with the last sequence number it delivered and skips
 //! every frame whose id is not greater. The `POST /query` that started the
 //! turn is never sent again: that would start a second turn.
+//!
+//! The second fact is checked, not trusted: the first frame with an id on a
+//! resumed connection must carry exactly N. A replay that starts later (a
+//! trimmed buffer), earlier, or at a non-numeric id, and an event log that
+//! is gone (404/410), end the reading; the connection then waits for the
+//! stored turn (`GET /queries/{id}`) and hands it over as
+//! [`Delivery::Recovered`], never the events across the gap.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -20,8 +27,8 @@ use tokio::time::{Instant, Sleep};
 
 use super::event::QueryEvent;
 use super::sse::{DEFAULT_MAX_FRAME_BYTES, SseParser};
-use crate::Client;
 use crate::error::{Error, Result};
+use crate::{Client, types};
 
 /// How a turn's event stream reads, limits and resumes.
 ///
@@ -39,10 +46,13 @@ use crate::error::{Error, Result};
 pub struct StreamConfig {
     idle_timeout: Option<Duration>,
     max_frame_bytes: usize,
+    max_query_frame_bytes: usize,
+    recovery_wait: Duration,
     resume_attempts: u32,
     resume_max_elapsed: Duration,
     resume_delay: Duration,
     resume_max_delay: Duration,
+    cancel_on_drop: bool,
 }
 
 impl Default for StreamConfig {
@@ -50,10 +60,13 @@ impl Default for StreamConfig {
         StreamConfig {
             idle_timeout: Some(Duration::from_secs(60)),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_query_frame_bytes: MAX_QUERY_BODY_BYTES,
+            recovery_wait: DEFAULT_RECOVERY_WAIT,
             resume_attempts: 8,
             resume_max_elapsed: Duration::from_secs(120),
             resume_delay: Duration::from_millis(250),
             resume_max_delay: Duration::from_secs(10),
+            cancel_on_drop: false,
         }
     }
 }
@@ -66,11 +79,48 @@ impl StreamConfig {
         self
     }
 
-    /// The most bytes one SSE frame may have (default 4 MiB); a larger frame
-    /// ends the stream with [`Error::Stream`].
+    /// The most bytes one progress frame may have (default 4 MiB); a larger
+    /// frame before the terminal event ends the stream with [`Error::Stream`].
     pub fn max_frame_bytes(mut self, limit: usize) -> Self {
         self.max_frame_bytes = limit.max(1);
         self
+    }
+
+    /// The most bytes of the final `query` frame (default 64 MiB, the same
+    /// limit as a JSON Query body). A larger one is not an error: the turn
+    /// has ended, and [`QueryTurn::finish`](crate::QueryTurn::finish) reads
+    /// the stored Query instead.
+    pub fn max_query_frame_bytes(mut self, limit: usize) -> Self {
+        self.max_query_frame_bytes = limit.max(1);
+        self
+    }
+
+    /// Whether dropping the [`QueryTurn`](crate::QueryTurn) before the turn
+    /// ended cancels it on the server (default `false`: the turn goes on and
+    /// its session remembers it). The cancel (`POST /queries/{id}/cancel`)
+    /// runs as a task on the current Tokio runtime, since a drop cannot
+    /// wait; a turn dropped before the server named it cannot be cancelled.
+    /// [`QueryTurn::detach`](crate::QueryTurn::detach) never cancels.
+    pub fn cancel_on_drop(mut self, on: bool) -> Self {
+        self.cancel_on_drop = on;
+        self
+    }
+
+    pub(crate) fn cancel_on_drop_enabled(&self) -> bool {
+        self.cancel_on_drop
+    }
+
+    /// How long to wait for the stored turn to end when the event log cannot
+    /// be trusted (a replay that did not start at the id sent, a 404/410 for
+    /// the events) or the stream ended after the terminal event without the
+    /// final Query (default 930 s, above the service's 900 s cap on a turn).
+    pub fn recovery_wait(mut self, limit: Duration) -> Self {
+        self.recovery_wait = limit;
+        self
+    }
+
+    pub(crate) fn recovery_wait_limit(&self) -> Duration {
+        self.recovery_wait
     }
 
     /// Reconnections tried after one break before giving up (default 8).
@@ -95,8 +145,15 @@ impl StreamConfig {
     }
 }
 
+/// The most bytes of a Query document, as a JSON body or a `query` frame.
+pub(crate) const MAX_QUERY_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The default bound on waiting for a stored turn to end.
+const DEFAULT_RECOVERY_WAIT: Duration = Duration::from_secs(930);
+
 type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 type Connect = Pin<Box<dyn Future<Output = Result<reqwest::Response>> + Send>>;
+type Fetch = Pin<Box<dyn Future<Output = Result<types::Query>> + Send>>;
 
 enum State {
     /// Reading a response body.
@@ -105,12 +162,45 @@ enum State {
     Waiting(Pin<Box<Sleep>>),
     /// `GET /queries/{id}/events` sent, waiting for the answer.
     Connecting(Connect),
+    /// The event log could not be trusted: waiting for the stored turn.
+    Recovering(Fetch, Option<ReplayGap>),
     /// The stream is over (the error in `failed`, if any, is reported once).
     Done,
 }
 
-/// One delivered frame: its sequence number (when it had one) and its event.
-pub(crate) type Delivered = (Option<u64>, QueryEvent);
+/// What the connection hands to its owner, in order.
+#[derive(Debug)]
+pub(crate) enum Delivery {
+    /// A new event and its sequence number (when the frame had one).
+    Event(#[allow(dead_code)] Option<u64>, QueryEvent),
+    /// The replay could not be trusted (it did not start at the id that was
+    /// sent, or the event log is gone). Nothing after the gap was delivered;
+    /// here is the stored turn, terminal, to finish from. The owner decides
+    /// whether it makes up for the gap (see [`ReplayGap::into_error`]).
+    Recovered(Box<types::Query>, ReplayGap),
+}
+
+/// Why a resumed event stream could not be trusted past `last_event_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReplayGap {
+    /// The turn.
+    pub(crate) query_id: String,
+    /// The last event delivered before the gap (the `Last-Event-ID` sent).
+    pub(crate) last_event_id: Option<u64>,
+    /// What the server did instead of replaying from it.
+    pub(crate) cause: String,
+}
+
+impl ReplayGap {
+    /// The error for a gap the stored turn does not make up for.
+    pub(crate) fn into_error(self, detail: &str) -> Error {
+        Error::ReplayGap {
+            query_id: self.query_id,
+            last_event_id: self.last_event_id,
+            message: format!("{}; {detail}", self.cause),
+        }
+    }
+}
 
 /// The resumable connection. Owned by a `QueryTurn`; no task, no channel.
 pub(crate) struct EventConnection {
@@ -121,6 +211,13 @@ pub(crate) struct EventConnection {
     query_id: Option<String>,
     /// The sequence number of the last delivered event.
     last_seq: Option<u64>,
+    /// Whether any event was delivered (with or without an id).
+    delivered_any: bool,
+    /// How many times the stream reconnected.
+    resumes: u32,
+    /// On a resumed connection: the id its first id-carrying frame must have
+    /// (the `Last-Event-ID` sent). Cleared once it checked out.
+    verify: Option<u64>,
     /// A terminal event was delivered: a later break needs no resume.
     terminal_seen: bool,
     /// The `retry:` the server asked for, kept across connections.
@@ -146,6 +243,7 @@ impl std::fmt::Debug for EventConnection {
             State::Open(_) => "open",
             State::Waiting(_) => "waiting",
             State::Connecting(_) => "connecting",
+            State::Recovering(..) => "recovering",
             State::Done => "done",
         };
         f.debug_struct("EventConnection")
@@ -170,7 +268,8 @@ pub(crate) fn path_segment(s: &str) -> String {
     out
 }
 
-/// `GET /queries/{id}/events`, with `Last-Event-ID` when given.
+/// `GET /queries/{id}/events`, with `Last-Event-ID` when given. The wait
+/// for the response headers is bounded by the client's header timeout.
 pub(crate) async fn open_events(
     client: &Client,
     query_id: &str,
@@ -185,7 +284,10 @@ pub(crate) async fn open_events(
     if let Some(n) = last_event_id {
         req = req.header("Last-Event-ID", n.to_string());
     }
-    let resp = client.send("stream_query_events", req).await?;
+    let resp = client
+        .send_stream("stream_query_events", req)
+        .await
+        .map_err(|e| e.for_query(query_id))?;
     expect_event_stream("stream_query_events", Some(query_id), resp)
 }
 
@@ -210,22 +312,92 @@ pub(crate) fn expect_event_stream(
     }
 }
 
+/// `GET /queries/{id}` until the turn is terminal, polling with a growing
+/// interval (200 ms up to 5 s) for at most `limit`.
+///
+/// # Errors
+/// [`Error::Timeout`] (operation `get_query`) when the turn is still running
+/// after `limit`; any error of the polls, naming the query.
+pub(crate) async fn stored_terminal(
+    client: &Client,
+    query_id: &str,
+    limit: Duration,
+) -> Result<types::Query> {
+    let started = Instant::now();
+    let mut intervals = backoff::ExponentialBackoff {
+        current_interval: Duration::from_millis(200),
+        initial_interval: Duration::from_millis(200),
+        randomization_factor: 0.1,
+        multiplier: 1.5,
+        max_interval: Duration::from_secs(5),
+        max_elapsed_time: None,
+        ..backoff::ExponentialBackoff::default()
+    };
+    loop {
+        let query = client
+            .queries()
+            .get(query_id)
+            .await
+            .map_err(|e| e.for_query(query_id))?;
+        if query.is_terminal() {
+            return Ok(query);
+        }
+        let delay = intervals.next_backoff().unwrap_or(Duration::from_secs(5));
+        if started.elapsed().saturating_add(delay) > limit {
+            return Err(Error::Timeout {
+                operation: "get_query",
+                elapsed_ms: millis(started.elapsed()),
+            });
+        }
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The `query_id` every QueryEvent carries, read without decoding the rest.
+fn query_id_of(data: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Wire {
+        #[serde(default)]
+        query_id: Option<String>,
+    }
+    serde_json::from_str::<Wire>(data)
+        .ok()
+        .and_then(|w| w.query_id)
+        .filter(|id| !id.is_empty())
+}
+
+/// What one parsed frame means for the connection.
+enum Parsed {
+    Deliver(Option<u64>, QueryEvent),
+    /// Already delivered (a replayed event).
+    Skip,
+    /// The resumed connection did not replay from the id sent.
+    Broken(String),
+}
+
 impl EventConnection {
-    /// Reads `resp`, an event stream of the turn `query_id` (if known yet).
-    pub(crate) fn new(
+    fn with_state(
         client: Client,
         config: StreamConfig,
-        resp: reqwest::Response,
+        state: State,
         query_id: Option<String>,
     ) -> Self {
-        let parser = SseParser::new(config.max_frame_bytes);
+        let parser = new_parser(&config);
         EventConnection {
             client,
             config,
-            state: State::Open(Box::pin(resp.bytes_stream())),
+            state,
             parser,
             query_id,
             last_seq: None,
+            delivered_any: false,
+            verify: None,
+            resumes: 0,
             terminal_seen: false,
             retry: None,
             resume: None,
@@ -233,6 +405,40 @@ impl EventConnection {
             idle: None,
             failed: None,
         }
+    }
+
+    /// Reads `resp`, an event stream of the turn `query_id` (if known yet).
+    pub(crate) fn new(
+        client: Client,
+        config: StreamConfig,
+        resp: reqwest::Response,
+        query_id: Option<String>,
+    ) -> Self {
+        let body = State::Open(Box::pin(resp.bytes_stream()));
+        EventConnection::with_state(client, config, body, query_id)
+    }
+
+    /// A verified event stream of `query_id` after `last_seen`.
+    ///
+    /// Sends `GET /queries/{id}/events` with `Last-Event-ID: last_seen` (no
+    /// header for `None`: from the start) and checks the contract on this and
+    /// every later connection: the first frame with an id must carry exactly
+    /// the id that was sent (it is not delivered again). Anything else (a
+    /// later id, an earlier one, a non-numeric one), or a 404/410 for the
+    /// event log, yields [`Delivery::Recovered`] with the stored turn once it
+    /// is terminal, instead of events across the gap.
+    pub(crate) fn resume(
+        client: Client,
+        config: StreamConfig,
+        query_id: String,
+        last_seen: Option<u64>,
+    ) -> Self {
+        let mut conn =
+            EventConnection::with_state(client, config, State::Done, Some(query_id.clone()));
+        conn.last_seq = last_seen;
+        conn.delivered_any = last_seen.is_some();
+        conn.connect();
+        conn
     }
 
     pub(crate) fn query_id(&self) -> Option<&str> {
@@ -251,38 +457,95 @@ impl EventConnection {
         &self.client
     }
 
+    /// A connection that is over, to stand in for one moved elsewhere.
+    pub(crate) fn closed(client: Client) -> Self {
+        EventConnection::with_state(client, StreamConfig::default(), State::Done, None)
+    }
+
+    /// How many times the stream reconnected.
+    pub(crate) fn resumes(&self) -> u32 {
+        self.resumes
+    }
+
+    pub(crate) fn config(&self) -> &StreamConfig {
+        &self.config
+    }
+
     /// Closes the connection; the stream ends.
     pub(crate) fn close(&mut self) {
         self.state = State::Done;
+    }
+
+    /// Applies the parser's next frame, if a whole one is buffered.
+    fn next_parsed(&mut self) -> Option<Result<Parsed, super::sse::SseError>> {
+        let frame = match self.parser.next_frame() {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        if self.query_id.is_none() {
+            self.query_id = query_id_of(frame.data);
+        }
+        if let Some(expected) = self.verify {
+            if frame.bad_id {
+                return Some(Ok(Parsed::Broken(format!(
+                    "the replay started at a non-numeric event id instead of event {expected}"
+                ))));
+            }
+            match frame.id {
+                Some(id) if id == expected => {
+                    tracing::trace!(seq = id, "the replay starts where it should");
+                    self.verify = None;
+                    return Some(Ok(Parsed::Skip));
+                }
+                Some(id) if id > expected => {
+                    return Some(Ok(Parsed::Broken(format!(
+                        "the replay started at event {id} instead of event {expected} \
+                         (events {} to {id} are missing)",
+                        expected.saturating_add(1)
+                    ))));
+                }
+                Some(id) => {
+                    return Some(Ok(Parsed::Broken(format!(
+                        "the replay started at event {id}, before event {expected} that was asked for"
+                    ))));
+                }
+                None if frame.event == super::event::names::QUERY => {
+                    return Some(Ok(Parsed::Broken(format!(
+                        "the replay sent the final Query without event {expected}"
+                    ))));
+                }
+                None => {}
+            }
+        }
+        if let (Some(id), Some(last)) = (frame.id, self.last_seq)
+            && id <= last
+        {
+            tracing::trace!(seq = id, "skipping a replayed event");
+            return Some(Ok(Parsed::Skip));
+        }
+        let id = frame.id;
+        let event = QueryEvent::decode(frame.event, frame.data);
+        Some(Ok(Parsed::Deliver(id, event)))
     }
 
     /// The next new event, in order, exactly once.
     pub(crate) fn poll_next_event(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Delivered>>> {
+    ) -> Poll<Option<Result<Delivery>>> {
         loop {
             if let State::Open(_) = self.state {
-                match self.parser.next_frame() {
-                    Ok(Some(frame)) => {
-                        if let (Some(id), Some(last)) = (frame.id, self.last_seq)
-                            && id <= last
-                        {
-                            tracing::trace!(seq = id, "skipping a replayed event");
-                            continue;
-                        }
-                        let id = frame.id;
-                        let event = QueryEvent::decode(frame.event, frame.data);
+                match self.next_parsed() {
+                    Some(Ok(Parsed::Deliver(id, event))) => {
                         tracing::trace!(seq = id, event = event.name(), "event");
+                        self.delivered_any = true;
                         if id.is_some() {
                             self.last_seq = id;
                             // New progress: a later break starts a fresh resume budget.
                             self.resume = None;
                         }
                         match &event {
-                            QueryEvent::Created { query_id, .. } if self.query_id.is_none() => {
-                                self.query_id = Some(query_id.clone());
-                            }
                             QueryEvent::Query(q) => {
                                 if self.query_id.is_none() {
                                     self.query_id = Some(q.id.clone());
@@ -293,16 +556,35 @@ impl EventConnection {
                             e if e.is_terminal() => self.terminal_seen = true,
                             _ => {}
                         }
-                        return Poll::Ready(Some(Ok((id, event))));
+                        return Poll::Ready(Some(Ok(Delivery::Event(id, event))));
                     }
-                    Ok(None) => {}
-                    Err(e) => {
-                        self.fail(Error::Stream {
-                            query_id: self.query_id.clone(),
-                            message: e.to_string(),
-                        });
+                    Some(Ok(Parsed::Skip)) => continue,
+                    Some(Ok(Parsed::Broken(cause))) => {
+                        if self.terminal_seen {
+                            // Only the final Query was missing; the stored
+                            // one stands in for it.
+                            tracing::debug!(cause, "a broken replay after the terminal event");
+                            self.state = State::Done;
+                        } else {
+                            self.recover(cause);
+                        }
                         continue;
                     }
+                    Some(Err(e)) => {
+                        if self.terminal_seen {
+                            // The turn is over; the stored Query stands in
+                            // for whatever this frame was.
+                            tracing::debug!(error = %e, "ignoring a bad frame after the terminal event");
+                            self.state = State::Done;
+                        } else {
+                            self.fail(Error::Stream {
+                                query_id: self.query_id.clone(),
+                                message: e.to_string(),
+                            });
+                        }
+                        continue;
+                    }
+                    None => {}
                 }
             }
             match &mut self.state {
@@ -311,7 +593,8 @@ impl EventConnection {
                         self.last_activity = Instant::now();
                         self.parser.feed(&bytes);
                         if let Some(retry) = self.parser.retry() {
-                            self.retry = Some(retry);
+                            // A server number: never beyond the policy's cap.
+                            self.retry = Some(retry.min(self.config.resume_max_delay));
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {
@@ -331,7 +614,7 @@ impl EventConnection {
                     Poll::Pending => {
                         if self.idle_expired(cx) {
                             let idle = self.config.idle_timeout.unwrap_or_default();
-                            self.reconnect(&format!("no bytes for {} ms", idle.as_millis()));
+                            self.reconnect(&format!("no bytes for {} ms", millis(idle)));
                         } else {
                             return Poll::Pending;
                         }
@@ -344,12 +627,21 @@ impl EventConnection {
                 State::Connecting(fut) => match fut.as_mut().poll(cx) {
                     Poll::Ready(Ok(resp)) => {
                         tracing::debug!(query_id = self.query_id.as_deref(), "resumed");
-                        self.parser = SseParser::new(self.config.max_frame_bytes);
+                        self.parser = new_parser(&self.config);
+                        self.verify = self.last_seq;
                         self.last_activity = Instant::now();
                         self.state = State::Open(Box::pin(resp.bytes_stream()));
                     }
                     Poll::Ready(Err(e)) => {
-                        if resumable(&e) {
+                        let gone = matches!(e.status(), Some(404 | 410));
+                        if self.terminal_seen {
+                            // Only the final Query was missing; the stored
+                            // one stands in for it.
+                            tracing::debug!(error = %e, "no resume after the terminal event");
+                            self.state = State::Done;
+                        } else if gone && self.delivered_any {
+                            self.recover(format!("the event log is gone ({e})"));
+                        } else if resumable(&e) {
                             self.reconnect(&e.to_string());
                         } else {
                             // A 4xx (the turn is gone, access was revoked...): final.
@@ -364,6 +656,30 @@ impl EventConnection {
                         }
                     }
                 },
+                State::Recovering(fut, gap) => {
+                    let result = ready!(fut.as_mut().poll(cx));
+                    let gap = gap.take();
+                    self.state = State::Done;
+                    let Some(gap) = gap else { continue };
+                    match result {
+                        Ok(query) => {
+                            tracing::info!(
+                                query_id = gap.query_id,
+                                status = query.status,
+                                "recovered the turn from its stored state"
+                            );
+                            self.terminal_seen = true;
+                            return Poll::Ready(Some(Ok(Delivery::Recovered(
+                                Box::new(query),
+                                gap,
+                            ))));
+                        }
+                        Err(e) => {
+                            let detail = format!("the stored turn could not be read: {e}");
+                            self.failed = Some(gap.into_error(&detail));
+                        }
+                    }
+                }
                 State::Done => return Poll::Ready(self.failed.take().map(Err)),
             }
         }
@@ -371,7 +687,41 @@ impl EventConnection {
 
     fn fail(&mut self, e: Error) {
         self.state = State::Done;
-        self.failed = Some(e);
+        self.failed = Some(match &self.query_id {
+            Some(id) => e.for_query(id),
+            None => e,
+        });
+    }
+
+    /// Stops reading and waits for the stored turn instead of the events
+    /// after the last delivered one.
+    fn recover(&mut self, cause: String) {
+        let Some(query_id) = self.query_id.clone() else {
+            self.fail(Error::Stream {
+                query_id: None,
+                message: format!("{cause}, and the server never named the turn"),
+            });
+            return;
+        };
+        tracing::warn!(
+            query_id,
+            last_seq = self.last_seq,
+            cause,
+            "the replay cannot be trusted; reading the stored turn"
+        );
+        self.parser = new_parser(&self.config);
+        self.verify = None;
+        let gap = ReplayGap {
+            query_id: query_id.clone(),
+            last_event_id: self.last_seq,
+            cause,
+        };
+        let client = self.client.clone();
+        let limit = self.config.recovery_wait;
+        self.state = State::Recovering(
+            Box::pin(async move { stored_terminal(&client, &query_id, limit).await }),
+            Some(gap),
+        );
     }
 
     /// Whether the idle limit passed; registers the timer otherwise.
@@ -379,10 +729,13 @@ impl EventConnection {
         let Some(limit) = self.config.idle_timeout else {
             return false;
         };
+        // A limit beyond what the clock can represent never expires.
+        let Some(deadline) = self.last_activity.checked_add(limit) else {
+            return false;
+        };
         // The timer is re-armed lazily: bytes only move `last_activity`, so
         // the hot path never touches the timer wheel. The armed deadline is
         // never later than the real one, because activity only moves it on.
-        let deadline = self.last_activity + limit;
         let sleep = self
             .idle
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
@@ -396,7 +749,10 @@ impl EventConnection {
         true
     }
 
-    /// Schedules a reconnection after a break, or ends the stream.
+    /// Schedules a reconnection after a break, or ends the stream. After
+    /// the terminal event only the final `query` frame can be missing: a
+    /// resume that fails then ends the stream quietly, and the stored Query
+    /// stands in for the frame.
     fn reconnect(&mut self, cause: &str) {
         self.state = State::Done;
         let Some(query_id) = self.query_id.clone() else {
@@ -410,7 +766,10 @@ impl EventConnection {
             return;
         };
         let now = Instant::now();
-        let base = self.retry.unwrap_or(self.config.resume_delay);
+        let base = self
+            .retry
+            .unwrap_or(self.config.resume_delay)
+            .min(self.config.resume_max_delay);
         let cycle = self.resume.get_or_insert_with(|| ResumeCycle {
             attempts: 0,
             started: now,
@@ -427,11 +786,22 @@ impl EventConnection {
         let delay = cycle
             .backoff
             .next_backoff()
-            .unwrap_or(self.config.resume_max_delay);
+            .unwrap_or(self.config.resume_max_delay)
+            .min(self.config.resume_max_delay);
         let spent = now.duration_since(cycle.started);
         if cycle.attempts >= self.config.resume_attempts
-            || spent + delay > self.config.resume_max_elapsed
+            || spent.saturating_add(delay) > self.config.resume_max_elapsed
         {
+            if self.terminal_seen {
+                // The turn is over; the stored Query stands in for the
+                // `query` frame that did not come.
+                tracing::debug!(
+                    query_id,
+                    cause,
+                    "no final Query frame after the terminal event"
+                );
+                return;
+            }
             tracing::warn!(
                 query_id,
                 attempts = cycle.attempts,
@@ -444,10 +814,12 @@ impl EventConnection {
             return;
         }
         cycle.attempts += 1;
+        self.resumes = self.resumes.saturating_add(1);
         tracing::debug!(
+            resume = self.resumes,
             query_id,
             attempt = cycle.attempts,
-            delay_ms = delay.as_millis() as u64,
+            delay_ms = millis(delay),
             last_seq = self.last_seq,
             cause,
             "resuming the event stream"
@@ -463,10 +835,15 @@ impl EventConnection {
         let client = self.client.clone();
         let last = self.last_seq;
         self.last_activity = Instant::now();
+        self.idle = None;
         self.state = State::Connecting(Box::pin(async move {
             open_events(&client, &query_id, last).await
         }));
     }
+}
+
+fn new_parser(config: &StreamConfig) -> SseParser {
+    SseParser::new(config.max_frame_bytes).with_query_frame_limit(config.max_query_frame_bytes)
 }
 
 /// Whether a failed events request is worth another try.
@@ -487,6 +864,84 @@ mod tests {
     fn path_segments_are_encoded() {
         assert_eq!(path_segment("q_1-a.b~"), "q_1-a.b~");
         assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+    }
+
+    async fn next(conn: &mut EventConnection) -> Option<Result<Delivery>> {
+        futures::future::poll_fn(|cx| conn.poll_next_event(cx)).await
+    }
+
+    fn query_json(status: &str, answer: &str) -> serde_json::Value {
+        serde_json::json!({
+            "id": "q1", "object": "query", "session_id": "s1", "created": 0,
+            "status": status, "input": [], "citations": [], "steps": [], "runtime_ms": 1,
+            "output": [{"role": "assistant", "content": [{"type": "output_text", "text": answer}]}],
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+        })
+    }
+
+    async fn server(events: &'static str) -> (wiremock::MockServer, Client) {
+        use wiremock::matchers::{header, method, path};
+        use wiremock::{Mock, ResponseTemplate};
+        let server = wiremock::MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/queries/q1/events"))
+            .and(header("last-event-id", "2"))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_raw(events.as_bytes(), "text/event-stream"),
+            )
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/queries/q1"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(query_json("completed", "ab")))
+            .mount(&server)
+            .await;
+        let client = Client::builder().base_url(server.uri()).build().unwrap();
+        (server, client)
+    }
+
+    #[tokio::test]
+    async fn resume_from_a_known_event_skips_it_and_delivers_the_rest() {
+        let (_server, client) = server(
+            "id: 2\nevent: response.output_text.delta\ndata: {\"delta\":\"a\"}\n\n\
+             id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n\
+             id: 4\nevent: response.completed\ndata: {}\n\n",
+        )
+        .await;
+        let mut conn =
+            EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
+        match next(&mut conn).await {
+            Some(Ok(Delivery::Event(Some(3), QueryEvent::TextDelta { delta }))) => {
+                assert_eq!(delta, "b")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            next(&mut conn).await,
+            Some(Ok(Delivery::Event(Some(4), QueryEvent::Completed)))
+        ));
+        assert!(next(&mut conn).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn resume_that_skips_the_known_event_hands_over_the_stored_turn() {
+        let (_server, client) =
+            server("id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n").await;
+        let mut conn =
+            EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
+        match next(&mut conn).await {
+            Some(Ok(Delivery::Recovered(query, gap))) => {
+                assert_eq!(query.answer_text(), "ab");
+                assert_eq!(gap.last_event_id, Some(2));
+                assert!(
+                    gap.cause.contains("event 3 instead of event 2"),
+                    "{}",
+                    gap.cause
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(next(&mut conn).await.is_none());
     }
 
     #[test]

@@ -1,19 +1,78 @@
 //! One turn: [`TurnBuilder`] (per-turn controls, three ways to run) and
 //! [`QueryTurn`] (a live streaming turn that accumulates as it goes).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
+use tracing::Instrument;
 
 use super::background::QueryHandle;
 use super::event::QueryEvent;
-use super::session::{Session, TurnSlot};
-use super::stream::{EventConnection, StreamConfig, expect_event_stream};
+use super::session::{Session, TurnSlot, WhenBusy};
+use super::stream::{
+    Delivery, EventConnection, MAX_QUERY_BODY_BYTES, ReplayGap, StreamConfig, expect_event_stream,
+    stored_terminal,
+};
 use crate::error::{Error, Result};
 use crate::types;
+
+/// The `tracing` span of one turn, `query_turn`, with the fields `mode`
+/// (`send`, `stream`, `background` or `attach`), `query_id`, `session_id`
+/// and `resumes` (recorded as they become known). Retries, resumes, replay
+/// checks and version mismatches are events inside it.
+#[derive(Debug, Clone)]
+pub(crate) struct TurnSpan {
+    span: tracing::Span,
+    query_id_known: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    session_id_known: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TurnSpan {
+    pub(crate) fn new(mode: &'static str) -> Self {
+        TurnSpan {
+            span: tracing::info_span!(
+                "query_turn",
+                mode,
+                query_id = tracing::field::Empty,
+                session_id = tracing::field::Empty,
+                resumes = tracing::field::Empty,
+            ),
+            query_id_known: Default::default(),
+            session_id_known: Default::default(),
+        }
+    }
+
+    /// Records the ids the first time they are known.
+    pub(crate) fn learn(&self, query_id: Option<&str>, session_id: Option<&str>) {
+        use std::sync::atomic::Ordering;
+        if let Some(q) = query_id.filter(|q| !q.is_empty())
+            && !self.query_id_known.swap(true, Ordering::Relaxed)
+        {
+            self.span.record("query_id", q);
+        }
+        if let Some(s) = session_id.filter(|s| !s.is_empty())
+            && !self.session_id_known.swap(true, Ordering::Relaxed)
+        {
+            self.span.record("session_id", s);
+        }
+    }
+
+    pub(crate) fn record_resumes(&self, resumes: u32) {
+        self.span.record("resumes", resumes);
+    }
+
+    pub(crate) fn span(&self) -> tracing::Span {
+        self.span.clone()
+    }
+
+    pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
+        self.span.enter()
+    }
+}
 
 /// The most seconds a turn may run (the service's cap); `timeout_seconds` may only lower it.
 pub const MAX_TURN_SECONDS: i64 = 900;
@@ -28,6 +87,7 @@ pub struct TurnBuilder {
     session: Session,
     request: types::QueryRequest,
     stream_config: StreamConfig,
+    when_busy: WhenBusy,
 }
 
 impl fmt::Debug for TurnBuilder {
@@ -35,6 +95,7 @@ impl fmt::Debug for TurnBuilder {
         f.debug_struct("TurnBuilder")
             .field("session", &self.session)
             .field("stream_config", &self.stream_config)
+            .field("when_busy", &self.when_busy)
             .finish_non_exhaustive()
     }
 }
@@ -70,10 +131,12 @@ fn empty_request(ask: String) -> types::QueryRequest {
 
 impl TurnBuilder {
     pub(crate) fn new(session: Session, ask: String) -> Self {
+        let when_busy = session.when_busy.clone();
         TurnBuilder {
             session,
             request: empty_request(ask),
             stream_config: StreamConfig::default(),
+            when_busy,
         }
     }
 
@@ -156,14 +219,24 @@ impl TurnBuilder {
         self
     }
 
-    /// How [`TurnBuilder::stream`] reads and resumes (idle timeout, frame limit, resume budget).
+    /// How the turn's events are read and resumed (idle timeout, frame
+    /// limit, resume budget, cancel on drop); used by
+    /// [`TurnBuilder::stream`], [`TurnBuilder::send`] and the handle of
+    /// [`TurnBuilder::background`].
     pub fn stream_config(mut self, config: StreamConfig) -> Self {
         self.stream_config = config;
         self
     }
 
-    /// The request this turn sends, with the session's part filled in.
-    fn prepare(&mut self) -> Result<TurnSlot> {
+    /// What this turn does while an earlier turn of the session still runs
+    /// (default: the session's, see [`SessionBuilder::when_busy`](crate::SessionBuilder::when_busy)).
+    pub fn when_busy(mut self, when_busy: WhenBusy) -> Self {
+        self.when_busy = when_busy;
+        self
+    }
+
+    /// Checks the request before anything is sent.
+    fn check(&self) -> Result<()> {
         if self.request.ask.trim().is_empty() {
             return Err(Error::InvalidRequest("the question is empty".into()));
         }
@@ -174,8 +247,14 @@ impl TurnBuilder {
                 "timeout_seconds must be 1 to {MAX_TURN_SECONDS}, got {t}"
             )));
         }
-        let slot = TurnSlot::acquire(&self.session.shared)?;
+        Ok(())
+    }
+
+    /// Takes the session's slot and fills in the session's part of the request.
+    async fn prepare(&mut self, span: &TurnSpan) -> Result<TurnSlot> {
+        let slot = TurnSlot::acquire(&self.session, &self.when_busy).await?;
         let start = self.session.shared.lock().clone();
+        span.learn(None, start.session_id.as_deref());
         let r = &mut self.request;
         if let Some(id) = start.session_id {
             r.session_id = Some(id);
@@ -205,23 +284,139 @@ impl TurnBuilder {
             .json(&self.request)
     }
 
-    /// Runs the turn synchronously and returns the stored Query.
+    /// Sends `POST /query` once the session is free. A 409 because a turn
+    /// of the session still runs (started elsewhere) becomes
+    /// [`Error::SessionBusy`], or a wait and one more try.
+    async fn post_turn(
+        &mut self,
+        event_stream: bool,
+        span: &TurnSpan,
+    ) -> Result<(TurnSlot, reqwest::Response)> {
+        self.check()?;
+        let started = tokio::time::Instant::now();
+        loop {
+            let slot = self.prepare(span).await?;
+            let client = self.session.client.clone();
+            let sent = if event_stream {
+                client.send_stream("create_query", self.post(true)).await
+            } else {
+                client.send("create_query", self.post(false)).await
+            };
+            let err = match sent {
+                Ok(resp) => return Ok((slot, resp)),
+                Err(e) => e,
+            };
+            if err.status().is_none() && !matches!(err, Error::Transport { connect: true, .. }) {
+                // The request may have reached the server: keep the turn
+                // remembered (dropping the slot) so the next one checks.
+                drop(slot);
+                return Err(err);
+            }
+            if !err.is_conflict() {
+                slot.release();
+                return Err(err);
+            }
+            let Some(query_id) = self.running_turn().await else {
+                slot.release();
+                return Err(err);
+            };
+            tracing::debug!(query_id, "the session runs another turn (409)");
+            slot.adopt(&query_id);
+            drop(slot);
+            match &self.when_busy {
+                WhenBusy::Wait(wait) if started.elapsed() < wait.timeout => {}
+                _ => return Err(Error::SessionBusy { query_id }),
+            }
+        }
+    }
+
+    /// The running turn of the session this turn continues: per the
+    /// server's stored session, else the last turn this process knows of
+    /// (a 409 on a continued session means one of its turns still runs).
+    async fn running_turn(&self) -> Option<String> {
+        if self.request.session_id.is_none() && self.request.previous_query_id.is_none() {
+            // A new session: its 409 is about something else.
+            return None;
+        }
+        let from_server = async {
+            let queries = self.session.client.queries();
+            let session_id = match (&self.request.session_id, &self.request.previous_query_id) {
+                (Some(s), _) => s.clone(),
+                (None, Some(prev)) => queries.get(prev).await.ok()?.session_id,
+                (None, None) => return None,
+            };
+            let session = self.session.client.sessions().get(&session_id).await.ok()?;
+            session
+                .queries
+                .iter()
+                .rev()
+                .find(|q| !q.is_terminal())
+                .map(|q| q.id.clone())
+        };
+        match from_server.await {
+            Some(id) => Some(id),
+            None => self
+                .session
+                .last_query_id()
+                .or_else(|| self.request.previous_query_id.clone()),
+        }
+    }
+
+    /// Runs the turn to its end and returns the stored Query.
+    ///
+    /// The turn runs on the streaming path (a synchronous request could be
+    /// cut by a proxy during a long turn): a connection cut after the
+    /// server named the turn is resumed with `Last-Event-ID`, and if the
+    /// events cannot be had any more, the stored Query is polled with
+    /// `GET /queries/{id}`. `POST /query` is never sent twice, so a cut
+    /// neither loses the answer nor starts a second turn. A server that
+    /// answers with the Query document instead of an event stream is
+    /// accepted as well.
     ///
     /// # Errors
-    /// [`Error::InvalidRequest`] for a request rejected before sending (or a
-    /// turn already in flight on the session); [`Error::TurnFailed`] /
-    /// [`Error::TurnCancelled`] when the turn ended so; any error of the call.
+    /// [`Error::InvalidRequest`] for a request rejected before sending;
+    /// [`Error::SessionBusy`] while an earlier turn of the session runs;
+    /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] when the turn ended
+    /// so; [`Error::Stream`] when the connection broke before the server
+    /// named the turn; [`Error::Timeout`] after the client's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (the turn is not
+    /// cancelled; the session remembers it); any error of the calls.
     pub async fn send(mut self) -> Result<types::Query> {
-        let slot = self.prepare()?;
-        let resp = self
-            .session
-            .client
-            .send("create_query", self.post(false))
-            .await?;
-        let query = decode_query("create_query", resp).await?;
-        slot.learn(Some(&query.session_id), Some(&query.id));
-        drop(slot);
-        into_outcome(query)
+        let span = TurnSpan::new("send");
+        let outer = span.span();
+        let limit = self.session.client.transport().turn_timeout();
+        let run = async move {
+            self.request.stream = Some(true);
+            let (slot, resp) = self.post_turn(true, &span).await?;
+            let client = self.session.client.clone();
+            if is_json(&resp) {
+                // A synchronous answer (or a 202) after all.
+                let query = decode_query("create_query", resp).await?;
+                slot.learn(Some(&query.session_id), Some(&query.id));
+                let mut handle =
+                    QueryHandle::new(client, query, Some(slot), self.stream_config, span);
+                if handle.last_seen().is_terminal() {
+                    return into_outcome(handle.last_seen().clone());
+                }
+                return handle.wait().await;
+            }
+            let resp = expect_event_stream("create_query", None, resp)?;
+            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None);
+            QueryTurn::new(conn, Some(slot), span, &self.stream_config)
+                .finish_or_poll()
+                .await
+        }
+        .instrument(outer);
+        match limit {
+            None => run.await,
+            // Dropped at the deadline, the turn stays remembered by the session.
+            Some(limit) => tokio::time::timeout(limit, run)
+                .await
+                .unwrap_or(Err(Error::Timeout {
+                    operation: "create_query",
+                    elapsed_ms: super::millis(limit),
+                })),
+        }
     }
 
     /// Runs the turn as a stream of events.
@@ -230,45 +425,59 @@ impl TurnBuilder {
     /// arrived); the events follow through the [`QueryTurn`].
     ///
     /// # Errors
-    /// [`Error::InvalidRequest`] as for [`TurnBuilder::send`]; any error
-    /// answer to `POST /query` (409 when the server still runs another turn
-    /// of the session).
+    /// [`Error::InvalidRequest`] as for [`TurnBuilder::send`];
+    /// [`Error::SessionBusy`] while an earlier turn of the session runs;
+    /// any error answer to `POST /query`; [`Error::Timeout`] when the
+    /// response headers do not come within the client's header timeout (the
+    /// request is not sent again: the server may already run the turn).
     pub async fn stream(mut self) -> Result<QueryTurn> {
-        let slot = self.prepare()?;
-        self.request.stream = Some(true);
-        let client = self.session.client.clone();
-        let resp = client.send("create_query", self.post(true)).await?;
-        let resp = expect_event_stream("create_query", None, resp)?;
-        let conn = EventConnection::new(client, self.stream_config, resp, None);
-        Ok(QueryTurn::new(conn, Some(slot)))
+        let span = TurnSpan::new("stream");
+        let outer = span.span();
+        async move {
+            self.request.stream = Some(true);
+            let (slot, resp) = self.post_turn(true, &span).await?;
+            let resp = expect_event_stream("create_query", None, resp)?;
+            let client = self.session.client.clone();
+            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None);
+            Ok(QueryTurn::new(conn, Some(slot), span, &self.stream_config))
+        }
+        .instrument(outer)
+        .await
     }
 
     /// Starts the turn in the background (HTTP 202) and returns a handle to
     /// poll, wait for, stream or cancel it.
     ///
     /// # Errors
-    /// As for [`TurnBuilder::send`].
+    /// As for [`TurnBuilder::stream`].
     pub async fn background(mut self) -> Result<QueryHandle> {
-        let slot = self.prepare()?;
-        self.request.background = Some(true);
-        let resp = self
-            .session
-            .client
-            .send("create_query", self.post(false))
-            .await?;
-        let query = decode_query("create_query", resp).await?;
-        slot.learn(Some(&query.session_id), Some(&query.id));
-        Ok(QueryHandle::new(
-            self.session.client.clone(),
-            query,
-            slot,
-            self.stream_config,
-        ))
+        let span = TurnSpan::new("background");
+        let outer = span.span();
+        async move {
+            self.request.background = Some(true);
+            let (slot, resp) = self.post_turn(false, &span).await?;
+            let query = decode_query("create_query", resp).await?;
+            slot.learn(Some(&query.session_id), Some(&query.id));
+            Ok(QueryHandle::new(
+                self.session.client.clone(),
+                query,
+                Some(slot),
+                self.stream_config,
+                span,
+            ))
+        }
+        .instrument(outer)
+        .await
     }
 }
 
-/// The most bytes of a Query document read from one answer.
-const QUERY_BODY_LIMIT: usize = 64 * 1024 * 1024;
+/// Whether an answer is a JSON document (not an event stream).
+fn is_json(resp: &reqwest::Response) -> bool {
+    resp.headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
+}
 
 pub(crate) async fn decode_query(
     operation: &'static str,
@@ -281,7 +490,7 @@ pub(crate) async fn decode_query(
         .await
         .map_err(|e| crate::client::map_reqwest(operation, e, None))?
     {
-        if body.len() + chunk.len() > QUERY_BODY_LIMIT {
+        if body.len().saturating_add(chunk.len()) > MAX_QUERY_BODY_BYTES {
             return Err(Error::decode(operation, "the answer is too large", &body));
         }
         body.extend_from_slice(&chunk);
@@ -309,12 +518,19 @@ pub(crate) fn into_outcome(query: types::Query) -> Result<types::Query> {
 ///
 /// Every event is delivered exactly once and in order, whatever the network
 /// does: a broken or idle connection is resumed with `Last-Event-ID` (see
-/// [`StreamConfig`]). A failed or cancelled turn yields
+/// [`StreamConfig`]), and each resumed connection must replay from exactly
+/// that id. When it does not (or the event log is gone), the rest of the
+/// answer comes from the stored turn as one final text delta, or the stream
+/// ends with [`Error::ReplayGap`]: the deltas never add up to a wrong text.
+/// A failed or cancelled turn yields
 /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] after the events before
 /// it; the stream then ends with the final [`QueryEvent::Query`].
 ///
-/// Dropping a `QueryTurn` closes the connection (the turn goes on on the
-/// server); [`QueryTurn::cancel`] also stops it there. No task is spawned.
+/// Dropping a `QueryTurn` closes the connection; the turn goes on on the
+/// server, and its session remembers it (see [`Session`]).
+/// [`QueryTurn::cancel`] also stops it there, [`QueryTurn::detach`] keeps a
+/// [`QueryHandle`] to it, and with [`StreamConfig::cancel_on_drop`] a drop
+/// before the end cancels it on the server.
 ///
 /// ```no_run
 /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
@@ -339,7 +555,19 @@ pub struct QueryTurn {
     conn: EventConnection,
     slot: Option<TurnSlot>,
     acc: Accumulated,
+    /// Events made up from the stored turn after a broken replay, to deliver
+    /// before the stream ends.
+    pending: VecDeque<QueryEvent>,
+    /// A replay gap the stored turn did not make up for: the turn's outcome
+    /// even after the error was yielded.
+    gap: Option<(ReplayGap, String)>,
     ended: bool,
+    span: TurnSpan,
+    stream_config: StreamConfig,
+    /// Whether a drop before the end cancels the turn on the server.
+    cancel_on_drop: bool,
+    /// Continues after a checkpoint (see [`QueryHandle::events_after`]).
+    after_checkpoint: bool,
 }
 
 /// What a turn has delivered so far.
@@ -397,7 +625,8 @@ impl Accumulated {
         if let Some(o) = output {
             u.output_tokens = o;
         }
-        u.total_tokens = u.input_tokens + u.output_tokens;
+        // Server numbers: each may fit while their sum does not.
+        u.total_tokens = u.input_tokens.saturating_add(u.output_tokens);
     }
 }
 
@@ -441,16 +670,107 @@ impl fmt::Debug for QueryTurn {
 }
 
 impl QueryTurn {
-    pub(crate) fn new(conn: EventConnection, slot: Option<TurnSlot>) -> Self {
+    pub(crate) fn new(
+        conn: EventConnection,
+        slot: Option<TurnSlot>,
+        span: TurnSpan,
+        config: &StreamConfig,
+    ) -> Self {
+        span.learn(conn.query_id(), None);
         QueryTurn {
             conn,
             slot,
             acc: Accumulated::default(),
+            pending: VecDeque::new(),
+            gap: None,
             ended: false,
+            span,
+            cancel_on_drop: config.cancel_on_drop_enabled(),
+            after_checkpoint: false,
+            stream_config: config.clone(),
         }
     }
 
-    /// The turn's id, once the server named it (`response.created`).
+    /// This turn continues after a checkpoint stored elsewhere: the text
+    /// before it is unknown here, so a replay gap cannot be made up for.
+    pub(crate) fn mark_after_checkpoint(&mut self) {
+        self.after_checkpoint = true;
+    }
+
+    /// Sets the session id known from elsewhere (an attached turn).
+    pub(crate) fn set_session_id(&mut self, session_id: &str) {
+        if !session_id.is_empty() && self.acc.session_id.is_none() {
+            self.acc.session_id = Some(session_id.to_owned());
+            self.span.learn(None, Some(session_id));
+        }
+    }
+
+    /// Whether the server reported the turn's end (a terminal event or a
+    /// terminal Query).
+    fn ended_on_server(&self) -> bool {
+        self.conn.terminal_seen() || self.acc.query.as_ref().is_some_and(|q| q.is_terminal())
+    }
+
+    /// Stops reading and keeps the turn: the returned [`QueryHandle`] can
+    /// poll, wait for, cancel or read the turn again later
+    /// ([`QueryHandle::events_after`] with [`QueryTurn::last_event_id`]
+    /// continues exactly where this turn stopped). The connection is closed;
+    /// the turn goes on on the server, and the session counts it as in
+    /// flight while the handle lives. Never cancels, whatever
+    /// [`StreamConfig::cancel_on_drop`] says.
+    pub fn detach(mut self) -> QueryHandle {
+        // Drop must neither cancel nor free the session: the handle owns it.
+        self.cancel_on_drop = false;
+        self.ended = true;
+        let slot = self.slot.take();
+        let status = if self.ended_on_server() {
+            self.acc
+                .query
+                .as_ref()
+                .map_or_else(|| "completed".to_owned(), |q| q.status.clone())
+        } else {
+            "in_progress".to_owned()
+        };
+        let query = self.acc.query.clone().unwrap_or_else(|| types::Query {
+            citations: Vec::new(),
+            comparison: None,
+            created: 0,
+            error: None,
+            feedback: None,
+            id: self.conn.query_id().unwrap_or_default().to_owned(),
+            input: Vec::new(),
+            model: None,
+            object: "query".to_owned(),
+            output: Vec::new(),
+            output_json: None,
+            previous_query_id: None,
+            rollup: self.acc.rollup.clone(),
+            runtime_ms: 0,
+            session_id: self.acc.session_id.clone().unwrap_or_default(),
+            status,
+            steps: self.acc.steps.clone(),
+            synthesis: self.acc.synthesis.clone(),
+            trace_ref: self.acc.trace_ref.clone(),
+            usage: self.acc.usage.clone().unwrap_or(types::QueryUsage {
+                input_tokens: 0,
+                output_tokens: 0,
+                total_tokens: 0,
+            }),
+        });
+        let span = self.span.clone();
+        let config = self.stream_config.clone();
+        let client = self.conn.client().clone();
+        if self.conn.query_id().is_some() {
+            self.conn.close();
+            QueryHandle::new(client, query, slot, config, span)
+        } else {
+            // Not named yet: the handle reads on until it is, when needed.
+            let conn = std::mem::replace(&mut self.conn, EventConnection::closed(client));
+            QueryHandle::unnamed(conn, query, slot, config, span)
+        }
+    }
+
+    /// The turn's id, once the server named it (any event carries it).
     pub fn query_id(&self) -> Option<&str> {
         self.conn.query_id()
     }
@@ -514,17 +834,28 @@ impl QueryTurn {
     /// Reads the rest of the stream and returns the final Query.
     ///
     /// The Query comes from the stream's `query` frame; when the stream ended
-    /// after the terminal event without one, from `GET /queries/{id}`.
+    /// after the terminal event without a usable one (the connection broke,
+    /// the frame was too large), from `GET /queries/{id}`, which must be
+    /// terminal (it is polled, up to [`StreamConfig::recovery_wait`]). Once
+    /// the terminal event was delivered, nothing the transport does makes
+    /// the turn an error.
     ///
     /// # Errors
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] for a turn that ended
-    /// so; [`Error::Stream`] when the stream broke beyond resuming; a 4xx
-    /// answer to a resume request; any error of the final `GET`.
+    /// so; [`Error::Stream`] when the stream broke beyond resuming;
+    /// [`Error::ReplayGap`] when a resume could not be trusted and the
+    /// stored turn did not make up for it; a 4xx answer to a resume request;
+    /// any error of the final `GET`.
     ///
     /// # Cancel safety
     /// Dropping the future loses nothing already delivered: the accumulated
     /// text and steps stay in the (consumed) turn, so prefer not to.
-    pub async fn finish(mut self) -> Result<types::Query> {
+    pub async fn finish(self) -> Result<types::Query> {
+        let span = self.span.span();
+        self.finish_inner().instrument(span).await
+    }
+
+    async fn finish_inner(mut self) -> Result<types::Query> {
         let mut first_error = None;
         while let Some(item) = self.next().await {
             if let Err(e) = item {
@@ -534,14 +865,21 @@ impl QueryTurn {
         if let Some(e) = first_error {
             return Err(e);
         }
+        if let Some((gap, detail)) = self.gap.take() {
+            return Err(gap.into_error(&detail));
+        }
         if let Some(q) = self.acc.query.take() {
             return into_outcome(q);
         }
         match self.conn.query_id() {
             Some(id) if self.conn.terminal_seen() => {
-                let query = self.conn.client().queries().get(id).await?;
-                if let Some(slot) = &self.slot {
+                let limit = self.conn.config().recovery_wait_limit();
+                let query = stored_terminal(self.conn.client(), id, limit).await?;
+                if let Some(slot) = self.slot.take() {
                     slot.learn(Some(&query.session_id), Some(&query.id));
+                    if query.is_terminal() {
+                        slot.release();
+                    }
                 }
                 into_outcome(query)
             }
@@ -549,6 +887,30 @@ impl QueryTurn {
                 query_id: id.map(str::to_owned),
                 message: "the stream ended without the turn's result".into(),
             }),
+        }
+    }
+
+    /// [`QueryTurn::finish`], falling back to polling the stored Query when
+    /// the events cannot be read to the end (the turn is named but the
+    /// stream broke beyond resuming).
+    pub(crate) async fn finish_or_poll(mut self) -> Result<types::Query> {
+        let span = self.span.span();
+        let mut first_error = None;
+        while let Some(item) = self.next().instrument(span.clone()).await {
+            if let Err(e) = item {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e @ (Error::TurnFailed { .. } | Error::TurnCancelled { .. })) => Err(e),
+            Some(_) if self.conn.query_id().is_some() => {
+                tracing::debug!(parent: &span, "the events broke off; polling the stored turn");
+                self.cancel_on_drop = false;
+                let mut handle = self.detach();
+                handle.wait().await
+            }
+            Some(e) => Err(e),
+            None => self.finish_inner().instrument(span).await,
         }
     }
 
@@ -581,19 +943,115 @@ impl QueryTurn {
             }
         }
         self.conn.close();
+        self.cancel_on_drop = false;
         let client = self.conn.client().clone();
         let id = self.conn.query_id().unwrap_or_default().to_owned();
-        let result = client.queries().cancel(&id).await;
+        let result = client
+            .queries()
+            .cancel(&id)
+            .instrument(self.span.span())
+            .await;
+        if let (Ok(q), Some(slot)) = (&result, self.slot.take()) {
+            slot.learn(Some(&q.session_id), Some(&q.id));
+            if q.is_terminal() {
+                slot.release();
+            }
+        }
         drop(self);
         result
     }
 
+    /// Turns the stored turn that stands in for a broken replay into the
+    /// events still owed, or the error when it does not continue the text
+    /// already delivered.
+    fn recovered(&mut self, query: types::Query, gap: ReplayGap) -> Option<Error> {
+        let answer = query.answer_text();
+        if self.after_checkpoint {
+            let detail = format!(
+                "the text before checkpoint {} was delivered elsewhere, so the stored answer \
+                 ({} bytes) cannot be split at it; read the stored turn instead",
+                gap.last_event_id.unwrap_or_default(),
+                answer.len()
+            );
+            self.gap = Some((gap.clone(), detail.clone()));
+            return Some(gap.into_error(&detail));
+        }
+        let Some(rest) = answer.strip_prefix(self.acc.text.as_str()) else {
+            let detail = format!(
+                "the stored answer ({} bytes) does not continue the {} bytes already delivered",
+                answer.len(),
+                self.acc.text.len()
+            );
+            self.gap = Some((gap.clone(), detail.clone()));
+            return Some(gap.into_error(&detail));
+        };
+        tracing::debug!(
+            query_id = query.id,
+            rest = rest.len(),
+            "finishing the turn from its stored state"
+        );
+        if !rest.is_empty() {
+            self.pending.push_back(QueryEvent::TextDelta {
+                delta: rest.to_owned(),
+            });
+        }
+        let error = query.error.clone().unwrap_or_default();
+        match query.status.as_str() {
+            "failed" => self.pending.push_back(QueryEvent::Failed { error }),
+            "cancelled" => self.pending.push_back(QueryEvent::Cancelled { error }),
+            _ => self.pending.push_back(QueryEvent::Completed),
+        }
+        self.pending.push_back(QueryEvent::Query(Box::new(query)));
+        None
+    }
+
     fn end(&mut self) {
         self.ended = true;
-        if let Some(slot) = self.slot.take() {
+        self.span.record_resumes(self.conn.resumes());
+        if let Some(slot) = &self.slot {
             slot.learn(self.acc.session_id.as_deref(), self.conn.query_id());
+        }
+        // A stream that broke off keeps the slot: the turn may still run,
+        // and whoever goes on with it (a detached handle) owns it.
+        if self.ended_on_server()
+            && let Some(slot) = self.slot.take()
+        {
             slot.release();
         }
+    }
+}
+
+impl Drop for QueryTurn {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.span.record_resumes(self.conn.resumes());
+        }
+        // A stream that broke off has ended, but the turn may still run.
+        if !self.cancel_on_drop || self.ended_on_server() {
+            return;
+        }
+        let Some(query_id) = self.conn.query_id().map(str::to_owned) else {
+            tracing::debug!(parent: &self.span.span(), "dropped before the server named the turn; nothing to cancel");
+            return;
+        };
+        // Drop cannot wait, so the cancel runs as a task of the caller's
+        // runtime (the one opt-in task of the SDK); the session remembers
+        // the turn until the next turn sees it ended.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(parent: &self.span.span(), query_id, "dropped outside a Tokio runtime; cannot cancel the turn");
+            return;
+        };
+        let client = self.conn.client().clone();
+        let span = self.span.span();
+        tracing::debug!(parent: &span, query_id, "dropped before its end; cancelling the turn");
+        runtime.spawn(
+            async move {
+                if let Err(e) = client.queries().cancel(&query_id).await {
+                    tracing::warn!(query_id, error = %e, "could not cancel the dropped turn");
+                }
+            }
+            .instrument(span),
+        );
     }
 }
 
@@ -605,17 +1063,32 @@ impl Stream for QueryTurn {
         if this.ended {
             return Poll::Ready(None);
         }
-        let item = match this.conn.poll_next_event(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(item) => item,
-        };
-        let Some(item) = item else {
-            this.end();
-            return Poll::Ready(None);
-        };
-        let event = match item {
-            Ok((_, event)) => event,
-            Err(e) => return Poll::Ready(Some(Err(e))),
+        let span = this.span.span();
+        let _enter = span.enter();
+        let event = if let Some(event) = this.pending.pop_front() {
+            event
+        } else {
+            let item = match this.conn.poll_next_event(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(item) => item,
+            };
+            let Some(item) = item else {
+                this.end();
+                return Poll::Ready(None);
+            };
+            match item {
+                Ok(Delivery::Event(_, event)) => event,
+                Ok(Delivery::Recovered(query, gap)) => {
+                    if let Some(e) = this.recovered(*query, gap) {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    match this.pending.pop_front() {
+                        Some(event) => event,
+                        None => return Poll::Ready(None),
+                    }
+                }
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
         };
         this.acc.apply(&event);
         if let (
@@ -628,6 +1101,8 @@ impl Stream for QueryTurn {
         {
             slot.learn(session_id.as_deref(), Some(query_id));
         }
+        this.span
+            .learn(this.conn.query_id(), this.acc.session_id.as_deref());
         let query_id = || this.conn.query_id().unwrap_or_default().to_owned();
         let item = match event {
             QueryEvent::Failed { error } => Err(Error::TurnFailed {

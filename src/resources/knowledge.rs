@@ -7,12 +7,20 @@ pub struct Knowledge<'c> {
     pub(crate) slug: &'c str,
 }
 
-impl Knowledge<'_> {
-    /// `GET /contexts/{slug}/knowledge/list[/{path}]`: one page of entries.
+impl<'c> Knowledge<'c> {
+    /// `GET /contexts/{slug}/knowledge/list[/{path}]`: every entry of a
+    /// directory (the root unless [`ListFiles::path`](super::ListFiles::path)
+    /// names one), following the pages. `.await` it for the entries, or read
+    /// [`ListFiles::pages`](super::ListFiles::pages).
+    pub fn list(&self) -> super::ListFiles<'c> {
+        super::ListFiles::new(self.client, super::pages::Tree::Knowledge, self.slug)
+    }
+
+    /// One page of entries, as the API returns it.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn list(
+    pub async fn list_page(
         &self,
         path: Option<&str>,
         offset: Option<i64>,

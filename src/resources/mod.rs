@@ -6,6 +6,7 @@
 
 mod contexts;
 mod knowledge;
+mod pages;
 mod queries;
 mod sessions;
 mod sources;
@@ -13,10 +14,11 @@ mod tasks;
 
 pub use contexts::{Contexts, CurateOptions};
 pub use knowledge::Knowledge;
+pub use pages::{DEFAULT_MAX_ITEMS, DEFAULT_PAGE_SIZE, ListFiles, Page, Pages};
 pub use queries::Queries;
-pub use sessions::Sessions;
+pub use sessions::{ListSessions, Sessions};
 pub use sources::{ImportProgress, Sources, UploadProgress};
-pub use tasks::{TaskWait, Tasks};
+pub use tasks::{ListTasks, TaskWait, Tasks};
 
 use crate::{Client, Result, types};
 

@@ -1,4 +1,11 @@
+use futures::StreamExt;
+use futures::future::BoxFuture;
+
+use super::pages::{self, FetchFn, Fetched, Pages};
 use crate::{Client, Result, types};
+
+/// The API's largest `limit` for `GET /sessions`.
+const SESSIONS_MAX_PAGE: u64 = 200;
 
 /// Stored sessions. Get one from [`Client::sessions`]. To run turns, use
 /// [`Client::session`](crate::Client::session).
@@ -7,17 +14,29 @@ pub struct Sessions<'c> {
     pub(crate) client: &'c Client,
 }
 
-impl Sessions<'_> {
-    /// `GET /sessions`.
+impl<'c> Sessions<'c> {
+    /// `GET /sessions`: the stored sessions, most recently updated first.
+    /// `.await` the builder for the list, or read [`ListSessions::pages`].
     ///
-    /// # Errors
-    /// Any [`Error`](crate::Error) of the call.
-    pub async fn list(&self) -> Result<Vec<types::Session>> {
-        let page = self
-            .client
-            .call("list_sessions", self.client.api().list_sessions(None, None))
-            .await?;
-        Ok(page.sessions)
+    /// The 2026-07 API pages sessions by `limit` alone (at most 200 a
+    /// request) and offers no offset or cursor, so one request is all a
+    /// listing can make: it returns the newest 200 sessions at most. When the
+    /// server fills that page, older sessions may exist that the API cannot
+    /// list, and a `tracing` warning says so. [`ListSessions::limit`] asks
+    /// for fewer.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
+    /// for s in client.sessions().list().await? {
+    ///     println!("{} {:?}", s.id, s.title);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn list(&self) -> ListSessions<'c> {
+        ListSessions {
+            client: self.client,
+            limit: SESSIONS_MAX_PAGE,
+        }
     }
 
     /// `GET /sessions/{id}`: the session with its turns.
@@ -40,5 +59,70 @@ impl Sessions<'_> {
             .call("delete_session", self.client.api().delete_session(id, None))
             .await?;
         Ok(r.deleted)
+    }
+}
+
+/// A listing of stored sessions. Get one from [`Sessions::list`].
+#[derive(Debug, Clone, Copy)]
+#[must_use = "a listing does nothing until awaited or read with pages()"]
+pub struct ListSessions<'c> {
+    client: &'c Client,
+    limit: u64,
+}
+
+impl<'c> ListSessions<'c> {
+    /// The most sessions to return, 1 to 200 (default 200, the API's maximum).
+    pub fn limit(mut self, n: u64) -> Self {
+        self.limit = n;
+        self
+    }
+
+    /// The listing as a stream of pages (with this API version, one page).
+    ///
+    /// # Errors
+    /// Any [`Error`](crate::Error) of the call; [`Error::InvalidRequest`](crate::Error::InvalidRequest)
+    /// for a limit out of range.
+    pub fn pages(self) -> Pages<'c, types::Session> {
+        let op = "list_sessions";
+        let limit = match pages::page_size(op, self.limit, SESSIONS_MAX_PAGE)
+            .and_then(|n| std::num::NonZeroU64::new(n).ok_or_else(|| zero_limit(op)))
+        {
+            Ok(n) => n,
+            Err(e) => return futures::stream::once(async { Err(e) }).boxed(),
+        };
+        let client = self.client;
+        let fetch: FetchFn<'c, types::Session> = Box::new(move |_| {
+            Box::pin(async move {
+                let page = client
+                    .call(op, client.api().list_sessions(Some(limit), None))
+                    .await?;
+                if page.sessions.len() as u64 >= SESSIONS_MAX_PAGE {
+                    tracing::warn!(
+                        count = page.sessions.len(),
+                        "the API lists at most 200 sessions; older ones are not reachable"
+                    );
+                }
+                Ok(Fetched {
+                    items: page.sessions,
+                    offset: 0,
+                    total: None,
+                    next: None,
+                })
+            })
+        });
+        pages::paginate(op, 0, usize::MAX, |s| s.id.clone(), fetch)
+    }
+}
+
+fn zero_limit(op: &'static str) -> crate::Error {
+    crate::Error::InvalidRequest(format!("{op}: limit must be at least 1"))
+}
+
+impl<'c> std::future::IntoFuture for ListSessions<'c> {
+    type Output = Result<Vec<types::Session>>;
+    type IntoFuture = BoxFuture<'c, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(pages::collect(self.pages()))
     }
 }

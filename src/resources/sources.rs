@@ -40,7 +40,7 @@ const ARCHIVE_LIMIT: u64 = 256 * 1024 * 1024;
 /// How long a 409 (import in flight) is waited out before giving up.
 const BUSY_WAIT: Duration = Duration::from_secs(600);
 
-impl Sources<'_> {
+impl<'c> Sources<'c> {
     /// `POST /contexts/{slug}/import/upload`: uploads one file or archive
     /// (`.zip`, `.tar`, `.tar.gz`, `.tgz` are expanded by the server) under
     /// `dir` in the source tree (default `uploads`). The import runs as a task;
@@ -56,19 +56,23 @@ impl Sources<'_> {
     ) -> Result<types::WorkflowTriggerResponse> {
         let path = path.as_ref();
         let name = file_name(path)?;
-        let file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| Error::InvalidRequest(format!("cannot open {}: {e}", path.display())))?;
-        let len = file
-            .metadata()
-            .await
-            .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", path.display())))?
-            .len();
-        let stream = tokio_util_like::file_stream(file);
-        let part =
-            reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(stream), len)
-                .file_name(name);
-        self.send_upload(part, dir).await
+        // Each attempt opens the file again and streams it from the start.
+        let part = || -> Result<reqwest::multipart::Part> {
+            let file = std::fs::File::open(path).map_err(|e| {
+                Error::InvalidRequest(format!("cannot open {}: {e}", path.display()))
+            })?;
+            let len = file
+                .metadata()
+                .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", path.display())))?
+                .len();
+            let stream = tokio_util_like::file_stream(tokio::fs::File::from_std(file));
+            Ok(reqwest::multipart::Part::stream_with_length(
+                reqwest::Body::wrap_stream(stream),
+                len,
+            )
+            .file_name(name.clone()))
+        };
+        self.send_upload(&part, dir).await
     }
 
     /// Uploads in-memory bytes as a file named `name`.
@@ -85,27 +89,50 @@ impl Sources<'_> {
             return Err(Error::InvalidRequest(format!("invalid file name {name:?}")));
         }
         let bytes: bytes::Bytes = bytes.into();
-        let part =
-            reqwest::multipart::Part::stream(reqwest::Body::from(bytes)).file_name(name.to_owned());
-        self.send_upload(part, dir).await
+        let part = || -> Result<reqwest::multipart::Part> {
+            Ok(
+                reqwest::multipart::Part::stream(reqwest::Body::from(bytes.clone()))
+                    .file_name(name.to_owned()),
+            )
+        };
+        self.send_upload(&part, dir).await
     }
 
+    /// Sends the multipart upload. A multipart body cannot be cloned, so the
+    /// request is built again from `part` for every attempt: a refused token
+    /// (401 with [`login`](crate::ClientBuilder::login)) logs in again and a
+    /// connection that could not be opened is retried, as for any other call.
     async fn send_upload(
         &self,
-        part: reqwest::multipart::Part,
+        part: &(dyn Fn() -> Result<reqwest::multipart::Part> + Send + Sync),
         dir: Option<&str>,
     ) -> Result<types::WorkflowTriggerResponse> {
         let op = "upload_context_source";
-        let form = reqwest::multipart::Form::new().part("file", part);
         let path = format!("/contexts/{}/import/upload", encode_segment(self.slug));
-        let mut req = self
+        let build = || -> Result<reqwest::Request> {
+            let form = reqwest::multipart::Form::new().part("file", part()?);
+            let mut req = self
+                .client
+                .request(reqwest::Method::POST, &path)
+                .multipart(form);
+            if let Some(dir) = dir {
+                req = req.query(&[("path", dir)]);
+            }
+            req.build()
+                .map_err(|e| Error::InvalidRequest(format!("{op}: {e}")))
+        };
+        let rebuild = || match build() {
+            Ok(req) => Some(req),
+            Err(e) => {
+                tracing::debug!(error = %e, "upload cannot be sent again");
+                None
+            }
+        };
+        let resp = self
             .client
-            .request(reqwest::Method::POST, &path)
-            .multipart(form);
-        if let Some(dir) = dir {
-            req = req.query(&[("path", dir)]);
-        }
-        let resp = self.client.send(op, req).await?;
+            .transport()
+            .send_rebuilding(build()?, Some(&rebuild), op)
+            .await?;
         let body = resp
             .bytes()
             .await
@@ -113,11 +140,19 @@ impl Sources<'_> {
         serde_json::from_slice(&body).map_err(|e| Error::decode(op, e, &body))
     }
 
-    /// `GET /contexts/{slug}/source/list[/{path}]`: one page of entries.
+    /// `GET /contexts/{slug}/source/list[/{path}]`: every entry of a
+    /// directory (the root unless [`ListFiles::path`](super::ListFiles::path)
+    /// names one), following the pages. `.await` it for the entries, or read
+    /// [`ListFiles::pages`](super::ListFiles::pages).
+    pub fn list(&self) -> super::ListFiles<'c> {
+        super::ListFiles::new(self.client, super::pages::Tree::Sources, self.slug)
+    }
+
+    /// One page of entries, as the API returns it.
     ///
     /// # Errors
-    /// Any [`Error`] of the call.
-    pub async fn list(
+    /// Any [`Error`](crate::Error) of the call.
+    pub async fn list_page(
         &self,
         path: Option<&str>,
         offset: Option<i64>,

@@ -1,7 +1,14 @@
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::future::BoxFuture;
+
+use super::pages::{self, DEFAULT_MAX_ITEMS, DEFAULT_PAGE_SIZE, FetchFn, Fetched, Pages};
 use crate::error::{Error, Result};
 use crate::{Client, types};
+
+/// The API's largest `limit` for `GET /tasks`.
+const TASKS_MAX_PAGE: u64 = 1000;
 
 /// Task calls. Get one from [`Client::tasks`].
 #[derive(Debug, Clone, Copy)]
@@ -68,7 +75,7 @@ pub(crate) fn task_is_terminal(state: &str) -> bool {
     matches!(state, "completed" | "cancelled" | "failed")
 }
 
-impl Tasks<'_> {
+impl<'c> Tasks<'c> {
     /// `GET /tasks/{id}`.
     ///
     /// # Errors
@@ -79,19 +86,25 @@ impl Tasks<'_> {
             .await
     }
 
-    /// `GET /tasks`, optionally for one context.
+    /// `GET /tasks`: every task (newest first), filtered by the builder's
+    /// options. `.await` it for the list, or read [`ListTasks::pages`].
     ///
-    /// # Errors
-    /// Any [`Error`] of the call.
-    pub async fn list(&self, context: Option<&str>) -> Result<types::ListTasksResponse> {
-        self.client
-            .call(
-                "list_tasks",
-                self.client
-                    .api()
-                    .list_tasks(context, None, None, None, None, None, None, None),
-            )
-            .await
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
+    /// let running = client.tasks().list().context("docs").state("running").await?;
+    /// println!("{} running", running.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn list(&self) -> ListTasks<'c> {
+        ListTasks {
+            client: self.client,
+            context: None,
+            state: None,
+            workflow: None,
+            search: None,
+            page_size: DEFAULT_PAGE_SIZE,
+            max_items: DEFAULT_MAX_ITEMS,
+        }
     }
 
     /// `DELETE /tasks/{id}`: asks the task to stop.
@@ -135,14 +148,14 @@ impl Tasks<'_> {
             if task_is_terminal(task.state.as_str()) {
                 return Ok(task);
             }
-            if started.elapsed() + interval > wait.timeout {
+            if started.elapsed().saturating_add(interval) > wait.timeout {
                 return Err(Error::Timeout {
                     operation: "get_task",
-                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    elapsed_ms: crate::query::millis(started.elapsed()),
                 });
             }
             tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(wait.max_interval);
+            interval = interval.saturating_mul(2).min(wait.max_interval);
         }
     }
 
@@ -165,5 +178,150 @@ impl Tasks<'_> {
                 message: task.error.clone().unwrap_or_default(),
             }),
         }
+    }
+}
+
+/// A listing of tasks. Get one from [`Tasks::list`]; each option is a filter
+/// of `GET /tasks`.
+#[derive(Debug, Clone)]
+#[must_use = "a listing does nothing until awaited or read with pages()"]
+pub struct ListTasks<'c> {
+    client: &'c Client,
+    context: Option<String>,
+    state: Option<types::TaskState>,
+    workflow: Option<types::Workflow>,
+    search: Option<String>,
+    page_size: u64,
+    max_items: usize,
+}
+
+impl<'c> ListTasks<'c> {
+    /// Only the tasks of this context (slug or id).
+    pub fn context(mut self, context: impl Into<String>) -> Self {
+        self.context = Some(context.into());
+        self
+    }
+
+    /// Only tasks in this state (`scheduled`, `running`, `completed`, ...).
+    pub fn state(mut self, state: impl Into<String>) -> Self {
+        self.state = Some(types::TaskState(state.into()));
+        self
+    }
+
+    /// Only tasks of this workflow (`import`, `curate`, ...).
+    pub fn workflow(mut self, workflow: impl Into<String>) -> Self {
+        self.workflow = Some(types::Workflow(workflow.into()));
+        self
+    }
+
+    /// The API's free-text filter (`q`).
+    pub fn search(mut self, text: impl Into<String>) -> Self {
+        self.search = Some(text.into());
+        self
+    }
+
+    /// Tasks asked for per request, 1 to 1000 (default 100).
+    pub fn page_size(mut self, n: u64) -> Self {
+        self.page_size = n;
+        self
+    }
+
+    /// The most tasks the listing may hold (default
+    /// [`DEFAULT_MAX_ITEMS`](super::DEFAULT_MAX_ITEMS)); more is an
+    /// [`Error::Paging`].
+    pub fn max_items(mut self, n: usize) -> Self {
+        self.max_items = n;
+        self
+    }
+
+    /// The listing as a stream of pages, fetched as they are read.
+    ///
+    /// # Errors
+    /// Each item is a page or the error that ended the listing: any
+    /// [`Error`] of the calls, [`Error::Paging`] for pages that do not add
+    /// up, [`Error::InvalidRequest`] for a page size out of range.
+    pub fn pages(self) -> Pages<'c, types::TaskResponse> {
+        let op = "list_tasks";
+        let limit = match pages::page_size(op, self.page_size, TASKS_MAX_PAGE).and_then(|n| {
+            std::num::NonZeroU64::new(n)
+                .ok_or_else(|| Error::InvalidRequest(format!("{op}: page size must be at least 1")))
+        }) {
+            Ok(n) => n,
+            Err(e) => return futures::stream::once(async { Err(e) }).boxed(),
+        };
+        let ListTasks {
+            client,
+            context,
+            state,
+            workflow,
+            search,
+            max_items,
+            ..
+        } = self;
+        // The cursor is the 1-based page number; the matching offset is sent
+        // too, so a server honouring either gets the same page.
+        let fetch: FetchFn<'c, types::TaskResponse> = Box::new(move |page: u64| {
+            let (context, state, workflow, search) = (
+                context.clone(),
+                state.clone(),
+                workflow.clone(),
+                search.clone(),
+            );
+            Box::pin(async move {
+                let offset = page.saturating_sub(1).saturating_mul(limit.get());
+                let answer = client
+                    .call(
+                        op,
+                        client.api().list_tasks(
+                            context.as_deref(),
+                            Some(limit),
+                            Some(i64::try_from(offset).unwrap_or(i64::MAX)),
+                            Some(i64::try_from(page).unwrap_or(i64::MAX)),
+                            search.as_deref(),
+                            state.as_ref(),
+                            workflow.as_ref(),
+                            None,
+                        ),
+                    )
+                    .await?;
+                tasks_page(op, page, offset, answer)
+            })
+        });
+        pages::paginate(op, 1, max_items, |t| t.id.clone(), fetch)
+    }
+}
+
+/// Checks a task page against the page asked for and finds the next one.
+fn tasks_page(
+    op: &'static str,
+    asked: u64,
+    asked_offset: u64,
+    answer: types::ListTasksResponse,
+) -> Result<Fetched<types::TaskResponse>> {
+    let page = pages::position(op, "page", answer.page)?;
+    let offset = pages::position(op, "offset", answer.offset)?;
+    if page != asked && offset != asked_offset {
+        return Err(pages::paging(
+            op,
+            format!("asked for page {asked}, the server answered page {page} (offset {offset})"),
+        ));
+    }
+    let pages_total = pages::position(op, "pages", answer.pages)?;
+    let total = pages::position(op, "total", answer.total)?;
+    let next = (asked < pages_total).then(|| asked.saturating_add(1));
+    Ok(Fetched {
+        items: answer.items,
+        offset,
+        total: Some(total),
+        next,
+    })
+}
+
+impl<'c> std::future::IntoFuture for ListTasks<'c> {
+    type Output = Result<Vec<types::TaskResponse>>;
+    type IntoFuture = BoxFuture<'c, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(pages::collect(self.pages()))
     }
 }

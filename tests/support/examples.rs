@@ -39,6 +39,10 @@ fn build_examples() -> &'static Result<(), String> {
             "chat",
             "--example",
             "nexus",
+            "--example",
+            "ask",
+            "--example",
+            "worker",
         ]);
         // Cargo gives the test process the package's variables. Some build
         // scripts rerun when they change (ring watches CARGO_MANIFEST_DIR),

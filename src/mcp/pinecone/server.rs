@@ -1,7 +1,8 @@
 //! [`PineconeServer`]: the MCP handler of the Pinecone tools, usable alone
 //! or delegated to by a handler that serves other tool families too.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -14,7 +15,8 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::mcp::ToolError;
+use crate::mcp::http::{CallKey, call_key, key_digest};
+use crate::mcp::{KeyPolicy, ToolError};
 
 use super::args::{
     CountArgs, GenerateUrlsArgs, GuidedQueryArgs, KeywordSearchArgs, ListNamespacesArgs,
@@ -29,23 +31,102 @@ use super::urls::{UrlGenerator, UrlRegistry};
 /// Server name announced at initialize.
 pub const SERVER_NAME: &str = "Pinecone Read-Only MCP";
 
-/// State shared by every tool call of one server.
+/// State shared by every tool call made with one key: the configured
+/// key's, or one caller's.
 #[derive(Debug)]
 pub(crate) struct State {
     pub(crate) config: PineconeConfig,
     pub(crate) registry: Registry,
     pub(crate) gate: Gate,
-    pub(crate) urls: UrlRegistry,
+    /// Shared by every key.
+    pub(crate) urls: Arc<UrlRegistry>,
+}
+
+/// How many callers' clients and caches are kept.
+const CALLER_CAPACITY: usize = 64;
+
+/// The states of recent callers, keyed by a digest of their key (never the
+/// key itself); the least recently used is dropped past
+/// [`CALLER_CAPACITY`]. Each caller has its own clients, discovery caches
+/// and suggest-flow gate, so nothing crosses from one key to another.
+struct Callers {
+    http: reqwest::Client,
+    entries: Mutex<CallerEntries>,
+}
+
+#[derive(Default)]
+struct CallerEntries {
+    by_digest: HashMap<[u8; 32], (Arc<State>, u64)>,
+    clock: u64,
+}
+
+impl std::fmt::Debug for Callers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Callers").finish_non_exhaustive()
+    }
+}
+
+impl Callers {
+    fn entries(&self) -> std::sync::MutexGuard<'_, CallerEntries> {
+        // Plain values; a poisoned map is still consistent.
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The state of the caller with `key`, built from `base` on first use.
+    fn state_for(&self, key: &secrecy::SecretString, base: &State) -> Arc<State> {
+        let digest = key_digest(key);
+        let mut entries = self.entries();
+        entries.clock = entries.clock.wrapping_add(1);
+        let now = entries.clock;
+        if let Some((state, used)) = entries.by_digest.get_mut(&digest) {
+            *used = now;
+            return Arc::clone(state);
+        }
+        if entries.by_digest.len() >= CALLER_CAPACITY
+            && let Some(oldest) = entries
+                .by_digest
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(d, _)| *d)
+        {
+            entries.by_digest.remove(&oldest);
+        }
+        let mut config = base.config.clone();
+        for source in &mut config.sources {
+            source.api_key = key.clone();
+        }
+        let state = Arc::new(State {
+            registry: Registry::new(&config, &self.http),
+            gate: Gate::new(config.suggest_flow, config.cache_ttl),
+            urls: Arc::clone(&base.urls),
+            config,
+        });
+        entries.by_digest.insert(digest, (Arc::clone(&state), now));
+        state
+    }
+
+    fn clear(&self) {
+        self.entries().by_digest.clear();
+    }
 }
 
 /// The Pinecone retrieval tools as an MCP server.
 ///
 /// Cheap to clone; clones share caches, the suggest-flow gate and URL
 /// generators. No network call happens until a tool runs.
+///
+/// With [`KeyPolicy::Caller`] (HTTP), each call runs with the caller's
+/// `X-Pinecone-Api-Key` on every source, with clients, discovery caches and
+/// a suggest-flow gate of that key's own; the configured keys serve a caller
+/// only with `fallback_to_configured`.
 #[derive(Clone)]
 pub struct PineconeServer {
     pub(crate) state: Arc<State>,
-    tool_router: ToolRouter<PineconeServer>,
+    keys: KeyPolicy,
+    callers: Arc<Callers>,
+    tool_router: Arc<ToolRouter<PineconeServer>>,
 }
 
 impl std::fmt::Debug for PineconeServer {
@@ -94,11 +175,23 @@ impl PineconeServer {
             state: Arc::new(State {
                 gate: Gate::new(config.suggest_flow, config.cache_ttl),
                 registry,
-                urls,
+                urls: Arc::new(urls),
                 config,
             }),
-            tool_router,
+            keys: KeyPolicy::Configured,
+            callers: Arc::new(Callers {
+                http,
+                entries: Mutex::new(CallerEntries::default()),
+            }),
+            tool_router: Arc::new(tool_router),
         }
+    }
+
+    /// Sets whose key each call runs with (default
+    /// [`KeyPolicy::Configured`]: the configured keys, as over stdio).
+    pub fn with_key_policy(mut self, keys: KeyPolicy) -> Self {
+        self.keys = keys;
+        self
     }
 
     /// The resolved configuration.
@@ -135,6 +228,7 @@ impl PineconeServer {
     /// Drops cached namespace lists (the next call rediscovers).
     pub async fn clear_caches(&self) {
         self.state.registry.clear_caches().await;
+        self.callers.clear();
     }
 
     /// Probes every dense and sparse index once, without retries, with
@@ -211,6 +305,9 @@ impl PineconeServer {
     /// back as a `VALIDATION` tool error naming the field, like every other
     /// input problem; an unknown tool name is a protocol error.
     ///
+    /// A call without a usable key (see [`PineconeServer::with_key_policy`])
+    /// is an `UNAUTHORIZED` tool error.
+    ///
     /// # Errors
     /// `invalid_params` for an unknown tool.
     pub async fn call(
@@ -218,14 +315,31 @@ impl PineconeServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let mut caller = None;
         if self.has_tool(&request.name) {
+            match call_key(self.keys, &context.extensions) {
+                Ok(CallKey::Configured) => {}
+                Ok(CallKey::Caller(key)) => caller = Some(key),
+                Err(e) => return Ok(e.into_result().into()),
+            }
             let empty = JsonObject::new();
             let args = request.arguments.as_ref().unwrap_or(&empty);
             if let Err(e) = check_arguments(&request.name, args) {
                 return Ok(e.into_result().into());
             }
         }
-        let tcc = ToolCallContext::new(self, request, context);
+        let scoped;
+        let server = match caller {
+            None => self,
+            Some(key) => {
+                scoped = PineconeServer {
+                    state: self.callers.state_for(&key, &self.state),
+                    ..self.clone()
+                };
+                &scoped
+            }
+        };
+        let tcc = ToolCallContext::new(server, request, context);
         self.tool_router.call(tcc).await
     }
 }
