@@ -4,7 +4,7 @@
 //! the same run. Nexus is an in-process `LocalNexus` serving the shipped corpus.
 //!
 //! ```text
-//! cargo bench --features mcp --bench mcp_overhead
+//! cargo bench --features mcp,local --bench mcp_overhead -- --warm-up-time 1 --measurement-time 3
 //! ```
 //!
 //! Besides criterion's report, it prints p50/p99 of every individual call.

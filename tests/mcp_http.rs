@@ -253,9 +253,9 @@ async fn bad_arguments_over_http_are_tool_errors_not_protocol_errors() {
         )
         .await;
     assert_eq!(result["isError"], true);
-    // The body is text only: it does not match the tool's outputSchema.
-    assert!(result.get("structuredContent").is_none(), "{result}");
     let body: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    // The body is also the structured content (the outputSchema admits it).
+    assert_eq!(result["structuredContent"], body, "{result}");
     assert_eq!(body["code"], "VALIDATION");
     assert_eq!(body["field"], "query_id");
 }

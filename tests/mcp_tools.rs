@@ -1,15 +1,40 @@
 //! The Nexus tools driven by rmcp's client, in process over `tokio::io::duplex`,
-//! against a scripted Nexus.
+//! against a scripted Nexus. Every tool result, success or tool error, is
+//! checked against the tool's declared `outputSchema`.
 #![cfg(feature = "mcp")]
 
 #[path = "support/mcp.rs"]
 mod mcp_support;
+#[path = "support/schema.rs"]
+mod schema;
+
+use std::time::{Duration, Instant};
 
 use mcp_support::*;
 use nexus_knowql::mcp::{NexusMcp, NexusServer};
+use rmcp::RoleClient;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
 use serde_json::{Value, json};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
+
+/// Calls `name` with `args` and checks the result against the tool's
+/// `outputSchema` (shadows the support module's unchecked `call`).
+async fn call(
+    client: &RunningService<RoleClient, RecordingClient>,
+    name: &'static str,
+    args: Value,
+) -> CallToolResult {
+    let result = mcp_support::call(client, name, args).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let tool = tools
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("{name} is listed"));
+    schema::assert_conforms(tool, &result);
+    result
+}
 
 #[tokio::test]
 async fn initialize_reports_name_version_and_instructions() {
@@ -40,8 +65,12 @@ async fn tools_list_has_schemas_and_read_only_annotations() {
     assert_eq!(names, ["get_query", "list_contexts", "query_context"]);
     for tool in &tools {
         let ann = tool.annotations.as_ref().expect("annotations");
-        assert_eq!(ann.read_only_hint, Some(true), "{}", tool.name);
+        // query_context starts a new, billed turn on every call.
+        let starts_a_turn = tool.name == "query_context";
+        assert_eq!(ann.read_only_hint, Some(!starts_a_turn), "{}", tool.name);
+        assert_eq!(ann.idempotent_hint, Some(!starts_a_turn), "{}", tool.name);
         assert_eq!(ann.destructive_hint, Some(false), "{}", tool.name);
+        assert_eq!(ann.open_world_hint, Some(true), "{}", tool.name);
         let out = tool.output_schema.as_ref().expect("output schema");
         assert_eq!(out["type"], "object", "{}", tool.name);
         assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
@@ -73,6 +102,26 @@ async fn tools_list_has_schemas_and_read_only_annotations() {
     let out = by_name("query_context").output_schema.clone().unwrap();
     let keys: Vec<&String> = out["properties"].as_object().unwrap().keys().collect();
     assert_eq!(keys, ["query_id", "status", "model"]);
+
+    // The schemas have teeth: a wrong type or a missing field is refused,
+    // and an error body must be a whole ToolError.
+    let get = by_name("get_query");
+    schema::assert_rejects(get, &json!({}));
+    schema::assert_rejects(
+        get,
+        &json!({"query_id": 5, "answer": null, "output_json": null, "citations": [],
+                "model": null, "status": "completed", "error": null}),
+    );
+    schema::assert_rejects(get, &json!({"code": "TIMEOUT", "message": "late"}));
+    schema::assert_rejects(
+        get,
+        &json!({"code": "NO_SUCH_CODE", "message": "m", "recoverable": true}),
+    );
+    schema::assert_rejects(by_name("query_context"), &json!({"query_id": "q"}));
+    schema::assert_rejects(
+        by_name("list_contexts"),
+        &json!({"contexts": [{"slug": 1}]}),
+    );
 }
 
 #[tokio::test]
@@ -489,4 +538,225 @@ async fn an_unknown_tool_is_a_protocol_error() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no_such_tool"), "{err}");
+}
+
+// ---------------------------------------------------------------------------
+// Cancellation and deadlines.
+
+/// A Nexus whose `POST /query` (a background turn `q_7`) answers after
+/// `start_delay` and whose `GET /contexts/handbook` answers after
+/// `context_delay`; `POST /queries/q_7/cancel` is accepted.
+async fn slow_nexus(context_delay: Duration, start_delay: Duration) -> MockServer {
+    let nexus = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/contexts/handbook"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(context_json("handbook", "work", false, false))
+                .set_delay(context_delay),
+        )
+        .mount(&nexus)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/query"))
+        .respond_with(
+            ResponseTemplate::new(202)
+                .set_body_json(query_json("q_7", "in_progress", &[], None))
+                .set_delay(start_delay),
+        )
+        .mount(&nexus)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/queries/q_7/cancel"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(query_json(
+            "q_7",
+            "cancelled",
+            &[],
+            None,
+        )))
+        .mount(&nexus)
+        .await;
+    nexus
+}
+
+/// Requests Nexus received, as `METHOD /path`.
+async fn received(nexus: &MockServer) -> Vec<String> {
+    nexus
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.url.path()))
+        .collect()
+}
+
+/// Starts `query_context` and gives up on it after `after` (rmcp's client
+/// sends `notifications/cancelled` when the call is dropped).
+async fn cancel_query_context(
+    client: &RunningService<RoleClient, RecordingClient>,
+    after: Duration,
+) {
+    let params = CallToolRequestParams::new("query_context").with_arguments(
+        json!({"context": "handbook", "question": "How do I install it?"})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let outcome = tokio::time::timeout(after, client.call_tool(params)).await;
+    assert!(
+        outcome.is_err(),
+        "the call should still be running: {outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_query_context_cancelled_while_starting_cancels_the_turn_it_started() {
+    let nexus = slow_nexus(Duration::ZERO, Duration::from_millis(1500)).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    cancel_query_context(&client, Duration::from_millis(400)).await;
+    assert!(received(&nexus).await.contains(&"POST /query".to_owned()));
+    // The turn's start finishes, then the turn is cancelled by its id.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !received(&nexus)
+        .await
+        .contains(&"POST /queries/q_7/cancel".to_owned())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the started turn was never cancelled: {:?}",
+            received(&nexus).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The session still works.
+    let r = call(&client, "list_contexts", json!({})).await;
+    assert_eq!(
+        r.is_error,
+        Some(true),
+        "no /contexts mock: a tool error, not a hang"
+    );
+}
+
+#[tokio::test]
+async fn a_query_context_cancelled_before_the_turn_is_sent_starts_none() {
+    let nexus = slow_nexus(Duration::from_millis(1500), Duration::ZERO).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    cancel_query_context(&client, Duration::from_millis(400)).await;
+    // Long enough for the context lookup to have answered had it continued.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let seen = received(&nexus).await;
+    assert_eq!(
+        seen,
+        ["GET /contexts/handbook"],
+        "no turn may start: {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_get_query_stops_polling() {
+    let nexus = fake_nexus(u64::MAX).await;
+    let client = connect_nexus(&nexus.uri()).await;
+    let params = CallToolRequestParams::new("get_query").with_arguments(
+        json!({"query_id": "q_1", "wait_seconds": 30})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let outcome = tokio::time::timeout(Duration::from_millis(700), client.call_tool(params)).await;
+    assert!(outcome.is_err());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let polls = received(&nexus).await.len();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        received(&nexus).await.len(),
+        polls,
+        "polling went on after cancellation"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_nexus_is_a_timeout_tool_error_after_the_call_deadline() {
+    let nexus = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/contexts"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!([]))
+                .set_delay(Duration::from_secs(20)),
+        )
+        .mount(&nexus)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/queries/q_1"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(query_json("q_1", "in_progress", &[], None))
+                .set_delay(Duration::from_secs(20)),
+        )
+        .mount(&nexus)
+        .await;
+    let server =
+        NexusServer::new(nexus_client(&nexus.uri())).with_call_timeout(Duration::from_millis(300));
+    assert_eq!(server.call_timeout(), Duration::from_millis(300));
+    let client = connect(NexusMcp::new().with_nexus(server)).await;
+
+    let started = Instant::now();
+    let r = call(&client, "list_contexts", json!({})).await;
+    let body = tool_error(&r);
+    assert_eq!(body["code"], "TIMEOUT", "{body}");
+    assert_eq!(body["recoverable"], true, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // get_query: at most wait_seconds plus the call deadline.
+    let started = Instant::now();
+    let r = call(
+        &client,
+        "get_query",
+        json!({"query_id": "q_1", "wait_seconds": 1}),
+    )
+    .await;
+    let body = tool_error(&r);
+    assert_eq!(body["code"], "TIMEOUT", "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn get_query_waits_at_most_wait_seconds_plus_the_call_deadline() {
+    // Polls answer slowly (but within the deadline): the whole call still
+    // ends by wait_seconds + deadline.
+    let nexus = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/queries/q_1"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(query_json("q_1", "in_progress", &[], None))
+                .set_delay(Duration::from_millis(700)),
+        )
+        .mount(&nexus)
+        .await;
+    let server =
+        NexusServer::new(nexus_client(&nexus.uri())).with_call_timeout(Duration::from_millis(1000));
+    let client = connect(NexusMcp::new().with_nexus(server)).await;
+    let started = Instant::now();
+    let r = call(
+        &client,
+        "get_query",
+        json!({"query_id": "q_1", "wait_seconds": 2}),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_millis(3000 + 1500), "{elapsed:?}");
+    // Either the last state (in_progress) or a TIMEOUT of the last poll.
+    match r.is_error {
+        Some(true) => assert_eq!(tool_error(&r)["code"], "TIMEOUT"),
+        _ => assert_eq!(r.structured_content.unwrap()["status"], "in_progress"),
+    }
 }

@@ -4,6 +4,8 @@
 
 #[path = "support/pinecone_fake.rs"]
 mod pinecone_fake;
+#[path = "support/schema.rs"]
+mod schema;
 
 use std::time::Duration;
 
@@ -77,6 +79,14 @@ impl Harness {
             Some(&body),
             "structured content mirrors the text"
         );
+        // Success or tool error, the structured content matches the
+        // tool's declared outputSchema.
+        let tools = self.client.list_all_tools().await.expect("tools/list");
+        let listed = tools
+            .iter()
+            .find(|t| t.name == tool)
+            .unwrap_or_else(|| panic!("{tool} is listed"));
+        schema::assert_conforms(listed, &result);
         (result.is_error.unwrap_or(false), body)
     }
 
@@ -1076,4 +1086,176 @@ async fn the_schema_manifest_declares_namespaces_and_its_problems_are_warnings()
     .await;
     h.ok("list_namespaces", json!({})).await;
     assert_eq!(h.fake.count("fetch:kb"), 0);
+}
+
+// ---------------------------------------------------------------------------
+// Namespaces, cancellation, --check-indexes.
+
+#[tokio::test]
+async fn namespaces_that_would_change_the_request_path_are_validation_errors() {
+    let h = harness().await;
+    for bad in [".", "..", "a/b", "../kb"] {
+        for (tool, args) in [
+            ("query", json!({"query_text": "senders", "namespace": bad})),
+            (
+                "keyword_search",
+                json!({"query_text": "senders", "namespace": bad}),
+            ),
+            ("count", json!({"query_text": "senders", "namespace": bad})),
+            (
+                "query_documents",
+                json!({"query_text": "senders", "namespace": bad}),
+            ),
+            (
+                "guided_query",
+                json!({"user_query": "senders", "namespace": bad}),
+            ),
+        ] {
+            let body = h.err(tool, args).await;
+            assert_eq!(body["code"], "VALIDATION", "{tool} {bad:?}: {body}");
+            assert_eq!(body["field"], "namespace", "{tool} {bad:?}: {body}");
+        }
+    }
+    assert_eq!(h.fake.count("search:kb"), 0);
+    assert_eq!(h.fake.count("search:kb-sparse"), 0);
+}
+
+#[tokio::test]
+async fn a_cancelled_tool_call_stops_before_its_next_pinecone_call() {
+    let h = harness_with(PineconeFake::start().await, with_rerank).await;
+    h.fake.delay("search:kb", Duration::from_millis(1500));
+    h.fake
+        .delay("search:kb-sparse", Duration::from_millis(1500));
+    let params = CallToolRequestParams::new("query").with_arguments(
+        json!({"query_text": "senders receivers", "namespace": "wg21-papers"})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    // Dropping the call makes rmcp's client send notifications/cancelled.
+    let outcome =
+        tokio::time::timeout(Duration::from_millis(400), h.client.call_tool(params)).await;
+    assert!(outcome.is_err(), "the call should still be running");
+    assert_eq!(h.fake.count("search:kb"), 1);
+    // Had the call gone on, rerank would follow the searches.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(h.fake.count("rerank"), 0, "work went on after cancellation");
+    // The server still answers.
+    h.fake.delay("search:kb", Duration::ZERO);
+    h.fake.delay("search:kb-sparse", Duration::ZERO);
+    h.ok(
+        "query",
+        json!({"query_text": "senders", "namespace": "wg21-papers"}),
+    )
+    .await;
+}
+
+/// Runs `nexus-mcp --check-indexes` with only `env` set; returns (exit
+/// code, stderr lines, stdout).
+async fn check_indexes(env: &[(&str, &str)]) -> (i32, Vec<String>, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"));
+    cmd.env_clear()
+        .arg("--check-indexes")
+        .env("RUST_LOG", "off")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .expect("--check-indexes exits by itself")
+        .expect("nexus-mcp runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.code().unwrap_or(-1),
+        stderr.lines().map(str::to_owned).collect(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn check_indexes_exits_0_when_every_index_answers() {
+    let fake = PineconeFake::start().await;
+    let (code, lines, stdout) = check_indexes(&[
+        ("PINECONE_API_KEY", KEY_A),
+        ("PINECONE_INDEX_NAME", "kb"),
+        ("PINECONE_CONTROLLER_HOST", &fake.url),
+    ])
+    .await;
+    assert_eq!(code, 0, "{lines:?}");
+    assert_eq!(
+        lines,
+        [
+            "--check-indexes: Dense index \"kb\": reachable (3 namespaces)",
+            "--check-indexes: Sparse index \"kb-sparse\": reachable (3 namespaces)",
+        ]
+    );
+    assert!(stdout.is_empty(), "nothing is served: {stdout}");
+    assert_eq!(fake.count("stats:kb"), 1);
+    assert_eq!(fake.count("stats:kb-sparse"), 1);
+    assert_eq!(fake.count("search:kb"), 0);
+
+    // Every source of a multi-source configuration, each line tagged.
+    let sources = format!("src_a:{KEY_A}:kb;src_b:{}:kb2", pinecone_fake::KEY_B);
+    let (code, lines, _) = check_indexes(&[
+        ("PINECONE_SOURCES", &sources),
+        ("PINECONE_CONTROLLER_HOST", &fake.url),
+    ])
+    .await;
+    assert_eq!(code, 0, "{lines:?}");
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for (line, prefix) in lines.iter().zip([
+        "--check-indexes: [src_a] Dense index \"kb\": reachable",
+        "--check-indexes: [src_a] Sparse index \"kb-sparse\": reachable",
+        "--check-indexes: [src_b] Dense index \"kb2\": reachable",
+        "--check-indexes: [src_b] Sparse index \"kb2-sparse\": reachable",
+    ]) {
+        assert!(line.starts_with(prefix), "{line}");
+    }
+}
+
+#[tokio::test]
+async fn check_indexes_exits_1_when_an_index_does_not_answer_without_retrying() {
+    let fake = PineconeFake::start().await;
+    // 503 is retryable for tool calls; the probe still tries once only.
+    fake.fail("stats:kb-sparse", 503, 5);
+    let (code, lines, stdout) = check_indexes(&[
+        ("PINECONE_API_KEY", KEY_A),
+        ("PINECONE_INDEX_NAME", "kb"),
+        ("PINECONE_CONTROLLER_HOST", &fake.url),
+    ])
+    .await;
+    assert_eq!(code, 1, "{lines:?}");
+    assert!(stdout.is_empty());
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].ends_with("\"kb\": reachable (3 namespaces)"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with(
+            "--check-indexes: Sparse index \"kb-sparse\": describeIndexStats failed with HTTP 503"
+        ),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.join("\n").contains(KEY_A),
+        "the key is redacted: {lines:?}"
+    );
+    assert_eq!(fake.count("stats:kb-sparse"), 1, "no retries");
+
+    // A refused key.
+    let (code, lines, _) = check_indexes(&[
+        ("PINECONE_API_KEY", "pcsk_wrong_key_0123456789"),
+        ("PINECONE_INDEX_NAME", "kb"),
+        ("PINECONE_CONTROLLER_HOST", &fake.url),
+    ])
+    .await;
+    assert_eq!(code, 1, "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+
+    // Nothing to probe is an error too.
+    let (code, lines, _) = check_indexes(&[("NEXUS_BASE_URL", "http://127.0.0.1:9/api")]).await;
+    assert_eq!(code, 1, "{lines:?}");
 }

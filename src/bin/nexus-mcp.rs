@@ -15,7 +15,8 @@ use clap::{Parser, ValueEnum};
 use nexus_knowql::Client;
 use nexus_knowql::client::{ENV_API_VERSION, ENV_BASE_URL};
 use nexus_knowql::mcp::http::{self, HttpOptions};
-use nexus_knowql::mcp::pinecone::{PineconeArgs, PineconeServer};
+use nexus_knowql::mcp::pinecone::client as pinecone_client;
+use nexus_knowql::mcp::pinecone::{PineconeArgs, PineconeConfig, PineconeServer, check};
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
 use rmcp::ServiceExt;
 use secrecy::ExposeSecret;
@@ -102,6 +103,12 @@ struct Args {
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_hosts: Vec<String>,
 
+    /// Deadline of each Nexus call a tool makes, in milliseconds (`get_query`
+    /// may take this plus its `wait_seconds`); a passed deadline is a
+    /// `TIMEOUT` tool error.
+    #[arg(long, env = "NEXUS_MCP_CALL_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    nexus_call_timeout_ms: u64,
+
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, env = "NEXUS_MCP_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -181,7 +188,32 @@ async fn shutdown_signal(token: CancellationToken) {
     token.cancel();
 }
 
-async fn run(args: Args) -> Result<(), String> {
+/// `--check-indexes`: one probe per index, one line each on stderr; exit 0
+/// when every index answered, 1 otherwise. Nothing is served.
+async fn check_indexes(config: &PineconeConfig) -> Result<ExitCode, String> {
+    let http = pinecone_client::http_client().map_err(|e| e.to_string())?;
+    let probes = check::check_indexes(config, &http).await;
+    for probe in &probes {
+        eprintln!("{}", probe.line());
+    }
+    Ok(if check::all_reachable(&probes) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn run(args: Args) -> Result<ExitCode, String> {
+    let pinecone_config = args.pinecone.resolve().map_err(|e| e.to_string())?;
+    if args.pinecone.check_indexes == Some(true) {
+        return match &pinecone_config {
+            Some(config) => check_indexes(config).await,
+            None => Err(
+                "--check-indexes: no Pinecone index is configured (set an index, --sources or --config-file)"
+                    .to_owned(),
+            ),
+        };
+    }
     let client = match args.base_url.as_deref().filter(|u| !u.trim().is_empty()) {
         Some(url) => {
             let mut builder = Client::builder()
@@ -195,7 +227,7 @@ async fn run(args: Args) -> Result<(), String> {
         None => None,
     };
     let stateless = args.transport == Transport::Http && args.stateless;
-    let pinecone = match args.pinecone.resolve().map_err(|e| e.to_string())? {
+    let pinecone = match pinecone_config {
         Some(mut config) => {
             if stateless && config.suggest_flow {
                 // A replica cannot see suggestions made on another: enforcing
@@ -220,7 +252,11 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let mut server = NexusMcp::new();
     if let Some(client) = client {
-        server = server.with_nexus(NexusServer::new(client).with_key_policy(keys));
+        server = server.with_nexus(
+            NexusServer::new(client)
+                .with_key_policy(keys)
+                .with_call_timeout(Duration::from_millis(args.nexus_call_timeout_ms)),
+        );
     }
     if let Some(pinecone) = pinecone {
         server = server.with_pinecone(pinecone.with_key_policy(keys));
@@ -229,15 +265,16 @@ async fn run(args: Args) -> Result<(), String> {
     match args.transport {
         Transport::Stdio => {
             tracing::info!("serving MCP over stdio");
-            let running = server
-                .serve(rmcp::transport::stdio())
-                .await
-                .map_err(|e| format!("MCP handshake failed: {e}"))?;
+            let running = match stdio_pipes() {
+                Some(pipes) => server.serve(pipes).await,
+                None => server.serve(rmcp::transport::stdio()).await,
+            }
+            .map_err(|e| format!("MCP handshake failed: {e}"))?;
             running
                 .waiting()
                 .await
                 .map_err(|e| format!("MCP server stopped: {e}"))?;
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         Transport::Http => {
             if args.allow_server_key {
@@ -269,18 +306,62 @@ async fn run(args: Args) -> Result<(), String> {
             tokio::spawn(shutdown_signal(shutdown.clone()));
             http::serve(listener, server, &options, shutdown)
                 .await
-                .map_err(|e| format!("HTTP server failed: {e}"))
+                .map_err(|e| format!("HTTP server failed: {e}"))?;
+            Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Stdin and stdout as non-blocking pipes on the runtime's reactor, when
+/// both are pipes (as when an MCP client starts this process): each message
+/// then costs no hand-off to a blocking thread. `None` otherwise (a terminal,
+/// a file, a socket), and tokio's thread-backed stdio is used.
+#[cfg(unix)]
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd;
+    let is_fifo = |fd: std::os::fd::BorrowedFd<'_>| {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::File::from(fd.try_clone_to_owned().ok()?)
+            .metadata()
+            .ok()
+            .map(|m| m.file_type().is_fifo())
+    };
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    if is_fifo(stdin.as_fd()) != Some(true) || is_fifo(stdout.as_fd()) != Some(true) {
+        return None;
+    }
+    let rx =
+        tokio::net::unix::pipe::Receiver::from_owned_fd(stdin.as_fd().try_clone_to_owned().ok()?);
+    let tx =
+        tokio::net::unix::pipe::Sender::from_owned_fd(stdout.as_fd().try_clone_to_owned().ok()?);
+    match (rx, tx) {
+        (Ok(rx), Ok(tx)) => Some((rx, tx)),
+        _ => None,
+    }
+}
+
+#[cfg(not(unix))]
+fn stdio_pipes() -> Option<(tokio::io::Stdin, tokio::io::Stdout)> {
+    None
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(&args);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // Over stdio there is one client on one connection: a single-threaded
+    // runtime answers each call without waking other threads. HTTP serves
+    // many clients and uses every core.
+    let runtime = match args.transport {
+        Transport::Stdio => tokio::runtime::Builder::new_current_thread(),
+        Transport::Http => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build();
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("nexus-mcp: cannot start the runtime: {e}");
@@ -288,7 +369,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("nexus-mcp: {e}");
             ExitCode::FAILURE

@@ -4,7 +4,16 @@
 //! server, plus `wait_seconds` on `get_query`. Every result carries the JSON
 //! both as a text block and as `structuredContent` described by the tool's
 //! `outputSchema`; every failure is a tool result with `isError: true` and a
-//! [`ToolError`] body.
+//! [`ToolError`] body, which that schema also admits.
+//!
+//! # Deadlines and cancellation
+//!
+//! Every Nexus call a tool makes has a deadline ([`DEFAULT_CALL_TIMEOUT`],
+//! see [`NexusServer::with_call_timeout`]); `get_query` may take that plus
+//! its `wait_seconds`. A passed deadline is a `TIMEOUT` tool error. Each call
+//! also races the request's cancellation token: a cancelled call stops at
+//! once, and a cancelled `query_context` either sends no turn or cancels the
+//! turn it started.
 //!
 //! # Arguments are validated here, not by serde
 //!
@@ -32,7 +41,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::tool_error::{ToolError, ToolErrorCode};
+use super::tool_error::{ToolError, ToolErrorCode, with_error_branch};
 use crate::{Client, Error, types};
 
 /// The longest question accepted, in characters.
@@ -41,6 +50,8 @@ pub const MAX_QUESTION_CHARS: usize = 32 * 1024;
 const MAX_ID_CHARS: usize = 128;
 /// The most `get_query` waits server-side.
 pub const MAX_WAIT_SECONDS: u64 = 60;
+/// Default deadline of one Nexus call made by a tool.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// First and longest pause between two polls while `get_query` waits.
 const POLL_FIRST: Duration = Duration::from_millis(200);
 const POLL_MAX: Duration = Duration::from_secs(2);
@@ -73,6 +84,7 @@ pub enum KeyPolicy {
 pub struct NexusServer {
     client: Client,
     keys: KeyPolicy,
+    call_timeout: Duration,
     tool_router: ToolRouter<Self>,
 }
 
@@ -81,6 +93,7 @@ impl fmt::Debug for NexusServer {
         f.debug_struct("NexusServer")
             .field("client", &self.client)
             .field("keys", &self.keys)
+            .field("call_timeout", &self.call_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -234,22 +247,16 @@ fn iso(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// A failed call: `isError: true` and the [`ToolError`] JSON as text.
-///
-/// The body is not repeated as `structuredContent`: it does not match the
-/// tool's `outputSchema`, and clients on older MCP TypeScript SDKs validate
-/// structured content against it even on errors, which would turn a clear
-/// tool error into an opaque protocol error.
+/// A failed call: `isError: true` and the [`ToolError`] JSON as text and as
+/// `structuredContent` (every tool's `outputSchema` admits it, see
+/// [`with_error_branch`]).
 pub(crate) fn failure(error: ToolError) -> CallToolResult {
-    without_structured_error(error.into_result())
+    error.into_result()
 }
 
-/// Drops `structuredContent` from an error result (see [`failure`]).
-pub(crate) fn without_structured_error(mut result: CallToolResult) -> CallToolResult {
-    if result.is_error == Some(true) {
-        result.structured_content = None;
-    }
-    result
+/// The `outputSchema` of a tool returning `T`, admitting a [`ToolError`] too.
+fn output_schema<T: JsonSchema + 'static>() -> std::sync::Arc<JsonObject> {
+    with_error_branch((*schema_for_output::<T>()).clone())
 }
 
 fn input_schema<T: JsonSchema + 'static>() -> std::sync::Arc<JsonObject> {
@@ -290,7 +297,7 @@ impl NexusServer {
             last_curated_at, last_optimized_at}. Only contexts with queryable=true can be \
             passed to query_context; a search context becomes queryable once it has been curated.",
         input_schema = schema_for_empty_input(),
-        output_schema = schema_for_output::<ContextList>(),
+        output_schema = output_schema::<ContextList>(),
         annotations(
             title = "List Nexus contexts",
             read_only_hint = true,
@@ -300,7 +307,7 @@ impl NexusServer {
         )
     )]
     async fn list_contexts(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
-        match self.run_list_contexts(&ctx).await {
+        match until_cancelled(&ctx.ct, self.run_list_contexts(&ctx)).await {
             Ok(list) => success(&list.contexts, &list),
             Err(e) => failure(e),
         }
@@ -315,10 +322,11 @@ impl NexusServer {
             until status is completed, failed or cancelled. `context` is a slug from \
             list_contexts whose queryable is true; `question` must not be empty.",
         input_schema = input_schema::<QueryContextArgs>(),
-        output_schema = schema_for_output::<QueryStarted>(),
+        output_schema = output_schema::<QueryStarted>(),
+        // Each call starts a new, billed turn: not read-only, not idempotent.
         annotations(
             title = "Ask a Nexus context",
-            read_only_hint = true,
+            read_only_hint = false,
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = true
@@ -344,7 +352,7 @@ impl NexusServer {
             wait_seconds from 0 to 60 to wait server-side; progress notifications then carry \
             the turn's step commentary). failed and cancelled turns explain why in error.",
         input_schema = input_schema::<GetQueryArgs>(),
-        output_schema = schema_for_output::<QueryOutcome>(),
+        output_schema = output_schema::<QueryOutcome>(),
         annotations(
             title = "Get a Nexus query result",
             read_only_hint = true,
@@ -354,7 +362,7 @@ impl NexusServer {
         )
     )]
     async fn get_query(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> CallToolResult {
-        match self.run_get_query(&args, &ctx).await {
+        match until_cancelled(&ctx.ct, self.run_get_query(&args, &ctx)).await {
             Ok(outcome) => success(&outcome, &outcome),
             Err(e) => failure(e),
         }
@@ -376,7 +384,43 @@ impl NexusServer {
         NexusServer {
             client,
             keys: KeyPolicy::Configured,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
             tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Sets the deadline of each Nexus call a tool makes (default
+    /// [`DEFAULT_CALL_TIMEOUT`]); `get_query` may wait this plus its
+    /// `wait_seconds`. A zero duration is raised to 1 ms.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The deadline of each Nexus call a tool makes.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// Runs one Nexus call under the call deadline.
+    async fn nexus<T>(
+        &self,
+        subject: Subject<'_>,
+        call: impl Future<Output = crate::Result<T>>,
+    ) -> Result<T, ToolError> {
+        self.nexus_within(self.call_timeout, subject, call).await
+    }
+
+    /// Runs one Nexus call under `deadline`.
+    async fn nexus_within<T>(
+        &self,
+        deadline: Duration,
+        subject: Subject<'_>,
+        call: impl Future<Output = crate::Result<T>>,
+    ) -> Result<T, ToolError> {
+        match tokio::time::timeout(deadline, call).await {
+            Ok(result) => result.map_err(|e| nexus_error(e, subject)),
+            Err(_) => Err(ToolError::timeout("Nexus", deadline)),
         }
     }
 
@@ -414,11 +458,7 @@ impl NexusServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ContextList, ToolError> {
         let client = self.client_for(ctx)?;
-        let contexts = client
-            .contexts()
-            .list()
-            .await
-            .map_err(|e| nexus_error(e, Subject::None))?;
+        let contexts = self.nexus(Subject::None, client.contexts().list()).await?;
         Ok(ContextList {
             contexts: contexts.iter().map(ContextSummary::from).collect(),
         })
@@ -444,11 +484,12 @@ impl NexusServer {
             ));
         }
         let client = self.client_for(ctx)?;
-        let context = client
-            .contexts()
-            .get(slug)
-            .await
-            .map_err(|e| nexus_error(e, Subject::Context(slug)))?;
+        // Until the turn is sent, cancelling simply stops here.
+        let context = until_cancelled(
+            &ctx.ct,
+            self.nexus(Subject::Context(slug), client.contexts().get(slug)),
+        )
+        .await?;
         if !context.is_queryable() {
             return Err(not_queryable(&context));
         }
@@ -456,12 +497,29 @@ impl NexusServer {
             .session([context.slug.as_str()])
             .build()
             .map_err(|e| nexus_error(e, Subject::Context(slug)))?;
-        let handle = session
-            .ask(question)
-            .background()
-            .await
-            .map_err(|e| nexus_error(e, Subject::Context(slug)))?;
+        if ctx.ct.is_cancelled() {
+            return Err(ToolError::cancelled());
+        }
+        // Once sent, the request is not abandoned on cancellation (its query
+        // id would be lost with a turn running); it finishes, and the turn is
+        // then cancelled.
+        let handle = self
+            .nexus(Subject::Context(slug), session.ask(question).background())
+            .await?;
         let query = handle.last_seen();
+        if ctx.ct.is_cancelled() {
+            tracing::debug!(query_id = %query.id, "request cancelled: cancelling the turn it started");
+            if let Err(e) = self
+                .nexus(
+                    Subject::Query(&query.id),
+                    client.queries().cancel(&query.id),
+                )
+                .await
+            {
+                tracing::warn!(query_id = %query.id, error = %e, "could not cancel the turn of a cancelled request");
+            }
+            return Err(ToolError::cancelled());
+        }
         tracing::debug!(query_id = %query.id, context = slug, "query turn started");
         Ok(QueryStarted {
             query_id: query.id.clone(),
@@ -478,12 +536,21 @@ impl NexusServer {
         let query_id = required_id(args, "query_id")?;
         let wait = optional_wait(args)?;
         let client = self.client_for(ctx)?;
+        // The whole call ends by `wait + call_timeout`; each poll also has
+        // the call deadline, shortened to what is left of the whole.
+        let start = tokio::time::Instant::now();
+        let give_up = start + wait + self.call_timeout;
         let fetch = || async {
-            client
-                .queries()
-                .get(query_id)
-                .await
-                .map_err(|e| nexus_error(e, Subject::Query(query_id)))
+            let left = give_up
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(self.call_timeout)
+                .max(Duration::from_millis(1));
+            self.nexus_within(
+                left,
+                Subject::Query(query_id),
+                client.queries().get(query_id),
+            )
+            .await
         };
         let mut query = fetch().await?;
         if wait.is_zero() || query.is_terminal() {
@@ -494,7 +561,7 @@ impl NexusServer {
             .meta
             .get_progress_token()
             .map(|token| StepProgress::new(token, ctx.peer.clone()));
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = start + wait;
         let mut pause = POLL_FIRST;
         loop {
             if let Some(p) = progress.as_mut() {
@@ -504,15 +571,23 @@ impl NexusServer {
             if query.is_terminal() || now >= deadline {
                 break;
             }
-            tokio::select! {
-                _ = tokio::time::sleep(pause.min(deadline - now)) => {}
-                // The client gave up on this call; stop polling for it.
-                _ = ctx.ct.cancelled() => break,
-            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
             query = fetch().await?;
             pause = (pause * 3 / 2).min(POLL_MAX);
         }
         Ok(QueryOutcome::from(&query))
+    }
+}
+
+/// `work`, or `CANCELLED` as soon as `ct` is cancelled (dropping `work`).
+async fn until_cancelled<T>(
+    ct: &tokio_util::sync::CancellationToken,
+    work: impl Future<Output = Result<T, ToolError>>,
+) -> Result<T, ToolError> {
+    tokio::select! {
+        biased;
+        _ = ct.cancelled() => Err(ToolError::cancelled()),
+        result = work => result,
     }
 }
 

@@ -145,31 +145,25 @@ impl ServerHandler for NexusMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let response = if let Some(nexus) = self
+        // Results, error results included, pass through as each family made
+        // them: their structured content matches the tool's outputSchema.
+        if let Some(nexus) = self
             .nexus
             .as_ref()
             .filter(|n| n.get_tool(&request.name).is_some())
         {
-            nexus.call_tool(request, context).await?
+            nexus.call_tool(request, context).await
         } else if let Some(pinecone) = self
             .pinecone
             .as_ref()
             .filter(|p| p.get_tool(&request.name).is_some())
         {
-            pinecone.call_tool(request, context).await?
+            pinecone.call_tool(request, context).await
         } else {
-            return Err(ErrorData::invalid_params(
+            Err(ErrorData::invalid_params(
                 format!("unknown tool `{}`", request.name),
                 None,
-            ));
-        };
-        // One policy for every family: error bodies travel as text only (see
-        // `nexus::failure` for why).
-        Ok(match response {
-            CallToolResponse::Complete(result) => {
-                CallToolResponse::Complete(super::nexus::without_structured_error(result))
-            }
-            other => other,
-        })
+            ))
+        }
     }
 }

@@ -2,9 +2,23 @@
 //!
 //! A failed tool call is a successful MCP response whose result has
 //! `isError: true` and a JSON body `{code, message, recoverable, field?,
-//! suggestion?}`. Protocol errors are kept for requests that cannot be routed.
+//! suggestion?}`, sent both as a text block and as `structuredContent`.
+//! Protocol errors are kept for requests that cannot be routed.
+//!
+//! # Error bodies and `outputSchema`
+//!
+//! MCP asks that structured content conform to the tool's `outputSchema`,
+//! and some clients check it on error results too. Every tool's schema is
+//! therefore the union of its success shape and [`ToolError`]'s
+//! ([`with_error_branch`]): the success properties stay at the top level,
+//! their `required` list moves into the first `anyOf` branch and the error
+//! shape is the second, so both kinds of result validate.
 
+use std::sync::Arc;
+
+use rmcp::model::JsonObject;
 use serde::Serialize;
+use serde_json::{Value, json};
 
 use super::redact::redact;
 
@@ -29,6 +43,23 @@ pub enum ToolErrorCode {
     FlowGate,
     /// The tool is not available in this server's state or mode.
     Lifecycle,
+    /// The caller cancelled the request; the work it started was stopped.
+    Cancelled,
+}
+
+impl ToolErrorCode {
+    /// Every code, as it appears in JSON.
+    pub const ALL: [&'static str; 9] = [
+        "VALIDATION",
+        "NOT_FOUND",
+        "UNAUTHORIZED",
+        "NEXUS_ERROR",
+        "PINECONE_ERROR",
+        "TIMEOUT",
+        "FLOW_GATE",
+        "LIFECYCLE",
+        "CANCELLED",
+    ];
 }
 
 /// A tool failure as the agent sees it.
@@ -77,6 +108,25 @@ impl ToolError {
         }
     }
 
+    /// A `CANCELLED` error: the caller gave up on the request.
+    pub fn cancelled() -> Self {
+        ToolError::new(
+            ToolErrorCode::Cancelled,
+            "the request was cancelled; the work it started was stopped",
+            true,
+        )
+    }
+
+    /// A `TIMEOUT` error: `what` did not finish within `deadline`.
+    pub fn timeout(what: &str, deadline: std::time::Duration) -> Self {
+        ToolError::new(
+            ToolErrorCode::Timeout,
+            format!("{what} did not answer within {} ms", deadline.as_millis()),
+            true,
+        )
+        .with_suggestion("call the tool again")
+    }
+
     /// Adds a suggestion.
     pub fn with_suggestion(mut self, suggestion: impl Into<String>) -> Self {
         self.suggestion = Some(suggestion.into());
@@ -91,10 +141,64 @@ impl ToolError {
         serde_json::to_value(&e).unwrap_or_else(|_| serde_json::json!({"code": "NEXUS_ERROR", "message": "error", "recoverable": false}))
     }
 
-    /// The MCP tool result: `isError: true`, the JSON as text and as structured content.
+    /// The MCP tool result: `isError: true`, the JSON as text and as
+    /// structured content (which validates against every tool's
+    /// `outputSchema`, see [`with_error_branch`]).
     pub fn into_result(self) -> rmcp::model::CallToolResult {
         rmcp::model::CallToolResult::structured_error(self.to_json())
     }
+}
+
+/// The JSON Schema of a [`ToolError`] body.
+pub fn error_schema() -> Value {
+    json!({
+        "type": "object",
+        "title": "ToolError",
+        "description": "The body of a failed tool call (isError: true).",
+        "properties": {
+            "code": {"type": "string", "enum": ToolErrorCode::ALL},
+            "message": {"type": "string"},
+            "recoverable": {"type": "boolean"},
+            "field": {"type": "string"},
+            "suggestion": {"type": "string"}
+        },
+        "required": ["code", "message", "recoverable"],
+        "additionalProperties": false
+    })
+}
+
+/// A tool's `outputSchema` that accepts both `success` and a [`ToolError`].
+///
+/// The success schema's properties and `$defs` stay where they are; its
+/// `required` list (and any top-level `anyOf`/`oneOf`/`allOf`) moves into
+/// the first branch of a top-level `anyOf` whose second branch is
+/// [`error_schema`].
+///
+/// ```
+/// use nexus_knowql::mcp::tool_error::with_error_branch;
+/// let success = serde_json::json!({
+///     "type": "object",
+///     "properties": {"id": {"type": "string"}},
+///     "required": ["id"]
+/// });
+/// let schema = with_error_branch(success.as_object().unwrap().clone());
+/// assert_eq!(schema["type"], "object");
+/// assert_eq!(schema["anyOf"][0]["required"], serde_json::json!(["id"]));
+/// assert_eq!(schema["anyOf"][1]["title"], "ToolError");
+/// ```
+pub fn with_error_branch(success: JsonObject) -> Arc<JsonObject> {
+    let mut schema = success;
+    let mut branch = JsonObject::new();
+    for key in ["required", "anyOf", "oneOf", "allOf"] {
+        if let Some(v) = schema.remove(key) {
+            branch.insert(key.to_owned(), v);
+        }
+    }
+    schema.insert(
+        "anyOf".to_owned(),
+        Value::Array(vec![Value::Object(branch), error_schema()]),
+    );
+    Arc::new(schema)
 }
 
 impl std::fmt::Display for ToolError {
@@ -108,6 +212,46 @@ impl std::error::Error for ToolError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_error_schema_lists_every_code() {
+        use ToolErrorCode::*;
+        let codes = [
+            Validation,
+            NotFound,
+            Unauthorized,
+            NexusError,
+            PineconeError,
+            Timeout,
+            FlowGate,
+            Lifecycle,
+            Cancelled,
+        ];
+        let json: Vec<Value> = codes
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .collect();
+        assert_eq!(json, ToolErrorCode::ALL.map(Value::from).to_vec());
+        assert_eq!(error_schema()["properties"]["code"]["enum"], json!(json));
+    }
+
+    #[test]
+    fn the_success_requirements_move_into_the_first_branch() {
+        let success = json!({
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "required": ["a"],
+            "anyOf": [{"required": ["a"]}]
+        });
+        let schema = with_error_branch(success.as_object().unwrap().clone());
+        assert_eq!(schema.get("required"), None);
+        assert_eq!(schema["properties"], success["properties"]);
+        assert_eq!(
+            schema["anyOf"][0],
+            json!({"required": ["a"], "anyOf": [{"required": ["a"]}]})
+        );
+        assert_eq!(schema["anyOf"][1], error_schema());
+    }
 
     #[test]
     fn key_order_and_redaction() {

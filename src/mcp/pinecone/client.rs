@@ -5,6 +5,17 @@
 //! Every call has one deadline that covers all its attempts; when it passes,
 //! the in-flight request future is dropped, which closes the connection.
 //! Retries (429, 5xx, transport errors) happen in this one layer only.
+//!
+//! # Where the key goes
+//!
+//! The `Api-Key` header is a custom header, which reqwest keeps on every
+//! redirect hop. The HTTP client of [`http_client`] therefore follows only
+//! same-origin redirects ([`same_origin_redirects`]); a redirect elsewhere is
+//! not followed and the call fails with its 3xx status. The control-plane
+//! host and every index host must be `https`, except on loopback (local
+//! fakes and proxies); a plain `http` remote host is refused before any
+//! request is sent. A namespace of `.` or `..`, or one containing `/`, is
+//! refused too ([`check_namespace`]): it would change the request path.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +32,8 @@ pub const PINECONE_API_VERSION: &str = "2026-04";
 
 /// Retries after the first attempt.
 const MAX_RETRIES: u32 = 2;
+/// Most redirect hops followed (all within one origin).
+const MAX_REDIRECTS: usize = 5;
 /// First backoff; doubles per retry.
 const BASE_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest error body kept in a message.
@@ -66,6 +79,15 @@ pub enum PineconeError {
         /// Cause (redacted).
         message: String,
     },
+    /// The request was not sent: its target or input is not allowed
+    /// (a plain `http` remote host, a namespace that changes the path).
+    #[error("{label} refused: {message}")]
+    Refused {
+        /// The call.
+        label: String,
+        /// Why.
+        message: String,
+    },
 }
 
 impl PineconeError {
@@ -86,7 +108,9 @@ impl PineconeError {
         match self {
             PineconeError::Status { status, .. } => *status == 429 || (500..=599).contains(status),
             PineconeError::Transport { .. } => true,
-            PineconeError::Timeout { .. } | PineconeError::Decode { .. } => false,
+            PineconeError::Timeout { .. }
+            | PineconeError::Decode { .. }
+            | PineconeError::Refused { .. } => false,
         }
     }
 }
@@ -233,9 +257,11 @@ pub struct PineconeClient {
 
 struct Inner {
     http: reqwest::Client,
-    controller: String,
+    /// The control-plane base URL, or why it is refused.
+    controller: Result<String, String>,
     api_key: SecretString,
     deadline: Duration,
+    retries: u32,
     /// Index name -> data-plane base URL, filled by describe-index.
     hosts: Mutex<HashMap<String, String>>,
 }
@@ -249,7 +275,7 @@ impl std::fmt::Debug for PineconeClient {
     }
 }
 
-/// Builds the shared HTTP client.
+/// Builds the shared HTTP client: same-origin redirects only, TCP_NODELAY.
 ///
 /// # Errors
 /// When the TLS backend cannot be initialised.
@@ -257,6 +283,8 @@ pub fn http_client() -> PineconeResult<reqwest::Client> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .user_agent(concat!("nexus-knowql/", env!("CARGO_PKG_VERSION")))
+        .redirect(same_origin_redirects())
+        .tcp_nodelay(true)
         .build()
         .map_err(|e| PineconeError::Transport {
             label: "client setup".to_owned(),
@@ -264,14 +292,96 @@ pub fn http_client() -> PineconeResult<reqwest::Client> {
         })
 }
 
-/// Joins an index host with a path: a host with a scheme is used as-is.
-fn base_url(host: &str) -> String {
+/// A redirect policy that follows a redirect only within the origin of the
+/// request (same scheme, host and port; so never `https` to `http`), at most
+/// five hops. Any other redirect is returned as the response, so custom
+/// credential headers such as `Api-Key` never reach another origin.
+pub fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt
+            .previous()
+            .last()
+            .is_some_and(|from| same_origin(from, attempt.url()));
+        if same && attempt.previous().len() <= MAX_REDIRECTS {
+            attempt.follow()
+        } else {
+            if !same {
+                tracing::warn!(
+                    to = %attempt.url().origin().ascii_serialization(),
+                    "not following a redirect to another origin"
+                );
+            }
+            attempt.stop()
+        }
+    })
+}
+
+/// True when `a` and `b` have the same scheme, host and port.
+pub fn same_origin(a: &url::Url, b: &url::Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default()
+}
+
+/// True for `localhost`, 127.0.0.0/8 and `::1`.
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+/// The base URL for a host as configured or as describe-index reports it:
+/// no scheme means `https`; `http` is accepted only for loopback hosts.
+///
+/// # Errors
+/// Why the host is refused (unparsable, another scheme, plain `http` to a
+/// remote host, or carrying credentials, a query or a fragment).
+pub fn base_url(host: &str) -> Result<String, String> {
     let host = host.trim().trim_end_matches('/');
-    if host.starts_with("http://") || host.starts_with("https://") {
+    let with_scheme = if host.contains("://") {
         host.to_owned()
     } else {
         format!("https://{host}")
+    };
+    let url = url::Url::parse(&with_scheme)
+        .map_err(|e| format!("host {host:?} is not a valid URL: {e}"))?;
+    if url.host().is_none() || url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("host {host:?} is not a plain host name"));
     }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("a host must not carry credentials".to_owned());
+    }
+    match url.scheme() {
+        "https" => {}
+        "http" if is_loopback(&url) => {}
+        "http" => {
+            return Err(format!(
+                "host {host:?} uses plain http; only https is allowed outside loopback"
+            ));
+        }
+        other => return Err(format!("host {host:?} has unsupported scheme {other:?}")),
+    }
+    Ok(with_scheme)
+}
+
+/// Checks a namespace that goes into a request path: not empty, not `.` or
+/// `..`, no `/`.
+///
+/// # Errors
+/// A message saying why the namespace is refused.
+pub fn check_namespace(namespace: &str) -> Result<(), String> {
+    if namespace.is_empty() {
+        return Err("namespace cannot be empty".to_owned());
+    }
+    if namespace == "." || namespace == ".." || namespace.contains('/') {
+        return Err(format!(
+            "namespace {namespace:?} is not valid: \".\", \"..\" and names containing \"/\" are refused"
+        ));
+    }
+    Ok(())
 }
 
 impl PineconeClient {
@@ -289,9 +399,36 @@ impl PineconeClient {
                 controller: base_url(&controller.into()),
                 api_key,
                 deadline,
+                retries: MAX_RETRIES,
                 hosts: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// A client for the same project that tries each call once (no
+    /// retries), with its own host cache: what a startup probe wants.
+    pub fn without_retries(&self) -> Self {
+        PineconeClient {
+            inner: Arc::new(Inner {
+                http: self.inner.http.clone(),
+                controller: self.inner.controller.clone(),
+                api_key: self.inner.api_key.clone(),
+                deadline: self.inner.deadline,
+                retries: 0,
+                hosts: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The control-plane base URL.
+    fn controller(&self, label: &str) -> PineconeResult<&str> {
+        self.inner
+            .controller
+            .as_deref()
+            .map_err(|why| PineconeError::Refused {
+                label: label.to_owned(),
+                message: why.clone(),
+            })
     }
 
     fn redact(&self, text: &str) -> String {
@@ -309,7 +446,7 @@ impl PineconeClient {
             loop {
                 match self.attempt(label, build()).await {
                     Ok(v) => return Ok(v),
-                    Err(e) if e.is_retryable() && attempt < MAX_RETRIES => {
+                    Err(e) if e.is_retryable() && attempt < self.inner.retries => {
                         tracing::warn!(label, attempt = attempt + 1, error = %e, "retrying Pinecone call");
                         tokio::time::sleep(BASE_BACKOFF * 2u32.pow(attempt)).await;
                         attempt += 1;
@@ -376,7 +513,7 @@ impl PineconeClient {
     pub async fn describe_index(&self, index: &str) -> PineconeResult<IndexDescription> {
         let url = format!(
             "{}/indexes/{}",
-            self.inner.controller,
+            self.controller("describeIndex")?,
             encode_segment(index)
         );
         self.call("describeIndex", || self.inner.http.get(&url))
@@ -388,7 +525,11 @@ impl PineconeClient {
         if let Some(url) = self.hosts().get(index) {
             return Ok(url.clone());
         }
-        let url = base_url(&self.describe_index(index).await?.host);
+        let host = self.describe_index(index).await?.host;
+        let url = base_url(&host).map_err(|why| PineconeError::Refused {
+            label: "describeIndex".to_owned(),
+            message: format!("index {index:?}: {why}"),
+        })?;
         self.hosts().insert(index.to_owned(), url.clone());
         Ok(url)
     }
@@ -440,6 +581,10 @@ impl PineconeClient {
         namespace: &str,
         request: &SearchRequest,
     ) -> PineconeResult<Vec<SearchHit>> {
+        check_namespace(namespace).map_err(|message| PineconeError::Refused {
+            label: "search".to_owned(),
+            message,
+        })?;
         let url = format!(
             "{}/records/namespaces/{}/search",
             self.index_url(index).await?,
@@ -527,7 +672,7 @@ impl PineconeClient {
         documents: &[RerankDocument],
         top_n: usize,
     ) -> PineconeResult<Vec<RankedDocument>> {
-        let url = format!("{}/rerank", self.inner.controller);
+        let url = format!("{}/rerank", self.controller("rerank")?);
         let body = serde_json::json!({
             "model": model,
             "query": query,
@@ -576,12 +721,56 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hosts_with_a_scheme_are_used_as_is() {
-        assert_eq!(base_url("http://127.0.0.1:9/"), "http://127.0.0.1:9");
+    fn hosts_get_https_and_plain_http_only_on_loopback() {
         assert_eq!(
-            base_url("idx-1.svc.pinecone.io"),
+            base_url("http://127.0.0.1:9/").unwrap(),
+            "http://127.0.0.1:9"
+        );
+        assert_eq!(
+            base_url("http://localhost:9").unwrap(),
+            "http://localhost:9"
+        );
+        assert_eq!(base_url("http://[::1]:9").unwrap(), "http://[::1]:9");
+        assert_eq!(
+            base_url("idx-1.svc.pinecone.io").unwrap(),
             "https://idx-1.svc.pinecone.io"
         );
+        assert_eq!(
+            base_url("https://api.pinecone.io").unwrap(),
+            "https://api.pinecone.io"
+        );
+        for bad in [
+            "http://idx-1.svc.pinecone.io",
+            "http://10.0.0.1:80",
+            "ftp://x.example",
+            "https://user:pw@x.example",
+            "https://x.example/?q=1",
+            "",
+        ] {
+            assert!(base_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn namespaces_that_change_the_path_are_refused() {
+        for bad in ["", ".", "..", "a/b", "/", "../x"] {
+            assert!(check_namespace(bad).is_err(), "{bad:?}");
+        }
+        for good in ["wg21-papers", "a.b", "...", "a b", "_mcp_config"] {
+            assert!(check_namespace(good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn origins_compare_scheme_host_and_port() {
+        let u = |s: &str| url::Url::parse(s).unwrap();
+        assert!(same_origin(&u("https://a.io/x"), &u("https://a.io:443/y")));
+        assert!(!same_origin(&u("https://a.io/x"), &u("http://a.io/x")));
+        assert!(!same_origin(&u("https://a.io/x"), &u("https://b.io/x")));
+        assert!(!same_origin(
+            &u("http://127.0.0.1:1/"),
+            &u("http://127.0.0.1:2/")
+        ));
     }
 
     #[test]

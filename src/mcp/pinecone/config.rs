@@ -74,12 +74,15 @@ pub struct PineconeArgs {
     #[arg(long, env = "PINECONE_DISABLE_SUGGEST_FLOW", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub disable_suggest_flow: Option<bool>,
     /// Control-plane and inference host; index hosts come from describe-index.
+    /// Must be https, except on loopback.
     #[arg(long = "pinecone-controller-host", env = "PINECONE_CONTROLLER_HOST", default_value = DEFAULT_CONTROLLER_HOST)]
     pub controller_host: String,
     /// Defaults to apply.
     #[arg(long, env = "PINECONE_MCP_PROFILE", value_enum, default_value_t = Profile::Core)]
     pub profile: Profile,
-    /// Probe every index and exit instead of serving (see `PineconeServer::check_indexes`).
+    /// Probe each source's dense and sparse index once (no retries), print one
+    /// line per index to stderr and exit 0 when all answer, 1 otherwise,
+    /// instead of serving.
     #[arg(long, env = "PINECONE_CHECK_INDEXES", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub check_indexes: Option<bool>,
     /// Do not read namespace declarations from the index's `_mcp_config` manifest.
@@ -338,6 +341,10 @@ impl PineconeArgs {
                 DEFAULT_SOURCE_NAME.to_owned(),
             )
         };
+        let controller_host = self.controller_host.trim().trim_end_matches('/').to_owned();
+        super::client::base_url(&controller_host).map_err(|why| {
+            ConfigError::new(format!("Invalid --pinecone-controller-host: {why}"))
+        })?;
         if mode == SourceMode::Sources && self.api_key.is_some() {
             tracing::warn!("PINECONE_SOURCES / config file is active; PINECONE_API_KEY is ignored");
         }
@@ -354,7 +361,7 @@ impl PineconeArgs {
                 .request_timeout_ms
                 .map_or(DEFAULT_REQUEST_TIMEOUT, Duration::from_millis),
             suggest_flow: !self.disable_suggest_flow.unwrap_or(!alliance),
-            controller_host: self.controller_host.trim().trim_end_matches('/').to_owned(),
+            controller_host,
             default_top_k: self.top_k.unwrap_or(DEFAULT_TOP_K),
             builtin_url_generators: alliance,
             error_details: self.error_details.unwrap_or(false),

@@ -8,7 +8,9 @@
 //!
 //! # Layout
 //! - `config`: flags, environment, sources file, profiles.
-//! - `client`: the typed Pinecone REST client (deadline, retries, redaction).
+//! - `client`: the typed Pinecone REST client (deadline, retries, redaction,
+//!   same-origin redirects, https hosts).
+//! - `check`: the `--check-indexes` probe.
 //! - `filter`: metadata-filter validation.
 //! - `discovery`, `manifest`, `cache`, `sources`: namespaces, declarations,
 //!   their cache, source resolution.
@@ -19,6 +21,7 @@
 
 pub mod args;
 pub mod cache;
+pub mod check;
 pub mod client;
 pub mod config;
 pub mod discovery;

@@ -231,8 +231,10 @@ impl PineconeServer {
         self.callers.clear();
     }
 
-    /// Probes every dense and sparse index with describe-index-stats (for
-    /// a `--check-indexes` startup check).
+    /// Probes every dense and sparse index once, without retries, with
+    /// describe-index-stats (`nexus-mcp --check-indexes` uses
+    /// [`check::check_indexes`](super::check::check_indexes), which reports
+    /// per index).
     ///
     /// # Errors
     /// One redacted line per unreachable index, e.g.
@@ -246,14 +248,21 @@ impl PineconeServer {
                 ("Sparse", &s.config.sparse_index_name),
             ]
             .map(|(kind, index)| async move {
-                s.client.describe_index_stats(index).await.err().map(|e| {
-                    let prefix = if tagged {
-                        format!("[{}] ", s.name())
-                    } else {
-                        String::new()
-                    };
-                    crate::mcp::redact::redact(&format!("{prefix}{kind} index \"{index}\": {e}"))
-                })
+                s.client
+                    .without_retries()
+                    .describe_index_stats(index)
+                    .await
+                    .err()
+                    .map(|e| {
+                        let prefix = if tagged {
+                            format!("[{}] ", s.name())
+                        } else {
+                            String::new()
+                        };
+                        crate::mcp::redact::redact(&format!(
+                            "{prefix}{kind} index \"{index}\": {e}"
+                        ))
+                    })
             })
         });
         let failures: Vec<String> = futures::future::join_all(probes)

@@ -1,13 +1,18 @@
 //! The tools: argument checks in the documented order, then discovery,
 //! retrieval and shaping of the payload.
 
-use rmcp::handler::server::tool::IntoCallToolResult;
+use std::sync::Arc;
+
+use rmcp::handler::server::tool::{IntoCallToolResult, schema_for_output};
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::CallToolResponse;
+use rmcp::model::{CallToolResponse, JsonObject};
 use rmcp::{Json, tool, tool_router};
+use schemars::JsonSchema;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::mcp::redact::redact;
+use crate::mcp::tool_error::with_error_branch;
 use crate::mcp::{ToolError, ToolErrorCode};
 
 use super::args::{
@@ -71,12 +76,41 @@ fn trimmed_required(
 }
 
 fn namespace_arg(value: &str) -> Result<String, Failure> {
-    trimmed_required(
+    let namespace = trimmed_required(
         value,
         "namespace",
         "namespace cannot be empty",
         Some(NAMESPACE_SUGGESTION),
-    )
+    )?;
+    checked_namespace(namespace)
+}
+
+/// Refuses a namespace that would change a request path (`.`, `..`, `/`).
+fn checked_namespace(namespace: String) -> Result<String, Failure> {
+    match super::client::check_namespace(&namespace) {
+        Ok(()) => Ok(namespace),
+        Err(why) => Err(ToolError::validation("namespace", why)
+            .with_suggestion(NAMESPACE_SUGGESTION)
+            .into()),
+    }
+}
+
+/// The `outputSchema` of a tool returning `T`, admitting a [`ToolError`] too.
+fn output_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    with_error_branch((*schema_for_output::<T>()).clone())
+}
+
+/// `work`, or `CANCELLED` as soon as the request is cancelled: dropping
+/// `work` drops its in-flight Pinecone requests.
+async fn until_cancelled<T>(
+    ct: &CancellationToken,
+    work: impl Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    tokio::select! {
+        biased;
+        _ = ct.cancelled() => Err(ToolError::cancelled().into()),
+        result = work => result,
+    }
 }
 
 fn in_range(
@@ -349,12 +383,12 @@ impl PineconeServer {
             "Query text cannot be empty",
             None,
         )?;
-        let namespace = trimmed_required(
+        let namespace = checked_namespace(trimmed_required(
             &args.namespace,
             "namespace",
             "Namespace cannot be empty",
             None,
-        )?;
+        )?)?;
         let filter = filter_arg(&args.metadata_filter)?;
         let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
         let source = self.resolve(args.source.as_deref(), &namespace).await?;
@@ -446,7 +480,12 @@ impl PineconeServer {
         let routed = recommend(&ranked).cloned();
         let (namespace, source) = match args.namespace.as_deref() {
             Some(raw) => {
-                let ns = trimmed_required(raw, "namespace", "namespace cannot be empty", None)?;
+                let ns = checked_namespace(trimmed_required(
+                    raw,
+                    "namespace",
+                    "namespace cannot be empty",
+                    None,
+                )?)?;
                 let source = self.resolve(args.source.as_deref(), &ns).await?;
                 (ns, source)
             }
@@ -671,6 +710,7 @@ impl PineconeServer {
     /// Lists the configured sources (multi-source mode only).
     #[tool(
         description = "List the configured Pinecone sources (projects) with their descriptions and the default source. Pass a name as `source` to the other tools.",
+        output_schema = output_schema::<ListSourcesOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -707,6 +747,7 @@ impl PineconeServer {
     /// Lists namespaces with record counts and metadata fields.
     #[tool(
         description = "List the namespaces of the index with record counts and metadata field types (cached; see expires_at_iso). Call this first to learn valid namespace names and filterable fields.",
+        output_schema = output_schema::<ListNamespacesOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -717,8 +758,9 @@ impl PineconeServer {
     async fn list_namespaces(
         &self,
         Parameters(args): Parameters<ListNamespacesArgs>,
+        ct: CancellationToken,
     ) -> Result<Json<ListNamespacesOutput>, Failed> {
-        self.do_list_namespaces(args)
+        until_cancelled(&ct, self.do_list_namespaces(args))
             .await
             .map(Json)
             .map_err(|f| self.failed(f, "list_namespaces", "Failed to list namespaces"))
@@ -727,6 +769,7 @@ impl PineconeServer {
     /// Ranks namespaces for a question.
     #[tool(
         description = "Rank namespaces by how well the question names them (namespace words and metadata field names). recommended_namespace is null when nothing matches well enough.",
+        output_schema = output_schema::<NamespaceRouterOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -737,8 +780,9 @@ impl PineconeServer {
     async fn namespace_router(
         &self,
         Parameters(args): Parameters<NamespaceRouterArgs>,
+        ct: CancellationToken,
     ) -> Result<Json<NamespaceRouterOutput>, Failed> {
-        self.do_namespace_router(args)
+        until_cancelled(&ct, self.do_namespace_router(args))
             .await
             .map(Json)
             .map_err(|f| self.failed(f, "namespace_router", "Failed to route namespace"))
@@ -747,6 +791,7 @@ impl PineconeServer {
     /// Suggests tool and fields for a question on a namespace.
     #[tool(
         description = "Suggest which tool (count, fast or detailed query) and which fields fit the user's question on a namespace. Required before query/count/query_documents when the suggest-flow is on.",
+        output_schema = output_schema::<SuggestQueryParamsOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -757,8 +802,9 @@ impl PineconeServer {
     async fn suggest_query_params(
         &self,
         Parameters(args): Parameters<SuggestQueryParamsArgs>,
+        ct: CancellationToken,
     ) -> Result<Json<SuggestQueryParamsOutput>, Failed> {
-        self.do_suggest(args)
+        until_cancelled(&ct, self.do_suggest(args))
             .await
             .map(Json)
             .map_err(|f| self.failed(f, "suggest_query_params", "Failed to suggest query params"))
@@ -767,6 +813,7 @@ impl PineconeServer {
     /// Counts distinct documents.
     #[tool(
         description = "Count distinct documents (by document_number, url, doc_id) among up to 10000 chunks matching the filter. truncated=true means the chunk limit was reached.",
+        output_schema = output_schema::<CountOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -777,8 +824,9 @@ impl PineconeServer {
     async fn count(
         &self,
         Parameters(args): Parameters<CountArgs>,
+        ct: CancellationToken,
     ) -> Result<Json<CountOutput>, Failed> {
-        self.do_count(args)
+        until_cancelled(&ct, self.do_count(args))
             .await
             .map(Json)
             .map_err(|f| self.failed(f, "count", "Failed to get count"))
@@ -787,6 +835,7 @@ impl PineconeServer {
     /// Hybrid semantic + keyword search.
     #[tool(
         description = "Hybrid search (dense + sparse, fused, reranked when a model is configured) in a namespace. Presets: fast (identifier fields, no rerank), detailed/full (all fields, rerank). Low-confidence results carry experimental.degraded.",
+        output_schema = output_schema::<QueryOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -797,8 +846,9 @@ impl PineconeServer {
     async fn query(
         &self,
         Parameters(args): Parameters<QueryArgs>,
+        ct: CancellationToken,
     ) -> Result<Json<QueryOutput>, Failed> {
-        self.do_query(args)
+        until_cancelled(&ct, self.do_query(args))
             .await
             .map(Json)
             .map_err(|f| self.failed(f, "query", "An error occurred while processing your query"))
@@ -807,6 +857,7 @@ impl PineconeServer {
     /// Keyword search on the sparse index.
     #[tool(
         description = "Keyword (sparse-only) search in a namespace; best for exact terms, identifiers and names.",
+        output_schema = output_schema::<KeywordSearchOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -817,8 +868,9 @@ impl PineconeServer {
     async fn keyword_search(
         &self,
         Parameters(args): Parameters<KeywordSearchArgs>,
+        ct: CancellationToken,
     ) -> Result<Json<KeywordSearchOutput>, Failed> {
-        self.do_keyword(args)
+        until_cancelled(&ct, self.do_keyword(args))
             .await
             .map(Json)
             .map_err(|f| self.failed(f, "keyword_search", "Keyword search failed"))
@@ -827,6 +879,7 @@ impl PineconeServer {
     /// Whole documents reassembled from chunks.
     #[tool(
         description = "Search and return whole documents: matching chunks are grouped by document (document_number, url, doc_id), ordered and merged. merged_content is capped; content_truncated says when.",
+        output_schema = output_schema::<QueryDocumentsOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -837,19 +890,24 @@ impl PineconeServer {
     async fn query_documents(
         &self,
         Parameters(args): Parameters<QueryDocumentsArgs>,
+        ct: CancellationToken,
     ) -> Result<Json<QueryDocumentsOutput>, Failed> {
-        self.do_query_documents(args).await.map(Json).map_err(|f| {
-            self.failed(
-                f,
-                "query_documents",
-                "Failed to query and reassemble documents",
-            )
-        })
+        until_cancelled(&ct, self.do_query_documents(args))
+            .await
+            .map(Json)
+            .map_err(|f| {
+                self.failed(
+                    f,
+                    "query_documents",
+                    "Failed to query and reassemble documents",
+                )
+            })
     }
 
     /// One-shot: route, suggest, run.
     #[tool(
         description = "One call for a question: picks the namespace (or uses the given one), the tool and the fields, runs it and explains the choice in experimental.decision_trace.",
+        output_schema = output_schema::<GuidedQueryOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -860,8 +918,9 @@ impl PineconeServer {
     async fn guided_query(
         &self,
         Parameters(args): Parameters<GuidedQueryArgs>,
+        ct: CancellationToken,
     ) -> Result<Json<GuidedQueryOutput>, Failed> {
-        self.do_guided(args)
+        until_cancelled(&ct, self.do_guided(args))
             .await
             .map(Json)
             .map_err(|f| self.failed(f, "guided_query", "Failed to execute guided query"))
@@ -870,6 +929,7 @@ impl PineconeServer {
     /// URLs for records.
     #[tool(
         description = "Build a URL for each record (its own url, else the namespace's URL generator); method says how, reason says why none.",
+        output_schema = output_schema::<GenerateUrlsOutput>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -880,8 +940,9 @@ impl PineconeServer {
     async fn generate_urls(
         &self,
         Parameters(args): Parameters<GenerateUrlsArgs>,
+        ct: CancellationToken,
     ) -> Result<Json<GenerateUrlsOutput>, Failed> {
-        self.do_generate_urls(args)
+        until_cancelled(&ct, self.do_generate_urls(args))
             .await
             .map(Json)
             .map_err(|f| self.failed(f, "generate_urls", "Failed to generate URLs"))
