@@ -142,8 +142,17 @@ async fn run(args: Args) -> Result<(), Failure> {
         .map_err(|e| e.to_string())?;
     let turn = session.ask(args.question.as_str());
 
+    // A Ctrl-C while a turn is being started drops the request; the session
+    // remembers the turn it started, once the server has named it.
     let outcome = if args.background {
-        match turn.background().await {
+        let started = tokio::select! {
+            started = turn.background() => Some(started),
+            () = ctrl_c() => None,
+        };
+        let Some(started) = started else {
+            return Err(cancel(&client, session.unfinished_query_id().as_deref()).await);
+        };
+        match started {
             Ok(mut handle) => {
                 eprintln!("ask: background turn {}", handle.id());
                 let waited = tokio::select! {
@@ -165,15 +174,24 @@ async fn run(args: Args) -> Result<(), Failure> {
         match sent {
             Some(sent) => sent,
             // The session remembers the turn the dropped send() started.
-            None => {
-                let id = session.unfinished_query_id();
-                return Err(cancel(&client, id.as_deref()).await);
-            }
+            None => return Err(cancel(&client, session.unfinished_query_id().as_deref()).await),
         }
     } else {
-        match stream(turn, !args.json).await {
-            Ok(Streamed::Done(outcome)) => *outcome,
-            Ok(Streamed::Interrupted(id)) => return Err(cancel(&client, id.as_deref()).await),
+        let started = tokio::select! {
+            started = turn.stream() => Some(started),
+            () = ctrl_c() => None,
+        };
+        let Some(started) = started else {
+            return Err(cancel(&client, session.unfinished_query_id().as_deref()).await);
+        };
+        match started {
+            Ok(turn) => match stream(turn, !args.json).await {
+                Ok(Streamed::Done(outcome)) => *outcome,
+                Ok(Streamed::Interrupted(id)) => {
+                    return Err(cancel(&client, id.as_deref()).await);
+                }
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         }
     };
@@ -234,8 +252,7 @@ enum Streamed {
 }
 
 /// Streams a turn: text deltas to stdout (when `print`), steps to stderr.
-async fn stream(turn: nexus_knowql::TurnBuilder, print: bool) -> nexus_knowql::Result<Streamed> {
-    let mut turn = turn.stream().await?;
+async fn stream(mut turn: nexus_knowql::QueryTurn, print: bool) -> nexus_knowql::Result<Streamed> {
     let mut stdout = std::io::stdout();
     let mut printed = false;
     loop {

@@ -152,10 +152,7 @@ async fn a_foreign_host_or_origin_is_refused_on_every_route_and_changes_nothing(
     );
     let listed = client.sources("docs").list().await.unwrap();
     assert!(listed.iter().all(|e| e.name != "uploads"));
-    assert_eq!(
-        client.tasks().list().await.unwrap().len(),
-        tasks_before
-    );
+    assert_eq!(client.tasks().list().await.unwrap().len(), tasks_before);
     assert!(client.sessions().list().await.unwrap().is_empty());
     server.shutdown().await;
 }

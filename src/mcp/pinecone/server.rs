@@ -160,6 +160,11 @@ impl PineconeServer {
     }
 
     /// A server for `config` using `http` for every Pinecone call.
+    ///
+    /// The client's own redirect policy applies: build it with
+    /// [`same_origin_redirects`](super::client::same_origin_redirects) (as
+    /// [`PineconeServer::new`] does) so an `Api-Key` never follows a redirect
+    /// to another origin.
     pub fn with_http_client(config: PineconeConfig, http: reqwest::Client) -> Self {
         let registry = Registry::new(&config, &http);
         let urls = UrlRegistry::default();
