@@ -316,11 +316,10 @@ pub fn same_origin_redirects() -> reqwest::redirect::Policy {
     })
 }
 
-/// True when `a` and `b` have the same scheme, host and port.
+/// True when `a` and `b` have the same scheme, host and port (the SDK's
+/// rule, shared so both clients agree on what an origin is).
 pub fn same_origin(a: &url::Url, b: &url::Url) -> bool {
-    a.scheme() == b.scheme()
-        && a.host_str() == b.host_str()
-        && a.port_or_known_default() == b.port_or_known_default()
+    crate::client::redirect::same_origin(a, b)
 }
 
 /// True for `localhost`, 127.0.0.0/8 and `::1`.
