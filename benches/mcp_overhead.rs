@@ -1,33 +1,45 @@
-//! Round-trip overhead of the MCP server for `list_contexts`, over stdio (the
-//! real `nexus-mcp` binary as a child process) and over Streamable HTTP (an
-//! in-process axum server on loopback), against calling the SDK directly in
-//! the same run. Nexus is an in-process `LocalNexus` serving the shipped corpus.
+//! Round-trip overhead of `nexus-mcp` for `list_contexts`, over stdio and over
+//! Streamable HTTP (the real binary as a child process in both cases),
+//! against calling the SDK directly in the same run. Nexus is `nexus-local`
+//! serving the shipped corpus in its own process, as a real Nexus is never in
+//! its caller's process: the SDK and `nexus-mcp` reach it the same way.
 //!
 //! ```text
 //! cargo bench --features mcp,local --bench mcp_overhead -- --warm-up-time 1 --measurement-time 3
 //! ```
 //!
-//! Besides criterion's report, it prints p50/p99 of every individual call.
+//! Rows:
+//! - `sdk_direct`: `client.contexts().list()`, the baseline;
+//! - `http_hop`: one HTTP round trip of the same test client to a bare axum
+//!   handler answering a fixed JSON-RPC result: what one extra HTTP hop
+//!   costs here, before any MCP or Nexus work;
+//! - `stdio_rmcp`: `tools/call list_contexts` through rmcp's client;
+//! - `stdio_line`: the same call with a minimal client (one JSON line out,
+//!   one line back); `stdio_line_ping`, a `ping` the same way, and
+//!   `stdio_line_no_nexus`, a `tools/call` answered without calling Nexus
+//!   (a `get_query` argument error): the transport and dispatch alone;
+//! - `http_sessions`, `http_stateless`: `nexus-mcp --transport http`, with a
+//!   session and with `--stateless`; `..._1thread` adds `--worker-threads 1`.
+//!
+//! Besides criterion's report, it prints p50/p99 per row from rounds that
+//! call every path once in turn (`MCP_OVERHEAD_ROUNDS`, default 3000), so
+//! that drift in the machine's speed hits every row alike, and each row's
+//! p50/p99 overhead over `sdk_direct`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use nexus_knowql::mcp::http::{self, HttpOptions};
-use nexus_knowql::mcp::{NexusMcp, NexusServer};
+use nexus_knowql::mcp::http::MCP_PATH;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
-use serde_json::json;
-use tokio_util::sync::CancellationToken;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 #[path = "../tests/support/mcp.rs"]
 mod mcp_support;
 use mcp_support::{HttpMcp, SERVER_KEY, nexus_client};
-use nexus_knowql::local::LocalNexus;
-
-/// Every call's duration, per benchmark.
-type Samples = Arc<Mutex<Vec<Duration>>>;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -37,23 +49,224 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-/// Runs `call` `iters` times, recording each duration; returns the total.
-async fn timed<F, Fut>(iters: u64, samples: &Samples, mut call: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut total = Duration::ZERO;
-    let mut local = Vec::with_capacity(iters as usize);
-    for _ in 0..iters {
-        let start = Instant::now();
-        call().await;
-        let d = start.elapsed();
-        total += d;
-        local.push(d);
+fn ratio(a: Duration, b: Duration) -> f64 {
+    if b.is_zero() {
+        0.0
+    } else {
+        a.as_secs_f64() / b.as_secs_f64()
     }
-    samples.lock().unwrap().extend(local);
-    total
+}
+
+/// Starts `nexus-local` serving the shipped corpus on a free loopback port;
+/// returns the process (killed on drop) and its base URL once it is ready.
+fn local_nexus() -> (KillOnDrop, String) {
+    use std::io::BufRead;
+    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nexus-local"))
+        .args(["--bind", "127.0.0.1:0", "--context"])
+        .arg(format!("docs={corpus}"))
+        .env_clear()
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nexus-local starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let child = KillOnDrop(child);
+    let mut base = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut base)
+        .expect("nexus-local prints its base URL");
+    assert!(base.starts_with("http://"), "nexus-local: {base:?}");
+    (child, base.trim().to_owned())
+}
+
+/// A child process killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `nexus-mcp` with the Nexus tools on `base`, quiet, no inherited env.
+fn nexus_mcp(base: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"));
+    cmd.env_clear()
+        .env("NEXUS_BASE_URL", base)
+        .env("PINECONE_API_KEY", SERVER_KEY)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    cmd
+}
+
+/// A minimal stdio client: one JSON-RPC line out, one line back.
+struct LineClient {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::BufReader<tokio::process::ChildStdout>,
+    line: String,
+    next_id: u64,
+}
+
+impl LineClient {
+    async fn start(base: &str) -> Self {
+        let mut child = nexus_mcp(base)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nexus-mcp starts");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = tokio::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut client = LineClient {
+            _child: child,
+            stdin,
+            stdout,
+            line: String::new(),
+            next_id: 1,
+        };
+        let init = json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"}
+        });
+        client.request("initialize", init).await;
+        client
+            .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        client
+    }
+
+    async fn send(&mut self, message: &Value) {
+        let mut bytes = serde_json::to_vec(message).expect("JSON");
+        bytes.push(b'\n');
+        self.stdin
+            .write_all(&bytes)
+            .await
+            .expect("write to nexus-mcp");
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(&message).await;
+        self.line.clear();
+        self.stdout
+            .read_line(&mut self.line)
+            .await
+            .expect("read from nexus-mcp");
+        let answer: Value = serde_json::from_str(&self.line).expect("a JSON-RPC line");
+        assert_eq!(answer["id"], id, "{answer}");
+        answer
+    }
+}
+
+/// Starts `nexus-mcp --transport http` on a free loopback port with `extra`
+/// arguments, waits until it accepts connections and opens a client (with a
+/// session unless `--stateless`).
+async fn http_binary(base: &str, extra: &[&str]) -> (tokio::process::Child, HttpMcp) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = nexus_mcp(base)
+        .args([
+            "--transport",
+            "http",
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nexus-mcp starts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "nexus-mcp did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut mcp = HttpMcp::new(format!("http://127.0.0.1:{port}{MCP_PATH}"))
+        .header("X-Pinecone-Api-Key", SERVER_KEY);
+    mcp.initialize().await;
+    (child, mcp)
+}
+
+/// A bare axum handler answering every POST with a fixed tool result for the
+/// request's id: one HTTP hop and nothing else.
+async fn http_hop() -> HttpMcp {
+    let app = axum::Router::new().route(
+        MCP_PATH,
+        axum::routing::post(|axum::Json(request): axum::Json<Value>| async move {
+            axum::Json(json!({
+                "jsonrpc": "2.0",
+                "id": request["id"],
+                "result": {"content": [{"type": "text", "text": "[]"}], "isError": false}
+            }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!(
+        "http://{}{MCP_PATH}",
+        listener.local_addr().expect("local address")
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    HttpMcp::new(url).header("X-Pinecone-Api-Key", SERVER_KEY)
+}
+
+/// One way of making the call.
+enum Path {
+    Sdk(nexus_knowql::Client),
+    Rmcp(rmcp::service::RunningService<rmcp::RoleClient, ()>),
+    Line(Box<LineClient>, &'static str),
+    Http(HttpMcp),
+}
+
+impl Path {
+    async fn call(&mut self) {
+        match self {
+            Path::Sdk(sdk) => {
+                let contexts = sdk.contexts().list().await.expect("list contexts");
+                assert_eq!(contexts.len(), 1, "the corpus context");
+            }
+            Path::Rmcp(service) => {
+                let result = service
+                    .call_tool(CallToolRequestParams::new("list_contexts"))
+                    .await
+                    .expect("tools/call");
+                assert_eq!(result.is_error, Some(false));
+            }
+            Path::Line(client, "ping") => {
+                let answer = client.request("ping", json!({})).await;
+                assert!(answer.get("result").is_some(), "{answer}");
+            }
+            Path::Line(client, "bad") => {
+                let params = json!({"name": "get_query", "arguments": {}});
+                let answer = client.request("tools/call", params).await;
+                assert_eq!(answer["result"]["isError"], true, "{answer}");
+            }
+            Path::Line(client, tool) => {
+                let params = json!({"name": *tool, "arguments": {}});
+                let answer = client.request("tools/call", params).await;
+                assert_eq!(answer["result"]["isError"], false, "{answer}");
+            }
+            Path::Http(mcp) => {
+                let result = mcp.call("list_contexts", json!({})).await;
+                assert_eq!(result["isError"], false, "{result}");
+            }
+        }
+    }
 }
 
 fn main() {
@@ -61,57 +274,55 @@ fn main() {
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    let nexus = rt
-        .block_on(
-            LocalNexus::builder()
-                .context(
-                    "docs",
-                    concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus"),
-                )
-                .start(),
-        )
-        .expect("local nexus starts");
-    let base = nexus.base_url().to_owned();
+        .expect("runtime");
+    let (_nexus, base) = local_nexus();
 
-    // Direct SDK.
-    let sdk = nexus_client(&base);
-
-    // Stdio: the binary, driven by rmcp's client.
-    let stdio = rt.block_on(async {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"));
-        cmd.env_clear()
-            .env("NEXUS_BASE_URL", &base)
-            .env("PINECONE_API_KEY", SERVER_KEY)
-            .env("RUST_LOG", "warn");
-        let (transport, _) = TokioChildProcess::builder(cmd)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        ().serve(transport).await.unwrap()
+    let mut children = Vec::new();
+    let paths: Vec<(&str, Path)> = rt.block_on(async {
+        let rmcp_client = {
+            let (transport, _) = TokioChildProcess::builder(nexus_mcp(&base))
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("nexus-mcp starts");
+            ().serve(transport).await.expect("initialize")
+        };
+        let mut paths = vec![
+            ("sdk_direct", Path::Sdk(nexus_client(&base))),
+            ("http_hop", Path::Http(http_hop().await)),
+            ("stdio_rmcp", Path::Rmcp(rmcp_client)),
+            (
+                "stdio_line",
+                Path::Line(Box::new(LineClient::start(&base).await), "list_contexts"),
+            ),
+            (
+                "stdio_line_ping",
+                Path::Line(Box::new(LineClient::start(&base).await), "ping"),
+            ),
+            (
+                "stdio_line_no_nexus",
+                Path::Line(Box::new(LineClient::start(&base).await), "bad"),
+            ),
+        ];
+        for (name, extra) in [
+            ("http_sessions", &[][..]),
+            ("http_stateless", &["--stateless"][..]),
+            ("http_sessions_1thread", &["--worker-threads", "1"][..]),
+            (
+                "http_stateless_1thread",
+                &["--stateless", "--worker-threads", "1"][..],
+            ),
+        ] {
+            let (child, mcp) = http_binary(&base, extra).await;
+            children.push(child);
+            paths.push((name, Path::Http(mcp)));
+        }
+        paths
     });
-
-    // HTTP: in-process server, reqwest 0.12 client with a session.
-    let shutdown = CancellationToken::new();
-    let http_client = rt.block_on(async {
-        let server = NexusMcp::new().with_nexus(NexusServer::new(nexus_client(&base)));
-        let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let url = format!(
-            "http://{}{}",
-            listener.local_addr().unwrap(),
-            http::MCP_PATH
-        );
-        let token = shutdown.clone();
-        tokio::spawn(
-            async move { http::serve(listener, server, &HttpOptions::default(), token).await },
-        );
-        let mut mcp = HttpMcp::new(url).header("X-Pinecone-Api-Key", SERVER_KEY);
-        mcp.initialize().await;
-        Arc::new(tokio::sync::Mutex::new(mcp))
-    });
-
-    let names = ["sdk_direct", "mcp_stdio", "mcp_http"];
-    let samples: Vec<Samples> = names.iter().map(|_| Samples::default()).collect();
+    let names: Vec<&str> = paths.iter().map(|(name, _)| *name).collect();
+    let paths: Vec<Arc<tokio::sync::Mutex<Path>>> = paths
+        .into_iter()
+        .map(|(_, path)| Arc::new(tokio::sync::Mutex::new(path)))
+        .collect();
 
     let mut c = Criterion::default()
         .sample_size(60)
@@ -119,79 +330,65 @@ fn main() {
         .configure_from_args();
     {
         let mut g = c.benchmark_group("list_contexts");
-        g.bench_function(names[0], |b| {
-            b.to_async(&rt).iter_custom(|iters| {
-                let sdk = sdk.clone();
-                let s = samples[0].clone();
-                async move {
-                    timed(iters, &s, || async {
-                        assert_eq!(
-                            sdk.contexts().list().await.unwrap().len(),
-                            1,
-                            "the corpus context"
-                        );
-                    })
-                    .await
-                }
-            })
-        });
-        g.bench_function(names[1], |b| {
-            b.to_async(&rt).iter_custom(|iters| {
-                let s = samples[1].clone();
-                let stdio = &stdio;
-                async move {
-                    timed(iters, &s, || async {
-                        let r = stdio
-                            .call_tool(CallToolRequestParams::new("list_contexts"))
-                            .await
-                            .unwrap();
-                        assert_eq!(r.is_error, Some(false));
-                    })
-                    .await
-                }
-            })
-        });
-        g.bench_function(names[2], |b| {
-            b.to_async(&rt).iter_custom(|iters| {
-                let s = samples[2].clone();
-                let http_client = http_client.clone();
-                async move {
-                    let mut mcp = http_client.lock().await;
-                    let mut total = Duration::ZERO;
-                    let mut local = Vec::with_capacity(iters as usize);
-                    for _ in 0..iters {
+        for (name, path) in names.iter().zip(&paths) {
+            g.bench_function(*name, |b| {
+                b.to_async(&rt).iter_custom(|iters| {
+                    let path = Arc::clone(path);
+                    async move {
+                        let mut path = path.lock().await;
                         let start = Instant::now();
-                        let r = mcp.call("list_contexts", json!({})).await;
-                        let d = start.elapsed();
-                        assert_eq!(r["isError"], false);
-                        total += d;
-                        local.push(d);
+                        for _ in 0..iters {
+                            path.call().await;
+                        }
+                        start.elapsed()
                     }
-                    s.lock().unwrap().extend(local);
-                    total
-                }
-            })
-        });
+                })
+            });
+        }
         g.finish();
     }
     c.final_summary();
 
+    // Criterion runs one row after the other, and this machine's speed
+    // drifts between them; the table comes from rounds that call every path
+    // once in turn, so that each row is measured in the same moments.
+    let rounds: usize = std::env::var("MCP_OVERHEAD_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
+    let interleaved: Vec<Vec<Duration>> = rt.block_on(async {
+        let mut guards = Vec::new();
+        for path in &paths {
+            guards.push(path.lock().await);
+        }
+        let mut times = vec![Vec::with_capacity(rounds); guards.len()];
+        for _ in 0..rounds {
+            for (path, times) in guards.iter_mut().zip(&mut times) {
+                let start = Instant::now();
+                path.call().await;
+                times.push(start.elapsed());
+            }
+        }
+        times
+    });
     let mut rows = Vec::new();
-    for (name, s) in names.iter().zip(&samples) {
-        let mut v = s.lock().unwrap().clone();
+    for (name, mut v) in names.iter().zip(interleaved) {
         v.sort();
         rows.push((*name, v.len(), percentile(&v, 0.50), percentile(&v, 0.99)));
     }
     let base_p50 = rows[0].2;
     let base_p99 = rows[0].3;
-    eprintln!("\nlist_contexts round trip against an in-process LocalNexus (every call timed)");
     eprintln!(
-        "{:<11} {:>7} {:>10} {:>10} {:>16} {:>16}",
+        "\nlist_contexts round trip against nexus-local in its own process \
+         ({rounds} interleaved rounds, every call timed)"
+    );
+    eprintln!(
+        "{:<23} {:>7} {:>10} {:>10} {:>16} {:>16}",
         "path", "calls", "p50", "p99", "p50 overhead", "p99 overhead"
     );
     for (name, n, p50, p99) in rows {
         eprintln!(
-            "{:<11} {:>7} {:>10.1?} {:>10.1?} {:>16} {:>16}",
+            "{:<23} {:>7} {:>10.1?} {:>10.1?} {:>16} {:>16}",
             name,
             n,
             p50,
@@ -208,17 +405,6 @@ fn main() {
             ),
         );
     }
-
-    shutdown.cancel();
-    rt.block_on(async move {
-        let _ = stdio.cancel().await;
-    });
-}
-
-fn ratio(a: Duration, b: Duration) -> f64 {
-    if b.is_zero() {
-        0.0
-    } else {
-        a.as_secs_f64() / b.as_secs_f64()
-    }
+    drop(paths);
+    drop(children);
 }

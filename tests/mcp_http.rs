@@ -141,6 +141,56 @@ async fn http_query_flow_with_wait_seconds_streams_progress() {
 }
 
 #[tokio::test]
+async fn stateless_answers_are_json_unless_progress_comes_first() {
+    let nexus = fake_nexus(2).await;
+    let options = HttpOptions::default().stateless(true);
+    let served = serve(&nexus.uri(), caller_keys(), options).await;
+    let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
+    mcp.initialize().await;
+    assert!(mcp.session.is_none(), "no session when stateless");
+
+    // A plain request-response call: one JSON body, no event stream.
+    let (id, answer) = mcp
+        .request(
+            "tools/call",
+            json!({"name": "list_contexts", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.content_type.as_deref(), Some("application/json"));
+    assert_eq!(answer.response(id)["result"]["isError"], false);
+
+    // A call that reports progress first: an event stream that loses nothing.
+    mcp.call(
+        "query_context",
+        json!({"context": "papers", "question": "What is new?"}),
+    )
+    .await;
+    let (id, answer) = mcp
+        .request(
+            "tools/call",
+            json!({
+                "name": "get_query",
+                "arguments": {"query_id": "q_1", "wait_seconds": 10},
+                "_meta": {"progressToken": "tok-2"}
+            }),
+        )
+        .await;
+    assert!(
+        answer
+            .content_type
+            .as_deref()
+            .is_some_and(|t| t.starts_with("text/event-stream")),
+        "{answer:?}"
+    );
+    assert_eq!(answer.notifications("notifications/progress").len(), 3);
+    assert_eq!(
+        answer.response(id)["result"]["structuredContent"]["status"],
+        "completed"
+    );
+}
+
+#[tokio::test]
 async fn wait_without_a_progress_token_sends_no_progress() {
     let nexus = fake_nexus(1).await;
     let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;

@@ -596,3 +596,35 @@ async fn two_stateless_nexus_mcp_processes_serve_one_client_in_turn() {
         "{answers:?}"
     );
 }
+
+#[tokio::test]
+async fn one_worker_thread_serves_sessions_and_stateless_calls() {
+    let nexus_fake = fake_nexus(0).await;
+    for extra in [
+        &["--worker-threads", "1"][..],
+        &["--stateless", "--worker-threads", "1"][..],
+        &["--worker-threads", "2"][..],
+    ] {
+        let process = nexus_mcp_process(&nexus_fake.uri(), extra).await;
+        let answers = flow_through_proxy(vec![process.base.clone()]).await;
+        let results: Vec<Value> = answers.into_iter().map(Result::unwrap).collect();
+        assert!(
+            results.iter().all(|r| r["isError"] == false),
+            "{extra:?}: {results:?}"
+        );
+        assert_eq!(results[2]["structuredContent"]["status"], "completed");
+    }
+}
+
+#[test]
+fn zero_worker_threads_is_refused() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"))
+        .args(["--transport", "http", "--worker-threads", "0"])
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--worker-threads"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}

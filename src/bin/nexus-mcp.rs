@@ -63,6 +63,12 @@ struct Args {
     #[arg(long)]
     stateless: bool,
 
+    /// Over HTTP, threads serving requests (default: one per CPU core). With
+    /// 1, every request is served on one thread: the lowest latency per
+    /// call, and one core's worth of throughput.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    worker_threads: Option<u16>,
+
     /// Seconds a connection has to send a complete request head.
     #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10")]
     header_read_timeout: Duration,
@@ -354,10 +360,19 @@ fn main() -> ExitCode {
     init_logging(&args);
     // Over stdio there is one client on one connection: a single-threaded
     // runtime answers each call without waking other threads. HTTP serves
-    // many clients and uses every core.
+    // many clients and uses every core unless --worker-threads says
+    // otherwise (1: one thread, the lowest latency per call).
     let runtime = match args.transport {
         Transport::Stdio => tokio::runtime::Builder::new_current_thread(),
-        Transport::Http => tokio::runtime::Builder::new_multi_thread(),
+        Transport::Http => match args.worker_threads {
+            Some(1) => tokio::runtime::Builder::new_current_thread(),
+            Some(n) => {
+                let mut builder = tokio::runtime::Builder::new_multi_thread();
+                builder.worker_threads(usize::from(n));
+                builder
+            }
+            None => tokio::runtime::Builder::new_multi_thread(),
+        },
     }
     .enable_all()
     .build();

@@ -546,6 +546,9 @@ pub fn router(
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_REQUEST_BODY_BYTES)
         .with_legacy_session_mode(!options.stateless)
+        // Without sessions, a call whose first message is its result is one
+        // JSON body; anything sent before it (progress) switches to SSE.
+        .with_json_response(true)
         .with_cancellation_token(shutdown);
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(options.session_idle_timeout);

@@ -436,6 +436,11 @@ impl NexusServer {
         self.tool_router.list_all()
     }
 
+    /// Whether this server serves a tool named `name`.
+    pub fn has_tool(&self, name: &str) -> bool {
+        self.tool_router.has_route(name)
+    }
+
     /// The client for one call, following the key policy.
     fn client_for(&self, ctx: &RequestContext<RoleServer>) -> Result<Client, ToolError> {
         match super::http::call_key(self.keys, &ctx.extensions)? {

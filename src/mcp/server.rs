@@ -4,6 +4,8 @@
 //! its own. `NexusMcp` lists the union of their tools and hands each
 //! `tools/call` to the family that owns the tool's name.
 
+use std::sync::Arc;
+
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -32,10 +34,13 @@ pub fn implementation() -> Implementation {
 /// let server = NexusMcp::new().with_nexus(NexusServer::new(client));
 /// # let _ = server; Ok(()) }
 /// ```
+///
+/// Cloning is cheap (the families are shared): the HTTP transport makes one
+/// clone per request or session.
 #[derive(Debug, Clone, Default)]
 pub struct NexusMcp {
-    nexus: Option<NexusServer>,
-    pinecone: Option<PineconeServer>,
+    nexus: Option<Arc<NexusServer>>,
+    pinecone: Option<Arc<PineconeServer>>,
 }
 
 impl NexusMcp {
@@ -46,24 +51,24 @@ impl NexusMcp {
 
     /// Serves the Nexus tools.
     pub fn with_nexus(mut self, nexus: NexusServer) -> Self {
-        self.nexus = Some(nexus);
+        self.nexus = Some(Arc::new(nexus));
         self
     }
 
     /// Serves the Pinecone retrieval tools.
     pub fn with_pinecone(mut self, pinecone: PineconeServer) -> Self {
-        self.pinecone = Some(pinecone);
+        self.pinecone = Some(Arc::new(pinecone));
         self
     }
 
     /// The Pinecone family, if served.
     pub fn pinecone(&self) -> Option<&PineconeServer> {
-        self.pinecone.as_ref()
+        self.pinecone.as_deref()
     }
 
     /// The Nexus family, if served.
     pub fn nexus(&self) -> Option<&NexusServer> {
-        self.nexus.as_ref()
+        self.nexus.as_deref()
     }
 
     /// The instructions: the Nexus flow, then each other family's own.
@@ -147,16 +152,9 @@ impl ServerHandler for NexusMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         // Results, error results included, pass through as each family made
         // them: their structured content matches the tool's outputSchema.
-        if let Some(nexus) = self
-            .nexus
-            .as_ref()
-            .filter(|n| n.get_tool(&request.name).is_some())
-        {
+        if let Some(nexus) = self.nexus.as_ref().filter(|n| n.has_tool(&request.name)) {
             nexus.call_tool(request, context).await
-        } else if let Some(pinecone) = self
-            .pinecone
-            .as_ref()
-            .filter(|p| p.get_tool(&request.name).is_some())
+        } else if let Some(pinecone) = self.pinecone.as_ref().filter(|p| p.has_tool(&request.name))
         {
             pinecone.call_tool(request, context).await
         } else {

@@ -228,6 +228,8 @@ pub fn tool_error(result: &CallToolResult) -> Value {
 #[derive(Debug)]
 pub struct HttpAnswer {
     pub status: u16,
+    /// The response's `Content-Type`.
+    pub content_type: Option<String>,
     /// Every JSON-RPC message of the body (one for JSON, any number for SSE).
     pub messages: Vec<Value>,
     /// The raw body when it was neither.
@@ -303,10 +305,13 @@ impl HttpMcp {
         if let Some(s) = resp.headers().get("mcp-session-id") {
             self.session = Some(s.to_str().unwrap().to_owned());
         }
-        let sse = resp
+        let content_type = resp
             .headers()
             .get("content-type")
             .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let sse = content_type
+            .as_deref()
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let body = resp.text().await.unwrap();
         let messages = if sse {
@@ -322,6 +327,7 @@ impl HttpMcp {
         };
         HttpAnswer {
             status,
+            content_type,
             messages,
             body,
         }
