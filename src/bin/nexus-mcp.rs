@@ -358,6 +358,11 @@ fn stdio_pipes() -> Option<(tokio::io::Stdin, tokio::io::Stdout)> {
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(&args);
+    if args.transport == Transport::Stdio && args.worker_threads.is_some() {
+        tracing::warn!(
+            "--worker-threads applies to --transport http; stdio is served on one thread"
+        );
+    }
     // Over stdio there is one client on one connection: a single-threaded
     // runtime answers each call without waking other threads. HTTP serves
     // many clients and uses every core unless --worker-threads says
