@@ -37,8 +37,11 @@ use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
+#[path = "../tests/support/local.rs"]
+mod local_support;
 #[path = "../tests/support/mcp.rs"]
 mod mcp_support;
+use local_support::LocalBinary;
 use mcp_support::{HttpMcp, SERVER_KEY, nexus_client};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -54,41 +57,6 @@ fn ratio(a: Duration, b: Duration) -> f64 {
         0.0
     } else {
         a.as_secs_f64() / b.as_secs_f64()
-    }
-}
-
-/// Starts `nexus-local` serving the shipped corpus on a free loopback port;
-/// returns the process (killed on drop) and its base URL once it is ready.
-fn local_nexus() -> (KillOnDrop, String) {
-    use std::io::BufRead;
-    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nexus-local"))
-        .args(["--bind", "127.0.0.1:0", "--context"])
-        .arg(format!("docs={corpus}"))
-        .env_clear()
-        .env("RUST_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("nexus-local starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let child = KillOnDrop(child);
-    let mut base = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut base)
-        .expect("nexus-local prints its base URL");
-    assert!(base.starts_with("http://"), "nexus-local: {base:?}");
-    (child, base.trim().to_owned())
-}
-
-/// A child process killed when dropped.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -156,10 +124,13 @@ impl LineClient {
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.send(&message).await;
         self.line.clear();
-        self.stdout
-            .read_line(&mut self.line)
-            .await
-            .expect("read from nexus-mcp");
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            self.stdout.read_line(&mut self.line),
+        )
+        .await
+        .expect("nexus-mcp answers within 10 s")
+        .expect("read from nexus-mcp");
         let answer: Value = serde_json::from_str(&self.line).expect("a JSON-RPC line");
         assert_eq!(answer["id"], id, "{answer}");
         answer
@@ -275,7 +246,12 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let (_nexus, base) = local_nexus();
+    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
+    let nexus = LocalBinary::start(
+        &["--context", &format!("docs={corpus}")],
+        &[("RUST_LOG", "warn")],
+    );
+    let base = nexus.url.clone();
 
     let mut children = Vec::new();
     let paths: Vec<(&str, Path)> = rt.block_on(async {
