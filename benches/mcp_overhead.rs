@@ -137,6 +137,107 @@ impl LineClient {
     }
 }
 
+/// A minimal Streamable HTTP client: one HTTP/1.1 connection driven by
+/// hyper's connection API (no pool, no redirects, no middleware), one POST
+/// per call, the answer read whole (JSON, or the `data:` lines of an event
+/// stream). What the server adds is measured without a heavy client's own
+/// cost on top, as `stdio_line` does for stdio.
+struct HyperMcp {
+    sender: hyper::client::conn::http1::SendRequest<axum::body::Body>,
+    authority: String,
+    path: String,
+    session: Option<String>,
+    next_id: u64,
+}
+
+impl HyperMcp {
+    async fn connect(url: &str, session: Option<String>) -> Self {
+        let url = url::Url::parse(url).expect("an http URL");
+        let authority = format!(
+            "{}:{}",
+            url.host_str().expect("a host"),
+            url.port().expect("a port")
+        );
+        HyperMcp {
+            sender: Self::open(&authority).await,
+            authority,
+            path: url.path().to_owned(),
+            session,
+            next_id: 1_000_000,
+        }
+    }
+
+    async fn open(authority: &str) -> hyper::client::conn::http1::SendRequest<axum::body::Body> {
+        let stream = tokio::net::TcpStream::connect(authority)
+            .await
+            .expect("connect");
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("HTTP/1.1 handshake");
+        tokio::spawn(connection);
+        sender
+    }
+
+    /// `tools/call` of `name` with no arguments; returns the JSON-RPC result.
+    async fn call(&mut self, name: &str) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let message = json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": {}}
+        });
+        let mut request = hyper::Request::post(&self.path)
+            .header("host", &self.authority)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("x-pinecone-api-key", SERVER_KEY);
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        let request = request
+            .body(axum::body::Body::from(
+                serde_json::to_vec(&message).expect("JSON"),
+            ))
+            .expect("a request");
+        // The server closes a connection after its per-connection request
+        // limit; open the next one as any keep-alive client would.
+        if self.sender.ready().await.is_err() {
+            self.sender = Self::open(&self.authority).await;
+            self.sender.ready().await.expect("connection ready");
+        }
+        let response = tokio::time::timeout(Duration::from_secs(10), async {
+            let response = self.sender.send_request(request).await.expect("an answer");
+            assert_eq!(response.status(), 200);
+            let sse = response
+                .headers()
+                .get("content-type")
+                .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+            let body = axum::body::to_bytes(axum::body::Body::new(response.into_body()), 1 << 20)
+                .await
+                .expect("the body");
+            (sse, body)
+        })
+        .await
+        .expect("nexus-mcp answers within 10 s");
+        let (sse, body) = response;
+        let answer: Value = if sse {
+            let text = std::str::from_utf8(&body).expect("UTF-8");
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                .find(|m| m["id"] == id)
+                .expect("the answer in the event stream")
+        } else {
+            serde_json::from_slice(&body).expect("a JSON answer")
+        };
+        assert_eq!(answer["id"], id, "{answer}");
+        answer["result"].clone()
+    }
+}
+
 /// Starts `nexus-mcp --transport http` on a free loopback port with `extra`
 /// arguments, waits until it accepts connections and opens a client (with a
 /// session unless `--stateless`).
@@ -202,6 +303,7 @@ enum Path {
     Rmcp(rmcp::service::RunningService<rmcp::RoleClient, ()>),
     Line(Box<LineClient>, &'static str),
     Http(HttpMcp),
+    Hyper(HyperMcp),
 }
 
 impl Path {
@@ -236,6 +338,10 @@ impl Path {
                 let result = mcp.call("list_contexts", json!({})).await;
                 assert_eq!(result["isError"], false, "{result}");
             }
+            Path::Hyper(mcp) => {
+                let result = mcp.call("list_contexts").await;
+                assert_eq!(result["isError"], false, "{result}");
+            }
         }
     }
 }
@@ -265,6 +371,10 @@ fn main() {
         let mut paths = vec![
             ("sdk_direct", Path::Sdk(nexus_client(&base))),
             ("http_hop", Path::Http(http_hop().await)),
+            ("http_hop_min", {
+                let hop = http_hop().await;
+                Path::Hyper(HyperMcp::connect(&hop.url, None).await)
+            }),
             ("stdio_rmcp", Path::Rmcp(rmcp_client)),
             (
                 "stdio_line",
@@ -290,7 +400,10 @@ fn main() {
         ] {
             let (child, mcp) = http_binary(&base, extra).await;
             children.push(child);
+            let minimal = HyperMcp::connect(&mcp.url, mcp.session.clone()).await;
             paths.push((name, Path::Http(mcp)));
+            let min_name: &'static str = format!("{name}_min").leak();
+            paths.push((min_name, Path::Hyper(minimal)));
         }
         paths
     });

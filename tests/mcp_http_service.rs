@@ -628,3 +628,57 @@ fn zero_worker_threads_is_refused() {
     assert!(stderr.contains("--worker-threads"), "{stderr}");
     assert!(output.stdout.is_empty());
 }
+
+#[tokio::test]
+async fn serving_threads_share_sessions_and_stop_together() {
+    let nexus_fake = fake_nexus(0).await;
+    let served = serve(
+        nexus(&nexus_fake.uri(), caller_keys(false)),
+        HttpOptions::default().threads(4),
+    )
+    .await;
+    let mut owner = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", SERVER_KEY);
+    owner.initialize().await;
+    let session = owner.session.clone().unwrap();
+
+    // Each client is a new connection, accepted by whichever thread wins it:
+    // the session answers on every one, and stays bound to its key.
+    for round in 0..12 {
+        let mut caller = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", SERVER_KEY);
+        caller.session = Some(session.clone());
+        caller.protocol = owner.protocol.clone();
+        let result = caller.call("list_contexts", json!({})).await;
+        assert_eq!(result["isError"], false, "round {round}: {result}");
+        assert_eq!(
+            result["structuredContent"]["contexts"][0]["slug"],
+            "handbook"
+        );
+
+        let mut thief =
+            HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", "pcsk_someone_else_0123456789");
+        thief.session = Some(session.clone());
+        thief.protocol = owner.protocol.clone();
+        let (_, answer) = thief.request("tools/list", json!({})).await;
+        assert_eq!(answer.status, 404, "round {round}: {answer:?}");
+    }
+
+    // Cancelling the server stops every thread: no connection is accepted
+    // (the listener is closed once the last thread has let go of it).
+    let addr = served
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches(http::MCP_PATH)
+        .to_owned();
+    drop(owner);
+    drop(served);
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if tokio::net::TcpStream::connect(&addr).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "still accepting on {addr} after shutdown");
+}

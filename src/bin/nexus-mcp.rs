@@ -63,9 +63,11 @@ struct Args {
     #[arg(long)]
     stateless: bool,
 
-    /// Over HTTP, threads serving requests (default: one per CPU core). With
-    /// 1, every request is served on one thread: the lowest latency per
-    /// call, and one core's worth of throughput.
+    /// Over HTTP, threads serving connections (default: one per CPU core).
+    /// Each thread accepts connections and serves them on its own
+    /// single-threaded runtime, so a connection's requests are handled on
+    /// the thread that accepted it; sessions and limits are shared by all
+    /// threads.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
 
@@ -304,7 +306,11 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                 .max_concurrent_requests(args.max_concurrent_requests)
                 .max_requests_per_connection(args.max_requests_per_connection)
                 .max_sessions(args.max_sessions)
-                .session_idle_timeout(args.session_idle_timeout);
+                .session_idle_timeout(args.session_idle_timeout)
+                .threads(match args.worker_threads {
+                    Some(n) => usize::from(n),
+                    None => std::thread::available_parallelism().map_or(1, usize::from),
+                });
             let listener = http::bind(args.bind)
                 .await
                 .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
@@ -363,24 +369,13 @@ fn main() -> ExitCode {
             "--worker-threads applies to --transport http; stdio is served on one thread"
         );
     }
-    // Over stdio there is one client on one connection: a single-threaded
-    // runtime answers each call without waking other threads. HTTP serves
-    // many clients and uses every core unless --worker-threads says
-    // otherwise (1: one thread, the lowest latency per call).
-    let runtime = match args.transport {
-        Transport::Stdio => tokio::runtime::Builder::new_current_thread(),
-        Transport::Http => match args.worker_threads {
-            Some(1) => tokio::runtime::Builder::new_current_thread(),
-            Some(n) => {
-                let mut builder = tokio::runtime::Builder::new_multi_thread();
-                builder.worker_threads(usize::from(n));
-                builder
-            }
-            None => tokio::runtime::Builder::new_multi_thread(),
-        },
-    }
-    .enable_all()
-    .build();
+    // Over stdio there is one client on one connection, and over HTTP each
+    // serving thread runs its own single-threaded runtime (see
+    // `HttpOptions::threads`): a request is handled on the thread that read
+    // it, without handing it to another.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
     let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {

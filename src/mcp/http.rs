@@ -134,6 +134,12 @@ pub struct HttpOptions {
     pub max_sessions: usize,
     /// A session without any message for this long is closed.
     pub session_idle_timeout: Duration,
+    /// Threads accepting and serving connections, each on its own
+    /// single-threaded runtime (the caller's runtime is one of them). A
+    /// connection stays on the thread that accepted it, so its requests are
+    /// handled without a hand-off to another thread (a session's messages
+    /// still go through the thread that created the session). Default 1.
+    pub threads: usize,
 }
 
 impl Default for HttpOptions {
@@ -149,6 +155,7 @@ impl Default for HttpOptions {
             max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
             max_sessions: DEFAULT_MAX_SESSIONS,
             session_idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
+            threads: 1,
         }
     }
 }
@@ -206,6 +213,12 @@ impl HttpOptions {
     /// Sets the limit of live sessions (at least 1).
     pub fn max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = max.max(1);
+        self
+    }
+
+    /// Sets the number of serving threads (at least 1).
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
         self
     }
 
@@ -613,10 +626,13 @@ fn log_connection_end(error: &(dyn std::error::Error + 'static), peer: SocketAdd
 ///
 /// Each connection is served by hyper-util (HTTP/1.1 with a header-read
 /// timeout, or HTTP/2 with a stream limit) behind the connection limit and
-/// a per-connection concurrency limit; see [`HttpOptions`].
+/// a per-connection concurrency limit; see [`HttpOptions`]. With
+/// [`HttpOptions::threads`] above 1, that many threads accept connections
+/// from `listener`, each on its own single-threaded runtime (this one
+/// included); sessions, limits and tools are shared by all of them.
 ///
 /// # Errors
-/// An I/O failure of the listener.
+/// An I/O failure of the listener, or a serving thread that cannot start.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     server: NexusMcp,
@@ -625,72 +641,155 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let local_addr = listener.local_addr()?;
     let app = router(server, local_addr, options, shutdown.clone());
+    let threads = options.threads.max(1);
     tracing::info!(
         %local_addr,
         path = MCP_PATH,
         stateless = options.stateless,
+        threads,
         "serving MCP over Streamable HTTP"
     );
-    let per_connection = options.max_requests_per_connection.max(1);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(options.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(u32::try_from(per_connection).unwrap_or(u32::MAX));
-    let connections = Arc::new(Semaphore::new(options.max_connections.max(1)));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, then go on.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = shutdown.cancelled() => break,
-        };
-        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
-            tracing::warn!(%peer, limit = options.max_connections, "refused connection: too many open connections");
-            drop(tcp);
-            continue;
-        };
-        // Answers go out as several small SSE writes; without TCP_NODELAY,
-        // Nagle's algorithm and the client's delayed ACK add about 40 ms.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-        let service = ServiceBuilder::new()
-            .layer(HandleErrorLayer::new(overloaded))
-            .load_shed()
-            .concurrency_limit(per_connection)
-            .map_request(move |mut request: Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                request
-            })
-            .service(app.clone());
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(service))
-            .into_owned();
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                log_connection_end(&*e, peer);
-            }
-            drop(permit);
-        });
+    let acceptor = Acceptor {
+        app,
+        connections: Arc::new(Semaphore::new(options.max_connections.max(1))),
+        max_connections: options.max_connections.max(1),
+        per_connection: options.max_requests_per_connection.max(1),
+        header_read_timeout: options.header_read_timeout,
+    };
+    if threads == 1 {
+        acceptor.accept_until(listener, shutdown).await;
+        return Ok(());
     }
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
-            tracing::debug!("connections still open at shutdown");
+    // The other threads stop with `shutdown`, or when this one cannot
+    // start them all.
+    let stop = shutdown.child_token();
+    let listener = listener.into_std()?;
+    let mut finished = Vec::with_capacity(threads - 1);
+    for index in 1..threads {
+        match spawn_acceptor(index, &listener, acceptor.clone(), stop.clone()) {
+            Ok(done) => finished.push(done),
+            Err(e) => {
+                stop.cancel();
+                for done in finished {
+                    let _ = done.await;
+                }
+                return Err(e);
+            }
         }
+    }
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    acceptor.accept_until(listener, stop.clone()).await;
+    stop.cancel();
+    for done in finished {
+        // A thread that ended early has logged why.
+        let _ = done.await;
     }
     Ok(())
+}
+
+/// Starts serving thread `index` on its own single-threaded runtime, on a
+/// clone of `listener`; the receiver resolves when the thread is done.
+fn spawn_acceptor(
+    index: usize,
+    listener: &std::net::TcpListener,
+    acceptor: Acceptor,
+    stop: CancellationToken,
+) -> std::io::Result<tokio::sync::oneshot::Receiver<()>> {
+    let listener = listener.try_clone()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (done, finished) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("nexus-mcp-http-{index}"))
+        .spawn(move || {
+            runtime.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => acceptor.accept_until(listener, stop).await,
+                    Err(e) => tracing::error!(error = %e, index, "serving thread cannot listen"),
+                }
+            });
+            let _ = done.send(());
+        })?;
+    Ok(finished)
+}
+
+/// What every serving thread shares: the app and the connection limits.
+#[derive(Clone)]
+struct Acceptor {
+    app: axum::Router,
+    connections: Arc<Semaphore>,
+    max_connections: usize,
+    per_connection: usize,
+    header_read_timeout: Duration,
+}
+
+impl Acceptor {
+    /// Accepts and serves connections on the current runtime until `stop`
+    /// is cancelled, then lets open connections finish (up to a grace time).
+    async fn accept_until(&self, listener: tokio::net::TcpListener, stop: CancellationToken) {
+        let per_connection = self.per_connection;
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(u32::try_from(per_connection).unwrap_or(u32::MAX));
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        loop {
+            let (tcp, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, then go on.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                () = stop.cancelled() => break,
+            };
+            let Ok(permit) = Arc::clone(&self.connections).try_acquire_owned() else {
+                tracing::warn!(%peer, limit = self.max_connections, "refused connection: too many open connections");
+                drop(tcp);
+                continue;
+            };
+            // Answers go out as several small SSE writes; without TCP_NODELAY,
+            // Nagle's algorithm and the client's delayed ACK add about 40 ms.
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+            let service = ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(overloaded))
+                .load_shed()
+                .concurrency_limit(per_connection)
+                .map_request(move |mut request: Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    request
+                })
+                .service(self.app.clone());
+            let connection = builder
+                .serve_connection_with_upgrades(
+                    TokioIo::new(tcp),
+                    TowerToHyperService::new(service),
+                )
+                .into_owned();
+            let connection = graceful.watch(connection);
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    log_connection_end(&*e, peer);
+                }
+                drop(permit);
+            });
+        }
+        tokio::select! {
+            () = graceful.shutdown() => {}
+            () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+                tracing::debug!("connections still open at shutdown");
+            }
+        }
+    }
 }
