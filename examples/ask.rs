@@ -88,6 +88,14 @@ async fn ctrl_c() {
     }
 }
 
+/// `work`'s output, or `None` when Ctrl-C comes first (`work` is dropped).
+async fn unless_ctrl_c<T>(work: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        done = work => Some(done),
+        () = ctrl_c() => None,
+    }
+}
+
 /// Cancels a turn on the server after Ctrl-C and says so.
 async fn cancel(client: &Client, query_id: Option<&str>) -> Failure {
     match query_id {
@@ -145,21 +153,13 @@ async fn run(args: Args) -> Result<(), Failure> {
     // A Ctrl-C while a turn is being started drops the request; the session
     // remembers the turn it started, once the server has named it.
     let outcome = if args.background {
-        let started = tokio::select! {
-            started = turn.background() => Some(started),
-            () = ctrl_c() => None,
-        };
-        let Some(started) = started else {
+        let Some(started) = unless_ctrl_c(turn.background()).await else {
             return Err(cancel(&client, session.unfinished_query_id().as_deref()).await);
         };
         match started {
             Ok(mut handle) => {
                 eprintln!("ask: background turn {}", handle.id());
-                let waited = tokio::select! {
-                    waited = handle.wait() => Some(waited),
-                    () = ctrl_c() => None,
-                };
-                match waited {
+                match unless_ctrl_c(handle.wait()).await {
                     Some(waited) => waited.and_then(nexus_knowql_outcome),
                     None => return Err(cancel(&client, Some(handle.id())).await),
                 }
@@ -167,21 +167,13 @@ async fn run(args: Args) -> Result<(), Failure> {
             Err(e) => Err(e),
         }
     } else if args.no_stream {
-        let sent = tokio::select! {
-            sent = turn.send() => Some(sent),
-            () = ctrl_c() => None,
-        };
-        match sent {
+        match unless_ctrl_c(turn.send()).await {
             Some(sent) => sent,
             // The session remembers the turn the dropped send() started.
             None => return Err(cancel(&client, session.unfinished_query_id().as_deref()).await),
         }
     } else {
-        let started = tokio::select! {
-            started = turn.stream() => Some(started),
-            () = ctrl_c() => None,
-        };
-        let Some(started) = started else {
+        let Some(started) = unless_ctrl_c(turn.stream()).await else {
             return Err(cancel(&client, session.unfinished_query_id().as_deref()).await);
         };
         match started {

@@ -104,16 +104,7 @@ async fn http_query_flow_with_wait_seconds_streams_progress() {
         .await;
     assert_eq!(started["structuredContent"]["query_id"], "q_1");
 
-    let (id, answer) = mcp
-        .request(
-            "tools/call",
-            json!({
-                "name": "get_query",
-                "arguments": {"query_id": "q_1", "wait_seconds": 10},
-                "_meta": {"progressToken": "tok-1"}
-            }),
-        )
-        .await;
+    let (id, answer) = wait_with_progress(&mut mcp, "q_1", "tok-1").await;
     let result = &answer.response(id)["result"];
     assert_eq!(result["structuredContent"]["status"], "completed");
     assert_eq!(
@@ -138,6 +129,19 @@ async fn http_query_flow_with_wait_seconds_streams_progress() {
             .iter()
             .all(|p| p["params"]["progressToken"] == "tok-1")
     );
+}
+
+/// `get_query` waiting for `query_id` with a progress token.
+async fn wait_with_progress(mcp: &mut HttpMcp, query_id: &str, token: &str) -> (u64, HttpAnswer) {
+    mcp.request(
+        "tools/call",
+        json!({
+            "name": "get_query",
+            "arguments": {"query_id": query_id, "wait_seconds": 10},
+            "_meta": {"progressToken": token}
+        }),
+    )
+    .await
 }
 
 #[tokio::test]
@@ -166,16 +170,7 @@ async fn stateless_answers_are_json_unless_progress_comes_first() {
         json!({"context": "papers", "question": "What is new?"}),
     )
     .await;
-    let (id, answer) = mcp
-        .request(
-            "tools/call",
-            json!({
-                "name": "get_query",
-                "arguments": {"query_id": "q_1", "wait_seconds": 10},
-                "_meta": {"progressToken": "tok-2"}
-            }),
-        )
-        .await;
+    let (id, answer) = wait_with_progress(&mut mcp, "q_1", "tok-2").await;
     assert!(
         answer
             .content_type

@@ -209,12 +209,10 @@ async fn a_session_serves_only_the_key_that_created_it() {
     let session = owner.session.clone().unwrap();
 
     for other in [Some("pcsk_someone_else_0123456789"), None] {
-        let mut thief = HttpMcp::new(&served.url);
+        let mut thief = HttpMcp::new(&served.url).joining(&owner);
         if let Some(key) = other {
             thief = thief.header("X-Pinecone-Api-Key", key);
         }
-        thief.session = Some(session.clone());
-        thief.protocol = owner.protocol.clone();
         let (_, answer) = thief.request("tools/list", json!({})).await;
         assert_eq!(answer.status, 404, "{other:?}: {answer:?}");
         // Nor may it resume the session's stream or delete it.
@@ -639,14 +637,14 @@ async fn serving_threads_share_sessions_and_stop_together() {
     .await;
     let mut owner = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", SERVER_KEY);
     owner.initialize().await;
-    let session = owner.session.clone().unwrap();
+    assert!(owner.session.is_some(), "initialize opens a session");
 
     // Each client is a new connection, accepted by whichever thread wins it:
     // the session answers on every one, and stays bound to its key.
     for round in 0..12 {
-        let mut caller = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", SERVER_KEY);
-        caller.session = Some(session.clone());
-        caller.protocol = owner.protocol.clone();
+        let mut caller = HttpMcp::new(&served.url)
+            .header("X-Pinecone-Api-Key", SERVER_KEY)
+            .joining(&owner);
         let result = caller.call("list_contexts", json!({})).await;
         assert_eq!(result["isError"], false, "round {round}: {result}");
         assert_eq!(
@@ -654,10 +652,9 @@ async fn serving_threads_share_sessions_and_stop_together() {
             "handbook"
         );
 
-        let mut thief =
-            HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", "pcsk_someone_else_0123456789");
-        thief.session = Some(session.clone());
-        thief.protocol = owner.protocol.clone();
+        let mut thief = HttpMcp::new(&served.url)
+            .header("X-Pinecone-Api-Key", "pcsk_someone_else_0123456789")
+            .joining(&owner);
         let (_, answer) = thief.request("tools/list", json!({})).await;
         assert_eq!(answer.status, 404, "round {round}: {answer:?}");
     }

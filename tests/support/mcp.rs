@@ -283,6 +283,14 @@ impl HttpMcp {
         self
     }
 
+    /// Uses `other`'s session and protocol version (a second connection to
+    /// the same session, perhaps with another key).
+    pub fn joining(mut self, other: &HttpMcp) -> Self {
+        self.session = other.session.clone();
+        self.protocol = other.protocol.clone();
+        self
+    }
+
     /// POSTs one JSON-RPC message and reads the whole answer.
     pub async fn post(&mut self, message: &Value) -> HttpAnswer {
         let mut req = self
