@@ -368,23 +368,20 @@ impl ClientBuilder {
             ),
             _ => None,
         };
-        let http = match self.http {
-            Some(c) => c,
+        let (http, http_recipe) = match self.http {
+            Some(c) => (c, None),
             None => {
-                let ua = self.user_agent.unwrap_or_else(|| USER_AGENT.to_owned());
-                reqwest::Client::builder()
-                    .redirect(redirect::redirect_policy())
-                    .user_agent(ua)
-                    .connect_timeout(self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))
-                    .build()
-                    .map_err(|e| {
-                        Error::InvalidRequest(format!("could not build the HTTP client: {e}"))
-                    })?
+                let recipe = transport::HttpRecipe {
+                    user_agent: self.user_agent.unwrap_or_else(|| USER_AGENT.to_owned()),
+                    connect_timeout: self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+                };
+                (recipe.build()?, Some(recipe))
             }
         };
         let transport = Transport::new(transport::TransportInner {
             user_agent,
             http: http.clone(),
+            http_recipe,
             base_url: base_url.clone(),
             version: self.api_version,
             version_value,

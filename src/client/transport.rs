@@ -49,6 +49,8 @@ pub struct Transport {
 
 pub(crate) struct TransportInner {
     pub(crate) http: reqwest::Client,
+    /// How `http` was built, when it is the built-in client.
+    pub(crate) http_recipe: Option<HttpRecipe>,
     pub(crate) base_url: String,
     pub(crate) version: ApiVersion,
     pub(crate) version_value: HeaderValue,
@@ -64,6 +66,26 @@ pub(crate) struct TransportInner {
     pub(crate) read_timeout: Option<Duration>,
     /// The total time of a synchronous turn (`POST /query` without stream).
     pub(crate) turn_timeout: Option<Duration>,
+}
+
+/// The settings of the built-in `reqwest::Client`.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpRecipe {
+    pub(crate) user_agent: String,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl HttpRecipe {
+    /// The built-in client: credentials never follow a redirect to another
+    /// origin, and connecting is bounded.
+    pub(crate) fn build(&self) -> Result<reqwest::Client> {
+        reqwest::Client::builder()
+            .redirect(redirect::redirect_policy())
+            .user_agent(self.user_agent.as_str())
+            .connect_timeout(self.connect_timeout)
+            .build()
+            .map_err(|e| Error::InvalidRequest(format!("could not build the HTTP client: {e}")))
+    }
 }
 
 impl fmt::Debug for Transport {
@@ -98,6 +120,12 @@ impl Transport {
 
     pub(crate) fn http(&self) -> &reqwest::Client {
         &self.inner.http
+    }
+
+    /// A new built-in HTTP client (its own connection pool) made like this
+    /// transport's; `None` when the caller supplied the client.
+    pub(crate) fn new_http(&self) -> Option<Result<reqwest::Client>> {
+        self.inner.http_recipe.as_ref().map(HttpRecipe::build)
     }
 
     pub(crate) fn base_url(&self) -> &str {

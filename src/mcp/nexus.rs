@@ -79,10 +79,64 @@ pub enum KeyPolicy {
     },
 }
 
+/// The most threads that get a connection pool of their own for callers'
+/// Nexus calls; threads past it share the configured client's.
+const MAX_THREAD_POOLS: usize = 64;
+
+/// The HTTP clients of callers' Nexus calls. A pooled connection is driven
+/// by the runtime that opened it, so threads each running a single-threaded
+/// runtime (`nexus-mcp` serving HTTP on several threads) get a pool each;
+/// a shared pool would send most calls through another thread and back.
+/// Elsewhere, and for a client the caller supplied, the configured client's
+/// pool serves every call.
+struct CallerHttp {
+    per_thread: std::sync::Mutex<HashMap<std::thread::ThreadId, reqwest::Client>>,
+}
+
+impl CallerHttp {
+    fn new() -> Self {
+        CallerHttp {
+            per_thread: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The HTTP client for a call made on this thread with `configured`'s settings.
+    fn get(&self, configured: &Client) -> reqwest::Client {
+        let shared = || configured.transport().http().clone();
+        let single_threaded = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
+        if !single_threaded {
+            return shared();
+        }
+        let thread = std::thread::current().id();
+        let Ok(mut clients) = self.per_thread.lock() else {
+            return shared();
+        };
+        if let Some(client) = clients.get(&thread) {
+            return client.clone();
+        }
+        if clients.len() >= MAX_THREAD_POOLS {
+            return shared();
+        }
+        match configured.transport().new_http() {
+            Some(Ok(client)) => {
+                clients.insert(thread, client.clone());
+                client
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "could not build a per-thread HTTP client; sharing one");
+                shared()
+            }
+            None => shared(),
+        }
+    }
+}
+
 /// The MCP server of the Nexus tools. Clones share the client.
 #[derive(Clone)]
 pub struct NexusServer {
     client: Client,
+    caller_http: std::sync::Arc<CallerHttp>,
     keys: KeyPolicy,
     call_timeout: Duration,
     tool_router: ToolRouter<Self>,
@@ -383,6 +437,7 @@ impl NexusServer {
     pub fn new(client: Client) -> Self {
         NexusServer {
             client,
+            caller_http: std::sync::Arc::new(CallerHttp::new()),
             keys: KeyPolicy::Configured,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             tool_router: Self::tool_router(),
@@ -450,7 +505,7 @@ impl NexusServer {
                 Client::builder()
                     .base_url(self.client.base_url())
                     .api_version(self.client.api_version().clone())
-                    .http_client(self.client.transport().http().clone())
+                    .http_client(self.caller_http.get(&self.client))
                     .api_key(key.expose_secret())
                     .build()
                     .map_err(|e| nexus_error(e, Subject::None))
@@ -833,6 +888,108 @@ mod tests {
             Value::Object(m) => m,
             _ => unreachable!(),
         }
+    }
+
+    /// An HTTP/1.1 server on loopback that answers every request with `[]`
+    /// and counts the connections it accepted.
+    fn counting_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = std::sync::Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut writer = stream.try_clone().unwrap();
+                    let mut reader = BufReader::new(stream);
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        match reader.read_line(&mut line) {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) if line == "\r\n" => {
+                                let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n[]";
+                                if writer.write_all(answer.as_bytes()).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(_) => {}
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    /// Sends `calls` requests with the client `server` picks on this thread.
+    async fn call_through(server: &NexusServer, url: &str, calls: usize) {
+        for _ in 0..calls {
+            let http = server.caller_http.get(&server.client);
+            let call = async {
+                http.get(format!("{url}/contexts"))
+                    .send()
+                    .await?
+                    .text()
+                    .await
+            };
+            let answer = tokio::time::timeout(Duration::from_secs(5), call)
+                .await
+                .expect("answered in time (not through another runtime's connection)");
+            assert_eq!(answer.unwrap(), "[]");
+        }
+    }
+
+    #[test]
+    fn callers_get_a_connection_pool_per_single_threaded_runtime() {
+        let (url, accepted) = counting_server();
+        let client = Client::builder().base_url(&url).build().unwrap();
+        let server = NexusServer::new(client);
+        let on_own_thread = |server: NexusServer| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(call_through(&server, &url, 3));
+                // The runtime stays up while the next thread runs: its
+                // connection stays open, and would be reused if pools were shared.
+                rt
+            })
+            .join()
+            .unwrap()
+        };
+        let first = on_own_thread(server.clone());
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let second = on_own_thread(server.clone());
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "a second serving thread opens its own connection"
+        );
+        drop((first, second));
+
+        // A multi-threaded runtime shares the configured client's pool.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            call_through(&server, &url, 2).await;
+            let configured = server.client.transport().http();
+            let answer = configured
+                .get(format!("{url}/contexts"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.text().await.unwrap(), "[]");
+        });
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(server.caller_http.per_thread.lock().unwrap().len(), 2);
     }
 
     #[test]
