@@ -146,12 +146,28 @@ async fn wait_with_progress(mcp: &mut HttpMcp, query_id: &str, token: &str) -> (
 
 #[tokio::test]
 async fn stateless_answers_are_json_unless_progress_comes_first() {
+    answers_are_json_unless_progress_comes_first(true).await;
+}
+
+#[tokio::test]
+async fn session_answers_are_json_unless_progress_comes_first() {
+    answers_are_json_unless_progress_comes_first(false).await;
+}
+
+/// A quick answer is one JSON body; an answer that progress notifications
+/// precede is an event stream, which in a session starts with a priming
+/// event (an id to resume from).
+async fn answers_are_json_unless_progress_comes_first(stateless: bool) {
     let nexus = fake_nexus(2).await;
-    let options = HttpOptions::default().stateless(true);
+    let options = HttpOptions::default().stateless(stateless);
     let served = serve(&nexus.uri(), caller_keys(), options).await;
     let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
     mcp.initialize().await;
-    assert!(mcp.session.is_none(), "no session when stateless");
+    assert_eq!(
+        mcp.session.is_none(),
+        stateless,
+        "a session unless stateless"
+    );
 
     // A plain request-response call: one JSON body, no event stream.
     let (id, answer) = mcp
@@ -182,6 +198,48 @@ async fn stateless_answers_are_json_unless_progress_comes_first() {
     assert_eq!(
         answer.response(id)["result"]["structuredContent"]["status"],
         "completed"
+    );
+    if !stateless {
+        assert_starts_with_priming_event(&answer.body);
+        // A client that prefers an event stream gets one, even for a quick answer.
+        let sse_first = mcp
+            .http
+            .post(&mcp.url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream, application/json")
+            .header("mcp-session-id", mcp.session.clone().unwrap_or_default())
+            .header(
+                "mcp-protocol-version",
+                mcp.protocol.clone().unwrap_or_default(),
+            )
+            .header("X-Pinecone-Api-Key", CALLER_KEY)
+            .json(&json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                "params": {"name": "list_contexts", "arguments": {}}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(sse_first.status(), 200);
+        assert!(
+            sse_first.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        let body = sse_first.text().await.unwrap();
+        assert_starts_with_priming_event(&body);
+        assert!(body.contains(r#""id":99"#), "{body}");
+    }
+}
+
+/// The first event of `body` has an id and no data: a priming event.
+fn assert_starts_with_priming_event(body: &str) {
+    let first = body.split("\n\n").next().unwrap_or_default();
+    assert!(
+        first.lines().any(|l| l.starts_with("id:"))
+            && first
+                .lines()
+                .all(|l| !l.starts_with("data:") || l.trim() == "data:"),
+        "the stream starts with a priming event: {body:?}"
     );
 }
 

@@ -437,11 +437,16 @@ async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: 
                     "session not found (it belongs to another caller key)",
                 );
             }
+            let json_first = method == Method::POST && prefers_json(request.headers());
             let response = next.run(request).await;
             if method == Method::DELETE && response.status().is_success() {
                 sessions.owners().remove(&id);
             }
-            response
+            if json_first {
+                coalesce_answer(response).await
+            } else {
+                response
+            }
         }
         (Some(sessions), None) if method == Method::POST => {
             let reserved = sessions.creating.fetch_add(1, Ordering::AcqRel);
@@ -497,6 +502,136 @@ async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: 
         );
     }
     with_deadline(response, started + guard.request_timeout, peer)
+}
+
+/// Whether the request's `Accept` prefers `application/json` to
+/// `text/event-stream`: a higher `q`, or the same `q` and listed first.
+fn prefers_json(headers: &HeaderMap) -> bool {
+    let mut json = None;
+    let mut sse = None;
+    let ranges = headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','));
+    for (position, range) in ranges.enumerate() {
+        let mut params = range.split(';');
+        let media = params.next().unwrap_or_default().trim();
+        let q = params
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        let slot = if media.eq_ignore_ascii_case("application/json") {
+            &mut json
+        } else if media.eq_ignore_ascii_case("text/event-stream") {
+            &mut sse
+        } else {
+            continue;
+        };
+        slot.get_or_insert((q, position));
+    }
+    match (json, sse) {
+        (Some((qj, pj)), Some((qs, ps))) => qj > qs || (qj == qs && pj < ps),
+        (Some((qj, _)), None) => qj > 0.0,
+        _ => false,
+    }
+}
+
+/// How long the head of a session's SSE answer waits for the answer.
+const COALESCE: Duration = Duration::from_millis(20);
+
+/// Holds back the head of a session's SSE answer until the stream ends or
+/// carries more than the priming event and one message (or [`COALESCE`]
+/// passes). A stream that ended with one message is sent as that message in
+/// a JSON body (for a client that prefers JSON, see [`prefers_json`]);
+/// anything else as the events held followed by the rest of the stream.
+async fn coalesce_answer(response: Response) -> Response {
+    if !is_event_stream(&response) {
+        return response;
+    }
+    let (mut parts, mut body) = response.into_parts();
+    let mut held: Vec<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>> = Vec::new();
+    let mut ended = false;
+    let wait = tokio::time::sleep(COALESCE);
+    tokio::pin!(wait);
+    while held.len() < 3 {
+        tokio::select! {
+            biased;
+            frame = http_body_util::BodyExt::frame(&mut body) => match frame {
+                Some(Ok(frame)) => held.push(Ok(frame)),
+                Some(Err(e)) => {
+                    held.push(Err(e));
+                    ended = true;
+                    break;
+                }
+                None => {
+                    ended = true;
+                    break;
+                }
+            },
+            () = &mut wait => break,
+        }
+    }
+    if ended && let Some(message) = single_message(&held) {
+        parts.headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        return Response::from_parts(parts, Body::from(message));
+    }
+    let head = futures::stream::iter(held);
+    let body = if ended {
+        Body::new(http_body_util::StreamBody::new(head))
+    } else {
+        Body::new(http_body_util::StreamBody::new(
+            head.chain(http_body_util::BodyStream::new(body)),
+        ))
+    };
+    Response::from_parts(parts, body)
+}
+
+/// The JSON-RPC message of an event stream made of an optional priming event
+/// (an id and no data) and one message event, if that is what `frames` hold.
+fn single_message(
+    frames: &[Result<hyper::body::Frame<bytes::Bytes>, axum::Error>],
+) -> Option<String> {
+    let mut text = String::new();
+    for frame in frames {
+        text.push_str(std::str::from_utf8(frame.as_ref().ok()?.data_ref()?).ok()?);
+    }
+    if !text.ends_with("\n\n") {
+        return None;
+    }
+    let mut message = None;
+    for event in text.split("\n\n").filter(|e| !e.is_empty()) {
+        let mut data = None;
+        for line in event.split('\n') {
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "data" if data.is_none() => data = Some(value),
+                "id" | "retry" => {}
+                "event" if value == "message" => {}
+                _ => return None,
+            }
+        }
+        match data {
+            None | Some("") => {}
+            Some(json) if message.is_none() => message = Some(json),
+            Some(_) => return None,
+        }
+    }
+    let message = message?;
+    serde_json::from_str::<serde::de::IgnoredAny>(message).ok()?;
+    Some(message.to_owned())
+}
+
+fn is_event_stream(response: &Response) -> bool {
+    response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 /// Ends an SSE response body at `deadline`.
@@ -791,5 +926,70 @@ impl Acceptor {
                 tracing::debug!("connections still open at shutdown");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(chunks: &[&str]) -> Vec<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>> {
+        chunks
+            .iter()
+            .map(|c| Ok(hyper::body::Frame::data(bytes::Bytes::from(c.to_string()))))
+            .collect()
+    }
+
+    #[test]
+    fn one_message_after_a_priming_event_becomes_a_json_body() {
+        let answer = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+        let held = frames(&[
+            "data: \nid: 0/3\nretry: 3000\n\n",
+            &format!("data: {answer}\nid: 0/4\n\n"),
+        ]);
+        assert_eq!(single_message(&held).as_deref(), Some(answer));
+        // One event split across frames is read whole.
+        let held = frames(&["data: {\"jsonrpc\":\"2.0\",", "\"id\":7}\n", "id: 1\n\n"]);
+        assert_eq!(
+            single_message(&held).as_deref(),
+            Some(r#"{"jsonrpc":"2.0","id":7}"#)
+        );
+    }
+
+    #[test]
+    fn anything_else_stays_an_event_stream() {
+        for chunks in [
+            // Two messages (a notification before the answer).
+            &["data: {\"method\":\"x\"}\n\n", "data: {\"id\":1}\n\n"][..],
+            // An unfinished event.
+            &["data: {\"id\":1}\n"][..],
+            // A field this reader does not expect, or another event type.
+            &["data: {\"id\":1}\nfoo: bar\n\n"][..],
+            &["event: ping\ndata: {\"id\":1}\n\n"][..],
+            // Data that is not JSON, or split over two data lines.
+            &["data: {\"id\":\n\n"][..],
+            &["data: {\"id\":\ndata: 1}\n\n"][..],
+            // Nothing but a priming event.
+            &["data: \nid: 0/1\n\n"][..],
+        ] {
+            assert_eq!(single_message(&frames(chunks)), None, "{chunks:?}");
+        }
+    }
+
+    #[test]
+    fn json_is_preferred_by_q_then_by_order() {
+        let prefers = |accept: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(http::header::ACCEPT, accept.parse().unwrap());
+            prefers_json(&headers)
+        };
+        assert!(prefers("application/json, text/event-stream"));
+        assert!(!prefers("text/event-stream, application/json"));
+        assert!(prefers("text/event-stream;q=0.5, application/json"));
+        assert!(!prefers("application/json;q=0.2, text/event-stream"));
+        assert!(prefers("Application/JSON"));
+        assert!(!prefers("application/json;q=0"));
+        assert!(!prefers("text/event-stream"));
+        assert!(!prefers(""));
     }
 }
