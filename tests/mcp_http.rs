@@ -260,6 +260,8 @@ async fn wait_without_a_progress_token_sends_no_progress() {
         "completed"
     );
     assert!(answer.notifications("notifications/progress").is_empty());
+    // A slow answer with nothing before it is still one JSON body.
+    assert_eq!(answer.content_type.as_deref(), Some("application/json"));
 }
 
 #[tokio::test]

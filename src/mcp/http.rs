@@ -443,7 +443,7 @@ async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: 
                 sessions.owners().remove(&id);
             }
             if json_first {
-                coalesce_answer(response).await
+                coalesce_answer(response, started + guard.request_timeout).await
             } else {
                 response
             }
@@ -537,22 +537,20 @@ fn prefers_json(headers: &HeaderMap) -> bool {
     }
 }
 
-/// How long the head of a session's SSE answer waits for the answer.
-const COALESCE: Duration = Duration::from_millis(20);
-
-/// Holds back the head of a session's SSE answer until the stream ends or
-/// carries more than the priming event and one message (or [`COALESCE`]
-/// passes). A stream that ended with one message is sent as that message in
-/// a JSON body (for a client that prefers JSON, see [`prefers_json`]);
-/// anything else as the events held followed by the rest of the stream.
-async fn coalesce_answer(response: Response) -> Response {
+/// Holds back the head of a session's SSE answer until the stream ends, or
+/// carries more than the priming event and one message, or `deadline`
+/// passes. A stream that ended with one message is sent as that message in
+/// a JSON body, in one write, as without sessions (for a client that prefers
+/// JSON, see [`prefers_json`]); anything else (progress first, several
+/// messages) as the events held followed by the rest of the stream.
+async fn coalesce_answer(response: Response, deadline: Instant) -> Response {
     if !is_event_stream(&response) {
         return response;
     }
     let (mut parts, mut body) = response.into_parts();
     let mut held: Vec<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>> = Vec::new();
     let mut ended = false;
-    let wait = tokio::time::sleep(COALESCE);
+    let wait = tokio::time::sleep_until(deadline);
     tokio::pin!(wait);
     while held.len() < 3 {
         tokio::select! {
