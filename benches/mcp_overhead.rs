@@ -18,8 +18,12 @@
 //!   one line back); `stdio_line_ping`, a `ping` the same way, and
 //!   `stdio_line_no_nexus`, a `tools/call` answered without calling Nexus
 //!   (a `get_query` argument error): the transport and dispatch alone;
-//! - `http_sessions`, `http_stateless`: `nexus-mcp --transport http`, with a
-//!   session and with `--stateless`; `..._1thread` adds `--worker-threads 1`.
+//! - `http_sessions`, `http_stateless`: `nexus-mcp --transport http` (one
+//!   serving thread), with a session and with `--stateless`;
+//!   `..._per_core` adds `--worker-threads` with one thread per core;
+//! - every HTTP row with reqwest (`HttpMcp`), and with `_min`, with a
+//!   minimal client: one HTTP/1.1 connection driven by hyper's connection
+//!   API (`http_hop_min` likewise).
 //!
 //! Besides criterion's report, it prints p50/p99 per row from rounds that
 //! call every path once in turn (`MCP_OVERHEAD_ROUNDS`, default 3000), so
@@ -389,16 +393,19 @@ fn main() {
                 Path::Line(Box::new(LineClient::start(&base).await), "bad"),
             ),
         ];
+        let cores = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .to_string();
         for (name, extra) in [
-            ("http_sessions", &[][..]),
-            ("http_stateless", &["--stateless"][..]),
-            ("http_sessions_1thread", &["--worker-threads", "1"][..]),
+            ("http_sessions", vec![]),
+            ("http_stateless", vec!["--stateless"]),
+            ("http_sessions_per_core", vec!["--worker-threads", &cores]),
             (
-                "http_stateless_1thread",
-                &["--stateless", "--worker-threads", "1"][..],
+                "http_stateless_per_core",
+                vec!["--stateless", "--worker-threads", &cores],
             ),
         ] {
-            let (child, mcp) = http_binary(&base, extra).await;
+            let (child, mcp) = http_binary(&base, &extra).await;
             children.push(child);
             let minimal = HyperMcp::connect(&mcp.url, mcp.session.clone()).await;
             paths.push((name, Path::Http(mcp)));

@@ -63,11 +63,13 @@ struct Args {
     #[arg(long)]
     stateless: bool,
 
-    /// Over HTTP, threads serving connections (default: one per CPU core).
-    /// Each thread accepts connections and serves them on its own
-    /// single-threaded runtime, so a connection's requests are handled on
-    /// the thread that accepted it; sessions and limits are shared by all
-    /// threads.
+    /// Over HTTP, threads serving connections (default 1). Each thread
+    /// accepts connections and serves them on its own single-threaded
+    /// runtime, so a connection's requests are handled on the thread that
+    /// accepted it; sessions and limits are shared by all threads. A tool
+    /// call takes about 0.3 ms of a thread's CPU besides its wait for Nexus,
+    /// so more threads help only past a few thousand calls a second, and
+    /// hand a session's calls to the thread that created the session.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
 
@@ -307,10 +309,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                 .max_requests_per_connection(args.max_requests_per_connection)
                 .max_sessions(args.max_sessions)
                 .session_idle_timeout(args.session_idle_timeout)
-                .threads(match args.worker_threads {
-                    Some(n) => usize::from(n),
-                    None => std::thread::available_parallelism().map_or(1, usize::from),
-                });
+                .threads(args.worker_threads.map_or(1, usize::from));
             let listener = http::bind(args.bind)
                 .await
                 .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
