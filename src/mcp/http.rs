@@ -537,12 +537,13 @@ fn prefers_json(headers: &HeaderMap) -> bool {
     }
 }
 
-/// Holds back the head of a session's SSE answer until the stream ends, or
-/// carries more than the priming event and one message, or `deadline`
-/// passes. A stream that ended with one message is sent as that message in
-/// a JSON body, in one write, as without sessions (for a client that prefers
-/// JSON, see [`prefers_json`]); anything else (progress first, several
-/// messages) as the events held followed by the rest of the stream.
+/// Holds back the head of a session's SSE answer while all it carries is a
+/// priming event and the answer, until the stream ends or `deadline`
+/// passes. A stream that ended with the answer alone is sent as that message
+/// in a JSON body, in one write, as without sessions (for a client that
+/// prefers JSON, see [`prefers_json`]). Anything else (progress or a request
+/// before the answer) is sent at once as the events held followed by the
+/// rest of the stream.
 async fn coalesce_answer(response: Response, deadline: Instant) -> Response {
     if !is_event_stream(&response) {
         return response;
@@ -552,11 +553,16 @@ async fn coalesce_answer(response: Response, deadline: Instant) -> Response {
     let mut ended = false;
     let wait = tokio::time::sleep_until(deadline);
     tokio::pin!(wait);
-    while held.len() < 3 {
+    loop {
         tokio::select! {
             biased;
             frame = http_body_util::BodyExt::frame(&mut body) => match frame {
-                Some(Ok(frame)) => held.push(Ok(frame)),
+                Some(Ok(frame)) => {
+                    held.push(Ok(frame));
+                    if !answer_alone_so_far(&held) {
+                        break;
+                    }
+                }
                 Some(Err(e)) => {
                     held.push(Err(e));
                     ended = true;
@@ -586,6 +592,23 @@ async fn coalesce_answer(response: Response, deadline: Instant) -> Response {
         ))
     };
     Response::from_parts(parts, body)
+}
+
+/// Whether the frames held so far could still be a stream of the answer
+/// alone: a first frame (the priming event, or the start of a message), or
+/// one JSON-RPC response (an `id` and no `method`) after it.
+fn answer_alone_so_far(held: &[Result<hyper::body::Frame<bytes::Bytes>, axum::Error>]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        id: Option<serde::de::IgnoredAny>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    if held.len() < 2 {
+        return true;
+    }
+    single_message(held)
+        .and_then(|m| serde_json::from_str::<Probe>(&m).ok())
+        .is_some_and(|p| p.id.is_some() && p.method.is_none())
 }
 
 /// The JSON-RPC message of an event stream made of an optional priming event
@@ -972,6 +995,19 @@ mod tests {
         ] {
             assert_eq!(single_message(&frames(chunks)), None, "{chunks:?}");
         }
+    }
+
+    #[test]
+    fn the_head_is_held_only_while_the_answer_may_come_alone() {
+        let priming = "data: \nid: 0/1\nretry: 3000\n\n";
+        let answer = "data: {\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{}}\nid: 0/2\n\n";
+        let progress = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\nid: 0/2\n\n";
+        let request = "data: {\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}\nid: 0/2\n\n";
+        assert!(answer_alone_so_far(&frames(&[priming])));
+        assert!(answer_alone_so_far(&frames(&[priming, answer])));
+        assert!(!answer_alone_so_far(&frames(&[priming, progress])));
+        assert!(!answer_alone_so_far(&frames(&[priming, request])));
+        assert!(!answer_alone_so_far(&frames(&[priming, answer, progress])));
     }
 
     #[test]
