@@ -890,17 +890,25 @@ mod tests {
         }
     }
 
+    /// Which caller labels each connection served, by connection.
+    type Served = std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>;
+
     /// An HTTP/1.1 server on loopback that answers every request with `[]`
-    /// and counts the connections it accepted.
-    fn counting_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    /// and records, per connection, the `x-caller` header of each request.
+    fn recording_server() -> (String, Served) {
         use std::io::{BufRead, BufReader, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let count = std::sync::Arc::clone(&accepted);
+        let served: Served = std::sync::Arc::default();
+        let record = std::sync::Arc::clone(&served);
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let record = std::sync::Arc::clone(&record);
+                let connection = {
+                    let mut all = record.lock().unwrap();
+                    all.push(Vec::new());
+                    all.len() - 1
+                };
                 std::thread::spawn(move || {
                     let mut writer = stream.try_clone().unwrap();
                     let mut reader = BufReader::new(stream);
@@ -915,25 +923,30 @@ mod tests {
                                     return;
                                 }
                             }
-                            Ok(_) => {}
+                            Ok(_) => {
+                                if let Some(caller) = line.strip_prefix("x-caller: ") {
+                                    record.lock().unwrap()[connection]
+                                        .push(caller.trim().to_owned());
+                                }
+                            }
                         }
                     }
                 });
             }
         });
-        (url, accepted)
+        (url, served)
     }
 
-    /// Sends `calls` requests with the client `server` picks on this thread.
-    async fn call_through(server: &NexusServer, url: &str, calls: usize) {
+    /// Sends `calls` requests labelled `caller` with the client `server`
+    /// picks on this thread.
+    async fn call_through(server: &NexusServer, url: &str, caller: &str, calls: usize) {
         for _ in 0..calls {
             let http = server.caller_http.get(&server.client);
             let call = async {
-                http.get(format!("{url}/contexts"))
-                    .send()
-                    .await?
-                    .text()
-                    .await
+                let request = http
+                    .get(format!("{url}/contexts"))
+                    .header("x-caller", caller);
+                request.send().await?.text().await
             };
             let answer = tokio::time::timeout(Duration::from_secs(5), call)
                 .await
@@ -944,33 +957,35 @@ mod tests {
 
     #[test]
     fn callers_get_a_connection_pool_per_single_threaded_runtime() {
-        let (url, accepted) = counting_server();
+        let (url, served) = recording_server();
         let client = Client::builder().base_url(&url).build().unwrap();
         let server = NexusServer::new(client);
-        let on_own_thread = |server: NexusServer| {
+        let on_own_thread = |server: NexusServer, caller: &'static str| {
             let url = url.clone();
             std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                     .unwrap();
-                rt.block_on(call_through(&server, &url, 3));
+                rt.block_on(call_through(&server, &url, caller, 3));
                 // The runtime stays up while the next thread runs: its
-                // connection stays open, and would be reused if pools were shared.
+                // connections stay open, and would be reused if pools were shared.
                 rt
             })
             .join()
             .unwrap()
         };
-        let first = on_own_thread(server.clone());
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
-        let second = on_own_thread(server.clone());
-        assert_eq!(
-            accepted.load(std::sync::atomic::Ordering::SeqCst),
-            2,
-            "a second serving thread opens its own connection"
-        );
+        let first = on_own_thread(server.clone(), "a");
+        let second = on_own_thread(server.clone(), "b");
         drop((first, second));
+        let served = served.lock().unwrap().clone();
+        assert_eq!(served.concat().len(), 6, "{served:?}");
+        for callers in &served {
+            assert!(
+                callers.iter().all(|c| c == &callers[0]),
+                "one connection served two serving threads: {served:?}"
+            );
+        }
 
         // A multi-threaded runtime shares the configured client's pool.
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -978,17 +993,7 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(async {
-            call_through(&server, &url, 2).await;
-            let configured = server.client.transport().http();
-            let answer = configured
-                .get(format!("{url}/contexts"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(answer.text().await.unwrap(), "[]");
-        });
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+        rt.block_on(call_through(&server, &url, "m", 2));
         assert_eq!(server.caller_http.per_thread.lock().unwrap().len(), 2);
     }
 
