@@ -550,6 +550,8 @@ async fn coalesce_answer(response: Response, deadline: Instant) -> Response {
     }
     let (mut parts, mut body) = response.into_parts();
     let mut held: Vec<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>> = Vec::new();
+    // The answer, while it is all the held frames carry after the first.
+    let mut answer = None;
     let mut ended = false;
     let wait = tokio::time::sleep_until(deadline);
     tokio::pin!(wait);
@@ -559,16 +561,23 @@ async fn coalesce_answer(response: Response, deadline: Instant) -> Response {
             frame = http_body_util::BodyExt::frame(&mut body) => match frame {
                 Some(Ok(frame)) => {
                     held.push(Ok(frame));
-                    if !answer_alone_so_far(&held) {
-                        break;
+                    if held.len() >= 2 {
+                        answer = lone_answer(&held);
+                        if answer.is_none() {
+                            break;
+                        }
                     }
                 }
                 Some(Err(e)) => {
                     held.push(Err(e));
+                    answer = None;
                     ended = true;
                     break;
                 }
                 None => {
+                    if held.len() < 2 {
+                        answer = lone_answer(&held);
+                    }
                     ended = true;
                     break;
                 }
@@ -576,7 +585,7 @@ async fn coalesce_answer(response: Response, deadline: Instant) -> Response {
             () = &mut wait => break,
         }
     }
-    if ended && let Some(message) = single_message(&held) {
+    if ended && let Some(message) = answer {
         parts.headers.insert(
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("application/json"),
@@ -594,28 +603,15 @@ async fn coalesce_answer(response: Response, deadline: Instant) -> Response {
     Response::from_parts(parts, body)
 }
 
-/// Whether the frames held so far could still be a stream of the answer
-/// alone: a first frame (the priming event, or the start of a message), or
-/// one JSON-RPC response (an `id` and no `method`) after it.
-fn answer_alone_so_far(held: &[Result<hyper::body::Frame<bytes::Bytes>, axum::Error>]) -> bool {
+/// The JSON-RPC response (an `id` and no `method`) that `frames` carry, when
+/// they are complete events making an optional priming event (an id and no
+/// data) and that one message.
+fn lone_answer(frames: &[Result<hyper::body::Frame<bytes::Bytes>, axum::Error>]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Probe {
         id: Option<serde::de::IgnoredAny>,
         method: Option<serde::de::IgnoredAny>,
     }
-    if held.len() < 2 {
-        return true;
-    }
-    single_message(held)
-        .and_then(|m| serde_json::from_str::<Probe>(&m).ok())
-        .is_some_and(|p| p.id.is_some() && p.method.is_none())
-}
-
-/// The JSON-RPC message of an event stream made of an optional priming event
-/// (an id and no data) and one message event, if that is what `frames` hold.
-fn single_message(
-    frames: &[Result<hyper::body::Frame<bytes::Bytes>, axum::Error>],
-) -> Option<String> {
     let mut text = String::new();
     for frame in frames {
         text.push_str(std::str::from_utf8(frame.as_ref().ok()?.data_ref()?).ok()?);
@@ -643,8 +639,9 @@ fn single_message(
         }
     }
     let message = message?;
-    serde_json::from_str::<serde::de::IgnoredAny>(message).ok()?;
-    Some(message.to_owned())
+    // Parsing the whole message also checks that it is JSON.
+    let probe = serde_json::from_str::<Probe>(message).ok()?;
+    (probe.id.is_some() && probe.method.is_none()).then(|| message.to_owned())
 }
 
 fn is_event_stream(response: &Response) -> bool {
@@ -968,11 +965,11 @@ mod tests {
             "data: \nid: 0/3\nretry: 3000\n\n",
             &format!("data: {answer}\nid: 0/4\n\n"),
         ]);
-        assert_eq!(single_message(&held).as_deref(), Some(answer));
+        assert_eq!(lone_answer(&held).as_deref(), Some(answer));
         // One event split across frames is read whole.
         let held = frames(&["data: {\"jsonrpc\":\"2.0\",", "\"id\":7}\n", "id: 1\n\n"]);
         assert_eq!(
-            single_message(&held).as_deref(),
+            lone_answer(&held).as_deref(),
             Some(r#"{"jsonrpc":"2.0","id":7}"#)
         );
     }
@@ -993,7 +990,7 @@ mod tests {
             // Nothing but a priming event.
             &["data: \nid: 0/1\n\n"][..],
         ] {
-            assert_eq!(single_message(&frames(chunks)), None, "{chunks:?}");
+            assert_eq!(lone_answer(&frames(chunks)), None, "{chunks:?}");
         }
     }
 
@@ -1003,11 +1000,12 @@ mod tests {
         let answer = "data: {\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{}}\nid: 0/2\n\n";
         let progress = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\nid: 0/2\n\n";
         let request = "data: {\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}\nid: 0/2\n\n";
-        assert!(answer_alone_so_far(&frames(&[priming])));
-        assert!(answer_alone_so_far(&frames(&[priming, answer])));
-        assert!(!answer_alone_so_far(&frames(&[priming, progress])));
-        assert!(!answer_alone_so_far(&frames(&[priming, request])));
-        assert!(!answer_alone_so_far(&frames(&[priming, answer, progress])));
+        // The head waits past the first frame only while the frames held
+        // are the answer alone.
+        assert!(lone_answer(&frames(&[priming, answer])).is_some());
+        assert!(lone_answer(&frames(&[priming, progress])).is_none());
+        assert!(lone_answer(&frames(&[priming, request])).is_none());
+        assert!(lone_answer(&frames(&[priming, answer, progress])).is_none());
     }
 
     #[test]
