@@ -5,6 +5,8 @@
 #[path = "support/mcp.rs"]
 mod mcp_support;
 
+use std::time::Duration;
+
 use mcp_support::*;
 use nexus_knowql::mcp::http::{self, HttpOptions};
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
@@ -240,6 +242,28 @@ fn assert_starts_with_priming_event(body: &str) {
                 .lines()
                 .all(|l| !l.starts_with("data:") || l.trim() == "data:"),
         "the stream starts with a priming event: {body:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_timeout_past_the_clock_means_no_deadline() {
+    let nexus = fake_nexus(1).await;
+    let options = HttpOptions::default().request_timeout(Duration::MAX);
+    let served = serve(&nexus.uri(), caller_keys(), options).await;
+    let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
+    mcp.initialize().await;
+    let result = mcp.call("list_contexts", json!({})).await;
+    assert_eq!(result["isError"], false, "{result}");
+    // An event stream (progress first) is not cut either.
+    mcp.call(
+        "query_context",
+        json!({"context": "papers", "question": "What is new?"}),
+    )
+    .await;
+    let (id, answer) = wait_with_progress(&mut mcp, "q_1", "tok-1").await;
+    assert_eq!(
+        answer.response(id)["result"]["structuredContent"]["status"],
+        "completed"
     );
 }
 

@@ -410,7 +410,7 @@ impl Drop for Creating<'_> {
 /// Checks the caller key header and session ownership, caps sessions, bounds
 /// SSE responses by the request deadline and logs refused requests.
 async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
+    let deadline = super::instant_after(Instant::now(), guard.request_timeout);
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -443,7 +443,7 @@ async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: 
                 sessions.owners().remove(&id);
             }
             if json_first {
-                coalesce_answer(response, started + guard.request_timeout).await
+                coalesce_answer(response, deadline).await
             } else {
                 response
             }
@@ -501,7 +501,7 @@ async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: 
             "refused request"
         );
     }
-    with_deadline(response, started + guard.request_timeout, peer)
+    with_deadline(response, deadline, peer)
 }
 
 /// Whether the request's `Accept` prefers `application/json` to

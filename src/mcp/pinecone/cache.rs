@@ -62,7 +62,7 @@ impl<T: Clone> TtlCell<T> {
             });
         }
         let value = fetch().await?;
-        let expires = Instant::now() + self.ttl;
+        let expires = crate::mcp::instant_after(Instant::now(), self.ttl);
         *slot = Some((value.clone(), expires));
         Ok(Cached {
             value,
@@ -74,5 +74,26 @@ impl<T: Clone> TtlCell<T> {
     /// Drops the cached value.
     pub async fn clear(&self) {
         *self.slot.lock().await = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_lifetime_past_the_clock_means_never_expiring() {
+        let cell = TtlCell::new(Duration::MAX);
+        let first = cell
+            .get_or_refresh(|| async { Ok::<_, ()>(1) })
+            .await
+            .unwrap();
+        assert!(!first.hit);
+        let second = cell
+            .get_or_refresh(|| async { Ok::<_, ()>(2) })
+            .await
+            .unwrap();
+        assert!(second.hit);
+        assert_eq!(second.value, 1);
     }
 }
