@@ -83,21 +83,80 @@ pub enum KeyPolicy {
 /// Nexus calls; threads past it share the configured client's.
 const MAX_THREAD_POOLS: usize = 64;
 
-/// The HTTP clients of callers' Nexus calls. A pooled connection is driven
-/// by the runtime that opened it, so threads each running a single-threaded
-/// runtime (`nexus-mcp` serving HTTP on several threads) get a pool each;
-/// a shared pool would send most calls through another thread and back.
-/// Elsewhere, and for a client the caller supplied, the configured client's
-/// pool serves every call.
+/// How many callers' Nexus clients are kept built (per serving thread and
+/// caller key); the least recently used is dropped past it.
+const MAX_CALLER_CLIENTS: usize = 64;
+
+/// The HTTP clients of callers' Nexus calls, and the Nexus clients built on
+/// them for recent caller keys.
+///
+/// A pooled connection is driven by the runtime that opened it, so threads
+/// each running a single-threaded runtime (`nexus-mcp` serving HTTP on
+/// several threads) get a pool each; a shared pool would send most calls
+/// through another thread and back. Elsewhere, and for a client the caller
+/// supplied, the configured client's pool serves every call.
+///
+/// Built clients are keyed by thread and a digest of the key (never the key
+/// itself), so a call neither rebuilds one nor reaches another caller's.
 struct CallerHttp {
     per_thread: std::sync::Mutex<HashMap<std::thread::ThreadId, reqwest::Client>>,
+    clients: std::sync::Mutex<CallerClients>,
+}
+
+#[derive(Default)]
+struct CallerClients {
+    by_caller: HashMap<(std::thread::ThreadId, [u8; 32]), (Client, u64)>,
+    clock: u64,
 }
 
 impl CallerHttp {
     fn new() -> Self {
         CallerHttp {
             per_thread: std::sync::Mutex::new(HashMap::new()),
+            clients: std::sync::Mutex::new(CallerClients::default()),
         }
+    }
+
+    fn clients(&self) -> std::sync::MutexGuard<'_, CallerClients> {
+        // Plain values; a poisoned map is still consistent.
+        self.clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The Nexus client for a call made on this thread with the caller's
+    /// `key` and `configured`'s other settings, built on first use.
+    fn client(&self, configured: &Client, key: &secrecy::SecretString) -> Result<Client, Error> {
+        use secrecy::ExposeSecret;
+        let slot = (std::thread::current().id(), super::http::key_digest(key));
+        {
+            let mut clients = self.clients();
+            clients.clock = clients.clock.wrapping_add(1);
+            let now = clients.clock;
+            if let Some((client, used)) = clients.by_caller.get_mut(&slot) {
+                *used = now;
+                return Ok(client.clone());
+            }
+        }
+        let client = Client::builder()
+            .base_url(configured.base_url())
+            .api_version(configured.api_version().clone())
+            .http_client(self.get(configured))
+            .api_key(key.expose_secret())
+            .build()?;
+        let mut clients = self.clients();
+        if clients.by_caller.len() >= MAX_CALLER_CLIENTS
+            && let Some(oldest) = clients
+                .by_caller
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(slot, _)| *slot)
+        {
+            clients.by_caller.remove(&oldest);
+        }
+        let now = clients.clock;
+        clients.by_caller.insert(slot, (client.clone(), now));
+        Ok(client)
     }
 
     /// The HTTP client for a call made on this thread with `configured`'s settings.
@@ -500,16 +559,10 @@ impl NexusServer {
     fn client_for(&self, ctx: &RequestContext<RoleServer>) -> Result<Client, ToolError> {
         match super::http::call_key(self.keys, &ctx.extensions)? {
             super::http::CallKey::Configured => Ok(self.client.clone()),
-            super::http::CallKey::Caller(key) => {
-                use secrecy::ExposeSecret;
-                Client::builder()
-                    .base_url(self.client.base_url())
-                    .api_version(self.client.api_version().clone())
-                    .http_client(self.caller_http.get(&self.client))
-                    .api_key(key.expose_secret())
-                    .build()
-                    .map_err(|e| nexus_error(e, Subject::None))
-            }
+            super::http::CallKey::Caller(key) => self
+                .caller_http
+                .client(&self.client, &key)
+                .map_err(|e| nexus_error(e, Subject::None)),
         }
     }
 
@@ -995,6 +1048,61 @@ mod tests {
             .unwrap();
         rt.block_on(call_through(&server, &url, "m", 2));
         assert_eq!(server.caller_http.per_thread.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn callers_clients_are_built_once_per_key_and_bounded() {
+        let nexus = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::any())
+            .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({})))
+            .mount(&nexus)
+            .await;
+        let configured = Client::builder()
+            .base_url(nexus.uri())
+            .api_key("operator")
+            .build()
+            .unwrap();
+        let server = NexusServer::new(configured);
+        let caller = |key: &str| {
+            server
+                .caller_http
+                .client(&server.client, &secrecy::SecretString::from(key.to_owned()))
+                .unwrap()
+        };
+        for key in ["key-a", "key-b", "key-a", "key-b"] {
+            // The answer does not matter here; the key the request carried does.
+            let _ = caller(key).contexts().list().await;
+        }
+        let sent: Vec<String> = nexus
+            .received_requests()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.headers
+                    .get(crate::client::API_KEY_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("<none>")
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(sent, ["key-a", "key-b", "key-a", "key-b"]);
+        assert_eq!(server.caller_http.clients().by_caller.len(), 2);
+
+        for i in 0..MAX_CALLER_CLIENTS + 5 {
+            caller(&format!("key-{i}"));
+        }
+        assert_eq!(
+            server.caller_http.clients().by_caller.len(),
+            MAX_CALLER_CLIENTS
+        );
+        // The most recently used survive; the cache still answers per key.
+        let _ = caller("key-a").contexts().list().await;
+        let last = nexus.received_requests().await.unwrap().pop().unwrap();
+        assert_eq!(
+            last.headers.get(crate::client::API_KEY_HEADER).unwrap(),
+            "key-a"
+        );
     }
 
     #[test]
