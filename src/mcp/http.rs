@@ -654,12 +654,7 @@ fn is_event_stream(response: &Response) -> bool {
 
 /// Ends an SSE response body at `deadline`.
 fn with_deadline(response: Response, deadline: Instant, peer: Option<SocketAddr>) -> Response {
-    let streaming = response
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if !streaming {
+    if !is_event_stream(&response) {
         return response;
     }
     let (parts, body) = response.into_parts();

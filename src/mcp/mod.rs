@@ -9,6 +9,7 @@
 pub mod http;
 pub mod nexus;
 pub mod pinecone;
+mod recent;
 pub mod redact;
 pub mod server;
 pub mod tool_error;

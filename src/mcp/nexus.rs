@@ -41,6 +41,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::recent::Recent;
 use super::tool_error::{ToolError, ToolErrorCode, with_error_branch};
 use crate::{Client, Error, types};
 
@@ -96,28 +97,27 @@ const MAX_CALLER_CLIENTS: usize = 64;
 /// through another thread and back. Elsewhere, and for a client the caller
 /// supplied, the configured client's pool serves every call.
 ///
-/// Built clients are keyed by thread and a digest of the key (never the key
-/// itself), so a call neither rebuilds one nor reaches another caller's.
+/// Built clients are keyed by a digest of the key (never the key itself),
+/// and by thread where threads have pools of their own, so a call neither
+/// rebuilds one nor reaches another caller's.
 struct CallerHttp {
     per_thread: std::sync::Mutex<HashMap<std::thread::ThreadId, reqwest::Client>>,
-    clients: std::sync::Mutex<CallerClients>,
+    clients: std::sync::Mutex<Recent<CallerSlot, Client>>,
 }
 
-#[derive(Default)]
-struct CallerClients {
-    by_caller: HashMap<(std::thread::ThreadId, [u8; 32]), (Client, u64)>,
-    clock: u64,
-}
+/// A built caller client's key: the thread whose pool it uses (`None` for
+/// the shared pool) and the digest of the caller's key.
+type CallerSlot = (Option<std::thread::ThreadId>, [u8; 32]);
 
 impl CallerHttp {
     fn new() -> Self {
         CallerHttp {
             per_thread: std::sync::Mutex::new(HashMap::new()),
-            clients: std::sync::Mutex::new(CallerClients::default()),
+            clients: std::sync::Mutex::new(Recent::new(MAX_CALLER_CLIENTS)),
         }
     }
 
-    fn clients(&self) -> std::sync::MutexGuard<'_, CallerClients> {
+    fn clients(&self) -> std::sync::MutexGuard<'_, Recent<CallerSlot, Client>> {
         // Plain values; a poisoned map is still consistent.
         self.clients
             .lock()
@@ -128,15 +128,9 @@ impl CallerHttp {
     /// `key` and `configured`'s other settings, built on first use.
     fn client(&self, configured: &Client, key: &secrecy::SecretString) -> Result<Client, Error> {
         use secrecy::ExposeSecret;
-        let slot = (std::thread::current().id(), super::http::key_digest(key));
-        {
-            let mut clients = self.clients();
-            clients.clock = clients.clock.wrapping_add(1);
-            let now = clients.clock;
-            if let Some((client, used)) = clients.by_caller.get_mut(&slot) {
-                *used = now;
-                return Ok(client.clone());
-            }
+        let slot = (pool_thread(), super::http::key_digest(key));
+        if let Some(client) = self.clients().get(&slot) {
+            return Ok(client.clone());
         }
         let client = Client::builder()
             .base_url(configured.base_url())
@@ -144,30 +138,16 @@ impl CallerHttp {
             .http_client(self.get(configured))
             .api_key(key.expose_secret())
             .build()?;
-        let mut clients = self.clients();
-        if clients.by_caller.len() >= MAX_CALLER_CLIENTS
-            && let Some(oldest) = clients
-                .by_caller
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(slot, _)| *slot)
-        {
-            clients.by_caller.remove(&oldest);
-        }
-        let now = clients.clock;
-        clients.by_caller.insert(slot, (client.clone(), now));
+        self.clients().insert(slot, client.clone());
         Ok(client)
     }
 
     /// The HTTP client for a call made on this thread with `configured`'s settings.
     fn get(&self, configured: &Client) -> reqwest::Client {
         let shared = || configured.transport().http().clone();
-        let single_threaded = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
-        if !single_threaded {
+        let Some(thread) = pool_thread() else {
             return shared();
-        }
-        let thread = std::thread::current().id();
+        };
         let Ok(mut clients) = self.per_thread.lock() else {
             return shared();
         };
@@ -189,6 +169,14 @@ impl CallerHttp {
             None => shared(),
         }
     }
+}
+
+/// This thread, when it runs a single-threaded runtime (and so may have a
+/// connection pool of its own).
+fn pool_thread() -> Option<std::thread::ThreadId> {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
+        .then(|| std::thread::current().id())
 }
 
 /// The MCP server of the Nexus tools. Clones share the client.
@@ -1087,15 +1075,12 @@ mod tests {
             })
             .collect();
         assert_eq!(sent, ["key-a", "key-b", "key-a", "key-b"]);
-        assert_eq!(server.caller_http.clients().by_caller.len(), 2);
+        assert_eq!(server.caller_http.clients().len(), 2);
 
         for i in 0..MAX_CALLER_CLIENTS + 5 {
             caller(&format!("key-{i}"));
         }
-        assert_eq!(
-            server.caller_http.clients().by_caller.len(),
-            MAX_CALLER_CLIENTS
-        );
+        assert_eq!(server.caller_http.clients().len(), MAX_CALLER_CLIENTS);
         // The most recently used survive; the cache still answers per key.
         let _ = caller("key-a").contexts().list().await;
         let last = nexus.received_requests().await.unwrap().pop().unwrap();

@@ -1,7 +1,6 @@
 //! [`PineconeServer`]: the MCP handler of the Pinecone tools, usable alone
 //! or delegated to by a handler that serves other tool families too.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -16,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::mcp::http::{CallKey, call_key, key_digest};
+use crate::mcp::recent::Recent;
 use crate::mcp::{KeyPolicy, ToolError};
 
 use super::args::{
@@ -51,13 +51,7 @@ const CALLER_CAPACITY: usize = 64;
 /// and suggest-flow gate, so nothing crosses from one key to another.
 struct Callers {
     http: reqwest::Client,
-    entries: Mutex<CallerEntries>,
-}
-
-#[derive(Default)]
-struct CallerEntries {
-    by_digest: HashMap<[u8; 32], (Arc<State>, u64)>,
-    clock: u64,
+    entries: Mutex<Recent<[u8; 32], Arc<State>>>,
 }
 
 impl std::fmt::Debug for Callers {
@@ -67,7 +61,7 @@ impl std::fmt::Debug for Callers {
 }
 
 impl Callers {
-    fn entries(&self) -> std::sync::MutexGuard<'_, CallerEntries> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Recent<[u8; 32], Arc<State>>> {
         // Plain values; a poisoned map is still consistent.
         self.entries
             .lock()
@@ -78,20 +72,8 @@ impl Callers {
     fn state_for(&self, key: &secrecy::SecretString, base: &State) -> Arc<State> {
         let digest = key_digest(key);
         let mut entries = self.entries();
-        entries.clock = entries.clock.wrapping_add(1);
-        let now = entries.clock;
-        if let Some((state, used)) = entries.by_digest.get_mut(&digest) {
-            *used = now;
+        if let Some(state) = entries.get(&digest) {
             return Arc::clone(state);
-        }
-        if entries.by_digest.len() >= CALLER_CAPACITY
-            && let Some(oldest) = entries
-                .by_digest
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(d, _)| *d)
-        {
-            entries.by_digest.remove(&oldest);
         }
         let mut config = base.config.clone();
         for source in &mut config.sources {
@@ -103,12 +85,12 @@ impl Callers {
             urls: Arc::clone(&base.urls),
             config,
         });
-        entries.by_digest.insert(digest, (Arc::clone(&state), now));
+        entries.insert(digest, Arc::clone(&state));
         state
     }
 
     fn clear(&self) {
-        self.entries().by_digest.clear();
+        self.entries().clear();
     }
 }
 
@@ -186,7 +168,7 @@ impl PineconeServer {
             keys: KeyPolicy::Configured,
             callers: Arc::new(Callers {
                 http,
-                entries: Mutex::new(CallerEntries::default()),
+                entries: Mutex::new(Recent::new(CALLER_CAPACITY)),
             }),
             tool_router: Arc::new(tool_router),
         }
