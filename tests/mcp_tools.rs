@@ -760,3 +760,35 @@ async fn get_query_waits_at_most_wait_seconds_plus_the_call_deadline() {
         _ => assert_eq!(r.structured_content.unwrap()["status"], "in_progress"),
     }
 }
+
+#[tokio::test]
+async fn get_query_with_a_call_deadline_too_large_for_the_clock_still_answers() {
+    // `Duration::MAX` as the per-call deadline means none: the overall end
+    // of a waiting get_query saturates instead of overflowing the clock.
+    let nexus = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/queries/q_1"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(query_json(
+            "q_1",
+            "completed",
+            &[],
+            None,
+        )))
+        .mount(&nexus)
+        .await;
+    let server = NexusServer::new(nexus_client(&nexus.uri())).with_call_timeout(Duration::MAX);
+    let client = connect(NexusMcp::new().with_nexus(server)).await;
+    // A handler that panicked would never answer: bound the wait.
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        call(
+            &client,
+            "get_query",
+            json!({"query_id": "q_1", "wait_seconds": 1}),
+        ),
+    )
+    .await
+    .expect("get_query answers");
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(r.structured_content.unwrap()["status"], "completed");
+}

@@ -407,6 +407,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_call_does_not_carry_the_retry_loop_inline() {
+        // The retry loop's state is boxed in the transport; without that, a
+        // plain `list()` is over 8 KiB in a debug build, and every future
+        // that awaits it holds a copy.
+        let client = Client::builder()
+            .base_url("http://127.0.0.1:9")
+            .build()
+            .unwrap();
+        let contexts = client.contexts();
+        let list = contexts.list();
+        assert!(
+            std::mem::size_of_val(&list) <= 6 * 1024,
+            "{} bytes",
+            std::mem::size_of_val(&list)
+        );
+    }
+
+    #[test]
     fn build_rejects_bad_config() {
         assert!(matches!(
             Client::builder().build(),

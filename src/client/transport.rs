@@ -146,7 +146,10 @@ impl Transport {
     /// that are not the JSON envelope are rewritten into one (see
     /// [`Transport::error_from_response`]) so the status is never lost.
     pub(crate) async fn execute(&self, req: Request, operation: &str) -> reqwest::Result<Response> {
-        self.execute_rebuilding(req, None, operation).await
+        // Boxed: the retry loop's state is large, and every future that
+        // awaits it (generated calls, tool handlers) would hold, and move, a
+        // copy of it otherwise.
+        Box::pin(self.execute_rebuilding(req, None, operation)).await
     }
 
     /// [`Transport::execute`] for a request whose body cannot be cloned (a
@@ -418,8 +421,8 @@ impl Transport {
         operation: &'static str,
     ) -> Result<Response> {
         let started = tokio::time::Instant::now();
-        let resp = self
-            .execute_rebuilding(req, rebuild, operation)
+        // Boxed, as in `execute`.
+        let resp = Box::pin(self.execute_rebuilding(req, rebuild, operation))
             .await
             .map_err(|e| {
                 let mut e = self.map_reqwest(operation, e);

@@ -416,10 +416,16 @@ async fn check_request(State(guard): State<Arc<Guard>>, request: Request, next: 
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0);
     let method = request.method().clone();
-    let owner = match key_from_headers(request.headers()) {
-        Ok(key) => key.as_ref().map(key_digest),
+    let key = match key_from_headers(request.headers()) {
+        Ok(key) => key,
         Err(e) => return refuse(StatusCode::UNAUTHORIZED, peer, &method, &e.to_string()),
     };
+    // Only sessions have owners; without them the digest is not needed.
+    let owner = match &guard.sessions {
+        Some(_) => key.as_ref().map(key_digest),
+        None => None,
+    };
+    drop(key);
     let session = request
         .headers()
         .get(HEADER_SESSION_ID)

@@ -505,24 +505,31 @@ impl NexusServer {
     }
 
     /// Runs one Nexus call under the call deadline.
-    async fn nexus<T>(
-        &self,
-        subject: Subject<'_>,
-        call: impl Future<Output = crate::Result<T>>,
-    ) -> Result<T, ToolError> {
-        self.nexus_within(self.call_timeout, subject, call).await
+    fn nexus<'a, T: 'a>(
+        &'a self,
+        subject: Subject<'a>,
+        call: impl Future<Output = crate::Result<T>> + 'a,
+    ) -> impl Future<Output = Result<T, ToolError>> + 'a {
+        self.nexus_within(self.call_timeout, subject, call)
     }
 
     /// Runs one Nexus call under `deadline`.
-    async fn nexus_within<T>(
-        &self,
+    ///
+    /// The call is boxed here, once: an SDK call's future is kilobytes, and
+    /// each future awaiting it by value (this one, the tool's, rmcp's boxed
+    /// handler) would hold, and move, a copy of it otherwise.
+    fn nexus_within<'a, T: 'a>(
+        &'a self,
         deadline: Duration,
-        subject: Subject<'_>,
-        call: impl Future<Output = crate::Result<T>>,
-    ) -> Result<T, ToolError> {
-        match tokio::time::timeout(deadline, call).await {
-            Ok(result) => result.map_err(|e| nexus_error(e, subject)),
-            Err(_) => Err(ToolError::timeout("Nexus", deadline)),
+        subject: Subject<'a>,
+        call: impl Future<Output = crate::Result<T>> + 'a,
+    ) -> impl Future<Output = Result<T, ToolError>> + 'a {
+        let call = Box::pin(call);
+        async move {
+            match tokio::time::timeout(deadline, call).await {
+                Ok(result) => result.map_err(|e| nexus_error(e, subject)),
+                Err(_) => Err(ToolError::timeout("Nexus", deadline)),
+            }
         }
     }
 
@@ -640,7 +647,7 @@ impl NexusServer {
         // The whole call ends by `wait + call_timeout`; each poll also has
         // the call deadline, shortened to what is left of the whole.
         let start = tokio::time::Instant::now();
-        let give_up = start + wait + self.call_timeout;
+        let give_up = super::instant_after(start, wait.saturating_add(self.call_timeout));
         let fetch = || async {
             let left = give_up
                 .saturating_duration_since(tokio::time::Instant::now())
@@ -994,6 +1001,32 @@ mod tests {
                 .expect("answered in time (not through another runtime's connection)");
             assert_eq!(answer.unwrap(), "[]");
         }
+    }
+
+    #[test]
+    fn a_tools_nexus_call_is_a_small_future() {
+        // The SDK call is boxed once by `nexus`: the futures above it (the
+        // tool's, rmcp's boxed handler) then hold and move a pointer, not
+        // kilobytes of request state (about 25 KiB unboxed in a debug build).
+        let client = Client::builder()
+            .base_url("http://127.0.0.1:9")
+            .build()
+            .unwrap();
+        let server = NexusServer::new(client.clone());
+        let contexts = client.contexts();
+        let call = server.nexus(Subject::None, contexts.list());
+        assert!(
+            std::mem::size_of_val(&call) <= 1024,
+            "{} bytes",
+            std::mem::size_of_val(&call)
+        );
+        let ct = tokio_util::sync::CancellationToken::new();
+        let tool = until_cancelled(&ct, server.nexus(Subject::None, contexts.list()));
+        assert!(
+            std::mem::size_of_val(&tool) <= 2048,
+            "{} bytes",
+            std::mem::size_of_val(&tool)
+        );
     }
 
     #[test]
