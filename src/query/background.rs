@@ -7,6 +7,7 @@ use std::time::Duration;
 use backoff::backoff::Backoff;
 use tracing::Instrument;
 
+use super::checkpoint::{Checkpoint, END_OF_TURN};
 use super::session::TurnSlot;
 use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
 use super::turn::{QueryTurn, TurnSpan, into_outcome};
@@ -274,7 +275,7 @@ impl QueryHandle {
     /// # Errors
     /// Any error answer to the events request.
     pub async fn events(self) -> Result<QueryTurn> {
-        self.subscribe(None).await
+        self.subscribe(None, None).await
     }
 
     /// Like [`QueryHandle::events`], with its own [`StreamConfig`].
@@ -319,10 +320,38 @@ impl QueryHandle {
     /// [`Error::Stream`] when the handle was detached before the server
     /// named the turn and the stream ended without naming it.
     pub async fn events_after(self, seq: u64) -> Result<QueryTurn> {
-        self.subscribe(Some(seq).filter(|&s| s > 0)).await
+        self.subscribe(Some(seq).filter(|&s| s > 0), None).await
     }
 
-    async fn subscribe(mut self, after: Option<u64>) -> Result<QueryTurn> {
+    /// The turn's events after a [`Checkpoint`] persisted from
+    /// [`QueryTurn::checkpoint`], each exactly once, as for
+    /// [`QueryHandle::events_after`]. Because the checkpoint carries the
+    /// length of the text delivered before it, the rest is also checked
+    /// against the final answer, and a replay that cannot be trusted is
+    /// made up for from the stored turn (the text after the checkpoint as
+    /// one delta) instead of failing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] when the checkpoint is about another turn;
+    /// as for [`QueryHandle::events_after`].
+    pub async fn events_from(mut self, checkpoint: &Checkpoint) -> Result<QueryTurn> {
+        self.named().await?;
+        if checkpoint.query_id != self.query.id {
+            return Err(Error::InvalidRequest(format!(
+                "the checkpoint is about query {}, not {}",
+                checkpoint.query_id, self.query.id
+            )));
+        }
+        let prefix = usize::try_from(checkpoint.text_len).unwrap_or(usize::MAX);
+        let after = Some(checkpoint.event_id).filter(|&s| s > 0);
+        self.subscribe(after, Some(prefix)).await
+    }
+
+    async fn subscribe(
+        mut self,
+        after: Option<u64>,
+        prefix_len: Option<usize>,
+    ) -> Result<QueryTurn> {
         self.named().await?;
         let QueryHandle {
             client,
@@ -333,6 +362,10 @@ impl QueryHandle {
             span,
         } = self;
         let conn = match after {
+            // Everything was delivered: only the final Query is owed.
+            Some(END_OF_TURN) => {
+                EventConnection::final_only(client, stream_config.clone(), query.id.clone())
+            }
             // The engine's verified resume: `Last-Event-ID: seq`, and the
             // replay must start at exactly `seq`.
             Some(seq) => {
@@ -347,8 +380,8 @@ impl QueryHandle {
         };
         let mut turn = QueryTurn::new(conn, slot, span, &stream_config);
         turn.set_session_id(&query.session_id);
-        if after.is_some() {
-            turn.mark_after_checkpoint();
+        if after.is_some() || prefix_len.is_some_and(|n| n > 0) {
+            turn.mark_after_checkpoint(prefix_len);
         }
         Ok(turn)
     }

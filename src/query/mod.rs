@@ -33,6 +33,7 @@
 //! parser), `stream` (the resumable connection), `background` (QueryHandle).
 
 mod background;
+mod checkpoint;
 mod event;
 mod session;
 mod sse;
@@ -40,6 +41,7 @@ mod stream;
 mod turn;
 
 pub use background::{QueryHandle, QueryWait};
+pub use checkpoint::{Checkpoint, END_OF_TURN};
 pub use event::{QueryEvent, names};
 pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};
 pub use sse::DEFAULT_MAX_FRAME_BYTES;

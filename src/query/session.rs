@@ -369,8 +369,8 @@ impl TurnSlot {
     ///
     /// # Errors
     /// [`Error::SessionBusy`] when an earlier turn still runs (after the
-    /// wait, if any); [`Error::InvalidRequest`] when a turn held in this
-    /// process has no id yet.
+    /// wait, if any), with an empty id when it is held in this process and
+    /// not named yet.
     pub(crate) async fn acquire(session: &Session, when_busy: &WhenBusy) -> Result<TurnSlot> {
         let started = tokio::time::Instant::now();
         let mut intervals = None;
@@ -396,12 +396,12 @@ impl TurnSlot {
             };
             let wait = match when_busy {
                 WhenBusy::Wait(wait) => wait,
-                WhenBusy::Fail => return Err(busy(&session.shared, query_id)),
+                WhenBusy::Fail => return Err(busy(query_id)),
             };
             let intervals = intervals.get_or_insert_with(|| wait.intervals());
             let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
             if started.elapsed().saturating_add(delay) > wait.timeout {
-                return Err(busy(&session.shared, query_id));
+                return Err(busy(query_id));
             }
             tracing::debug!(
                 query_id = query_id.as_deref(),
@@ -490,17 +490,11 @@ impl Drop for TurnSlot {
     }
 }
 
-/// The error for a session whose turn `query_id` still runs.
-fn busy(shared: &Shared, query_id: Option<String>) -> Error {
-    match query_id {
-        Some(query_id) => Error::SessionBusy { query_id },
-        None => {
-            let id = shared.lock().session_id.clone();
-            Error::InvalidRequest(format!(
-                "session {} already has a turn in flight; finish, drop or cancel it first",
-                id.as_deref().unwrap_or("(new)")
-            ))
-        }
+/// The error for a session whose turn `query_id` still runs (no id: held
+/// in this process and not named by the server yet).
+fn busy(query_id: Option<String>) -> Error {
+    Error::SessionBusy {
+        query_id: query_id.unwrap_or_default(),
     }
 }
 

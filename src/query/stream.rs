@@ -53,6 +53,8 @@ pub struct StreamConfig {
     resume_delay: Duration,
     resume_max_delay: Duration,
     cancel_on_drop: bool,
+    final_query_wait: Duration,
+    turn_deadline: Option<Duration>,
 }
 
 impl Default for StreamConfig {
@@ -67,6 +69,8 @@ impl Default for StreamConfig {
             resume_delay: Duration::from_millis(250),
             resume_max_delay: Duration::from_secs(10),
             cancel_on_drop: false,
+            final_query_wait: DEFAULT_FINAL_QUERY_WAIT,
+            turn_deadline: Some(DEFAULT_TURN_DEADLINE),
         }
     }
 }
@@ -97,10 +101,13 @@ impl StreamConfig {
 
     /// Whether dropping the [`QueryTurn`](crate::QueryTurn) before the turn
     /// ended cancels it on the server (default `false`: the turn goes on and
-    /// its session remembers it). The cancel (`POST /queries/{id}/cancel`)
-    /// runs as a task on the current Tokio runtime, since a drop cannot
-    /// wait; a turn dropped before the server named it cannot be cancelled.
-    /// [`QueryTurn::detach`](crate::QueryTurn::detach) never cancels.
+    /// its session remembers it). Best effort: the cancel
+    /// (`POST /queries/{id}/cancel`) runs as a task on the current Tokio
+    /// runtime, since a drop cannot wait, and is lost if that runtime shuts
+    /// down first; await [`Client::finish_cancels`](crate::Client::finish_cancels)
+    /// before exiting, or call [`QueryTurn::cancel`](crate::QueryTurn::cancel)
+    /// to cancel for sure. A turn dropped before the server named it cannot
+    /// be cancelled. [`QueryTurn::detach`](crate::QueryTurn::detach) never cancels.
     pub fn cancel_on_drop(mut self, on: bool) -> Self {
         self.cancel_on_drop = on;
         self
@@ -121,6 +128,26 @@ impl StreamConfig {
 
     pub(crate) fn recovery_wait_limit(&self) -> Duration {
         self.recovery_wait
+    }
+
+    /// How long the final `query` frame is awaited after the terminal event
+    /// (default 5 s); after that, or when the stream ends or breaks first,
+    /// the turn is read with `GET /queries/{id}` instead. SSE comments
+    /// (keep-alives) do not extend this wait.
+    pub fn final_query_wait(mut self, wait: Duration) -> Self {
+        self.final_query_wait = wait;
+        self
+    }
+
+    /// The longest a streamed turn is read, from its start to its final
+    /// Query, resumes and the reading of the stored turn included (default
+    /// 960 s: the service's 900 s cap on a turn plus a margin); `None` has no
+    /// overall limit. Nothing the server sends extends it. When it passes,
+    /// the turn yields [`Error::Timeout`] (operation `query_turn`); the turn
+    /// is not cancelled.
+    pub fn turn_deadline(mut self, limit: Option<Duration>) -> Self {
+        self.turn_deadline = limit;
+        self
     }
 
     /// Reconnections tried after one break before giving up (default 8).
@@ -151,6 +178,12 @@ pub(crate) const MAX_QUERY_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// The default bound on waiting for a stored turn to end.
 const DEFAULT_RECOVERY_WAIT: Duration = Duration::from_secs(930);
 
+/// The default wait for the `query` frame after the terminal event.
+const DEFAULT_FINAL_QUERY_WAIT: Duration = Duration::from_secs(5);
+
+/// The default overall limit of a streamed turn: the service's cap plus a margin.
+const DEFAULT_TURN_DEADLINE: Duration = Duration::from_secs(960);
+
 type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 type Connect = Pin<Box<dyn Future<Output = Result<reqwest::Response>> + Send>>;
 type Fetch = Pin<Box<dyn Future<Output = Result<types::Query>> + Send>>;
@@ -162,7 +195,8 @@ enum State {
     Waiting(Pin<Box<Sleep>>),
     /// `GET /queries/{id}/events` sent, waiting for the answer.
     Connecting(Connect),
-    /// The event log could not be trusted: waiting for the stored turn.
+    /// Waiting for the stored turn: the event log could not be trusted (with
+    /// the gap), or the final `query` frame did not come (without).
     Recovering(Fetch, Option<ReplayGap>),
     /// The stream is over (the error in `failed`, if any, is reported once).
     Done,
@@ -229,6 +263,22 @@ pub(crate) struct EventConnection {
     /// The idle timer, armed while open or connecting.
     idle: Option<Pin<Box<Sleep>>>,
     failed: Option<Error>,
+    /// The last id seen on the current connection (delivered or skipped).
+    conn_last: Option<u64>,
+    /// Id-less frames delivered since the last delivered id.
+    idless_after_last: u32,
+    /// Id-less frames after the last delivered id still to drop on this
+    /// (resumed) connection.
+    skip_idless: u32,
+    /// `last_seq` when the stream last jumped: a second jump without
+    /// progress reads the stored turn instead of resuming again.
+    jump_at: Option<Option<u64>>,
+    /// When the turn's reading started (for [`StreamConfig::turn_deadline`]).
+    started: Instant,
+    /// The overall deadline, armed on the first poll.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// The wait for the `query` frame, armed at the terminal event.
+    final_wait: Option<Pin<Box<Sleep>>>,
 }
 
 struct ResumeCycle {
@@ -378,6 +428,8 @@ enum Parsed {
     Skip,
     /// The resumed connection did not replay from the id sent.
     Broken(String),
+    /// An id beyond the next one: events are missing.
+    Jump(String),
 }
 
 impl EventConnection {
@@ -404,6 +456,13 @@ impl EventConnection {
             last_activity: Instant::now(),
             idle: None,
             failed: None,
+            conn_last: None,
+            idless_after_last: 0,
+            skip_idless: 0,
+            jump_at: None,
+            started: Instant::now(),
+            deadline: None,
+            final_wait: None,
         }
     }
 
@@ -438,6 +497,23 @@ impl EventConnection {
         conn.last_seq = last_seen;
         conn.delivered_any = last_seen.is_some();
         conn.connect();
+        conn
+    }
+
+    /// The final Query of `query_id` only (`GET /queries/{id}` once it is
+    /// terminal): every event was delivered already.
+    pub(crate) fn final_only(client: Client, config: StreamConfig, query_id: String) -> Self {
+        let mut conn = EventConnection::with_state(client, config, State::Done, Some(query_id));
+        conn.terminal_seen = true;
+        conn.delivered_any = true;
+        conn.fetch_final();
+        conn
+    }
+
+    /// A connection of the ended turn `query_id` with nothing left to read.
+    pub(crate) fn named_closed(client: Client, config: StreamConfig, query_id: String) -> Self {
+        let mut conn = EventConnection::with_state(client, config, State::Done, Some(query_id));
+        conn.terminal_seen = true;
         conn
     }
 
@@ -477,6 +553,13 @@ impl EventConnection {
     }
 
     /// Applies the parser's next frame, if a whole one is buffered.
+    ///
+    /// Ids are checked on every frame of every connection: an id not above
+    /// the last delivered one is a replay (dropped), the next one is
+    /// delivered, and a later one is a jump (events are missing). Frames
+    /// without an id are delivered once: on a resumed connection those
+    /// before the replay reached the last delivered event, and as many after
+    /// it as were delivered before the break, are dropped.
     fn next_parsed(&mut self) -> Option<Result<Parsed, super::sse::SseError>> {
         let frame = match self.parser.next_frame() {
             Ok(Some(frame)) => frame,
@@ -494,8 +577,9 @@ impl EventConnection {
             }
             match frame.id {
                 Some(id) if id == expected => {
-                    tracing::trace!(seq = id, "the replay starts where it should");
+                    tracing::trace!(seq = id, "the replay reached the last delivered event");
                     self.verify = None;
+                    self.conn_last = Some(id);
                     return Some(Ok(Parsed::Skip));
                 }
                 Some(id) if id > expected => {
@@ -506,23 +590,44 @@ impl EventConnection {
                     ))));
                 }
                 Some(id) => {
-                    return Some(Ok(Parsed::Broken(format!(
-                        "the replay started at event {id}, before event {expected} that was asked for"
-                    ))));
+                    // An early start: these were delivered already.
+                    tracing::trace!(seq = id, expected, "skipping an early replayed event");
+                    self.conn_last = Some(id);
+                    return Some(Ok(Parsed::Skip));
                 }
                 None if frame.event == super::event::names::QUERY => {
                     return Some(Ok(Parsed::Broken(format!(
                         "the replay sent the final Query without event {expected}"
                     ))));
                 }
-                None => {}
+                // Part of the replayed prefix, delivered already.
+                None => return Some(Ok(Parsed::Skip)),
             }
         }
-        if let (Some(id), Some(last)) = (frame.id, self.last_seq)
-            && id <= last
-        {
-            tracing::trace!(seq = id, "skipping a replayed event");
-            return Some(Ok(Parsed::Skip));
+        match (frame.id, self.last_seq) {
+            (Some(id), Some(last)) if id <= last => {
+                tracing::trace!(seq = id, "skipping a replayed event");
+                self.conn_last = Some(id);
+                return Some(Ok(Parsed::Skip));
+            }
+            (Some(id), Some(last)) if id > last.saturating_add(1) => {
+                return Some(Ok(Parsed::Jump(format!(
+                    "the stream jumped from event {last} to event {id} (events {} to {} are missing)",
+                    last.saturating_add(1),
+                    id - 1
+                ))));
+            }
+            (None, _) if frame.event != super::event::names::QUERY => {
+                if self.conn_last != self.last_seq {
+                    // Between replayed events: delivered already.
+                    return Some(Ok(Parsed::Skip));
+                }
+                if self.skip_idless > 0 {
+                    self.skip_idless -= 1;
+                    return Some(Ok(Parsed::Skip));
+                }
+            }
+            _ => {}
         }
         let id = frame.id;
         let event = QueryEvent::decode(frame.event, frame.data);
@@ -534,6 +639,18 @@ impl EventConnection {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Delivery>>> {
+        if !matches!(self.state, State::Done) && self.deadline_passed(cx) {
+            let elapsed = millis(self.started.elapsed());
+            tracing::warn!(
+                query_id = self.query_id.as_deref(),
+                elapsed_ms = elapsed,
+                "the turn's overall deadline passed"
+            );
+            self.fail(Error::Timeout {
+                operation: "query_turn",
+                elapsed_ms: elapsed,
+            });
+        }
         loop {
             if let State::Open(_) = self.state {
                 match self.next_parsed() {
@@ -542,8 +659,12 @@ impl EventConnection {
                         self.delivered_any = true;
                         if id.is_some() {
                             self.last_seq = id;
+                            self.conn_last = id;
+                            self.idless_after_last = 0;
                             // New progress: a later break starts a fresh resume budget.
                             self.resume = None;
+                        } else {
+                            self.idless_after_last = self.idless_after_last.saturating_add(1);
                         }
                         match &event {
                             QueryEvent::Query(q) => {
@@ -553,7 +674,11 @@ impl EventConnection {
                                 // The document is the last frame: close now.
                                 self.state = State::Done;
                             }
-                            e if e.is_terminal() => self.terminal_seen = true,
+                            e if e.is_terminal() => {
+                                self.terminal_seen = true;
+                                let wait = self.config.final_query_wait;
+                                self.final_wait = Some(Box::pin(tokio::time::sleep(wait)));
+                            }
                             _ => {}
                         }
                         return Poll::Ready(Some(Ok(Delivery::Event(id, event))));
@@ -564,9 +689,28 @@ impl EventConnection {
                             // Only the final Query was missing; the stored
                             // one stands in for it.
                             tracing::debug!(cause, "a broken replay after the terminal event");
-                            self.state = State::Done;
+                            self.fetch_final();
                         } else {
                             self.recover(cause);
+                        }
+                        continue;
+                    }
+                    Some(Ok(Parsed::Jump(cause))) => {
+                        if self.terminal_seen {
+                            self.fetch_final();
+                        } else if self.jump_at == Some(self.last_seq) {
+                            // The replay jumped at the same place again.
+                            self.recover(cause);
+                        } else {
+                            tracing::warn!(
+                                query_id = self.query_id.as_deref(),
+                                cause,
+                                "events are missing; resuming from the last delivered one"
+                            );
+                            self.jump_at = Some(self.last_seq);
+                            // At once: the events are most likely in the log.
+                            self.resume = None;
+                            self.reconnect_now(&cause);
                         }
                         continue;
                     }
@@ -575,7 +719,7 @@ impl EventConnection {
                             // The turn is over; the stored Query stands in
                             // for whatever this frame was.
                             tracing::debug!(error = %e, "ignoring a bad frame after the terminal event");
-                            self.state = State::Done;
+                            self.fetch_final();
                         } else {
                             self.fail(Error::Stream {
                                 query_id: self.query_id.clone(),
@@ -586,6 +730,23 @@ impl EventConnection {
                     }
                     None => {}
                 }
+            }
+            if self.terminal_seen
+                && matches!(
+                    self.state,
+                    State::Open(_) | State::Waiting(_) | State::Connecting(_)
+                )
+                && self
+                    .final_wait
+                    .as_mut()
+                    .is_some_and(|w| w.as_mut().poll(cx).is_ready())
+            {
+                tracing::debug!(
+                    query_id = self.query_id.as_deref(),
+                    "no final Query frame in time after the terminal event"
+                );
+                self.fetch_final();
+                continue;
             }
             match &mut self.state {
                 State::Open(body) => match body.poll_next_unpin(cx) {
@@ -606,7 +767,7 @@ impl EventConnection {
                     }
                     Poll::Ready(None) => {
                         if self.terminal_seen {
-                            self.state = State::Done;
+                            self.fetch_final();
                         } else {
                             self.reconnect("the stream ended before the turn did");
                         }
@@ -629,6 +790,8 @@ impl EventConnection {
                         tracing::debug!(query_id = self.query_id.as_deref(), "resumed");
                         self.parser = new_parser(&self.config);
                         self.verify = self.last_seq;
+                        self.conn_last = None;
+                        self.skip_idless = self.idless_after_last;
                         self.last_activity = Instant::now();
                         self.state = State::Open(Box::pin(resp.bytes_stream()));
                     }
@@ -638,7 +801,7 @@ impl EventConnection {
                             // Only the final Query was missing; the stored
                             // one stands in for it.
                             tracing::debug!(error = %e, "no resume after the terminal event");
-                            self.state = State::Done;
+                            self.fetch_final();
                         } else if gone && self.delivered_any {
                             self.recover(format!("the event log is gone ({e})"));
                         } else if resumable(&e) {
@@ -660,7 +823,21 @@ impl EventConnection {
                     let result = ready!(fut.as_mut().poll(cx));
                     let gap = gap.take();
                     self.state = State::Done;
-                    let Some(gap) = gap else { continue };
+                    let Some(gap) = gap else {
+                        // The stored turn in place of the `query` frame.
+                        match result {
+                            Ok(query) => {
+                                return Poll::Ready(Some(Ok(Delivery::Event(
+                                    None,
+                                    QueryEvent::Query(Box::new(query)),
+                                ))));
+                            }
+                            Err(e) => {
+                                self.fail(e);
+                                continue;
+                            }
+                        }
+                    };
                     match result {
                         Ok(query) => {
                             tracing::info!(
@@ -683,6 +860,37 @@ impl EventConnection {
                 State::Done => return Poll::Ready(self.failed.take().map(Err)),
             }
         }
+    }
+
+    /// Whether the overall deadline passed; registers the timer otherwise.
+    fn deadline_passed(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(limit) = self.config.turn_deadline else {
+            return false;
+        };
+        let Some(at) = self.started.checked_add(limit) else {
+            return false;
+        };
+        let sleep = self
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        sleep.as_mut().poll(cx).is_ready()
+    }
+
+    /// Reads the stored turn in place of the `query` frame that did not
+    /// come after the terminal event.
+    fn fetch_final(&mut self) {
+        self.final_wait = None;
+        self.idle = None;
+        let Some(query_id) = self.query_id.clone() else {
+            self.state = State::Done;
+            return;
+        };
+        let client = self.client.clone();
+        let limit = self.config.recovery_wait;
+        self.state = State::Recovering(
+            Box::pin(async move { stored_terminal(&client, &query_id, limit).await }),
+            None,
+        );
     }
 
     fn fail(&mut self, e: Error) {
@@ -800,6 +1008,7 @@ impl EventConnection {
                     cause,
                     "no final Query frame after the terminal event"
                 );
+                self.fetch_final();
                 return;
             }
             tracing::warn!(
@@ -825,6 +1034,14 @@ impl EventConnection {
             "resuming the event stream"
         );
         self.state = State::Waiting(Box::pin(tokio::time::sleep(delay)));
+    }
+
+    /// [`EventConnection::reconnect`] without the backoff delay.
+    fn reconnect_now(&mut self, cause: &str) {
+        self.reconnect(cause);
+        if let State::Waiting(_) = self.state {
+            self.connect();
+        }
     }
 
     fn connect(&mut self) {
@@ -920,6 +1137,13 @@ mod tests {
             next(&mut conn).await,
             Some(Ok(Delivery::Event(Some(4), QueryEvent::Completed)))
         ));
+        // No `query` frame: the stored turn stands in for it.
+        match next(&mut conn).await {
+            Some(Ok(Delivery::Event(None, QueryEvent::Query(q)))) => {
+                assert_eq!(q.answer_text(), "ab")
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(next(&mut conn).await.is_none());
     }
 

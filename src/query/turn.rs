@@ -6,11 +6,13 @@ use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use backoff::backoff::Backoff;
 use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::background::QueryHandle;
+use super::checkpoint::{Checkpoint, END_OF_TURN};
 use super::event::QueryEvent;
 use super::session::{Session, TurnSlot, WhenBusy};
 use super::stream::{
@@ -294,6 +296,7 @@ impl TurnBuilder {
     ) -> Result<(TurnSlot, reqwest::Response)> {
         self.check()?;
         let started = tokio::time::Instant::now();
+        let mut intervals: Option<backoff::ExponentialBackoff> = None;
         loop {
             let slot = self.prepare(span).await?;
             let client = self.session.client.clone();
@@ -306,7 +309,10 @@ impl TurnBuilder {
                 Ok(resp) => return Ok((slot, resp)),
                 Err(e) => e,
             };
-            if err.status().is_none() && !matches!(err, Error::Transport { connect: true, .. }) {
+            if err.may_have_started()
+                || (err.status().is_none()
+                    && !matches!(err, Error::Transport { connect: true, .. }))
+            {
                 // The request may have reached the server: keep the turn
                 // remembered (dropping the slot) so the next one checks.
                 drop(slot);
@@ -316,24 +322,32 @@ impl TurnBuilder {
                 slot.release();
                 return Err(err);
             }
-            let Some(query_id) = self.running_turn().await else {
+            let Some(query_id) = self.running_turn(&err).await else {
+                // A 409 for another reason (a context not curated, a
+                // preview cap): the server's answer as it is.
                 slot.release();
                 return Err(err);
             };
             tracing::debug!(query_id, "the session runs another turn (409)");
             slot.adopt(&query_id);
             drop(slot);
-            match &self.when_busy {
-                WhenBusy::Wait(wait) if started.elapsed() < wait.timeout => {}
-                _ => return Err(Error::SessionBusy { query_id }),
+            let WhenBusy::Wait(wait) = &self.when_busy else {
+                return Err(Error::SessionBusy { query_id });
+            };
+            let intervals = intervals.get_or_insert_with(|| wait.intervals());
+            let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
+            if started.elapsed().saturating_add(delay) > wait.timeout {
+                return Err(Error::SessionBusy { query_id });
             }
+            tokio::time::sleep(delay).await;
         }
     }
 
-    /// The running turn of the session this turn continues: per the
-    /// server's stored session, else the last turn this process knows of
-    /// (a 409 on a continued session means one of its turns still runs).
-    async fn running_turn(&self) -> Option<String> {
+    /// The running turn of the session this turn continues, when the 409
+    /// `err` is about one: per the server's stored session, else (when the
+    /// server's code or message says a turn is in flight) the unfinished
+    /// turn this process knows of. `None`: the 409 is about something else.
+    async fn running_turn(&self, err: &Error) -> Option<String> {
         if self.request.session_id.is_none() && self.request.previous_query_id.is_none() {
             // A new session: its 409 is about something else.
             return None;
@@ -355,10 +369,11 @@ impl TurnBuilder {
         };
         match from_server.await {
             Some(id) => Some(id),
-            None => self
+            None if says_in_flight(err) => self
                 .session
-                .last_query_id()
-                .or_else(|| self.request.previous_query_id.clone()),
+                .unfinished_query_id()
+                .or_else(|| self.session.last_query_id()),
+            None => None,
         }
     }
 
@@ -436,8 +451,21 @@ impl TurnBuilder {
         async move {
             self.request.stream = Some(true);
             let (slot, resp) = self.post_turn(true, &span).await?;
-            let resp = expect_event_stream("create_query", None, resp)?;
             let client = self.session.client.clone();
+            if is_json(&resp) {
+                // The Query document instead of an event stream: the turn
+                // is named, so it is followed by its id.
+                let query = decode_query("create_query", resp).await?;
+                slot.learn(Some(&query.session_id), Some(&query.id));
+                return Ok(QueryTurn::from_query(
+                    client,
+                    query,
+                    slot,
+                    span,
+                    &self.stream_config,
+                ));
+            }
+            let resp = expect_event_stream("create_query", None, resp)?;
             let conn = EventConnection::new(client, self.stream_config.clone(), resp, None);
             Ok(QueryTurn::new(conn, Some(slot), span, &self.stream_config))
         }
@@ -469,6 +497,21 @@ impl TurnBuilder {
         .instrument(outer)
         .await
     }
+}
+
+/// Whether a 409 says that a turn of the session is in flight.
+fn says_in_flight(err: &Error) -> bool {
+    let Some(api) = err.as_api() else {
+        return false;
+    };
+    let code = api.code.as_deref().unwrap_or_default();
+    let message = api.message.to_ascii_lowercase();
+    matches!(
+        code,
+        "session_busy" | "query_in_flight" | "turn_in_flight" | "in_flight"
+    ) || ["in flight", "in-flight", "already running", "still running"]
+        .iter()
+        .any(|m| message.contains(m))
 }
 
 /// Whether an answer is a JSON document (not an event stream).
@@ -568,6 +611,50 @@ pub struct QueryTurn {
     cancel_on_drop: bool,
     /// Continues after a checkpoint (see [`QueryHandle::events_after`]).
     after_checkpoint: bool,
+    /// The bytes of answer text delivered before the checkpoint, when known.
+    prefix_len: Option<usize>,
+    /// The delivered text did not match the final answer: the turn's outcome
+    /// even after the error was yielded.
+    mismatch: Option<Mismatch>,
+    /// The status the terminal event reported (`completed`, `failed`, `cancelled`).
+    terminal_status: Option<&'static str>,
+    /// Text came from the final Query rather than from events: every event
+    /// of the turn counts as delivered.
+    reconciled: bool,
+}
+
+/// Where the delivered text and the final answer part.
+#[derive(Debug, Clone)]
+struct Mismatch {
+    query_id: String,
+    delivered_len: usize,
+    final_len: usize,
+    first_difference: usize,
+}
+
+impl Mismatch {
+    fn to_error(&self) -> Error {
+        let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        Error::AnswerMismatch {
+            query_id: self.query_id.clone(),
+            delivered_len: n(self.delivered_len),
+            final_len: n(self.final_len),
+            first_difference: n(self.first_difference),
+        }
+    }
+
+    fn detail(&self) -> String {
+        format!(
+            "the final answer ({} bytes) does not continue the {} bytes already delivered \
+             (they first differ at byte {})",
+            self.final_len, self.delivered_len, self.first_difference
+        )
+    }
+}
+
+/// The length of the common prefix of two strings, in bytes.
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
 }
 
 /// What a turn has delivered so far.
@@ -687,14 +774,92 @@ impl QueryTurn {
             span,
             cancel_on_drop: config.cancel_on_drop_enabled(),
             after_checkpoint: false,
+            prefix_len: None,
+            mismatch: None,
+            terminal_status: None,
+            reconciled: false,
             stream_config: config.clone(),
         }
     }
 
-    /// This turn continues after a checkpoint stored elsewhere: the text
-    /// before it is unknown here, so a replay gap cannot be made up for.
-    pub(crate) fn mark_after_checkpoint(&mut self) {
+    /// A turn the server answered with its Query document: a terminal one
+    /// is replayed as its events; a running one is followed through
+    /// `GET /queries/{id}/events` from the start.
+    pub(crate) fn from_query(
+        client: crate::Client,
+        query: types::Query,
+        slot: TurnSlot,
+        span: TurnSpan,
+        config: &StreamConfig,
+    ) -> Self {
+        if !query.is_terminal() {
+            let conn = EventConnection::resume(client, config.clone(), query.id.clone(), None);
+            let mut turn = QueryTurn::new(conn, Some(slot), span, config);
+            turn.set_session_id(&query.session_id);
+            return turn;
+        }
+        let conn = EventConnection::named_closed(client, config.clone(), query.id.clone());
+        let mut turn = QueryTurn::new(conn, Some(slot), span, config);
+        turn.pending.push_back(QueryEvent::Created {
+            query_id: query.id.clone(),
+            session_id: Some(query.session_id.clone()),
+        });
+        let answer = query.answer_text();
+        if !answer.is_empty() {
+            turn.pending
+                .push_back(QueryEvent::TextDelta { delta: answer });
+        }
+        let error = query.error.clone().unwrap_or_default();
+        turn.pending.push_back(match query.status.as_str() {
+            "failed" => QueryEvent::Failed { error },
+            "cancelled" => QueryEvent::Cancelled { error },
+            _ => QueryEvent::Completed,
+        });
+        turn.pending.push_back(QueryEvent::Query(Box::new(query)));
+        turn
+    }
+
+    /// This turn continues after a checkpoint stored elsewhere, after
+    /// `prefix_len` bytes of answer text when known: without it a replay
+    /// gap cannot be made up for.
+    pub(crate) fn mark_after_checkpoint(&mut self, prefix_len: Option<usize>) {
         self.after_checkpoint = true;
+        self.prefix_len = prefix_len;
+    }
+
+    /// Compares the delivered text with the final Query's answer: `Ok(None)`
+    /// when they are equal (or the turn failed or was cancelled: its error
+    /// is what counts), `Ok(Some(rest))` when the answer continues the text
+    /// by `rest`, the mismatch otherwise.
+    fn check_final(&self, query: &types::Query) -> Result<Option<String>, Mismatch> {
+        if matches!(query.status.as_str(), "failed" | "cancelled") {
+            return Ok(None);
+        }
+        let answer = query.answer_text();
+        let delivered = self.acc.text.as_str();
+        let base = match (self.after_checkpoint, self.prefix_len) {
+            (false, _) => Some((0, answer.as_str())),
+            (true, Some(n)) => answer.get(n..).map(|rest| (n, rest)),
+            // The text before the checkpoint is unknown here: what was
+            // delivered must end the answer.
+            (true, None) if answer.ends_with(delivered) => return Ok(None),
+            (true, None) => None,
+        };
+        if let Some((_, base)) = base
+            && let Some(rest) = base.strip_prefix(delivered)
+        {
+            return Ok((!rest.is_empty()).then(|| rest.to_owned()));
+        }
+        let first_difference = match base {
+            Some((offset, base)) => offset.saturating_add(common_prefix(base, delivered)),
+            None => self.prefix_len.unwrap_or(0).min(answer.len()),
+        };
+        Err(Mismatch {
+            query_id: query.id.clone(),
+            delivered_len: delivered.len(),
+            final_len: answer.len(),
+            first_difference,
+        })
     }
 
     /// Sets the session id known from elsewhere (an attached turn).
@@ -724,10 +889,10 @@ impl QueryTurn {
         self.ended = true;
         let slot = self.slot.take();
         let status = if self.ended_on_server() {
-            self.acc
-                .query
-                .as_ref()
-                .map_or_else(|| "completed".to_owned(), |q| q.status.clone())
+            self.acc.query.as_ref().map_or_else(
+                || self.terminal_status.unwrap_or("completed").to_owned(),
+                |q| q.status.clone(),
+            )
         } else {
             "in_progress".to_owned()
         };
@@ -780,9 +945,35 @@ impl QueryTurn {
         self.acc.session_id.as_deref()
     }
 
-    /// The sequence number of the last event delivered.
+    /// The sequence number of the last event delivered: a checkpoint for
+    /// [`QueryHandle::events_after`]. Once the rest of the answer came from
+    /// the final Query (a gap the events could not fill), it is
+    /// [`END_OF_TURN`]: nothing after it repeats text.
     pub fn last_event_id(&self) -> Option<u64> {
+        if self.reconciled {
+            return Some(END_OF_TURN);
+        }
         self.conn.last_seq()
+    }
+
+    /// A [`Checkpoint`] to persist: the turn, [`QueryTurn::last_event_id`]
+    /// and the bytes of text delivered up to it. `None` before the server
+    /// named the turn, or on a turn continued with
+    /// [`QueryHandle::events_after`] (the text before its start is unknown
+    /// here; [`QueryHandle::events_from`] keeps it).
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        let query_id = self.conn.query_id()?.to_owned();
+        let before = if self.after_checkpoint {
+            self.prefix_len?
+        } else {
+            0
+        };
+        let text_len = before.saturating_add(self.acc.text.len());
+        Some(Checkpoint {
+            query_id,
+            event_id: self.last_event_id().unwrap_or(0),
+            text_len: u64::try_from(text_len).unwrap_or(u64::MAX),
+        })
     }
 
     /// The answer text delivered so far.
@@ -868,6 +1059,9 @@ impl QueryTurn {
         if let Some((gap, detail)) = self.gap.take() {
             return Err(gap.into_error(&detail));
         }
+        if let Some(m) = self.mismatch.take() {
+            return Err(m.to_error());
+        }
         if let Some(q) = self.acc.query.take() {
             return into_outcome(q);
         }
@@ -875,6 +1069,9 @@ impl QueryTurn {
             Some(id) if self.conn.terminal_seen() => {
                 let limit = self.conn.config().recovery_wait_limit();
                 let query = stored_terminal(self.conn.client(), id, limit).await?;
+                if let Err(m) = self.check_final(&query) {
+                    return Err(m.to_error());
+                }
                 if let Some(slot) = self.slot.take() {
                     slot.learn(Some(&query.session_id), Some(&query.id));
                     if query.is_terminal() {
@@ -963,43 +1160,41 @@ impl QueryTurn {
 
     /// Turns the stored turn that stands in for a broken replay into the
     /// events still owed, or the error when it does not continue the text
-    /// already delivered.
+    /// already delivered. A failed or cancelled turn reports its own error,
+    /// whatever the gap.
     fn recovered(&mut self, query: types::Query, gap: ReplayGap) -> Option<Error> {
-        let answer = query.answer_text();
-        if self.after_checkpoint {
-            let detail = format!(
-                "the text before checkpoint {} was delivered elsewhere, so the stored answer \
-                 ({} bytes) cannot be split at it; read the stored turn instead",
-                gap.last_event_id.unwrap_or_default(),
-                answer.len()
-            );
-            self.gap = Some((gap.clone(), detail.clone()));
-            return Some(gap.into_error(&detail));
-        }
-        let Some(rest) = answer.strip_prefix(self.acc.text.as_str()) else {
-            let detail = format!(
-                "the stored answer ({} bytes) does not continue the {} bytes already delivered",
-                answer.len(),
-                self.acc.text.len()
-            );
-            self.gap = Some((gap.clone(), detail.clone()));
-            return Some(gap.into_error(&detail));
-        };
-        tracing::debug!(
-            query_id = query.id,
-            rest = rest.len(),
-            "finishing the turn from its stored state"
-        );
-        if !rest.is_empty() {
-            self.pending.push_back(QueryEvent::TextDelta {
-                delta: rest.to_owned(),
-            });
-        }
         let error = query.error.clone().unwrap_or_default();
         match query.status.as_str() {
             "failed" => self.pending.push_back(QueryEvent::Failed { error }),
             "cancelled" => self.pending.push_back(QueryEvent::Cancelled { error }),
-            _ => self.pending.push_back(QueryEvent::Completed),
+            _ if self.after_checkpoint && self.prefix_len.is_none() => {
+                let detail = format!(
+                    "the text before checkpoint {} was delivered elsewhere, so the stored answer \
+                     ({} bytes) cannot be split at it; read the stored turn instead",
+                    gap.last_event_id.unwrap_or_default(),
+                    query.answer_text().len()
+                );
+                self.gap = Some((gap.clone(), detail.clone()));
+                return Some(gap.into_error(&detail));
+            }
+            _ => match self.check_final(&query) {
+                Ok(rest) => {
+                    tracing::debug!(
+                        query_id = query.id,
+                        rest = rest.as_ref().map_or(0, String::len),
+                        "finishing the turn from its stored state"
+                    );
+                    if let Some(delta) = rest {
+                        self.pending.push_back(QueryEvent::TextDelta { delta });
+                    }
+                    self.pending.push_back(QueryEvent::Completed);
+                }
+                Err(m) => {
+                    let detail = m.detail();
+                    self.gap = Some((gap.clone(), detail.clone()));
+                    return Some(gap.into_error(&detail));
+                }
+            },
         }
         self.pending.push_back(QueryEvent::Query(Box::new(query)));
         None
@@ -1044,7 +1239,9 @@ impl Drop for QueryTurn {
         let client = self.conn.client().clone();
         let span = self.span.span();
         tracing::debug!(parent: &span, query_id, "dropped before its end; cancelling the turn");
-        runtime.spawn(
+        let owner = client.clone();
+        owner.spawn_cancel(
+            &runtime,
             async move {
                 if let Err(e) = client.queries().cancel(&query_id).await {
                     tracing::warn!(query_id, error = %e, "could not cancel the dropped turn");
@@ -1082,6 +1279,7 @@ impl Stream for QueryTurn {
                     if let Some(e) = this.recovered(*query, gap) {
                         return Poll::Ready(Some(Err(e)));
                     }
+                    this.reconciled = true;
                     match this.pending.pop_front() {
                         Some(event) => event,
                         None => return Poll::Ready(None),
@@ -1089,6 +1287,44 @@ impl Stream for QueryTurn {
                 }
                 Err(e) => return Poll::Ready(Some(Err(e))),
             }
+        };
+        let event = match event {
+            QueryEvent::Query(query) => match this.check_final(&query) {
+                Ok(None) => QueryEvent::Query(query),
+                Ok(Some(rest)) => {
+                    // The answer goes on past what was delivered: the rest
+                    // first, as one delta.
+                    tracing::debug!(rest = rest.len(), "delivering the rest of the final answer");
+                    this.pending.push_front(QueryEvent::Query(query));
+                    this.reconciled = true;
+                    QueryEvent::TextDelta { delta: rest }
+                }
+                Err(m) => {
+                    tracing::warn!(
+                        query_id = m.query_id,
+                        delivered = m.delivered_len,
+                        final_len = m.final_len,
+                        at = m.first_difference,
+                        "the streamed text is not the final answer"
+                    );
+                    let e = m.to_error();
+                    this.mismatch = Some(m);
+                    return Poll::Ready(Some(Err(e)));
+                }
+            },
+            QueryEvent::Completed if this.terminal_status.is_none() => {
+                this.terminal_status = Some("completed");
+                QueryEvent::Completed
+            }
+            e @ QueryEvent::Failed { .. } if this.terminal_status.is_none() => {
+                this.terminal_status = Some("failed");
+                e
+            }
+            e @ QueryEvent::Cancelled { .. } if this.terminal_status.is_none() => {
+                this.terminal_status = Some("cancelled");
+                e
+            }
+            e => e,
         };
         this.acc.apply(&event);
         if let (
