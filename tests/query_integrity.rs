@@ -432,3 +432,113 @@ async fn detach_after_a_failed_terminal_event_reports_failed() {
     let handle = live.detach();
     assert_eq!(handle.last_seen().status, "failed");
 }
+
+#[tokio::test]
+async fn after_a_reconciled_gap_the_checkpoint_is_the_end_of_the_turn() {
+    let turn = Turn::completed("q_c1", "s_c1", DELTAS);
+    // The replay after the cut skips to event 6: the stored turn fills in.
+    let replay: Arc<Script> =
+        Arc::new(|t, _, _| Reply::sse(vec![Step::Write(frames(t, 6, 9, true).into_bytes())]));
+    let server = serve(
+        &turn,
+        Reply::sse(vec![
+            Step::Write(frames(&turn, 1, 3, false).into_bytes()),
+            Step::Reset,
+        ]),
+        replay,
+        stored(&turn, "completed", &turn.answer),
+    )
+    .await;
+    let mut live = stream(&server).await;
+    let (events, error) = drain(&mut live).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text(&events), turn.answer);
+    assert_eq!(live.last_event_id(), Some(nexus_knowql::query::END_OF_TURN));
+    let checkpoint = live.checkpoint().unwrap();
+    assert_eq!(checkpoint.event_id, nexus_knowql::query::END_OF_TURN);
+    assert_eq!(checkpoint.text_len, turn.answer.len() as u64);
+    let events_before = server.last_event_ids().len();
+
+    // Continuing from it repeats no text and reads no events.
+    let client = server.client();
+    let handle = client.queries().attach("q_c1").await.unwrap();
+    let mut rest = handle
+        .events_after(live.last_event_id().unwrap())
+        .await
+        .unwrap();
+    let (events, error) = drain(&mut rest).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text(&events), "");
+    assert_eq!(rest.finish().await.unwrap().answer_text(), turn.answer);
+    let handle = client.queries().attach("q_c1").await.unwrap();
+    let mut rest = handle.events_from(&checkpoint).await.unwrap();
+    let (events, error) = drain(&mut rest).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text(&events), "");
+    assert_eq!(server.last_event_ids().len(), events_before);
+}
+
+#[tokio::test]
+async fn a_persisted_checkpoint_lets_another_process_finish_across_a_broken_replay() {
+    let turn = Turn::completed("q_c2", "s_c2", DELTAS);
+    // Every replay skips to event 6 (the log lost event 5).
+    let replay: Arc<Script> =
+        Arc::new(|t, _, _| Reply::sse(vec![Step::Write(frames(t, 6, 9, true).into_bytes())]));
+    let server = serve(
+        &turn,
+        Reply::sse(vec![Step::Write(turn.body().into_bytes())]),
+        replay,
+        stored(&turn, "completed", &turn.answer),
+    )
+    .await;
+    // What a worker persisted after event 4 ("Travel is approved ").
+    let before = "Travel is approved ";
+    let saved = format!("q_c2:4:{}", before.len());
+    let checkpoint: nexus_knowql::query::Checkpoint = saved.parse().unwrap();
+    let client = server.client();
+    let mut rest = client
+        .queries()
+        .attach("q_c2")
+        .await
+        .unwrap()
+        .events_from(&checkpoint)
+        .await
+        .unwrap();
+    let (events, error) = drain(&mut rest).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(format!("{before}{}", text(&events)), turn.answer);
+    assert_eq!(rest.finish().await.unwrap().answer_text(), turn.answer);
+
+    // Without the text length the stored answer cannot be split: an error.
+    let mut rest = client
+        .queries()
+        .attach("q_c2")
+        .await
+        .unwrap()
+        .events_after(4)
+        .await
+        .unwrap();
+    let (events, error) = drain(&mut rest).await;
+    assert_eq!(text(&events), "");
+    assert!(matches!(error, Some(Error::ReplayGap { .. })), "{error:?}");
+}
+
+#[tokio::test]
+async fn a_json_answer_to_stream_keeps_the_turn_and_its_id() {
+    let turn = Turn::completed("q_js", "s_js", DELTAS);
+    let server = serve(
+        &turn,
+        stored(&turn, "completed", &turn.answer),
+        faithful_replay(),
+        stored(&turn, "completed", &turn.answer),
+    )
+    .await;
+    let mut live = stream(&server).await;
+    assert_eq!(live.query_id(), Some("q_js"));
+    let (events, error) = drain(&mut live).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text(&events), turn.answer);
+    assert_eq!(live.session_id(), Some("s_js"));
+    assert_eq!(live.finish().await.unwrap().answer_text(), turn.answer);
+    assert_eq!(server.count("POST", "/query"), 1);
+}
