@@ -1,16 +1,16 @@
 //! [`QueryHandle`]: a turn running in the background, detached, or attached
 //! to by id.
 
-use std::fmt;
-use std::time::Duration;
-
 use backoff::backoff::Backoff;
+use std::fmt;
 use tracing::Instrument;
 
 use super::checkpoint::{Checkpoint, END_OF_TURN};
-use super::session::TurnSlot;
+use super::slot::TurnSlot;
+use super::span::{TurnSpan, into_outcome};
 use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
-use super::turn::{QueryTurn, TurnSpan, into_outcome};
+use super::turn::QueryTurn;
+use super::wait::QueryWait;
 use crate::error::{Error, Result};
 use crate::{Client, types};
 
@@ -48,54 +48,6 @@ impl fmt::Debug for QueryHandle {
             .field("session_id", &self.query.session_id)
             .field("status", &self.query.status)
             .finish_non_exhaustive()
-    }
-}
-
-/// How [`QueryHandle::wait_with`] polls.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use]
-pub struct QueryWait {
-    pub(crate) timeout: Duration,
-    initial_interval: Duration,
-    pub(crate) max_interval: Duration,
-}
-
-impl Default for QueryWait {
-    fn default() -> Self {
-        QueryWait {
-            // Above the service's 900 s cap on a turn.
-            timeout: Duration::from_secs(930),
-            initial_interval: Duration::from_millis(200),
-            max_interval: Duration::from_secs(5),
-        }
-    }
-}
-
-impl QueryWait {
-    /// Gives up after this long (default 930 s) with [`Error::Timeout`].
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The first polling interval (default 200 ms); it grows up to `max` (default 5 s).
-    pub fn interval(mut self, initial: Duration, max: Duration) -> Self {
-        self.initial_interval = initial;
-        self.max_interval = max.max(initial);
-        self
-    }
-
-    /// The growing polling intervals.
-    pub(crate) fn intervals(&self) -> backoff::ExponentialBackoff {
-        backoff::ExponentialBackoff {
-            current_interval: self.initial_interval,
-            initial_interval: self.initial_interval,
-            randomization_factor: 0.1,
-            multiplier: 1.5,
-            max_interval: self.max_interval,
-            max_elapsed_time: None,
-            ..backoff::ExponentialBackoff::default()
-        }
     }
 }
 
@@ -400,5 +352,24 @@ impl QueryHandle {
             .await?;
         self.observe(query.clone());
         Ok(query)
+    }
+}
+
+impl QueryTurn {
+    /// Stops reading and keeps the turn: the returned [`QueryHandle`] can
+    /// poll, wait for, cancel or read the turn again later
+    /// ([`QueryHandle::events_after`] with [`QueryTurn::last_event_id`]
+    /// continues exactly where this turn stopped). The connection is closed;
+    /// the turn goes on on the server, and the session counts it as in
+    /// flight while the handle lives. Never cancels, whatever
+    /// [`StreamConfig::cancel_on_drop`] says. The handle's
+    /// [`QueryHandle::last_seen`] has the status the stream showed
+    /// (`completed`, `failed` or `cancelled` after the terminal event).
+    pub fn detach(self) -> QueryHandle {
+        let d = self.detach_parts();
+        match d.unnamed {
+            None => QueryHandle::new(d.client, d.query, d.slot, d.config, d.span),
+            Some(conn) => QueryHandle::unnamed(conn, d.query, d.slot, d.config, d.span),
+        }
     }
 }
