@@ -9,12 +9,17 @@
 //! every frame whose id is not greater. The `POST /query` that started the
 //! turn is never sent again: that would start a second turn.
 //!
-//! The second fact is checked, not trusted: the first frame with an id on a
-//! resumed connection must carry exactly N. A replay that starts later (a
-//! trimmed buffer), earlier, or at a non-numeric id, and an event log that
-//! is gone (404/410), end the reading; the connection then waits for the
-//! stored turn (`GET /queries/{id}`) and hands it over as
-//! [`Delivery::Recovered`], never the events across the gap.
+//! Both facts are checked, not trusted. Ids are checked on every frame: one
+//! not above the last delivered is a replay (dropped, so a replay that starts
+//! early is deduplicated), one beyond the next is a jump (the connection
+//! resumes at once from the last delivered event). A resumed connection must
+//! reach the id it sent: a replay that starts later or at a non-numeric id,
+//! a second jump at the same place, and an event log that is gone (404/410)
+//! end the reading; the connection then waits for the stored turn
+//! (`GET /queries/{id}`) and hands it over as [`Delivery::Recovered`], never
+//! the events across the gap. After the terminal event the `query` frame is
+//! awaited for [`StreamConfig::final_query_wait`], then the stored turn
+//! stands in for it; [`StreamConfig::turn_deadline`] bounds it all.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
