@@ -254,6 +254,27 @@ async fn every_response_body_is_bounded_generated_calls_included() {
             other => panic!("{id}: {other:?}"),
         }
     }
+    // The login answer is bounded too.
+    let login = SseServer::start(|req, _| {
+        if req.is("POST", "/auth/login") {
+            Reply::json(200, &[], &serde_json::json!({"token": "t".repeat(50_000)}))
+        } else {
+            Reply::json(404, &[], &serde_json::json!({"message": "not scripted"}))
+        }
+    })
+    .await;
+    let client = nexus_knowql::Client::builder()
+        .base_url(&login.url)
+        .api_key("pcsk_test")
+        .login(true)
+        .retry(RetryPolicy::never())
+        .max_response_bytes(10_000)
+        .build()
+        .unwrap();
+    match client.queries().get("q_any").await {
+        Err(Error::ResponseTooLarge { limit, .. }) => assert_eq!(limit, 10_000),
+        other => panic!("{other:?}"),
+    }
     let roomy = nexus_knowql::Client::builder()
         .base_url(&server.url)
         .max_response_bytes(1_000_000)

@@ -460,7 +460,7 @@ impl Transport {
                 normalize_error_body(resp, self.inner.read_timeout).await
             ));
         }
-        let bytes = resp.bytes().await?;
+        let bytes = bounded(resp, self.inner.max_response_bytes).bytes().await?;
         match serde_json::from_slice::<crate::api::types::LoginResponse>(&bytes) {
             Ok(login) => Ok(Ok(login.token)),
             Err(_) => {

@@ -472,7 +472,10 @@ pub(crate) async fn decode_query(
         .map_err(|e| crate::client::map_reqwest(operation, e, None))?
     {
         if body.len().saturating_add(chunk.len()) > MAX_QUERY_BODY_BYTES {
-            return Err(Error::decode(operation, "the answer is too large", &body));
+            return Err(Error::ResponseTooLarge {
+                operation,
+                limit: u64::try_from(MAX_QUERY_BODY_BYTES).unwrap_or(u64::MAX),
+            });
         }
         body.extend_from_slice(&chunk);
     }
