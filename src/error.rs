@@ -145,10 +145,12 @@ pub enum Error {
     /// [`Queries::cancel`](crate::resources::Queries::cancel), or let the
     /// session wait for it ([`WhenBusy::Wait`](crate::WhenBusy::Wait)).
     #[error(
-        "the session still runs query {query_id}: attach to it or cancel it before asking again"
+        "the session still runs {}: attach to it or cancel it before asking again",
+        busy_turn(.query_id)
     )]
     SessionBusy {
-        /// The turn still running.
+        /// The turn still running; empty when it was started in this process
+        /// and the server has not named it yet.
         query_id: String,
     },
 
@@ -173,6 +175,35 @@ pub enum Error {
         /// What the server did, and why the stored turn did not help.
         message: String,
     },
+    /// A response body was larger than the client's limit
+    /// ([`ClientBuilder::max_response_bytes`](crate::ClientBuilder::max_response_bytes));
+    /// it was not read to its end.
+    #[error("{operation}: the answer is larger than the limit of {limit} bytes")]
+    ResponseTooLarge {
+        /// The operation whose answer was too large.
+        operation: &'static str,
+        /// The limit, in bytes.
+        limit: u64,
+    },
+
+    /// The text a streamed turn delivered is not the turn's final answer,
+    /// and the final answer does not continue it: the deltas cannot be
+    /// trusted. Read the stored turn (`client.queries().get(query_id)`) for
+    /// the answer.
+    #[error(
+        "query {query_id}: the streamed text ({delivered_len} bytes) is not the final answer \
+         ({final_len} bytes); they first differ at byte {first_difference}"
+    )]
+    AnswerMismatch {
+        /// The turn.
+        query_id: String,
+        /// The bytes of text the stream delivered.
+        delivered_len: u64,
+        /// The bytes of the final answer.
+        final_len: u64,
+        /// The first byte offset (in the final answer) where they differ.
+        first_difference: u64,
+    },
 }
 
 /// An error answer from the Nexus API: the HTTP status plus the `Error` envelope.
@@ -193,6 +224,8 @@ pub struct ApiError {
     pub raw_body: Option<String>,
     /// The query turn the call was about, when it was about one.
     pub query_id: Option<String>,
+    /// The server's `Retry-After`, when it sent one (as sent: not clamped).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for ApiError {
@@ -205,6 +238,7 @@ impl fmt::Debug for ApiError {
             .field("request_id", &self.request_id)
             .field("raw_body", &self.raw_body)
             .field("query_id", &self.query_id)
+            .field("retry_after", &self.retry_after)
             .finish()
     }
 }
@@ -224,6 +258,14 @@ fn message_suffix(message: &str) -> String {
         String::new()
     } else {
         format!(": {message}")
+    }
+}
+
+fn busy_turn(query_id: &str) -> String {
+    if query_id.is_empty() {
+        "a turn the server has not named yet".to_owned()
+    } else {
+        format!("query {query_id}")
     }
 }
 
@@ -297,20 +339,56 @@ impl Error {
     /// This is the classification the client's retry loop uses for
     /// idempotent requests (408, 429 and 5xx answers, connection failures
     /// and timeouts), with one rule above it: nothing that could start a
-    /// second turn is retryable. A `create_query` that may have reached the
-    /// server (a timeout, a connection lost after sending), an event stream
-    /// that broke ([`Error::Stream`]: before the turn was named, beyond its
-    /// resume budget, an oversized frame) and a broken replay
-    /// ([`Error::ReplayGap`]) are not; when [`Error::query_id`] is known,
-    /// read or attach to that turn instead of asking again.
+    /// second turn is retryable. For `create_query` only answers that prove
+    /// the turn was not started count: 429, a 503 with `Retry-After`, and a
+    /// connection that could not be opened. A 500, 502 or 504 there (the API
+    /// answers 504 when the turn timed out; a gateway may fail after the
+    /// turn started), a `create_query` that may have reached the server (a
+    /// timeout, a connection lost after sending), an event stream that
+    /// broke ([`Error::Stream`]), a broken replay ([`Error::ReplayGap`]) and
+    /// a mismatched answer ([`Error::AnswerMismatch`]) are not; see
+    /// [`Error::may_have_started`].
     pub fn is_retryable(&self) -> bool {
         match self {
+            Error::Api(e) if starts_turn(e.operation) => {
+                e.status == 429 || (e.status == 503 && e.retry_after.is_some())
+            }
             Error::Api(e) => crate::client::retry::is_retryable_status(e.status),
             Error::Transport {
                 operation, connect, ..
             } => *connect || !starts_turn(operation),
             Error::Timeout { operation, .. } => !starts_turn(operation),
             _ => false,
+        }
+    }
+
+    /// Whether a query turn may have been started (or may still run)
+    /// although the call failed: a `create_query` answered 408 or 5xx (but
+    /// not a 503 with `Retry-After`), cut after sending or timed out, and a
+    /// streamed turn that broke, timed out, or whose events could not be
+    /// trusted. Asking again may start a second (billed) turn: attach to the
+    /// turn by [`Error::query_id`] when known, or look at the session's
+    /// turns (`Session::get`), instead.
+    pub fn may_have_started(&self) -> bool {
+        match self {
+            Error::Api(e) if starts_turn(e.operation) => {
+                (e.status == 408 || e.status >= 500) && !self.is_retryable()
+            }
+            Error::Transport {
+                operation, connect, ..
+            } => !*connect && starts_turn(operation),
+            Error::Timeout { operation, .. } => starts_turn(operation),
+            Error::Stream { .. } | Error::ReplayGap { .. } | Error::AnswerMismatch { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The server's `Retry-After` on an error answer, when it sent one (as
+    /// sent; the client's own retries clamp it to their `max_delay`).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Api(e) => e.retry_after,
+            _ => None,
         }
     }
 
@@ -324,7 +402,8 @@ impl Error {
             Error::TurnFailed { query_id, .. }
             | Error::TurnCancelled { query_id, .. }
             | Error::ReplayGap { query_id, .. }
-            | Error::SessionBusy { query_id } => Some(query_id),
+            | Error::AnswerMismatch { query_id, .. } => Some(query_id),
+            Error::SessionBusy { query_id } => Some(query_id.as_str()).filter(|q| !q.is_empty()),
             Error::Stream { query_id, .. } => query_id.as_deref(),
             _ => None,
         }
@@ -356,6 +435,7 @@ impl Error {
             request_id,
             raw_body,
             query_id: None,
+            retry_after: None,
         }))
     }
 
@@ -382,7 +462,7 @@ impl Error {
 
 /// Whether the operation starts a query turn when the server receives it.
 fn starts_turn(operation: &str) -> bool {
-    operation == "create_query"
+    matches!(operation, "create_query" | "query_turn")
 }
 
 /// The first [`SNIPPET_LIMIT`] bytes of a body, lossily decoded, cut on a char boundary.

@@ -70,6 +70,9 @@ pub struct Client {
 struct ClientInner {
     api: api::Client,
     transport: Transport,
+    /// Cancels started by turns dropped before their end
+    /// ([`StreamConfig::cancel_on_drop`](crate::StreamConfig::cancel_on_drop)).
+    cancels: std::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl fmt::Debug for Client {
@@ -116,6 +119,53 @@ impl Client {
     /// The version the server last echoed in `X-Pinecone-Api-Version`, if any.
     pub fn server_api_version(&self) -> Option<String> {
         self.inner.transport.last_server_version()
+    }
+
+    /// Waits until every cancel started by a turn dropped before its end
+    /// ([`StreamConfig::cancel_on_drop`](crate::StreamConfig::cancel_on_drop))
+    /// has been answered, at most `limit`; returns how many were still
+    /// pending then. A short program calls it before returning from `main`,
+    /// since a runtime that shuts down drops its unfinished tasks (so does a
+    /// `current_thread` runtime that is not polled).
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client) {
+    /// use std::time::Duration;
+    /// let left = client.finish_cancels(Duration::from_secs(10)).await;
+    /// assert_eq!(left, 0);
+    /// # }
+    /// ```
+    pub async fn finish_cancels(&self, limit: std::time::Duration) -> usize {
+        let mut pending = std::mem::take(&mut *self.lock_cancels());
+        let drained = tokio::time::timeout(limit, async {
+            while pending.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_ok() {
+            return 0;
+        }
+        let left = pending.len();
+        // Not awaited any more, but not aborted either: they go on running.
+        pending.detach_all();
+        left
+    }
+
+    /// Runs a cancel of a dropped turn on `runtime`, tracked for
+    /// [`Client::finish_cancels`].
+    pub(crate) fn spawn_cancel(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        cancel: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let mut set = self.lock_cancels();
+        // Forget the finished ones, so the set stays small.
+        while set.try_join_next().is_some() {}
+        set.spawn_on(cancel, runtime);
+    }
+
+    fn lock_cancels(&self) -> std::sync::MutexGuard<'_, tokio::task::JoinSet<()>> {
+        // Only whole-value operations happen under the lock.
+        self.inner.cancels.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn transport(&self) -> &Transport {
@@ -185,6 +235,7 @@ pub struct ClientBuilder {
     header_timeout: Option<Option<Duration>>,
     read_timeout: Option<Option<Duration>>,
     turn_timeout: Option<Option<Duration>>,
+    max_response_bytes: Option<usize>,
     retry: RetryPolicy,
     user_agent: Option<String>,
     http: Option<reqwest::Client>,
@@ -202,6 +253,7 @@ impl fmt::Debug for ClientBuilder {
             .field("header_timeout", &self.header_timeout)
             .field("read_timeout", &self.read_timeout)
             .field("turn_timeout", &self.turn_timeout)
+            .field("max_response_bytes", &self.max_response_bytes)
             .field("retry", &self.retry)
             .field("user_agent", &self.user_agent)
             .finish()
@@ -290,6 +342,17 @@ impl ClientBuilder {
     /// (default 930 s, above the service's 900 s cap); `None` for no limit.
     pub fn turn_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.turn_timeout = Some(timeout);
+        self
+    }
+
+    /// The most bytes of one response body the client reads (default
+    /// 64 MiB), for every call: generated ones, the stored Query, error
+    /// answers. A larger body fails with [`Error::ResponseTooLarge`] naming
+    /// the operation and the limit, without being read to its end. Event
+    /// streams are bounded per frame instead (see
+    /// [`StreamConfig`](crate::StreamConfig)).
+    pub fn max_response_bytes(mut self, limit: usize) -> Self {
+        self.max_response_bytes = Some(limit.max(1));
         self
     }
 
@@ -394,10 +457,17 @@ impl ClientBuilder {
             header_timeout: self.header_timeout.unwrap_or(Some(DEFAULT_HEADER_TIMEOUT)),
             read_timeout: self.read_timeout.unwrap_or(Some(DEFAULT_READ_TIMEOUT)),
             turn_timeout: self.turn_timeout.unwrap_or(Some(DEFAULT_TURN_TIMEOUT)),
+            max_response_bytes: self
+                .max_response_bytes
+                .unwrap_or(transport::DEFAULT_MAX_RESPONSE_BYTES),
         });
         let api = api::Client::new_with_client(&base_url, http, transport.clone());
         Ok(Client {
-            inner: Arc::new(ClientInner { api, transport }),
+            inner: Arc::new(ClientInner {
+                api,
+                transport,
+                cancels: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+            }),
         })
     }
 }

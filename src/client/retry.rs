@@ -3,8 +3,9 @@
 //! A retry is only safe when the server cannot act twice on the same request.
 //! GET, HEAD, PUT, DELETE and OPTIONS are idempotent by definition and are
 //! retried on 408, 429, 5xx answers and on connection failures. A POST (for
-//! example `POST /query`, which starts a turn) is sent again only when the
-//! connection could not be opened, so nothing reached the server.
+//! example `POST /query`, which starts a turn) is sent again only when
+//! nothing was processed: the connection could not be opened, or the server
+//! answered 429 with no `Retry-After` longer than the policy's `max_delay`.
 
 use std::time::{Duration, SystemTime};
 
@@ -99,6 +100,11 @@ impl RetryPolicy {
     /// The configured retry count.
     pub fn get_max_retries(&self) -> u32 {
         self.max_retries
+    }
+
+    /// The configured largest delay between two attempts.
+    pub fn get_max_delay(&self) -> Duration {
+        self.max_delay
     }
 
     /// The configured total time budget.

@@ -66,6 +66,69 @@ pub(crate) struct TransportInner {
     pub(crate) read_timeout: Option<Duration>,
     /// The total time of a synchronous turn (`POST /query` without stream).
     pub(crate) turn_timeout: Option<Duration>,
+    /// The most bytes of one response body (event streams excepted).
+    pub(crate) max_response_bytes: usize,
+}
+
+/// The default bound on one response body.
+pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// A response body cut off at the client's size limit.
+#[derive(Debug)]
+pub(crate) struct BodyTooLarge {
+    pub(crate) limit: usize,
+}
+
+impl fmt::Display for BodyTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the answer is larger than the limit of {} bytes",
+            self.limit
+        )
+    }
+}
+
+impl std::error::Error for BodyTooLarge {}
+
+/// The limit a body error was cut at, when it is one.
+fn too_large(err: &(dyn std::error::Error + 'static)) -> Option<usize> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(t) = e.downcast_ref::<BodyTooLarge>() {
+            return Some(t.limit);
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// `resp` with a body that fails once it grows past `limit` (at once when
+/// its declared length does).
+fn bounded(resp: Response, limit: usize) -> Response {
+    use futures::StreamExt;
+    let declared_over = resp
+        .content_length()
+        .is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX));
+    let mut builder = http::Response::builder()
+        .status(resp.status())
+        .version(resp.version());
+    if let Some(h) = builder.headers_mut() {
+        *h = resp.headers().clone();
+    }
+    let mut seen = 0usize;
+    let body = resp.bytes_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| Box::new(e) as crate::error::BoxError)?;
+        seen = seen.saturating_add(chunk.len());
+        if declared_over || seen > limit {
+            return Err(Box::new(BodyTooLarge { limit }) as crate::error::BoxError);
+        }
+        Ok(chunk)
+    });
+    match builder.body(reqwest::Body::wrap_stream(body)) {
+        Ok(r) => Response::from(r),
+        Err(_) => Response::from(http::Response::new(Bytes::new())),
+    }
 }
 
 /// The settings of the built-in `reqwest::Client`.
@@ -99,6 +162,7 @@ impl fmt::Debug for Transport {
             .field("header_timeout", &self.inner.header_timeout)
             .field("read_timeout", &self.inner.read_timeout)
             .field("turn_timeout", &self.inner.turn_timeout)
+            .field("max_response_bytes", &self.inner.max_response_bytes)
             .finish()
     }
 }
@@ -184,6 +248,7 @@ impl Transport {
             .unwrap_or_default()
             .to_owned();
         let idempotent = retry::is_idempotent(req.method());
+        let streams = is_event_stream(&req);
         let origin = req.url().clone();
         let started = tokio::time::Instant::now();
         let mut backoff = inner.retry.backoff();
@@ -249,7 +314,17 @@ impl Transport {
                         state.invalidate(generation);
                         continue;
                     }
-                    if idempotent && !last_chance && retry::is_retryable_status(status.as_u16()) {
+                    // A 429 was not processed: even a POST (a new turn) may
+                    // go again, when the server's wait fits the policy.
+                    let unprocessed = status == StatusCode::TOO_MANY_REQUESTS
+                        && retry::retry_after(resp.headers())
+                            .is_none_or(|d| d <= inner.retry.get_max_delay());
+                    let may_retry = if idempotent {
+                        retry::is_retryable_status(status.as_u16())
+                    } else {
+                        unprocessed
+                    };
+                    if may_retry && !last_chance {
                         let retry_after = match status.as_u16() {
                             429 | 503 => inner.retry.retry_after(resp.headers()),
                             _ => None,
@@ -267,7 +342,10 @@ impl Transport {
                     if status.is_client_error() || status.is_server_error() {
                         return Ok(normalize_error_body(resp, inner.read_timeout).await);
                     }
-                    return Ok(resp);
+                    if streams {
+                        return Ok(resp);
+                    }
+                    return Ok(bounded(resp, inner.max_response_bytes));
                 }
                 Err(err) => {
                     // A connect failure means nothing was sent, so even a POST
@@ -382,7 +460,7 @@ impl Transport {
                 normalize_error_body(resp, self.inner.read_timeout).await
             ));
         }
-        let bytes = resp.bytes().await?;
+        let bytes = bounded(resp, self.inner.max_response_bytes).bytes().await?;
         match serde_json::from_slice::<crate::api::types::LoginResponse>(&bytes) {
             Ok(login) => Ok(Ok(login.token)),
             Err(_) => {
@@ -520,7 +598,11 @@ impl Transport {
                 request_id,
             };
         }
-        Error::api(operation, status, code, message, request_id, raw_body)
+        let mut e = Error::api(operation, status, code, message, request_id, raw_body);
+        if let Error::Api(api) = &mut e {
+            api.retry_after = retry::retry_after(headers);
+        }
+        e
     }
 
     pub(crate) fn map_reqwest(&self, operation: &'static str, err: reqwest::Error) -> Error {
@@ -578,6 +660,12 @@ pub(crate) fn map_reqwest(
 ) -> Error {
     if let Some(refused) = redirect::refused(&err) {
         return refused.to_error(operation);
+    }
+    if let Some(limit) = too_large(&err) {
+        return Error::ResponseTooLarge {
+            operation,
+            limit: u64::try_from(limit).unwrap_or(u64::MAX),
+        };
     }
     if err.is_timeout() {
         return Error::Timeout {

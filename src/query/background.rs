@@ -1,15 +1,16 @@
 //! [`QueryHandle`]: a turn running in the background, detached, or attached
 //! to by id.
 
-use std::fmt;
-use std::time::Duration;
-
 use backoff::backoff::Backoff;
+use std::fmt;
 use tracing::Instrument;
 
-use super::session::TurnSlot;
+use super::checkpoint::{Checkpoint, END_OF_TURN};
+use super::slot::TurnSlot;
+use super::span::{TurnSpan, into_outcome};
 use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
-use super::turn::{QueryTurn, TurnSpan, into_outcome};
+use super::turn::QueryTurn;
+use super::wait::QueryWait;
 use crate::error::{Error, Result};
 use crate::{Client, types};
 
@@ -47,54 +48,6 @@ impl fmt::Debug for QueryHandle {
             .field("session_id", &self.query.session_id)
             .field("status", &self.query.status)
             .finish_non_exhaustive()
-    }
-}
-
-/// How [`QueryHandle::wait_with`] polls.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use]
-pub struct QueryWait {
-    pub(crate) timeout: Duration,
-    initial_interval: Duration,
-    pub(crate) max_interval: Duration,
-}
-
-impl Default for QueryWait {
-    fn default() -> Self {
-        QueryWait {
-            // Above the service's 900 s cap on a turn.
-            timeout: Duration::from_secs(930),
-            initial_interval: Duration::from_millis(200),
-            max_interval: Duration::from_secs(5),
-        }
-    }
-}
-
-impl QueryWait {
-    /// Gives up after this long (default 930 s) with [`Error::Timeout`].
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The first polling interval (default 200 ms); it grows up to `max` (default 5 s).
-    pub fn interval(mut self, initial: Duration, max: Duration) -> Self {
-        self.initial_interval = initial;
-        self.max_interval = max.max(initial);
-        self
-    }
-
-    /// The growing polling intervals.
-    pub(crate) fn intervals(&self) -> backoff::ExponentialBackoff {
-        backoff::ExponentialBackoff {
-            current_interval: self.initial_interval,
-            initial_interval: self.initial_interval,
-            randomization_factor: 0.1,
-            multiplier: 1.5,
-            max_interval: self.max_interval,
-            max_elapsed_time: None,
-            ..backoff::ExponentialBackoff::default()
-        }
     }
 }
 
@@ -274,7 +227,7 @@ impl QueryHandle {
     /// # Errors
     /// Any error answer to the events request.
     pub async fn events(self) -> Result<QueryTurn> {
-        self.subscribe(None).await
+        self.subscribe(None, None).await
     }
 
     /// Like [`QueryHandle::events`], with its own [`StreamConfig`].
@@ -319,10 +272,38 @@ impl QueryHandle {
     /// [`Error::Stream`] when the handle was detached before the server
     /// named the turn and the stream ended without naming it.
     pub async fn events_after(self, seq: u64) -> Result<QueryTurn> {
-        self.subscribe(Some(seq).filter(|&s| s > 0)).await
+        self.subscribe(Some(seq).filter(|&s| s > 0), None).await
     }
 
-    async fn subscribe(mut self, after: Option<u64>) -> Result<QueryTurn> {
+    /// The turn's events after a [`Checkpoint`] persisted from
+    /// [`QueryTurn::checkpoint`], each exactly once, as for
+    /// [`QueryHandle::events_after`]. Because the checkpoint carries the
+    /// length of the text delivered before it, the rest is also checked
+    /// against the final answer, and a replay that cannot be trusted is
+    /// made up for from the stored turn (the text after the checkpoint as
+    /// one delta) instead of failing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] when the checkpoint is about another turn;
+    /// as for [`QueryHandle::events_after`].
+    pub async fn events_from(mut self, checkpoint: &Checkpoint) -> Result<QueryTurn> {
+        self.named().await?;
+        if checkpoint.query_id != self.query.id {
+            return Err(Error::InvalidRequest(format!(
+                "the checkpoint is about query {}, not {}",
+                checkpoint.query_id, self.query.id
+            )));
+        }
+        let prefix = usize::try_from(checkpoint.text_len).unwrap_or(usize::MAX);
+        let after = Some(checkpoint.event_id).filter(|&s| s > 0);
+        self.subscribe(after, Some(prefix)).await
+    }
+
+    async fn subscribe(
+        mut self,
+        after: Option<u64>,
+        prefix_len: Option<usize>,
+    ) -> Result<QueryTurn> {
         self.named().await?;
         let QueryHandle {
             client,
@@ -333,6 +314,10 @@ impl QueryHandle {
             span,
         } = self;
         let conn = match after {
+            // Everything was delivered: only the final Query is owed.
+            Some(END_OF_TURN) => {
+                EventConnection::final_only(client, stream_config.clone(), query.id.clone())
+            }
             // The engine's verified resume: `Last-Event-ID: seq`, and the
             // replay must start at exactly `seq`.
             Some(seq) => {
@@ -347,8 +332,8 @@ impl QueryHandle {
         };
         let mut turn = QueryTurn::new(conn, slot, span, &stream_config);
         turn.set_session_id(&query.session_id);
-        if after.is_some() {
-            turn.mark_after_checkpoint();
+        if after.is_some() || prefix_len.is_some_and(|n| n > 0) {
+            turn.mark_after_checkpoint(prefix_len);
         }
         Ok(turn)
     }
@@ -367,5 +352,24 @@ impl QueryHandle {
             .await?;
         self.observe(query.clone());
         Ok(query)
+    }
+}
+
+impl QueryTurn {
+    /// Stops reading and keeps the turn: the returned [`QueryHandle`] can
+    /// poll, wait for, cancel or read the turn again later
+    /// ([`QueryHandle::events_after`] with [`QueryTurn::last_event_id`]
+    /// continues exactly where this turn stopped). The connection is closed;
+    /// the turn goes on on the server, and the session counts it as in
+    /// flight while the handle lives. Never cancels, whatever
+    /// [`StreamConfig::cancel_on_drop`] says. The handle's
+    /// [`QueryHandle::last_seen`] has the status the stream showed
+    /// (`completed`, `failed` or `cancelled` after the terminal event).
+    pub fn detach(self) -> QueryHandle {
+        let d = self.detach_parts();
+        match d.unnamed {
+            None => QueryHandle::new(d.client, d.query, d.slot, d.config, d.span),
+            Some(conn) => QueryHandle::unnamed(conn, d.query, d.slot, d.config, d.span),
+        }
     }
 }

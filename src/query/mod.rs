@@ -28,25 +28,43 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layout: `session` (Session, its builder, the one-turn-at-a-time slot),
-//! `turn` (TurnBuilder, QueryTurn), `event` (QueryEvent), `sse` (the SSE
-//! parser), `stream` (the resumable connection), `background` (QueryHandle).
+//! Layout, from the bottom up (each file imports only from those before
+//! it): `checkpoint` (Checkpoint), `event` (QueryEvent), `sse` (the SSE
+//! parser), `span` (a turn's tracing span and outcome), `wait` (QueryWait),
+//! `accumulated` (what a turn delivered, checked against the final answer),
+//! `config` (StreamConfig), `fetch` (the events and stored-turn requests),
+//! `stream` (the resumable connection), `session` (Session and its
+//! builder), `slot` (the one-turn-at-a-time slot), `turn` (QueryTurn),
+//! `background` (QueryHandle, `QueryTurn::detach`), `builder` (TurnBuilder,
+//! `Session::ask`).
 
+// Alphabetical (rustfmt); the layering is in the module documentation.
+mod accumulated;
 mod background;
+mod builder;
+mod checkpoint;
+mod config;
 mod event;
+mod fetch;
 mod session;
+mod slot;
+mod span;
 mod sse;
 mod stream;
 mod turn;
+mod wait;
 
-pub use background::{QueryHandle, QueryWait};
+pub use background::QueryHandle;
+pub use builder::{MAX_TURN_SECONDS, TurnBuilder};
+pub use checkpoint::{Checkpoint, END_OF_TURN};
+pub use config::StreamConfig;
 pub use event::{QueryEvent, names};
+pub(crate) use fetch::millis;
 pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};
+pub(crate) use span::TurnSpan;
 pub use sse::DEFAULT_MAX_FRAME_BYTES;
-pub use stream::StreamConfig;
-pub(crate) use stream::millis;
-pub(crate) use turn::TurnSpan;
-pub use turn::{MAX_TURN_SECONDS, QueryTurn, TextStream, TurnBuilder};
+pub use turn::{QueryTurn, TextStream};
+pub use wait::QueryWait;
 
 use crate::error::{Error, Result};
 

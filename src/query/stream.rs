@@ -9,12 +9,17 @@
 //! every frame whose id is not greater. The `POST /query` that started the
 //! turn is never sent again: that would start a second turn.
 //!
-//! The second fact is checked, not trusted: the first frame with an id on a
-//! resumed connection must carry exactly N. A replay that starts later (a
-//! trimmed buffer), earlier, or at a non-numeric id, and an event log that
-//! is gone (404/410), end the reading; the connection then waits for the
-//! stored turn (`GET /queries/{id}`) and hands it over as
-//! [`Delivery::Recovered`], never the events across the gap.
+//! Both facts are checked, not trusted. Ids are checked on every frame: one
+//! not above the last delivered is a replay (dropped, so a replay that starts
+//! early is deduplicated), one beyond the next is a jump (the connection
+//! resumes at once from the last delivered event). A resumed connection must
+//! reach the id it sent: a replay that starts later or at a non-numeric id,
+//! a second jump at the same place, and an event log that is gone (404/410)
+//! end the reading; the connection then waits for the stored turn
+//! (`GET /queries/{id}`) and hands it over as [`Delivery::Recovered`], never
+//! the events across the gap. After the terminal event the `query` frame is
+//! awaited for [`StreamConfig::final_query_wait`], then the stored turn
+//! stands in for it; [`StreamConfig::turn_deadline`] bounds it all.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -25,131 +30,12 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::time::{Instant, Sleep};
 
+pub(crate) use super::config::{MAX_QUERY_BODY_BYTES, StreamConfig};
 use super::event::QueryEvent;
-use super::sse::{DEFAULT_MAX_FRAME_BYTES, SseParser};
+pub(crate) use super::fetch::{expect_event_stream, millis, open_events, stored_terminal};
+use super::sse::SseParser;
 use crate::error::{Error, Result};
 use crate::{Client, types};
-
-/// How a turn's event stream reads, limits and resumes.
-///
-/// ```
-/// use std::time::Duration;
-/// use nexus_knowql::StreamConfig;
-/// let config = StreamConfig::default()
-///     .idle_timeout(Some(Duration::from_secs(30)))
-///     .max_frame_bytes(1 << 20)
-///     .resume_attempts(5);
-/// # let _ = config;
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use]
-pub struct StreamConfig {
-    idle_timeout: Option<Duration>,
-    max_frame_bytes: usize,
-    max_query_frame_bytes: usize,
-    recovery_wait: Duration,
-    resume_attempts: u32,
-    resume_max_elapsed: Duration,
-    resume_delay: Duration,
-    resume_max_delay: Duration,
-    cancel_on_drop: bool,
-}
-
-impl Default for StreamConfig {
-    fn default() -> Self {
-        StreamConfig {
-            idle_timeout: Some(Duration::from_secs(60)),
-            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
-            max_query_frame_bytes: MAX_QUERY_BODY_BYTES,
-            recovery_wait: DEFAULT_RECOVERY_WAIT,
-            resume_attempts: 8,
-            resume_max_elapsed: Duration::from_secs(120),
-            resume_delay: Duration::from_millis(250),
-            resume_max_delay: Duration::from_secs(10),
-            cancel_on_drop: false,
-        }
-    }
-}
-
-impl StreamConfig {
-    /// Reconnect when no byte (SSE comments included) arrives for this long
-    /// (default 60 s); `None` waits forever.
-    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.idle_timeout = timeout;
-        self
-    }
-
-    /// The most bytes one progress frame may have (default 4 MiB); a larger
-    /// frame before the terminal event ends the stream with [`Error::Stream`].
-    pub fn max_frame_bytes(mut self, limit: usize) -> Self {
-        self.max_frame_bytes = limit.max(1);
-        self
-    }
-
-    /// The most bytes of the final `query` frame (default 64 MiB, the same
-    /// limit as a JSON Query body). A larger one is not an error: the turn
-    /// has ended, and [`QueryTurn::finish`](crate::QueryTurn::finish) reads
-    /// the stored Query instead.
-    pub fn max_query_frame_bytes(mut self, limit: usize) -> Self {
-        self.max_query_frame_bytes = limit.max(1);
-        self
-    }
-
-    /// Whether dropping the [`QueryTurn`](crate::QueryTurn) before the turn
-    /// ended cancels it on the server (default `false`: the turn goes on and
-    /// its session remembers it). The cancel (`POST /queries/{id}/cancel`)
-    /// runs as a task on the current Tokio runtime, since a drop cannot
-    /// wait; a turn dropped before the server named it cannot be cancelled.
-    /// [`QueryTurn::detach`](crate::QueryTurn::detach) never cancels.
-    pub fn cancel_on_drop(mut self, on: bool) -> Self {
-        self.cancel_on_drop = on;
-        self
-    }
-
-    pub(crate) fn cancel_on_drop_enabled(&self) -> bool {
-        self.cancel_on_drop
-    }
-
-    /// How long to wait for the stored turn to end when the event log cannot
-    /// be trusted (a replay that did not start at the id sent, a 404/410 for
-    /// the events) or the stream ended after the terminal event without the
-    /// final Query (default 930 s, above the service's 900 s cap on a turn).
-    pub fn recovery_wait(mut self, limit: Duration) -> Self {
-        self.recovery_wait = limit;
-        self
-    }
-
-    pub(crate) fn recovery_wait_limit(&self) -> Duration {
-        self.recovery_wait
-    }
-
-    /// Reconnections tried after one break before giving up (default 8).
-    /// The count starts again once a reconnection delivers a new event.
-    pub fn resume_attempts(mut self, attempts: u32) -> Self {
-        self.resume_attempts = attempts;
-        self
-    }
-
-    /// Total time spent reconnecting after one break before giving up (default 120 s).
-    pub fn resume_max_elapsed(mut self, limit: Duration) -> Self {
-        self.resume_max_elapsed = limit;
-        self
-    }
-
-    /// The first delay before reconnecting (default 250 ms) when the stream
-    /// sent no `retry:` field, and the cap delays grow to (default 10 s).
-    pub fn resume_delay(mut self, first: Duration, max: Duration) -> Self {
-        self.resume_delay = first;
-        self.resume_max_delay = max.max(first);
-        self
-    }
-}
-
-/// The most bytes of a Query document, as a JSON body or a `query` frame.
-pub(crate) const MAX_QUERY_BODY_BYTES: usize = 64 * 1024 * 1024;
-
-/// The default bound on waiting for a stored turn to end.
-const DEFAULT_RECOVERY_WAIT: Duration = Duration::from_secs(930);
 
 type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 type Connect = Pin<Box<dyn Future<Output = Result<reqwest::Response>> + Send>>;
@@ -162,7 +48,8 @@ enum State {
     Waiting(Pin<Box<Sleep>>),
     /// `GET /queries/{id}/events` sent, waiting for the answer.
     Connecting(Connect),
-    /// The event log could not be trusted: waiting for the stored turn.
+    /// Waiting for the stored turn: the event log could not be trusted (with
+    /// the gap), or the final `query` frame did not come (without).
     Recovering(Fetch, Option<ReplayGap>),
     /// The stream is over (the error in `failed`, if any, is reported once).
     Done,
@@ -229,6 +116,22 @@ pub(crate) struct EventConnection {
     /// The idle timer, armed while open or connecting.
     idle: Option<Pin<Box<Sleep>>>,
     failed: Option<Error>,
+    /// The last id seen on the current connection (delivered or skipped).
+    conn_last: Option<u64>,
+    /// Id-less frames delivered since the last delivered id.
+    idless_after_last: u32,
+    /// Id-less frames after the last delivered id still to drop on this
+    /// (resumed) connection.
+    skip_idless: u32,
+    /// `last_seq` when the stream last jumped: a second jump without
+    /// progress reads the stored turn instead of resuming again.
+    jump_at: Option<Option<u64>>,
+    /// When the turn's reading started (for [`StreamConfig::turn_deadline`]).
+    started: Instant,
+    /// The overall deadline, armed on the first poll.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// The wait for the `query` frame, armed at the terminal event.
+    final_wait: Option<Pin<Box<Sleep>>>,
 }
 
 struct ResumeCycle {
@@ -255,109 +158,6 @@ impl std::fmt::Debug for EventConnection {
     }
 }
 
-/// Percent-encodes one path segment.
-pub(crate) fn path_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// `GET /queries/{id}/events`, with `Last-Event-ID` when given. The wait
-/// for the response headers is bounded by the client's header timeout.
-pub(crate) async fn open_events(
-    client: &Client,
-    query_id: &str,
-    last_event_id: Option<u64>,
-) -> Result<reqwest::Response> {
-    let mut req = client
-        .request(
-            reqwest::Method::GET,
-            &format!("/queries/{}/events", path_segment(query_id)),
-        )
-        .header(reqwest::header::ACCEPT, "text/event-stream");
-    if let Some(n) = last_event_id {
-        req = req.header("Last-Event-ID", n.to_string());
-    }
-    let resp = client
-        .send_stream("stream_query_events", req)
-        .await
-        .map_err(|e| e.for_query(query_id))?;
-    expect_event_stream("stream_query_events", Some(query_id), resp)
-}
-
-/// Checks that a 2xx answer is an event stream.
-pub(crate) fn expect_event_stream(
-    operation: &'static str,
-    query_id: Option<&str>,
-    resp: reqwest::Response,
-) -> Result<reqwest::Response> {
-    let content_type = resp
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if content_type.is_empty() || content_type.starts_with("text/event-stream") {
-        Ok(resp)
-    } else {
-        Err(Error::Stream {
-            query_id: query_id.map(str::to_owned),
-            message: format!("{operation}: expected text/event-stream, got {content_type:?}"),
-        })
-    }
-}
-
-/// `GET /queries/{id}` until the turn is terminal, polling with a growing
-/// interval (200 ms up to 5 s) for at most `limit`.
-///
-/// # Errors
-/// [`Error::Timeout`] (operation `get_query`) when the turn is still running
-/// after `limit`; any error of the polls, naming the query.
-pub(crate) async fn stored_terminal(
-    client: &Client,
-    query_id: &str,
-    limit: Duration,
-) -> Result<types::Query> {
-    let started = Instant::now();
-    let mut intervals = backoff::ExponentialBackoff {
-        current_interval: Duration::from_millis(200),
-        initial_interval: Duration::from_millis(200),
-        randomization_factor: 0.1,
-        multiplier: 1.5,
-        max_interval: Duration::from_secs(5),
-        max_elapsed_time: None,
-        ..backoff::ExponentialBackoff::default()
-    };
-    loop {
-        let query = client
-            .queries()
-            .get(query_id)
-            .await
-            .map_err(|e| e.for_query(query_id))?;
-        if query.is_terminal() {
-            return Ok(query);
-        }
-        let delay = intervals.next_backoff().unwrap_or(Duration::from_secs(5));
-        if started.elapsed().saturating_add(delay) > limit {
-            return Err(Error::Timeout {
-                operation: "get_query",
-                elapsed_ms: millis(started.elapsed()),
-            });
-        }
-        tokio::time::sleep(delay).await;
-    }
-}
-
-/// Whole milliseconds, saturating.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The `query_id` every QueryEvent carries, read without decoding the rest.
 fn query_id_of(data: &str) -> Option<String> {
     #[derive(serde::Deserialize)]
@@ -378,6 +178,8 @@ enum Parsed {
     Skip,
     /// The resumed connection did not replay from the id sent.
     Broken(String),
+    /// An id beyond the next one: events are missing.
+    Jump(String),
 }
 
 impl EventConnection {
@@ -404,6 +206,13 @@ impl EventConnection {
             last_activity: Instant::now(),
             idle: None,
             failed: None,
+            conn_last: None,
+            idless_after_last: 0,
+            skip_idless: 0,
+            jump_at: None,
+            started: Instant::now(),
+            deadline: None,
+            final_wait: None,
         }
     }
 
@@ -438,6 +247,23 @@ impl EventConnection {
         conn.last_seq = last_seen;
         conn.delivered_any = last_seen.is_some();
         conn.connect();
+        conn
+    }
+
+    /// The final Query of `query_id` only (`GET /queries/{id}` once it is
+    /// terminal): every event was delivered already.
+    pub(crate) fn final_only(client: Client, config: StreamConfig, query_id: String) -> Self {
+        let mut conn = EventConnection::with_state(client, config, State::Done, Some(query_id));
+        conn.terminal_seen = true;
+        conn.delivered_any = true;
+        conn.fetch_final();
+        conn
+    }
+
+    /// A connection of the ended turn `query_id` with nothing left to read.
+    pub(crate) fn named_closed(client: Client, config: StreamConfig, query_id: String) -> Self {
+        let mut conn = EventConnection::with_state(client, config, State::Done, Some(query_id));
+        conn.terminal_seen = true;
         conn
     }
 
@@ -477,6 +303,13 @@ impl EventConnection {
     }
 
     /// Applies the parser's next frame, if a whole one is buffered.
+    ///
+    /// Ids are checked on every frame of every connection: an id not above
+    /// the last delivered one is a replay (dropped), the next one is
+    /// delivered, and a later one is a jump (events are missing). Frames
+    /// without an id are delivered once: on a resumed connection those
+    /// before the replay reached the last delivered event, and as many after
+    /// it as were delivered before the break, are dropped.
     fn next_parsed(&mut self) -> Option<Result<Parsed, super::sse::SseError>> {
         let frame = match self.parser.next_frame() {
             Ok(Some(frame)) => frame,
@@ -494,8 +327,9 @@ impl EventConnection {
             }
             match frame.id {
                 Some(id) if id == expected => {
-                    tracing::trace!(seq = id, "the replay starts where it should");
+                    tracing::trace!(seq = id, "the replay reached the last delivered event");
                     self.verify = None;
+                    self.conn_last = Some(id);
                     return Some(Ok(Parsed::Skip));
                 }
                 Some(id) if id > expected => {
@@ -506,23 +340,44 @@ impl EventConnection {
                     ))));
                 }
                 Some(id) => {
-                    return Some(Ok(Parsed::Broken(format!(
-                        "the replay started at event {id}, before event {expected} that was asked for"
-                    ))));
+                    // An early start: these were delivered already.
+                    tracing::trace!(seq = id, expected, "skipping an early replayed event");
+                    self.conn_last = Some(id);
+                    return Some(Ok(Parsed::Skip));
                 }
                 None if frame.event == super::event::names::QUERY => {
                     return Some(Ok(Parsed::Broken(format!(
                         "the replay sent the final Query without event {expected}"
                     ))));
                 }
-                None => {}
+                // Part of the replayed prefix, delivered already.
+                None => return Some(Ok(Parsed::Skip)),
             }
         }
-        if let (Some(id), Some(last)) = (frame.id, self.last_seq)
-            && id <= last
-        {
-            tracing::trace!(seq = id, "skipping a replayed event");
-            return Some(Ok(Parsed::Skip));
+        match (frame.id, self.last_seq) {
+            (Some(id), Some(last)) if id <= last => {
+                tracing::trace!(seq = id, "skipping a replayed event");
+                self.conn_last = Some(id);
+                return Some(Ok(Parsed::Skip));
+            }
+            (Some(id), Some(last)) if id > last.saturating_add(1) => {
+                return Some(Ok(Parsed::Jump(format!(
+                    "the stream jumped from event {last} to event {id} (events {} to {} are missing)",
+                    last.saturating_add(1),
+                    id - 1
+                ))));
+            }
+            (None, _) if frame.event != super::event::names::QUERY => {
+                if self.conn_last != self.last_seq {
+                    // Between replayed events: delivered already.
+                    return Some(Ok(Parsed::Skip));
+                }
+                if self.skip_idless > 0 {
+                    self.skip_idless -= 1;
+                    return Some(Ok(Parsed::Skip));
+                }
+            }
+            _ => {}
         }
         let id = frame.id;
         let event = QueryEvent::decode(frame.event, frame.data);
@@ -534,6 +389,18 @@ impl EventConnection {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Delivery>>> {
+        if !matches!(self.state, State::Done) && self.deadline_passed(cx) {
+            let elapsed = millis(self.started.elapsed());
+            tracing::warn!(
+                query_id = self.query_id.as_deref(),
+                elapsed_ms = elapsed,
+                "the turn's overall deadline passed"
+            );
+            self.fail(Error::Timeout {
+                operation: "query_turn",
+                elapsed_ms: elapsed,
+            });
+        }
         loop {
             if let State::Open(_) = self.state {
                 match self.next_parsed() {
@@ -542,8 +409,12 @@ impl EventConnection {
                         self.delivered_any = true;
                         if id.is_some() {
                             self.last_seq = id;
+                            self.conn_last = id;
+                            self.idless_after_last = 0;
                             // New progress: a later break starts a fresh resume budget.
                             self.resume = None;
+                        } else {
+                            self.idless_after_last = self.idless_after_last.saturating_add(1);
                         }
                         match &event {
                             QueryEvent::Query(q) => {
@@ -553,7 +424,11 @@ impl EventConnection {
                                 // The document is the last frame: close now.
                                 self.state = State::Done;
                             }
-                            e if e.is_terminal() => self.terminal_seen = true,
+                            e if e.is_terminal() => {
+                                self.terminal_seen = true;
+                                let wait = self.config.final_query_wait;
+                                self.final_wait = Some(Box::pin(tokio::time::sleep(wait)));
+                            }
                             _ => {}
                         }
                         return Poll::Ready(Some(Ok(Delivery::Event(id, event))));
@@ -564,9 +439,28 @@ impl EventConnection {
                             // Only the final Query was missing; the stored
                             // one stands in for it.
                             tracing::debug!(cause, "a broken replay after the terminal event");
-                            self.state = State::Done;
+                            self.fetch_final();
                         } else {
                             self.recover(cause);
+                        }
+                        continue;
+                    }
+                    Some(Ok(Parsed::Jump(cause))) => {
+                        if self.terminal_seen {
+                            self.fetch_final();
+                        } else if self.jump_at == Some(self.last_seq) {
+                            // The replay jumped at the same place again.
+                            self.recover(cause);
+                        } else {
+                            tracing::warn!(
+                                query_id = self.query_id.as_deref(),
+                                cause,
+                                "events are missing; resuming from the last delivered one"
+                            );
+                            self.jump_at = Some(self.last_seq);
+                            // At once: the events are most likely in the log.
+                            self.resume = None;
+                            self.reconnect_now(&cause);
                         }
                         continue;
                     }
@@ -575,7 +469,7 @@ impl EventConnection {
                             // The turn is over; the stored Query stands in
                             // for whatever this frame was.
                             tracing::debug!(error = %e, "ignoring a bad frame after the terminal event");
-                            self.state = State::Done;
+                            self.fetch_final();
                         } else {
                             self.fail(Error::Stream {
                                 query_id: self.query_id.clone(),
@@ -586,6 +480,23 @@ impl EventConnection {
                     }
                     None => {}
                 }
+            }
+            if self.terminal_seen
+                && matches!(
+                    self.state,
+                    State::Open(_) | State::Waiting(_) | State::Connecting(_)
+                )
+                && self
+                    .final_wait
+                    .as_mut()
+                    .is_some_and(|w| w.as_mut().poll(cx).is_ready())
+            {
+                tracing::debug!(
+                    query_id = self.query_id.as_deref(),
+                    "no final Query frame in time after the terminal event"
+                );
+                self.fetch_final();
+                continue;
             }
             match &mut self.state {
                 State::Open(body) => match body.poll_next_unpin(cx) {
@@ -606,7 +517,7 @@ impl EventConnection {
                     }
                     Poll::Ready(None) => {
                         if self.terminal_seen {
-                            self.state = State::Done;
+                            self.fetch_final();
                         } else {
                             self.reconnect("the stream ended before the turn did");
                         }
@@ -629,6 +540,8 @@ impl EventConnection {
                         tracing::debug!(query_id = self.query_id.as_deref(), "resumed");
                         self.parser = new_parser(&self.config);
                         self.verify = self.last_seq;
+                        self.conn_last = None;
+                        self.skip_idless = self.idless_after_last;
                         self.last_activity = Instant::now();
                         self.state = State::Open(Box::pin(resp.bytes_stream()));
                     }
@@ -638,7 +551,7 @@ impl EventConnection {
                             // Only the final Query was missing; the stored
                             // one stands in for it.
                             tracing::debug!(error = %e, "no resume after the terminal event");
-                            self.state = State::Done;
+                            self.fetch_final();
                         } else if gone && self.delivered_any {
                             self.recover(format!("the event log is gone ({e})"));
                         } else if resumable(&e) {
@@ -660,7 +573,21 @@ impl EventConnection {
                     let result = ready!(fut.as_mut().poll(cx));
                     let gap = gap.take();
                     self.state = State::Done;
-                    let Some(gap) = gap else { continue };
+                    let Some(gap) = gap else {
+                        // The stored turn in place of the `query` frame.
+                        match result {
+                            Ok(query) => {
+                                return Poll::Ready(Some(Ok(Delivery::Event(
+                                    None,
+                                    QueryEvent::Query(Box::new(query)),
+                                ))));
+                            }
+                            Err(e) => {
+                                self.fail(e);
+                                continue;
+                            }
+                        }
+                    };
                     match result {
                         Ok(query) => {
                             tracing::info!(
@@ -683,6 +610,37 @@ impl EventConnection {
                 State::Done => return Poll::Ready(self.failed.take().map(Err)),
             }
         }
+    }
+
+    /// Whether the overall deadline passed; registers the timer otherwise.
+    fn deadline_passed(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(limit) = self.config.turn_deadline else {
+            return false;
+        };
+        let Some(at) = self.started.checked_add(limit) else {
+            return false;
+        };
+        let sleep = self
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        sleep.as_mut().poll(cx).is_ready()
+    }
+
+    /// Reads the stored turn in place of the `query` frame that did not
+    /// come after the terminal event.
+    fn fetch_final(&mut self) {
+        self.final_wait = None;
+        self.idle = None;
+        let Some(query_id) = self.query_id.clone() else {
+            self.state = State::Done;
+            return;
+        };
+        let client = self.client.clone();
+        let limit = self.config.recovery_wait;
+        self.state = State::Recovering(
+            Box::pin(async move { stored_terminal(&client, &query_id, limit).await }),
+            None,
+        );
     }
 
     fn fail(&mut self, e: Error) {
@@ -800,6 +758,7 @@ impl EventConnection {
                     cause,
                     "no final Query frame after the terminal event"
                 );
+                self.fetch_final();
                 return;
             }
             tracing::warn!(
@@ -825,6 +784,14 @@ impl EventConnection {
             "resuming the event stream"
         );
         self.state = State::Waiting(Box::pin(tokio::time::sleep(delay)));
+    }
+
+    /// [`EventConnection::reconnect`] without the backoff delay.
+    fn reconnect_now(&mut self, cause: &str) {
+        self.reconnect(cause);
+        if let State::Waiting(_) = self.state {
+            self.connect();
+        }
     }
 
     fn connect(&mut self) {
@@ -857,103 +824,5 @@ fn resumable(e: &Error) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn path_segments_are_encoded() {
-        assert_eq!(path_segment("q_1-a.b~"), "q_1-a.b~");
-        assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
-    }
-
-    async fn next(conn: &mut EventConnection) -> Option<Result<Delivery>> {
-        futures::future::poll_fn(|cx| conn.poll_next_event(cx)).await
-    }
-
-    fn query_json(status: &str, answer: &str) -> serde_json::Value {
-        serde_json::json!({
-            "id": "q1", "object": "query", "session_id": "s1", "created": 0,
-            "status": status, "input": [], "citations": [], "steps": [], "runtime_ms": 1,
-            "output": [{"role": "assistant", "content": [{"type": "output_text", "text": answer}]}],
-            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-        })
-    }
-
-    async fn server(events: &'static str) -> (wiremock::MockServer, Client) {
-        use wiremock::matchers::{header, method, path};
-        use wiremock::{Mock, ResponseTemplate};
-        let server = wiremock::MockServer::start().await;
-        Mock::given(method("GET"))
-            .and(path("/queries/q1/events"))
-            .and(header("last-event-id", "2"))
-            .respond_with(
-                ResponseTemplate::new(200).set_body_raw(events.as_bytes(), "text/event-stream"),
-            )
-            .mount(&server)
-            .await;
-        Mock::given(method("GET"))
-            .and(path("/queries/q1"))
-            .respond_with(ResponseTemplate::new(200).set_body_json(query_json("completed", "ab")))
-            .mount(&server)
-            .await;
-        let client = Client::builder().base_url(server.uri()).build().unwrap();
-        (server, client)
-    }
-
-    #[tokio::test]
-    async fn resume_from_a_known_event_skips_it_and_delivers_the_rest() {
-        let (_server, client) = server(
-            "id: 2\nevent: response.output_text.delta\ndata: {\"delta\":\"a\"}\n\n\
-             id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n\
-             id: 4\nevent: response.completed\ndata: {}\n\n",
-        )
-        .await;
-        let mut conn =
-            EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
-        match next(&mut conn).await {
-            Some(Ok(Delivery::Event(Some(3), QueryEvent::TextDelta { delta }))) => {
-                assert_eq!(delta, "b")
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(matches!(
-            next(&mut conn).await,
-            Some(Ok(Delivery::Event(Some(4), QueryEvent::Completed)))
-        ));
-        assert!(next(&mut conn).await.is_none());
-    }
-
-    #[tokio::test]
-    async fn resume_that_skips_the_known_event_hands_over_the_stored_turn() {
-        let (_server, client) =
-            server("id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n").await;
-        let mut conn =
-            EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
-        match next(&mut conn).await {
-            Some(Ok(Delivery::Recovered(query, gap))) => {
-                assert_eq!(query.answer_text(), "ab");
-                assert_eq!(gap.last_event_id, Some(2));
-                assert!(
-                    gap.cause.contains("event 3 instead of event 2"),
-                    "{}",
-                    gap.cause
-                );
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(next(&mut conn).await.is_none());
-    }
-
-    #[test]
-    fn only_server_trouble_is_resumable() {
-        let api = |s| Error::api("op", s, None, String::new(), None, None);
-        assert!(resumable(&api(503)));
-        assert!(resumable(&api(429)));
-        assert!(!resumable(&api(404)));
-        assert!(!resumable(&api(403)));
-        assert!(resumable(&Error::Timeout {
-            operation: "op",
-            elapsed_ms: 1
-        }));
-    }
-}
+#[path = "stream_tests.rs"]
+mod tests;

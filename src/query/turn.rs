@@ -1,5 +1,5 @@
-//! One turn: [`TurnBuilder`] (per-turn controls, three ways to run) and
-//! [`QueryTurn`] (a live streaming turn that accumulates as it goes).
+//! [`QueryTurn`]: a live streaming turn that accumulates as it goes, and
+//! its [`TextStream`].
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -10,508 +10,14 @@ use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
-use super::background::QueryHandle;
+use super::accumulated::{Accumulated, Mismatch, common_prefix};
+use super::checkpoint::{Checkpoint, END_OF_TURN};
 use super::event::QueryEvent;
-use super::session::{Session, TurnSlot, WhenBusy};
-use super::stream::{
-    Delivery, EventConnection, MAX_QUERY_BODY_BYTES, ReplayGap, StreamConfig, expect_event_stream,
-    stored_terminal,
-};
+use super::slot::TurnSlot;
+use super::span::{TurnSpan, into_outcome};
+use super::stream::{Delivery, EventConnection, ReplayGap, StreamConfig, stored_terminal};
 use crate::error::{Error, Result};
 use crate::types;
-
-/// The `tracing` span of one turn, `query_turn`, with the fields `mode`
-/// (`send`, `stream`, `background` or `attach`), `query_id`, `session_id`
-/// and `resumes` (recorded as they become known). Retries, resumes, replay
-/// checks and version mismatches are events inside it.
-#[derive(Debug, Clone)]
-pub(crate) struct TurnSpan {
-    span: tracing::Span,
-    query_id_known: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    session_id_known: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl TurnSpan {
-    pub(crate) fn new(mode: &'static str) -> Self {
-        TurnSpan {
-            span: tracing::info_span!(
-                "query_turn",
-                mode,
-                query_id = tracing::field::Empty,
-                session_id = tracing::field::Empty,
-                resumes = tracing::field::Empty,
-            ),
-            query_id_known: Default::default(),
-            session_id_known: Default::default(),
-        }
-    }
-
-    /// Records the ids the first time they are known.
-    pub(crate) fn learn(&self, query_id: Option<&str>, session_id: Option<&str>) {
-        use std::sync::atomic::Ordering;
-        if let Some(q) = query_id.filter(|q| !q.is_empty())
-            && !self.query_id_known.swap(true, Ordering::Relaxed)
-        {
-            self.span.record("query_id", q);
-        }
-        if let Some(s) = session_id.filter(|s| !s.is_empty())
-            && !self.session_id_known.swap(true, Ordering::Relaxed)
-        {
-            self.span.record("session_id", s);
-        }
-    }
-
-    pub(crate) fn record_resumes(&self, resumes: u32) {
-        self.span.record("resumes", resumes);
-    }
-
-    pub(crate) fn span(&self) -> tracing::Span {
-        self.span.clone()
-    }
-
-    pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
-        self.span.enter()
-    }
-}
-
-/// The most seconds a turn may run (the service's cap); `timeout_seconds` may only lower it.
-pub const MAX_TURN_SECONDS: i64 = 900;
-
-/// One turn of a [`Session`], before it runs. Get one from [`Session::ask`].
-///
-/// Setters never fail; the terminal methods check the request before
-/// sending. Streaming and background are separate terminal methods, so a
-/// request that asks for both cannot be written.
-#[must_use]
-pub struct TurnBuilder {
-    session: Session,
-    request: types::QueryRequest,
-    stream_config: StreamConfig,
-    when_busy: WhenBusy,
-}
-
-impl fmt::Debug for TurnBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TurnBuilder")
-            .field("session", &self.session)
-            .field("stream_config", &self.stream_config)
-            .field("when_busy", &self.when_busy)
-            .finish_non_exhaustive()
-    }
-}
-
-fn empty_request(ask: String) -> types::QueryRequest {
-    types::QueryRequest {
-        artifacts_only: None,
-        ask,
-        background: None,
-        chunks_only: None,
-        comparison_group: None,
-        compose: None,
-        guardrails: None,
-        max_retrieved: None,
-        max_retrieved_chars: None,
-        max_steps: None,
-        model: None,
-        models: Vec::new(),
-        pointers_only: None,
-        previous_query_id: None,
-        retrieval_only: None,
-        scope: Vec::new(),
-        session_id: None,
-        shape: serde_json::Map::new(),
-        stream: None,
-        system_prompt: None,
-        thinking_level: None,
-        timeout_seconds: None,
-        tools: Vec::new(),
-        workflow: None,
-    }
-}
-
-impl TurnBuilder {
-    pub(crate) fn new(session: Session, ask: String) -> Self {
-        let when_busy = session.when_busy.clone();
-        TurnBuilder {
-            session,
-            request: empty_request(ask),
-            stream_config: StreamConfig::default(),
-            when_busy,
-        }
-    }
-
-    /// The workflow to run (for example `auto`).
-    pub fn workflow(mut self, workflow: impl Into<String>) -> Self {
-        self.request.workflow = Some(workflow.into());
-        self
-    }
-
-    /// A JSON shape for the answer: the turn then fills `output_json`
-    /// (read it with [`QueryTurn::json`] or [`types::Query::json`]).
-    pub fn shape(mut self, shape: serde_json::Map<String, serde_json::Value>) -> Self {
-        self.request.shape = shape;
-        self
-    }
-
-    /// The most reasoning steps.
-    pub fn max_steps(mut self, n: i64) -> Self {
-        self.request.max_steps = Some(n);
-        self
-    }
-
-    /// How much the model thinks (for example `low`, `high`).
-    pub fn thinking_level(mut self, level: impl Into<String>) -> Self {
-        self.request.thinking_level = Some(level.into());
-        self
-    }
-
-    /// Whether to compose a prose answer.
-    pub fn compose(mut self, compose: bool) -> Self {
-        self.request.compose = Some(compose);
-        self
-    }
-
-    /// Retrieve only, no answer: the hits go to `output_json`.
-    pub fn retrieval_only(mut self, on: bool) -> Self {
-        self.request.retrieval_only = Some(on);
-        self
-    }
-
-    /// Return pointers to sources only.
-    pub fn pointers_only(mut self, on: bool) -> Self {
-        self.request.pointers_only = Some(on);
-        self
-    }
-
-    /// Return chunks only.
-    pub fn chunks_only(mut self, on: bool) -> Self {
-        self.request.chunks_only = Some(on);
-        self
-    }
-
-    /// Return artifacts only.
-    pub fn artifacts_only(mut self, on: bool) -> Self {
-        self.request.artifacts_only = Some(on);
-        self
-    }
-
-    /// The most hits retrieved.
-    pub fn max_retrieved(mut self, n: i64) -> Self {
-        self.request.max_retrieved = Some(n);
-        self
-    }
-
-    /// The most characters retrieved.
-    pub fn max_retrieved_chars(mut self, n: i64) -> Self {
-        self.request.max_retrieved_chars = Some(n);
-        self
-    }
-
-    /// A time limit in seconds; it may only lower the service's 900 s cap.
-    pub fn timeout_seconds(mut self, seconds: i64) -> Self {
-        self.request.timeout_seconds = Some(seconds);
-        self
-    }
-
-    /// Groups turns run as a comparison.
-    pub fn comparison_group(mut self, group: impl Into<String>) -> Self {
-        self.request.comparison_group = Some(group.into());
-        self
-    }
-
-    /// How the turn's events are read and resumed (idle timeout, frame
-    /// limit, resume budget, cancel on drop); used by
-    /// [`TurnBuilder::stream`], [`TurnBuilder::send`] and the handle of
-    /// [`TurnBuilder::background`].
-    pub fn stream_config(mut self, config: StreamConfig) -> Self {
-        self.stream_config = config;
-        self
-    }
-
-    /// What this turn does while an earlier turn of the session still runs
-    /// (default: the session's, see [`SessionBuilder::when_busy`](crate::SessionBuilder::when_busy)).
-    pub fn when_busy(mut self, when_busy: WhenBusy) -> Self {
-        self.when_busy = when_busy;
-        self
-    }
-
-    /// Checks the request before anything is sent.
-    fn check(&self) -> Result<()> {
-        if self.request.ask.trim().is_empty() {
-            return Err(Error::InvalidRequest("the question is empty".into()));
-        }
-        if let Some(t) = self.request.timeout_seconds
-            && !(1..=MAX_TURN_SECONDS).contains(&t)
-        {
-            return Err(Error::InvalidRequest(format!(
-                "timeout_seconds must be 1 to {MAX_TURN_SECONDS}, got {t}"
-            )));
-        }
-        Ok(())
-    }
-
-    /// Takes the session's slot and fills in the session's part of the request.
-    async fn prepare(&mut self, span: &TurnSpan) -> Result<TurnSlot> {
-        let slot = TurnSlot::acquire(&self.session, &self.when_busy).await?;
-        let start = self.session.shared.lock().clone();
-        span.learn(None, start.session_id.as_deref());
-        let r = &mut self.request;
-        if let Some(id) = start.session_id {
-            r.session_id = Some(id);
-        } else if let Some(prev) = start.previous_query_id {
-            r.previous_query_id = Some(prev);
-        } else {
-            r.scope = start.scope;
-            r.system_prompt = start.config.system_prompt;
-            r.guardrails = start.config.guardrails;
-            r.model = start.config.model;
-            r.models = start.config.models;
-            r.tools = start.config.tools;
-        }
-        Ok(slot)
-    }
-
-    fn post(&self, event_stream: bool) -> reqwest::RequestBuilder {
-        let accept = if event_stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        };
-        self.session
-            .client
-            .request(reqwest::Method::POST, "/query")
-            .header(reqwest::header::ACCEPT, accept)
-            .json(&self.request)
-    }
-
-    /// Sends `POST /query` once the session is free. A 409 because a turn
-    /// of the session still runs (started elsewhere) becomes
-    /// [`Error::SessionBusy`], or a wait and one more try.
-    async fn post_turn(
-        &mut self,
-        event_stream: bool,
-        span: &TurnSpan,
-    ) -> Result<(TurnSlot, reqwest::Response)> {
-        self.check()?;
-        let started = tokio::time::Instant::now();
-        loop {
-            let slot = self.prepare(span).await?;
-            let client = self.session.client.clone();
-            let sent = if event_stream {
-                client.send_stream("create_query", self.post(true)).await
-            } else {
-                client.send("create_query", self.post(false)).await
-            };
-            let err = match sent {
-                Ok(resp) => return Ok((slot, resp)),
-                Err(e) => e,
-            };
-            if err.status().is_none() && !matches!(err, Error::Transport { connect: true, .. }) {
-                // The request may have reached the server: keep the turn
-                // remembered (dropping the slot) so the next one checks.
-                drop(slot);
-                return Err(err);
-            }
-            if !err.is_conflict() {
-                slot.release();
-                return Err(err);
-            }
-            let Some(query_id) = self.running_turn().await else {
-                slot.release();
-                return Err(err);
-            };
-            tracing::debug!(query_id, "the session runs another turn (409)");
-            slot.adopt(&query_id);
-            drop(slot);
-            match &self.when_busy {
-                WhenBusy::Wait(wait) if started.elapsed() < wait.timeout => {}
-                _ => return Err(Error::SessionBusy { query_id }),
-            }
-        }
-    }
-
-    /// The running turn of the session this turn continues: per the
-    /// server's stored session, else the last turn this process knows of
-    /// (a 409 on a continued session means one of its turns still runs).
-    async fn running_turn(&self) -> Option<String> {
-        if self.request.session_id.is_none() && self.request.previous_query_id.is_none() {
-            // A new session: its 409 is about something else.
-            return None;
-        }
-        let from_server = async {
-            let queries = self.session.client.queries();
-            let session_id = match (&self.request.session_id, &self.request.previous_query_id) {
-                (Some(s), _) => s.clone(),
-                (None, Some(prev)) => queries.get(prev).await.ok()?.session_id,
-                (None, None) => return None,
-            };
-            let session = self.session.client.sessions().get(&session_id).await.ok()?;
-            session
-                .queries
-                .iter()
-                .rev()
-                .find(|q| !q.is_terminal())
-                .map(|q| q.id.clone())
-        };
-        match from_server.await {
-            Some(id) => Some(id),
-            None => self
-                .session
-                .last_query_id()
-                .or_else(|| self.request.previous_query_id.clone()),
-        }
-    }
-
-    /// Runs the turn to its end and returns the stored Query.
-    ///
-    /// The turn runs on the streaming path (a synchronous request could be
-    /// cut by a proxy during a long turn): a connection cut after the
-    /// server named the turn is resumed with `Last-Event-ID`, and if the
-    /// events cannot be had any more, the stored Query is polled with
-    /// `GET /queries/{id}`. `POST /query` is never sent twice, so a cut
-    /// neither loses the answer nor starts a second turn. A server that
-    /// answers with the Query document instead of an event stream is
-    /// accepted as well.
-    ///
-    /// # Errors
-    /// [`Error::InvalidRequest`] for a request rejected before sending;
-    /// [`Error::SessionBusy`] while an earlier turn of the session runs;
-    /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] when the turn ended
-    /// so; [`Error::Stream`] when the connection broke before the server
-    /// named the turn; [`Error::Timeout`] after the client's
-    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (the turn is not
-    /// cancelled; the session remembers it); any error of the calls.
-    pub async fn send(mut self) -> Result<types::Query> {
-        let span = TurnSpan::new("send");
-        let outer = span.span();
-        let limit = self.session.client.transport().turn_timeout();
-        let run = async move {
-            self.request.stream = Some(true);
-            let (slot, resp) = self.post_turn(true, &span).await?;
-            let client = self.session.client.clone();
-            if is_json(&resp) {
-                // A synchronous answer (or a 202) after all.
-                let query = decode_query("create_query", resp).await?;
-                slot.learn(Some(&query.session_id), Some(&query.id));
-                let mut handle =
-                    QueryHandle::new(client, query, Some(slot), self.stream_config, span);
-                if handle.last_seen().is_terminal() {
-                    return into_outcome(handle.last_seen().clone());
-                }
-                return handle.wait().await;
-            }
-            let resp = expect_event_stream("create_query", None, resp)?;
-            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None);
-            QueryTurn::new(conn, Some(slot), span, &self.stream_config)
-                .finish_or_poll()
-                .await
-        }
-        .instrument(outer);
-        match limit {
-            None => run.await,
-            // Dropped at the deadline, the turn stays remembered by the session.
-            Some(limit) => tokio::time::timeout(limit, run)
-                .await
-                .unwrap_or(Err(Error::Timeout {
-                    operation: "create_query",
-                    elapsed_ms: super::millis(limit),
-                })),
-        }
-    }
-
-    /// Runs the turn as a stream of events.
-    ///
-    /// Returns once the server accepted the turn (the response headers
-    /// arrived); the events follow through the [`QueryTurn`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidRequest`] as for [`TurnBuilder::send`];
-    /// [`Error::SessionBusy`] while an earlier turn of the session runs;
-    /// any error answer to `POST /query`; [`Error::Timeout`] when the
-    /// response headers do not come within the client's header timeout (the
-    /// request is not sent again: the server may already run the turn).
-    pub async fn stream(mut self) -> Result<QueryTurn> {
-        let span = TurnSpan::new("stream");
-        let outer = span.span();
-        async move {
-            self.request.stream = Some(true);
-            let (slot, resp) = self.post_turn(true, &span).await?;
-            let resp = expect_event_stream("create_query", None, resp)?;
-            let client = self.session.client.clone();
-            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None);
-            Ok(QueryTurn::new(conn, Some(slot), span, &self.stream_config))
-        }
-        .instrument(outer)
-        .await
-    }
-
-    /// Starts the turn in the background (HTTP 202) and returns a handle to
-    /// poll, wait for, stream or cancel it.
-    ///
-    /// # Errors
-    /// As for [`TurnBuilder::stream`].
-    pub async fn background(mut self) -> Result<QueryHandle> {
-        let span = TurnSpan::new("background");
-        let outer = span.span();
-        async move {
-            self.request.background = Some(true);
-            let (slot, resp) = self.post_turn(false, &span).await?;
-            let query = decode_query("create_query", resp).await?;
-            slot.learn(Some(&query.session_id), Some(&query.id));
-            Ok(QueryHandle::new(
-                self.session.client.clone(),
-                query,
-                Some(slot),
-                self.stream_config,
-                span,
-            ))
-        }
-        .instrument(outer)
-        .await
-    }
-}
-
-/// Whether an answer is a JSON document (not an event stream).
-fn is_json(resp: &reqwest::Response) -> bool {
-    resp.headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"))
-}
-
-pub(crate) async fn decode_query(
-    operation: &'static str,
-    resp: reqwest::Response,
-) -> Result<types::Query> {
-    let mut body = Vec::new();
-    let mut resp = resp;
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| crate::client::map_reqwest(operation, e, None))?
-    {
-        if body.len().saturating_add(chunk.len()) > MAX_QUERY_BODY_BYTES {
-            return Err(Error::decode(operation, "the answer is too large", &body));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    serde_json::from_slice(&body).map_err(|e| Error::decode(operation, e, &body))
-}
-
-/// A final Query as a turn outcome: failed and cancelled turns are errors.
-pub(crate) fn into_outcome(query: types::Query) -> Result<types::Query> {
-    match query.status.as_str() {
-        "failed" => Err(Error::TurnFailed {
-            query_id: query.id,
-            message: query.error.unwrap_or_default(),
-        }),
-        "cancelled" => Err(Error::TurnCancelled {
-            query_id: query.id,
-            message: query.error.unwrap_or_default(),
-        }),
-        _ => Ok(query),
-    }
-}
 
 /// A live streaming turn: a [`Stream`] of [`QueryEvent`]s that accumulates
 /// the answer as it goes.
@@ -527,9 +33,9 @@ pub(crate) fn into_outcome(query: types::Query) -> Result<types::Query> {
 /// it; the stream then ends with the final [`QueryEvent::Query`].
 ///
 /// Dropping a `QueryTurn` closes the connection; the turn goes on on the
-/// server, and its session remembers it (see [`Session`]).
+/// server, and its session remembers it (see [`Session`](crate::Session)).
 /// [`QueryTurn::cancel`] also stops it there, [`QueryTurn::detach`] keeps a
-/// [`QueryHandle`] to it, and with [`StreamConfig::cancel_on_drop`] a drop
+/// [`QueryHandle`](crate::QueryHandle) to it, and with [`StreamConfig::cancel_on_drop`] a drop
 /// before the end cancels it on the server.
 ///
 /// ```no_run
@@ -566,95 +72,29 @@ pub struct QueryTurn {
     stream_config: StreamConfig,
     /// Whether a drop before the end cancels the turn on the server.
     cancel_on_drop: bool,
-    /// Continues after a checkpoint (see [`QueryHandle::events_after`]).
+    /// Continues after a checkpoint (see [`QueryHandle::events_after`](crate::QueryHandle::events_after)).
     after_checkpoint: bool,
+    /// The bytes of answer text delivered before the checkpoint, when known.
+    prefix_len: Option<usize>,
+    /// The delivered text did not match the final answer: the turn's outcome
+    /// even after the error was yielded.
+    mismatch: Option<Mismatch>,
+    /// The status the terminal event reported (`completed`, `failed`, `cancelled`).
+    terminal_status: Option<&'static str>,
+    /// Text came from the final Query rather than from events: every event
+    /// of the turn counts as delivered.
+    reconciled: bool,
 }
 
-/// What a turn has delivered so far.
-#[derive(Debug, Default)]
-struct Accumulated {
-    session_id: Option<String>,
-    text: String,
-    steps: Vec<types::QueryStep>,
-    rollup: Option<types::QueryRollup>,
-    synthesis: Option<types::QuerySynthesis>,
-    trace_ref: Option<String>,
-    usage: Option<types::QueryUsage>,
-    query: Option<types::Query>,
-}
-
-impl Accumulated {
-    fn apply(&mut self, event: &QueryEvent) {
-        match event {
-            QueryEvent::TextDelta { delta } => self.text.push_str(delta),
-            QueryEvent::Created {
-                session_id: Some(session_id),
-                ..
-            } => self.session_id = Some(session_id.clone()),
-            QueryEvent::Step(step) => {
-                self.note_tokens(step.cum_input_tokens, step.cum_output_tokens);
-                merge_step(&mut self.steps, step);
-            }
-            QueryEvent::TurnRollup(r) => self.rollup = Some(r.clone()),
-            QueryEvent::Synthesis(s) => self.synthesis = Some(s.clone()),
-            QueryEvent::Trace { trace_ref } => self.trace_ref = Some(trace_ref.clone()),
-            QueryEvent::Query(q) => {
-                self.session_id = Some(q.session_id.clone());
-                self.usage = Some(q.usage.clone());
-                if q.trace_ref.is_some() {
-                    self.trace_ref.clone_from(&q.trace_ref);
-                }
-                self.query = Some((**q).clone());
-            }
-            _ => {}
-        }
-    }
-
-    fn note_tokens(&mut self, input: Option<i64>, output: Option<i64>) {
-        if input.is_none() && output.is_none() {
-            return;
-        }
-        let u = self.usage.get_or_insert(types::QueryUsage {
-            input_tokens: 0,
-            output_tokens: 0,
-            total_tokens: 0,
-        });
-        if let Some(i) = input {
-            u.input_tokens = i;
-        }
-        if let Some(o) = output {
-            u.output_tokens = o;
-        }
-        // Server numbers: each may fit while their sum does not.
-        u.total_tokens = u.input_tokens.saturating_add(u.output_tokens);
-    }
-}
-
-/// Merges a step event into the list by `step_id`: the later status wins,
-/// and fields the later event leaves out keep their earlier value.
-pub(crate) fn merge_step(steps: &mut Vec<types::QueryStep>, step: &types::QueryStep) {
-    let Some(known) = steps.iter_mut().find(|s| s.step_id == step.step_id) else {
-        steps.push(step.clone());
-        return;
-    };
-    if !step.status.is_empty() {
-        known.status.clone_from(&step.status);
-    }
-    if !step.commentary.is_empty() {
-        known.commentary.clone_from(&step.commentary);
-    }
-    if !step.fns.is_empty() {
-        known.fns.clone_from(&step.fns);
-    }
-    if step.code.is_some() {
-        known.code.clone_from(&step.code);
-    }
-    if step.cum_input_tokens.is_some() {
-        known.cum_input_tokens = step.cum_input_tokens;
-    }
-    if step.cum_output_tokens.is_some() {
-        known.cum_output_tokens = step.cum_output_tokens;
-    }
+/// A turn that stopped being read, for a [`QueryHandle`](crate::QueryHandle).
+pub(crate) struct Detached {
+    pub(crate) client: crate::Client,
+    pub(crate) query: types::Query,
+    pub(crate) slot: Option<TurnSlot>,
+    pub(crate) config: StreamConfig,
+    pub(crate) span: TurnSpan,
+    /// The connection, when the server has not named the turn yet.
+    pub(crate) unnamed: Option<EventConnection>,
 }
 
 impl fmt::Debug for QueryTurn {
@@ -687,14 +127,92 @@ impl QueryTurn {
             span,
             cancel_on_drop: config.cancel_on_drop_enabled(),
             after_checkpoint: false,
+            prefix_len: None,
+            mismatch: None,
+            terminal_status: None,
+            reconciled: false,
             stream_config: config.clone(),
         }
     }
 
-    /// This turn continues after a checkpoint stored elsewhere: the text
-    /// before it is unknown here, so a replay gap cannot be made up for.
-    pub(crate) fn mark_after_checkpoint(&mut self) {
+    /// A turn the server answered with its Query document: a terminal one
+    /// is replayed as its events; a running one is followed through
+    /// `GET /queries/{id}/events` from the start.
+    pub(crate) fn from_query(
+        client: crate::Client,
+        query: types::Query,
+        slot: TurnSlot,
+        span: TurnSpan,
+        config: &StreamConfig,
+    ) -> Self {
+        if !query.is_terminal() {
+            let conn = EventConnection::resume(client, config.clone(), query.id.clone(), None);
+            let mut turn = QueryTurn::new(conn, Some(slot), span, config);
+            turn.set_session_id(&query.session_id);
+            return turn;
+        }
+        let conn = EventConnection::named_closed(client, config.clone(), query.id.clone());
+        let mut turn = QueryTurn::new(conn, Some(slot), span, config);
+        turn.pending.push_back(QueryEvent::Created {
+            query_id: query.id.clone(),
+            session_id: Some(query.session_id.clone()),
+        });
+        let answer = query.answer_text();
+        if !answer.is_empty() {
+            turn.pending
+                .push_back(QueryEvent::TextDelta { delta: answer });
+        }
+        let error = query.error.clone().unwrap_or_default();
+        turn.pending.push_back(match query.status.as_str() {
+            "failed" => QueryEvent::Failed { error },
+            "cancelled" => QueryEvent::Cancelled { error },
+            _ => QueryEvent::Completed,
+        });
+        turn.pending.push_back(QueryEvent::Query(Box::new(query)));
+        turn
+    }
+
+    /// This turn continues after a checkpoint stored elsewhere, after
+    /// `prefix_len` bytes of answer text when known: without it a replay
+    /// gap cannot be made up for.
+    pub(crate) fn mark_after_checkpoint(&mut self, prefix_len: Option<usize>) {
         self.after_checkpoint = true;
+        self.prefix_len = prefix_len;
+    }
+
+    /// Compares the delivered text with the final Query's answer: `Ok(None)`
+    /// when they are equal (or the turn failed or was cancelled: its error
+    /// is what counts), `Ok(Some(rest))` when the answer continues the text
+    /// by `rest`, the mismatch otherwise.
+    fn check_final(&self, query: &types::Query) -> Result<Option<String>, Mismatch> {
+        if matches!(query.status.as_str(), "failed" | "cancelled") {
+            return Ok(None);
+        }
+        let answer = query.answer_text();
+        let delivered = self.acc.text.as_str();
+        let base = match (self.after_checkpoint, self.prefix_len) {
+            (false, _) => Some((0, answer.as_str())),
+            (true, Some(n)) => answer.get(n..).map(|rest| (n, rest)),
+            // The text before the checkpoint is unknown here: what was
+            // delivered must end the answer.
+            (true, None) if answer.ends_with(delivered) => return Ok(None),
+            (true, None) => None,
+        };
+        if let Some((_, base)) = base
+            && let Some(rest) = base.strip_prefix(delivered)
+        {
+            return Ok((!rest.is_empty()).then(|| rest.to_owned()));
+        }
+        let first_difference = match base {
+            Some((offset, base)) => offset.saturating_add(common_prefix(base, delivered)),
+            None => self.prefix_len.unwrap_or(0).min(answer.len()),
+        };
+        Err(Mismatch {
+            query_id: query.id.clone(),
+            delivered_len: delivered.len(),
+            final_len: answer.len(),
+            first_difference,
+        })
     }
 
     /// Sets the session id known from elsewhere (an attached turn).
@@ -711,23 +229,17 @@ impl QueryTurn {
         self.conn.terminal_seen() || self.acc.query.as_ref().is_some_and(|q| q.is_terminal())
     }
 
-    /// Stops reading and keeps the turn: the returned [`QueryHandle`] can
-    /// poll, wait for, cancel or read the turn again later
-    /// ([`QueryHandle::events_after`] with [`QueryTurn::last_event_id`]
-    /// continues exactly where this turn stopped). The connection is closed;
-    /// the turn goes on on the server, and the session counts it as in
-    /// flight while the handle lives. Never cancels, whatever
-    /// [`StreamConfig::cancel_on_drop`] says.
-    pub fn detach(mut self) -> QueryHandle {
-        // Drop must neither cancel nor free the session: the handle owns it.
+    /// Stops reading (see [`QueryTurn::detach`]): what a handle on the turn
+    /// needs. Neither cancels nor frees the session: the handle owns it.
+    pub(crate) fn detach_parts(mut self) -> Detached {
         self.cancel_on_drop = false;
         self.ended = true;
         let slot = self.slot.take();
         let status = if self.ended_on_server() {
-            self.acc
-                .query
-                .as_ref()
-                .map_or_else(|| "completed".to_owned(), |q| q.status.clone())
+            self.acc.query.as_ref().map_or_else(
+                || self.terminal_status.unwrap_or("completed").to_owned(),
+                |q| q.status.clone(),
+            )
         } else {
             "in_progress".to_owned()
         };
@@ -757,17 +269,29 @@ impl QueryTurn {
                 total_tokens: 0,
             }),
         });
-        let span = self.span.clone();
-        let config = self.stream_config.clone();
         let client = self.conn.client().clone();
-        if self.conn.query_id().is_some() {
+        let unnamed = if self.conn.query_id().is_some() {
             self.conn.close();
-            QueryHandle::new(client, query, slot, config, span)
+            None
         } else {
             // Not named yet: the handle reads on until it is, when needed.
-            let conn = std::mem::replace(&mut self.conn, EventConnection::closed(client));
-            QueryHandle::unnamed(conn, query, slot, config, span)
+            Some(std::mem::replace(
+                &mut self.conn,
+                EventConnection::closed(client.clone()),
+            ))
+        };
+        Detached {
+            client,
+            query,
+            slot,
+            config: self.stream_config.clone(),
+            span: self.span.clone(),
+            unnamed,
         }
+    }
+
+    pub(crate) fn turn_span(&self) -> &TurnSpan {
+        &self.span
     }
 
     /// The turn's id, once the server named it (any event carries it).
@@ -780,9 +304,35 @@ impl QueryTurn {
         self.acc.session_id.as_deref()
     }
 
-    /// The sequence number of the last event delivered.
+    /// The sequence number of the last event delivered: a checkpoint for
+    /// [`QueryHandle::events_after`](crate::QueryHandle::events_after). Once the rest of the answer came from
+    /// the final Query (a gap the events could not fill), it is
+    /// [`END_OF_TURN`]: nothing after it repeats text.
     pub fn last_event_id(&self) -> Option<u64> {
+        if self.reconciled {
+            return Some(END_OF_TURN);
+        }
         self.conn.last_seq()
+    }
+
+    /// A [`Checkpoint`] to persist: the turn, [`QueryTurn::last_event_id`]
+    /// and the bytes of text delivered up to it. `None` before the server
+    /// named the turn, or on a turn continued with
+    /// [`QueryHandle::events_after`](crate::QueryHandle::events_after) (the text before its start is unknown
+    /// here; [`QueryHandle::events_from`](crate::QueryHandle::events_from) keeps it).
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        let query_id = self.conn.query_id()?.to_owned();
+        let before = if self.after_checkpoint {
+            self.prefix_len?
+        } else {
+            0
+        };
+        let text_len = before.saturating_add(self.acc.text.len());
+        Some(Checkpoint {
+            query_id,
+            event_id: self.last_event_id().unwrap_or(0),
+            text_len: u64::try_from(text_len).unwrap_or(u64::MAX),
+        })
     }
 
     /// The answer text delivered so far.
@@ -868,6 +418,9 @@ impl QueryTurn {
         if let Some((gap, detail)) = self.gap.take() {
             return Err(gap.into_error(&detail));
         }
+        if let Some(m) = self.mismatch.take() {
+            return Err(m.to_error());
+        }
         if let Some(q) = self.acc.query.take() {
             return into_outcome(q);
         }
@@ -875,6 +428,9 @@ impl QueryTurn {
             Some(id) if self.conn.terminal_seen() => {
                 let limit = self.conn.config().recovery_wait_limit();
                 let query = stored_terminal(self.conn.client(), id, limit).await?;
+                if let Err(m) = self.check_final(&query) {
+                    return Err(m.to_error());
+                }
                 if let Some(slot) = self.slot.take() {
                     slot.learn(Some(&query.session_id), Some(&query.id));
                     if query.is_terminal() {
@@ -887,30 +443,6 @@ impl QueryTurn {
                 query_id: id.map(str::to_owned),
                 message: "the stream ended without the turn's result".into(),
             }),
-        }
-    }
-
-    /// [`QueryTurn::finish`], falling back to polling the stored Query when
-    /// the events cannot be read to the end (the turn is named but the
-    /// stream broke beyond resuming).
-    pub(crate) async fn finish_or_poll(mut self) -> Result<types::Query> {
-        let span = self.span.span();
-        let mut first_error = None;
-        while let Some(item) = self.next().instrument(span.clone()).await {
-            if let Err(e) = item {
-                first_error.get_or_insert(e);
-            }
-        }
-        match first_error {
-            Some(e @ (Error::TurnFailed { .. } | Error::TurnCancelled { .. })) => Err(e),
-            Some(_) if self.conn.query_id().is_some() => {
-                tracing::debug!(parent: &span, "the events broke off; polling the stored turn");
-                self.cancel_on_drop = false;
-                let mut handle = self.detach();
-                handle.wait().await
-            }
-            Some(e) => Err(e),
-            None => self.finish_inner().instrument(span).await,
         }
     }
 
@@ -963,43 +495,41 @@ impl QueryTurn {
 
     /// Turns the stored turn that stands in for a broken replay into the
     /// events still owed, or the error when it does not continue the text
-    /// already delivered.
+    /// already delivered. A failed or cancelled turn reports its own error,
+    /// whatever the gap.
     fn recovered(&mut self, query: types::Query, gap: ReplayGap) -> Option<Error> {
-        let answer = query.answer_text();
-        if self.after_checkpoint {
-            let detail = format!(
-                "the text before checkpoint {} was delivered elsewhere, so the stored answer \
-                 ({} bytes) cannot be split at it; read the stored turn instead",
-                gap.last_event_id.unwrap_or_default(),
-                answer.len()
-            );
-            self.gap = Some((gap.clone(), detail.clone()));
-            return Some(gap.into_error(&detail));
-        }
-        let Some(rest) = answer.strip_prefix(self.acc.text.as_str()) else {
-            let detail = format!(
-                "the stored answer ({} bytes) does not continue the {} bytes already delivered",
-                answer.len(),
-                self.acc.text.len()
-            );
-            self.gap = Some((gap.clone(), detail.clone()));
-            return Some(gap.into_error(&detail));
-        };
-        tracing::debug!(
-            query_id = query.id,
-            rest = rest.len(),
-            "finishing the turn from its stored state"
-        );
-        if !rest.is_empty() {
-            self.pending.push_back(QueryEvent::TextDelta {
-                delta: rest.to_owned(),
-            });
-        }
         let error = query.error.clone().unwrap_or_default();
         match query.status.as_str() {
             "failed" => self.pending.push_back(QueryEvent::Failed { error }),
             "cancelled" => self.pending.push_back(QueryEvent::Cancelled { error }),
-            _ => self.pending.push_back(QueryEvent::Completed),
+            _ if self.after_checkpoint && self.prefix_len.is_none() => {
+                let detail = format!(
+                    "the text before checkpoint {} was delivered elsewhere, so the stored answer \
+                     ({} bytes) cannot be split at it; read the stored turn instead",
+                    gap.last_event_id.unwrap_or_default(),
+                    query.answer_text().len()
+                );
+                self.gap = Some((gap.clone(), detail.clone()));
+                return Some(gap.into_error(&detail));
+            }
+            _ => match self.check_final(&query) {
+                Ok(rest) => {
+                    tracing::debug!(
+                        query_id = query.id,
+                        rest = rest.as_ref().map_or(0, String::len),
+                        "finishing the turn from its stored state"
+                    );
+                    if let Some(delta) = rest {
+                        self.pending.push_back(QueryEvent::TextDelta { delta });
+                    }
+                    self.pending.push_back(QueryEvent::Completed);
+                }
+                Err(m) => {
+                    let detail = m.detail();
+                    self.gap = Some((gap.clone(), detail.clone()));
+                    return Some(gap.into_error(&detail));
+                }
+            },
         }
         self.pending.push_back(QueryEvent::Query(Box::new(query)));
         None
@@ -1044,7 +574,9 @@ impl Drop for QueryTurn {
         let client = self.conn.client().clone();
         let span = self.span.span();
         tracing::debug!(parent: &span, query_id, "dropped before its end; cancelling the turn");
-        runtime.spawn(
+        let owner = client.clone();
+        owner.spawn_cancel(
+            &runtime,
             async move {
                 if let Err(e) = client.queries().cancel(&query_id).await {
                     tracing::warn!(query_id, error = %e, "could not cancel the dropped turn");
@@ -1082,6 +614,7 @@ impl Stream for QueryTurn {
                     if let Some(e) = this.recovered(*query, gap) {
                         return Poll::Ready(Some(Err(e)));
                     }
+                    this.reconciled = true;
                     match this.pending.pop_front() {
                         Some(event) => event,
                         None => return Poll::Ready(None),
@@ -1089,6 +622,44 @@ impl Stream for QueryTurn {
                 }
                 Err(e) => return Poll::Ready(Some(Err(e))),
             }
+        };
+        let event = match event {
+            QueryEvent::Query(query) => match this.check_final(&query) {
+                Ok(None) => QueryEvent::Query(query),
+                Ok(Some(rest)) => {
+                    // The answer goes on past what was delivered: the rest
+                    // first, as one delta.
+                    tracing::debug!(rest = rest.len(), "delivering the rest of the final answer");
+                    this.pending.push_front(QueryEvent::Query(query));
+                    this.reconciled = true;
+                    QueryEvent::TextDelta { delta: rest }
+                }
+                Err(m) => {
+                    tracing::warn!(
+                        query_id = m.query_id,
+                        delivered = m.delivered_len,
+                        final_len = m.final_len,
+                        at = m.first_difference,
+                        "the streamed text is not the final answer"
+                    );
+                    let e = m.to_error();
+                    this.mismatch = Some(m);
+                    return Poll::Ready(Some(Err(e)));
+                }
+            },
+            QueryEvent::Completed if this.terminal_status.is_none() => {
+                this.terminal_status = Some("completed");
+                QueryEvent::Completed
+            }
+            e @ QueryEvent::Failed { .. } if this.terminal_status.is_none() => {
+                this.terminal_status = Some("failed");
+                e
+            }
+            e @ QueryEvent::Cancelled { .. } if this.terminal_status.is_none() => {
+                this.terminal_status = Some("cancelled");
+                e
+            }
+            e => e,
         };
         this.acc.apply(&event);
         if let (
@@ -1148,81 +719,5 @@ impl Stream for TextStream {
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
             }
         }
-    }
-}
-
-impl types::Query {
-    /// Deserializes `output_json` (the answer to a `shape`, or retrieval
-    /// hits) into `T`.
-    ///
-    /// ```
-    /// # let json = serde_json::json!({"id":"q1","object":"query","session_id":"s1",
-    /// #   "created":0,"status":"completed","input":[],"output":[],"citations":[],"steps":[],
-    /// #   "runtime_ms":1,"usage":{"input_tokens":0,"output_tokens":0,"total_tokens":0},
-    /// #   "output_json":{"answer":42}});
-    /// let query: nexus_knowql::types::Query = serde_json::from_value(json).unwrap();
-    /// #[derive(serde::Deserialize)]
-    /// struct Answer { answer: u32 }
-    /// assert_eq!(query.json::<Answer>().unwrap().answer, 42);
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::Decode`] when there is no `output_json` or it does not fit `T`.
-    pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
-        let Some(map) = &self.output_json else {
-            return Err(Error::decode(
-                "query_output_json",
-                format!("query {} has no output_json", self.id),
-                b"",
-            ));
-        };
-        let value = serde_json::Value::Object(map.clone());
-        serde_json::from_value(value).map_err(|e| {
-            let body = serde_json::to_vec(map).unwrap_or_default();
-            Error::decode("query_output_json", e, &body)
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn step(id: &str, status: &str, commentary: &str) -> types::QueryStep {
-        types::QueryStep {
-            step_id: id.into(),
-            status: status.into(),
-            commentary: commentary.into(),
-            fns: Vec::new(),
-            code: None,
-            cum_input_tokens: None,
-            cum_output_tokens: None,
-        }
-    }
-
-    #[test]
-    fn steps_merge_by_id_and_later_status_wins() {
-        let mut steps = Vec::new();
-        merge_step(&mut steps, &step("a", "running", "searching"));
-        merge_step(&mut steps, &step("b", "running", "reading"));
-        merge_step(&mut steps, &step("a", "done", ""));
-        assert_eq!(steps.len(), 2);
-        assert_eq!(steps[0].status, "done");
-        assert_eq!(steps[0].commentary, "searching");
-        assert_eq!(steps[1].status, "running");
-    }
-
-    #[test]
-    fn usage_follows_cumulative_step_counts() {
-        let mut acc = Accumulated::default();
-        let mut s = step("a", "done", "");
-        s.cum_input_tokens = Some(10);
-        s.cum_output_tokens = Some(3);
-        acc.apply(&QueryEvent::Step(s));
-        let u = acc.usage.unwrap();
-        assert_eq!(
-            (u.input_tokens, u.output_tokens, u.total_tokens),
-            (10, 3, 13)
-        );
     }
 }

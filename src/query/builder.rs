@@ -1,0 +1,514 @@
+//! [`TurnBuilder`]: one turn of a [`Session`] before it runs, with the
+//! per-turn controls and three ways to run it.
+
+use std::fmt;
+
+use backoff::backoff::Backoff;
+use futures::StreamExt;
+use tracing::Instrument;
+
+use super::background::QueryHandle;
+use super::session::{Session, WhenBusy};
+use super::slot::TurnSlot;
+use super::span::{TurnSpan, into_outcome};
+use super::stream::{EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, expect_event_stream};
+use super::turn::QueryTurn;
+use crate::error::{Error, Result};
+use crate::types;
+
+/// The most seconds a turn may run (the service's cap); `timeout_seconds` may only lower it.
+pub const MAX_TURN_SECONDS: i64 = 900;
+
+/// One turn of a [`Session`], before it runs. Get one from [`Session::ask`].
+///
+/// Setters never fail; the terminal methods check the request before
+/// sending. Streaming and background are separate terminal methods, so a
+/// request that asks for both cannot be written.
+#[must_use]
+pub struct TurnBuilder {
+    session: Session,
+    request: types::QueryRequest,
+    stream_config: StreamConfig,
+    when_busy: WhenBusy,
+}
+
+impl fmt::Debug for TurnBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnBuilder")
+            .field("session", &self.session)
+            .field("stream_config", &self.stream_config)
+            .field("when_busy", &self.when_busy)
+            .finish_non_exhaustive()
+    }
+}
+
+fn empty_request(ask: String) -> types::QueryRequest {
+    types::QueryRequest {
+        artifacts_only: None,
+        ask,
+        background: None,
+        chunks_only: None,
+        comparison_group: None,
+        compose: None,
+        guardrails: None,
+        max_retrieved: None,
+        max_retrieved_chars: None,
+        max_steps: None,
+        model: None,
+        models: Vec::new(),
+        pointers_only: None,
+        previous_query_id: None,
+        retrieval_only: None,
+        scope: Vec::new(),
+        session_id: None,
+        shape: serde_json::Map::new(),
+        stream: None,
+        system_prompt: None,
+        thinking_level: None,
+        timeout_seconds: None,
+        tools: Vec::new(),
+        workflow: None,
+    }
+}
+
+impl TurnBuilder {
+    pub(crate) fn new(session: Session, ask: String) -> Self {
+        let when_busy = session.when_busy.clone();
+        TurnBuilder {
+            session,
+            request: empty_request(ask),
+            stream_config: StreamConfig::default(),
+            when_busy,
+        }
+    }
+
+    /// The workflow to run (for example `auto`).
+    pub fn workflow(mut self, workflow: impl Into<String>) -> Self {
+        self.request.workflow = Some(workflow.into());
+        self
+    }
+
+    /// A JSON shape for the answer: the turn then fills `output_json`
+    /// (read it with [`QueryTurn::json`] or [`types::Query::json`]).
+    pub fn shape(mut self, shape: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.request.shape = shape;
+        self
+    }
+
+    /// The most reasoning steps.
+    pub fn max_steps(mut self, n: i64) -> Self {
+        self.request.max_steps = Some(n);
+        self
+    }
+
+    /// How much the model thinks (for example `low`, `high`).
+    pub fn thinking_level(mut self, level: impl Into<String>) -> Self {
+        self.request.thinking_level = Some(level.into());
+        self
+    }
+
+    /// Whether to compose a prose answer.
+    pub fn compose(mut self, compose: bool) -> Self {
+        self.request.compose = Some(compose);
+        self
+    }
+
+    /// Retrieve only, no answer: the hits go to `output_json`.
+    pub fn retrieval_only(mut self, on: bool) -> Self {
+        self.request.retrieval_only = Some(on);
+        self
+    }
+
+    /// Return pointers to sources only.
+    pub fn pointers_only(mut self, on: bool) -> Self {
+        self.request.pointers_only = Some(on);
+        self
+    }
+
+    /// Return chunks only.
+    pub fn chunks_only(mut self, on: bool) -> Self {
+        self.request.chunks_only = Some(on);
+        self
+    }
+
+    /// Return artifacts only.
+    pub fn artifacts_only(mut self, on: bool) -> Self {
+        self.request.artifacts_only = Some(on);
+        self
+    }
+
+    /// The most hits retrieved.
+    pub fn max_retrieved(mut self, n: i64) -> Self {
+        self.request.max_retrieved = Some(n);
+        self
+    }
+
+    /// The most characters retrieved.
+    pub fn max_retrieved_chars(mut self, n: i64) -> Self {
+        self.request.max_retrieved_chars = Some(n);
+        self
+    }
+
+    /// A time limit in seconds; it may only lower the service's 900 s cap.
+    pub fn timeout_seconds(mut self, seconds: i64) -> Self {
+        self.request.timeout_seconds = Some(seconds);
+        self
+    }
+
+    /// Groups turns run as a comparison.
+    pub fn comparison_group(mut self, group: impl Into<String>) -> Self {
+        self.request.comparison_group = Some(group.into());
+        self
+    }
+
+    /// How the turn's events are read and resumed (idle timeout, frame
+    /// limit, resume budget, cancel on drop); used by
+    /// [`TurnBuilder::stream`], [`TurnBuilder::send`] and the handle of
+    /// [`TurnBuilder::background`].
+    pub fn stream_config(mut self, config: StreamConfig) -> Self {
+        self.stream_config = config;
+        self
+    }
+
+    /// What this turn does while an earlier turn of the session still runs
+    /// (default: the session's, see [`SessionBuilder::when_busy`](crate::SessionBuilder::when_busy)).
+    pub fn when_busy(mut self, when_busy: WhenBusy) -> Self {
+        self.when_busy = when_busy;
+        self
+    }
+
+    /// Checks the request before anything is sent.
+    fn check(&self) -> Result<()> {
+        if self.request.ask.trim().is_empty() {
+            return Err(Error::InvalidRequest("the question is empty".into()));
+        }
+        if let Some(t) = self.request.timeout_seconds
+            && !(1..=MAX_TURN_SECONDS).contains(&t)
+        {
+            return Err(Error::InvalidRequest(format!(
+                "timeout_seconds must be 1 to {MAX_TURN_SECONDS}, got {t}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Takes the session's slot and fills in the session's part of the request.
+    async fn prepare(&mut self, span: &TurnSpan) -> Result<TurnSlot> {
+        let slot = TurnSlot::acquire(&self.session, &self.when_busy).await?;
+        let start = self.session.shared.lock().clone();
+        span.learn(None, start.session_id.as_deref());
+        let r = &mut self.request;
+        if let Some(id) = start.session_id {
+            r.session_id = Some(id);
+        } else if let Some(prev) = start.previous_query_id {
+            r.previous_query_id = Some(prev);
+        } else {
+            r.scope = start.scope;
+            r.system_prompt = start.config.system_prompt;
+            r.guardrails = start.config.guardrails;
+            r.model = start.config.model;
+            r.models = start.config.models;
+            r.tools = start.config.tools;
+        }
+        Ok(slot)
+    }
+
+    fn post(&self, event_stream: bool) -> reqwest::RequestBuilder {
+        let accept = if event_stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        self.session
+            .client
+            .request(reqwest::Method::POST, "/query")
+            .header(reqwest::header::ACCEPT, accept)
+            .json(&self.request)
+    }
+
+    /// Sends `POST /query` once the session is free. A 409 because a turn
+    /// of the session still runs (started elsewhere) becomes
+    /// [`Error::SessionBusy`], or a wait and one more try.
+    async fn post_turn(
+        &mut self,
+        event_stream: bool,
+        span: &TurnSpan,
+    ) -> Result<(TurnSlot, reqwest::Response)> {
+        self.check()?;
+        let started = tokio::time::Instant::now();
+        let mut intervals: Option<backoff::ExponentialBackoff> = None;
+        loop {
+            let slot = self.prepare(span).await?;
+            let client = self.session.client.clone();
+            let sent = if event_stream {
+                client.send_stream("create_query", self.post(true)).await
+            } else {
+                client.send("create_query", self.post(false)).await
+            };
+            let err = match sent {
+                Ok(resp) => return Ok((slot, resp)),
+                Err(e) => e,
+            };
+            if err.may_have_started()
+                || (err.status().is_none()
+                    && !matches!(err, Error::Transport { connect: true, .. }))
+            {
+                // The request may have reached the server: keep the turn
+                // remembered (dropping the slot) so the next one checks.
+                drop(slot);
+                return Err(err);
+            }
+            if !err.is_conflict() {
+                slot.release();
+                return Err(err);
+            }
+            let Some(query_id) = self.running_turn(&err).await else {
+                // A 409 for another reason (a context not curated, a
+                // preview cap): the server's answer as it is.
+                slot.release();
+                return Err(err);
+            };
+            tracing::debug!(query_id, "the session runs another turn (409)");
+            slot.adopt(&query_id);
+            drop(slot);
+            let WhenBusy::Wait(wait) = &self.when_busy else {
+                return Err(Error::SessionBusy { query_id });
+            };
+            let intervals = intervals.get_or_insert_with(|| wait.intervals());
+            let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
+            if started.elapsed().saturating_add(delay) > wait.timeout {
+                return Err(Error::SessionBusy { query_id });
+            }
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// The running turn of the session this turn continues, when the 409
+    /// `err` is about one: per the server's stored session, else (when the
+    /// server's code or message says a turn is in flight) the unfinished
+    /// turn this process knows of. `None`: the 409 is about something else.
+    async fn running_turn(&self, err: &Error) -> Option<String> {
+        if self.request.session_id.is_none() && self.request.previous_query_id.is_none() {
+            // A new session: its 409 is about something else.
+            return None;
+        }
+        let from_server = async {
+            let queries = self.session.client.queries();
+            let session_id = match (&self.request.session_id, &self.request.previous_query_id) {
+                (Some(s), _) => s.clone(),
+                (None, Some(prev)) => queries.get(prev).await.ok()?.session_id,
+                (None, None) => return None,
+            };
+            let session = self.session.client.sessions().get(&session_id).await.ok()?;
+            session
+                .queries
+                .iter()
+                .rev()
+                .find(|q| !q.is_terminal())
+                .map(|q| q.id.clone())
+        };
+        match from_server.await {
+            Some(id) => Some(id),
+            None if says_in_flight(err) => self
+                .session
+                .unfinished_query_id()
+                .or_else(|| self.session.last_query_id()),
+            None => None,
+        }
+    }
+
+    /// Runs the turn to its end and returns the stored Query.
+    ///
+    /// The turn runs on the streaming path (a synchronous request could be
+    /// cut by a proxy during a long turn): a connection cut after the
+    /// server named the turn is resumed with `Last-Event-ID`, and if the
+    /// events cannot be had any more, the stored Query is polled with
+    /// `GET /queries/{id}`. `POST /query` is never sent twice, so a cut
+    /// neither loses the answer nor starts a second turn. A server that
+    /// answers with the Query document instead of an event stream is
+    /// accepted as well.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] for a request rejected before sending;
+    /// [`Error::SessionBusy`] while an earlier turn of the session runs;
+    /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] when the turn ended
+    /// so; [`Error::Stream`] when the connection broke before the server
+    /// named the turn; [`Error::Timeout`] after the client's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (the turn is not
+    /// cancelled; the session remembers it); any error of the calls.
+    pub async fn send(mut self) -> Result<types::Query> {
+        let span = TurnSpan::new("send");
+        let outer = span.span();
+        let limit = self.session.client.transport().turn_timeout();
+        let run = async move {
+            self.request.stream = Some(true);
+            let (slot, resp) = self.post_turn(true, &span).await?;
+            let client = self.session.client.clone();
+            if is_json(&resp) {
+                // A synchronous answer (or a 202) after all.
+                let query = decode_query("create_query", resp).await?;
+                slot.learn(Some(&query.session_id), Some(&query.id));
+                let mut handle =
+                    QueryHandle::new(client, query, Some(slot), self.stream_config, span);
+                if handle.last_seen().is_terminal() {
+                    return into_outcome(handle.last_seen().clone());
+                }
+                return handle.wait().await;
+            }
+            let resp = expect_event_stream("create_query", None, resp)?;
+            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None);
+            finish_or_poll(QueryTurn::new(conn, Some(slot), span, &self.stream_config)).await
+        }
+        .instrument(outer);
+        match limit {
+            None => run.await,
+            // Dropped at the deadline, the turn stays remembered by the session.
+            Some(limit) => tokio::time::timeout(limit, run)
+                .await
+                .unwrap_or(Err(Error::Timeout {
+                    operation: "create_query",
+                    elapsed_ms: super::millis(limit),
+                })),
+        }
+    }
+
+    /// Runs the turn as a stream of events.
+    ///
+    /// Returns once the server accepted the turn (the response headers
+    /// arrived); the events follow through the [`QueryTurn`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] as for [`TurnBuilder::send`];
+    /// [`Error::SessionBusy`] while an earlier turn of the session runs;
+    /// any error answer to `POST /query`; [`Error::Timeout`] when the
+    /// response headers do not come within the client's header timeout (the
+    /// request is not sent again: the server may already run the turn).
+    pub async fn stream(mut self) -> Result<QueryTurn> {
+        let span = TurnSpan::new("stream");
+        let outer = span.span();
+        async move {
+            self.request.stream = Some(true);
+            let (slot, resp) = self.post_turn(true, &span).await?;
+            let client = self.session.client.clone();
+            if is_json(&resp) {
+                // The Query document instead of an event stream: the turn
+                // is named, so it is followed by its id.
+                let query = decode_query("create_query", resp).await?;
+                slot.learn(Some(&query.session_id), Some(&query.id));
+                return Ok(QueryTurn::from_query(
+                    client,
+                    query,
+                    slot,
+                    span,
+                    &self.stream_config,
+                ));
+            }
+            let resp = expect_event_stream("create_query", None, resp)?;
+            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None);
+            Ok(QueryTurn::new(conn, Some(slot), span, &self.stream_config))
+        }
+        .instrument(outer)
+        .await
+    }
+
+    /// Starts the turn in the background (HTTP 202) and returns a handle to
+    /// poll, wait for, stream or cancel it.
+    ///
+    /// # Errors
+    /// As for [`TurnBuilder::stream`].
+    pub async fn background(mut self) -> Result<QueryHandle> {
+        let span = TurnSpan::new("background");
+        let outer = span.span();
+        async move {
+            self.request.background = Some(true);
+            let (slot, resp) = self.post_turn(false, &span).await?;
+            let query = decode_query("create_query", resp).await?;
+            slot.learn(Some(&query.session_id), Some(&query.id));
+            Ok(QueryHandle::new(
+                self.session.client.clone(),
+                query,
+                Some(slot),
+                self.stream_config,
+                span,
+            ))
+        }
+        .instrument(outer)
+        .await
+    }
+}
+
+/// Whether a 409 says that a turn of the session is in flight.
+fn says_in_flight(err: &Error) -> bool {
+    let Some(api) = err.as_api() else {
+        return false;
+    };
+    let code = api.code.as_deref().unwrap_or_default();
+    let message = api.message.to_ascii_lowercase();
+    matches!(
+        code,
+        "session_busy" | "query_in_flight" | "turn_in_flight" | "in_flight"
+    ) || ["in flight", "in-flight", "already running", "still running"]
+        .iter()
+        .any(|m| message.contains(m))
+}
+
+/// Whether an answer is a JSON document (not an event stream).
+fn is_json(resp: &reqwest::Response) -> bool {
+    resp.headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
+}
+
+pub(crate) async fn decode_query(
+    operation: &'static str,
+    resp: reqwest::Response,
+) -> Result<types::Query> {
+    let mut body = Vec::new();
+    let mut resp = resp;
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| crate::client::map_reqwest(operation, e, None))?
+    {
+        if body.len().saturating_add(chunk.len()) > MAX_QUERY_BODY_BYTES {
+            return Err(Error::ResponseTooLarge {
+                operation,
+                limit: u64::try_from(MAX_QUERY_BODY_BYTES).unwrap_or(u64::MAX),
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).map_err(|e| Error::decode(operation, e, &body))
+}
+
+impl Session {
+    /// Starts a turn: set per-turn controls on the builder, then run it with
+    /// `send()`, `stream()` or `background()`.
+    pub fn ask(&self, text: impl Into<String>) -> TurnBuilder {
+        TurnBuilder::new(self.clone(), text.into())
+    }
+}
+
+/// [`QueryTurn::finish`], falling back to polling the stored Query when the
+/// events cannot be read to the end (the turn is named but the stream broke
+/// beyond resuming).
+async fn finish_or_poll(mut turn: QueryTurn) -> Result<types::Query> {
+    let span = turn.turn_span().span();
+    let mut first_error = None;
+    while let Some(item) = turn.next().instrument(span.clone()).await {
+        if let Err(e) = item {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        Some(e @ (Error::TurnFailed { .. } | Error::TurnCancelled { .. })) => Err(e),
+        Some(_) if turn.query_id().is_some() => {
+            tracing::debug!(parent: &span, "the events broke off; polling the stored turn");
+            let mut handle = turn.detach();
+            handle.wait().await
+        }
+        Some(e) => Err(e),
+        None => turn.finish().await,
+    }
+}

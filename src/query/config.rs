@@ -1,0 +1,159 @@
+//! [`StreamConfig`]: how a turn's event stream reads, limits and resumes.
+
+use std::time::Duration;
+
+use super::sse::DEFAULT_MAX_FRAME_BYTES;
+
+/// How a turn's event stream reads, limits and resumes.
+///
+/// ```
+/// use std::time::Duration;
+/// use nexus_knowql::StreamConfig;
+/// let config = StreamConfig::default()
+///     .idle_timeout(Some(Duration::from_secs(30)))
+///     .max_frame_bytes(1 << 20)
+///     .resume_attempts(5);
+/// # let _ = config;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct StreamConfig {
+    pub(super) idle_timeout: Option<Duration>,
+    pub(super) max_frame_bytes: usize,
+    pub(super) max_query_frame_bytes: usize,
+    pub(super) recovery_wait: Duration,
+    pub(super) resume_attempts: u32,
+    pub(super) resume_max_elapsed: Duration,
+    pub(super) resume_delay: Duration,
+    pub(super) resume_max_delay: Duration,
+    pub(super) cancel_on_drop: bool,
+    pub(super) final_query_wait: Duration,
+    pub(super) turn_deadline: Option<Duration>,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            idle_timeout: Some(Duration::from_secs(60)),
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_query_frame_bytes: MAX_QUERY_BODY_BYTES,
+            recovery_wait: DEFAULT_RECOVERY_WAIT,
+            resume_attempts: 8,
+            resume_max_elapsed: Duration::from_secs(120),
+            resume_delay: Duration::from_millis(250),
+            resume_max_delay: Duration::from_secs(10),
+            cancel_on_drop: false,
+            final_query_wait: DEFAULT_FINAL_QUERY_WAIT,
+            turn_deadline: Some(DEFAULT_TURN_DEADLINE),
+        }
+    }
+}
+
+impl StreamConfig {
+    /// Reconnect when no byte (SSE comments included) arrives for this long
+    /// (default 60 s); `None` waits forever.
+    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The most bytes one progress frame may have (default 4 MiB); a larger
+    /// frame before the terminal event ends the stream with [`Error::Stream`](crate::Error::Stream).
+    pub fn max_frame_bytes(mut self, limit: usize) -> Self {
+        self.max_frame_bytes = limit.max(1);
+        self
+    }
+
+    /// The most bytes of the final `query` frame (default 64 MiB, the same
+    /// limit as a JSON Query body). A larger one is not an error: the turn
+    /// has ended, and [`QueryTurn::finish`](crate::QueryTurn::finish) reads
+    /// the stored Query instead.
+    pub fn max_query_frame_bytes(mut self, limit: usize) -> Self {
+        self.max_query_frame_bytes = limit.max(1);
+        self
+    }
+
+    /// Whether dropping the [`QueryTurn`](crate::QueryTurn) before the turn
+    /// ended cancels it on the server (default `false`: the turn goes on and
+    /// its session remembers it). Best effort: the cancel
+    /// (`POST /queries/{id}/cancel`) runs as a task on the current Tokio
+    /// runtime, since a drop cannot wait, and is lost if that runtime shuts
+    /// down first; await [`Client::finish_cancels`](crate::Client::finish_cancels)
+    /// before exiting, or call [`QueryTurn::cancel`](crate::QueryTurn::cancel)
+    /// to cancel for sure. A turn dropped before the server named it cannot
+    /// be cancelled. [`QueryTurn::detach`](crate::QueryTurn::detach) never cancels.
+    pub fn cancel_on_drop(mut self, on: bool) -> Self {
+        self.cancel_on_drop = on;
+        self
+    }
+
+    pub(crate) fn cancel_on_drop_enabled(&self) -> bool {
+        self.cancel_on_drop
+    }
+
+    /// How long to wait for the stored turn to end when the event log cannot
+    /// be trusted (a replay that did not start at the id sent, a 404/410 for
+    /// the events) or the stream ended after the terminal event without the
+    /// final Query (default 930 s, above the service's 900 s cap on a turn).
+    pub fn recovery_wait(mut self, limit: Duration) -> Self {
+        self.recovery_wait = limit;
+        self
+    }
+
+    pub(crate) fn recovery_wait_limit(&self) -> Duration {
+        self.recovery_wait
+    }
+
+    /// How long the final `query` frame is awaited after the terminal event
+    /// (default 5 s); after that, or when the stream ends or breaks first,
+    /// the turn is read with `GET /queries/{id}` instead. SSE comments
+    /// (keep-alives) do not extend this wait.
+    pub fn final_query_wait(mut self, wait: Duration) -> Self {
+        self.final_query_wait = wait;
+        self
+    }
+
+    /// The longest a streamed turn is read, from its start to its final
+    /// Query, resumes and the reading of the stored turn included (default
+    /// 960 s: the service's 900 s cap on a turn plus a margin); `None` has no
+    /// overall limit. Nothing the server sends extends it. When it passes,
+    /// the turn yields [`Error::Timeout`](crate::Error::Timeout) (operation `query_turn`); the turn
+    /// is not cancelled.
+    pub fn turn_deadline(mut self, limit: Option<Duration>) -> Self {
+        self.turn_deadline = limit;
+        self
+    }
+
+    /// Reconnections tried after one break before giving up (default 8).
+    /// The count starts again once a reconnection delivers a new event.
+    pub fn resume_attempts(mut self, attempts: u32) -> Self {
+        self.resume_attempts = attempts;
+        self
+    }
+
+    /// Total time spent reconnecting after one break before giving up (default 120 s).
+    pub fn resume_max_elapsed(mut self, limit: Duration) -> Self {
+        self.resume_max_elapsed = limit;
+        self
+    }
+
+    /// The first delay before reconnecting (default 250 ms) when the stream
+    /// sent no `retry:` field, and the cap delays grow to (default 10 s).
+    pub fn resume_delay(mut self, first: Duration, max: Duration) -> Self {
+        self.resume_delay = first;
+        self.resume_max_delay = max.max(first);
+        self
+    }
+}
+
+/// The most bytes of a Query document, as a JSON body or a `query` frame.
+pub(crate) const MAX_QUERY_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The default bound on waiting for a stored turn to end.
+const DEFAULT_RECOVERY_WAIT: Duration = Duration::from_secs(930);
+
+/// The default wait for the `query` frame after the terminal event.
+const DEFAULT_FINAL_QUERY_WAIT: Duration = Duration::from_secs(5);
+
+/// The default overall limit of a streamed turn: the service's cap plus a margin.
+const DEFAULT_TURN_DEADLINE: Duration = Duration::from_secs(960);

@@ -1,0 +1,124 @@
+//! The requests behind a streamed turn: its events
+//! (`GET /queries/{id}/events`) and its stored state (`GET /queries/{id}`).
+
+use std::time::Duration;
+
+use backoff::backoff::Backoff;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::{Client, types};
+
+/// Percent-encodes one path segment.
+pub(crate) fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `GET /queries/{id}/events`, with `Last-Event-ID` when given. The wait
+/// for the response headers is bounded by the client's header timeout.
+pub(crate) async fn open_events(
+    client: &Client,
+    query_id: &str,
+    last_event_id: Option<u64>,
+) -> Result<reqwest::Response> {
+    let mut req = client
+        .request(
+            reqwest::Method::GET,
+            &format!("/queries/{}/events", path_segment(query_id)),
+        )
+        .header(reqwest::header::ACCEPT, "text/event-stream");
+    if let Some(n) = last_event_id {
+        req = req.header("Last-Event-ID", n.to_string());
+    }
+    let resp = client
+        .send_stream("stream_query_events", req)
+        .await
+        .map_err(|e| e.for_query(query_id))?;
+    expect_event_stream("stream_query_events", Some(query_id), resp)
+}
+
+/// Checks that a 2xx answer is an event stream.
+pub(crate) fn expect_event_stream(
+    operation: &'static str,
+    query_id: Option<&str>,
+    resp: reqwest::Response,
+) -> Result<reqwest::Response> {
+    let content_type = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type.is_empty() || content_type.starts_with("text/event-stream") {
+        Ok(resp)
+    } else {
+        Err(Error::Stream {
+            query_id: query_id.map(str::to_owned),
+            message: format!("{operation}: expected text/event-stream, got {content_type:?}"),
+        })
+    }
+}
+
+/// `GET /queries/{id}` until the turn is terminal, polling with a growing
+/// interval (200 ms up to 5 s) for at most `limit`.
+///
+/// # Errors
+/// [`Error::Timeout`] (operation `get_query`) when the turn is still running
+/// after `limit`; any error of the polls, naming the query.
+pub(crate) async fn stored_terminal(
+    client: &Client,
+    query_id: &str,
+    limit: Duration,
+) -> Result<types::Query> {
+    let started = Instant::now();
+    let mut intervals = backoff::ExponentialBackoff {
+        current_interval: Duration::from_millis(200),
+        initial_interval: Duration::from_millis(200),
+        randomization_factor: 0.1,
+        multiplier: 1.5,
+        max_interval: Duration::from_secs(5),
+        max_elapsed_time: None,
+        ..backoff::ExponentialBackoff::default()
+    };
+    loop {
+        let query = client
+            .queries()
+            .get(query_id)
+            .await
+            .map_err(|e| e.for_query(query_id))?;
+        if query.is_terminal() {
+            return Ok(query);
+        }
+        let delay = intervals.next_backoff().unwrap_or(Duration::from_secs(5));
+        if started.elapsed().saturating_add(delay) > limit {
+            return Err(Error::Timeout {
+                operation: "get_query",
+                elapsed_ms: millis(started.elapsed()),
+            });
+        }
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_encoded() {
+        assert_eq!(path_segment("q_1-a.b~"), "q_1-a.b~");
+        assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+    }
+}

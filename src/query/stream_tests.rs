@@ -1,0 +1,99 @@
+//! Unit tests of the resumable connection.
+
+use super::*;
+
+async fn next(conn: &mut EventConnection) -> Option<Result<Delivery>> {
+    futures::future::poll_fn(|cx| conn.poll_next_event(cx)).await
+}
+
+fn query_json(status: &str, answer: &str) -> serde_json::Value {
+    serde_json::json!({
+        "id": "q1", "object": "query", "session_id": "s1", "created": 0,
+        "status": status, "input": [], "citations": [], "steps": [], "runtime_ms": 1,
+        "output": [{"role": "assistant", "content": [{"type": "output_text", "text": answer}]}],
+        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    })
+}
+
+async fn server(events: &'static str) -> (wiremock::MockServer, Client) {
+    use wiremock::matchers::{header, method, path};
+    use wiremock::{Mock, ResponseTemplate};
+    let server = wiremock::MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/queries/q1/events"))
+        .and(header("last-event-id", "2"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_raw(events.as_bytes(), "text/event-stream"),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/queries/q1"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(query_json("completed", "ab")))
+        .mount(&server)
+        .await;
+    let client = Client::builder().base_url(server.uri()).build().unwrap();
+    (server, client)
+}
+
+#[tokio::test]
+async fn resume_from_a_known_event_skips_it_and_delivers_the_rest() {
+    let (_server, client) = server(
+        "id: 2\nevent: response.output_text.delta\ndata: {\"delta\":\"a\"}\n\n\
+         id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n\
+         id: 4\nevent: response.completed\ndata: {}\n\n",
+    )
+    .await;
+    let mut conn = EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
+    match next(&mut conn).await {
+        Some(Ok(Delivery::Event(Some(3), QueryEvent::TextDelta { delta }))) => {
+            assert_eq!(delta, "b")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        next(&mut conn).await,
+        Some(Ok(Delivery::Event(Some(4), QueryEvent::Completed)))
+    ));
+    // No `query` frame: the stored turn stands in for it.
+    match next(&mut conn).await {
+        Some(Ok(Delivery::Event(None, QueryEvent::Query(q)))) => {
+            assert_eq!(q.answer_text(), "ab")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(next(&mut conn).await.is_none());
+}
+
+#[tokio::test]
+async fn resume_that_skips_the_known_event_hands_over_the_stored_turn() {
+    let (_server, client) =
+        server("id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n").await;
+    let mut conn = EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
+    match next(&mut conn).await {
+        Some(Ok(Delivery::Recovered(query, gap))) => {
+            assert_eq!(query.answer_text(), "ab");
+            assert_eq!(gap.last_event_id, Some(2));
+            assert!(
+                gap.cause.contains("event 3 instead of event 2"),
+                "{}",
+                gap.cause
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(next(&mut conn).await.is_none());
+}
+
+#[test]
+fn only_server_trouble_is_resumable() {
+    let api = |s| Error::api("op", s, None, String::new(), None, None);
+    assert!(resumable(&api(503)));
+    assert!(resumable(&api(429)));
+    assert!(!resumable(&api(404)));
+    assert!(!resumable(&api(403)));
+    assert!(resumable(&Error::Timeout {
+        operation: "op",
+        elapsed_ms: 1
+    }));
+}
