@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::durable;
 use super::error::{LocalError, LocalResult};
-use super::import::empty_output;
+use super::paths::safe_join;
 use super::search::{Chunk, ContextIndex, chunk_document};
 use super::state::AppState;
-use super::store::{safe_join, task_is_terminal};
+use super::store::{empty_output, task_is_terminal};
 use crate::types;
 
 /// Phases reported in a curate task's progress.
@@ -70,6 +70,7 @@ pub(crate) fn start(
         let ctx = inner.context_mut(&context_id)?;
         ctx.curating = true;
         ctx.curate_task_id = Some(task.id.clone());
+        inner.dirty.contexts.insert(context_id.clone());
         (task, context_id)
     };
     let job_state = state.clone();

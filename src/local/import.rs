@@ -7,18 +7,23 @@
 //! own task, its files are moved into place and the state saved; only then
 //! is the upload acknowledged, so an acknowledged upload survives a crash.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use super::durable;
 use super::error::{LocalError, LocalResult};
+pub(crate) use super::paths::safe_path;
+use super::paths::{MAX_PATH_BYTES, safe_join};
+use super::records::{ContextRecord, empty_output};
 use super::state::AppState;
-use super::store::{ContextRecord, safe_join};
 use crate::types;
 
 /// Most files one archive may expand to.
@@ -27,11 +32,12 @@ const MAX_ARCHIVE_ENTRIES: usize = 100_000;
 pub(crate) const MAX_EXPANSION_RATIO: u64 = 200;
 /// An archive may always expand to this many bytes, whatever its ratio.
 const RATIO_FREE_BYTES: u64 = 1024 * 1024;
-/// Longest path part and whole path, in bytes.
-const MAX_PART_BYTES: usize = 255;
-const MAX_PATH_BYTES: usize = 1024;
 /// Copy buffer of the expansion.
 const COPY_BUFFER: usize = 64 * 1024;
+/// Skipped entries named in an import's report (the rest are counted).
+const MAX_SKIPPED_NAMES: usize = 20;
+/// Bytes counted for each zip entry besides its content (its headers).
+const ZIP_ENTRY_OVERHEAD: u64 = 76;
 
 /// An upload staged on disk: the uploaded file and its expansion.
 #[derive(Debug)]
@@ -44,8 +50,10 @@ pub(crate) struct Staged {
     pub(crate) root: PathBuf,
     /// Expanded files as `(source path, size)`, in the order found.
     pub(crate) files: Vec<(String, u64)>,
-    /// `(entry, reason)` of entries left out.
+    /// `(entry, reason)` of the first entries left out.
     pub(crate) skipped: Vec<(String, String)>,
+    /// How many entries were left out.
+    pub(crate) skipped_count: usize,
 }
 
 impl Staged {
@@ -63,6 +71,8 @@ pub(crate) enum StageError {
     Invalid(String),
     /// The disk failed (500).
     Io(String),
+    /// The upload's request went away.
+    Cancelled,
 }
 
 impl From<StageError> for LocalError {
@@ -71,52 +81,9 @@ impl From<StageError> for LocalError {
             StageError::TooLarge(m) => LocalError::too_large(m),
             StageError::Invalid(m) => LocalError::bad_request(m),
             StageError::Io(m) => LocalError::internal("staging the upload", m),
+            StageError::Cancelled => LocalError::bad_request("the upload was cancelled"),
         }
     }
-}
-
-/// Names that Windows reserves, whatever their extension.
-fn is_reserved_name(part: &str) -> bool {
-    let stem = part
-        .split('.')
-        .next()
-        .unwrap_or("")
-        .trim_end()
-        .to_ascii_uppercase();
-    matches!(
-        stem.as_str(),
-        "CON" | "PRN" | "AUX" | "NUL" | "CONIN$" | "CONOUT$"
-    ) || ((stem.starts_with("COM") || stem.starts_with("LPT"))
-        && stem.len() == 4
-        && stem
-            .as_bytes()
-            .get(3)
-            .is_some_and(|c| c.is_ascii_digit() || matches!(c, 0xb9 | 0xb2 | 0xb3)))
-}
-
-/// Normalizes a relative path: `/` separators, no `.`/`..`/empty parts.
-/// `None` for a path that could leave the tree or name something else on
-/// some platform: drive letters and other `:`, control characters, Windows
-/// reserved names, parts ending in a dot or space, over-long names.
-pub(crate) fn safe_path(raw: &str) -> Option<String> {
-    let mut parts = Vec::new();
-    for part in raw.split(['/', '\\']) {
-        match part {
-            "" | "." => {}
-            ".." => return None,
-            p if p.chars().any(|c| c.is_control() || c == ':')
-                || p.ends_with('.')
-                || p.ends_with(' ')
-                || p.len() > MAX_PART_BYTES
-                || is_reserved_name(p) =>
-            {
-                return None;
-            }
-            p => parts.push(p),
-        }
-    }
-    let joined = parts.join("/");
-    (!parts.is_empty() && joined.len() <= MAX_PATH_BYTES).then_some(joined)
 }
 
 /// Whether a path is hidden or archive clutter (skipped on expansion).
@@ -136,7 +103,7 @@ pub(crate) fn check_file_name(name: &str) -> LocalResult<()> {
 }
 
 /// The caps of one expansion.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Caps {
     /// Most expanded bytes in all.
     pub(crate) total: u64,
@@ -146,6 +113,8 @@ pub(crate) struct Caps {
     pub(crate) entries: usize,
     /// Whether staged files are flushed to disk (a data directory is in use).
     pub(crate) sync: bool,
+    /// Set when the upload's request is gone: the expansion stops.
+    pub(crate) cancel: Arc<AtomicBool>,
 }
 
 impl Caps {
@@ -155,6 +124,7 @@ impl Caps {
             ratio: MAX_EXPANSION_RATIO,
             entries: MAX_ARCHIVE_ENTRIES,
             sync,
+            cancel: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -181,6 +151,7 @@ pub(crate) fn stage(
     } else {
         caps.total
     };
+    let over: Rc<Cell<Option<Over>>> = Rc::new(Cell::new(None));
     let mut out = Expander {
         files_dir: Staged::files_dir(root),
         dir: dir.to_owned(),
@@ -192,7 +163,10 @@ pub(crate) fn stage(
         files: Vec::new(),
         seen: HashSet::new(),
         skipped: Vec::new(),
+        skipped_count: 0,
+        entries_seen: 0,
         buffer: vec![0; COPY_BUFFER],
+        cancel: caps.cancel.clone(),
     };
     if lower.ends_with(".zip") {
         let file = std::fs::File::open(upload).map_err(io)?;
@@ -200,7 +174,7 @@ pub(crate) fn stage(
             .map_err(|e| StageError::Invalid(format!("not a readable zip archive: {e}")))?;
         if zip.len() > caps.entries {
             return Err(StageError::TooLarge(format!(
-                "the archive holds more than {} files",
+                "the archive holds more than {} entries (the limit)",
                 caps.entries
             )));
         }
@@ -208,6 +182,7 @@ pub(crate) fn stage(
             let mut entry = zip
                 .by_index(i)
                 .map_err(|e| StageError::Invalid(format!("zip entry {i}: {e}")))?;
+            out.count_entry(ZIP_ENTRY_OVERHEAD.saturating_add(entry.name().len() as u64))?;
             if entry.is_dir() {
                 continue;
             }
@@ -221,20 +196,46 @@ pub(crate) fn stage(
         } else {
             Box::new(flate2::read::GzDecoder::new(file))
         };
-        let mut tar = tar::Archive::new(reader);
+        // Every byte of the expanded stream counts (headers and padding
+        // too), as it streams: refused at the first byte over the limit.
+        let counted = Counted {
+            inner: reader,
+            count: 0,
+            limit,
+            over: over.clone(),
+            cancel: caps.cancel.clone(),
+        };
+        let mut tar = tar::Archive::new(counted);
         let entries = tar
             .entries()
-            .map_err(|e| StageError::Invalid(format!("not a readable tar archive: {e}")))?;
+            .map_err(|e| out.stream_error(&over, format!("not a readable tar archive: {e}")))?;
         for entry in entries {
-            let mut entry = entry.map_err(|e| StageError::Invalid(format!("tar entry: {e}")))?;
-            if !entry.header().entry_type().is_file() {
+            let mut entry =
+                entry.map_err(|e| out.stream_error(&over, format!("tar entry: {e}")))?;
+            // Every entry counts toward the cap, whatever its kind.
+            out.count_entry(0)?;
+            let kind = entry.header().entry_type();
+            if kind.is_dir() {
+                continue;
+            }
+            if !kind.is_file() {
+                out.skip(
+                    || {
+                        entry
+                            .path()
+                            .map(|p| p.to_string_lossy().into_owned())
+                            .unwrap_or_default()
+                    },
+                    "not a regular file",
+                );
                 continue;
             }
             let raw = entry
                 .path()
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            out.add(&raw, &mut entry)?;
+            out.add(&raw, &mut entry)
+                .map_err(|e| out.stream_stage_error(&over, e))?;
         }
     } else {
         let mut file = std::fs::File::open(upload).map_err(io)?;
@@ -246,7 +247,41 @@ pub(crate) fn stage(
         root: root.to_path_buf(),
         files: out.files,
         skipped: out.skipped,
+        skipped_count: out.skipped_count,
     })
+}
+
+/// Why the expanded stream of an archive stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    Size,
+    Cancelled,
+}
+
+/// A reader of an expanded stream that counts its bytes and fails past
+/// `limit` or once cancelled, noting why in `over`.
+struct Counted<R> {
+    inner: R,
+    count: u64,
+    limit: u64,
+    over: Rc<Cell<Option<Over>>>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.cancel.load(Ordering::Relaxed) {
+            self.over.set(Some(Over::Cancelled));
+            return Err(std::io::Error::other("cancelled"));
+        }
+        let n = self.inner.read(buf)?;
+        self.count = self.count.saturating_add(n as u64);
+        if self.count > self.limit {
+            self.over.set(Some(Over::Size));
+            return Err(std::io::Error::other("the expansion limit was reached"));
+        }
+        Ok(n)
+    }
 }
 
 /// Writes expanded entries into the staging directory, counting bytes.
@@ -261,27 +296,90 @@ struct Expander {
     files: Vec<(String, u64)>,
     seen: HashSet<String>,
     skipped: Vec<(String, String)>,
+    skipped_count: usize,
+    entries_seen: usize,
     buffer: Vec<u8>,
+    cancel: Arc<AtomicBool>,
 }
 
 impl Expander {
+    /// Counts one archive entry (of any kind) and `overhead` bytes of it
+    /// toward the caps.
+    fn count_entry(&mut self, overhead: u64) -> Result<(), StageError> {
+        if self.cancel.load(Ordering::Relaxed) {
+            return Err(StageError::Cancelled);
+        }
+        self.entries_seen = self.entries_seen.saturating_add(1);
+        if self.entries_seen > self.entries {
+            return Err(StageError::TooLarge(format!(
+                "the archive holds more than {} entries (the limit; files, directories, links, hidden and unsafe entries all count)",
+                self.entries
+            )));
+        }
+        self.total = self.total.saturating_add(overhead);
+        self.check_total()
+    }
+
+    fn check_total(&self) -> Result<(), StageError> {
+        if self.total <= self.limit {
+            return Ok(());
+        }
+        Err(self.too_large())
+    }
+
+    fn too_large(&self) -> StageError {
+        StageError::TooLarge(if self.limit < self.total_cap {
+            format!(
+                "the archive expands beyond {} bytes ({}x its size, the limit): refused as a possible archive bomb",
+                self.limit, MAX_EXPANSION_RATIO
+            )
+        } else {
+            format!("the upload expands beyond the {} byte limit", self.limit)
+        })
+    }
+
+    /// Notes a skipped entry: its name among the first few, else a count.
+    fn skip(&mut self, name: impl FnOnce() -> String, reason: &str) {
+        self.skipped_count = self.skipped_count.saturating_add(1);
+        if self.skipped.len() < MAX_SKIPPED_NAMES {
+            self.skipped.push((name(), reason.to_owned()));
+        }
+    }
+
+    /// The error for a failed read of the expanded stream.
+    fn stream_error(&self, over: &Cell<Option<Over>>, message: String) -> StageError {
+        match over.get() {
+            Some(Over::Size) => self.too_large(),
+            Some(Over::Cancelled) => StageError::Cancelled,
+            None => StageError::Invalid(message),
+        }
+    }
+
+    fn stream_stage_error(&self, over: &Cell<Option<Over>>, e: StageError) -> StageError {
+        match (over.get(), e) {
+            (None, e) => e,
+            (Some(_), StageError::Invalid(m)) => self.stream_error(over, m),
+            (Some(_), e) => e,
+        }
+    }
+
     fn add(&mut self, raw: &str, reader: &mut dyn Read) -> Result<(), StageError> {
         let Some(path) = safe_path(raw) else {
-            self.skipped.push((raw.to_owned(), "unsafe path".into()));
+            self.skip(|| raw.to_owned(), "unsafe path");
             return Ok(());
         };
         if is_clutter(&path) {
-            self.skipped.push((raw.to_owned(), "hidden".into()));
+            self.skip(|| raw.to_owned(), "hidden");
             return Ok(());
         }
         let full = format!("{}/{path}", self.dir);
         if full.len() > MAX_PATH_BYTES {
-            self.skipped.push((raw.to_owned(), "path too long".into()));
+            self.skip(|| raw.to_owned(), "path too long");
             return Ok(());
         }
         if self.files.len() >= self.entries {
             return Err(StageError::TooLarge(format!(
-                "the archive holds more than {} files",
+                "the archive holds more than {} entries (the limit)",
                 self.entries
             )));
         }
@@ -303,18 +401,12 @@ impl Expander {
             if n == 0 {
                 break;
             }
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(StageError::Cancelled);
+            }
             size = size.saturating_add(n as u64);
             self.total = self.total.saturating_add(n as u64);
-            if self.total > self.limit {
-                return Err(StageError::TooLarge(if self.limit < self.total_cap {
-                    format!(
-                        "the archive expands beyond {} bytes ({}x its size): refused as a possible archive bomb",
-                        self.limit, MAX_EXPANSION_RATIO
-                    )
-                } else {
-                    format!("the upload expands beyond the {} byte limit", self.limit)
-                }));
-            }
+            self.check_total()?;
             file.write_all(&self.buffer[..n])
                 .map_err(|e| StageError::Io(e.to_string()))?;
         }
@@ -400,6 +492,7 @@ pub(crate) async fn start(
         let ctx = inner.context_mut(&context_id)?;
         ctx.importing = true;
         ctx.import_task_id = Some(task.id.clone());
+        inner.dirty.contexts.insert(context_id.clone());
         (task, context_id)
     };
     state.store.changed();
@@ -464,6 +557,22 @@ async fn run(
         let _ = applied.send(Err(LocalError::conflict("the import was cancelled")));
         return;
     }
+    // The files about to move are recorded first: a crash before their
+    // sources are recorded is repaired at the next start.
+    let (move_id, begun) = state.store.begin_move(&context_id, &staged.files);
+    if let Err(e) = state.store.wait_saved(begun).await {
+        finish(
+            &state,
+            &context_id,
+            &task_id,
+            "failed",
+            None,
+            Some(e.message.clone()),
+        );
+        state.store.changed();
+        let _ = applied.send(Err(e));
+        return;
+    }
     let sources_dir = state.store.context_dir(&context_id).join("sources");
     let files_dir = Staged::files_dir(&staged.root);
     let to_move: Vec<(String, u64)> = staged.files.clone();
@@ -479,6 +588,7 @@ async fn run(
         .lock()
         .add_sources(&context_id, &moved, now)
         .map_err(|_| "the context was deleted".to_owned());
+    let recorded_at = state.store.end_move(move_id);
     let outcome = match (recorded, error) {
         (Ok(is_work), None) => Ok(is_work),
         (Ok(_), Some(e)) => {
@@ -510,7 +620,7 @@ async fn run(
             return;
         }
     };
-    let saved = state.store.flush().await;
+    let saved = state.store.wait_saved(recorded_at).await;
     let _ = applied.send(saved);
     let delay = state.faults.frame_delay();
     if !delay.is_zero() {
@@ -644,37 +754,13 @@ fn import_output(e: &Staged) -> types::TaskOutput {
         manifest_sample: sample,
         manifest_truncated: e.files.len() > 20,
         output_files: e.files.len() as i64,
-        skipped: e.skipped.len() as i64,
+        skipped: i64::try_from(e.skipped_count).unwrap_or(i64::MAX),
         skipped_items: skipped,
         status: format!("imported {name}"),
     };
     types::TaskOutput {
         subtype_14: Some(out),
         ..empty_output()
-    }
-}
-
-/// A `TaskOutput` with no variant set.
-pub(crate) fn empty_output() -> types::TaskOutput {
-    types::TaskOutput {
-        subtype_0: None,
-        subtype_1: None,
-        subtype_2: None,
-        subtype_3: None,
-        subtype_4: None,
-        subtype_5: None,
-        subtype_6: None,
-        subtype_7: None,
-        subtype_8: None,
-        subtype_9: None,
-        subtype_10: None,
-        subtype_11: None,
-        subtype_12: None,
-        subtype_13: None,
-        subtype_14: None,
-        subtype_15: None,
-        subtype_16: None,
-        subtype_17: None,
     }
 }
 
@@ -866,6 +952,7 @@ mod tests {
             root: PathBuf::new(),
             files: files.iter().map(|(p, s)| ((*p).to_owned(), *s)).collect(),
             skipped: Vec::new(),
+            skipped_count: 0,
         };
         assert!(check_fits(&ctx, &staged(&[("uploads/a.md", 90)]), 100).is_ok());
         assert_eq!(
