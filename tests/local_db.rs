@@ -16,10 +16,15 @@ use serde_json::{Value, json};
 use support::*;
 
 fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap()
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap()
+        })
+        .clone()
 }
 
 async fn get_json(url: &str) -> (u16, Value) {
@@ -222,6 +227,7 @@ async fn an_upload_announced_larger_than_the_limit_is_refused_before_it_is_read(
         .to_owned();
     let answer = tokio::task::spawn_blocking(move || {
         let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         write!(
             tcp,
             "POST /api/contexts/big/import/upload HTTP/1.1\r\nHost: {addr}\r\nContent-Type: multipart/form-data; boundary=x\r\nContent-Length: 104857600\r\n\r\n"
@@ -229,7 +235,7 @@ async fn an_upload_announced_larger_than_the_limit_is_refused_before_it_is_read(
         .unwrap();
         let mut reader = std::io::BufReader::new(tcp);
         let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
+        let _ = reader.read_line(&mut line);
         line
     })
     .await
@@ -274,25 +280,53 @@ async fn big_shape_turns_leave_other_requests_fast() {
         let (status, q) = post_json(
             &format!("{base}/query"),
             json!({"ask": "What is the value of each item in tea units?", "scope": ["docs"],
-                   "background": true, "shape": shape, "timeout_seconds": 30}),
+                   "background": true, "shape": shape, "timeout_seconds": 4}),
         )
         .await;
         assert_eq!(status, 202, "{q}");
         ids.push(q["id"].as_str().unwrap().to_owned());
     }
+    // Wait until both turns fill their shape (step 2 under way); these
+    // reads must stay fast too.
     let mut during = Vec::new();
+    for id in &ids {
+        loop {
+            let started = Instant::now();
+            let (_, q) = get_json(&format!("{base}/queries/{id}")).await;
+            during.push(started.elapsed());
+            let composing = q["steps"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["step_id"] == "step_2"));
+            if composing || q["status"] != "in_progress" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     for _ in 0..7 {
         during.push(timed_get(&models).await);
     }
-    // The turns were still running while the catalog answered.
-    let (_, q) = get_json(&format!("{base}/queries/{}", ids[1])).await;
-    let running_then = q["status"] == "in_progress";
-    let (before, during) = (median(before), median(during));
-    let ratio = during.as_secs_f64() / before.as_secs_f64().max(1e-4);
+    let before = median(before);
+    let worst = during.iter().max().copied().unwrap();
     assert!(
-        ratio < 50.0 || during < Duration::from_millis(50),
-        "GET /models took {during:?} during two big-shape turns, {before:?} before (running then: {running_then})"
+        worst < (before * 50).max(Duration::from_secs(1)),
+        "requests took up to {worst:?} during two big-shape turns, GET /models {before:?} before"
     );
+    // `timeout_seconds` ends the shape filling.
+    for id in &ids {
+        let q = loop {
+            let (_, q) = get_json(&format!("{base}/queries/{id}")).await;
+            if q["status"] != "in_progress" {
+                break q;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(q["status"], "failed", "{q}");
+        assert!(q["error"].as_str().unwrap().contains("timed out"), "{q}");
+    }
+    let started = Instant::now();
+    let (_, q) = get_json(&format!("{base}/queries/{}", ids[0])).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "{q}");
     server.kill();
 }
 
