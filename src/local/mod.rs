@@ -51,6 +51,7 @@ mod db;
 mod durable;
 mod error;
 mod events;
+mod expand;
 mod faults;
 mod guard;
 mod import;

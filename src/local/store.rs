@@ -625,3 +625,78 @@ fn new_secret_name() -> String {
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch_dir(label: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "nexus-store-{label}-{}-{}",
+            std::process::id(),
+            new_secret_name()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn limits() -> QueryLimits {
+        QueryLimits {
+            count: 100,
+            bytes: 1 << 20,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_crash_between_moving_files_and_recording_them_is_repaired_at_start() {
+        let dir = scratch_dir("move");
+        let context_id = {
+            let store = Store::open(&dir, limits()).unwrap();
+            let req: types::CreateContextRequest =
+                serde_json::from_value(serde_json::json!({"slug": "c", "name": "C"})).unwrap();
+            let id = store.lock().create_context(req).unwrap().id;
+            store.flush().await.unwrap();
+            let files = vec![("uploads/a.md".to_owned(), 3)];
+            let (_, n) = store.begin_move(&id, &files);
+            store.wait_saved(n).await.unwrap();
+            // The file lands (bigger than announced), then the process dies
+            // before the sources are recorded.
+            let target = store.context_dir(&id).join("sources/uploads/a.md");
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::write(&target, b"# A, longer").unwrap();
+            id
+        };
+        let store = Store::open(&dir, limits()).unwrap();
+        let size = store.lock().contexts[&context_id].sources["uploads/a.md"].size;
+        assert_eq!(size, 11);
+        store.flush().await.unwrap();
+        drop(store);
+        // Repaired once: the record of the move is gone, the source stays.
+        let store = Store::open(&dir, limits()).unwrap();
+        assert_eq!(store.lock().contexts[&context_id].sources.len(), 1);
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn work_running_at_a_crash_is_failed_and_ended_turns_stay_on_disk_only() {
+        let dir = scratch_dir("restart");
+        {
+            let store = Store::open(&dir, limits()).unwrap();
+            let input: types::TaskInput = serde_json::from_value(serde_json::json!({})).unwrap();
+            let t = store
+                .lock()
+                .new_task("curate", None, None, input, CancellationToken::new());
+            store.flush().await.unwrap();
+            assert_eq!(t.state.as_str(), "running");
+        }
+        let store = Store::open(&dir, limits()).unwrap();
+        let inner = store.lock();
+        let task = inner.tasks.values().next().unwrap();
+        assert_eq!(task.task.state.as_str(), "failed");
+        assert!(inner.queries.is_empty());
+        drop(inner);
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
