@@ -40,10 +40,14 @@
 //! the directory is locked against a second server, and a crash loses
 //! nothing that was acknowledged.
 //!
-//! Layout: `routes/` has one file per resource (auth, contexts, sources,
-//! knowledge, tasks, queries, sessions); `store` owns the state and its
-//! single writer; `durable` writes files crash-safely; `guard` is the
-//! Host/Origin rule; `import`, `curate` and `turn` are the background work.
+//! Layout, one way from top to bottom: `routes/` has one file per
+//! resource (auth, contexts, sources, knowledge, tasks, queries, sessions)
+//! and calls the services: `import` (with `expand`, archive expansion),
+//! `curate` and `turn`, the background work. They call the `store`
+//! (records in memory, written row by row), which calls `records`, `paths`,
+//! `migrate` and `db` (the SQLite state database and its single writer
+//! thread). `durable` writes files crash-safely; `guard` is the Host/Origin
+//! rule; `serve` the connection loop.
 
 mod answer;
 mod curate;
