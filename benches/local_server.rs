@@ -327,7 +327,7 @@ fn bench_throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path)
 async fn feedback(http: &reqwest::Client, base: &str, id: &str, n: usize) {
     let resp = http
         .post(format!("{base}/queries/{id}/feedback"))
-        .json(&serde_json::json!({"rating": if n % 2 == 0 { "up" } else { "down" }}))
+        .json(&serde_json::json!({"rating": if n.is_multiple_of(2) { "up" } else { "down" }}))
         .send()
         .await
         .expect("post");

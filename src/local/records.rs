@@ -647,10 +647,10 @@ impl Inner {
                 }
             };
             if evictable {
-                if let Some(old) = self.query_order.remove(i) {
-                    if self.queries.remove(&old).is_some() {
-                        ended -= 1;
-                    }
+                if let Some(old) = self.query_order.remove(i)
+                    && self.queries.remove(&old).is_some()
+                {
+                    ended -= 1;
                 }
             } else {
                 i += 1;
@@ -660,14 +660,13 @@ impl Inner {
 
     /// Marks source rows of a context as changed.
     pub(crate) fn mark_sources(&mut self, context_id: &str, paths: impl Iterator<Item = String>) {
-        match self
+        if let Some(set) = self
             .dirty
             .sources
             .entry(context_id.to_owned())
             .or_insert_with(|| Some(BTreeSet::new()))
         {
-            Some(set) => set.extend(paths),
-            None => {}
+            set.extend(paths);
         }
     }
 

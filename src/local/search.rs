@@ -451,6 +451,26 @@ impl ContextIndex {
     }
 }
 
+/// The knowledge file of a source: `chunks/{source}`, `.md` added when the
+/// source has another extension.
+fn knowledge_name(source: &str) -> String {
+    if source.ends_with(".md") {
+        format!("chunks/{source}")
+    } else {
+        format!("chunks/{source}.md")
+    }
+}
+
+/// One chunk as a section of its knowledge file.
+fn knowledge_section(c: &Chunk) -> String {
+    let heading = if c.section_path.is_empty() {
+        c.source.clone()
+    } else {
+        c.section_path.join(" > ")
+    };
+    format!("## {heading}\n\n{}\n\n", c.text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -541,24 +561,4 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// The knowledge file of a source: `chunks/{source}`, `.md` added when the
-/// source has another extension.
-fn knowledge_name(source: &str) -> String {
-    if source.ends_with(".md") {
-        format!("chunks/{source}")
-    } else {
-        format!("chunks/{source}.md")
-    }
-}
-
-/// One chunk as a section of its knowledge file.
-fn knowledge_section(c: &Chunk) -> String {
-    let heading = if c.section_path.is_empty() {
-        c.source.clone()
-    } else {
-        c.section_path.join(" > ")
-    };
-    format!("## {heading}\n\n{}\n\n", c.text)
 }

@@ -47,9 +47,6 @@ const LOCK_FILE: &str = ".lock";
 const STAGING_DIR: &str = "staging";
 /// The name prefix of scratch directories under the temporary directory.
 const SCRATCH_PREFIX: &str = "nexus-local-";
-/// A scratch directory without a lock file is left alone this long (it
-/// may be a server starting).
-const SCRATCH_GRACE: Duration = Duration::from_secs(600);
 /// Longest wait of [`Store::flush`] for the writer.
 const FLUSH_WAIT: Duration = Duration::from_secs(30);
 /// Ended turns kept in memory besides the database.
@@ -596,17 +593,12 @@ fn remove_stale_scratch(tmp: &Path) {
         if !meta.is_dir() {
             continue;
         }
-        let stale = match std::fs::OpenOptions::new()
+        // Only a directory whose lock file exists and is free: one without
+        // it may be a server starting, or not one of ours.
+        let stale = std::fs::OpenOptions::new()
             .write(true)
             .open(dir.join(LOCK_FILE))
-        {
-            Ok(lock) => lock.try_lock().is_ok(),
-            Err(_) => meta
-                .modified()
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > SCRATCH_GRACE),
-        };
+            .is_ok_and(|lock| lock.try_lock().is_ok());
         if stale {
             tracing::info!(dir = %dir.display(), "removing the scratch directory of a server that stopped");
             let _ = std::fs::remove_dir_all(&dir);
