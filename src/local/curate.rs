@@ -181,7 +181,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
     match applied {
         Ok(()) => {
             if state.store.is_persistent() {
-                // Old generations go once the new one is on disk in state.json.
+                // Old generations go once the new one is committed to the database.
                 let _ = state.store.flush().await;
                 let _ = tokio::task::spawn_blocking(move || {
                     remove_old_generations(&ctx_dir, generation)
