@@ -29,6 +29,8 @@ pub(crate) const DB_FILE: &str = "state.db";
 const MAX_BATCH: usize = 4096;
 /// Tries of one batch before its ops are reported lost.
 const WRITE_TRIES: u32 = 5;
+/// Failed batches remembered for [`Db::wait_saved`].
+const LOST_KEPT: usize = 64;
 /// Pause between tries of a failed batch.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
@@ -167,8 +169,9 @@ pub(crate) struct Loaded {
 struct Progress {
     /// The number of the newest op sent.
     sent: AtomicU64,
-    /// The highest number of an op whose batch could not be written.
-    lost: AtomicU64,
+    /// The first and last numbers of the newest batches that could not
+    /// be written (at most `LOST_KEPT`).
+    lost: Mutex<std::collections::VecDeque<(u64, u64)>>,
     /// The number of the newest op committed.
     saved: tokio::sync::watch::Sender<u64>,
 }
@@ -211,7 +214,7 @@ impl Db {
         let reader = connect(path, durability).map_err(sql_err)?;
         let progress = Arc::new(Progress {
             sent: AtomicU64::new(0),
-            lost: AtomicU64::new(0),
+            lost: Mutex::new(std::collections::VecDeque::new()),
             saved: tokio::sync::watch::Sender::new(0),
         });
         let (tx, rx) = mpsc::channel();
@@ -271,7 +274,13 @@ impl Db {
         let ok = tokio::time::timeout(wait, rx.wait_for(|saved| *saved >= n))
             .await
             .is_ok_and(|r| r.is_ok());
-        ok && self.progress.lost.load(Ordering::SeqCst) < n
+        ok && !self
+            .progress
+            .lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|(first, last)| (*first..=*last).contains(&n))
     }
 
     /// Stops the writer after it has written everything sent so far.
@@ -419,6 +428,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            let first = batch.first().map_or(0, |(n, _)| *n);
             let last = batch.last().map_or(0, |(n, _)| *n);
             let mut then = Vec::new();
             let mut ops = Vec::with_capacity(batch.len());
@@ -444,7 +454,11 @@ impl Writer {
                 }
             }
             if !ok {
-                self.progress.lost.fetch_max(last, Ordering::SeqCst);
+                let mut lost = self.progress.lost.lock().unwrap_or_else(|p| p.into_inner());
+                if lost.len() >= LOST_KEPT {
+                    lost.pop_front();
+                }
+                lost.push_back((first, last));
             }
             self.progress.saved.send_modify(|s| *s = (*s).max(last));
             for f in then {
