@@ -330,7 +330,8 @@ impl Store {
     }
 
     /// Like [`Store::changed`], then runs `then` once those rows are
-    /// committed (`true`) or could not be (`false`).
+    /// committed (`true`) or could not be (`false`); at once without a
+    /// data directory.
     pub(crate) fn changed_then(&self, then: impl FnOnce(bool) + Send + 'static) -> u64 {
         self.changed_with(Some(Box::new(then)))
     }
@@ -339,8 +340,11 @@ impl Store {
         let mut inner = self.lock();
         let queries: Vec<String> = inner.dirty.queries.iter().cloned().collect();
         let mut ops = drain(&mut inner);
-        if let Some(f) = then {
-            ops.push(Op::Then(f));
+        // Without a data directory nothing waits for the scratch database.
+        let mut now = None;
+        match then {
+            Some(f) if self.is_persistent() => ops.push(Op::Then(f)),
+            f => now = f,
         }
         let n = if ops.is_empty() {
             self.db.sent()
@@ -353,6 +357,10 @@ impl Store {
             }
         }
         inner.evict_cached_queries(self.db.saved(), CACHED_QUERIES);
+        drop(inner);
+        if let Some(f) = now {
+            f(true);
+        }
         n
     }
 
@@ -372,6 +380,11 @@ impl Store {
     /// # Errors
     /// 503 when it could not be written in time.
     pub(crate) async fn wait_saved(&self, n: u64) -> LocalResult<()> {
+        // Without a data directory nothing survives the process: the
+        // scratch database is written behind, with no wait.
+        if !self.is_persistent() {
+            return Ok(());
+        }
         if self.db.wait_saved(n, FLUSH_WAIT).await {
             Ok(())
         } else {
