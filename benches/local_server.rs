@@ -13,6 +13,11 @@
 //! - `turn_throughput/*`: turns per second with many sessions asking at
 //!   once (synchronous turns, each session one turn at a time), with the
 //!   state persisted to a data directory against the same run in memory.
+//! - `acknowledged_writes/*`: writes per second that are on disk before
+//!   their answer (feedback on a turn, many clients at once), with a data
+//!   directory against the same run in memory.
+//! - Memory after N turns (printed): the process's resident memory before
+//!   and after 2,000 retrieval-only turns with a data directory.
 
 // `criterion_group!` generates an undocumented public function.
 #![allow(missing_docs)]
@@ -318,6 +323,122 @@ fn bench_throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path)
     let _ = std::fs::remove_dir_all(&data);
 }
 
+/// Feedback on a turn: acknowledged only once it is saved.
+async fn feedback(http: &reqwest::Client, base: &str, id: &str, n: usize) {
+    let resp = http
+        .post(format!("{base}/queries/{id}/feedback"))
+        .json(&serde_json::json!({"rating": if n.is_multiple_of(2) { "up" } else { "down" }}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(resp.status(), 204, "feedback refused");
+}
+
+fn bench_writes(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path) {
+    let data =
+        std::env::temp_dir().join(format!("nexus-local-bench-writes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let mut g = c.benchmark_group("acknowledged_writes");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements((SESSIONS * TURNS_PER_SESSION) as u64));
+    for (label, persisted) in [("in_memory", false), ("data_dir", true)] {
+        let mut builder = LocalNexus::builder().context("bench", dir);
+        if persisted {
+            builder = builder.data_dir(&data);
+        }
+        let server = rt.block_on(builder.start()).expect("server");
+        let base = server.base_url().to_owned();
+        let http = reqwest::Client::new();
+        let id: String = rt.block_on(async {
+            let resp = http
+                .post(format!("{base}/query"))
+                .json(&serde_json::json!({"ask": "resume a stream", "scope": ["bench"]}))
+                .send()
+                .await
+                .expect("post");
+            let q: serde_json::Value = resp.json().await.expect("query");
+            q["id"].as_str().expect("id").to_owned()
+        });
+        g.bench_function(label, |b| {
+            b.to_async(rt).iter(|| {
+                let (http, base, id) = (&http, &base, &id);
+                async move {
+                    futures::future::join_all((0..SESSIONS).map(|_| async move {
+                        for n in 0..TURNS_PER_SESSION {
+                            feedback(http, base, id, n).await;
+                        }
+                    }))
+                    .await
+                }
+            })
+        });
+        rt.block_on(server.shutdown());
+    }
+    g.finish();
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Resident memory of this process, in KiB (Linux; 0 elsewhere).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Prints resident memory before and after many retrieval-only turns kept
+/// in a data directory.
+fn report_memory(rt: &tokio::runtime::Runtime, dir: &Path) {
+    const TURNS: usize = 2_000;
+    let data = std::env::temp_dir().join(format!("nexus-local-bench-mem-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let server = rt
+        .block_on(
+            LocalNexus::builder()
+                .context("bench", dir)
+                .data_dir(&data)
+                .start(),
+        )
+        .expect("server");
+    let base = server.base_url().to_owned();
+    let http = reqwest::Client::new();
+    let before = rss_kib();
+    let started = Instant::now();
+    rt.block_on(futures::future::join_all((0..SESSIONS).map(|_| {
+        let (http, base) = (&http, &base);
+        async move {
+            for _ in 0..TURNS / SESSIONS {
+                let resp = http
+                    .post(format!("{base}/query"))
+                    .json(
+                        &serde_json::json!({"ask": "citation of a heading", "scope": ["bench"],
+                        "retrieval_only": true, "max_retrieved": 50}),
+                    )
+                    .send()
+                    .await
+                    .expect("post");
+                assert_eq!(resp.status(), 200, "turn refused");
+                let _ = resp.bytes().await;
+            }
+        }
+    })));
+    let took = started.elapsed();
+    let after = rss_kib();
+    eprintln!(
+        "memory after {TURNS} retrieval turns (data directory): {:.1} MiB -> {:.1} MiB (+{:.1} MiB) in {:.1} s",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0,
+        after.saturating_sub(before) as f64 / 1024.0,
+        took.as_secs_f64()
+    );
+    rt.block_on(server.shutdown());
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir: PathBuf =
@@ -331,6 +452,8 @@ fn benches(c: &mut Criterion) {
     bench_turns(c, &rt, &dir);
     // A tenth of the corpus: seeding a data directory writes every file durably.
     bench_throughput(c, &rt, &dir.join("part0"));
+    bench_writes(c, &rt, &dir.join("part0"));
+    report_memory(&rt, &dir.join("part0"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -50,6 +50,13 @@ struct Args {
     /// Largest accepted upload, in MiB.
     #[arg(long, default_value_t = 256)]
     upload_limit_mb: usize,
+    /// Most query turns kept (the oldest ended ones are forgotten first).
+    #[arg(long, default_value_t = 10_000)]
+    max_queries: u64,
+    /// Most MiB of query turns kept: documents, traces and event logs (the
+    /// oldest ended turns are forgotten first).
+    #[arg(long, default_value_t = 256)]
+    max_query_mb: u64,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -112,6 +119,8 @@ async fn main() -> ExitCode {
     let mut builder = LocalNexus::builder()
         .bind(args.bind)
         .upload_limit(args.upload_limit_mb.saturating_mul(1024 * 1024))
+        .query_limit(args.max_queries)
+        .query_bytes_limit(args.max_query_mb.saturating_mul(1024 * 1024))
         .allow_hosts(args.allow_hosts)
         .allow_origins(args.allow_origins)
         .faults_from_env();

@@ -6,6 +6,7 @@
 //! is copied from a source, and what cannot be found is reported as missing.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value, json};
 
@@ -329,7 +330,42 @@ fn truncate(text: &str, max_chars: usize) -> String {
     }
 }
 
-/// Checks that a `shape` is a JSON Schema object with `properties`.
+/// Most properties a `shape` may have, nested ones included.
+pub(crate) const MAX_SHAPE_PROPERTIES: usize = 2_000;
+/// Deepest nesting of objects in a `shape`.
+const MAX_SHAPE_DEPTH: usize = 16;
+
+/// Counts the properties of a shape and its nested objects; `Err` past
+/// the caps.
+fn count_properties(
+    schema: &Map<String, Value>,
+    depth: usize,
+    total: &mut usize,
+) -> Result<(), String> {
+    if depth > MAX_SHAPE_DEPTH {
+        return Err(format!(
+            "shape nests objects deeper than {MAX_SHAPE_DEPTH} levels"
+        ));
+    }
+    let Some(Value::Object(props)) = schema.get("properties") else {
+        return Ok(());
+    };
+    for prop in props.values() {
+        *total = total.saturating_add(1);
+        if *total > MAX_SHAPE_PROPERTIES {
+            return Err(format!(
+                "shape has more than {MAX_SHAPE_PROPERTIES} properties (nested ones included)"
+            ));
+        }
+        if let Some(obj) = prop.as_object() {
+            count_properties(obj, depth + 1, total)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a `shape` is a JSON Schema object with `properties`, within
+/// the caps on properties and nesting.
 pub(crate) fn validate_shape(shape: &Map<String, Value>) -> Result<(), String> {
     let ty = shape
         .get("type")
@@ -339,9 +375,10 @@ pub(crate) fn validate_shape(shape: &Map<String, Value>) -> Result<(), String> {
         return Err(format!("shape must describe an object, not {ty:?}"));
     }
     match shape.get("properties") {
-        Some(Value::Object(p)) if !p.is_empty() => Ok(()),
-        _ => Err("shape must have a non-empty `properties` object".to_owned()),
+        Some(Value::Object(p)) if !p.is_empty() => {}
+        _ => return Err("shape must have a non-empty `properties` object".to_owned()),
     }
+    count_properties(shape, 0, &mut 0)
 }
 
 /// Fills a `shape` from the retrieved passages, best effort.
@@ -350,10 +387,13 @@ pub(crate) fn validate_shape(shape: &Map<String, Value>) -> Result<(), String> {
 /// first number of the best matching sentence that has one, enums the value
 /// the passages mention most. A required property that cannot be filled is
 /// an error naming it; an optional one is left out.
+///
+/// Runs until done or until `stop` is set (then it fails).
 pub(crate) fn fill_shape(
     shape: &Map<String, Value>,
     hits: &[Hit],
     question: &[WeightedTerm],
+    stop: &AtomicBool,
 ) -> Result<Map<String, Value>, String> {
     let all_units: Vec<String> = hits
         .iter()
@@ -362,7 +402,7 @@ pub(crate) fn fill_shape(
         .filter(|u| !u.code)
         .map(|u| u.text)
         .collect();
-    fill_object(shape, &all_units, question, "")
+    fill_object(shape, &all_units, question, "", stop)
 }
 
 fn fill_object(
@@ -370,6 +410,7 @@ fn fill_object(
     units: &[String],
     question: &[WeightedTerm],
     at: &str,
+    stop: &AtomicBool,
 ) -> Result<Map<String, Value>, String> {
     let required: HashSet<&str> = schema
         .get("required")
@@ -381,6 +422,9 @@ fn fill_object(
         return Ok(out);
     };
     for (name, prop) in props {
+        if stop.load(Ordering::Relaxed) {
+            return Err("stopped".to_owned());
+        }
         let path = if at.is_empty() {
             name.clone()
         } else {
@@ -396,7 +440,7 @@ fn fill_object(
         );
         let mut terms_for: Vec<WeightedTerm> = super::search::weigh(&[(&hint, 1.0)]);
         terms_for.extend(question.iter().map(|(t, w)| (t.clone(), w * 0.5)));
-        match fill_value(&prop, units, &terms_for, &path) {
+        match fill_value(&prop, units, &terms_for, &path, stop) {
             Ok(Some(v)) => {
                 out.insert(name.clone(), v);
             }
@@ -417,6 +461,7 @@ fn fill_value(
     units: &[String],
     question: &[WeightedTerm],
     path: &str,
+    stop: &AtomicBool,
 ) -> Result<Option<Value>, String> {
     let ranked = rank_units(units, question);
     if let Some(Value::Array(options)) = prop.get("enum") {
@@ -462,7 +507,7 @@ fn fill_value(
                 .collect();
             Ok((!items.is_empty()).then_some(Value::Array(items)))
         }
-        "object" => fill_object(prop, units, question, path).map(|m| Some(Value::Object(m))),
+        "object" => fill_object(prop, units, question, path, stop).map(|m| Some(Value::Object(m))),
         // Booleans and other types cannot be read off a quoted sentence.
         _ => Ok(None),
     }
@@ -580,7 +625,7 @@ mod tests {
             "required": ["limit_mb"]
         }))
         .unwrap();
-        let out = fill_shape(&shape, &hits, &q).unwrap();
+        let out = fill_shape(&shape, &hits, &q, &AtomicBool::new(false)).unwrap();
         assert_eq!(out["limit_mb"], json!(256));
         assert!(out["summary"].as_str().unwrap().contains("upload limit"));
         let strict: Map<String, Value> = serde_json::from_value(json!({
@@ -589,7 +634,7 @@ mod tests {
             "required": ["flag"]
         }))
         .unwrap();
-        let err = fill_shape(&strict, &hits, &q).unwrap_err();
+        let err = fill_shape(&strict, &hits, &q, &AtomicBool::new(false)).unwrap_err();
         assert!(err.contains("flag"), "{err}");
         assert!(validate_shape(&Map::new()).is_err());
     }

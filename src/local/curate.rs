@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::durable;
 use super::error::{LocalError, LocalResult};
-use super::import::empty_output;
+use super::paths::safe_join;
 use super::search::{Chunk, ContextIndex, chunk_document};
 use super::state::AppState;
-use super::store::{safe_join, task_is_terminal};
+use super::store::{empty_output, task_is_terminal};
 use crate::types;
 
 /// Phases reported in a curate task's progress.
@@ -70,6 +70,7 @@ pub(crate) fn start(
         let ctx = inner.context_mut(&context_id)?;
         ctx.curating = true;
         ctx.curate_task_id = Some(task.id.clone());
+        inner.dirty.contexts.insert(context_id.clone());
         (task, context_id)
     };
     let job_state = state.clone();
@@ -180,7 +181,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
     match applied {
         Ok(()) => {
             if state.store.is_persistent() {
-                // Old generations go once the new one is on disk in state.json.
+                // Old generations go once the new one is committed to the database.
                 let _ = state.store.flush().await;
                 let _ = tokio::task::spawn_blocking(move || {
                     remove_old_generations(&ctx_dir, generation)

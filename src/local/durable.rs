@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// The suffix of a previous version kept by [`write_keeping_previous`].
+/// The suffix of the previous version of a file (`state.json.prev` of
+/// earlier versions).
 pub(crate) const PREVIOUS_SUFFIX: &str = ".prev";
 
 /// A fresh temporary path beside `path` (same directory, so the rename is atomic).
@@ -76,30 +77,6 @@ pub(crate) fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
     result
 }
 
-/// Writes `path` durably and keeps the version it replaces as
-/// `path` + [`PREVIOUS_SUFFIX`]. At every instant one of the two is a
-/// complete file.
-pub(crate) fn write_keeping_previous(path: &Path, data: &[u8]) -> io::Result<()> {
-    let dir = parent(path)?;
-    create_dir_all(dir)?;
-    let tmp = temp_beside(path);
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        drop(f);
-        if path.exists() {
-            std::fs::rename(path, previous(path))?;
-        }
-        std::fs::rename(&tmp, path)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 /// The path of the previous version of `path`.
 pub(crate) fn previous(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -138,18 +115,6 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["state.json"]);
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn the_previous_version_is_kept() {
-        let dir = scratch("prev");
-        let file = dir.join("state.json");
-        write_keeping_previous(&file, b"v1").unwrap();
-        assert!(!previous(&file).exists());
-        write_keeping_previous(&file, b"v2").unwrap();
-        assert_eq!(std::fs::read(&file).unwrap(), b"v2");
-        assert_eq!(std::fs::read(previous(&file)).unwrap(), b"v1");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -32,6 +32,11 @@ pub(crate) struct LogFull;
 struct LogState {
     events: Vec<Arc<Frame>>,
     closing: Option<Arc<Frame>>,
+    /// The last event is the terminal one, shown to followers only once
+    /// the log is closed (after the turn's end is on disk).
+    held: bool,
+    /// Whether the turn's end was saved when the log was closed.
+    saved: bool,
 }
 
 /// A query turn's events. Cheap to share (`Arc`).
@@ -53,11 +58,26 @@ impl EventLog {
         })
     }
 
-    /// A log for a turn restored from disk: no events, only its final state.
-    pub(crate) fn finished(query: &types::Query) -> Arc<Self> {
-        let log = Self::new(2);
-        log.finish(query);
+    /// A log for a turn read from the database: its stored events and its
+    /// final document.
+    pub(crate) fn restored(events: Vec<Frame>, query: &types::Query) -> Arc<Self> {
+        let log = Self::new(events.len().saturating_add(2));
+        {
+            let mut s = log.lock();
+            s.events = events.into_iter().map(Arc::new).collect();
+        }
+        log.finish(query, true);
         log
+    }
+
+    /// Every event logged, the held terminal one included.
+    pub(crate) fn frames(&self) -> Vec<Arc<Frame>> {
+        self.lock().events.clone()
+    }
+
+    /// Whether the turn's end was saved before the log closed.
+    pub(crate) fn saved(&self) -> bool {
+        self.lock().saved
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LogState> {
@@ -79,16 +99,20 @@ impl EventLog {
                 event: event.type_.clone(),
                 data,
             }));
+            s.held = terminal;
             seq
         };
         self.changed.send_modify(|v| *v += 1);
         Ok(seq)
     }
 
-    /// Closes the log with the turn's final document.
-    pub(crate) fn finish(&self, query: &types::Query) {
+    /// Closes the log with the turn's final document; `saved` tells
+    /// whether the turn's end is on disk.
+    pub(crate) fn finish(&self, query: &types::Query, saved: bool) {
         {
             let mut s = self.lock();
+            s.held = false;
+            s.saved = saved;
             let data = serde_json::to_string(query).unwrap_or_else(|_| "{}".to_owned());
             s.closing = Some(Arc::new(Frame {
                 seq: None,
@@ -139,7 +163,9 @@ impl EventLog {
                     rx.borrow_and_update();
                     let (event, closing) = {
                         let s = log.lock();
-                        (s.events.get(next).cloned(), s.closing.clone())
+                        let visible = s.events.len() - usize::from(s.held);
+                        let event = s.events.get(next).filter(|_| next < visible).cloned();
+                        (event, s.closing.clone())
                     };
                     if let Some(frame) = event {
                         return Some((frame, (log, rx, next + 1, false)));
@@ -181,7 +207,7 @@ mod tests {
         for k in ["response.created", "response.step", "response.completed"] {
             log.push(&event(k), false).unwrap();
         }
-        log.finish(&query());
+        log.finish(&query(), true);
         let frames: Vec<_> = log.clone().follow(2).collect().await;
         let ids: Vec<_> = frames.iter().map(|f| f.seq).collect();
         assert_eq!(ids, vec![Some(2), Some(3), None]);
@@ -201,7 +227,7 @@ mod tests {
             tokio::spawn(async move {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 log.push(&event("response.completed"), true).unwrap();
-                log.finish(&query());
+                log.finish(&query(), true);
             })
         };
         assert_eq!(follower.next().await.unwrap().seq, Some(2));

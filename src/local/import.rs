@@ -7,8 +7,7 @@
 //! own task, its files are moved into place and the state saved; only then
 //! is the upload acknowledged, so an acknowledged upload survives a crash.
 
-use std::collections::{BTreeMap, HashSet};
-use std::io::{Read, Write};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,359 +16,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::durable;
 use super::error::{LocalError, LocalResult};
+pub(crate) use super::expand::{Caps, Staged, check_file_name, check_fits, safe_path, stage};
+use super::paths::safe_join;
+use super::records::empty_output;
 use super::state::AppState;
-use super::store::{ContextRecord, safe_join};
 use crate::types;
-
-/// Most files one archive may expand to.
-const MAX_ARCHIVE_ENTRIES: usize = 100_000;
-/// Most bytes an archive may expand to per byte uploaded.
-pub(crate) const MAX_EXPANSION_RATIO: u64 = 200;
-/// An archive may always expand to this many bytes, whatever its ratio.
-const RATIO_FREE_BYTES: u64 = 1024 * 1024;
-/// Longest path part and whole path, in bytes.
-const MAX_PART_BYTES: usize = 255;
-const MAX_PATH_BYTES: usize = 1024;
-/// Copy buffer of the expansion.
-const COPY_BUFFER: usize = 64 * 1024;
-
-/// An upload staged on disk: the uploaded file and its expansion.
-#[derive(Debug)]
-pub(crate) struct Staged {
-    /// The file name the client sent.
-    pub(crate) name: String,
-    /// The directory of the source tree it lands in.
-    pub(crate) dir: String,
-    /// The private staging directory (removed when the import ends).
-    pub(crate) root: PathBuf,
-    /// Expanded files as `(source path, size)`, in the order found.
-    pub(crate) files: Vec<(String, u64)>,
-    /// `(entry, reason)` of entries left out.
-    pub(crate) skipped: Vec<(String, String)>,
-}
-
-impl Staged {
-    fn files_dir(root: &Path) -> PathBuf {
-        root.join("files")
-    }
-}
-
-/// Why an upload was refused while staging.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StageError {
-    /// A size, ratio or count cap was exceeded (413).
-    TooLarge(String),
-    /// The archive is unreadable or holds conflicting paths (400).
-    Invalid(String),
-    /// The disk failed (500).
-    Io(String),
-}
-
-impl From<StageError> for LocalError {
-    fn from(e: StageError) -> Self {
-        match e {
-            StageError::TooLarge(m) => LocalError::too_large(m),
-            StageError::Invalid(m) => LocalError::bad_request(m),
-            StageError::Io(m) => LocalError::internal("staging the upload", m),
-        }
-    }
-}
-
-/// Names that Windows reserves, whatever their extension.
-fn is_reserved_name(part: &str) -> bool {
-    let stem = part
-        .split('.')
-        .next()
-        .unwrap_or("")
-        .trim_end()
-        .to_ascii_uppercase();
-    matches!(
-        stem.as_str(),
-        "CON" | "PRN" | "AUX" | "NUL" | "CONIN$" | "CONOUT$"
-    ) || ((stem.starts_with("COM") || stem.starts_with("LPT"))
-        && stem.len() == 4
-        && stem
-            .as_bytes()
-            .get(3)
-            .is_some_and(|c| c.is_ascii_digit() || matches!(c, 0xb9 | 0xb2 | 0xb3)))
-}
-
-/// Normalizes a relative path: `/` separators, no `.`/`..`/empty parts.
-/// `None` for a path that could leave the tree or name something else on
-/// some platform: drive letters and other `:`, control characters, Windows
-/// reserved names, parts ending in a dot or space, over-long names.
-pub(crate) fn safe_path(raw: &str) -> Option<String> {
-    let mut parts = Vec::new();
-    for part in raw.split(['/', '\\']) {
-        match part {
-            "" | "." => {}
-            ".." => return None,
-            p if p.chars().any(|c| c.is_control() || c == ':')
-                || p.ends_with('.')
-                || p.ends_with(' ')
-                || p.len() > MAX_PART_BYTES
-                || is_reserved_name(p) =>
-            {
-                return None;
-            }
-            p => parts.push(p),
-        }
-    }
-    let joined = parts.join("/");
-    (!parts.is_empty() && joined.len() <= MAX_PATH_BYTES).then_some(joined)
-}
-
-/// Whether a path is hidden or archive clutter (skipped on expansion).
-fn is_clutter(path: &str) -> bool {
-    path.split('/')
-        .any(|p| p.starts_with('.') || p == "__MACOSX")
-}
-
-/// Checks an upload's file name.
-pub(crate) fn check_file_name(name: &str) -> LocalResult<()> {
-    if name.contains(['/', '\\']) || safe_path(name).as_deref() != Some(name) {
-        return Err(LocalError::bad_request(format!(
-            "missing or unsafe file name {name:?}"
-        )));
-    }
-    Ok(())
-}
-
-/// The caps of one expansion.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Caps {
-    /// Most expanded bytes in all.
-    pub(crate) total: u64,
-    /// Most expanded bytes per uploaded byte (archives only).
-    pub(crate) ratio: u64,
-    /// Most files.
-    pub(crate) entries: usize,
-    /// Whether staged files are flushed to disk (a data directory is in use).
-    pub(crate) sync: bool,
-}
-
-impl Caps {
-    pub(crate) fn new(total: u64, sync: bool) -> Self {
-        Caps {
-            total,
-            ratio: MAX_EXPANSION_RATIO,
-            entries: MAX_ARCHIVE_ENTRIES,
-            sync,
-        }
-    }
-}
-
-/// Expands the uploaded file at `upload` (named `name`) into
-/// `root/files/{dir}/...`, within `caps`. On error the caller removes `root`.
-pub(crate) fn stage(
-    upload: &Path,
-    name: &str,
-    dir: &str,
-    root: &Path,
-    caps: Caps,
-) -> Result<Staged, StageError> {
-    let io = |e: std::io::Error| StageError::Io(e.to_string());
-    let uploaded = std::fs::metadata(upload).map_err(io)?.len();
-    let lower = name.to_ascii_lowercase();
-    let is_archive = lower.ends_with(".zip")
-        || lower.ends_with(".tar")
-        || lower.ends_with(".tar.gz")
-        || lower.ends_with(".tgz");
-    let limit = if is_archive {
-        caps.total
-            .min(uploaded.saturating_mul(caps.ratio).max(RATIO_FREE_BYTES))
-    } else {
-        caps.total
-    };
-    let mut out = Expander {
-        files_dir: Staged::files_dir(root),
-        dir: dir.to_owned(),
-        limit,
-        total_cap: caps.total,
-        entries: caps.entries,
-        sync: caps.sync,
-        total: 0,
-        files: Vec::new(),
-        seen: HashSet::new(),
-        skipped: Vec::new(),
-        buffer: vec![0; COPY_BUFFER],
-    };
-    if lower.ends_with(".zip") {
-        let file = std::fs::File::open(upload).map_err(io)?;
-        let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
-            .map_err(|e| StageError::Invalid(format!("not a readable zip archive: {e}")))?;
-        if zip.len() > caps.entries {
-            return Err(StageError::TooLarge(format!(
-                "the archive holds more than {} files",
-                caps.entries
-            )));
-        }
-        for i in 0..zip.len() {
-            let mut entry = zip
-                .by_index(i)
-                .map_err(|e| StageError::Invalid(format!("zip entry {i}: {e}")))?;
-            if entry.is_dir() {
-                continue;
-            }
-            let raw = entry.name().to_owned();
-            out.add(&raw, &mut entry)?;
-        }
-    } else if lower.ends_with(".tar") || lower.ends_with(".tar.gz") || lower.ends_with(".tgz") {
-        let file = std::io::BufReader::new(std::fs::File::open(upload).map_err(io)?);
-        let reader: Box<dyn Read> = if lower.ends_with(".tar") {
-            Box::new(file)
-        } else {
-            Box::new(flate2::read::GzDecoder::new(file))
-        };
-        let mut tar = tar::Archive::new(reader);
-        let entries = tar
-            .entries()
-            .map_err(|e| StageError::Invalid(format!("not a readable tar archive: {e}")))?;
-        for entry in entries {
-            let mut entry = entry.map_err(|e| StageError::Invalid(format!("tar entry: {e}")))?;
-            if !entry.header().entry_type().is_file() {
-                continue;
-            }
-            let raw = entry
-                .path()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            out.add(&raw, &mut entry)?;
-        }
-    } else {
-        let mut file = std::fs::File::open(upload).map_err(io)?;
-        out.add(name, &mut file)?;
-    }
-    Ok(Staged {
-        name: name.to_owned(),
-        dir: dir.to_owned(),
-        root: root.to_path_buf(),
-        files: out.files,
-        skipped: out.skipped,
-    })
-}
-
-/// Writes expanded entries into the staging directory, counting bytes.
-struct Expander {
-    files_dir: PathBuf,
-    dir: String,
-    limit: u64,
-    total_cap: u64,
-    entries: usize,
-    sync: bool,
-    total: u64,
-    files: Vec<(String, u64)>,
-    seen: HashSet<String>,
-    skipped: Vec<(String, String)>,
-    buffer: Vec<u8>,
-}
-
-impl Expander {
-    fn add(&mut self, raw: &str, reader: &mut dyn Read) -> Result<(), StageError> {
-        let Some(path) = safe_path(raw) else {
-            self.skipped.push((raw.to_owned(), "unsafe path".into()));
-            return Ok(());
-        };
-        if is_clutter(&path) {
-            self.skipped.push((raw.to_owned(), "hidden".into()));
-            return Ok(());
-        }
-        let full = format!("{}/{path}", self.dir);
-        if full.len() > MAX_PATH_BYTES {
-            self.skipped.push((raw.to_owned(), "path too long".into()));
-            return Ok(());
-        }
-        if self.files.len() >= self.entries {
-            return Err(StageError::TooLarge(format!(
-                "the archive holds more than {} files",
-                self.entries
-            )));
-        }
-        let target = safe_join(&self.files_dir, &full)
-            .ok_or_else(|| StageError::Invalid(format!("unsafe path {raw:?}")))?;
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                StageError::Invalid(format!("entry {raw:?} conflicts with another: {e}"))
-            })?;
-        }
-        let mut file = std::fs::File::create(&target).map_err(|e| {
-            StageError::Invalid(format!("entry {raw:?} conflicts with another: {e}"))
-        })?;
-        let mut size = 0u64;
-        loop {
-            let n = reader
-                .read(&mut self.buffer)
-                .map_err(|e| StageError::Invalid(format!("entry {raw:?}: {e}")))?;
-            if n == 0 {
-                break;
-            }
-            size = size.saturating_add(n as u64);
-            self.total = self.total.saturating_add(n as u64);
-            if self.total > self.limit {
-                return Err(StageError::TooLarge(if self.limit < self.total_cap {
-                    format!(
-                        "the archive expands beyond {} bytes ({}x its size): refused as a possible archive bomb",
-                        self.limit, MAX_EXPANSION_RATIO
-                    )
-                } else {
-                    format!("the upload expands beyond the {} byte limit", self.limit)
-                }));
-            }
-            file.write_all(&self.buffer[..n])
-                .map_err(|e| StageError::Io(e.to_string()))?;
-        }
-        if self.sync {
-            file.sync_all().map_err(|e| StageError::Io(e.to_string()))?;
-        }
-        if self.seen.insert(full.clone()) {
-            self.files.push((full, size));
-        } else if let Some(slot) = self.files.iter_mut().find(|(p, _)| *p == full) {
-            slot.1 = size;
-        }
-        Ok(())
-    }
-}
-
-/// Checks staged files against a context: the byte limit once they replace
-/// or join its sources (linear in the files), and no file/directory clash.
-pub(crate) fn check_fits(ctx: &ContextRecord, staged: &Staged, limit: u64) -> LocalResult<()> {
-    let mut total: u64 = ctx.sources.values().map(|m| m.size).sum();
-    for (path, size) in &staged.files {
-        if let Some(old) = ctx.sources.get(path) {
-            total = total.saturating_sub(old.size);
-        }
-        total = total.saturating_add(*size);
-        let mut prefix = path.as_str();
-        while let Some((parent, _)) = prefix.rsplit_once('/') {
-            if ctx.sources.contains_key(parent) {
-                return Err(LocalError::conflict(format!(
-                    "{path:?} would be below the file {parent:?}"
-                )));
-            }
-            prefix = parent;
-        }
-        let below = format!("{path}/");
-        if ctx
-            .sources
-            .range::<str, _>((
-                std::ops::Bound::Included(below.as_str()),
-                std::ops::Bound::Unbounded,
-            ))
-            .next()
-            .is_some_and(|(k, _)| k.starts_with(&below))
-        {
-            return Err(LocalError::conflict(format!(
-                "{path:?} is a directory of the context"
-            )));
-        }
-    }
-    if total > limit {
-        return Err(LocalError::too_large(format!(
-            "the context would exceed its {limit} byte limit"
-        )));
-    }
-    Ok(())
-}
 
 /// Registers the import task of a staged upload (409 while one runs),
 /// moves its files into place on a task of its own and saves the state;
@@ -400,6 +51,7 @@ pub(crate) async fn start(
         let ctx = inner.context_mut(&context_id)?;
         ctx.importing = true;
         ctx.import_task_id = Some(task.id.clone());
+        inner.dirty.contexts.insert(context_id.clone());
         (task, context_id)
     };
     state.store.changed();
@@ -464,6 +116,22 @@ async fn run(
         let _ = applied.send(Err(LocalError::conflict("the import was cancelled")));
         return;
     }
+    // The files about to move are recorded first: a crash before their
+    // sources are recorded is repaired at the next start.
+    let (move_id, begun) = state.store.begin_move(&context_id, &staged.files);
+    if let Err(e) = state.store.wait_saved(begun).await {
+        finish(
+            &state,
+            &context_id,
+            &task_id,
+            "failed",
+            None,
+            Some(e.message.clone()),
+        );
+        state.store.changed();
+        let _ = applied.send(Err(e));
+        return;
+    }
     let sources_dir = state.store.context_dir(&context_id).join("sources");
     let files_dir = Staged::files_dir(&staged.root);
     let to_move: Vec<(String, u64)> = staged.files.clone();
@@ -479,6 +147,7 @@ async fn run(
         .lock()
         .add_sources(&context_id, &moved, now)
         .map_err(|_| "the context was deleted".to_owned());
+    let recorded_at = state.store.end_move(move_id);
     let outcome = match (recorded, error) {
         (Ok(is_work), None) => Ok(is_work),
         (Ok(_), Some(e)) => {
@@ -510,7 +179,7 @@ async fn run(
             return;
         }
     };
-    let saved = state.store.flush().await;
+    let saved = state.store.wait_saved(recorded_at).await;
     let _ = applied.send(saved);
     let delay = state.faults.frame_delay();
     if !delay.is_zero() {
@@ -644,237 +313,12 @@ fn import_output(e: &Staged) -> types::TaskOutput {
         manifest_sample: sample,
         manifest_truncated: e.files.len() > 20,
         output_files: e.files.len() as i64,
-        skipped: e.skipped.len() as i64,
+        skipped: i64::try_from(e.skipped_count).unwrap_or(i64::MAX),
         skipped_items: skipped,
         status: format!("imported {name}"),
     };
     types::TaskOutput {
         subtype_14: Some(out),
         ..empty_output()
-    }
-}
-
-/// A `TaskOutput` with no variant set.
-pub(crate) fn empty_output() -> types::TaskOutput {
-    types::TaskOutput {
-        subtype_0: None,
-        subtype_1: None,
-        subtype_2: None,
-        subtype_3: None,
-        subtype_4: None,
-        subtype_5: None,
-        subtype_6: None,
-        subtype_7: None,
-        subtype_8: None,
-        subtype_9: None,
-        subtype_10: None,
-        subtype_11: None,
-        subtype_12: None,
-        subtype_13: None,
-        subtype_14: None,
-        subtype_15: None,
-        subtype_16: None,
-        subtype_17: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::local::store::SourceMeta;
-
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(label: &str) -> Scratch {
-            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let dir = std::env::temp_dir().join(format!(
-                "nexus-import-{label}-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            Scratch(dir)
-        }
-
-        fn stage(&self, name: &str, data: &[u8], caps: Caps) -> Result<Staged, StageError> {
-            let upload = self.0.join("upload");
-            std::fs::write(&upload, data).unwrap();
-            let root = self.0.join("root");
-            let _ = std::fs::remove_dir_all(&root);
-            stage(&upload, name, "uploads", &root, caps)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn zip_of(entries: &[(&str, Vec<u8>)]) -> Vec<u8> {
-        let mut zw = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-        let opts = zip::write::SimpleFileOptions::default();
-        for (name, body) in entries {
-            zw.start_file(*name, opts).unwrap();
-            zw.write_all(body).unwrap();
-        }
-        zw.finish().unwrap().into_inner()
-    }
-
-    #[test]
-    fn paths_never_leave_the_tree() {
-        assert_eq!(safe_path("a/./b//c.md").as_deref(), Some("a/b/c.md"));
-        assert_eq!(safe_path("../etc/passwd"), None);
-        assert_eq!(safe_path("a\\..\\b"), None);
-        assert_eq!(safe_path("/abs/x").as_deref(), Some("abs/x"));
-        assert!(check_file_name("../x").is_err());
-        assert!(check_file_name("").is_err());
-        assert!(check_file_name("ok.md").is_ok());
-    }
-
-    #[test]
-    fn paths_that_mean_something_else_on_some_platform_are_refused() {
-        for bad in [
-            "C:/Windows/x",
-            "c:x",
-            "docs/file.md:stream",
-            "CON",
-            "docs/nul.txt",
-            "com1.md",
-            "LPT9",
-            "trailing.",
-            "space ",
-            "tab\tname",
-            "nul\0byte",
-        ] {
-            assert_eq!(safe_path(bad), None, "{bad:?}");
-        }
-        assert_eq!(safe_path(&"a".repeat(256)), None);
-        assert_eq!(safe_path(&["ab"; 400].join("/")), None);
-        for ok in ["console.md", "docs/com10.md", "connect/x.md", "a.b/c"] {
-            assert!(safe_path(ok).is_some(), "{ok:?}");
-        }
-    }
-
-    #[test]
-    fn tar_gz_is_expanded_and_hidden_files_skipped() {
-        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        let mut b = tar::Builder::new(gz);
-        for (p, body) in [
-            ("docs/a.md", "# A\n"),
-            (".git/config", "x"),
-            ("b.txt", "bee"),
-        ] {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(body.len() as u64);
-            h.set_mode(0o644);
-            h.set_cksum();
-            b.append_data(&mut h, p, body.as_bytes()).unwrap();
-        }
-        let data = b.into_inner().unwrap().finish().unwrap();
-        let scratch = Scratch::new("tgz");
-        let e = scratch
-            .stage("src.tar.gz", &data, Caps::new(1 << 20, false))
-            .unwrap();
-        let paths: Vec<_> = e.files.iter().map(|(p, _)| p.as_str()).collect();
-        assert_eq!(paths, vec!["uploads/docs/a.md", "uploads/b.txt"]);
-        assert_eq!(e.skipped.len(), 1);
-        assert_eq!(
-            std::fs::read(e.root.join("files/uploads/b.txt")).unwrap(),
-            b"bee"
-        );
-    }
-
-    #[test]
-    fn zip_is_expanded_within_the_limit() {
-        let data = zip_of(&[("notes/n.md", vec![b'x'; 100])]);
-        let scratch = Scratch::new("zip");
-        let e = scratch
-            .stage("n.zip", &data, Caps::new(1 << 20, false))
-            .unwrap();
-        assert_eq!(e.files, [("uploads/notes/n.md".to_owned(), 100)]);
-        assert!(matches!(
-            scratch.stage("n.zip", &data, Caps::new(50, false)),
-            Err(StageError::TooLarge(_))
-        ));
-    }
-
-    #[test]
-    fn a_zip_bomb_is_refused_by_its_ratio() {
-        // 8 MiB of zeros compress to a few KiB: far beyond the ratio cap.
-        let data = zip_of(&[("zeros.md", vec![0u8; 8 << 20])]);
-        assert!((data.len() as u64) * MAX_EXPANSION_RATIO < 8 << 20);
-        let scratch = Scratch::new("bomb");
-        let err = scratch
-            .stage("bomb.zip", &data, Caps::new(1 << 30, false))
-            .unwrap_err();
-        assert!(
-            matches!(&err, StageError::TooLarge(m) if m.contains("archive bomb")),
-            "{err:?}"
-        );
-    }
-
-    #[test]
-    fn entry_counts_are_capped() {
-        let entries: Vec<(String, Vec<u8>)> = (0..5)
-            .map(|i| (format!("f{i}.md"), b"x".to_vec()))
-            .collect();
-        let refs: Vec<(&str, Vec<u8>)> = entries
-            .iter()
-            .map(|(n, b)| (n.as_str(), b.clone()))
-            .collect();
-        let data = zip_of(&refs);
-        let scratch = Scratch::new("count");
-        let caps = Caps {
-            entries: 4,
-            ..Caps::new(1 << 20, false)
-        };
-        assert!(matches!(
-            scratch.stage("many.zip", &data, caps),
-            Err(StageError::TooLarge(_))
-        ));
-    }
-
-    #[test]
-    fn a_plain_file_lands_in_its_directory() {
-        let scratch = Scratch::new("plain");
-        let e = scratch
-            .stage("guide.md", b"# G", Caps::new(100, false))
-            .unwrap();
-        assert_eq!(e.files[0].0, "uploads/guide.md");
-    }
-
-    #[test]
-    fn fitting_counts_replaced_files_once_and_refuses_clashes() {
-        let now = Utc::now();
-        let meta = |size| SourceMeta { size, mtime: now };
-        let mut ctx: ContextRecord = serde_json::from_value(serde_json::json!({
-            "id": "ctx_1", "slug": "s", "name": "S", "kind": "search",
-            "description": null, "guide": null, "manifest": null,
-            "created_at": now, "updated_at": now, "last_curated_at": null,
-            "last_source_import_at": null, "curate_task_id": null, "import_task_id": null,
-            "sample_queries": [], "index_generation": 0, "sources": {}
-        }))
-        .unwrap();
-        ctx.sources.insert("uploads/a.md".into(), meta(60));
-        ctx.sources.insert("uploads/dir/x.md".into(), meta(10));
-        let staged = |files: &[(&str, u64)]| Staged {
-            name: "n".into(),
-            dir: "uploads".into(),
-            root: PathBuf::new(),
-            files: files.iter().map(|(p, s)| ((*p).to_owned(), *s)).collect(),
-            skipped: Vec::new(),
-        };
-        assert!(check_fits(&ctx, &staged(&[("uploads/a.md", 90)]), 100).is_ok());
-        assert_eq!(
-            check_fits(&ctx, &staged(&[("uploads/b.md", 40)]), 100)
-                .unwrap_err()
-                .status,
-            413
-        );
-        assert!(check_fits(&ctx, &staged(&[("uploads/a.md/x", 1)]), 100).is_err());
-        assert!(check_fits(&ctx, &staged(&[("uploads/dir", 1)]), 100).is_err());
     }
 }

@@ -40,21 +40,31 @@
 //! the directory is locked against a second server, and a crash loses
 //! nothing that was acknowledged.
 //!
-//! Layout: `routes/` has one file per resource (auth, contexts, sources,
-//! knowledge, tasks, queries, sessions); `store` owns the state and its
-//! single writer; `durable` writes files crash-safely; `guard` is the
-//! Host/Origin rule; `import`, `curate` and `turn` are the background work.
+//! Layout, one way from top to bottom: `routes/` has one file per
+//! resource (auth, contexts, sources, knowledge, tasks, queries, sessions)
+//! and calls the services: `import` (with `expand`, archive expansion),
+//! `curate` and `turn`, the background work. They call the `store`
+//! (records in memory, written row by row), which calls `records`, `paths`,
+//! `migrate` and `db` (the SQLite state database and its single writer
+//! thread). `durable` writes files crash-safely; `guard` is the Host/Origin
+//! rule; `serve` the connection loop.
 
 mod answer;
 mod curate;
+mod db;
 mod durable;
 mod error;
 mod events;
+mod expand;
 mod faults;
 mod guard;
 mod import;
+mod migrate;
+mod paths;
+mod records;
 mod routes;
 mod search;
+mod serve;
 mod state;
 mod store;
 mod turn;
@@ -126,8 +136,6 @@ pub struct LocalNexus {
     /// Stops accepting connections (graceful shutdown of the HTTP server).
     stop: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
-    /// The single writer of the state file; stopped after everything else.
-    writer: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
 }
 
 impl std::fmt::Debug for LocalNexus {
@@ -213,10 +221,9 @@ impl LocalNexus {
         }
         self.state.tracker.close();
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.state.tracker.wait()).await;
-        if let Some((stop, writer)) = self.writer.take() {
-            stop.cancel();
-            let _ = writer.await;
-        }
+        // Writes what is pending and stops the database writer.
+        let store = self.state.store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.close()).await;
     }
 }
 
@@ -229,9 +236,6 @@ impl Drop for LocalNexus {
             server.abort();
         }
         self.state.tracker.close();
-        if let Some((stop, _)) = self.writer.take() {
-            stop.cancel();
-        }
     }
 }
 
@@ -246,6 +250,9 @@ pub struct LocalNexusBuilder {
     json_limit: usize,
     context_bytes_limit: u64,
     events_per_query: usize,
+    query_limit: u64,
+    query_bytes_limit: u64,
+    header_read_timeout: Duration,
     chunk_chars: usize,
     cut_after_frames: Option<usize>,
     frame_delay: Duration,
@@ -266,6 +273,9 @@ impl Default for LocalNexusBuilder {
             json_limit: 1024 * 1024,
             context_bytes_limit: 1024 * 1024 * 1024,
             events_per_query: 10_000,
+            query_limit: 10_000,
+            query_bytes_limit: 256 * 1024 * 1024,
+            header_read_timeout: serve::HEADER_READ_TIMEOUT,
             chunk_chars: search::DEFAULT_CHUNK_CHARS,
             cut_after_frames: None,
             frame_delay: Duration::ZERO,
@@ -342,6 +352,27 @@ impl LocalNexusBuilder {
         self
     }
 
+    /// The most query turns kept (default 10 000); the oldest ended ones
+    /// are forgotten first.
+    pub fn query_limit(mut self, n: u64) -> Self {
+        self.query_limit = n;
+        self
+    }
+
+    /// The most bytes of query turns kept: documents, traces and event
+    /// logs (default 256 MiB); the oldest ended turns are forgotten first.
+    pub fn query_bytes_limit(mut self, bytes: u64) -> Self {
+        self.query_bytes_limit = bytes;
+        self
+    }
+
+    /// How long a client has to send a request's head before its
+    /// connection is closed (default 10 s).
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
     /// The chunk size curation aims for, in characters (default 1200).
     pub fn chunk_chars(mut self, n: usize) -> Self {
         self.chunk_chars = n;
@@ -410,10 +441,14 @@ impl LocalNexusBuilder {
     /// # Errors
     /// [`StartError`] when binding, the data directory or a seed fails.
     pub async fn start(self) -> Result<LocalNexus, StartError> {
+        let limits = db::QueryLimits {
+            count: self.query_limit,
+            bytes: self.query_bytes_limit,
+        };
         let store = match &self.data_dir {
             Some(dir) => {
                 let dir_owned = dir.clone();
-                tokio::task::spawn_blocking(move || Store::open(&dir_owned))
+                tokio::task::spawn_blocking(move || Store::open(&dir_owned, limits))
                     .await
                     .map_err(|e| StartError::DataDir {
                         path: dir.clone(),
@@ -430,7 +465,14 @@ impl LocalNexusBuilder {
                         },
                     })?
             }
-            None => Store::in_memory(),
+            None => tokio::task::spawn_blocking(move || Store::scratch(limits))
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))
+                .and_then(|r| r)
+                .map_err(|source| StartError::DataDir {
+                    path: std::env::temp_dir(),
+                    source,
+                })?,
         };
         let config = Config {
             api_key: self.api_key,
@@ -464,29 +506,15 @@ impl LocalNexusBuilder {
         }
         let policy = guard::HostPolicy::new(addr, &config.allowed_hosts, &config.allowed_origins);
         let state = AppState::new(config, store, faults, policy);
-        let writer_stop = CancellationToken::new();
-        let writer = {
-            let store = state.store.clone();
-            let stop = writer_stop.clone();
-            tokio::spawn(async move { store.run_writer(stop).await })
-        };
         let stop = CancellationToken::new();
         let app = routes::router(state.clone());
         let graceful = stop.clone();
-        // Event streams are many small writes: without TCP_NODELAY, Nagle's
-        // algorithm meets the peer's delayed ACK and stalls frames ~40 ms.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "could not set TCP_NODELAY");
-            }
-        });
-        let server = tokio::spawn(async move {
-            let serve = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { graceful.cancelled().await });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "the local server stopped");
-            }
-        });
+        let server = tokio::spawn(serve::serve(
+            listener,
+            app,
+            graceful,
+            self.header_read_timeout,
+        ));
         let host = if addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()
         } else if addr.is_ipv6() {
@@ -500,7 +528,6 @@ impl LocalNexusBuilder {
             state,
             stop,
             server: Some(server),
-            writer: Some((writer_stop, writer)),
         };
         tracing::info!(base_url = %nexus.base_url, "local Nexus listening");
         for (slug, dir) in &self.contexts {

@@ -292,6 +292,9 @@ pub(crate) struct ContextIndex {
     heading: Field,
     ord: Field,
     chunks: Vec<Chunk>,
+    /// The knowledge files' names and sizes, built once per index (an
+    /// index is one curation's generation).
+    knowledge: std::sync::OnceLock<Vec<(String, u64)>>,
 }
 
 impl std::fmt::Debug for ContextIndex {
@@ -366,7 +369,37 @@ impl ContextIndex {
             heading,
             ord,
             chunks,
+            knowledge: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The knowledge files (one Markdown file per source under `chunks/`)
+    /// with their sizes, computed once and kept with the index.
+    pub(crate) fn knowledge_files(&self) -> &[(String, u64)] {
+        self.knowledge.get_or_init(|| {
+            let mut sizes: std::collections::BTreeMap<String, u64> = Default::default();
+            for c in &self.chunks {
+                let size = knowledge_section(c).len() as u64;
+                let slot = sizes.entry(knowledge_name(&c.source)).or_default();
+                *slot = slot.saturating_add(size);
+            }
+            sizes.into_iter().collect()
+        })
+    }
+
+    /// The text of one knowledge file, if it exists.
+    pub(crate) fn knowledge_text(&self, name: &str) -> Option<String> {
+        let files = self.knowledge_files();
+        let i = files.binary_search_by(|(n, _)| n.as_str().cmp(name)).ok()?;
+        let mut out = String::with_capacity(usize::try_from(files[i].1).unwrap_or(0));
+        for c in self
+            .chunks
+            .iter()
+            .filter(|c| knowledge_name(&c.source) == name)
+        {
+            out.push_str(&knowledge_section(c));
+        }
+        Some(out)
     }
 
     /// The indexed chunks, in index order.
@@ -416,6 +449,26 @@ impl ContextIndex {
     pub(crate) fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
+}
+
+/// The knowledge file of a source: `chunks/{source}`, `.md` added when the
+/// source has another extension.
+fn knowledge_name(source: &str) -> String {
+    if source.ends_with(".md") {
+        format!("chunks/{source}")
+    } else {
+        format!("chunks/{source}.md")
+    }
+}
+
+/// One chunk as a section of its knowledge file.
+fn knowledge_section(c: &Chunk) -> String {
+    let heading = if c.section_path.is_empty() {
+        c.source.clone()
+    } else {
+        c.section_path.join(" > ")
+    };
+    format!("## {heading}\n\n{}\n\n", c.text)
 }
 
 #[cfg(test)]

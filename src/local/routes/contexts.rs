@@ -85,7 +85,8 @@ pub(super) async fn curate_context(
         )));
     }
     let task = curate::start(&state, &slug, opts.force, opts.scope, false)?;
-    state.store.changed();
+    // An acknowledged curate task survives a crash (as failed, if it ran).
+    state.store.flush().await?;
     Ok(axum::Json(types::WorkflowTriggerResponse {
         exploring: None,
         importing: None,

@@ -1,59 +1,48 @@
 //! The curated knowledge of a context, as Markdown files.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::Response;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::{FileList, PageParams, Shared, listing, octets};
 use crate::local::error::{ApiQuery, LocalError, LocalResult};
+use crate::local::search::ContextIndex;
 use crate::local::state::AppState;
 use crate::types;
 
-/// The curated knowledge of a context: one Markdown file per source under
-/// `chunks/` (`.md` added when the source has another extension), listing
-/// its chunks under their heading paths.
-pub(super) fn knowledge_files(
+/// The curated index of a context and when it was curated (`None` before
+/// its first curation).
+fn curated(
     state: &AppState,
     slug: &str,
-) -> LocalResult<BTreeMap<String, String>> {
-    let (index, curated_at) = {
-        let inner = state.store.lock();
-        let ctx = inner.context(slug)?;
-        (inner.indexes.get(&ctx.id).cloned(), ctx.last_curated_at)
-    };
-    let mut files: BTreeMap<String, String> = BTreeMap::new();
-    if let (Some(index), Some(_)) = (index, curated_at) {
-        for c in index.chunks() {
-            let name = if c.source.ends_with(".md") {
-                format!("chunks/{}", c.source)
-            } else {
-                format!("chunks/{}.md", c.source)
-            };
-            let body = files.entry(name).or_default();
-            let heading = if c.section_path.is_empty() {
-                c.source.clone()
-            } else {
-                c.section_path.join(" > ")
-            };
-            body.push_str(&format!("## {heading}\n\n{}\n\n", c.text));
-        }
-    }
-    Ok(files)
+) -> LocalResult<Option<(Arc<ContextIndex>, DateTime<Utc>)>> {
+    let inner = state.store.lock();
+    let ctx = inner.context(slug)?;
+    Ok(match (inner.indexes.get(&ctx.id), ctx.last_curated_at) {
+        (Some(index), Some(at)) => Some((index.clone(), at)),
+        _ => None,
+    })
 }
 
-pub(super) fn knowledge_list(state: &AppState, slug: &str) -> LocalResult<FileList> {
-    let curated_at = state
-        .store
-        .lock()
-        .context(slug)?
-        .last_curated_at
-        .unwrap_or_else(Utc::now);
-    Ok(knowledge_files(state, slug)?
-        .into_iter()
-        .map(|(p, body)| (p, body.len() as u64, curated_at))
-        .collect())
+/// The curated knowledge of a context: one Markdown file per source under
+/// `chunks/` (`.md` added when the source has another extension), listing
+/// its chunks under their heading paths. Built on the blocking pool once
+/// per curation, then kept with the index.
+pub(super) async fn knowledge_list(state: &AppState, slug: &str) -> LocalResult<FileList> {
+    let Some((index, curated_at)) = curated(state, slug)? else {
+        return Ok(FileList::new());
+    };
+    tokio::task::spawn_blocking(move || {
+        index
+            .knowledge_files()
+            .iter()
+            .map(|(p, size)| (p.clone(), *size, curated_at))
+            .collect()
+    })
+    .await
+    .map_err(|e| LocalError::internal("listing knowledge", e))
 }
 
 pub(super) async fn list_knowledge(
@@ -61,7 +50,7 @@ pub(super) async fn list_knowledge(
     Path(slug): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> LocalResult<axum::Json<types::DirListing>> {
-    let files = knowledge_list(&state, &slug)?;
+    let files = knowledge_list(&state, &slug).await?;
     Ok(axum::Json(listing(&files, "", &page)?))
 }
 
@@ -70,7 +59,7 @@ pub(super) async fn list_knowledge_at(
     Path((slug, path)): Path<(String, String)>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> LocalResult<axum::Json<types::DirListing>> {
-    let files = knowledge_list(&state, &slug)?;
+    let files = knowledge_list(&state, &slug).await?;
     Ok(axum::Json(listing(&files, &path, &page)?))
 }
 
@@ -78,8 +67,13 @@ pub(super) async fn read_knowledge(
     State(state): Shared,
     Path((slug, path)): Path<(String, String)>,
 ) -> LocalResult<Response> {
-    let body = knowledge_files(&state, &slug)?
-        .remove(path.trim_matches('/'))
-        .ok_or_else(|| LocalError::not_found(format!("no knowledge file {path:?}")))?;
+    let name = path.trim_matches('/').to_owned();
+    let body = match curated(&state, &slug)? {
+        Some((index, _)) => tokio::task::spawn_blocking(move || index.knowledge_text(&name))
+            .await
+            .map_err(|e| LocalError::internal("reading knowledge", e))?,
+        None => None,
+    }
+    .ok_or_else(|| LocalError::not_found(format!("no knowledge file {path:?}")))?;
     Ok(octets(body.into()))
 }

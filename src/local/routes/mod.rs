@@ -342,7 +342,7 @@ pub(super) fn listing(
     let total = children.len() as i64;
     let entries: Vec<_> = children
         .into_iter()
-        .skip(offset as usize)
+        .skip(usize::try_from(offset).unwrap_or(usize::MAX))
         .take(limit as usize)
         .map(
             |(name, (is_dir, size, mtime))| types::DirListingEntriesItem {
@@ -353,7 +353,7 @@ pub(super) fn listing(
             },
         )
         .collect();
-    let next = offset + entries.len() as i64;
+    let next = offset.saturating_add(i64::try_from(entries.len()).unwrap_or(i64::MAX));
     Ok(types::DirListing {
         entries,
         limit,
@@ -400,7 +400,16 @@ mod tests {
         };
         let faults = Faults::new(None, Duration::ZERO, 0, 1);
         let policy = HostPolicy::new(([127, 0, 0, 1], 8808).into(), &[], &[]);
-        router(AppState::new(config, Store::in_memory(), faults, policy))
+        let limits = crate::local::db::QueryLimits {
+            count: 100,
+            bytes: 1 << 20,
+        };
+        router(AppState::new(
+            config,
+            Store::scratch(limits).unwrap(),
+            faults,
+            policy,
+        ))
     }
 
     async fn call(

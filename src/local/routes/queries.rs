@@ -59,6 +59,12 @@ pub(super) async fn post_query(
         return Ok((StatusCode::ACCEPTED, axum::Json(started.query)).into_response());
     }
     log.wait_finished().await;
+    if !log.saved() {
+        return Err(LocalError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the turn ended but could not be saved; see the server's log",
+        ));
+    }
     let query = current_query(&state, &query_id)?;
     if query.status == "failed"
         && query
@@ -77,10 +83,7 @@ pub(super) async fn post_query(
 pub(super) fn current_query(state: &AppState, id: &str) -> LocalResult<types::Query> {
     state
         .store
-        .lock()
-        .queries
-        .get(id)
-        .map(|q| q.query.clone())
+        .query_doc(id)
         .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))
 }
 
@@ -134,17 +137,16 @@ pub(super) async fn cancel_query(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::Query>> {
-    let (log, cancel, terminal) = {
-        let inner = state.store.lock();
-        let q = inner
-            .queries
-            .get(&id)
-            .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
-        (q.log.clone(), q.cancel.clone(), q.query.is_terminal())
-    };
-    if !terminal {
+    let q = state
+        .store
+        .query(&id)
+        .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
+    if !q.query.is_terminal()
+        && let Some(cancel) = q.cancel
+    {
+        // The turn's end (cancelled) is on disk once its log is closed.
         cancel.cancel();
-        let _ = tokio::time::timeout(CANCEL_WAIT, log.wait_finished()).await;
+        let _ = tokio::time::timeout(CANCEL_WAIT, q.log.wait_finished()).await;
     }
     current_query(&state, &id).map(axum::Json)
 }
@@ -166,10 +168,8 @@ pub(super) async fn query_events(
     };
     let log = state
         .store
-        .lock()
-        .queries
-        .get(&id)
-        .map(|q| q.log.clone())
+        .query(&id)
+        .map(|q| q.log)
         .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
     Ok(sse(&state, log, from))
 }
@@ -178,13 +178,11 @@ pub(super) async fn query_trace(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::Trace>> {
-    let inner = state.store.lock();
-    let q = inner
-        .queries
-        .get(&id)
+    let q = state
+        .store
+        .query(&id)
         .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
     q.trace
-        .clone()
         .map(axum::Json)
         .ok_or_else(|| LocalError::not_found("the trace is available once the turn has ended"))
 }
@@ -212,7 +210,7 @@ pub(super) async fn query_feedback(
             "comment must be at most 2000 characters",
         ));
     }
-    state.store.lock().set_feedback(
+    state.store.set_feedback(
         &id,
         types::QueryFeedback {
             comment: body.comment,

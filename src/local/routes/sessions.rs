@@ -32,18 +32,19 @@ pub(super) async fn get_session(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::GetSessionResponse>> {
-    let inner = state.store.lock();
-    let s = inner
-        .sessions
-        .get(&id)
-        .ok_or_else(|| LocalError::not_found(format!("session {id:?} not found")))?;
-    let queries = s
-        .query_ids
+    let (s, query_ids) = {
+        let inner = state.store.lock();
+        let s = inner
+            .sessions
+            .get(&id)
+            .ok_or_else(|| LocalError::not_found(format!("session {id:?} not found")))?;
+        (s.session.clone(), s.query_ids.clone())
+    };
+    // Ended turns may be only in the database: read them out of the lock.
+    let queries = query_ids
         .iter()
-        .filter_map(|q| inner.queries.get(q))
-        .map(|q| q.query.clone())
+        .filter_map(|q| state.store.query_doc(q))
         .collect();
-    let s = s.session.clone();
     Ok(axum::Json(types::GetSessionResponse {
         created_at: s.created_at,
         created_by: s.created_by,

@@ -10,8 +10,8 @@ use tokio_util::io::ReaderStream;
 
 use super::{FileList, PageParams, Shared, listing};
 use crate::local::error::{ApiQuery, LocalError, LocalResult};
+use crate::local::paths::safe_join;
 use crate::local::state::AppState;
-use crate::local::store::safe_join;
 use crate::local::{durable, import};
 use crate::types;
 
@@ -24,8 +24,21 @@ pub(super) async fn upload(
     State(state): Shared,
     Path(slug): Path<String>,
     ApiQuery(params): ApiQuery<UploadParams>,
+    headers: axum::http::HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
+    let limit = state.config.upload_limit;
+    // A body announced larger than the limit (plus room for the form's
+    // own headers) is refused before any of it is read.
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > (limit as u64).saturating_add(FORM_OVERHEAD)) {
+        return Err(LocalError::too_large(format!(
+            "the upload exceeds the {limit} byte limit"
+        )));
+    }
     {
         let inner = state.store.lock();
         let ctx = inner.context(&slug)?;
@@ -42,7 +55,6 @@ pub(super) async fn upload(
             .ok_or_else(|| LocalError::bad_request(format!("unsafe upload path {p:?}")))?,
     };
     let mut multipart = multipart.map_err(|e| LocalError::new(e.status(), e.body_text()))?;
-    let limit = state.config.upload_limit;
     let multipart_error = |e: axum::extract::multipart::MultipartError| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             LocalError::too_large(format!("the upload exceeds the {limit} byte limit"))
@@ -90,6 +102,8 @@ pub(super) async fn upload(
             state.config.context_bytes_limit,
             state.store.is_persistent(),
         );
+        // If this request goes away, the expansion stops.
+        let _stop = StopOnDrop(caps.cancel.clone());
         let staged =
             tokio::task::spawn_blocking(move || import::stage(&upload, &name, &dir, &root, caps))
                 .await
@@ -98,6 +112,18 @@ pub(super) async fn upload(
         return Ok(axum::Json(trigger));
     }
     Err(LocalError::bad_request("the form has no `file` part"))
+}
+
+/// Room for a multipart form's own headers beside its file.
+const FORM_OVERHEAD: u64 = 64 * 1024;
+
+/// Sets a flag when dropped (the request ended, answered or not).
+struct StopOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Removes a staging directory on drop, unless handed over to the import.

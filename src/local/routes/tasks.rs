@@ -31,7 +31,14 @@ pub(super) async fn list_tasks(
     if page < 1 || p.offset.is_some_and(|o| o < 0) {
         return Err(LocalError::bad_request("page must be >= 1 and offset >= 0"));
     }
-    let offset = p.offset.unwrap_or((page - 1) * limit);
+    let offset = match p.offset {
+        Some(o) => o,
+        None => (page - 1).checked_mul(limit).ok_or_else(|| {
+            LocalError::bad_request(format!(
+                "page {page} is too large for limit {limit}: (page - 1) * limit must fit in 64 bits"
+            ))
+        })?,
+    };
     let inner = state.store.lock();
     let context_id = p
         .context
@@ -58,7 +65,7 @@ pub(super) async fn list_tasks(
     let total = matching.len() as i64;
     let items = matching
         .into_iter()
-        .skip(offset as usize)
+        .skip(usize::try_from(offset).unwrap_or(usize::MAX))
         .take(limit as usize)
         .cloned()
         .collect();
@@ -66,7 +73,7 @@ pub(super) async fn list_tasks(
         items,
         limit,
         offset,
-        page: offset / limit + 1,
+        page: (offset / limit).saturating_add(1),
         pages: (total + limit - 1) / limit,
         total,
     }))
@@ -90,6 +97,7 @@ pub(super) async fn cancel_task(
     Path(id): Path<String>,
 ) -> LocalResult<StatusCode> {
     state.store.lock().cancel_task(&id)?;
-    state.store.changed();
+    // An acknowledged cancellation survives a crash.
+    state.store.flush().await?;
     Ok(StatusCode::OK)
 }

@@ -1,0 +1,725 @@
+//! Expanding an upload in its staging directory: one file, or an archive
+//! (`.zip`, `.tar`, `.tar.gz`, `.tgz`), within the entry, byte and ratio
+//! caps, counted as the expanded stream is read; and the check that the
+//! result fits its context.
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::error::{LocalError, LocalResult};
+pub(crate) use super::paths::safe_path;
+use super::paths::{MAX_PATH_BYTES, safe_join};
+use super::records::ContextRecord;
+
+/// Most files one archive may expand to.
+const MAX_ARCHIVE_ENTRIES: usize = 100_000;
+/// Most bytes an archive may expand to per byte uploaded.
+pub(crate) const MAX_EXPANSION_RATIO: u64 = 200;
+/// An archive may always expand to this many bytes, whatever its ratio.
+const RATIO_FREE_BYTES: u64 = 1024 * 1024;
+/// Copy buffer of the expansion.
+const COPY_BUFFER: usize = 64 * 1024;
+/// Skipped entries named in an import's report (the rest are counted).
+const MAX_SKIPPED_NAMES: usize = 20;
+/// Bytes counted for each zip entry besides its content (its headers).
+const ZIP_ENTRY_OVERHEAD: u64 = 76;
+
+/// An upload staged on disk: the uploaded file and its expansion.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    /// The file name the client sent.
+    pub(crate) name: String,
+    /// The directory of the source tree it lands in.
+    pub(crate) dir: String,
+    /// The private staging directory (removed when the import ends).
+    pub(crate) root: PathBuf,
+    /// Expanded files as `(source path, size)`, in the order found.
+    pub(crate) files: Vec<(String, u64)>,
+    /// `(entry, reason)` of the first entries left out.
+    pub(crate) skipped: Vec<(String, String)>,
+    /// How many entries were left out.
+    pub(crate) skipped_count: usize,
+}
+
+impl Staged {
+    pub(crate) fn files_dir(root: &Path) -> PathBuf {
+        root.join("files")
+    }
+}
+
+/// Why an upload was refused while staging.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StageError {
+    /// A size, ratio or count cap was exceeded (413).
+    TooLarge(String),
+    /// The archive is unreadable or holds conflicting paths (400).
+    Invalid(String),
+    /// The disk failed (500).
+    Io(String),
+    /// The upload's request went away.
+    Cancelled,
+}
+
+impl From<StageError> for LocalError {
+    fn from(e: StageError) -> Self {
+        match e {
+            StageError::TooLarge(m) => LocalError::too_large(m),
+            StageError::Invalid(m) => LocalError::bad_request(m),
+            StageError::Io(m) => LocalError::internal("staging the upload", m),
+            StageError::Cancelled => LocalError::bad_request("the upload was cancelled"),
+        }
+    }
+}
+
+/// Whether a path is hidden or archive clutter (skipped on expansion).
+fn is_clutter(path: &str) -> bool {
+    path.split('/')
+        .any(|p| p.starts_with('.') || p == "__MACOSX")
+}
+
+/// Checks an upload's file name.
+pub(crate) fn check_file_name(name: &str) -> LocalResult<()> {
+    if name.contains(['/', '\\']) || safe_path(name).as_deref() != Some(name) {
+        return Err(LocalError::bad_request(format!(
+            "missing or unsafe file name {name:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The caps of one expansion.
+#[derive(Debug, Clone)]
+pub(crate) struct Caps {
+    /// Most expanded bytes in all.
+    pub(crate) total: u64,
+    /// Most expanded bytes per uploaded byte (archives only).
+    pub(crate) ratio: u64,
+    /// Most files.
+    pub(crate) entries: usize,
+    /// Whether staged files are flushed to disk (a data directory is in use).
+    pub(crate) sync: bool,
+    /// Set when the upload's request is gone: the expansion stops.
+    pub(crate) cancel: Arc<AtomicBool>,
+}
+
+impl Caps {
+    pub(crate) fn new(total: u64, sync: bool) -> Self {
+        Caps {
+            total,
+            ratio: MAX_EXPANSION_RATIO,
+            entries: MAX_ARCHIVE_ENTRIES,
+            sync,
+            cancel: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// Expands the uploaded file at `upload` (named `name`) into
+/// `root/files/{dir}/...`, within `caps`. On error the caller removes `root`.
+pub(crate) fn stage(
+    upload: &Path,
+    name: &str,
+    dir: &str,
+    root: &Path,
+    caps: Caps,
+) -> Result<Staged, StageError> {
+    let io = |e: std::io::Error| StageError::Io(e.to_string());
+    let uploaded = std::fs::metadata(upload).map_err(io)?.len();
+    let lower = name.to_ascii_lowercase();
+    let is_archive = lower.ends_with(".zip")
+        || lower.ends_with(".tar")
+        || lower.ends_with(".tar.gz")
+        || lower.ends_with(".tgz");
+    let limit = if is_archive {
+        caps.total
+            .min(uploaded.saturating_mul(caps.ratio).max(RATIO_FREE_BYTES))
+    } else {
+        caps.total
+    };
+    let over: Rc<Cell<Option<Over>>> = Rc::new(Cell::new(None));
+    let mut out = Expander {
+        files_dir: Staged::files_dir(root),
+        dir: dir.to_owned(),
+        limit,
+        total_cap: caps.total,
+        entries: caps.entries,
+        sync: caps.sync,
+        total: 0,
+        files: Vec::new(),
+        seen: HashSet::new(),
+        skipped: Vec::new(),
+        skipped_count: 0,
+        entries_seen: 0,
+        buffer: vec![0; COPY_BUFFER],
+        cancel: caps.cancel.clone(),
+    };
+    if lower.ends_with(".zip") {
+        let file = std::fs::File::open(upload).map_err(io)?;
+        let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
+            .map_err(|e| StageError::Invalid(format!("not a readable zip archive: {e}")))?;
+        if zip.len() > caps.entries {
+            return Err(StageError::TooLarge(format!(
+                "the archive holds more than {} entries (the limit)",
+                caps.entries
+            )));
+        }
+        for i in 0..zip.len() {
+            let mut entry = zip
+                .by_index(i)
+                .map_err(|e| StageError::Invalid(format!("zip entry {i}: {e}")))?;
+            out.count_entry(ZIP_ENTRY_OVERHEAD.saturating_add(entry.name().len() as u64))?;
+            if entry.is_dir() {
+                continue;
+            }
+            let raw = entry.name().to_owned();
+            out.add(&raw, &mut entry)?;
+        }
+    } else if lower.ends_with(".tar") || lower.ends_with(".tar.gz") || lower.ends_with(".tgz") {
+        let file = std::io::BufReader::new(std::fs::File::open(upload).map_err(io)?);
+        let reader: Box<dyn Read> = if lower.ends_with(".tar") {
+            Box::new(file)
+        } else {
+            Box::new(flate2::read::GzDecoder::new(file))
+        };
+        // Every byte of the expanded stream counts (headers and padding
+        // too), as it streams: refused at the first byte over the limit.
+        let counted = Counted {
+            inner: reader,
+            count: 0,
+            limit,
+            over: over.clone(),
+            cancel: caps.cancel.clone(),
+        };
+        let mut tar = tar::Archive::new(counted);
+        let entries = tar
+            .entries()
+            .map_err(|e| out.stream_error(&over, format!("not a readable tar archive: {e}")))?;
+        for entry in entries {
+            let mut entry =
+                entry.map_err(|e| out.stream_error(&over, format!("tar entry: {e}")))?;
+            // Every entry counts toward the cap, whatever its kind.
+            out.count_entry(0)?;
+
+            let kind = entry.header().entry_type();
+            if kind.is_dir() {
+                continue;
+            }
+            if !kind.is_file() {
+                out.skip(
+                    || {
+                        entry
+                            .path()
+                            .map(|p| p.to_string_lossy().into_owned())
+                            .unwrap_or_default()
+                    },
+                    "not a regular file",
+                );
+                continue;
+            }
+            let raw = entry
+                .path()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            out.add(&raw, &mut entry)
+                .map_err(|e| out.stream_stage_error(&over, e))?;
+        }
+    } else {
+        let mut file = std::fs::File::open(upload).map_err(io)?;
+        out.add(name, &mut file)?;
+    }
+    Ok(Staged {
+        name: name.to_owned(),
+        dir: dir.to_owned(),
+        root: root.to_path_buf(),
+        files: out.files,
+        skipped: out.skipped,
+        skipped_count: out.skipped_count,
+    })
+}
+
+/// Why the expanded stream of an archive stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    Size,
+    Cancelled,
+}
+
+/// A reader of an expanded stream that counts its bytes and fails past
+/// `limit` or once cancelled, noting why in `over`.
+struct Counted<R> {
+    inner: R,
+    count: u64,
+    limit: u64,
+    over: Rc<Cell<Option<Over>>>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.cancel.load(Ordering::Relaxed) {
+            self.over.set(Some(Over::Cancelled));
+            return Err(std::io::Error::other("cancelled"));
+        }
+        let n = self.inner.read(buf)?;
+        self.count = self.count.saturating_add(n as u64);
+        if self.count > self.limit {
+            self.over.set(Some(Over::Size));
+            return Err(std::io::Error::other("the expansion limit was reached"));
+        }
+        Ok(n)
+    }
+}
+
+/// Writes expanded entries into the staging directory, counting bytes.
+struct Expander {
+    files_dir: PathBuf,
+    dir: String,
+    limit: u64,
+    total_cap: u64,
+    entries: usize,
+    sync: bool,
+    total: u64,
+    files: Vec<(String, u64)>,
+    seen: HashSet<String>,
+    skipped: Vec<(String, String)>,
+    skipped_count: usize,
+    entries_seen: usize,
+    buffer: Vec<u8>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Expander {
+    /// Counts one archive entry (of any kind) and `overhead` bytes of it
+    /// toward the caps.
+    fn count_entry(&mut self, overhead: u64) -> Result<(), StageError> {
+        if self.cancel.load(Ordering::Relaxed) {
+            return Err(StageError::Cancelled);
+        }
+        self.entries_seen = self.entries_seen.saturating_add(1);
+        if self.entries_seen > self.entries {
+            return Err(StageError::TooLarge(format!(
+                "the archive holds more than {} entries (the limit; files, directories, links, hidden and unsafe entries all count)",
+                self.entries
+            )));
+        }
+        self.total = self.total.saturating_add(overhead);
+        self.check_total()
+    }
+
+    fn check_total(&self) -> Result<(), StageError> {
+        if self.total <= self.limit {
+            return Ok(());
+        }
+        Err(self.too_large())
+    }
+
+    fn too_large(&self) -> StageError {
+        StageError::TooLarge(if self.limit < self.total_cap {
+            format!(
+                "the archive expands beyond {} bytes ({}x its size, the limit): refused as a possible archive bomb",
+                self.limit, MAX_EXPANSION_RATIO
+            )
+        } else {
+            format!("the upload expands beyond the {} byte limit", self.limit)
+        })
+    }
+
+    /// Notes a skipped entry: its name among the first few, else a count.
+    fn skip(&mut self, name: impl FnOnce() -> String, reason: &str) {
+        self.skipped_count = self.skipped_count.saturating_add(1);
+        if self.skipped.len() < MAX_SKIPPED_NAMES {
+            self.skipped.push((name(), reason.to_owned()));
+        }
+    }
+
+    /// The error for a failed read of the expanded stream.
+    fn stream_error(&self, over: &Cell<Option<Over>>, message: String) -> StageError {
+        match over.get() {
+            Some(Over::Size) => self.too_large(),
+            Some(Over::Cancelled) => StageError::Cancelled,
+            None => StageError::Invalid(message),
+        }
+    }
+
+    fn stream_stage_error(&self, over: &Cell<Option<Over>>, e: StageError) -> StageError {
+        match (over.get(), e) {
+            (None, e) => e,
+            (Some(_), StageError::Invalid(m)) => self.stream_error(over, m),
+            (Some(_), e) => e,
+        }
+    }
+
+    fn add(&mut self, raw: &str, reader: &mut dyn Read) -> Result<(), StageError> {
+        let Some(path) = safe_path(raw) else {
+            self.skip(|| raw.to_owned(), "unsafe path");
+            return Ok(());
+        };
+        if is_clutter(&path) {
+            self.skip(|| raw.to_owned(), "hidden");
+            return Ok(());
+        }
+        let full = format!("{}/{path}", self.dir);
+        if full.len() > MAX_PATH_BYTES {
+            self.skip(|| raw.to_owned(), "path too long");
+            return Ok(());
+        }
+        if self.files.len() >= self.entries {
+            return Err(StageError::TooLarge(format!(
+                "the archive holds more than {} entries (the limit)",
+                self.entries
+            )));
+        }
+        let target = safe_join(&self.files_dir, &full)
+            .ok_or_else(|| StageError::Invalid(format!("unsafe path {raw:?}")))?;
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                StageError::Invalid(format!("entry {raw:?} conflicts with another: {e}"))
+            })?;
+        }
+        let mut file = std::fs::File::create(&target).map_err(|e| {
+            StageError::Invalid(format!("entry {raw:?} conflicts with another: {e}"))
+        })?;
+        let mut size = 0u64;
+        loop {
+            let n = reader
+                .read(&mut self.buffer)
+                .map_err(|e| StageError::Invalid(format!("entry {raw:?}: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(StageError::Cancelled);
+            }
+            size = size.saturating_add(n as u64);
+            self.total = self.total.saturating_add(n as u64);
+            self.check_total()?;
+            file.write_all(&self.buffer[..n])
+                .map_err(|e| StageError::Io(e.to_string()))?;
+        }
+        if self.sync {
+            file.sync_all().map_err(|e| StageError::Io(e.to_string()))?;
+        }
+        if self.seen.insert(full.clone()) {
+            self.files.push((full, size));
+        } else if let Some(slot) = self.files.iter_mut().find(|(p, _)| *p == full) {
+            slot.1 = size;
+        }
+        Ok(())
+    }
+}
+
+/// Checks staged files against a context: the byte limit once they replace
+/// or join its sources (linear in the files), and no file/directory clash.
+pub(crate) fn check_fits(ctx: &ContextRecord, staged: &Staged, limit: u64) -> LocalResult<()> {
+    let mut total: u64 = ctx.sources.values().map(|m| m.size).sum();
+    for (path, size) in &staged.files {
+        if let Some(old) = ctx.sources.get(path) {
+            total = total.saturating_sub(old.size);
+        }
+        total = total.saturating_add(*size);
+        let mut prefix = path.as_str();
+        while let Some((parent, _)) = prefix.rsplit_once('/') {
+            if ctx.sources.contains_key(parent) {
+                return Err(LocalError::conflict(format!(
+                    "{path:?} would be below the file {parent:?}"
+                )));
+            }
+            prefix = parent;
+        }
+        let below = format!("{path}/");
+        if ctx
+            .sources
+            .range::<str, _>((
+                std::ops::Bound::Included(below.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(&below))
+        {
+            return Err(LocalError::conflict(format!(
+                "{path:?} is a directory of the context"
+            )));
+        }
+    }
+    if total > limit {
+        return Err(LocalError::too_large(format!(
+            "the context would exceed its {limit} byte limit"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::local::store::SourceMeta;
+    use chrono::Utc;
+
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(label: &str) -> Scratch {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "nexus-import-{label}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+
+        fn stage(&self, name: &str, data: &[u8], caps: Caps) -> Result<Staged, StageError> {
+            let upload = self.0.join("upload");
+            std::fs::write(&upload, data).unwrap();
+            let root = self.0.join("root");
+            let _ = std::fs::remove_dir_all(&root);
+            stage(&upload, name, "uploads", &root, caps)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn zip_of(entries: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let mut zw = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let opts = zip::write::SimpleFileOptions::default();
+        for (name, body) in entries {
+            zw.start_file(*name, opts).unwrap();
+            zw.write_all(body).unwrap();
+        }
+        zw.finish().unwrap().into_inner()
+    }
+
+    #[test]
+    fn paths_never_leave_the_tree() {
+        assert_eq!(safe_path("a/./b//c.md").as_deref(), Some("a/b/c.md"));
+        assert_eq!(safe_path("../etc/passwd"), None);
+        assert_eq!(safe_path("a\\..\\b"), None);
+        assert_eq!(safe_path("/abs/x").as_deref(), Some("abs/x"));
+        assert!(check_file_name("../x").is_err());
+        assert!(check_file_name("").is_err());
+        assert!(check_file_name("ok.md").is_ok());
+    }
+
+    #[test]
+    fn paths_that_mean_something_else_on_some_platform_are_refused() {
+        for bad in [
+            "C:/Windows/x",
+            "c:x",
+            "docs/file.md:stream",
+            "CON",
+            "docs/nul.txt",
+            "com1.md",
+            "LPT9",
+            "trailing.",
+            "space ",
+            "tab\tname",
+            "nul\0byte",
+        ] {
+            assert_eq!(safe_path(bad), None, "{bad:?}");
+        }
+        assert_eq!(safe_path(&"a".repeat(256)), None);
+        assert_eq!(safe_path(&["ab"; 400].join("/")), None);
+        for ok in ["console.md", "docs/com10.md", "connect/x.md", "a.b/c"] {
+            assert!(safe_path(ok).is_some(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn tar_gz_is_expanded_and_hidden_files_skipped() {
+        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let mut b = tar::Builder::new(gz);
+        for (p, body) in [
+            ("docs/a.md", "# A\n"),
+            (".git/config", "x"),
+            ("b.txt", "bee"),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(body.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, p, body.as_bytes()).unwrap();
+        }
+        let data = b.into_inner().unwrap().finish().unwrap();
+        let scratch = Scratch::new("tgz");
+        let e = scratch
+            .stage("src.tar.gz", &data, Caps::new(1 << 20, false))
+            .unwrap();
+        let paths: Vec<_> = e.files.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, vec!["uploads/docs/a.md", "uploads/b.txt"]);
+        assert_eq!(e.skipped.len(), 1);
+        assert_eq!(
+            std::fs::read(e.root.join("files/uploads/b.txt")).unwrap(),
+            b"bee"
+        );
+    }
+
+    fn tar_of(entries: &[(&str, tar::EntryType, &str)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (p, kind, body) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(body.len() as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(*kind);
+            h.set_cksum();
+            b.append_data(&mut h, p, body.as_bytes()).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn every_tar_entry_counts_and_only_the_first_skipped_names_are_kept() {
+        let hidden: Vec<String> = (0..30).map(|i| format!(".h/{i}")).collect();
+        let mut entries: Vec<(&str, tar::EntryType, &str)> = hidden
+            .iter()
+            .map(|p| (p.as_str(), tar::EntryType::Regular, ""))
+            .collect();
+        entries.push(("dir/", tar::EntryType::Directory, ""));
+        entries.push(("dir/a.md", tar::EntryType::Regular, "# A"));
+        let data = tar_of(&entries);
+        let scratch = Scratch::new("count-tar");
+        // 32 entries: one file, a directory and 30 hidden files.
+        let caps = |n| Caps {
+            entries: n,
+            ..Caps::new(1 << 20, false)
+        };
+        assert!(matches!(
+            scratch.stage("t.tar", &data, caps(31)),
+            Err(StageError::TooLarge(m)) if m.contains("31 entries")
+        ));
+        let e = scratch.stage("t.tar", &data, caps(32)).unwrap();
+        assert_eq!(e.files.len(), 1);
+        assert_eq!(e.skipped_count, 30);
+        assert_eq!(e.skipped.len(), MAX_SKIPPED_NAMES);
+    }
+
+    #[test]
+    fn tar_headers_count_toward_the_size_limit() {
+        // 3,000 empty hidden files: no content, 1.5 MB of headers.
+        let hidden: Vec<String> = (0..3000).map(|i| format!(".h/{i}")).collect();
+        let entries: Vec<(&str, tar::EntryType, &str)> = hidden
+            .iter()
+            .map(|p| (p.as_str(), tar::EntryType::Regular, ""))
+            .collect();
+        let data = tar_of(&entries);
+        let scratch = Scratch::new("headers");
+        assert!(matches!(
+            scratch.stage("t.tar", &data, Caps::new(1 << 20, false)),
+            Err(StageError::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn a_cancelled_expansion_stops() {
+        let data = tar_of(&[("a.md", tar::EntryType::Regular, "# A")]);
+        let scratch = Scratch::new("cancel");
+        let caps = Caps::new(1 << 20, false);
+        caps.cancel.store(true, Ordering::Relaxed);
+        assert!(matches!(
+            scratch.stage("t.tar", &data, caps),
+            Err(StageError::Cancelled)
+        ));
+    }
+
+    #[test]
+    fn zip_is_expanded_within_the_limit() {
+        let data = zip_of(&[("notes/n.md", vec![b'x'; 100])]);
+        let scratch = Scratch::new("zip");
+        let e = scratch
+            .stage("n.zip", &data, Caps::new(1 << 20, false))
+            .unwrap();
+        assert_eq!(e.files, [("uploads/notes/n.md".to_owned(), 100)]);
+        assert!(matches!(
+            scratch.stage("n.zip", &data, Caps::new(50, false)),
+            Err(StageError::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn a_zip_bomb_is_refused_by_its_ratio() {
+        // 8 MiB of zeros compress to a few KiB: far beyond the ratio cap.
+        let data = zip_of(&[("zeros.md", vec![0u8; 8 << 20])]);
+        assert!((data.len() as u64) * MAX_EXPANSION_RATIO < 8 << 20);
+        let scratch = Scratch::new("bomb");
+        let err = scratch
+            .stage("bomb.zip", &data, Caps::new(1 << 30, false))
+            .unwrap_err();
+        assert!(
+            matches!(&err, StageError::TooLarge(m) if m.contains("archive bomb")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn entry_counts_are_capped() {
+        let entries: Vec<(String, Vec<u8>)> = (0..5)
+            .map(|i| (format!("f{i}.md"), b"x".to_vec()))
+            .collect();
+        let refs: Vec<(&str, Vec<u8>)> = entries
+            .iter()
+            .map(|(n, b)| (n.as_str(), b.clone()))
+            .collect();
+        let data = zip_of(&refs);
+        let scratch = Scratch::new("count");
+        let caps = Caps {
+            entries: 4,
+            ..Caps::new(1 << 20, false)
+        };
+        assert!(matches!(
+            scratch.stage("many.zip", &data, caps),
+            Err(StageError::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn a_plain_file_lands_in_its_directory() {
+        let scratch = Scratch::new("plain");
+        let e = scratch
+            .stage("guide.md", b"# G", Caps::new(100, false))
+            .unwrap();
+        assert_eq!(e.files[0].0, "uploads/guide.md");
+    }
+
+    #[test]
+    fn fitting_counts_replaced_files_once_and_refuses_clashes() {
+        let now = Utc::now();
+        let meta = |size| SourceMeta { size, mtime: now };
+        let mut ctx: ContextRecord = serde_json::from_value(serde_json::json!({
+            "id": "ctx_1", "slug": "s", "name": "S", "kind": "search",
+            "description": null, "guide": null, "manifest": null,
+            "created_at": now, "updated_at": now, "last_curated_at": null,
+            "last_source_import_at": null, "curate_task_id": null, "import_task_id": null,
+            "sample_queries": [], "index_generation": 0, "sources": {}
+        }))
+        .unwrap();
+        ctx.sources.insert("uploads/a.md".into(), meta(60));
+        ctx.sources.insert("uploads/dir/x.md".into(), meta(10));
+        let staged = |files: &[(&str, u64)]| Staged {
+            name: "n".into(),
+            dir: "uploads".into(),
+            root: PathBuf::new(),
+            files: files.iter().map(|(p, s)| ((*p).to_owned(), *s)).collect(),
+            skipped: Vec::new(),
+            skipped_count: 0,
+        };
+        assert!(check_fits(&ctx, &staged(&[("uploads/a.md", 90)]), 100).is_ok());
+        assert_eq!(
+            check_fits(&ctx, &staged(&[("uploads/b.md", 40)]), 100)
+                .unwrap_err()
+                .status,
+            413
+        );
+        assert!(check_fits(&ctx, &staged(&[("uploads/a.md/x", 1)]), 100).is_err());
+        assert!(check_fits(&ctx, &staged(&[("uploads/dir", 1)]), 100).is_err());
+    }
+}
