@@ -146,15 +146,24 @@ pub(crate) fn call_key(policy: KeyPolicy, extensions: &Extensions) -> Result<Cal
     }
 }
 
-/// A short tag naming a caller key in logs: 8 hex digits of a SHA-256 with
-/// a prefix of its own, so it is neither the key nor a prefix of
-/// [`key_digest`]. The same key always gets the same tag.
-pub(crate) fn caller_tag(key: &SecretString) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(b"nexus-mcp log tag\0");
-    hasher.update(key.expose_secret().as_bytes());
-    let digest: [u8; 32] = hasher.finalize().into();
-    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+/// A short tag naming a caller in logs: the first 8 hex digits of the
+/// key's [`key_digest`]. The same key always gets the same tag, and the tag
+/// cannot be turned back into the key.
+pub(crate) fn tag_of(digest: &[u8; 32]) -> String {
+    use std::fmt::Write;
+    let mut tag = String::with_capacity(8);
+    for byte in &digest[..4] {
+        let _ = write!(tag, "{byte:02x}");
+    }
+    tag
+}
+
+/// What the HTTP transport tells the tools' log lines about a request:
+/// its id and its caller's tag (set as a request extension).
+#[derive(Debug, Clone)]
+pub(crate) struct LogIdentity {
+    pub(crate) request_id: String,
+    pub(crate) caller: String,
 }
 
 impl KeyPolicy {
@@ -176,18 +185,10 @@ pub(crate) fn log_identity(extensions: &Extensions) -> (String, String) {
     let Some(parts) = extensions.get::<http::request::Parts>() else {
         return ("-".to_owned(), "stdio".to_owned());
     };
-    let id = parts
-        .headers
-        .get(REQUEST_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_owned();
-    let caller = match key_from_headers(&parts.headers) {
-        Ok(Some(key)) => caller_tag(&key),
-        Ok(None) => "keyless".to_owned(),
-        Err(_) => "invalid".to_owned(),
-    };
-    (id, caller)
+    match parts.extensions.get::<LogIdentity>() {
+        Some(identity) => (identity.request_id.clone(), identity.caller.clone()),
+        None => ("-".to_owned(), "-".to_owned()),
+    }
 }
 
 /// The header carrying a request's short id (set by the HTTP transport on

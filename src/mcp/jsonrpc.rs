@@ -1,8 +1,12 @@
 //! What a POST body carries, read before any tool sees it: malformed JSON
 //! and invalid JSON-RPC are answered here as JSON-RPC errors.
 
+use std::borrow::Cow;
+
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 
 /// JSON-RPC "parse error".
 pub(crate) const PARSE_ERROR: i32 = -32700;
@@ -47,40 +51,67 @@ pub(crate) fn classify(body: &[u8]) -> Result<Message, Invalid> {
         code: INVALID_REQUEST,
         message: message.to_owned(),
     };
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| Invalid {
-        code: PARSE_ERROR,
-        message: format!("parse error: {e}"),
-    })?;
-    if value.is_array() {
+    // The shape first, reading no more than the guard needs: parameters
+    // are checked for syntax only.
+    let first = body.iter().copied().find(|b| !b.is_ascii_whitespace());
+    if first == Some(b'[') {
+        serde_json::from_slice::<IgnoredAny>(body).map_err(parse_error)?;
         return Err(invalid("invalid request: batches are not supported"));
     }
-    let Some(object) = value.as_object() else {
+    if first != Some(b'{') {
+        serde_json::from_slice::<IgnoredAny>(body).map_err(parse_error)?;
         return Err(invalid("invalid request: not a JSON-RPC message object"));
-    };
-    if object.get("jsonrpc").and_then(|v| v.as_str()) != Some("2.0") {
+    }
+    let probe: Probe<'_> = serde_json::from_slice(body).map_err(|e| {
+        if e.is_data() {
+            invalid("invalid request: malformed JSON-RPC message")
+        } else {
+            parse_error(e)
+        }
+    })?;
+    if probe.jsonrpc.as_deref() != Some("2.0") {
         return Err(invalid("invalid request: `jsonrpc` must be \"2.0\""));
     }
-    let id = object.get("id");
-    let method = match object.get("method") {
-        None => None,
-        Some(serde_json::Value::String(m)) => Some(m.as_str()),
-        Some(_) => return Err(invalid("invalid request: `method` must be a string")),
-    };
-    Ok(match (method, id) {
+    Ok(match (probe.method.as_deref(), &probe.id) {
         (Some("initialize"), Some(_)) => Message::Initialize,
         (Some(_), Some(id)) => Message::Request(id_text(id)),
-        (Some("notifications/cancelled"), None) => Message::Cancelled(
-            object
-                .get("params")
-                .and_then(|p| p.get("requestId"))
-                .and_then(id_text),
-        ),
-        (Some(_), None) => Message::Other,
-        (None, Some(_)) if object.contains_key("result") || object.contains_key("error") => {
-            Message::Other
+        (Some("notifications/cancelled"), None) => {
+            let value: serde_json::Value = serde_json::from_slice(body).map_err(parse_error)?;
+            Message::Cancelled(
+                value
+                    .get("params")
+                    .and_then(|p| p.get("requestId"))
+                    .and_then(id_text),
+            )
         }
+        (Some(_), None) => Message::Other,
+        (None, Some(_)) if probe.result.is_some() || probe.error.is_some() => Message::Other,
         (None, _) => return Err(invalid("invalid request: no `method`")),
     })
+}
+
+fn parse_error(e: serde_json::Error) -> Invalid {
+    Invalid {
+        code: PARSE_ERROR,
+        message: format!("parse error: {e}"),
+    }
+}
+
+/// The fields of a message the guard reads; the rest is only checked to
+/// be JSON.
+#[derive(Deserialize)]
+struct Probe<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    method: Option<Cow<'a, str>>,
+    id: Option<serde_json::Value>,
+    #[serde(default, rename = "params")]
+    _params: Option<IgnoredAny>,
+    #[serde(default)]
+    result: Option<IgnoredAny>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
 }
 
 /// The JSON-RPC error object for `invalid`, with a null id.

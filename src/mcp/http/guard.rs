@@ -27,7 +27,7 @@ use super::budget::{Budgets, CallerId, Over, hold_until_end};
 use super::options::MAX_REQUEST_BODY_BYTES;
 use super::refusals::{Reason, Refusals};
 use super::sessions::{Full, Sessions};
-use crate::mcp::caller::{REQUEST_ID_HEADER, caller_tag, key_digest, key_from_headers};
+use crate::mcp::caller::{LogIdentity, REQUEST_ID_HEADER, key_digest, key_from_headers, tag_of};
 use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
 use crate::mcp::metrics::Metrics;
 
@@ -124,7 +124,8 @@ impl Guard {
     /// Everything after the request id: checks, then the MCP service.
     async fn handle(
         self: &Arc<Self>,
-        request: Request,
+        mut request: Request,
+        request_id: &str,
         next: Next,
         peer: Option<SocketAddr>,
         method: &Method,
@@ -144,10 +145,12 @@ impl Guard {
             }
         };
         let owner = key.as_ref().map(key_digest);
-        let tag = key
-            .as_ref()
-            .map_or_else(|| "keyless".to_owned(), caller_tag);
         drop(key);
+        let tag = owner.as_ref().map_or_else(|| "keyless".to_owned(), tag_of);
+        request.extensions_mut().insert(LogIdentity {
+            request_id: request_id.to_owned(),
+            caller: tag.clone(),
+        });
         let caller = match owner {
             Some(digest) => CallerId::Key(digest),
             None => CallerId::Addr(peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip())),
@@ -357,7 +360,7 @@ fn cut_when_cancelled(response: Response, token: CancellationToken) -> Response 
 /// request deadline, and logs one access line.
 pub(super) async fn check_request(
     State(guard): State<Arc<Guard>>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
     let start = Instant::now();
@@ -369,11 +372,9 @@ pub(super) async fn check_request(
     let method = request.method().clone();
     let id = request_id();
     let id_value = HeaderValue::from_str(&id).unwrap_or(HeaderValue::from_static("-"));
-    // A client's own x-request-id is replaced: log lines carry ours.
-    request
-        .headers_mut()
-        .insert(REQUEST_ID_HEADER, id_value.clone());
-    let (response, caller) = guard.handle(request, next, peer, &method, deadline).await;
+    let (response, caller) = guard
+        .handle(request, &id, next, peer, &method, deadline)
+        .await;
     let status = response.status();
     let elapsed = start.elapsed();
     guard.metrics.request(
