@@ -13,12 +13,12 @@ use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::Notify;
 
-/// Who a request counts against: the digest of its key, or the client
+/// Who a request counts against: a hash of its key, or the client
 /// address when it has none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum CallerId {
-    /// A caller key, by its digest.
-    Key([u8; 32]),
+    /// A caller key, by its per-process hash.
+    Key(u64),
     /// A client without a key, by its address.
     Addr(IpAddr),
 }
@@ -164,7 +164,7 @@ mod tests {
     fn one_caller_at_its_limit_leaves_room_for_others() {
         let budgets = Arc::new(Budgets::new(3, 2));
         let a = CallerId::Addr(IpAddr::from([10, 0, 0, 1]));
-        let b = CallerId::Key([7; 32]);
+        let b = CallerId::Key(7);
         let first = budgets.admit(a).unwrap();
         let _second = budgets.admit(a).unwrap();
         assert_eq!(budgets.admit(a).unwrap_err(), Over::Caller);

@@ -27,7 +27,9 @@ use super::budget::{Budgets, CallerId, Over, hold_until_end};
 use super::options::MAX_REQUEST_BODY_BYTES;
 use super::refusals::{Reason, Refusals};
 use super::sessions::{Full, Sessions};
-use crate::mcp::caller::{LogIdentity, REQUEST_ID_HEADER, key_digest, key_from_headers, tag_of};
+use crate::mcp::caller::{
+    LogIdentity, REQUEST_ID_HEADER, caller_hash, key_digest, key_from_headers, tag_of,
+};
 use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
 use crate::mcp::metrics::Metrics;
 
@@ -144,15 +146,21 @@ impl Guard {
                 return (response, "invalid".to_owned());
             }
         };
-        let owner = key.as_ref().map(key_digest);
+        // Sessions are bound to the key's digest; budgets and logs need only
+        // a cheaper per-process hash.
+        let owner = match &self.sessions {
+            Some(_) => key.as_ref().map(key_digest),
+            None => None,
+        };
+        let hash = key.as_ref().map(caller_hash);
         drop(key);
-        let tag = owner.as_ref().map_or_else(|| "keyless".to_owned(), tag_of);
+        let tag = hash.map_or_else(|| "keyless".to_owned(), tag_of);
         request.extensions_mut().insert(LogIdentity {
             request_id: request_id.to_owned(),
             caller: tag.clone(),
         });
-        let caller = match owner {
-            Some(digest) => CallerId::Key(digest),
+        let caller = match hash {
+            Some(hash) => CallerId::Key(hash),
             None => CallerId::Addr(peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip())),
         };
         let (request, message) = if *method == Method::POST {
@@ -197,7 +205,7 @@ impl Guard {
         } else {
             (request, None)
         };
-        if message == Some(Message::Initialize) && owner.is_none() && !self.keyless {
+        if message == Some(Message::Initialize) && hash.is_none() && !self.keyless {
             let response = self.refuse(
                 Reason::KeylessSession,
                 StatusCode::UNAUTHORIZED,
