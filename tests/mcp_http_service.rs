@@ -265,7 +265,7 @@ async fn sessions_are_capped_and_expire_when_idle() {
     let nexus_fake = fake_nexus(0).await;
     let options = HttpOptions::default()
         .max_sessions(2)
-        .session_idle_timeout(Duration::from_millis(400));
+        .session_idle_timeout(Duration::from_millis(1500));
     let served = serve(nexus(&nexus_fake.uri(), caller_keys(true)), options).await;
     let mut first = HttpMcp::new(&served.url);
     first.initialize().await;
@@ -280,7 +280,7 @@ async fn sessions_are_capped_and_expire_when_idle() {
     assert_eq!(answer.status, 200, "{answer:?}");
 
     // Idle sessions end.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     let (_, answer) = second.request("tools/list", json!({})).await;
     assert_eq!(answer.status, 404, "{answer:?}");
     let mut fourth = HttpMcp::new(&served.url);
