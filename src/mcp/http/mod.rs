@@ -8,7 +8,7 @@
 //! - the `Host` header must name an allowed host (loopback names, the bound
 //!   address, and any added with [`HttpOptions::allowed_hosts`]);
 //! - each request may carry `X-Pinecone-Api-Key`; every tool family acts
-//!   with that key for that request ([`KeyPolicy::Caller`]); an empty,
+//!   with that key for that request ([`KeyPolicy::Caller`](crate::mcp::KeyPolicy::Caller)); an empty,
 //!   repeated or malformed header is refused with 401;
 //! - a session belongs to the key that created it: a request naming a
 //!   session with another key (or none) gets the same 404 as an unknown
