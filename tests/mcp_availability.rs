@@ -299,46 +299,99 @@ async fn made_up_keys_cannot_push_out_a_real_callers_state() {
     assert_eq!(query["isError"], false, "{query}");
 }
 
+/// Status, the headers a client acts on, and body of a raw answer; the
+/// per-request `x-request-id` is left out as it differs by design.
+async fn raw_answer(request: reqwest::RequestBuilder) -> (u16, Vec<(String, String)>, String) {
+    let answer = request.send().await.unwrap();
+    let status = answer.status().as_u16();
+    let mut headers: Vec<(String, String)> = answer
+        .headers()
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "x-request-id" | "date"))
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                value.to_str().unwrap_or("?").to_owned(),
+            )
+        })
+        .collect();
+    headers.sort();
+    (status, headers, answer.text().await.unwrap())
+}
+
 #[tokio::test]
 async fn bad_messages_get_json_rpc_errors_and_foreign_sessions_a_uniform_404() {
     let nexus_fake = fake_nexus(0).await;
     let served = serve(nexus(&nexus_fake.uri()), HttpOptions::default()).await;
     let http = reqwest::Client::new();
-    for (body, code) in [
-        (&b"{not json"[..], -32700),
-        (&b"\xff\xfe{}"[..], -32700),
-        (
-            &br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#[..],
-            -32600,
-        ),
-        (&br#"{"id":1,"method":"ping"}"#[..], -32600),
-    ] {
-        let answer = http
-            .post(&served.url)
+    let post = |body: Vec<u8>| {
+        http.post(&served.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .header("x-pinecone-api-key", HONEST_KEY)
-            .body(body.to_vec())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), 400);
-        let json: Value = answer.json().await.unwrap();
+            .body(body)
+    };
+    // Each answer is the guard's own: a 400 with one JSON-RPC error object,
+    // a null id and the guard's wording.
+    for (body, code, message) in [
+        (&b"{not json"[..], -32700, "parse error: "),
+        (&b"\xff\xfe{}"[..], -32700, "parse error: "),
+        (
+            &br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#[..],
+            -32600,
+            "invalid request: batches are not supported",
+        ),
+        (
+            &br#"{"id":1,"method":"ping"}"#[..],
+            -32600,
+            "invalid request: `jsonrpc` must be \"2.0\"",
+        ),
+    ] {
+        let (status, headers, text) = raw_answer(post(body.to_vec())).await;
+        assert_eq!(status, 400, "{text}");
+        assert!(
+            headers.contains(&("content-type".to_owned(), "application/json".to_owned())),
+            "{headers:?}"
+        );
+        let json: Value = serde_json::from_str(&text).unwrap();
+        let mut keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["error", "id", "jsonrpc"], "{json}");
+        assert_eq!(json["jsonrpc"], "2.0", "{json}");
+        assert_eq!(json["id"], Value::Null, "{json}");
         assert_eq!(json["error"]["code"], code, "{json}");
-        assert_eq!(json["id"], Value::Null);
+        let said = json["error"]["message"].as_str().unwrap();
+        assert!(
+            said == message || (message.ends_with(": ") && said.starts_with(message)),
+            "{json}"
+        );
     }
 
     let mut owner = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", HONEST_KEY);
     owner.initialize().await;
-    let mut thief = HttpMcp::new(&served.url)
-        .header("X-Pinecone-Api-Key", "pcsk_thief_key_00000000000000")
-        .joining(&owner);
-    let (_, stolen) = thief.request("tools/list", json!({})).await;
-    let mut lost = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", HONEST_KEY);
-    lost.session = Some("no-such-session".to_owned());
-    lost.protocol = owner.protocol.clone();
-    let (_, unknown) = lost.request("tools/list", json!({})).await;
-    assert_eq!(stolen.status, 404);
-    assert_eq!(unknown.status, 404);
-    assert_eq!(stolen.body, unknown.body);
+    let session = owner.session.clone().unwrap();
+    let protocol = owner.protocol.clone().unwrap();
+    let list =
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).unwrap();
+    let with_session = |key: &str, id: &str| {
+        http.post(&served.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-pinecone-api-key", key)
+            .header("mcp-session-id", id)
+            .header("mcp-protocol-version", &protocol)
+            .body(list.clone())
+    };
+    let stolen = raw_answer(with_session("pcsk_thief_key_00000000000000", &session)).await;
+    let unknown = raw_answer(with_session(HONEST_KEY, "no-such-session")).await;
+    // Another caller's session is indistinguishable from one that never was.
+    assert_eq!(stolen, unknown);
+    assert_eq!(unknown.0, 404);
+    assert_eq!(
+        unknown.2,
+        "Not Found: session not found; start a new one with initialize"
+    );
+    // The owner still uses it.
+    let (_, mine) = owner.request("tools/list", json!({})).await;
+    assert_eq!(mine.status, 200, "{}", mine.body);
 }

@@ -262,22 +262,31 @@ async fn stdio_answers_bad_lines_with_json_rpc_errors() {
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let long = format!("{{\"x\":\"{}\"}}\n", "a".repeat(1024 * 1024 + 10));
-    for (line, code) in [
-        ("{not json\n".to_owned(), -32700),
+    for (line, code, message) in [
+        (b"{not json\n".to_vec(), -32700, "parse error: "),
+        (b"\xff\xfe{}\n".to_vec(), -32700, "parse error: "),
         (
-            "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]\n".to_owned(),
+            b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]\n".to_vec(),
             -32600,
+            "invalid request: batches are not supported",
         ),
-        (long, -32600),
+        (long.into_bytes(), -32600, "invalid request: "),
     ] {
-        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.write_all(&line).await.unwrap();
         let answer = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
             .await
             .expect("an answer")
             .unwrap()
             .unwrap();
         let answer: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+        assert_eq!(answer["id"], Value::Null, "{answer}");
         assert_eq!(answer["error"]["code"], code, "{answer}");
+        let said = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            said == message || (message.ends_with(": ") && said.starts_with(message)),
+            "{answer}"
+        );
     }
     // A valid message still works afterwards.
     stdin
