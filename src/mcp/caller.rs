@@ -162,16 +162,70 @@ pub(crate) fn caller_hash(key: &SecretString) -> u64 {
 /// A short tag naming a caller in logs: 8 hex digits of its
 /// [`caller_hash`]. The same key gets the same tag for the life of the
 /// process, and the tag cannot be turned back into the key.
-pub(crate) fn tag_of(hash: u64) -> String {
-    format!("{:08x}", (hash >> 32) as u32)
+pub(crate) fn tag_of(hash: u64) -> CallerTag {
+    CallerTag::Key((hash >> 32) as u32)
+}
+
+/// How log lines name a request's caller; formatted only when a line is
+/// written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallerTag {
+    /// A key, by its [`tag_of`] digits.
+    Key(u32),
+    /// No key was sent.
+    Keyless,
+    /// The key header was unusable.
+    Invalid,
+    /// The stdio transport's one client.
+    Stdio,
+    /// Not known (an HTTP request without the transport's identity).
+    Unknown,
+}
+
+impl std::fmt::Display for CallerTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallerTag::Key(tag) => write!(f, "{tag:08x}"),
+            CallerTag::Keyless => f.write_str("keyless"),
+            CallerTag::Invalid => f.write_str("invalid"),
+            CallerTag::Stdio => f.write_str("stdio"),
+            CallerTag::Unknown => f.write_str("-"),
+        }
+    }
+}
+
+/// A request's short id, shown as 8 hex digits (`-` when there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RequestId(pub(crate) Option<u32>);
+
+impl RequestId {
+    /// The id as 8 lowercase hex digits.
+    pub(crate) fn digits(self) -> Option<[u8; 8]> {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let id = self.0?;
+        let mut out = [0u8; 8];
+        for (i, digit) in out.iter_mut().enumerate() {
+            *digit = HEX[((id >> (28 - 4 * i)) & 0xf) as usize];
+        }
+        Some(out)
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, "{id:08x}"),
+            None => f.write_str("-"),
+        }
+    }
 }
 
 /// What the HTTP transport tells the tools' log lines about a request:
 /// its id and its caller's tag (set as a request extension).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct LogIdentity {
-    pub(crate) request_id: String,
-    pub(crate) caller: String,
+    pub(crate) request_id: RequestId,
+    pub(crate) caller: CallerTag,
 }
 
 impl KeyPolicy {
@@ -189,14 +243,21 @@ impl KeyPolicy {
 
 /// The request id and caller tag of the HTTP request that carried an MCP
 /// message, for log lines: `("-", "stdio")` over stdio.
-pub(crate) fn log_identity(extensions: &Extensions) -> (String, String) {
+pub(crate) fn log_identity(extensions: &Extensions) -> LogIdentity {
     let Some(parts) = extensions.get::<http::request::Parts>() else {
-        return ("-".to_owned(), "stdio".to_owned());
+        return LogIdentity {
+            request_id: RequestId(None),
+            caller: CallerTag::Stdio,
+        };
     };
-    match parts.extensions.get::<LogIdentity>() {
-        Some(identity) => (identity.request_id.clone(), identity.caller.clone()),
-        None => ("-".to_owned(), "-".to_owned()),
-    }
+    parts
+        .extensions
+        .get::<LogIdentity>()
+        .copied()
+        .unwrap_or(LogIdentity {
+            request_id: RequestId(None),
+            caller: CallerTag::Unknown,
+        })
 }
 
 /// The header carrying a request's short id (set by the HTTP transport on

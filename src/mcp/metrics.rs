@@ -6,7 +6,7 @@
 //! never a key, a digest of one, an address or anything else a caller
 //! chooses, so no caller can add series or be told apart.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
@@ -44,6 +44,43 @@ struct RequestLabels {
     status: u16,
 }
 
+/// An HTTP method as a label: one of a fixed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HttpMethod {
+    Get,
+    Post,
+    Delete,
+    Head,
+    Options,
+    Put,
+    Other,
+}
+
+impl HttpMethod {
+    const COUNT: usize = 7;
+
+    /// The label value.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            HttpMethod::Get => "GET",
+            HttpMethod::Post => "POST",
+            HttpMethod::Delete => "DELETE",
+            HttpMethod::Head => "HEAD",
+            HttpMethod::Options => "OPTIONS",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Other => "other",
+        }
+    }
+}
+
+/// The series a successful request of one method updates, looked up in
+/// their families once (on first use, so unused series stay absent).
+#[derive(Default)]
+struct OkHandles {
+    answered: OnceLock<Counter>,
+    seconds: OnceLock<Histogram>,
+}
+
 fn histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
@@ -60,6 +97,9 @@ pub struct Metrics {
     refusals: Family<Labels1, Counter>,
     connections: Gauge,
     sessions: Gauge,
+    /// Per [`HttpMethod`], its `http_requests` series for status 200 and
+    /// its `http_request_duration_seconds` series.
+    by_method: [OkHandles; HttpMethod::COUNT],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -134,6 +174,7 @@ impl Metrics {
             refusals,
             connections,
             sessions,
+            by_method: Default::default(),
         }
     }
 
@@ -169,12 +210,36 @@ impl Metrics {
     }
 
     /// Records one answered HTTP request.
-    pub(crate) fn request(&self, method: &'static str, status: u16, seconds: f64) {
-        self.requests
-            .get_or_create(&RequestLabels { method, status })
-            .inc();
-        self.request_seconds
-            .get_or_create(&[("method", method)])
+    pub(crate) fn request(&self, method: HttpMethod, status: u16, seconds: f64) {
+        let label = method.label();
+        let handles = &self.by_method[method as usize];
+        if status == 200 {
+            handles
+                .answered
+                .get_or_init(|| {
+                    self.requests
+                        .get_or_create(&RequestLabels {
+                            method: label,
+                            status,
+                        })
+                        .clone()
+                })
+                .inc();
+        } else {
+            self.requests
+                .get_or_create(&RequestLabels {
+                    method: label,
+                    status,
+                })
+                .inc();
+        }
+        handles
+            .seconds
+            .get_or_init(|| {
+                self.request_seconds
+                    .get_or_create(&[("method", label)])
+                    .clone()
+            })
             .observe(seconds);
     }
 
@@ -196,3 +261,30 @@ impl Metrics {
 
 /// Shared metrics.
 pub type SharedMetrics = Arc<Metrics>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_count_through_the_kept_handles() {
+        let metrics = Metrics::new();
+        assert!(!metrics.render().contains("method=\"POST\""));
+        metrics.request(HttpMethod::Post, 200, 0.002);
+        metrics.request(HttpMethod::Post, 200, 0.002);
+        metrics.request(HttpMethod::Post, 404, 0.002);
+        let text = metrics.render();
+        assert!(
+            text.contains("nexus_mcp_http_requests_total{method=\"POST\",status=\"200\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nexus_mcp_http_requests_total{method=\"POST\",status=\"404\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nexus_mcp_http_request_duration_seconds_count{method=\"POST\"} 3"),
+            "{text}"
+        );
+    }
+}

@@ -204,12 +204,20 @@ impl ServerHandler for NexusMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let start = std::time::Instant::now();
         // Only names this server serves become labels or log fields.
-        let tool = if self.get_tool(&request.name).is_some() {
+        let served = self
+            .nexus
+            .as_ref()
+            .is_some_and(|n| n.has_tool(&request.name))
+            || self
+                .pinecone
+                .as_ref()
+                .is_some_and(|p| p.has_tool(&request.name));
+        let tool = if served {
             request.name.to_string()
         } else {
             "unknown".to_owned()
         };
-        let (id, caller) = log_identity(&context.extensions);
+        let identity = log_identity(&context.extensions);
         let (family, result) = self.route_call(request, context).await;
         let outcome = outcome(&result);
         let seconds = start.elapsed().as_secs_f64();
@@ -219,8 +227,8 @@ impl ServerHandler for NexusMcp {
         }
         tracing::info!(
             target: "nexus_mcp::access",
-            request_id = %id,
-            caller = %caller,
+            request_id = %identity.request_id,
+            caller = %identity.caller,
             tool = %tool,
             outcome,
             duration_ms = start.elapsed().as_millis() as u64,

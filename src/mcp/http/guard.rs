@@ -28,10 +28,11 @@ use super::options::MAX_REQUEST_BODY_BYTES;
 use super::refusals::{Reason, Refusals};
 use super::sessions::{Full, Sessions};
 use crate::mcp::caller::{
-    LogIdentity, REQUEST_ID_HEADER, caller_hash, key_digest, key_from_headers, tag_of,
+    CallerTag, LogIdentity, REQUEST_ID_HEADER, RequestId, caller_hash, key_digest,
+    key_from_headers, tag_of,
 };
 use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
-use crate::mcp::metrics::Metrics;
+use crate::mcp::metrics::{HttpMethod, Metrics};
 
 /// What the request guard checks against.
 #[derive(Debug)]
@@ -50,10 +51,13 @@ pub(super) struct Guard {
     pub(super) running: Mutex<HashMap<(CallerId, String), CancellationToken>>,
 }
 
+/// The request id header's name, parsed once.
+const REQUEST_ID_NAME: http::HeaderName = http::HeaderName::from_static(REQUEST_ID_HEADER);
+
 /// Request ids: a per-process start mixed with a counter, as 8 hex digits.
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
-fn request_id() -> String {
+fn request_id() -> RequestId {
     use std::hash::{BuildHasher, Hasher};
     static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let seed = *SEED.get_or_init(|| {
@@ -67,18 +71,18 @@ fn request_id() -> String {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;
-    format!("{:08x}", z as u32)
+    RequestId(Some(z as u32))
 }
 
-fn method_label(method: &Method) -> &'static str {
+fn method_label(method: &Method) -> HttpMethod {
     match *method {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        Method::PUT => "PUT",
-        _ => "other",
+        Method::GET => HttpMethod::Get,
+        Method::POST => HttpMethod::Post,
+        Method::DELETE => HttpMethod::Delete,
+        Method::HEAD => HttpMethod::Head,
+        Method::OPTIONS => HttpMethod::Options,
+        Method::PUT => HttpMethod::Put,
+        _ => HttpMethod::Other,
     }
 }
 
@@ -127,12 +131,12 @@ impl Guard {
     async fn handle(
         self: &Arc<Self>,
         mut request: Request,
-        request_id: &str,
+        request_id: RequestId,
         next: Next,
         peer: Option<SocketAddr>,
         method: &Method,
         deadline: Instant,
-    ) -> (Response, String) {
+    ) -> (Response, CallerTag) {
         let key = match key_from_headers(request.headers()) {
             Ok(key) => key,
             Err(e) => {
@@ -143,7 +147,7 @@ impl Guard {
                     method,
                     &e.to_string(),
                 );
-                return (response, "invalid".to_owned());
+                return (response, CallerTag::Invalid);
             }
         };
         // Sessions are bound to the key's digest; budgets and logs need only
@@ -154,10 +158,10 @@ impl Guard {
         };
         let hash = key.as_ref().map(caller_hash);
         drop(key);
-        let tag = hash.map_or_else(|| "keyless".to_owned(), tag_of);
+        let tag = hash.map_or(CallerTag::Keyless, tag_of);
         request.extensions_mut().insert(LogIdentity {
-            request_id: request_id.to_owned(),
-            caller: tag.clone(),
+            request_id,
+            caller: tag,
         });
         let caller = match hash {
             Some(hash) => CallerId::Key(hash),
@@ -379,21 +383,19 @@ pub(super) async fn check_request(
         .map(|c| c.0);
     let method = request.method().clone();
     let id = request_id();
-    let id_value = HeaderValue::from_str(&id).unwrap_or(HeaderValue::from_static("-"));
     let (response, caller) = guard
-        .handle(request, &id, next, peer, &method, deadline)
+        .handle(request, id, next, peer, &method, deadline)
         .await;
     let status = response.status();
     let elapsed = start.elapsed();
-    guard.metrics.request(
-        method_label(&method),
-        status.as_u16(),
-        elapsed.as_secs_f64(),
-    );
+    let label = method_label(&method);
+    guard
+        .metrics
+        .request(label, status.as_u16(), elapsed.as_secs_f64());
     tracing::info!(
         target: "nexus_mcp::access",
         request_id = %id,
-        method = method_label(&method),
+        method = label.label(),
         status = status.as_u16(),
         duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         caller = %caller,
@@ -401,6 +403,10 @@ pub(super) async fn check_request(
         "request"
     );
     let mut response = with_deadline(response, deadline, peer);
-    response.headers_mut().insert(REQUEST_ID_HEADER, id_value);
+    let id_value = id
+        .digits()
+        .and_then(|digits| HeaderValue::from_bytes(&digits).ok())
+        .unwrap_or(HeaderValue::from_static("-"));
+    response.headers_mut().insert(REQUEST_ID_NAME, id_value);
     response
 }
