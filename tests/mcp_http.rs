@@ -292,8 +292,25 @@ async fn wait_without_a_progress_token_sends_no_progress() {
 async fn http_without_a_key_is_a_clear_unauthorized_tool_error() {
     let nexus = fake_nexus(0).await;
     let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
+    // No session without a key.
     let mut mcp = HttpMcp::new(&served.url);
-    mcp.initialize().await;
+    let (_, answer) = mcp
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
+        )
+        .await;
+    assert_eq!(answer.status, 401, "{answer:?}");
+    assert!(answer.body.contains("X-Pinecone-Api-Key"), "{answer:?}");
+    // Without sessions, a keyless call is a clear tool error.
+    let served = serve(
+        &nexus.uri(),
+        caller_keys(),
+        HttpOptions::default().stateless(true),
+    )
+    .await;
+    let mut mcp = HttpMcp::new(&served.url);
+    mcp.protocol = Some("2025-06-18".to_owned());
     let result = mcp.call("list_contexts", json!({})).await;
     assert_eq!(result["isError"], true);
     let body: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
@@ -332,7 +349,9 @@ async fn a_foreign_origin_is_rejected_and_localhost_is_not() {
     let nexus = fake_nexus(0).await;
     let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
 
-    let mut evil = HttpMcp::new(&served.url).header("Origin", "https://evil.example");
+    let mut evil = HttpMcp::new(&served.url)
+        .header("X-Pinecone-Api-Key", CALLER_KEY)
+        .header("Origin", "https://evil.example");
     let (_, answer) = evil
         .request(
             "initialize",
@@ -342,7 +361,9 @@ async fn a_foreign_origin_is_rejected_and_localhost_is_not() {
     assert_eq!(answer.status, 403, "{answer:?}");
     assert!(answer.messages.is_empty());
 
-    let mut local = HttpMcp::new(&served.url).header("Origin", "http://localhost:3000");
+    let mut local = HttpMcp::new(&served.url)
+        .header("X-Pinecone-Api-Key", CALLER_KEY)
+        .header("Origin", "http://localhost:3000");
     local.initialize().await;
 
     let served = serve(
@@ -351,7 +372,9 @@ async fn a_foreign_origin_is_rejected_and_localhost_is_not() {
         HttpOptions::default().allowed_origins(["https://app.example:443"]),
     )
     .await;
-    let mut allowed = HttpMcp::new(&served.url).header("Origin", "https://app.example");
+    let mut allowed = HttpMcp::new(&served.url)
+        .header("X-Pinecone-Api-Key", CALLER_KEY)
+        .header("Origin", "https://app.example");
     allowed.initialize().await;
 }
 
@@ -359,7 +382,9 @@ async fn a_foreign_origin_is_rejected_and_localhost_is_not() {
 async fn a_foreign_host_header_is_rejected() {
     let nexus = fake_nexus(0).await;
     let served = serve(&nexus.uri(), caller_keys(), HttpOptions::default()).await;
-    let mut rebound = HttpMcp::new(&served.url).header("Host", "attacker.example");
+    let mut rebound = HttpMcp::new(&served.url)
+        .header("X-Pinecone-Api-Key", CALLER_KEY)
+        .header("Host", "attacker.example");
     let (_, answer) = rebound
         .request(
             "initialize",

@@ -17,8 +17,7 @@ use nexus_knowql::client::{ENV_API_VERSION, ENV_BASE_URL};
 use nexus_knowql::mcp::http::{self, HttpOptions};
 use nexus_knowql::mcp::pinecone::client as pinecone_client;
 use nexus_knowql::mcp::pinecone::{PineconeArgs, PineconeConfig, PineconeServer, check};
-use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
-use rmcp::ServiceExt;
+use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer, stdio};
 use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -77,6 +76,22 @@ struct Args {
     #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10")]
     header_read_timeout: Duration,
 
+    /// Seconds a request has to send its whole body once its head is in
+    /// (408 past it); a request takes a concurrency slot only after that.
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10")]
+    body_read_timeout: Duration,
+
+    /// Seconds an open connection may stay without a request in flight
+    /// before it is closed (HTTP/1 keep-alive and HTTP/2; HTTP/2 peers are
+    /// pinged at this interval too).
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "60")]
+    idle_timeout: Duration,
+
+    /// Seconds requests in flight have to finish at shutdown (SIGTERM or
+    /// Ctrl-C) before sessions end and connections are cut.
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "30")]
+    shutdown_grace: Duration,
+
     /// Seconds a request has until the end of its response (longer than
     /// get_query's longest wait).
     #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "120")]
@@ -94,9 +109,20 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_REQUESTS_PER_CONNECTION)]
     max_requests_per_connection: usize,
 
-    /// Live MCP sessions; an initialize past it gets 503.
+    /// Requests handled at once for one caller (one key, or one client
+    /// address without a key); more get 429.
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_REQUESTS_PER_CALLER)]
+    max_requests_per_caller: usize,
+
+    /// Live MCP sessions. At the cap, an initialize closes the least
+    /// recently used idle session; when all are busy it gets 503.
     #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_SESSIONS)]
     max_sessions: usize,
+
+    /// Live MCP sessions of one caller (key, or client address without a
+    /// key); an initialize past it gets 429.
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_SESSIONS_PER_CALLER)]
+    max_sessions_per_caller: usize,
 
     /// Seconds without a message after which a session is closed.
     #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "600")]
@@ -214,7 +240,15 @@ async fn check_indexes(config: &PineconeConfig) -> Result<ExitCode, String> {
 }
 
 async fn run(args: Args) -> Result<ExitCode, String> {
-    let pinecone_config = args.pinecone.resolve().map_err(|e| e.to_string())?;
+    // Over HTTP without --allow-server-key every caller brings a key: the
+    // server needs none of its own.
+    let callers_bring_keys = args.transport == Transport::Http && !args.allow_server_key;
+    let pinecone_config = if callers_bring_keys && args.pinecone.check_indexes != Some(true) {
+        args.pinecone.resolve_for_callers()
+    } else {
+        args.pinecone.resolve()
+    }
+    .map_err(|e| e.to_string())?;
     if args.pinecone.check_indexes == Some(true) {
         return match &pinecone_config {
             Some(config) => check_indexes(config).await,
@@ -275,15 +309,11 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     match args.transport {
         Transport::Stdio => {
             tracing::info!("serving MCP over stdio");
-            let running = match stdio_pipes() {
-                Some(pipes) => server.serve(pipes).await,
-                None => server.serve(rmcp::transport::stdio()).await,
+            match stdio_pipes() {
+                Some((input, output)) => stdio::serve(server, input, output).await,
+                None => stdio::serve(server, tokio::io::stdin(), tokio::io::stdout()).await,
             }
-            .map_err(|e| format!("MCP handshake failed: {e}"))?;
-            running
-                .waiting()
-                .await
-                .map_err(|e| format!("MCP server stopped: {e}"))?;
+            .map_err(|e| format!("MCP server stopped: {e}"))?;
             Ok(ExitCode::SUCCESS)
         }
         Transport::Http => {
@@ -303,6 +333,11 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                 .allowed_hosts(args.allow_hosts)
                 .stateless(args.stateless)
                 .header_read_timeout(args.header_read_timeout)
+                .body_read_timeout(args.body_read_timeout)
+                .idle_timeout(args.idle_timeout)
+                .shutdown_grace(args.shutdown_grace)
+                .max_requests_per_caller(args.max_requests_per_caller)
+                .max_sessions_per_caller(args.max_sessions_per_caller)
                 .request_timeout(args.request_timeout)
                 .max_connections(args.max_connections)
                 .max_concurrent_requests(args.max_concurrent_requests)

@@ -6,17 +6,29 @@
 //! - [`http`]: the Streamable HTTP transport (Origin checks, per-caller keys).
 //! - [`ToolError`]: the body of every failed tool call.
 
+pub mod caller;
 pub mod http;
+mod jsonrpc;
+pub mod metrics;
 pub mod nexus;
 pub mod pinecone;
 mod recent;
 pub mod redact;
 pub mod server;
+pub mod stdio;
 pub mod tool_error;
 
 pub use nexus::{KeyPolicy, NexusServer};
 pub use server::NexusMcp;
 pub use tool_error::{ToolError, ToolErrorCode};
+
+/// The MCP name this server reports.
+pub const SERVER_NAME: &str = "nexus-knowql";
+
+/// The server's MCP identity: `nexus-knowql` and the crate version.
+pub fn implementation() -> rmcp::model::Implementation {
+    rmcp::model::Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"))
+}
 
 /// About thirty years: "never" for a deadline or an expiry.
 const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(30 * 365 * 24 * 3600);

@@ -65,20 +65,7 @@ turn and returns a query_id at once; 3) call get_query with that query_id until 
 `status` is completed, failed or cancelled (pass wait_seconds, up to 60, to wait \
 server-side instead of polling). The answer and its citations are in the completed result.";
 
-/// How the tools obtain credentials for one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum KeyPolicy {
-    /// Every call uses the configured client and its key (stdio: one user).
-    Configured,
-    /// Every call uses the API key the caller sent in its HTTP request
-    /// (`X-Pinecone-Api-Key`), so each caller reaches its own project.
-    Caller {
-        /// Without a caller key, use the configured client's key instead of
-        /// refusing the call. Off unless the operator opts in.
-        fallback_to_configured: bool,
-    },
-}
+pub use super::caller::KeyPolicy;
 
 /// The most threads that get a connection pool of their own for callers'
 /// Nexus calls; threads past it share the configured client's.
@@ -128,7 +115,7 @@ impl CallerHttp {
     /// `key` and `configured`'s other settings, built on first use.
     fn client(&self, configured: &Client, key: &secrecy::SecretString) -> Result<Client, Error> {
         use secrecy::ExposeSecret;
-        let slot = (pool_thread(), super::http::key_digest(key));
+        let slot = (pool_thread(), super::caller::key_digest(key));
         if let Some(client) = self.clients().get(&slot) {
             return Ok(client.clone());
         }
@@ -474,7 +461,7 @@ impl NexusServer {
 impl ServerHandler for NexusServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(super::server::implementation())
+            .with_server_info(super::implementation())
             .with_instructions(INSTRUCTIONS)
     }
 }
@@ -533,6 +520,16 @@ impl NexusServer {
         }
     }
 
+    /// The key policy the tools follow.
+    pub fn key_policy(&self) -> KeyPolicy {
+        self.keys
+    }
+
+    /// The configured client (its base URL and connection pool).
+    pub(crate) fn configured_client(&self) -> &Client {
+        &self.client
+    }
+
     /// Sets where each call's credentials come from (default
     /// [`KeyPolicy::Configured`]).
     pub fn with_key_policy(mut self, keys: KeyPolicy) -> Self {
@@ -552,9 +549,9 @@ impl NexusServer {
 
     /// The client for one call, following the key policy.
     fn client_for(&self, ctx: &RequestContext<RoleServer>) -> Result<Client, ToolError> {
-        match super::http::call_key(self.keys, &ctx.extensions)? {
-            super::http::CallKey::Configured => Ok(self.client.clone()),
-            super::http::CallKey::Caller(key) => self
+        match super::caller::call_key(self.keys, &ctx.extensions)? {
+            super::caller::CallKey::Configured => Ok(self.client.clone()),
+            super::caller::CallKey::Caller(key) => self
                 .caller_http
                 .client(&self.client, &key)
                 .map_err(|e| nexus_error(e, Subject::None)),

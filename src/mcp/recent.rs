@@ -51,6 +51,11 @@ impl<K: Hash + Eq + Clone, V> Recent<K, V> {
         self.entries.insert(key, (value, now));
     }
 
+    /// Takes the entry for `key` out.
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+        self.entries.remove(key).map(|(value, _)| value)
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()

@@ -24,7 +24,12 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             "***",
         ),
         rule(r"pcsk_[A-Za-z0-9_-]{20,}", "***"),
-        rule(r#"(?i)(api[_-]?key["':\s=]+)([^\s"',}]+)"#, "${1}***"),
+        // A labelled key needs `:` or `=` after the label: in "api key is
+        // invalid" the next word is prose, not a secret.
+        rule(
+            r#"(?i)(api[_\s-]?key["']?\s*[:=]\s*["']?)([^\s"',}]+)"#,
+            "${1}***",
+        ),
         rule(r#"(?i)(authorization:\s*bearer\s+)([^\s"',}]+)"#, "${1}***"),
         rule(r#"(?i)(bearer\s+)([A-Za-z0-9._~+/=-]{8,})"#, "${1}***"),
     ]
@@ -76,6 +81,13 @@ mod tests {
                 "Authorization: Bearer ***",
             ),
             ("nothing to see", "nothing to see"),
+            ("api key=sekrit", "api key=***"),
+            ("Api-Key: sekrit", "Api-Key: ***"),
+            (
+                "Invalid API key provided, check the api-key header",
+                "Invalid API key provided, check the api-key header",
+            ),
+            ("your apiKey is wrong", "your apiKey is wrong"),
         ];
         for (input, want) in cases {
             assert_eq!(redact(input), want, "{input}");

@@ -7,22 +7,19 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
+use super::ToolErrorCode;
+use super::caller::log_identity;
+use super::metrics::Metrics;
 use super::nexus::{INSTRUCTIONS, NexusServer};
 use super::pinecone::PineconeServer;
 
-/// The MCP name this server reports.
-pub const SERVER_NAME: &str = "nexus-knowql";
-
-/// The server's MCP identity: `nexus-knowql` and the crate version.
-pub fn implementation() -> Implementation {
-    Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"))
-}
+pub use super::{SERVER_NAME, implementation};
 
 /// The combined MCP server: the Nexus tools and any other tool family.
 ///
@@ -41,6 +38,7 @@ pub fn implementation() -> Implementation {
 pub struct NexusMcp {
     nexus: Option<Arc<NexusServer>>,
     pinecone: Option<Arc<PineconeServer>>,
+    metrics: Arc<Metrics>,
 }
 
 impl NexusMcp {
@@ -69,6 +67,60 @@ impl NexusMcp {
     /// The Nexus family, if served.
     pub fn nexus(&self) -> Option<&NexusServer> {
         self.nexus.as_deref()
+    }
+
+    /// The server's metrics (tool calls here; the HTTP transport adds its own).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether any tool family serves calls that bring no key (with the
+    /// configured key): over HTTP, keyless sessions are refused otherwise.
+    pub fn serves_keyless(&self) -> bool {
+        self.nexus
+            .as_ref()
+            .is_some_and(|n| n.key_policy().serves_keyless())
+            || self
+                .pinecone
+                .as_ref()
+                .is_some_and(|p| p.key_policy().serves_keyless())
+    }
+
+    /// The upstream base URLs the tools call, with a name each: what the
+    /// HTTP transport's readiness check probes.
+    pub(crate) fn upstreams(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(nexus) = &self.nexus {
+            out.push(("nexus", nexus.configured_client().base_url().to_owned()));
+        }
+        if let Some(pinecone) = &self.pinecone {
+            out.push(("pinecone", pinecone.state.config.controller_host.clone()));
+        }
+        out
+    }
+
+    /// Hands a call to the family that serves its tool.
+    async fn route_call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> (&'static str, Result<CallToolResponse, ErrorData>) {
+        // Results, error results included, pass through as each family made
+        // them: their structured content matches the tool's outputSchema.
+        if let Some(nexus) = self.nexus.as_ref().filter(|n| n.has_tool(&request.name)) {
+            ("nexus", nexus.call_tool(request, context).await)
+        } else if let Some(pinecone) = self.pinecone.as_ref().filter(|p| p.has_tool(&request.name))
+        {
+            ("pinecone", pinecone.call_tool(request, context).await)
+        } else {
+            (
+                "none",
+                Err(ErrorData::invalid_params(
+                    format!("unknown tool `{}`", request.name),
+                    None,
+                )),
+            )
+        }
     }
 
     /// The instructions: the Nexus flow, then each other family's own.
@@ -150,18 +202,59 @@ impl ServerHandler for NexusMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // Results, error results included, pass through as each family made
-        // them: their structured content matches the tool's outputSchema.
-        if let Some(nexus) = self.nexus.as_ref().filter(|n| n.has_tool(&request.name)) {
-            nexus.call_tool(request, context).await
-        } else if let Some(pinecone) = self.pinecone.as_ref().filter(|p| p.has_tool(&request.name))
-        {
-            pinecone.call_tool(request, context).await
+        let start = std::time::Instant::now();
+        // Only names this server serves become labels or log fields.
+        let served = self
+            .nexus
+            .as_ref()
+            .is_some_and(|n| n.has_tool(&request.name))
+            || self
+                .pinecone
+                .as_ref()
+                .is_some_and(|p| p.has_tool(&request.name));
+        let tool = if served {
+            request.name.to_string()
         } else {
-            Err(ErrorData::invalid_params(
-                format!("unknown tool `{}`", request.name),
-                None,
-            ))
+            "unknown".to_owned()
+        };
+        let identity = log_identity(&context.extensions);
+        let (family, result) = self.route_call(request, context).await;
+        let outcome = outcome(&result);
+        let seconds = start.elapsed().as_secs_f64();
+        self.metrics.tool_call(&tool, outcome, seconds);
+        if matches!(outcome, "NEXUS_ERROR" | "PINECONE_ERROR" | "TIMEOUT") {
+            self.metrics.upstream_error(family, outcome);
         }
+        tracing::info!(
+            target: "nexus_mcp::access",
+            request_id = %identity.request_id,
+            caller = %identity.caller,
+            tool = %tool,
+            outcome,
+            duration_ms = start.elapsed().as_millis() as u64,
+            "tool call"
+        );
+        result
     }
+}
+
+/// How a call ended: `ok`, a tool error's code, `protocol_error`, or
+/// `error` for an error result without a known code.
+fn outcome(result: &Result<CallToolResponse, ErrorData>) -> &'static str {
+    let Ok(response) = result else {
+        return "protocol_error";
+    };
+    let CallToolResponse::Complete(result) = response else {
+        return "ok";
+    };
+    if result.is_error != Some(true) {
+        return "ok";
+    }
+    let code = result
+        .structured_content
+        .as_ref()
+        .and_then(|v| v.get("code"))
+        .and_then(|v| v.as_str());
+    code.and_then(|c| ToolErrorCode::ALL.iter().copied().find(|k| *k == c))
+        .unwrap_or("error")
 }

@@ -249,6 +249,10 @@ struct StatsResponse {
     dimension: Option<u32>,
 }
 
+/// The largest vector dimension believed from Pinecone: its dense indexes
+/// allow up to 20,000. A larger figure is refused rather than allocated.
+pub const MAX_DIMENSION: u32 = 20_000;
+
 /// A client for one Pinecone project (one API key). Cheap to clone.
 #[derive(Clone)]
 pub struct PineconeClient {
@@ -264,6 +268,9 @@ struct Inner {
     retries: u32,
     /// Index name -> data-plane base URL, filled by describe-index.
     hosts: Mutex<HashMap<String, String>>,
+    /// Whether Pinecone has accepted this client's key (answered a call
+    /// with a success status).
+    accepted: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PineconeClient {
@@ -400,6 +407,7 @@ impl PineconeClient {
                 deadline,
                 retries: MAX_RETRIES,
                 hosts: Mutex::new(HashMap::new()),
+                accepted: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -415,8 +423,17 @@ impl PineconeClient {
                 deadline: self.inner.deadline,
                 retries: 0,
                 hosts: Mutex::new(HashMap::new()),
+                accepted: std::sync::atomic::AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Whether Pinecone has answered one of this client's calls with a
+    /// success status: its key is real.
+    pub(crate) fn key_accepted(&self) -> bool {
+        self.inner
+            .accepted
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The control-plane base URL.
@@ -492,7 +509,11 @@ impl PineconeClient {
             }
             body.extend_from_slice(&chunk);
         }
-        if !status.is_success() {
+        if status.is_success() {
+            self.inner
+                .accepted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        } else {
             return Err(PineconeError::Status {
                 label: label.to_owned(),
                 status: status.as_u16(),
@@ -564,6 +585,14 @@ impl PineconeClient {
                 (name, count)
             })
             .collect();
+        if let Some(dimension) = raw.dimension.filter(|d| *d > MAX_DIMENSION) {
+            return Err(PineconeError::Decode {
+                label: "describeIndexStats".to_owned(),
+                message: format!(
+                    "the index reports vector dimension {dimension}, more than the {MAX_DIMENSION} this server accepts"
+                ),
+            });
+        }
         Ok(IndexStats {
             namespaces,
             dimension: raw.dimension,
@@ -606,6 +635,14 @@ impl PineconeClient {
         dimension: u32,
         top_k: u32,
     ) -> PineconeResult<Vec<QueryMatch>> {
+        if dimension == 0 || dimension > MAX_DIMENSION {
+            return Err(PineconeError::Decode {
+                label: "sampleNamespaceMetadata".to_owned(),
+                message: format!(
+                    "the index reports vector dimension {dimension}, outside 1 to {MAX_DIMENSION}"
+                ),
+            });
+        }
         let url = format!("{}/query", self.index_url(index).await?);
         let body = serde_json::json!({
             "namespace": namespace,

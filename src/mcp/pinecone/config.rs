@@ -274,6 +274,25 @@ impl PineconeArgs {
         &self,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<PineconeConfig>, ConfigError> {
+        self.resolve_keys(env, false)
+    }
+
+    /// Like [`resolve`](Self::resolve), but without `PINECONE_API_KEY` the
+    /// single source gets an empty key instead of an error: for a server
+    /// whose every caller brings its own key (HTTP without
+    /// `--allow-server-key`), which never uses the configured one.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the first problem.
+    pub fn resolve_for_callers(&self) -> Result<Option<PineconeConfig>, ConfigError> {
+        self.resolve_keys(&|name| std::env::var(name).ok(), true)
+    }
+
+    fn resolve_keys(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        key_optional: bool,
+    ) -> Result<Option<PineconeConfig>, ConfigError> {
         let alliance = self.profile == Profile::Alliance;
         let index_name = trimmed(self.index_name.as_deref());
         let inline = self
@@ -314,6 +333,7 @@ impl PineconeArgs {
                 .api_key
                 .as_ref()
                 .and_then(|k| trimmed(Some(k.expose_secret())))
+                .or_else(|| key_optional.then(String::new))
                 .ok_or_else(|| {
                     ConfigError::new(
                         "Missing Pinecone API key: set PINECONE_API_KEY or pass --pinecone-api-key.",

@@ -14,7 +14,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::mcp::http::{CallKey, call_key, key_digest};
+use crate::mcp::caller::{CallKey, call_key, key_digest};
 use crate::mcp::recent::Recent;
 use crate::mcp::{KeyPolicy, ToolError};
 
@@ -42,16 +42,24 @@ pub(crate) struct State {
     pub(crate) urls: Arc<UrlRegistry>,
 }
 
-/// How many callers' clients and caches are kept.
+/// How many callers' clients and caches are kept once Pinecone accepted
+/// their key.
 const CALLER_CAPACITY: usize = 64;
 
+/// How many callers whose key Pinecone has not accepted yet are kept, apart
+/// from the accepted ones: made-up keys push out only each other.
+const UNPROVEN_CAPACITY: usize = 16;
+
 /// The states of recent callers, keyed by a digest of their key (never the
-/// key itself); the least recently used is dropped past
-/// [`CALLER_CAPACITY`]. Each caller has its own clients, discovery caches
-/// and suggest-flow gate, so nothing crosses from one key to another.
+/// key itself). A new key's state starts in the smaller unproven pool and
+/// moves to the main one once Pinecone answered one of its calls with
+/// success; in each pool the least recently used is dropped when full. Each
+/// caller has its own clients, discovery caches and suggest-flow gate, so
+/// nothing crosses from one key to another.
 struct Callers {
     http: reqwest::Client,
     entries: Mutex<Recent<[u8; 32], Arc<State>>>,
+    unproven: Mutex<Recent<[u8; 32], Arc<State>>>,
 }
 
 impl std::fmt::Debug for Callers {
@@ -60,20 +68,22 @@ impl std::fmt::Debug for Callers {
     }
 }
 
-impl Callers {
-    fn entries(&self) -> std::sync::MutexGuard<'_, Recent<[u8; 32], Arc<State>>> {
-        // Plain values; a poisoned map is still consistent.
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain values; a poisoned map is still consistent.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
-    /// The state of the caller with `key`, built from `base` on first use.
-    fn state_for(&self, key: &secrecy::SecretString, base: &State) -> Arc<State> {
+impl Callers {
+    /// The state of the caller with `key` (its digest), built from `base`
+    /// on first use; `true` when it is still unproven.
+    fn state_for(&self, key: &secrecy::SecretString, base: &State) -> ([u8; 32], Arc<State>, bool) {
         let digest = key_digest(key);
-        let mut entries = self.entries();
-        if let Some(state) = entries.get(&digest) {
-            return Arc::clone(state);
+        if let Some(state) = locked(&self.entries).get(&digest) {
+            return (digest, Arc::clone(state), false);
+        }
+        let mut unproven = locked(&self.unproven);
+        if let Some(state) = unproven.get(&digest) {
+            return (digest, Arc::clone(state), true);
         }
         let mut config = base.config.clone();
         for source in &mut config.sources {
@@ -85,12 +95,25 @@ impl Callers {
             urls: Arc::clone(&base.urls),
             config,
         });
-        entries.insert(digest, Arc::clone(&state));
-        state
+        unproven.insert(digest, Arc::clone(&state));
+        (digest, state, true)
+    }
+
+    /// Moves an unproven caller's state to the main pool once Pinecone has
+    /// accepted its key.
+    fn promote_if_accepted(&self, digest: [u8; 32], state: &Arc<State>) {
+        if !state.registry.all().iter().any(|s| s.client.key_accepted()) {
+            return;
+        }
+        let taken = locked(&self.unproven).remove(&digest);
+        if let Some(state) = taken {
+            locked(&self.entries).insert(digest, state);
+        }
     }
 
     fn clear(&self) {
-        self.entries().clear();
+        locked(&self.entries).clear();
+        locked(&self.unproven).clear();
     }
 }
 
@@ -169,9 +192,15 @@ impl PineconeServer {
             callers: Arc::new(Callers {
                 http,
                 entries: Mutex::new(Recent::new(CALLER_CAPACITY)),
+                unproven: Mutex::new(Recent::new(UNPROVEN_CAPACITY)),
             }),
             tool_router: Arc::new(tool_router),
         }
+    }
+
+    /// The key policy the tools follow.
+    pub fn key_policy(&self) -> KeyPolicy {
+        self.keys
     }
 
     /// Sets whose key each call runs with (default
@@ -316,18 +345,27 @@ impl PineconeServer {
             }
         }
         let scoped;
+        let mut unproven = None;
         let server = match caller {
             None => self,
             Some(key) => {
+                let (digest, state, fresh) = self.callers.state_for(&key, &self.state);
+                if fresh {
+                    unproven = Some((digest, Arc::clone(&state)));
+                }
                 scoped = PineconeServer {
-                    state: self.callers.state_for(&key, &self.state),
+                    state,
                     ..self.clone()
                 };
                 &scoped
             }
         };
         let tcc = ToolCallContext::new(server, request, context);
-        self.tool_router.call(tcc).await
+        let result = self.tool_router.call(tcc).await;
+        if let Some((digest, state)) = unproven {
+            self.callers.promote_if_accepted(digest, &state);
+        }
+        result
     }
 }
 

@@ -1,0 +1,176 @@
+//! Budgets: requests in flight, over all callers and per caller, and what
+//! holds a slot until a response's body has been sent.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use hyper::body::{Frame, SizeHint};
+use tokio::sync::Notify;
+
+/// Who a request counts against: a hash of its key, or the client
+/// address when it has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum CallerId {
+    /// A caller key, by its per-process hash.
+    Key(u64),
+    /// A client without a key, by its address.
+    Addr(IpAddr),
+}
+
+/// Why a request got no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Over {
+    /// Every slot of the server is taken.
+    Server,
+    /// Every slot of this caller is taken.
+    Caller,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    callers: HashMap<CallerId, usize>,
+}
+
+/// Requests in flight: at most `max` in all, `per_caller` for one caller.
+#[derive(Debug)]
+pub(super) struct Budgets {
+    max: usize,
+    per_caller: usize,
+    counts: Mutex<Counts>,
+    idle: Notify,
+}
+
+impl Budgets {
+    pub(super) fn new(max: usize, per_caller: usize) -> Self {
+        Budgets {
+            max: max.max(1),
+            per_caller: per_caller.max(1),
+            counts: Mutex::new(Counts::default()),
+            idle: Notify::new(),
+        }
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        // Plain counters; a poisoned lock still holds consistent ones.
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A slot for one request of `caller`, held until the value is dropped.
+    pub(super) fn admit(self: &Arc<Self>, caller: CallerId) -> Result<Slot, Over> {
+        let mut counts = self.counts();
+        let mine = counts.callers.get(&caller).copied().unwrap_or(0);
+        if mine >= self.per_caller {
+            return Err(Over::Caller);
+        }
+        if counts.total >= self.max {
+            return Err(Over::Server);
+        }
+        counts.total += 1;
+        counts.callers.insert(caller, mine + 1);
+        Ok(Slot {
+            budgets: Arc::clone(self),
+            caller,
+        })
+    }
+
+    /// Resolves once no request holds a slot.
+    pub(super) async fn until_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.counts().total == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One request's slot.
+#[derive(Debug)]
+pub(super) struct Slot {
+    budgets: Arc<Budgets>,
+    caller: CallerId,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.budgets.counts();
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(mine) = counts.callers.get_mut(&self.caller) {
+            *mine = mine.saturating_sub(1);
+            if *mine == 0 {
+                counts.callers.remove(&self.caller);
+            }
+        }
+        if counts.total == 0 {
+            drop(counts);
+            self.budgets.idle.notify_waiters();
+        }
+    }
+}
+
+/// A response body that holds `hold` until it is sent (or dropped).
+struct Held<G> {
+    inner: Body,
+    _hold: G,
+}
+
+impl<G: Unpin> hyper::body::Body for Held<G> {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// `response` with `hold` kept until its body has been sent.
+pub(super) fn hold_until_end<G: Send + Unpin + 'static>(response: Response, hold: G) -> Response {
+    let (parts, body) = response.into_parts();
+    Response::from_parts(
+        parts,
+        Body::new(Held {
+            inner: body,
+            _hold: hold,
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_caller_at_its_limit_leaves_room_for_others() {
+        let budgets = Arc::new(Budgets::new(3, 2));
+        let a = CallerId::Addr(IpAddr::from([10, 0, 0, 1]));
+        let b = CallerId::Key(7);
+        let first = budgets.admit(a).unwrap();
+        let _second = budgets.admit(a).unwrap();
+        assert_eq!(budgets.admit(a).unwrap_err(), Over::Caller);
+        let _third = budgets.admit(b).unwrap();
+        assert_eq!(budgets.admit(b).unwrap_err(), Over::Server);
+        drop(first);
+        assert!(budgets.admit(a).is_ok());
+    }
+}

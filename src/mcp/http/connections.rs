@@ -1,0 +1,285 @@
+//! Connections: accepting, the connection cap, the deadline until a
+//! connection's first request head (whatever the protocol), closing idle
+//! connections, serving threads, and shutdown.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{ConnectInfo, Request};
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+
+use super::budget::hold_until_end;
+use super::refusals::Refusals;
+use crate::mcp::metrics::Metrics;
+
+/// How long a connection that was asked to close (idle, or at shutdown
+/// once requests are done) may take before it is cut.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Answers a request shed by the per-connection concurrency limit.
+pub(super) async fn overloaded(error: BoxError) -> Response {
+    let (status, reason) = if error.is::<tower::load_shed::error::Overloaded>() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server busy: too many requests in flight on this connection; retry later",
+        )
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, "request failed")
+    };
+    (status, reason).into_response()
+}
+
+/// Logs how a connection ended when it matters.
+fn log_connection_end(error: &(dyn std::error::Error + 'static), peer: SocketAddr) {
+    tracing::debug!(%peer, error = %error, "connection ended with an error");
+}
+
+/// Starts serving thread `index` on its own single-threaded runtime, on a
+/// clone of `listener`; the receiver resolves when the thread is done.
+pub(super) fn spawn_acceptor(
+    index: usize,
+    listener: &std::net::TcpListener,
+    acceptor: Acceptor,
+    stop: CancellationToken,
+    kill: CancellationToken,
+) -> std::io::Result<tokio::sync::oneshot::Receiver<()>> {
+    let listener = listener.try_clone()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (done, finished) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("nexus-mcp-http-{index}"))
+        .spawn(move || {
+            runtime.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => acceptor.accept_until(listener, stop, kill).await,
+                    Err(e) => tracing::error!(error = %e, index, "serving thread cannot listen"),
+                }
+            });
+            let _ = done.send(());
+        })?;
+    Ok(finished)
+}
+
+/// What one connection is doing: whether a request head has come, how
+/// many requests are in flight, and since when none is.
+struct Activity {
+    seen: AtomicBool,
+    busy: AtomicUsize,
+    idle_since: Mutex<Instant>,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            seen: AtomicBool::new(false),
+            busy: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            changed: Notify::new(),
+        }
+    }
+
+    /// A request head arrived: busy until the returned value is dropped
+    /// (with the response body).
+    fn start(self: &Arc<Self>) -> Busy {
+        self.seen.store(true, Ordering::Release);
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_one();
+        Busy(Arc::clone(self))
+    }
+
+    fn idle_since(&self) -> Instant {
+        *self
+            .idle_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One request in flight on a connection.
+struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if self.0.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self
+                .0
+                .idle_since
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+            self.0.changed.notify_one();
+        }
+    }
+}
+
+/// What every serving thread shares: the app and the connection limits.
+#[derive(Clone)]
+pub(super) struct Acceptor {
+    pub(super) app: axum::Router,
+    pub(super) connections: Arc<Semaphore>,
+    pub(super) max_connections: usize,
+    pub(super) per_connection: usize,
+    pub(super) header_read_timeout: Duration,
+    pub(super) idle_timeout: Duration,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) refusals: Arc<Refusals>,
+}
+
+impl Acceptor {
+    /// Accepts and serves connections on the current runtime until `stop`
+    /// is cancelled, then asks open connections to close once their
+    /// requests are done and waits for them; `kill` cuts them.
+    pub(super) async fn accept_until(
+        &self,
+        listener: tokio::net::TcpListener,
+        stop: CancellationToken,
+        kill: CancellationToken,
+    ) {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(u32::try_from(self.per_connection).unwrap_or(u32::MAX))
+            .keep_alive_interval(Some(self.idle_timeout))
+            .keep_alive_timeout(self.idle_timeout.min(Duration::from_secs(20)));
+        let tracker = TaskTracker::new();
+        loop {
+            let (tcp, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, then go on.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                () = stop.cancelled() => break,
+            };
+            let Ok(permit) = Arc::clone(&self.connections).try_acquire_owned() else {
+                self.refusals.refuse_connection(peer, self.max_connections);
+                drop(tcp);
+                continue;
+            };
+            // Answers go out as several small SSE writes; without TCP_NODELAY,
+            // Nagle's algorithm and the client's delayed ACK add about 40 ms.
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+            let acceptor = self.clone();
+            let builder = builder.clone();
+            let (stop, kill) = (stop.clone(), kill.clone());
+            tracker.spawn(async move {
+                acceptor.connection(&builder, tcp, peer, stop, kill).await;
+                drop(permit);
+            });
+        }
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    /// Serves one connection until it ends, is closed for silence or
+    /// idleness, or is cut by `kill`.
+    async fn connection(
+        self,
+        builder: &auto::Builder<TokioExecutor>,
+        tcp: tokio::net::TcpStream,
+        peer: SocketAddr,
+        stop: CancellationToken,
+        kill: CancellationToken,
+    ) {
+        let opened = Instant::now();
+        let gauge = self.metrics.connections().clone();
+        gauge.inc();
+        let activity = Arc::new(Activity::new());
+        let app = self.app.clone();
+        let tracked = Arc::clone(&activity);
+        let service = tower::service_fn(move |mut request: Request<hyper::body::Incoming>| {
+            let busy = tracked.start();
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let app = app.clone();
+            async move {
+                let response = app.oneshot(request.map(axum::body::Body::new)).await;
+                response.map(|r| hold_until_end(r, busy))
+            }
+        });
+        let service = ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(overloaded))
+            .load_shed()
+            .concurrency_limit(self.per_connection)
+            .service(service);
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(service));
+        tokio::pin!(connection);
+        let mut closing: Option<Instant> = None;
+        let mut stopping = false;
+        loop {
+            let deadline = if let Some(cut) = closing {
+                Some(cut)
+            } else if !activity.seen.load(Ordering::Acquire) {
+                Some(crate::mcp::instant_after(opened, self.header_read_timeout))
+            } else if activity.busy.load(Ordering::Acquire) == 0 {
+                Some(crate::mcp::instant_after(
+                    activity.idle_since(),
+                    self.idle_timeout,
+                ))
+            } else {
+                None
+            };
+            let wait = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(e) = result {
+                        log_connection_end(&*e, peer);
+                    }
+                    break;
+                }
+                () = activity.changed.notified() => {}
+                () = wait => {
+                    if closing.is_some() {
+                        break;
+                    }
+                    if !activity.seen.load(Ordering::Acquire) {
+                        // Nothing earned yet: cut at once, whatever the protocol.
+                        self.refusals.refuse_silent(peer);
+                        break;
+                    }
+                    if activity.busy.load(Ordering::Acquire) == 0 {
+                        tracing::debug!(%peer, "idle connection closed");
+                        connection.as_mut().graceful_shutdown();
+                        closing = Some(crate::mcp::instant_after(Instant::now(), CLOSE_GRACE));
+                    }
+                }
+                () = stop.cancelled(), if !stopping => {
+                    stopping = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                () = kill.cancelled() => break,
+            }
+        }
+        gauge.dec();
+    }
+}

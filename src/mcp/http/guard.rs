@@ -1,0 +1,412 @@
+//! The request guard: what a request must show before it costs anything.
+//!
+//! In order: a well-formed key header (or none); its whole body within the
+//! body-read deadline, as one JSON-RPC message; a key for `initialize`
+//! unless keyless callers are served; then a slot within the server's and
+//! the caller's budget; then, for a session, that it is the caller's (one
+//! uniform 404 otherwise) or, for `initialize`, room under the caps. Every
+//! request gets a short id (`x-request-id`) and one access-log line.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::{HeaderValue, Method, StatusCode};
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::answer::{coalesce_answer, prefers_json, with_deadline};
+use super::budget::{Budgets, CallerId, Over, hold_until_end};
+use super::options::MAX_REQUEST_BODY_BYTES;
+use super::refusals::{Reason, Refusals};
+use super::sessions::{Full, Sessions};
+use crate::mcp::caller::{
+    CallerTag, LogIdentity, REQUEST_ID_HEADER, RequestId, caller_hash, key_digest,
+    key_from_headers, tag_of,
+};
+use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
+use crate::mcp::metrics::{HttpMethod, Metrics};
+
+/// What the request guard checks against.
+#[derive(Debug)]
+pub(super) struct Guard {
+    /// `None` when stateless.
+    pub(super) sessions: Option<Arc<Sessions>>,
+    pub(super) budgets: Arc<Budgets>,
+    pub(super) refusals: Arc<Refusals>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) request_timeout: Duration,
+    pub(super) body_read_timeout: Duration,
+    /// Whether calls without a key are served (with the server's key).
+    pub(super) keyless: bool,
+    /// Stateless requests running, by caller and JSON-RPC id, so that a
+    /// `notifications/cancelled` from the same caller can stop them.
+    pub(super) running: Mutex<HashMap<(CallerId, String), CancellationToken>>,
+}
+
+/// The request id header's name, parsed once.
+const REQUEST_ID_NAME: http::HeaderName = http::HeaderName::from_static(REQUEST_ID_HEADER);
+
+/// Request ids: a per-process start mixed with a counter, as 8 hex digits.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+fn request_id() -> RequestId {
+    use std::hash::{BuildHasher, Hasher};
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let seed = *SEED.get_or_init(|| {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    });
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    // splitmix64: consecutive ids look unrelated.
+    let mut z = seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    RequestId(Some(z as u32))
+}
+
+fn method_label(method: &Method) -> HttpMethod {
+    match *method {
+        Method::GET => HttpMethod::Get,
+        Method::POST => HttpMethod::Post,
+        Method::DELETE => HttpMethod::Delete,
+        Method::HEAD => HttpMethod::Head,
+        Method::OPTIONS => HttpMethod::Options,
+        Method::PUT => HttpMethod::Put,
+        _ => HttpMethod::Other,
+    }
+}
+
+/// A stateless request registered for cancellation; unregistered on drop.
+struct Running {
+    guard: Arc<Guard>,
+    key: (CallerId, String),
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.guard.running().remove(&self.key);
+    }
+}
+
+impl Guard {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(CallerId, String), CancellationToken>> {
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn refuse(
+        &self,
+        reason: Reason,
+        status: StatusCode,
+        peer: Option<SocketAddr>,
+        method: &Method,
+        text: &str,
+    ) -> Response {
+        self.refusals.refuse(reason, status, peer, method, text)
+    }
+
+    fn not_found(&self, peer: Option<SocketAddr>, method: &Method) -> Response {
+        // One answer for an unknown, expired or another caller's session.
+        self.refuse(
+            Reason::UnknownSession,
+            StatusCode::NOT_FOUND,
+            peer,
+            method,
+            "session not found; start a new one with initialize",
+        )
+    }
+
+    /// Everything after the request id: checks, then the MCP service.
+    async fn handle(
+        self: &Arc<Self>,
+        mut request: Request,
+        request_id: RequestId,
+        next: Next,
+        peer: Option<SocketAddr>,
+        method: &Method,
+        deadline: Instant,
+    ) -> (Response, CallerTag) {
+        let key = match key_from_headers(request.headers()) {
+            Ok(key) => key,
+            Err(e) => {
+                let response = self.refuse(
+                    Reason::BadKey,
+                    StatusCode::UNAUTHORIZED,
+                    peer,
+                    method,
+                    &e.to_string(),
+                );
+                return (response, CallerTag::Invalid);
+            }
+        };
+        // Sessions are bound to the key's digest; budgets and logs need only
+        // a cheaper per-process hash.
+        let owner = match &self.sessions {
+            Some(_) => key.as_ref().map(key_digest),
+            None => None,
+        };
+        let hash = key.as_ref().map(caller_hash);
+        drop(key);
+        let tag = hash.map_or(CallerTag::Keyless, tag_of);
+        request.extensions_mut().insert(LogIdentity {
+            request_id,
+            caller: tag,
+        });
+        let caller = match hash {
+            Some(hash) => CallerId::Key(hash),
+            None => CallerId::Addr(peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip())),
+        };
+        let (request, message) = if *method == Method::POST {
+            let (parts, body) = request.into_parts();
+            let read = tokio::time::timeout(
+                self.body_read_timeout,
+                axum::body::to_bytes(body, MAX_REQUEST_BODY_BYTES),
+            )
+            .await;
+            let bytes = match read {
+                Ok(Ok(bytes)) => bytes,
+                Ok(Err(_)) => {
+                    let response = self.refuse(
+                        Reason::BodyTooLarge,
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        peer,
+                        method,
+                        "request body too large or cut",
+                    );
+                    return (response, tag);
+                }
+                Err(_) => {
+                    let response = self.refuse(
+                        Reason::BodyTimeout,
+                        StatusCode::REQUEST_TIMEOUT,
+                        peer,
+                        method,
+                        "request body not received in time",
+                    );
+                    return (response, tag);
+                }
+            };
+            let message = match classify(&bytes) {
+                Ok(message) => message,
+                Err(invalid) => {
+                    self.refusals
+                        .refused(Reason::InvalidMessage, peer, StatusCode::BAD_REQUEST);
+                    return (error_response(&invalid), tag);
+                }
+            };
+            (Request::from_parts(parts, Body::from(bytes)), Some(message))
+        } else {
+            (request, None)
+        };
+        if message == Some(Message::Initialize) && hash.is_none() && !self.keyless {
+            let response = self.refuse(
+                Reason::KeylessSession,
+                StatusCode::UNAUTHORIZED,
+                peer,
+                method,
+                "send your Pinecone API key in the X-Pinecone-Api-Key header: this server serves no caller without one",
+            );
+            return (response, tag);
+        }
+        if self.sessions.is_none()
+            && let Some(Message::Cancelled(Some(id))) = &message
+            && let Some(token) = self.running().get(&(caller, id.clone()))
+        {
+            token.cancel();
+        }
+        let slot = match self.budgets.admit(caller) {
+            Ok(slot) => slot,
+            Err(Over::Caller) => {
+                let response = self.refuse(
+                    Reason::CallerBusy,
+                    StatusCode::TOO_MANY_REQUESTS,
+                    peer,
+                    method,
+                    "too many of your requests in flight; retry when one has finished",
+                );
+                return (response, tag);
+            }
+            Err(Over::Server) => {
+                let response = self.refuse(
+                    Reason::ServerBusy,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    peer,
+                    method,
+                    "server busy: too many requests in flight; retry later",
+                );
+                return (response, tag);
+            }
+        };
+        let post = *method == Method::POST;
+        let session = request
+            .headers()
+            .get(HEADER_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let response = match (&self.sessions, session) {
+            (Some(sessions), Some(id)) => {
+                let Some(in_use) = sessions.enter(&id, owner) else {
+                    return (self.not_found(peer, method), tag);
+                };
+                let json_first = post && prefers_json(request.headers());
+                let response = next.run(request).await;
+                if response.status() == StatusCode::NOT_FOUND {
+                    sessions.remove(&id);
+                    return (self.not_found(peer, method), tag);
+                }
+                if *method == Method::DELETE && response.status().is_success() {
+                    sessions.remove(&id);
+                }
+                let response = if json_first {
+                    coalesce_answer(response, deadline).await
+                } else {
+                    response
+                };
+                if post {
+                    hold_until_end(response, (slot, in_use))
+                } else {
+                    response
+                }
+            }
+            (Some(sessions), None) if message == Some(Message::Initialize) => {
+                let reservation = match sessions.reserve(caller).await {
+                    Ok(reservation) => reservation,
+                    Err(Full::Caller) => {
+                        let text = format!(
+                            "too many live MCP sessions of yours (limit {}); end one you no longer use",
+                            sessions.per_caller
+                        );
+                        let response = self.refuse(
+                            Reason::CallerSessions,
+                            StatusCode::TOO_MANY_REQUESTS,
+                            peer,
+                            method,
+                            &text,
+                        );
+                        return (response, tag);
+                    }
+                    Err(Full::Server) => {
+                        let text = format!(
+                            "too many live MCP sessions, all busy (limit {}); retry later",
+                            sessions.max
+                        );
+                        let response = self.refuse(
+                            Reason::SessionsFull,
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            peer,
+                            method,
+                            &text,
+                        );
+                        return (response, tag);
+                    }
+                };
+                let response = next.run(request).await;
+                if let Some(id) = response
+                    .headers()
+                    .get(HEADER_SESSION_ID)
+                    .and_then(|v| v.to_str().ok())
+                {
+                    reservation.bind(id.to_owned(), owner);
+                }
+                hold_until_end(response, slot)
+            }
+            (None, _) if matches!(message, Some(Message::Request(Some(_)))) => {
+                let Some(Message::Request(Some(id))) = message else {
+                    return (next.run(request).await, tag);
+                };
+                let token = CancellationToken::new();
+                let key = (caller, id.clone());
+                self.running().insert(key.clone(), token.clone());
+                let running = Running {
+                    guard: Arc::clone(self),
+                    key,
+                };
+                let response = tokio::select! {
+                    response = next.run(request) => response,
+                    () = token.cancelled() => cancelled_response(&id),
+                };
+                let response = cut_when_cancelled(response, token);
+                hold_until_end(response, (slot, running))
+            }
+            _ => {
+                let response = next.run(request).await;
+                if post {
+                    hold_until_end(response, slot)
+                } else {
+                    response
+                }
+            }
+        };
+        (response, tag)
+    }
+}
+
+/// Ends a streamed answer when its request is cancelled.
+fn cut_when_cancelled(response: Response, token: CancellationToken) -> Response {
+    use futures::StreamExt;
+    let streamed = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !streamed {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let body = Body::from_stream(body.into_data_stream().take_until(token.cancelled_owned()));
+    Response::from_parts(parts, body)
+}
+
+/// Checks a request (see the module docs), bounds SSE responses by the
+/// request deadline, and logs one access line.
+pub(super) async fn check_request(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let start = Instant::now();
+    let deadline = crate::mcp::instant_after(start, guard.request_timeout);
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    let method = request.method().clone();
+    let id = request_id();
+    let (response, caller) = guard
+        .handle(request, id, next, peer, &method, deadline)
+        .await;
+    let status = response.status();
+    let elapsed = start.elapsed();
+    let label = method_label(&method);
+    guard
+        .metrics
+        .request(label, status.as_u16(), elapsed.as_secs_f64());
+    tracing::info!(
+        target: "nexus_mcp::access",
+        request_id = %id,
+        method = label.label(),
+        status = status.as_u16(),
+        duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        caller = %caller,
+        peer = ?peer,
+        "request"
+    );
+    let mut response = with_deadline(response, deadline, peer);
+    let id_value = id
+        .digits()
+        .and_then(|digits| HeaderValue::from_bytes(&digits).ok())
+        .unwrap_or(HeaderValue::from_static("-"));
+    response.headers_mut().insert(REQUEST_ID_NAME, id_value);
+    response
+}

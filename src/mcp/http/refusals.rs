@@ -1,0 +1,161 @@
+//! Refusals: each one counted by reason in the metrics, answered, and
+//! logged as a warning at a bounded rate (a flood of refusals must not
+//! become a flood of log lines; each request still gets its access-log
+//! line).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::response::{IntoResponse, Response};
+use http::{Method, StatusCode};
+
+use crate::mcp::metrics::Metrics;
+
+/// Refusal warnings logged per window; more are counted and summed up.
+const WARNINGS_PER_WINDOW: u32 = 10;
+/// The rate limit's window.
+const WINDOW: Duration = Duration::from_secs(10);
+
+/// Why a connection or request was refused (a metrics label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reason {
+    ConnectionLimit,
+    SilentConnection,
+    BadKey,
+    KeylessSession,
+    BodyTimeout,
+    BodyTooLarge,
+    InvalidMessage,
+    ServerBusy,
+    CallerBusy,
+    SessionsFull,
+    CallerSessions,
+    UnknownSession,
+}
+
+impl Reason {
+    fn label(self) -> &'static str {
+        match self {
+            Reason::ConnectionLimit => "connection_limit",
+            Reason::SilentConnection => "silent_connection",
+            Reason::BadKey => "bad_key",
+            Reason::KeylessSession => "keyless_session",
+            Reason::BodyTimeout => "body_timeout",
+            Reason::BodyTooLarge => "body_too_large",
+            Reason::InvalidMessage => "invalid_message",
+            Reason::ServerBusy => "server_busy",
+            Reason::CallerBusy => "caller_busy",
+            Reason::SessionsFull => "sessions_full",
+            Reason::CallerSessions => "caller_sessions",
+            Reason::UnknownSession => "unknown_session",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Window {
+    start: Instant,
+    logged: u32,
+    dropped: u64,
+}
+
+/// Counts refusals and logs them at a bounded rate.
+#[derive(Debug)]
+pub(super) struct Refusals {
+    metrics: Arc<Metrics>,
+    window: Mutex<Window>,
+}
+
+impl Refusals {
+    pub(super) fn new(metrics: Arc<Metrics>) -> Self {
+        Refusals {
+            metrics,
+            window: Mutex::new(Window {
+                start: Instant::now(),
+                logged: 0,
+                dropped: 0,
+            }),
+        }
+    }
+
+    /// Counts one refusal; whether to log it, and how many were not logged
+    /// in the window before.
+    fn note(&self, reason: Reason) -> Option<u64> {
+        self.metrics.refusal(reason.label());
+        let mut window = self
+            .window
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        let mut unlogged = 0;
+        if now.duration_since(window.start) >= WINDOW {
+            unlogged = window.dropped;
+            *window = Window {
+                start: now,
+                logged: 0,
+                dropped: 0,
+            };
+        }
+        if window.logged >= WARNINGS_PER_WINDOW {
+            window.dropped = window.dropped.saturating_add(1);
+            return None;
+        }
+        window.logged += 1;
+        Some(unlogged)
+    }
+
+    /// Counts, logs (rate-limited) and answers one refused request; the
+    /// reason is told to the client as plain text.
+    pub(super) fn refuse(
+        &self,
+        reason: Reason,
+        status: StatusCode,
+        peer: Option<SocketAddr>,
+        method: &Method,
+        text: &str,
+    ) -> Response {
+        if let Some(unlogged) = self.note(reason) {
+            tracing::warn!(
+                peer = ?peer,
+                %method,
+                status = status.as_u16(),
+                reason = reason.label(),
+                unlogged_before = unlogged,
+                "refused request: {text}"
+            );
+        }
+        let body = match status.canonical_reason() {
+            Some(name) => format!("{name}: {text}"),
+            None => text.to_owned(),
+        };
+        (status, body).into_response()
+    }
+
+    /// Counts and logs a request refused by a layer with its own answer.
+    pub(super) fn refused(&self, reason: Reason, peer: Option<SocketAddr>, status: StatusCode) {
+        if let Some(unlogged) = self.note(reason) {
+            tracing::warn!(
+                peer = ?peer,
+                status = status.as_u16(),
+                reason = reason.label(),
+                unlogged_before = unlogged,
+                "refused request"
+            );
+        }
+    }
+
+    /// A connection past the cap, closed at once.
+    pub(super) fn refuse_connection(&self, peer: SocketAddr, limit: usize) {
+        if let Some(unlogged) = self.note(Reason::ConnectionLimit) {
+            tracing::warn!(%peer, limit, unlogged_before = unlogged, "refused connection: too many open connections");
+        }
+    }
+
+    /// A connection that sent no complete request head in time, cut.
+    pub(super) fn refuse_silent(&self, peer: SocketAddr) {
+        if let Some(unlogged) = self.note(Reason::SilentConnection) {
+            tracing::warn!(%peer, unlogged_before = unlogged, "connection closed: no request head received in time");
+        }
+    }
+}
