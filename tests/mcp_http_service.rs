@@ -285,10 +285,19 @@ async fn sessions_are_capped_and_expire_when_idle() {
         "{answer:?}"
     );
 
-    // Idle sessions end, which makes room again.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    // Idle sessions end, which makes room again; a session in use stays
+    // (catches an idle limit counted from the session's start): the second
+    // one is pinged every 100 ms, far more often than its 400 ms limit.
+    let until = tokio::time::Instant::now() + Duration::from_millis(900);
+    while tokio::time::Instant::now() < until {
+        let (_, answer) = second.request("ping", json!({})).await;
+        assert_eq!(answer.status, 200, "an active session ended: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let (_, answer) = first.request("tools/list", json!({})).await;
     assert_eq!(answer.status, 404, "{answer:?}");
+    let (_, answer) = second.request("tools/list", json!({})).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
     let mut fourth = HttpMcp::new(&served.url);
     fourth.initialize().await;
 }
