@@ -671,3 +671,23 @@ async fn slow_answers_hit_the_request_timeout() {
     );
     assert!(err.is_retryable());
 }
+
+#[tokio::test]
+async fn retry_policy_never_sends_one_request() {
+    let server = MockServer::start().await;
+    Mock::given(any())
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&server)
+        .await;
+    let c = Client::builder()
+        .base_url(format!("{}/api", server.uri()))
+        .api_key(KEY)
+        .retry(RetryPolicy::never().initial_delay(Duration::from_millis(1)))
+        .build()
+        .unwrap();
+    assert_eq!(RetryPolicy::never().get_max_retries(), 0);
+    let err = c.contexts().list().await.unwrap_err();
+    assert_eq!(err.status(), Some(503));
+    // Catches never() that keeps the default three retries.
+    assert_eq!(requests(&server).await.len(), 1);
+}

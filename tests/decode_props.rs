@@ -129,6 +129,25 @@ fn config() -> ProptestConfig {
     ProptestConfig::with_cases(cases)
 }
 
+#[test]
+fn the_default_frame_limit_is_4_mib() {
+    // A frame just under 4 MiB decodes with the default decoder; one just
+    // over is an error. Catches a default limit of another size.
+    let frame = |data_len: usize| {
+        let mut wire = b"event: response.future_thing\ndata: ".to_vec();
+        wire.resize(wire.len() + data_len, b'x');
+        wire.extend_from_slice(b"\n\n");
+        wire
+    };
+    let limit = 4 * 1024 * 1024;
+    let mut decoder = EventDecoder::new();
+    decoder.feed(&frame(limit - 64));
+    assert!(matches!(decoder.next_event(), Ok(Some(_))));
+    let mut decoder = EventDecoder::new();
+    decoder.feed(&frame(limit + 1));
+    assert!(decoder.next_event().is_err());
+}
+
 proptest! {
     #![proptest_config(config())]
 
