@@ -266,7 +266,9 @@ async fn sessions_are_capped_and_expire_when_idle() {
     let nexus_fake = fake_nexus(0).await;
     let options = HttpOptions::default()
         .max_sessions(2)
-        .session_idle_timeout(Duration::from_millis(400));
+        // Long enough that both sessions are still alive when the third
+        // one is refused, even on a loaded machine.
+        .session_idle_timeout(Duration::from_millis(1500));
     let served = serve(nexus(&nexus_fake.uri(), caller_keys(true)), options).await;
     let mut first = HttpMcp::new(&served.url);
     first.initialize().await;
@@ -287,12 +289,12 @@ async fn sessions_are_capped_and_expire_when_idle() {
 
     // Idle sessions end, which makes room again; a session in use stays
     // (catches an idle limit counted from the session's start): the second
-    // one is pinged every 100 ms, far more often than its 400 ms limit.
-    let until = tokio::time::Instant::now() + Duration::from_millis(900);
+    // one is pinged every 200 ms, far more often than its 1.5 s limit.
+    let until = tokio::time::Instant::now() + Duration::from_millis(3500);
     while tokio::time::Instant::now() < until {
         let (_, answer) = second.request("ping", json!({})).await;
         assert_eq!(answer.status, 200, "an active session ended: {answer:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (_, answer) = first.request("tools/list", json!({})).await;
     assert_eq!(answer.status, 404, "{answer:?}");
