@@ -29,8 +29,22 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
 use nexus_knowql::local::LocalNexus;
 
-const DOCS: usize = 1_200;
-const LATENCY_SAMPLES: usize = 200;
+/// Under `cargo bench`; `cargo test --benches` only checks that the bench
+/// runs, on a tenth of the corpus and a few turns.
+fn bench_mode() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// Documents in the generated corpus.
+fn docs() -> usize {
+    if bench_mode() { 1_200 } else { 120 }
+}
+
+/// Streamed turns timed one by one.
+fn latency_samples() -> usize {
+    if bench_mode() { 200 } else { 5 }
+}
+
 /// Sessions asking concurrently, and turns each asks per iteration.
 const SESSIONS: usize = 16;
 const TURNS_PER_SESSION: usize = 4;
@@ -107,7 +121,7 @@ fn corpus(dir: &Path) -> u64 {
     std::fs::create_dir_all(dir).expect("corpus dir");
     let mut rng = Lcg(7);
     let mut total = 0;
-    for d in 0..DOCS {
+    for d in 0..docs() {
         let mut text = format!("# Document {d}\n\n{}\n", rng.sentence(12));
         for s in 0..4 {
             text.push_str(&format!(
@@ -213,9 +227,9 @@ fn bench_turns(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path) {
     ];
 
     let (firsts, dones) = rt.block_on(async {
-        let mut firsts = Vec::with_capacity(LATENCY_SAMPLES);
-        let mut dones = Vec::with_capacity(LATENCY_SAMPLES);
-        for i in 0..LATENCY_SAMPLES {
+        let mut firsts = Vec::with_capacity(latency_samples());
+        let mut dones = Vec::with_capacity(latency_samples());
+        for i in 0..latency_samples() {
             let (f, d) = stream_turn(&http, &base, asks[i % asks.len()]).await;
             firsts.push(f);
             dones.push(d);
@@ -227,7 +241,9 @@ fn bench_turns(c: &mut Criterion, rt: &tokio::runtime::Runtime, dir: &Path) {
     firsts.sort();
     dones.sort();
     eprintln!(
-        "stream turn over {DOCS} docs, {LATENCY_SAMPLES} turns: first delta p50 {:?} p99 {:?}; completion p50 {:?} p99 {:?}",
+        "stream turn over {} docs, {} turns: first delta p50 {:?} p99 {:?}; completion p50 {:?} p99 {:?}",
+        docs(),
+        latency_samples(),
         percentile(&firsts, 0.5),
         percentile(&firsts, 0.99),
         percentile(&dones, 0.5),
@@ -445,7 +461,8 @@ fn benches(c: &mut Criterion) {
         std::env::temp_dir().join(format!("nexus-local-bench-{}", std::process::id()));
     let bytes = corpus(&dir);
     eprintln!(
-        "generated {DOCS} documents, {:.1} MB of Markdown",
+        "generated {} documents, {:.1} MB of Markdown",
+        docs(),
         bytes as f64 / 1e6
     );
     bench_curation(c, &rt, &dir, bytes);

@@ -448,10 +448,16 @@ fn main() {
     // Criterion runs one row after the other, and this machine's speed
     // drifts between them; the table comes from rounds that call every path
     // once in turn, so that each row is measured in the same moments.
+    // A few under `cargo test --benches`, which only checks that it runs.
+    let default_rounds = if std::env::args().any(|a| a == "--bench") {
+        3000
+    } else {
+        3
+    };
     let rounds: usize = std::env::var("MCP_OVERHEAD_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
+        .unwrap_or(default_rounds);
     let interleaved: Vec<Vec<Duration>> = rt.block_on(async {
         let mut guards = Vec::new();
         for path in &paths {

@@ -14,7 +14,15 @@ use futures::StreamExt;
 use nexus_knowql::{Client, QueryEvent, Session};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const FRAMES: usize = 5_000;
+/// Frames per run: 5,000 under `cargo bench`; a few under `cargo test
+/// --benches`, which only checks that the bench runs.
+fn frames() -> usize {
+    if std::env::args().any(|a| a == "--bench") {
+        5_000
+    } else {
+        50
+    }
+}
 const GAP: Duration = Duration::from_micros(200);
 
 fn start_server(base: Instant) -> SocketAddr {
@@ -48,7 +56,7 @@ fn start_server(base: Instant) -> SocketAddr {
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
             );
             let _ = sock.write_all(b"id: 0\nevent: response.created\ndata: {\"type\":\"response.created\",\"query_id\":\"q_lat\",\"session_id\":\"s\"}\n\n");
-            for i in 1..=FRAMES {
+            for i in 1..=frames() {
                 std::thread::sleep(GAP);
                 let ts = base.elapsed().as_nanos();
                 let frame = format!(
@@ -61,7 +69,7 @@ fn start_server(base: Instant) -> SocketAddr {
             let _ = sock.write_all(
                 format!(
                     "id: {}\nevent: response.completed\ndata: {{\"query_id\":\"q_lat\"}}\n\n",
-                    FRAMES + 1
+                    frames() + 1
                 )
                 .as_bytes(),
             );
@@ -72,6 +80,11 @@ fn start_server(base: Instant) -> SocketAddr {
 }
 
 fn report(name: &str, mut lat: Vec<u64>) -> u64 {
+    assert_eq!(
+        lat.len(),
+        frames(),
+        "{name}: every frame reached the caller"
+    );
     lat.sort_unstable();
     let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q) as usize] as f64 / 1000.0;
     println!(
@@ -88,7 +101,7 @@ fn report(name: &str, mut lat: Vec<u64>) -> u64 {
 
 async fn through_query_turn(session: &Session, base: Instant) -> Vec<u64> {
     let mut turn = session.ask("q").stream().await.unwrap();
-    let mut lat = Vec::with_capacity(FRAMES);
+    let mut lat = Vec::with_capacity(frames());
     while let Some(item) = turn.next().await {
         if let QueryEvent::TextDelta { delta } = item.unwrap() {
             let now = base.elapsed().as_nanos() as u64;
@@ -105,7 +118,7 @@ async fn raw_reads(addr: SocketAddr, base: Instant) -> Vec<u64> {
         .unwrap();
     let mut buf = vec![0u8; 64 * 1024];
     let mut carry = Vec::new();
-    let mut lat = Vec::with_capacity(FRAMES);
+    let mut lat = Vec::with_capacity(frames());
     let needle = b"\"delta\":\"";
     loop {
         let n = sock.read(&mut buf).await.unwrap();
@@ -146,7 +159,10 @@ fn main() {
         .build()
         .unwrap();
     let session = Session::resume(&client, "s");
-    println!("stream_latency: {FRAMES} frames, one every {GAP:?}, frame write -> caller");
+    println!(
+        "stream_latency: {} frames, one every {GAP:?}, frame write -> caller",
+        frames()
+    );
     // Warm up the connection pool and the code paths.
     rt.block_on(raw_reads(addr, base));
     let raw = report("raw_socket", rt.block_on(raw_reads(addr, base)));

@@ -13,7 +13,15 @@ use futures::StreamExt;
 use nexus_knowql::{Client, Session, StreamConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const STREAMS: usize = 10_000;
+/// Open streams: 10,000 under `cargo bench`; a few under `cargo test
+/// --benches`, which only checks that the bench runs.
+fn streams() -> usize {
+    if std::env::args().any(|a| a == "--bench") {
+        10_000
+    } else {
+        100
+    }
+}
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -76,7 +84,7 @@ fn main() {
         return;
     }
     if let Some(limit) = open_files_limit()
-        && limit < STREAMS as u64 + 200
+        && limit < streams() as u64 + 200
     {
         eprintln!("stream_memory: the open-files limit is {limit}; run `ulimit -n 20000` first");
         std::process::exit(2);
@@ -104,7 +112,7 @@ fn main() {
         t.next().await.unwrap().unwrap();
         drop(t);
         let before = rss_bytes();
-        let opened = futures::stream::iter(0..STREAMS)
+        let opened = futures::stream::iter(0..streams())
             .map(|i| {
                 let client = client.clone();
                 async move {
@@ -126,6 +134,7 @@ fn main() {
         let after = rss_bytes();
         (opened, before, after)
     });
+    assert_eq!(turns.len(), streams(), "every stream opened");
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!(
         "stream_memory: {} open streams: RSS {:.1} MiB before, {:.1} MiB after, {:.1} MiB for the streams ({:.1} KiB each); size_of::<QueryTurn>() = {} B",

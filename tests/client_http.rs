@@ -254,7 +254,11 @@ async fn retry_after_503_then_success() {
 #[tokio::test]
 async fn retry_after_as_http_date_is_honoured() {
     let server = MockServer::start().await;
-    let at = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(1));
+    // Two seconds ahead, whole seconds: at least one second away. The retry
+    // must not come before it (the policy's own backoff is 10 ms, so a
+    // client that ignores a date-valued Retry-After retries far too early).
+    let at = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+    let not_before = httpdate::parse_http_date(&at).unwrap();
     Mock::given(method("GET"))
         .respond_with(ResponseTemplate::new(429).insert_header("Retry-After", at.as_str()))
         .up_to_n_times(1)
@@ -265,7 +269,14 @@ async fn retry_after_as_http_date_is_honoured() {
         .mount(&server)
         .await;
     client(&server).contexts().list().await.unwrap();
+    let retried_at = std::time::SystemTime::now();
     assert_eq!(requests(&server).await.len(), 2);
+    // The clock's sub-second part and the sleep's rounding: 50 ms of slack.
+    assert!(
+        retried_at + Duration::from_millis(50) >= not_before,
+        "retried {:?} before the Retry-After date",
+        not_before.duration_since(retried_at).unwrap_or_default()
+    );
 }
 
 #[tokio::test]
@@ -352,14 +363,17 @@ async fn post_is_retried_when_the_connection_was_refused() {
             .expect(1)
             .mount(&server)
             .await;
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        drop(server);
+        server
     });
     let req: types::QueryRequest =
         serde_json::from_value(json!({"ask": "hi", "scope": ["docs"]})).unwrap();
     let q = c.api().query(None, &req).await.unwrap().into_inner();
     assert_eq!(q.id, "q1");
-    server_task.abort();
+    // The server outlives the call and checks its `.expect(1)`: the POST
+    // that got through was sent once.
+    let server = server_task.await.unwrap();
+    server.verify().await;
+    assert_eq!(requests(&server).await.len(), 1);
 }
 
 fn query_json(id: &str) -> serde_json::Value {
@@ -656,4 +670,24 @@ async fn slow_answers_hit_the_request_timeout() {
         "{err:?}"
     );
     assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn retry_policy_never_sends_one_request() {
+    let server = MockServer::start().await;
+    Mock::given(any())
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&server)
+        .await;
+    let c = Client::builder()
+        .base_url(format!("{}/api", server.uri()))
+        .api_key(KEY)
+        .retry(RetryPolicy::never().initial_delay(Duration::from_millis(1)))
+        .build()
+        .unwrap();
+    assert_eq!(RetryPolicy::never().get_max_retries(), 0);
+    let err = c.contexts().list().await.unwrap_err();
+    assert_eq!(err.status(), Some(503));
+    // Catches never() that keeps the default three retries.
+    assert_eq!(requests(&server).await.len(), 1);
 }

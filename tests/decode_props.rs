@@ -12,6 +12,15 @@ use proptest::prelude::*;
 
 /// Everything a decoder yields for `chunks`: events, then the error (if any).
 fn decode_all(chunks: &[&[u8]], limit: usize) -> (Vec<(Option<u64>, QueryEvent)>, bool) {
+    let (events, error) = decode_with_error(chunks, limit);
+    (events, error.is_some())
+}
+
+/// Like [`decode_all`], with the error's text.
+fn decode_with_error(
+    chunks: &[&[u8]],
+    limit: usize,
+) -> (Vec<(Option<u64>, QueryEvent)>, Option<String>) {
     let mut decoder = EventDecoder::with_max_frame_bytes(limit);
     let mut out = Vec::new();
     for chunk in chunks {
@@ -20,11 +29,11 @@ fn decode_all(chunks: &[&[u8]], limit: usize) -> (Vec<(Option<u64>, QueryEvent)>
             match decoder.next_event() {
                 Ok(Some(e)) => out.push(e),
                 Ok(None) => break,
-                Err(_) => return (out, true),
+                Err(e) => return (out, Some(e.to_string())),
             }
         }
     }
-    (out, false)
+    (out, None)
 }
 
 /// Bytes that look like an event stream often enough to reach deep states:
@@ -45,6 +54,11 @@ fn sse_bytes() -> impl Strategy<Value = Vec<u8>> {
         Just(b"\r\n".to_vec()),
         Just(b"\n\n".to_vec()),
         Just(b"\xEF\xBB\xBF".to_vec()),
+        // Multi-byte characters, so that splits land inside them.
+        Just("é".as_bytes().to_vec()),
+        Just("€".as_bytes().to_vec()),
+        Just("✈️".as_bytes().to_vec()),
+        Just("data: Grüße 😀 ".as_bytes().to_vec()),
         Just(br#"{"type":"response.output_text.delta","delta":"x"}"#.to_vec()),
         Just(names::TEXT_DELTA.as_bytes().to_vec()),
         Just(names::STEP.as_bytes().to_vec()),
@@ -115,6 +129,25 @@ fn config() -> ProptestConfig {
     ProptestConfig::with_cases(cases)
 }
 
+#[test]
+fn the_default_frame_limit_is_4_mib() {
+    // A frame just under 4 MiB decodes with the default decoder; one just
+    // over is an error. Catches a default limit of another size.
+    let frame = |data_len: usize| {
+        let mut wire = b"event: response.future_thing\ndata: ".to_vec();
+        wire.resize(wire.len() + data_len, b'x');
+        wire.extend_from_slice(b"\n\n");
+        wire
+    };
+    let limit = 4 * 1024 * 1024;
+    let mut decoder = EventDecoder::new();
+    decoder.feed(&frame(limit - 64));
+    assert!(matches!(decoder.next_event(), Ok(Some(_))));
+    let mut decoder = EventDecoder::new();
+    decoder.feed(&frame(limit + 1));
+    assert!(decoder.next_event().is_err());
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -124,12 +157,30 @@ proptest! {
         split in 1usize..40,
         limit in prop_oneof![Just(16usize), Just(256usize), Just(1 << 20)],
     ) {
-        let (whole, whole_failed) = decode_all(&[&bytes], limit);
+        // Splits change nothing: the same events, then the same error (or
+        // none) at the same place. Catches a parser that decodes each chunk
+        // as UTF-8 on its own (a character split across chunks then fails or
+        // is replaced) and one that checks the frame limit per chunk.
+        let (whole, whole_error) = decode_with_error(&[&bytes], limit);
         let chunks: Vec<&[u8]> = bytes.chunks(split).collect();
-        let (pieces, pieces_failed) = decode_all(&chunks, limit);
-        if !whole_failed && !pieces_failed {
-            prop_assert_eq!(whole, pieces);
-        }
+        let (pieces, pieces_error) = decode_with_error(&chunks, limit);
+        prop_assert_eq!(&whole, &pieces);
+        prop_assert_eq!(whole_error, pieces_error);
+    }
+
+    #[test]
+    fn text_split_inside_characters_decodes_alike(
+        text in "[a-zé€✈😀 ]{0,40}",
+        split in 1usize..5,
+    ) {
+        // Valid UTF-8 split at every few bytes, most often inside a character:
+        // the decoded text is exactly the text sent.
+        let wire = format!("id: 1\nevent: response.output_text.delta\ndata: {{\"delta\":{}}}\n\n",
+            serde_json::Value::from(text.clone()));
+        let chunks: Vec<&[u8]> = wire.as_bytes().chunks(split).collect();
+        let (events, error) = decode_with_error(&chunks, 1 << 20);
+        prop_assert_eq!(error, None);
+        prop_assert_eq!(events, vec![(Some(1), QueryEvent::TextDelta { delta: text })]);
     }
 
     #[test]

@@ -78,18 +78,19 @@ fn operations(spec: &Value) -> Vec<(String, String, String)> {
 }
 
 /// A minimal JSON Schema (OpenAPI 3.0 subset) checker: `$ref`, `allOf`,
-/// `anyOf`/`oneOf`, `type`, `nullable`, `required`, `properties`, `items`,
-/// `additionalProperties`, `format: date-time`.
+/// `anyOf`/`oneOf`, `type`, `nullable`, `enum`/`x-enum`, `required`, `properties`,
+/// `items`, `additionalProperties`, `format: date-time`. A `$ref` that does
+/// not resolve is an error, never a schema that accepts anything.
 fn check(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
     if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
-        let name = r.trim_start_matches("#/components/schemas/");
-        return check(
-            spec,
-            &spec["components"]["schemas"][name],
-            value,
-            at,
-            errors,
-        );
+        let target = r
+            .strip_prefix("#/components/schemas/")
+            .and_then(|name| spec["components"]["schemas"].get(name));
+        match target {
+            Some(target) => check(spec, target, value, at, errors),
+            None => errors.push(format!("{at}: unresolved $ref {r:?}")),
+        }
+        return;
     }
     if value.is_null() {
         let nullable = schema.get("nullable").and_then(Value::as_bool) == Some(true)
@@ -131,6 +132,16 @@ fn check(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut Vec
         errors.push(format!("{at}: expected {ty:?}, got {value}"));
         return;
     }
+    // The spec lists known values as `x-enum` (open for clients, which must
+    // accept new ones); the local server sends only values it lists.
+    if let Some(allowed) = schema
+        .get("enum")
+        .or_else(|| schema.get("x-enum"))
+        .and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        errors.push(format!("{at}: {value} is not one of {allowed:?}"));
+    }
     if schema.get("format").and_then(Value::as_str) == Some("date-time")
         && let Some(s) = value.as_str()
         && chrono::DateTime::parse_from_rfc3339(s).is_err()
@@ -164,6 +175,34 @@ fn check(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut Vec
             check(spec, items, v, &format!("{at}[{i}]"), errors);
         }
     }
+}
+
+/// The checker itself fails on what it must reject (an `enum` value it does
+/// not list, a `$ref` that does not resolve, a wrong type, a missing field).
+#[test]
+fn the_schema_checker_rejects_what_the_spec_does_not_allow() {
+    let spec = spec();
+    let errors = |schema: Value, value: Value| {
+        let mut e = Vec::new();
+        check(&spec, &schema, &value, "$", &mut e);
+        e
+    };
+    let status = json!({"type": "string", "enum": ["a", "b"]});
+    assert!(errors(status.clone(), json!("a")).is_empty());
+    assert_eq!(errors(status, json!("c")).len(), 1);
+    let kind = json!({"$ref": "#/components/schemas/ContextKind"});
+    assert!(errors(kind.clone(), json!("work")).is_empty());
+    assert_eq!(errors(kind, json!("play")).len(), 1);
+    let missing = json!({"$ref": "#/components/schemas/NoSuchSchema"});
+    assert_eq!(errors(missing, json!({})).len(), 1);
+    let foreign = json!({"$ref": "other.yaml#/Query"});
+    assert_eq!(errors(foreign, json!({})).len(), 1);
+    let query = json!({"$ref": "#/components/schemas/Query"});
+    assert!(
+        !errors(query.clone(), json!({})).is_empty(),
+        "required fields"
+    );
+    assert!(!errors(query, json!("text")).is_empty(), "type");
 }
 
 /// Checks a raw answer against the spec's response for its status.

@@ -86,6 +86,10 @@ async fn send_across_cut_connections_returns_the_answer_with_one_turn() {
     let stored = client.sessions().get(&query.session_id).await.unwrap();
     assert_eq!(stored.queries.len(), 1, "exactly one turn started");
     assert_eq!(stored.queries[0].answer_text(), query.answer_text());
+    // And no other session: a resume that posted the question again without
+    // the session would have started its turn in a new one.
+    let sessions = client.sessions().list().await.unwrap();
+    assert_eq!(sessions.len(), 1, "exactly one session: {sessions:?}");
 }
 
 #[tokio::test]

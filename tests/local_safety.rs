@@ -217,6 +217,23 @@ async fn tokens_are_128_bit_random_unique_and_accepted_case_insensitively() {
         );
         assert!(seen.insert(token), "a token was issued twice");
     }
+    // Random, not merely unique: over 10,000 tokens every one of the 128
+    // bits is set about half the time (a counter or a timestamp leaves most
+    // bits constant; 42%..58% is more than 15 standard deviations wide).
+    let mut ones = [0u32; 128];
+    for token in &seen {
+        let hex = &token[4..];
+        for (i, ones) in ones.iter_mut().enumerate() {
+            let nibble = u32::from_str_radix(&hex[i / 4..i / 4 + 1], 16).unwrap();
+            *ones += (nibble >> (3 - i % 4)) & 1;
+        }
+    }
+    for (bit, &n) in ones.iter().enumerate() {
+        assert!(
+            (4_200..=5_800).contains(&n),
+            "bit {bit} set in {n} of 10000 tokens"
+        );
+    }
     // The first and the last tokens both work, whatever the scheme's case.
     let mut tokens: Vec<_> = seen.into_iter().collect();
     tokens.sort();

@@ -89,6 +89,12 @@ async fn cut_and_resume(frame_delay: Duration) {
     let stored = client.queries().get(&q.id).await.unwrap();
     assert_eq!(text, stored.answer_text(), "each delta exactly once");
     assert!(text.contains("reconnect with the Last-Event-ID header"));
+    // One turn in one session: a resume that posted the question again
+    // (in this session or a new one) would show a second turn.
+    let sessions = client.sessions().list().await.unwrap();
+    assert_eq!(sessions.len(), 1, "exactly one session: {sessions:?}");
+    let stored_session = client.sessions().get(&q.session_id).await.unwrap();
+    assert_eq!(stored_session.queries.len(), 1, "exactly one turn");
 }
 
 #[tokio::test]

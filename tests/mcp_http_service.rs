@@ -276,8 +276,16 @@ async fn sessions_are_capped_and_expire_when_idle() {
     third.initialize().await;
     let (_, answer) = first.request("tools/list", json!({})).await;
     assert_eq!(answer.status, 404, "{answer:?}");
-    let (_, answer) = second.request("tools/list", json!({})).await;
-    assert_eq!(answer.status, 200, "{answer:?}");
+
+    // A session in use stays (catches an idle limit counted from the
+    // session's start): the second one is pinged every 200 ms, far more
+    // often than its 1.5 s limit, for more than twice that limit.
+    let until = tokio::time::Instant::now() + Duration::from_millis(3500);
+    while tokio::time::Instant::now() < until {
+        let (_, answer) = second.request("ping", json!({})).await;
+        assert_eq!(answer.status, 200, "an active session ended: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Idle sessions end.
     tokio::time::sleep(Duration::from_millis(3000)).await;

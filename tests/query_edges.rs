@@ -186,6 +186,15 @@ async fn replay_starting_elsewhere_is_never_trusted() {
         assert!(error.is_none(), "{case}: {error:?}");
         assert_eq!(text(&events), turn.answer, "{case}");
         assert_eq!(live.text(), turn.answer, "{case}");
+        // The answer came from the stored turn, not from the replay: a client
+        // that skipped the replay's already-seen ids (or took the
+        // non-numeric frame for a valid one) would finish without reading it.
+        assert_eq!(server.count("GET", "/queries/q_e2"), 1, "{case}");
+        assert_eq!(
+            server.last_event_ids(),
+            vec![Some("4".to_owned())],
+            "{case}"
+        );
     }
 }
 
@@ -490,7 +499,7 @@ async fn headers_that_never_come_are_a_timeout_and_one_post() {
     assert!(!error.is_retryable(), "retrying could start a second turn");
     assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Retries run inside `stream()`, which has returned: the count is final.
     assert_eq!(requests.load(Ordering::SeqCst), 1);
     assert!(!session.is_busy());
     task.abort();
@@ -498,20 +507,41 @@ async fn headers_that_never_come_are_a_timeout_and_one_post() {
 
 #[tokio::test]
 async fn a_login_that_never_answers_is_bounded() {
-    let (url, _, task) = silent_server().await;
+    // Records each request and never answers it.
+    let server = SseServer::start(|_, _| Reply {
+        head: String::new(),
+        steps: vec![Step::AwaitClose],
+    })
+    .await;
     let client = Client::builder()
-        .base_url(&url)
+        .base_url(&server.url)
         .api_key("pcsk_test")
         .login(true)
         .request_timeout(Some(Duration::from_millis(300)))
         .retry(RetryPolicy::default().max_retries(0))
         .build()
         .unwrap();
+    let started = Instant::now();
     let result = tokio::time::timeout(Duration::from_secs(10), client.contexts().list())
         .await
         .expect("the login has a deadline");
-    assert!(result.is_err());
-    task.abort();
+    let elapsed = started.elapsed();
+    // A timeout of the login itself, after the request timeout: not some
+    // other error, and the listing was never sent without a token.
+    let error = result.expect_err("the login never answers");
+    assert!(error.is_timeout(), "{error:?}");
+    assert!(elapsed >= Duration::from_millis(250), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    let sent: Vec<(String, String)> = server
+        .requests()
+        .into_iter()
+        .map(|r| (r.method, r.path))
+        .collect();
+    assert_eq!(
+        sent,
+        vec![("POST".to_owned(), "/auth/login".to_owned())],
+        "only the login was sent"
+    );
 }
 
 #[tokio::test]

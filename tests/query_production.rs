@@ -39,15 +39,18 @@ async fn drain(turn: &mut QueryTurn) -> (Delivered, Option<Error>) {
     (events, error)
 }
 
-/// Every event of the uncut stream, with its id (`None` for the `query` frame).
+/// Every event of the uncut stream, with its id (`None` for the `query`
+/// frame), read from the script's own frames rather than through the SSE
+/// parser under test: a framing bug (a lost event name, id or frame) shows
+/// up as a difference instead of being expected.
 fn uncut(turn: &Turn) -> Delivered {
-    let mut decoder = nexus_knowql::query::EventDecoder::new();
-    decoder.feed(turn.body().as_bytes());
-    let mut out = Vec::new();
-    while let Some(e) = decoder.next_event().unwrap() {
-        out.push(e);
-    }
-    out
+    turn.frames
+        .iter()
+        .map(|(id, f)| {
+            let field = |name: &str| f.lines().find_map(|l| l.strip_prefix(name)).unwrap();
+            (*id, QueryEvent::decode(field("event: "), field("data: ")))
+        })
+        .collect()
 }
 
 fn text(events: &[QueryEvent]) -> String {
@@ -245,7 +248,10 @@ fn continue_from(turn: &Turn, k: u64, cuts: Vec<usize>) -> (Delivered, Vec<Optio
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+    // 48 cases unless `PROPTEST_CASES` says otherwise.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48)
+    ))]
 
     /// Whatever checkpoint a worker stored and wherever the continuing
     /// connections are cut, it receives exactly the events after the
@@ -270,7 +276,29 @@ proptest! {
         let progress = |e: &&QueryEvent| !matches!(e, QueryEvent::Query(_));
         let got: Vec<_> = events.iter().map(|(_, e)| e).filter(progress).cloned().collect();
         let want: Vec<_> = expected.iter().map(|(_, e)| e).filter(progress).cloned().collect();
-        prop_assert_eq!(got, want);
+        prop_assert_eq!(&got, &want);
+        // The same, against the script's own JSON (no decoding by the crate):
+        // the names and every delta's exact text. Catches a decoding bug that
+        // the expectation above would share, such as trimmed deltas.
+        let script: Vec<(String, Option<String>)> = turn
+            .frames
+            .iter()
+            .filter(|(id, _)| id.is_some_and(|id| id > k))
+            .map(|(_, f)| {
+                let field = |name: &str| f.lines().find_map(|l| l.strip_prefix(name)).unwrap();
+                let data: serde_json::Value = serde_json::from_str(field("data: ")).unwrap();
+                let delta = data.get("delta").and_then(|d| d.as_str()).map(str::to_owned);
+                (field("event: ").to_owned(), delta)
+            })
+            .collect();
+        let seen: Vec<(String, Option<String>)> = got
+            .iter()
+            .map(|e| match e {
+                QueryEvent::TextDelta { delta } => (e.name().to_owned(), Some(delta.clone())),
+                _ => (e.name().to_owned(), None),
+            })
+            .collect();
+        prop_assert_eq!(seen, script);
         // Each delivered event moved the checkpoint to its own id.
         let got_ids: Vec<u64> = events.iter().filter_map(|(id, _)| *id).collect();
         prop_assert!(got_ids.windows(2).all(|w| w[0] <= w[1]));
@@ -506,7 +534,12 @@ async fn without_cancel_on_drop_a_dropped_turn_keeps_running() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(server.closed_by_client(), 1);
+    // A cancel is spawned on the test's runtime at the drop, so it would be
+    // sent before this later request: once the server has this one, it
+    // would have that one (a signal, not a sleep).
+    let _ = server.client().queries().get("q_n").await;
+    assert_eq!(server.count("GET", "/queries/q_n"), 1);
     assert_eq!(server.count("POST", "/queries/q_n/cancel"), 0);
 }
 
@@ -523,7 +556,11 @@ async fn a_finished_turn_never_cancels_on_drop() {
         .unwrap();
     let q = live.finish().await.unwrap();
     assert_eq!(q.answer_text(), turn.answer);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A cancel is spawned on the test's runtime when the finished turn is
+    // dropped, so it would be sent before this later request: once the
+    // server has this one, it would have that one (a signal, not a sleep).
+    let _ = server.client().queries().get("q_f").await;
+    assert_eq!(server.count("GET", "/queries/q_f"), 1);
     assert_eq!(server.count("POST", "/queries/q_f/cancel"), 0);
     assert!(session.unfinished_query_id().is_none());
 }

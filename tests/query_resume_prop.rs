@@ -83,7 +83,10 @@ fn uncut(turn: &Turn) -> Vec<QueryEvent> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    // 64 cases unless `PROPTEST_CASES` says otherwise.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+    ))]
 
     #[test]
     fn delivered_sequence_equals_the_uncut_one(

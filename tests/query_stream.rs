@@ -155,8 +155,12 @@ async fn line_endings_bom_comments_and_split_writes_change_nothing() {
                     wire.insert(0, '\u{feff}');
                 }
                 let wire = wire.into_bytes();
+                // Chunked, so the client's parser is fed exactly these pieces:
+                // 1-byte pieces split the BOM and the multi-byte "✈️" of the
+                // last delta, which a parser decoding each chunk as UTF-8 on
+                // its own gets wrong.
                 let server = SseServer::start(move |_, _| {
-                    Reply::sse(vec![Step::WriteSplit(wire.clone(), split.clone())])
+                    Reply::sse_chunked(vec![Step::WriteChunks(wire.clone(), split.clone())])
                 })
                 .await;
                 let mut live = session(&server).ask("q").stream().await.unwrap();
@@ -390,10 +394,11 @@ async fn drop_before_created_is_a_stream_error_and_never_reposts() {
         }
         other => panic!("{other:?}"),
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // `finish()` returning is the signal that the turn is over: nothing it
+    // could still send is pending.
+    assert!(matches!(live.finish().await, Err(Error::Stream { .. })));
     assert_eq!(server.count("POST", "/query"), 1);
     assert_eq!(server.requests().len(), 1);
-    assert!(matches!(live.finish().await, Err(Error::Stream { .. })));
 }
 
 #[tokio::test]
@@ -415,8 +420,12 @@ async fn idle_connection_is_resumed() {
     assert!(error.is_none(), "{error:?}");
     assert_eq!(names(&events), expected_names(&turn));
     assert_eq!(server.last_event_ids(), vec![Some("3".to_owned())]);
-    // The idle connection was closed by the client.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The idle connection was closed by the client (waits for the server to
+    // see it, with an end).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.closed_by_client() == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(server.closed_by_client(), 1);
 }
 

@@ -522,4 +522,16 @@ mod tests {
         .unwrap();
         assert_eq!(got, vec![o(None, "message", "a"), o(None, "message", "b")]);
     }
+
+    #[test]
+    fn dispatched_frames_release_their_bytes() {
+        // Frames fed one at a time: the buffer keeps at most the last frame,
+        // never the stream so far (every buffer is bounded).
+        let mut p = SseParser::new(1024);
+        for i in 0..10_000 {
+            p.feed(format!("id: {i}\ndata: {i}\n\n").as_bytes());
+            while p.next_frame().unwrap().is_some() {}
+        }
+        assert!(p.buf.len() < 64, "{} bytes kept", p.buf.len());
+    }
 }

@@ -46,7 +46,13 @@ pub enum Step {
     /// Write these bytes in one call.
     Write(Vec<u8>),
     /// Write these bytes in pieces of the given sizes (cycled), flushing each.
+    /// The client may still read several pieces at once.
     WriteSplit(Vec<u8>, Vec<usize>),
+    /// Write these bytes as HTTP/1.1 chunks of the given sizes (cycled), for
+    /// a [`Reply::sse_chunked`] reply: the client's HTTP stack hands each
+    /// chunk to the event parser on its own, so the parser really sees the
+    /// split (a chunk is never merged with the next one).
+    WriteChunks(Vec<u8>, Vec<usize>),
     /// Wait.
     Sleep(Duration),
     /// Reset the connection (RST): the client sees a transport error.
@@ -68,6 +74,16 @@ impl Reply {
     pub fn sse(steps: Vec<Step>) -> Reply {
         Reply {
             head: "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n".into(),
+            steps,
+        }
+    }
+
+    /// `200 text/event-stream` with a chunked body: `steps` write its chunks
+    /// ([`Step::WriteChunks`]), then the last chunk ends it.
+    pub fn sse_chunked(mut steps: Vec<Step>) -> Reply {
+        steps.push(Step::Write(b"0\r\n\r\n".to_vec()));
+        Reply {
+            head: "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".into(),
             steps,
         }
     }
@@ -251,6 +267,19 @@ async fn serve(
                     sock.flush().await?;
                     at += n;
                 }
+            }
+            Step::WriteChunks(bytes, sizes) => {
+                let mut at = 0;
+                let mut sizes = sizes.iter().copied().cycle();
+                while at < bytes.len() {
+                    let n = sizes.next().unwrap_or(1).max(1).min(bytes.len() - at);
+                    let mut chunk = format!("{n:x}\r\n").into_bytes();
+                    chunk.extend_from_slice(&bytes[at..at + n]);
+                    chunk.extend_from_slice(b"\r\n");
+                    sock.write_all(&chunk).await?;
+                    at += n;
+                }
+                sock.flush().await?;
             }
             Step::Sleep(d) => tokio::time::sleep(d).await,
             Step::Reset => {
