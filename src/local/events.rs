@@ -37,6 +37,8 @@ struct LogState {
     held: bool,
     /// Whether the turn's end was saved when the log was closed.
     saved: bool,
+    /// Bytes of the events logged (names and data).
+    bytes: usize,
 }
 
 /// A query turn's events. Cheap to share (`Arc`).
@@ -47,23 +49,32 @@ pub(crate) struct EventLog {
     changed: watch::Sender<u64>,
     /// Most events kept; the terminal event is always accepted.
     limit: usize,
+    /// Most bytes kept (event names and data); the terminal event is always
+    /// accepted.
+    max_bytes: usize,
 }
 
 impl EventLog {
-    pub(crate) fn new(limit: usize) -> Arc<Self> {
+    /// A log that keeps at most `limit` events and `max_bytes` bytes of them
+    /// (the terminal event is accepted past either).
+    pub(crate) fn new(limit: usize, max_bytes: usize) -> Arc<Self> {
         Arc::new(EventLog {
             state: Mutex::new(LogState::default()),
             changed: watch::Sender::new(0),
             limit: limit.max(2),
+            max_bytes,
         })
     }
 
     /// A log for a turn read from the database: its stored events and its
     /// final document.
     pub(crate) fn restored(events: Vec<Frame>, query: &types::Query) -> Arc<Self> {
-        let log = Self::new(events.len().saturating_add(2));
+        let log = Self::new(events.len().saturating_add(2), usize::MAX);
         {
             let mut s = log.lock();
+            s.bytes = events.iter().fold(0usize, |n, f| {
+                n.saturating_add(f.event.len()).saturating_add(f.data.len())
+            });
             s.events = events.into_iter().map(Arc::new).collect();
         }
         log.finish(query, true);
@@ -94,6 +105,14 @@ impl EventLog {
             }
             let seq = s.events.len() as u64 + 1;
             let data = serde_json::to_string(event).unwrap_or_else(|_| "{}".to_owned());
+            let bytes = s
+                .bytes
+                .saturating_add(event.type_.len())
+                .saturating_add(data.len());
+            if !terminal && bytes > self.max_bytes {
+                return Err(LogFull);
+            }
+            s.bytes = bytes;
             s.events.push(Arc::new(Frame {
                 seq: Some(seq),
                 event: event.type_.clone(),
@@ -203,7 +222,7 @@ mod tests {
 
     #[tokio::test]
     async fn replay_is_inclusive_and_ends_with_the_query_frame() {
-        let log = EventLog::new(100);
+        let log = EventLog::new(100, usize::MAX);
         for k in ["response.created", "response.step", "response.completed"] {
             log.push(&event(k), false).unwrap();
         }
@@ -218,7 +237,7 @@ mod tests {
 
     #[tokio::test]
     async fn followers_receive_live_events() {
-        let log = EventLog::new(100);
+        let log = EventLog::new(100, usize::MAX);
         log.push(&event("response.created"), false).unwrap();
         let mut follower = Box::pin(log.clone().follow(1));
         assert_eq!(follower.next().await.unwrap().seq, Some(1));
@@ -238,11 +257,26 @@ mod tests {
 
     #[test]
     fn a_full_log_still_takes_the_terminal_event() {
-        let log = EventLog::new(3);
+        let log = EventLog::new(3, usize::MAX);
         log.push(&event("a"), false).unwrap();
         log.push(&event("b"), false).unwrap();
         assert_eq!(log.push(&event("c"), false), Err(LogFull));
         assert_eq!(log.push(&event("response.failed"), true), Ok(3));
+        assert_eq!(log.len(), 3);
+    }
+
+    #[test]
+    fn a_log_is_bounded_by_bytes_and_still_takes_the_terminal_event() {
+        let one = serde_json::to_string(&event("response.step"))
+            .unwrap()
+            .len()
+            + "response.step".len();
+        let log = EventLog::new(100, one * 2);
+        log.push(&event("response.step"), false).unwrap();
+        log.push(&event("response.step"), false).unwrap();
+        assert_eq!(log.push(&event("response.step"), false), Err(LogFull));
+        assert_eq!(log.len(), 2);
+        log.push(&event("response.completed"), true).unwrap();
         assert_eq!(log.len(), 3);
     }
 }

@@ -250,6 +250,7 @@ pub struct LocalNexusBuilder {
     json_limit: usize,
     context_bytes_limit: u64,
     events_per_query: usize,
+    event_bytes_per_query: usize,
     query_limit: u64,
     query_bytes_limit: u64,
     header_read_timeout: Duration,
@@ -273,6 +274,7 @@ impl Default for LocalNexusBuilder {
             json_limit: 1024 * 1024,
             context_bytes_limit: 1024 * 1024 * 1024,
             events_per_query: 10_000,
+            event_bytes_per_query: 16 * 1024 * 1024,
             query_limit: 10_000,
             query_bytes_limit: 256 * 1024 * 1024,
             header_read_timeout: serve::HEADER_READ_TIMEOUT,
@@ -349,6 +351,14 @@ impl LocalNexusBuilder {
     /// The most events one turn's log keeps (default 10 000).
     pub fn events_per_query(mut self, n: usize) -> Self {
         self.events_per_query = n;
+        self
+    }
+
+    /// The most bytes of events one turn's log keeps while it runs
+    /// (default 16 MiB); past it the turn ends as failed, like past
+    /// [`events_per_query`](Self::events_per_query).
+    pub fn event_bytes_per_query(mut self, bytes: usize) -> Self {
+        self.event_bytes_per_query = bytes;
         self
     }
 
@@ -481,6 +491,7 @@ impl LocalNexusBuilder {
             json_limit: self.json_limit,
             context_bytes_limit: self.context_bytes_limit,
             events_per_query: self.events_per_query,
+            event_bytes_per_query: self.event_bytes_per_query,
             chunk_chars: self.chunk_chars,
             allowed_hosts: self.allowed_hosts,
             allowed_origins: self.allowed_origins,

@@ -33,6 +33,8 @@ pub(crate) struct Config {
     pub(crate) context_bytes_limit: u64,
     /// Most events one turn's log keeps.
     pub(crate) events_per_query: usize,
+    /// Most bytes of events one turn's log keeps.
+    pub(crate) event_bytes_per_query: usize,
     /// Chunk size used by curation, in characters.
     pub(crate) chunk_chars: usize,
     /// `Host` values accepted besides loopback names and the bound address.

@@ -394,6 +394,7 @@ mod tests {
             json_limit: 256,
             context_bytes_limit: 1 << 20,
             events_per_query: 100,
+            event_bytes_per_query: 1 << 20,
             chunk_chars: 1200,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),

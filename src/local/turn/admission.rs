@@ -205,7 +205,10 @@ pub(crate) fn accept(state: &AppState, req: types::QueryRequest) -> LocalResult<
         trace_ref: Some(format!("local://traces/{query_id}")),
         usage: zero_usage(),
     };
-    let log = EventLog::new(state.config.events_per_query);
+    let log = EventLog::new(
+        state.config.events_per_query,
+        state.config.event_bytes_per_query,
+    );
     let cancel = state.shutdown.child_token();
     inner.insert_query(QueryEntry {
         query: query.clone(),

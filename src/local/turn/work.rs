@@ -4,8 +4,10 @@ use super::*;
 
 /// Logs an event, then waits the configured pause between frames.
 async fn emit(state: &AppState, log: &EventLog, event: &types::QueryEvent) -> Result<(), String> {
-    log.push(event, false)
-        .map_err(|_| "the turn produced more events than the server keeps".to_owned())?;
+    log.push(event, false).map_err(|_| {
+        "the turn produced more events, or more event bytes, than the server keeps for one turn"
+            .to_owned()
+    })?;
     let delay = state.faults.frame_delay();
     if delay.is_zero() {
         tokio::task::yield_now().await;
