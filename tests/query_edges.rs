@@ -160,18 +160,20 @@ async fn trimmed_replay_is_recovered_from_the_stored_turn() {
 }
 
 #[tokio::test]
-async fn replay_starting_elsewhere_is_never_trusted() {
+async fn replay_starting_elsewhere_is_deduplicated_or_never_trusted() {
     let turn = Turn::completed("q_e2", "s_e2", DELTAS);
-    // A replay that starts before the id sent, and one with a non-numeric id:
-    // both are broken, and the stored turn finishes the answer.
-    for (case, wire) in [
-        ("backwards", frames(&turn, 2, 99)),
+    // A replay that starts before the id sent still holds every event: its
+    // already-seen ids are dropped and the turn goes on from the replay. One
+    // with a non-numeric id is broken, and the stored turn finishes the answer.
+    for (case, wire, stored_reads) in [
+        ("backwards", frames(&turn, 2, 99), 0),
         (
             "non-numeric",
             format!(
                 "id: x5\nevent: response.output_text.delta\ndata: {{\"delta\":\"WRONG\"}}\n\n{}",
                 frames(&turn, 5, 99)
             ),
+            1,
         ),
     ] {
         let server = server(
@@ -186,10 +188,11 @@ async fn replay_starting_elsewhere_is_never_trusted() {
         assert!(error.is_none(), "{case}: {error:?}");
         assert_eq!(text(&events), turn.answer, "{case}");
         assert_eq!(live.text(), turn.answer, "{case}");
-        // The answer came from the stored turn, not from the replay: a client
-        // that skipped the replay's already-seen ids (or took the
-        // non-numeric frame for a valid one) would finish without reading it.
-        assert_eq!(server.count("GET", "/queries/q_e2"), 1, "{case}");
+        // Backwards: deduplicated by id, no text twice and no stored read.
+        // Non-numeric: the answer came from the stored turn, not from the
+        // replay (a client that took the non-numeric frame for a valid one
+        // would finish without reading it).
+        assert_eq!(server.count("GET", "/queries/q_e2"), stored_reads, "{case}");
         assert_eq!(
             server.last_event_ids(),
             vec![Some("4".to_owned())],
