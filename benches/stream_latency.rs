@@ -56,9 +56,11 @@ fn start_server(base: Instant) -> SocketAddr {
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
             );
             let _ = sock.write_all(b"id: 0\nevent: response.created\ndata: {\"type\":\"response.created\",\"query_id\":\"q_lat\",\"session_id\":\"s\"}\n\n");
+            let mut answer = String::new();
             for i in 1..=frames() {
                 std::thread::sleep(GAP);
                 let ts = base.elapsed().as_nanos();
+                answer.push_str(&ts.to_string());
                 let frame = format!(
                     "id: {i}\nevent: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"query_id\":\"q_lat\",\"delta\":\"{ts}\"}}\n\n"
                 );
@@ -73,7 +75,9 @@ fn start_server(base: Instant) -> SocketAddr {
                 )
                 .as_bytes(),
             );
-            let _ = sock.write_all(b"event: query\ndata: {\"id\":\"q_lat\",\"object\":\"query\",\"session_id\":\"s\",\"created\":1,\"status\":\"completed\",\"input\":[],\"output\":[],\"citations\":[],\"steps\":[],\"runtime_ms\":1,\"usage\":{\"input_tokens\":1,\"output_tokens\":1,\"total_tokens\":2}}\n\n");
+            // The final Query holds the streamed text: the SDK checks one
+            // against the other.
+            let _ = sock.write_all(format!("event: query\ndata: {{\"id\":\"q_lat\",\"object\":\"query\",\"session_id\":\"s\",\"created\":1,\"status\":\"completed\",\"input\":[],\"output\":[{{\"role\":\"assistant\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{answer}\"}}]}}],\"citations\":[],\"steps\":[],\"runtime_ms\":1,\"usage\":{{\"input_tokens\":1,\"output_tokens\":1,\"total_tokens\":2}}}}\n\n").as_bytes());
         }
     });
     addr

@@ -37,14 +37,20 @@ pub fn whole_turn() -> Vec<u8> {
     let mut s = String::from(
         "id: 0\nevent: response.created\ndata: {\"type\":\"response.created\",\"query_id\":\"q_0123456789abcdef\",\"session_id\":\"sess_1\"}\n\n",
     );
+    // The deltas are JSON string fragments, each escape whole, so joined
+    // they are the final answer's JSON text (the SDK checks the streamed
+    // text against it).
+    let mut answer = String::new();
     for i in 1..=DELTAS {
-        s.push_str(&delta_frame(i, &delta(i)));
+        let d = delta(i);
+        s.push_str(&delta_frame(i, &d));
+        answer.push_str(&d);
     }
     s.push_str(&format!(
         "id: {}\nevent: response.completed\ndata: {{\"type\":\"response.completed\",\"query_id\":\"q_0123456789abcdef\"}}\n\n",
         DELTAS + 1
     ));
-    s.push_str("event: query\ndata: {\"id\":\"q_0123456789abcdef\",\"object\":\"query\",\"session_id\":\"sess_1\",\"created\":1,\"status\":\"completed\",\"input\":[],\"output\":[],\"citations\":[],\"steps\":[],\"runtime_ms\":1,\"usage\":{\"input_tokens\":1,\"output_tokens\":1,\"total_tokens\":2}}\n\n");
+    s.push_str(&format!("event: query\ndata: {{\"id\":\"q_0123456789abcdef\",\"object\":\"query\",\"session_id\":\"sess_1\",\"created\":1,\"status\":\"completed\",\"input\":[],\"output\":[{{\"role\":\"assistant\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{answer}\"}}]}}],\"citations\":[],\"steps\":[],\"runtime_ms\":1,\"usage\":{{\"input_tokens\":1,\"output_tokens\":1,\"total_tokens\":2}}}}\n\n"));
     s.into_bytes()
 }
 
