@@ -169,8 +169,8 @@ pub(crate) struct Loaded {
 struct Progress {
     /// The number of the newest op sent.
     sent: AtomicU64,
-    /// The first and last numbers of the newest batches that could not
-    /// be written (at most `LOST_KEPT`).
+    /// The first and last numbers of the batches that could not be written
+    /// (at most `LOST_KEPT` ranges; the oldest are merged, never dropped).
     lost: Mutex<std::collections::VecDeque<(u64, u64)>>,
     /// The number of the newest op committed.
     saved: tokio::sync::watch::Sender<u64>,
@@ -456,7 +456,12 @@ impl Writer {
             if !ok {
                 let mut lost = self.progress.lost.lock().unwrap_or_else(|p| p.into_inner());
                 if lost.len() >= LOST_KEPT {
-                    lost.pop_front();
+                    // The two oldest ranges become one that spans both: a
+                    // write between them may then be reported lost when it
+                    // was not, but a lost write is never reported saved.
+                    if let (Some((from, _)), Some((_, to))) = (lost.pop_front(), lost.pop_front()) {
+                        lost.push_front((from, to));
+                    }
                 }
                 lost.push_back((first, last));
             }
