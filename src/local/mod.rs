@@ -50,6 +50,7 @@
 //! rule; `serve` the connection loop.
 
 mod answer;
+mod connectors;
 mod curate;
 mod db;
 mod durable;
@@ -59,6 +60,7 @@ mod expand;
 mod faults;
 mod guard;
 mod import;
+mod ledger;
 mod migrate;
 mod paths;
 mod records;
@@ -68,6 +70,7 @@ mod serve;
 mod state;
 mod store;
 mod turn;
+mod workflows;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -260,6 +263,7 @@ pub struct LocalNexusBuilder {
     fail_next: usize,
     retry_after_secs: u64,
     contexts: Vec<(String, PathBuf)>,
+    connector_roots: Vec<PathBuf>,
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
 }
@@ -284,6 +288,7 @@ impl Default for LocalNexusBuilder {
             fail_next: 0,
             retry_after_secs: 1,
             contexts: Vec::new(),
+            connector_roots: Vec::new(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
         }
@@ -294,6 +299,14 @@ impl LocalNexusBuilder {
     /// The address to listen on (default `127.0.0.1:0`, a free port).
     pub fn bind(mut self, addr: SocketAddr) -> Self {
         self.bind = addr;
+        self
+    }
+
+    /// Lets `local` connectors read directories below `dir` (repeatable;
+    /// the first is the one the local OAuth flow connects). Without any,
+    /// no connector can be created.
+    pub fn connector_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.connector_roots.push(dir.into());
         self
     }
 
@@ -493,6 +506,7 @@ impl LocalNexusBuilder {
             events_per_query: self.events_per_query,
             event_bytes_per_query: self.event_bytes_per_query,
             chunk_chars: self.chunk_chars,
+            connector_roots: self.connector_roots,
             allowed_hosts: self.allowed_hosts,
             allowed_origins: self.allowed_origins,
         };
