@@ -579,4 +579,33 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn compacting_merges_segments_and_search_still_finds_chunks() {
+        let chunks: Vec<Chunk> = ["alpha tea", "beta coffee", "gamma water"]
+            .iter()
+            .map(|t| Chunk {
+                source: format!("{t}.md"),
+                section_path: Vec::new(),
+                text: (*t).to_owned(),
+            })
+            .collect();
+        // Three commits: three segments.
+        let (schema, text, heading, ord) = schema();
+        let index = Index::create_in_ram(schema);
+        let mut writer = index.writer::<TantivyDocument>(WRITER_MEMORY).unwrap();
+        for (i, c) in chunks.iter().enumerate() {
+            writer
+                .add_document(doc!(text => terms(&c.text).join(" "), ord => i as u64))
+                .unwrap();
+            writer.commit().unwrap();
+        }
+        writer.wait_merging_threads().unwrap();
+        let index = ContextIndex::with_reader(index, text, heading, ord, chunks).unwrap();
+        assert_eq!(index.compact().unwrap(), (3, 1));
+        let hits = index.search(&weigh(&[("coffee", 1.0)]), 3).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(index.chunks()[hits[0].1].source, "beta coffee.md");
+        assert_eq!(index.num_docs(), 3);
+    }
 }
