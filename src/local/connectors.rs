@@ -206,6 +206,7 @@ pub(crate) fn stage(
     }
     durable::create_dir_all(files_dir).map_err(io)?;
     let mut staged = Vec::with_capacity(files.len());
+    let mut dirs = std::collections::BTreeSet::new();
     for (rel, path, _) in files {
         let target_rel = if plan.dest.is_empty() {
             rel
@@ -214,16 +215,26 @@ pub(crate) fn stage(
         };
         let target = safe_join(files_dir, &target_rel)
             .ok_or_else(|| LocalError::bad_request(format!("unsafe path {target_rel:?}")))?;
-        let data = std::fs::read(&path).map_err(io)?;
+        // Copied, not read into memory: one file may be large.
+        let parent = target
+            .parent()
+            .ok_or_else(|| LocalError::bad_request(format!("unsafe path {target_rel:?}")))?;
         if plan.sync {
-            durable::write_file(&target, &data).map_err(io)?;
+            durable::create_dir_all(parent).map_err(io)?;
         } else {
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(io)?;
-            }
-            std::fs::write(&target, &data).map_err(io)?;
+            std::fs::create_dir_all(parent).map_err(io)?;
         }
-        staged.push((target_rel, data.len() as u64));
+        let size = std::fs::copy(&path, &target).map_err(io)?;
+        if plan.sync {
+            std::fs::File::open(&target)
+                .and_then(|f| f.sync_all())
+                .map_err(io)?;
+            dirs.insert(parent.to_path_buf());
+        }
+        staged.push((target_rel, size));
+    }
+    for dir in &dirs {
+        durable::sync_dir(dir).map_err(io)?;
     }
     Ok(staged)
 }

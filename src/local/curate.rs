@@ -351,11 +351,14 @@ fn task_files(task_id: &str, built: &Built, output: &types::TaskOutput) -> Vec<(
     for c in built.index.chunks() {
         *per_source.entry(c.source.as_str()).or_default() += 1;
     }
-    let mut list = String::new();
-    for (path, _, _) in &built.hashes {
-        let n = per_source.get(path.as_str()).copied().unwrap_or(0);
-        list.push_str(&format!("{path}\t{n}\n"));
-    }
+    let rows: Vec<String> = built
+        .hashes
+        .iter()
+        .map(|(path, _, _)| {
+            let n = per_source.get(path.as_str()).copied().unwrap_or(0);
+            format!("{path}\t{n}")
+        })
+        .collect();
     let report = serde_json::json!({
         "task_id": task_id,
         "workflow": "curate",
@@ -370,7 +373,10 @@ fn task_files(task_id: &str, built: &Built, output: &types::TaskOutput) -> Vec<(
             "report.json".to_owned(),
             serde_json::to_vec_pretty(&report).unwrap_or_default(),
         ),
-        ("curated.tsv".to_owned(), list.into_bytes()),
+        (
+            "curated.tsv".to_owned(),
+            super::store::lines_file(rows.iter().map(String::as_str)),
+        ),
     ]
 }
 

@@ -283,11 +283,6 @@ fn task_files(
     staged: &Staged,
     output: &types::TaskOutput,
 ) -> Vec<(String, Vec<u8>)> {
-    let mut list = String::new();
-    for (path, _) in &staged.files {
-        list.push_str(path);
-        list.push('\n');
-    }
     let report = serde_json::json!({
         "task_id": task_id,
         "workflow": "import",
@@ -302,7 +297,10 @@ fn task_files(
             "report.json".to_owned(),
             serde_json::to_vec_pretty(&report).unwrap_or_default(),
         ),
-        ("imported.txt".to_owned(), list.into_bytes()),
+        (
+            "imported.txt".to_owned(),
+            super::store::lines_file(staged.files.iter().map(|(p, _)| p.as_str())),
+        ),
     ]
 }
 

@@ -43,6 +43,7 @@ pub(crate) use super::records::*;
 
 mod task_files;
 use crate::types;
+pub(crate) use task_files::lines_file;
 
 /// The name of the lock file in a data directory.
 const LOCK_FILE: &str = ".lock";

@@ -11,7 +11,8 @@
 //!   removes unused files).
 //!
 //! No model is involved: the results are deterministic for the same
-//! content.
+//! content. Reports list at most 2,000 sources one by one (their totals
+//! count them all), so a report stays within a task file's size.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -27,6 +28,8 @@ use crate::types;
 
 /// Terms and sections an exploration lists.
 const TOP: usize = 50;
+/// Most sources a report lists one by one (its totals count them all).
+const MAX_LISTED: usize = 2_000;
 
 /// What a workflow computes, on a blocking thread.
 type Job = Box<dyn FnOnce() -> Result<Value, String> + Send>;
@@ -166,8 +169,10 @@ pub(crate) fn explore_report(index: &ContextIndex, guide: Option<String>) -> Val
         "chunks": index.chunks().len(),
         "top_terms": top(term_counts, "term"),
         "top_sections": top(sections, "section"),
+        "sources_total": per_source.len(),
         "sources": per_source
             .into_iter()
+            .take(MAX_LISTED)
             .map(|(s, (chunks, chars))| json!({"source": s, "chunks": chunks, "chars": chars}))
             .collect::<Vec<_>>(),
     })
@@ -229,24 +234,25 @@ pub(crate) fn profile_report(
         *chunks.entry(c.source.as_str()).or_default() += 1;
     }
     let mut by_type: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    let files: Vec<Value> = sources
-        .iter()
-        .map(|(path, meta)| {
-            let kind = source_type(path);
-            let e = by_type.entry(kind).or_default();
-            e.0 = e.0.saturating_add(1);
-            e.1 = e.1.saturating_add(meta.size);
-            json!({
+    let mut files: Vec<Value> = Vec::new();
+    for (path, meta) in sources {
+        let kind = source_type(path);
+        let e = by_type.entry(kind).or_default();
+        e.0 = e.0.saturating_add(1);
+        e.1 = e.1.saturating_add(meta.size);
+        if files.len() < MAX_LISTED {
+            files.push(json!({
                 "path": path,
                 "size": meta.size,
                 "type": kind,
                 "modified": meta.mtime,
                 "chunks": chunks.get(path.as_str()).copied().unwrap_or(0),
-            })
-        })
-        .collect();
+            }));
+        }
+    }
     json!({
         "method": "sizes and types from the source tree, chunk counts from the curated index (no model)",
+        "files_total": sources.len(),
         "files": files,
         "types": by_type
             .into_iter()

@@ -10,6 +10,23 @@ use crate::local::error::{LocalError, LocalResult};
 /// Most bytes of one task file; longer content is cut.
 pub(crate) const MAX_TASK_FILE: usize = 1024 * 1024;
 
+/// A text file of `lines` (each ended by a newline) that fits a task file:
+/// past the limit, a last line says how many were left out.
+pub(crate) fn lines_file<'a>(lines: impl ExactSizeIterator<Item = &'a str>) -> Vec<u8> {
+    let total = lines.len();
+    let mut out = String::new();
+    for (i, line) in lines.enumerate() {
+        // Room for the closing note.
+        if out.len() + line.len() + 1 > MAX_TASK_FILE - 64 {
+            out.push_str(&format!("# {} more not listed\n", total - i));
+            break;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
 impl Store {
     /// Stores the files a task produced (after what changed before), and
     /// waits until they are committed, with or without a data directory,
@@ -96,5 +113,22 @@ impl Store {
                 "the server could not save its state; see its log",
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_past_the_limit_ends_with_what_was_left_out() {
+        assert_eq!(lines_file(["a", "b"].into_iter()), b"a\nb\n");
+        let line = "x".repeat(1000);
+        let lines: Vec<&str> = std::iter::repeat_n(line.as_str(), 2000).collect();
+        let out = String::from_utf8(lines_file(lines.into_iter())).unwrap();
+        assert!(out.len() <= MAX_TASK_FILE);
+        let kept = out.lines().filter(|l| l.starts_with('x')).count();
+        assert!(out.ends_with(&format!("# {} more not listed\n", 2000 - kept)));
+        assert!(kept > 1000);
     }
 }
