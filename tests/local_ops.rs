@@ -499,3 +499,39 @@ async fn connectors_and_task_files_survive_a_restart() {
     assert_eq!(task_file(&client, &task, "imported.txt").await, b"a.md\n");
     assert_eq!(source_paths(&client, "s").await, ["a.md"]);
 }
+
+#[tokio::test]
+async fn a_seed_directory_that_cannot_be_read_is_an_io_error_with_its_path() {
+    use nexus_knowql::local::StartError;
+    let missing = std::env::temp_dir().join("nexus-local-no-such-seed-dir");
+    let err = LocalNexus::builder()
+        .context("gone", &missing)
+        .start()
+        .await
+        .expect_err("the seed fails");
+    match &err {
+        StartError::ContextFiles {
+            slug, path, source, ..
+        } => {
+            assert_eq!((slug.as_str(), path), ("gone", &missing));
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("{other:?}"),
+    }
+    let source = std::error::Error::source(&err).expect("the I/O failure is the source");
+    assert!(source.downcast_ref::<std::io::Error>().is_some());
+
+    let dir = corpus();
+    let err = LocalNexus::builder()
+        .context_bytes_limit(10)
+        .context("big", dir.path())
+        .start()
+        .await
+        .expect_err("over the limit");
+    match err {
+        StartError::ContextFiles { source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::FileTooLarge)
+        }
+        other => panic!("{other:?}"),
+    }
+}

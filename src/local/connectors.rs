@@ -177,12 +177,16 @@ pub(crate) fn stage(
     let dir = folder_dir(root, &plan.folder).ok_or_else(|| {
         LocalError::not_found(format!("no folder {:?} in the connector", plan.folder))
     })?;
-    let mut files = super::read_tree(&dir, plan.limit).map_err(|e| {
-        tracing::warn!(error = %e, "reading a connector's folder failed");
-        LocalError::bad_request(format!(
-            "the folder {:?} cannot be imported: it cannot be read or holds more than {} bytes",
-            plan.folder, plan.limit
-        ))
+    let mut files = super::read_tree(&dir, plan.limit).map_err(|(path, e)| {
+        if e.kind() == std::io::ErrorKind::FileTooLarge {
+            LocalError::bad_request(format!(
+                "the folder {:?} holds more than {} bytes",
+                plan.folder, plan.limit
+            ))
+        } else {
+            tracing::warn!(path = %path.display(), error = %e, "reading a connector's folder failed");
+            LocalError::bad_request(format!("the folder {:?} cannot be read", plan.folder))
+        }
     })?;
     let io = |e: std::io::Error| LocalError::internal("staging the connector's files", e);
     if !plan.files.is_empty() {
