@@ -353,6 +353,19 @@ async fn the_local_oauth_flow_completes_without_the_network() {
         .unwrap()
         .into_inner();
     assert_eq!(items.items[0].name, "drive");
+    // Completing the flow again reuses the connector.
+    let again = api
+        .start_connector_oauth("local", None, None)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        again.authorize_url.ends_with(&format!("connector_id={id}")),
+        "{}",
+        again.authorize_url
+    );
+    let all = api.list_connectors(None, None).await.unwrap().into_inner();
+    assert_eq!(all.len(), 1);
     assert_eq!(
         status(api.start_connector_oauth("gdrive", None, None).await),
         400

@@ -114,8 +114,8 @@ pub(super) struct OauthParams {
 }
 
 /// The local OAuth flow: completes at once, without the network, with a
-/// connector on the first connector root; the authorize URL names it (a
-/// `nexus-local:` URL, nothing to open).
+/// connector on the first connector root (the one already there, if any);
+/// the authorize URL names it (a `nexus-local:` URL, nothing to open).
 pub(super) async fn start_oauth(
     State(state): Shared,
     Path(provider): Path<String>,
@@ -129,7 +129,15 @@ pub(super) async fn start_oauth(
         .map(|p| p.display().to_string())
         .unwrap_or_default();
     let root = resolve(&state, first).await?;
-    let rec = add(&state, root, None).await?;
+    // Completing the flow again reuses the connector it made.
+    let existing = {
+        let inner = state.store.lock();
+        inner.connectors.values().find(|c| c.root == root).cloned()
+    };
+    let rec = match existing {
+        Some(rec) => rec,
+        None => add(&state, root, None).await?,
+    };
     let mut url = format!(
         "nexus-local://oauth/complete?provider={LOCAL_PROVIDER}&connector_id={}",
         rec.id
@@ -198,7 +206,8 @@ pub(super) async fn update_for_context(
     ApiJson(body): ApiJson<types::UpdateContextConnectorBody>,
 ) -> LocalResult<axum::Json<types::ContextConnectorView>> {
     let view = {
-        let mut inner = state.store.lock();
+        let mut guard = state.store.lock();
+        let inner = &mut *guard;
         let id = inner.context(&slug)?.id.clone();
         let c = inner
             .connectors
@@ -209,6 +218,8 @@ pub(super) async fn update_for_context(
         } else {
             c.contexts.remove(&id);
         }
+        // Contexts deleted since are forgotten.
+        c.contexts.retain(|k, _| inner.contexts.contains_key(k));
         c.updated_at = Utc::now();
         let view = c.to_context_view(&id);
         inner.dirty.connectors.insert(connector_id);
