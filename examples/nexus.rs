@@ -11,6 +11,11 @@
 //! cargo run --example nexus --features local -- sessions
 //! cargo run --example nexus --features local -- query QUERY_ID
 //! cargo run --example nexus --features local -- models
+//! cargo run --example nexus --features local -- fork handbook handbook-draft
+//! cargo run --example nexus --features local -- manifest handbook
+//! cargo run --example nexus --features local -- stats handbook
+//! cargo run --example nexus --features local -- connect ./shared --enable handbook
+//! cargo run --example nexus --features local -- connectors --context handbook
 //! ```
 //!
 //! Every command takes `--json` to print the API's JSON instead of tables
@@ -22,6 +27,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "nexus_cli/ops.rs"]
+mod ops;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -114,6 +121,41 @@ enum Command {
     },
     /// List the models a query may name.
     Models,
+    /// Fork a context: a new context with its sources and manifest.
+    Fork {
+        /// The context to fork.
+        slug: String,
+        /// The new context's slug.
+        target: String,
+    },
+    /// Print the manifest a context is curated with (JSON).
+    Manifest {
+        /// The context.
+        slug: String,
+    },
+    /// Task counts of the project, or the files and tasks of one context.
+    Stats {
+        /// The context (default: the whole project).
+        slug: Option<String>,
+    },
+    /// List connectors (with `--context`, whether each is enabled there).
+    Connectors {
+        /// Show whether each connector is enabled on this context.
+        #[arg(long)]
+        context: Option<String>,
+    },
+    /// Connect a directory the server may read (a `local` connector).
+    Connect {
+        /// The directory, absolute or relative to the server's first
+        /// connector root.
+        dir: String,
+        /// A label for the connector.
+        #[arg(long)]
+        label: Option<String>,
+        /// Enable it on this context at once.
+        #[arg(long)]
+        enable: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -165,6 +207,13 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Sessions => sessions(client, json).await,
         Command::Query { id } => query(client, json, &id).await,
         Command::Models => models(client, json).await,
+        Command::Fork { slug, target } => ops::fork(client, json, &slug, &target).await,
+        Command::Manifest { slug } => ops::manifest(client, &slug).await,
+        Command::Stats { slug } => ops::stats(client, json, slug.as_deref()).await,
+        Command::Connectors { context } => ops::connectors(client, json, context.as_deref()).await,
+        Command::Connect { dir, label, enable } => {
+            ops::connect(client, json, &dir, label.as_deref(), enable.as_deref()).await
+        }
     }
 }
 

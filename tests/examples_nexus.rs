@@ -284,3 +284,83 @@ fn a_failed_curation_exits_non_zero_with_the_reason() {
         ["error: curation of `kb` ended failed: the index is corrupted"]
     );
 }
+
+#[test]
+fn fork_manifest_stats_and_connectors_show_the_local_operations() {
+    let rt = runtime();
+    let shared = sources_dir();
+    let server = rt
+        .block_on(
+            LocalNexus::builder()
+                .context("docs", corpus())
+                .connector_root(shared.path())
+                .start(),
+        )
+        .unwrap();
+    let url = server.base_url().to_owned();
+    let nexus = |args: &[&str]| {
+        let mut all = vec!["--base-url", url.as_str()];
+        all.extend_from_slice(args);
+        Pty::spawn(example("nexus", &all))
+    };
+
+    let mut fork = nexus(&["fork", "docs", "docs-copy"]);
+    fork.expect("forked `docs` into `docs-copy`");
+    assert_eq!(fork.exit_code(), Some(0));
+    let listed = nexus_ok(&url, &["contexts"]);
+    assert!(line_with(&listed, " docs-copy ").is_some(), "{listed}");
+
+    // Tables are read through a pipe (a pseudo-terminal is narrow).
+    let shown = nexus_ok(&url, &["stats", "docs-copy"]);
+    assert!(line_with(&shown, "sources").is_some(), "{shown}");
+    assert!(line_with(&shown, "knowledge").is_some(), "{shown}");
+    assert!(shown.contains("tasks: 0 (0 active"), "{shown}");
+    let mut project = nexus(&["stats"]);
+    project.expect("tasks: 1 (0 active, 1 completed");
+    assert_eq!(project.exit_code(), Some(0));
+
+    let manifest: Value = serde_json::from_str(&nexus_ok(&url, &["manifest", "docs"])).unwrap();
+    assert_eq!(
+        manifest["curate"]["chunks"]["chunking"]["strategy"],
+        "markdown_heading"
+    );
+
+    let mut none = nexus(&["connectors"]);
+    none.expect("no connectors");
+    assert_eq!(none.exit_code(), Some(0));
+    let mut connect = nexus(&[
+        "connect",
+        shared.path().join("guide").to_str().unwrap(),
+        "--label",
+        "Shared guide",
+        "--enable",
+        "docs",
+    ]);
+    connect.expect("connected");
+    assert_eq!(connect.exit_code(), Some(0));
+    let on = nexus_ok(&url, &["connectors", "--context", "docs"]);
+    let row = line_with(&on, "Shared guide").expect("the connector is listed");
+    assert!(
+        row.contains('✓') && row.contains("local"),
+        "enabled on docs: {row}"
+    );
+
+    let stats: Value =
+        serde_json::from_str(&nexus_ok(&url, &["--json", "stats", "docs-copy"])).unwrap();
+    assert_eq!(
+        stats["sources"]["file_count"],
+        stats["sources"]["used_files"]
+    );
+    assert!(stats["sources"]["file_count"].as_i64().unwrap() > 0);
+
+    let out = run(example(
+        "nexus",
+        &["--base-url", &url, "fork", "nope", "other"],
+    ));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot fork `nope`") && err.contains("404"),
+        "{err}"
+    );
+}

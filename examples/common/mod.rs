@@ -79,10 +79,12 @@ pub(crate) const CORPUS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/exampl
 /// The slug of the corpus context on the embedded server.
 pub(crate) const CORPUS_CONTEXT: &str = "docs";
 
-/// Starts the embedded local Nexus with the corpus created and curated.
+/// Starts the embedded local Nexus with the corpus created and curated
+/// (and readable by `local` connectors).
 async fn start_local() -> Result<LocalNexus, String> {
     LocalNexus::builder()
         .context(CORPUS_CONTEXT, CORPUS_DIR)
+        .connector_root(CORPUS_DIR)
         .start()
         .await
         .map_err(|e| format!("cannot start the local Nexus: {}", error_line(&e)))

@@ -39,6 +39,10 @@ struct Args {
     /// Create a context from a directory and curate it at start-up (repeatable).
     #[arg(long = "context", value_name = "SLUG=DIR", value_parser = parse_context)]
     contexts: Vec<(String, PathBuf)>,
+    /// Let `local` connectors read directories below this one (repeatable;
+    /// the first is the one the local OAuth flow connects).
+    #[arg(long = "connector-root", value_name = "DIR")]
+    connector_roots: Vec<PathBuf>,
     /// Also accept requests with this `Host` (`name` or `name:port`;
     /// repeatable). Loopback names and the bound address are always accepted.
     #[arg(long = "allow-host", value_name = "HOST")]
@@ -129,6 +133,9 @@ async fn main() -> ExitCode {
     }
     if let Some(dir) = args.data {
         builder = builder.data_dir(dir);
+    }
+    for dir in args.connector_roots {
+        builder = builder.connector_root(dir);
     }
     for (slug, dir) in args.contexts {
         builder = builder.context(slug, dir);

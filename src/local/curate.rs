@@ -9,10 +9,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::durable;
 use super::error::{LocalError, LocalResult};
+use super::ledger::{self, Ledger, LedgerEntry};
 use super::paths::safe_join;
 use super::search::{Chunk, ContextIndex, chunk_document};
 use super::state::AppState;
-use super::store::{empty_output, task_is_terminal};
+use super::store::{Inner, empty_output, task_is_terminal};
 use crate::types;
 
 /// Phases reported in a curate task's progress.
@@ -87,6 +88,8 @@ struct Built {
     failed: Vec<String>,
     chunks: usize,
     samples: Vec<String>,
+    /// `(path, hash, size)` of every source indexed.
+    hashes: Vec<(String, String, u64)>,
 }
 
 async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: CancellationToken) {
@@ -143,6 +146,23 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
     let now = Utc::now();
     let output = curate_output(&built);
     let generation = built.generation;
+    // The task's files are stored before it reports its end.
+    if let Err(e) = state
+        .store
+        .put_task_files(&task_id, task_files(&task_id, &built, &output))
+        .await
+    {
+        end(
+            &state,
+            &context_id,
+            &task_id,
+            "failed",
+            None,
+            Some(e.message),
+        );
+        state.store.changed();
+        return;
+    }
     // Applying and the cancellation check happen under one lock, so a task
     // is either cancelled before its result is applied or reports completed.
     let applied = {
@@ -166,6 +186,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             )
             .is_ok()
         {
+            record_ledger(&mut inner, &context_id, generation, now, built.hashes);
             inner.end_task(&task_id, "completed", Some(output), None);
             if let Some(ctx) = inner.contexts.get_mut(&context_id)
                 && ctx.curate_task_id.as_deref() == Some(task_id.as_str())
@@ -219,6 +240,7 @@ fn build(
     let mut failed = Vec::new();
     let mut processed = 0;
     let mut samples = Vec::new();
+    let mut hashes = Vec::new();
     for path in paths {
         if cancel.is_cancelled() {
             return Err("cancelled".to_owned());
@@ -240,6 +262,7 @@ fn build(
             continue;
         };
         processed += 1;
+        hashes.push((path.clone(), ledger::hash(&data), data.len() as u64));
         let doc_chunks = chunk_document(path, text, state.config.chunk_chars);
         if samples.len() < 5
             && let Some(title) = doc_chunks
@@ -290,7 +313,71 @@ fn build(
         failed,
         chunks: n_chunks,
         samples,
+        hashes,
     })
+}
+
+/// Records what a curation indexed in the context's ledger.
+fn record_ledger(
+    inner: &mut Inner,
+    context_id: &str,
+    generation: u64,
+    now: chrono::DateTime<Utc>,
+    hashes: Vec<(String, String, u64)>,
+) {
+    let Some(ctx) = inner.contexts.get_mut(context_id) else {
+        return;
+    };
+    let entries = hashes
+        .into_iter()
+        .map(|(path, hash, size)| {
+            let mtime = ctx.sources.get(&path).map_or(now, |m| m.mtime);
+            let entry = LedgerEntry {
+                hash,
+                size,
+                mtime,
+                curated_at: now,
+            };
+            (path, entry)
+        })
+        .collect();
+    ctx.ledger = Some(Ledger::next(ctx.ledger.as_ref(), generation, now, entries));
+}
+
+/// The files a curate task leaves: its report and the sources it indexed
+/// with their chunk counts.
+fn task_files(task_id: &str, built: &Built, output: &types::TaskOutput) -> Vec<(String, Vec<u8>)> {
+    let mut per_source: HashMap<&str, usize> = HashMap::new();
+    for c in built.index.chunks() {
+        *per_source.entry(c.source.as_str()).or_default() += 1;
+    }
+    let rows: Vec<String> = built
+        .hashes
+        .iter()
+        .map(|(path, _, _)| {
+            let n = per_source.get(path.as_str()).copied().unwrap_or(0);
+            format!("{path}\t{n}")
+        })
+        .collect();
+    let report = serde_json::json!({
+        "task_id": task_id,
+        "workflow": "curate",
+        "version": built.generation,
+        "sources_indexed": built.processed,
+        "sources_failed": built.failed,
+        "chunks": built.chunks,
+        "output": output,
+    });
+    vec![
+        (
+            "report.json".to_owned(),
+            serde_json::to_vec_pretty(&report).unwrap_or_default(),
+        ),
+        (
+            "curated.tsv".to_owned(),
+            super::store::lines_file(rows.iter().map(String::as_str)),
+        ),
+    ]
 }
 
 /// The text of a source, or `None` for binary content.

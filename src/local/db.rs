@@ -49,6 +49,10 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (query_id, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS moves (
     id INTEGER PRIMARY KEY AUTOINCREMENT, context_id TEXT NOT NULL, files TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS connectors (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS task_files (
+    task_id TEXT NOT NULL, path TEXT NOT NULL, mtime TEXT NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (task_id, path)) WITHOUT ROWID;
 ";
 
 /// How durable a commit is.
@@ -120,6 +124,24 @@ pub(crate) enum Op {
     EndMove {
         id: u64,
     },
+    PutConnector {
+        id: String,
+        doc: String,
+    },
+    DeleteConnector {
+        id: String,
+    },
+    /// Stores one file a task produced (replacing one of the same path).
+    PutTaskFile {
+        task_id: String,
+        path: String,
+        mtime: String,
+        data: Vec<u8>,
+    },
+    DeleteTaskFile {
+        task_id: String,
+        path: String,
+    },
     /// Runs after the commit of everything sent before it; `true` when
     /// that commit succeeded.
     Then(Box<dyn FnOnce(bool) + Send>),
@@ -138,6 +160,10 @@ impl std::fmt::Debug for Op {
             Op::PutQuery { .. } => "PutQuery",
             Op::BeginMove { .. } => "BeginMove",
             Op::EndMove { .. } => "EndMove",
+            Op::PutConnector { .. } => "PutConnector",
+            Op::DeleteConnector { .. } => "DeleteConnector",
+            Op::PutTaskFile { .. } => "PutTaskFile",
+            Op::DeleteTaskFile { .. } => "DeleteTaskFile",
             Op::Then(_) => "Then",
         })
     }
@@ -158,6 +184,7 @@ pub(crate) struct Loaded {
     pub(crate) sources: Vec<(String, SourceRow)>,
     pub(crate) tasks: Vec<String>,
     pub(crate) sessions: Vec<String>,
+    pub(crate) connectors: Vec<String>,
     /// Unfinished moves: `(move id, context id, files JSON)`.
     pub(crate) moves: Vec<(u64, String, String)>,
     /// Turns that were running: `(id, doc)`.
@@ -330,6 +357,33 @@ impl Db {
         .flatten()
     }
 
+    /// The files a task produced: `(path, size, mtime)`, by path; `None`
+    /// when the database could not be read.
+    pub(crate) fn task_files(&self, task_id: &str) -> Option<Vec<(String, u64, String)>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT path, LENGTH(data), mtime FROM task_files WHERE task_id = ?1 ORDER BY path",
+            )?;
+            let rows = stmt.query_map([task_id], |r| {
+                Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64, r.get(2)?))
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// One file a task produced, if kept.
+    pub(crate) fn task_file(&self, task_id: &str, path: &str) -> Option<Vec<u8>> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT data FROM task_files WHERE task_id = ?1 AND path = ?2",
+                [task_id, path],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+        .flatten()
+    }
+
     /// A stored turn's document only, if kept.
     pub(crate) fn query_doc(&self, id: &str) -> Option<String> {
         self.read(|c| {
@@ -359,6 +413,10 @@ fn load(conn: &mut Connection) -> rusqlite::Result<Loaded> {
         .map(|(_, d)| d)
         .collect();
     out.sessions = pairs("SELECT id, doc FROM sessions")?
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
+    out.connectors = pairs("SELECT id, doc FROM connectors ORDER BY id")?
         .into_iter()
         .map(|(_, d)| d)
         .collect();
@@ -523,6 +581,8 @@ fn apply(
         Op::DeleteTask { id } => {
             tx.prepare_cached("DELETE FROM tasks WHERE id = ?1")?
                 .execute([id])?;
+            tx.prepare_cached("DELETE FROM task_files WHERE task_id = ?1")?
+                .execute([id])?;
         }
         Op::PutSession { id, doc } => {
             tx.prepare_cached("INSERT OR REPLACE INTO sessions (id, doc) VALUES (?1, ?2)")?
@@ -592,6 +652,29 @@ fn apply(
             let id = i64::try_from(*id).unwrap_or(i64::MAX);
             tx.prepare_cached("DELETE FROM moves WHERE id = ?1")?
                 .execute([id])?;
+        }
+        Op::PutConnector { id, doc } => {
+            tx.prepare_cached("INSERT OR REPLACE INTO connectors (id, doc) VALUES (?1, ?2)")?
+                .execute(params![id, doc])?;
+        }
+        Op::DeleteConnector { id } => {
+            tx.prepare_cached("DELETE FROM connectors WHERE id = ?1")?
+                .execute([id])?;
+        }
+        Op::PutTaskFile {
+            task_id,
+            path,
+            mtime,
+            data,
+        } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO task_files (task_id, path, mtime, data) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![task_id, path, mtime, data])?;
+        }
+        Op::DeleteTaskFile { task_id, path } => {
+            tx.prepare_cached("DELETE FROM task_files WHERE task_id = ?1 AND path = ?2")?
+                .execute([task_id, path])?;
         }
         Op::Then(_) => {}
     }

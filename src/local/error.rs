@@ -64,14 +64,6 @@ impl LocalError {
         Self::new(StatusCode::UNAUTHORIZED, message)
     }
 
-    /// An operation of the API that the local server does not provide.
-    pub(crate) fn not_implemented(operation: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_IMPLEMENTED,
-            format!("{operation} is not available in the local Nexus server"),
-        )
-    }
-
     pub(crate) fn unsupported_version(asked: &str) -> Self {
         LocalError {
             code: Some("unsupported_api_version"),

@@ -189,14 +189,17 @@ async fn run(
         }
     }
     let output = import_output(&staged);
-    finish(
-        &state,
-        &context_id,
-        &task_id,
-        "completed",
-        Some(output),
-        None,
-    );
+    // The task's files are stored before it reports its end.
+    let (end, error) = match state
+        .store
+        .put_task_files(&task_id, task_files(&task_id, &staged, &output))
+        .await
+    {
+        Ok(()) => ("completed", None),
+        Err(e) => ("failed", Some(e.message)),
+    };
+    let output = (end == "completed").then_some(output);
+    finish(&state, &context_id, &task_id, end, output, error);
     state.store.changed();
     if is_work {
         // Work contexts are queryable at once: index what was imported.
@@ -271,6 +274,34 @@ fn finish(
     {
         ctx.importing = false;
     }
+}
+
+/// The files an import task leaves: its report and the list of the files
+/// it imported (one source path a line).
+fn task_files(
+    task_id: &str,
+    staged: &Staged,
+    output: &types::TaskOutput,
+) -> Vec<(String, Vec<u8>)> {
+    let report = serde_json::json!({
+        "task_id": task_id,
+        "workflow": "import",
+        "upload": staged.name,
+        "files": staged.files.len(),
+        "bytes": staged.files.iter().fold(0u64, |a, (_, s)| a.saturating_add(*s)),
+        "skipped": staged.skipped_count,
+        "output": output,
+    });
+    vec![
+        (
+            "report.json".to_owned(),
+            serde_json::to_vec_pretty(&report).unwrap_or_default(),
+        ),
+        (
+            "imported.txt".to_owned(),
+            super::store::lines_file(staged.files.iter().map(|(p, _)| p.as_str())),
+        ),
+    ]
 }
 
 fn import_output(e: &Staged) -> types::TaskOutput {

@@ -50,6 +50,7 @@
 //! rule; `serve` the connection loop.
 
 mod answer;
+mod connectors;
 mod curate;
 mod db;
 mod durable;
@@ -59,6 +60,7 @@ mod expand;
 mod faults;
 mod guard;
 mod import;
+mod ledger;
 mod migrate;
 mod paths;
 mod records;
@@ -68,6 +70,7 @@ mod serve;
 mod state;
 mod store;
 mod turn;
+mod workflows;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -117,6 +120,20 @@ pub enum StartError {
         path: PathBuf,
         /// Its lock file.
         lock: PathBuf,
+    },
+    /// The files of a context could not be read or stored.
+    #[error("context {slug:?}: cannot {action} {path}", path = .path.display())]
+    ContextFiles {
+        /// The context's slug.
+        slug: String,
+        /// What was being done: `read` (its directory) or `store` (its
+        /// sources).
+        action: &'static str,
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// The I/O failure.
+        #[source]
+        source: std::io::Error,
     },
     /// A context could not be created, filled or curated.
     #[error("context {slug:?}: {message}")]
@@ -198,8 +215,10 @@ impl LocalNexus {
     /// `dir`), and curates it, waiting until it is queryable.
     ///
     /// # Errors
-    /// [`StartError::Context`] when the directory cannot be read, holds no
-    /// file, or curation fails.
+    /// [`StartError::ContextFiles`] when the directory cannot be read (or
+    /// holds more than the context limit: an error of kind `FileTooLarge`)
+    /// or its files cannot be stored; [`StartError::Context`] when it holds
+    /// no file or curation fails.
     pub async fn add_context(&self, slug: &str, dir: impl AsRef<Path>) -> Result<(), StartError> {
         seed_context(&self.state, slug, dir.as_ref()).await
     }
@@ -260,6 +279,7 @@ pub struct LocalNexusBuilder {
     fail_next: usize,
     retry_after_secs: u64,
     contexts: Vec<(String, PathBuf)>,
+    connector_roots: Vec<PathBuf>,
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
 }
@@ -284,6 +304,7 @@ impl Default for LocalNexusBuilder {
             fail_next: 0,
             retry_after_secs: 1,
             contexts: Vec::new(),
+            connector_roots: Vec::new(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
         }
@@ -294,6 +315,14 @@ impl LocalNexusBuilder {
     /// The address to listen on (default `127.0.0.1:0`, a free port).
     pub fn bind(mut self, addr: SocketAddr) -> Self {
         self.bind = addr;
+        self
+    }
+
+    /// Lets `local` connectors read directories below `dir` (repeatable;
+    /// the first is the one the local OAuth flow connects). Without any,
+    /// no connector can be created.
+    pub fn connector_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.connector_roots.push(dir.into());
         self
     }
 
@@ -493,6 +522,7 @@ impl LocalNexusBuilder {
             events_per_query: self.events_per_query,
             event_bytes_per_query: self.event_bytes_per_query,
             chunk_chars: self.chunk_chars,
+            connector_roots: self.connector_roots,
             allowed_hosts: self.allowed_hosts,
             allowed_origins: self.allowed_origins,
         };
@@ -548,34 +578,44 @@ impl LocalNexusBuilder {
     }
 }
 
-/// Files below `dir` (hidden ones skipped) as `(relative path, path, size)`.
-fn read_tree(dir: &Path, limit: u64) -> Result<Vec<(String, PathBuf, u64)>, String> {
+/// A file of a tree: `(relative path, path, size)`.
+type TreeFile = (String, PathBuf, u64);
+/// What could not be read, and why.
+type TreeError = (PathBuf, std::io::Error);
+
+/// Files below `dir` (hidden ones skipped, links not followed) as
+/// `(relative path, path, size)`; blocking. A failure names the path that
+/// could not be read; more than `limit` bytes in all is an error of kind
+/// `FileTooLarge` naming `dir`.
+fn read_tree(dir: &Path, limit: u64) -> Result<Vec<TreeFile>, TreeError> {
     let mut out = Vec::new();
     let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries =
-            std::fs::read_dir(&d).map_err(|e| format!("cannot read {}: {e}", d.display()))?;
+        let entries = std::fs::read_dir(&d).map_err(|e| (d.clone(), e))?;
         for entry in entries {
-            let entry = entry.map_err(|e| format!("cannot read {}: {e}", d.display()))?;
+            let entry = entry.map_err(|e| (d.clone(), e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') {
                 continue;
             }
             let path = entry.path();
-            let meta = entry
-                .metadata()
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let meta = entry.metadata().map_err(|e| (path.clone(), e))?;
             if meta.is_dir() {
                 stack.push(path);
             } else if meta.is_file() {
                 total = total.saturating_add(meta.len());
                 if total > limit {
-                    return Err(format!("{} holds more than {limit} bytes", dir.display()));
+                    let e = std::io::Error::new(
+                        std::io::ErrorKind::FileTooLarge,
+                        format!("more than {limit} bytes"),
+                    );
+                    return Err((dir.to_path_buf(), e));
                 }
-                let rel = path
-                    .strip_prefix(dir)
-                    .map_err(|e| e.to_string())?
+                let Ok(rel) = path.strip_prefix(dir) else {
+                    continue;
+                };
+                let rel = rel
                     .components()
                     .map(|c| c.as_os_str().to_string_lossy().into_owned())
                     .collect::<Vec<_>>()
@@ -623,7 +663,12 @@ async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(
     let files = tokio::task::spawn_blocking(move || read_tree(&dir_owned, limit))
         .await
         .map_err(|e| fail(e.to_string()))?
-        .map_err(fail)?;
+        .map_err(|(path, source)| StartError::ContextFiles {
+            slug: slug.to_owned(),
+            action: "read",
+            path,
+            source,
+        })?;
     if files.is_empty() {
         return Err(fail(format!("{} holds no files", dir.display())));
     }
@@ -647,10 +692,16 @@ async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(
     let ctx_dir = state.store.context_dir(&context_id);
     let copied = files.clone();
     let sync = state.store.is_persistent();
+    let target = ctx_dir.join("sources");
     tokio::task::spawn_blocking(move || copy_tree(&copied, &ctx_dir, sync))
         .await
         .map_err(|e| fail(e.to_string()))?
-        .map_err(|e| fail(format!("cannot store sources: {e}")))?;
+        .map_err(|source| StartError::ContextFiles {
+            slug: slug.to_owned(),
+            action: "store the sources in",
+            path: target,
+            source,
+        })?;
     {
         let now = Utc::now();
         let mut inner = state.store.lock();

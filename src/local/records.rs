@@ -11,8 +11,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::connectors::ConnectorRecord;
 use super::error::{LocalError, LocalResult};
 use super::events::EventLog;
+use super::ledger::Ledger;
 use super::search::{Chunk, ContextIndex};
 use crate::types;
 
@@ -84,6 +86,9 @@ pub(crate) struct ContextRecord {
     /// Kept as rows of their own in the database.
     #[serde(default, skip_serializing)]
     pub(crate) sources: BTreeMap<String, SourceMeta>,
+    /// What the latest curation recorded.
+    #[serde(default)]
+    pub(crate) ledger: Option<Ledger>,
 }
 
 impl ContextRecord {
@@ -176,6 +181,7 @@ pub(crate) struct Dirty {
     pub(crate) tasks: BTreeSet<String>,
     pub(crate) sessions: BTreeSet<String>,
     pub(crate) queries: BTreeSet<String>,
+    pub(crate) connectors: BTreeSet<String>,
 }
 
 impl Dirty {
@@ -185,6 +191,7 @@ impl Dirty {
             && self.tasks.is_empty()
             && self.sessions.is_empty()
             && self.queries.is_empty()
+            && self.connectors.is_empty()
     }
 }
 
@@ -200,6 +207,7 @@ pub(crate) struct Inner {
     pub(crate) sessions: HashMap<String, SessionEntry>,
     pub(crate) queries: HashMap<String, QueryEntry>,
     pub(crate) query_order: VecDeque<String>,
+    pub(crate) connectors: BTreeMap<String, ConnectorRecord>,
     pub(crate) dirty: Dirty,
 }
 
@@ -297,6 +305,7 @@ impl Inner {
             sample_queries: Vec::new(),
             index_generation: 0,
             sources: BTreeMap::new(),
+            ledger: None,
         };
         self.contexts.insert(rec.id.clone(), rec.clone());
         self.dirty.contexts.insert(rec.id.clone());

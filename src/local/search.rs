@@ -287,6 +287,7 @@ pub(crate) fn weigh(groups: &[(&str, f32)]) -> Vec<WeightedTerm> {
 
 /// The BM25 index of one context, with the chunks it points into.
 pub(crate) struct ContextIndex {
+    index: Index,
     reader: IndexReader,
     text: Field,
     heading: Field,
@@ -364,6 +365,7 @@ impl ContextIndex {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
         Ok(ContextIndex {
+            index,
             reader,
             text,
             heading,
@@ -371,6 +373,23 @@ impl ContextIndex {
             chunks,
             knowledge: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Merges the index's segments into one and removes the files no
+    /// longer used; returns the segment counts before and after.
+    /// Searches keep working meanwhile (they map hits through the stored
+    /// ordinal, which merging keeps).
+    pub(crate) fn compact(&self) -> tantivy::Result<(usize, usize)> {
+        let before = self.index.searchable_segment_ids()?;
+        if before.len() > 1 {
+            let mut writer = self.index.writer::<TantivyDocument>(WRITER_MEMORY)?;
+            writer.merge(&before).wait()?;
+            writer.garbage_collect_files().wait()?;
+            writer.wait_merging_threads()?;
+        }
+        self.reader.reload()?;
+        let after = self.index.searchable_segment_ids()?.len();
+        Ok((before.len(), after))
     }
 
     /// The knowledge files (one Markdown file per source under `chunks/`)
@@ -445,7 +464,6 @@ impl ContextIndex {
     }
 
     /// Number of documents tantivy holds (equals the chunk count).
-    #[cfg(test)]
     pub(crate) fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
@@ -560,5 +578,34 @@ mod tests {
                 .is_empty()
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn compacting_merges_segments_and_search_still_finds_chunks() {
+        let chunks: Vec<Chunk> = ["alpha tea", "beta coffee", "gamma water"]
+            .iter()
+            .map(|t| Chunk {
+                source: format!("{t}.md"),
+                section_path: Vec::new(),
+                text: (*t).to_owned(),
+            })
+            .collect();
+        // Three commits: three segments.
+        let (schema, text, heading, ord) = schema();
+        let index = Index::create_in_ram(schema);
+        let mut writer = index.writer::<TantivyDocument>(WRITER_MEMORY).unwrap();
+        for (i, c) in chunks.iter().enumerate() {
+            writer
+                .add_document(doc!(text => terms(&c.text).join(" "), ord => i as u64))
+                .unwrap();
+            writer.commit().unwrap();
+        }
+        writer.wait_merging_threads().unwrap();
+        let index = ContextIndex::with_reader(index, text, heading, ord, chunks).unwrap();
+        assert_eq!(index.compact().unwrap(), (3, 1));
+        let hits = index.search(&weigh(&[("coffee", 1.0)]), 3).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(index.chunks()[hits[0].1].source, "beta coffee.md");
+        assert_eq!(index.num_docs(), 3);
     }
 }

@@ -37,6 +37,9 @@ pub(crate) struct Config {
     pub(crate) event_bytes_per_query: usize,
     /// Chunk size used by curation, in characters.
     pub(crate) chunk_chars: usize,
+    /// Directories local connectors may read (a connector's directory lies
+    /// below one of them); none means no connectors.
+    pub(crate) connector_roots: Vec<PathBuf>,
     /// `Host` values accepted besides loopback names and the bound address.
     pub(crate) allowed_hosts: Vec<String>,
     /// `Origin` values accepted besides local pages.

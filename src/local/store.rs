@@ -32,6 +32,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use super::connectors::ConnectorRecord;
 use super::db::{self, Db, Durability, Loaded, Op, QueryLimits};
 use super::durable;
 use super::error::{LocalError, LocalResult};
@@ -39,7 +40,10 @@ use super::events::EventLog;
 use super::migrate;
 use super::paths::safe_join;
 pub(crate) use super::records::*;
+
+mod task_files;
 use crate::types;
+pub(crate) use task_files::lines_file;
 
 /// The name of the lock file in a data directory.
 const LOCK_FILE: &str = ".lock";
@@ -283,6 +287,14 @@ impl Store {
                     committed: false,
                 },
             );
+        }
+        for doc in loaded.connectors {
+            match serde_json::from_str::<ConnectorRecord>(&doc) {
+                Ok(c) => {
+                    inner.connectors.insert(c.id.clone(), c);
+                }
+                Err(e) => tracing::error!(error = %e, "a connector row is unreadable; skipped"),
+            }
         }
         for doc in loaded.sessions {
             match serde_json::from_str::<SessionEntry>(&doc) {
@@ -562,6 +574,15 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
                 doc: to_json(s),
             }),
             None => ops.push(Op::DeleteSession { id }),
+        }
+    }
+    for id in dirty.connectors {
+        match inner.connectors.get(&id) {
+            Some(c) => ops.push(Op::PutConnector {
+                id,
+                doc: to_json(c),
+            }),
+            None => ops.push(Op::DeleteConnector { id }),
         }
     }
     for id in dirty.queries {

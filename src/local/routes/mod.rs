@@ -3,11 +3,16 @@
 //! in one file per resource.
 
 mod auth;
+mod connectors;
+mod context_ops;
 mod contexts;
+mod files;
 mod knowledge;
+mod project;
 mod queries;
 mod sessions;
 mod sources;
+mod task_files;
 mod tasks;
 
 use std::collections::BTreeMap;
@@ -71,7 +76,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         )
         .route(
             "/contexts/{slug}/curate",
-            post(contexts::curate_context).get(ni("get_curation_ledger")),
+            post(contexts::curate_context).get(context_ops::curation_ledger),
         )
         .route(
             "/contexts/{slug}/knowledge/list",
@@ -102,73 +107,66 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             "/sessions/{id}",
             get(sessions::get_session).delete(sessions::delete_session),
         )
-        // Operations of the API that the local server does not provide.
-        .route("/project", get(ni("get_project")))
-        .route("/stats", get(ni("get_project_task_stats")))
-        .route("/manifest/templates", get(ni("list_manifest_templates")))
-        .route("/connectors", get(ni("list_connectors")))
+        .route("/project", get(project::get_project))
+        .route("/stats", get(project::project_task_stats))
+        .route("/manifest/templates", get(project::manifest_templates))
+        .route("/connectors", get(connectors::list))
         .route(
             "/connectors/{id}",
-            get(ni("get_connector")).delete(ni("delete_connector")),
+            get(connectors::get).delete(connectors::delete),
         )
-        .route("/connectors/{id}/items", get(ni("list_connector_items")))
+        .route("/connectors/{id}/items", get(connectors::items))
         .route(
             "/connectors/oauth/{provider}/start",
-            get(ni("start_connector_oauth")),
+            get(connectors::start_oauth),
         )
-        .route("/connectors/keys/{provider}", post(ni("create_connector")))
+        .route("/connectors/keys/{provider}", post(connectors::create))
         .route(
             "/contexts/{slug}/connectors",
-            get(ni("list_context_connectors")),
+            get(connectors::list_for_context),
         )
         .route(
             "/contexts/{slug}/connectors/{connector_id}",
-            put(ni("update_context_connector")),
+            put(connectors::update_for_context),
         )
-        .route("/contexts/{slug}/fork", post(ni("fork_context")))
-        .route("/contexts/{slug}/manifest", get(ni("get_context_manifest")))
+        .route("/contexts/{slug}/fork", post(context_ops::fork))
+        .route("/contexts/{slug}/manifest", get(context_ops::manifest))
         .route(
             "/contexts/{slug}/tasks/stats",
-            get(ni("get_context_task_stats")),
+            get(project::context_task_stats),
         )
         .route(
             "/contexts/{slug}/curate/delete-sources",
-            post(ni("delete_curated_sources")),
+            post(files::delete_curated_sources),
         )
-        .route("/contexts/{slug}/optimize", post(ni("optimize_context")))
-        .route("/contexts/{slug}/explore", post(ni("explore_context")))
-        .route("/contexts/{slug}/profile", post(ni("profile_context")))
-        .route(
-            "/contexts/{slug}/import",
-            post(ni("import_context_sources")),
-        )
-        .route("/contexts/{slug}/source/stats", get(ni("get_source_stats")))
+        .route("/contexts/{slug}/optimize", post(context_ops::optimize))
+        .route("/contexts/{slug}/explore", post(context_ops::explore))
+        .route("/contexts/{slug}/profile", post(context_ops::profile))
+        .route("/contexts/{slug}/import", post(connectors::import))
+        .route("/contexts/{slug}/source/stats", get(files::source_stats))
         .route(
             "/contexts/{slug}/source/manifest",
-            get(ni("get_source_manifest")),
+            get(files::source_manifest),
         )
         .route(
             "/contexts/{slug}/source/delete/{*path}",
-            delete(ni("delete_source_file")),
+            delete(files::delete_source_file),
         )
         .route(
             "/contexts/{slug}/knowledge/stats",
-            get(ni("get_knowledge_stats")),
+            get(files::knowledge_stats),
         )
-        .route("/tasks/{id}/stats", get(ni("get_task_stats")))
-        .route("/tasks/{id}/files/read/{*path}", get(ni("read_task_file")))
+        .route("/tasks/{id}/stats", get(project::task_stats))
+        .route("/tasks/{id}/files/read/{*path}", get(task_files::read))
         .route(
             "/tasks/{id}/files/metadata/{*path}",
-            get(ni("get_task_file_metadata")),
+            get(task_files::metadata),
         )
-        .route("/tasks/{id}/files/list", get(ni("list_task_files")))
-        .route(
-            "/tasks/{id}/files/list/{*path}",
-            get(ni("list_task_files_by_path")),
-        )
+        .route("/tasks/{id}/files/list", get(task_files::list))
+        .route("/tasks/{id}/files/list/{*path}", get(task_files::list_at))
         .route(
             "/tasks/{id}/files/delete/{*path}",
-            delete(ni("delete_task_file")),
+            delete(task_files::delete),
         )
         .method_not_allowed_fallback(method_not_allowed);
     Router::new()
@@ -177,13 +175,6 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), gate))
         .layer(DefaultBodyLimit::max(json_limit))
         .with_state(state)
-}
-
-/// A handler for an operation the local server does not provide.
-fn ni(
-    operation: &'static str,
-) -> impl Fn() -> std::future::Ready<LocalError> + Clone + Send + Sync + 'static {
-    move || std::future::ready(LocalError::not_implemented(operation))
 }
 
 async fn not_found() -> LocalError {
@@ -396,6 +387,7 @@ mod tests {
             events_per_query: 100,
             event_bytes_per_query: 1 << 20,
             chunk_chars: 1200,
+            connector_roots: Vec::new(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
         };
@@ -454,9 +446,8 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
         assert!(err.message.contains("method"));
-        let (status, _, err) = call(app(None), get("/api/project")).await;
-        assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
-        assert!(err.message.contains("get_project"));
+        let (status, _, _) = call(app(None), get("/api/project")).await;
+        assert_eq!(status, StatusCode::OK);
     }
 
     #[tokio::test]

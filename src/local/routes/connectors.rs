@@ -1,0 +1,314 @@
+//! Connectors: the local directory connector's lifecycle (create, list
+//! items, enable on a context, import, delete) and its local OAuth flow.
+
+use std::path::PathBuf;
+
+use axum::extract::{Path, State};
+use chrono::Utc;
+use serde::Deserialize;
+
+use super::Shared;
+use crate::local::connectors::{self, ConnectorRecord, ImportPlan, LOCAL_PROVIDER, MAX_CONNECTORS};
+use crate::local::error::{ApiJson, ApiQuery, LocalError, LocalResult};
+use crate::local::import;
+use crate::local::state::AppState;
+use crate::local::store::new_id;
+use crate::types;
+
+fn not_found(id: &str) -> LocalError {
+    LocalError::not_found(format!("connector {id:?} not found"))
+}
+
+fn check_provider(provider: &str) -> LocalResult<()> {
+    if provider == LOCAL_PROVIDER {
+        Ok(())
+    } else {
+        Err(LocalError::bad_request(format!(
+            "provider {provider:?} is not available offline; the local server offers only {LOCAL_PROVIDER:?} (a directory on this machine)"
+        )))
+    }
+}
+
+/// Resolves a directory off the async threads.
+async fn resolve(state: &AppState, path: String) -> LocalResult<PathBuf> {
+    let roots = state.config.connector_roots.clone();
+    tokio::task::spawn_blocking(move || connectors::resolve_root(&path, &roots))
+        .await
+        .map_err(|e| LocalError::internal("checking a connector directory", e))?
+}
+
+/// Records a new connector reading `root` and saves it.
+async fn add(
+    state: &AppState,
+    root: PathBuf,
+    label: Option<String>,
+) -> LocalResult<ConnectorRecord> {
+    let rec = {
+        let mut inner = state.store.lock();
+        if inner.connectors.len() >= MAX_CONNECTORS {
+            return Err(LocalError::bad_request(format!(
+                "the local server holds at most {MAX_CONNECTORS} connectors; delete one first"
+            )));
+        }
+        let now = Utc::now();
+        let rec = ConnectorRecord {
+            id: new_id("con"),
+            provider: LOCAL_PROVIDER.to_owned(),
+            account_label: Some(label.unwrap_or_else(|| root.display().to_string())),
+            root,
+            created_at: now,
+            updated_at: now,
+            contexts: Default::default(),
+        };
+        inner.connectors.insert(rec.id.clone(), rec.clone());
+        inner.dirty.connectors.insert(rec.id.clone());
+        rec
+    };
+    state.store.flush().await?;
+    Ok(rec)
+}
+
+pub(super) async fn list(State(state): Shared) -> axum::Json<Vec<types::ConnectorView>> {
+    let inner = state.store.lock();
+    axum::Json(inner.connectors.values().map(|c| c.to_view()).collect())
+}
+
+pub(super) async fn get(
+    State(state): Shared,
+    Path(id): Path<String>,
+) -> LocalResult<axum::Json<types::ConnectorView>> {
+    let inner = state.store.lock();
+    let c = inner.connectors.get(&id).ok_or_else(|| not_found(&id))?;
+    Ok(axum::Json(c.to_view()))
+}
+
+pub(super) async fn delete(
+    State(state): Shared,
+    Path(id): Path<String>,
+) -> LocalResult<axum::Json<types::DeleteConnectorResponse>> {
+    {
+        let mut inner = state.store.lock();
+        inner.connectors.remove(&id).ok_or_else(|| not_found(&id))?;
+        inner.dirty.connectors.insert(id.clone());
+    }
+    state.store.flush().await?;
+    Ok(axum::Json(types::DeleteConnectorResponse { deleted: id }))
+}
+
+/// Creates a `local` connector: `api_key` names the directory (absolute,
+/// or relative to the first connector root), which must lie below a root.
+pub(super) async fn create(
+    State(state): Shared,
+    Path(provider): Path<String>,
+    ApiJson(body): ApiJson<types::CreateConnectorBody>,
+) -> LocalResult<axum::Json<types::ConnectorView>> {
+    check_provider(&provider)?;
+    let root = resolve(&state, body.api_key).await?;
+    let label = body.account_label.filter(|l| !l.trim().is_empty());
+    Ok(axum::Json(add(&state, root, label).await?.to_view()))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct OauthParams {
+    return_to: Option<String>,
+}
+
+/// The local OAuth flow: completes at once, without the network, with a
+/// connector on the first connector root (the one already there, if any);
+/// the authorize URL names it (a `nexus-local:` URL, nothing to open).
+pub(super) async fn start_oauth(
+    State(state): Shared,
+    Path(provider): Path<String>,
+    ApiQuery(params): ApiQuery<OauthParams>,
+) -> LocalResult<axum::Json<types::StartConnectorOauthResponse>> {
+    check_provider(&provider)?;
+    let first = state
+        .config
+        .connector_roots
+        .first()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let root = resolve(&state, first).await?;
+    // Completing the flow again reuses the connector it made.
+    let existing = {
+        let inner = state.store.lock();
+        inner.connectors.values().find(|c| c.root == root).cloned()
+    };
+    let rec = match existing {
+        Some(rec) => rec,
+        None => add(&state, root, None).await?,
+    };
+    let mut url = format!(
+        "nexus-local://oauth/complete?provider={LOCAL_PROVIDER}&connector_id={}",
+        rec.id
+    );
+    if let Some(r) = params.return_to {
+        url.push_str("&return_to=");
+        url.extend(url::form_urlencoded::byte_serialize(r.as_bytes()));
+    }
+    Ok(axum::Json(types::StartConnectorOauthResponse {
+        authorize_url: url,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ItemParams {
+    folder: Option<String>,
+}
+
+pub(super) async fn items(
+    State(state): Shared,
+    Path(id): Path<String>,
+    ApiQuery(params): ApiQuery<ItemParams>,
+) -> LocalResult<axum::Json<types::ListConnectorItemsResponse>> {
+    let root = {
+        let inner = state.store.lock();
+        inner
+            .connectors
+            .get(&id)
+            .ok_or_else(|| not_found(&id))?
+            .root
+            .clone()
+    };
+    let folder = params.folder.unwrap_or_default();
+    let asked = folder.clone();
+    let items = tokio::task::spawn_blocking(move || connectors::list_items(&root, &asked))
+        .await
+        .map_err(|e| LocalError::internal("listing a connector folder", e))?
+        .map_err(|e| {
+            tracing::debug!(error = %e, "a connector folder could not be listed");
+            LocalError::not_found(format!("no folder {folder:?} in the connector"))
+        })?;
+    Ok(axum::Json(types::ListConnectorItemsResponse {
+        folder: folder.trim_matches('/').to_owned(),
+        items,
+    }))
+}
+
+pub(super) async fn list_for_context(
+    State(state): Shared,
+    Path(slug): Path<String>,
+) -> LocalResult<axum::Json<Vec<types::ContextConnectorView>>> {
+    let inner = state.store.lock();
+    let id = inner.context(&slug)?.id.clone();
+    Ok(axum::Json(
+        inner
+            .connectors
+            .values()
+            .map(|c| c.to_context_view(&id))
+            .collect(),
+    ))
+}
+
+pub(super) async fn update_for_context(
+    State(state): Shared,
+    Path((slug, connector_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<types::UpdateContextConnectorBody>,
+) -> LocalResult<axum::Json<types::ContextConnectorView>> {
+    let view = {
+        let mut guard = state.store.lock();
+        let inner = &mut *guard;
+        let id = inner.context(&slug)?.id.clone();
+        let c = inner
+            .connectors
+            .get_mut(&connector_id)
+            .ok_or_else(|| not_found(&connector_id))?;
+        if body.enabled {
+            c.contexts.insert(id.clone(), true);
+        } else {
+            c.contexts.remove(&id);
+        }
+        // Contexts deleted since are forgotten.
+        c.contexts.retain(|k, _| inner.contexts.contains_key(k));
+        c.updated_at = Utc::now();
+        let view = c.to_context_view(&id);
+        inner.dirty.connectors.insert(connector_id);
+        view
+    };
+    state.store.flush().await?;
+    Ok(axum::Json(view))
+}
+
+/// Imports from a connector enabled on the context: every file below
+/// `folder` (or the named `files` in it, or with `item_type: file` the file
+/// `folder` names), landing below `path` in the sources; run as an
+/// `import` task like an upload.
+pub(super) async fn import(
+    State(state): Shared,
+    Path(slug): Path<String>,
+    ApiJson(body): ApiJson<types::ImportContextSourcesBody>,
+) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
+    let (root, label) = {
+        let inner = state.store.lock();
+        let ctx = inner.context(&slug)?;
+        let c = inner
+            .connectors
+            .get(&body.connector_id)
+            .ok_or_else(|| not_found(&body.connector_id))?;
+        if !c.contexts.get(&ctx.id).copied().unwrap_or(false) {
+            return Err(LocalError::conflict(format!(
+                "connector {:?} is not enabled on context {:?}; enable it first",
+                c.id, ctx.slug
+            )));
+        }
+        if ctx.importing {
+            return Err(LocalError::conflict(format!(
+                "an import is already running on context {:?}",
+                ctx.slug
+            )));
+        }
+        (c.root.clone(), c.account_label.clone().unwrap_or_default())
+    };
+    let mut folder = body.folder.unwrap_or_default().trim_matches('/').to_owned();
+    let mut files = body.files;
+    if body.item_type == "file" && files.is_empty() {
+        let (parent, leaf) = match folder.rsplit_once('/') {
+            Some((p, l)) => (p.to_owned(), l.to_owned()),
+            None => (String::new(), folder.clone()),
+        };
+        folder = parent;
+        files = vec![leaf];
+    } else if !matches!(body.item_type.as_str(), "file" | "folder") {
+        return Err(LocalError::bad_request(format!(
+            "unknown item_type {:?}: use folder or file",
+            body.item_type
+        )));
+    }
+    let dest = match body.path.as_deref().map(|p| p.trim_matches('/')) {
+        None | Some("") => String::new(),
+        Some(p) => import::safe_path(p)
+            .ok_or_else(|| LocalError::bad_request(format!("unsafe path {p:?}")))?,
+    };
+    let plan = ImportPlan {
+        folder,
+        files,
+        dest,
+        limit: state.config.context_bytes_limit,
+        sync: state.store.is_persistent(),
+    };
+    let staging = state.store.staging_dir();
+    let files_dir = import::Staged::files_dir(&staging);
+    let dest = plan.dest.clone();
+    let staged = tokio::task::spawn_blocking(move || connectors::stage(&root, &plan, &files_dir))
+        .await
+        .map_err(|e| LocalError::internal("staging the connector's files", e));
+    let result = match staged {
+        Ok(Ok(files)) => {
+            let staged = import::Staged {
+                name: format!("connector {label}"),
+                dir: dest,
+                root: staging.clone(),
+                files,
+                skipped: Vec::new(),
+                skipped_count: 0,
+            };
+            import::start(&state, &slug, staged).await
+        }
+        Ok(Err(e)) | Err(e) => Err(e),
+    };
+    if result.is_err() {
+        // What was staged goes (the import removes it once it runs).
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(staging)).await;
+    }
+    Ok(axum::Json(result?))
+}

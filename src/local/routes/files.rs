@@ -1,0 +1,186 @@
+//! Statistics and manifests of a context's files, and removing sources.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
+use axum::extract::{Path, State};
+use chrono::Utc;
+
+use super::{FileList, Shared};
+use crate::local::error::{ApiJson, LocalError, LocalResult};
+use crate::local::paths::safe_join;
+use crate::local::state::AppState;
+use crate::types;
+
+/// Counts of files, directories (every directory above a file) and bytes.
+fn file_stats(files: &FileList) -> types::FileStats {
+    let mut dirs = BTreeSet::new();
+    let mut total = 0u64;
+    for (path, size, _) in files {
+        total = total.saturating_add(*size);
+        let mut rest = path.as_str();
+        while let Some((parent, _)) = rest.rsplit_once('/') {
+            if !dirs.insert(parent.to_owned()) {
+                break;
+            }
+            rest = parent;
+        }
+    }
+    types::FileStats {
+        dir_count: i64::try_from(dirs.len()).unwrap_or(i64::MAX),
+        file_count: i64::try_from(files.len()).unwrap_or(i64::MAX),
+        total_size: i64::try_from(total).unwrap_or(i64::MAX),
+    }
+}
+
+pub(super) async fn source_stats(
+    State(state): Shared,
+    Path(slug): Path<String>,
+) -> LocalResult<axum::Json<types::SourceStats>> {
+    let files = super::sources::source_files(&state, &slug)?;
+    let s = file_stats(&files);
+    let limit = i64::try_from(state.config.context_bytes_limit).unwrap_or(i64::MAX);
+    Ok(axum::Json(types::SourceStats {
+        dir_count: s.dir_count,
+        file_count: s.file_count,
+        max_bytes_per_context: Some(limit),
+        max_files_per_context: None,
+        total_size: s.total_size,
+        used_bytes: Some(s.total_size),
+        used_files: Some(s.file_count),
+    }))
+}
+
+pub(super) async fn source_manifest(
+    State(state): Shared,
+    Path(slug): Path<String>,
+) -> LocalResult<axum::Json<types::GetSourceManifestResponse>> {
+    let files = super::sources::source_files(&state, &slug)?;
+    Ok(axum::Json(types::GetSourceManifestResponse {
+        files: files
+            .into_iter()
+            .map(
+                |(path, size, mtime)| types::GetSourceManifestResponseFilesItem {
+                    last_modified: Some(mtime),
+                    path,
+                    size: i64::try_from(size).unwrap_or(i64::MAX),
+                },
+            )
+            .collect(),
+    }))
+}
+
+pub(super) async fn knowledge_stats(
+    State(state): Shared,
+    Path(slug): Path<String>,
+) -> LocalResult<axum::Json<types::FileStats>> {
+    let files = super::knowledge::knowledge_list(&state, &slug).await?;
+    Ok(axum::Json(file_stats(&files)))
+}
+
+/// Removes sources of a context: the named files, and every file below a
+/// named directory. The removal is saved before the files go; the curated
+/// index keeps them until the next curation. Returns what was removed.
+pub(super) async fn remove_sources(
+    state: &AppState,
+    slug: &str,
+    paths: &[String],
+) -> LocalResult<Vec<String>> {
+    let (removed, dir) = {
+        let mut inner = state.store.lock();
+        let ctx = inner.context_mut(slug)?;
+        if ctx.importing {
+            return Err(LocalError::conflict(format!(
+                "an import is running on context {:?}; remove sources after it ends",
+                ctx.slug
+            )));
+        }
+        let mut removed = Vec::new();
+        for p in paths {
+            let p = p.trim_matches('/');
+            if p.is_empty() {
+                continue;
+            }
+            let below = format!("{p}/");
+            // Keys starting with `p` are contiguous in the sorted map.
+            let hit: Vec<String> = ctx
+                .sources
+                .range::<str, _>((Bound::Included(p), Bound::Unbounded))
+                .map(|(k, _)| k)
+                .take_while(|k| k.starts_with(p))
+                .filter(|k| k.as_str() == p || k.starts_with(&below))
+                .cloned()
+                .collect();
+            for k in hit {
+                ctx.sources.remove(&k);
+                removed.push(k);
+            }
+        }
+        let id = ctx.id.clone();
+        if !removed.is_empty() {
+            ctx.updated_at = Utc::now();
+            inner.dirty.contexts.insert(id.clone());
+            inner.dirty.sources.insert(id.clone(), None);
+        }
+        (removed, state.store.context_dir(&id).join("sources"))
+    };
+    if removed.is_empty() {
+        return Ok(removed);
+    }
+    state.store.flush().await?;
+    let gone = removed.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        for p in &gone {
+            if let Some(file) = safe_join(&dir, p)
+                && let Err(e) = std::fs::remove_file(file)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(e);
+            }
+        }
+        Ok(())
+    })
+    .await;
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "a removed source file could not be deleted"),
+        Err(e) => tracing::warn!(error = %e, "deleting removed source files stopped"),
+    }
+    Ok(removed)
+}
+
+pub(super) async fn delete_source_file(
+    State(state): Shared,
+    Path((slug, path)): Path<(String, String)>,
+) -> LocalResult<axum::Json<types::DeleteSourceFileResponse>> {
+    let path = path.trim_matches('/').to_owned();
+    let known = state
+        .store
+        .lock()
+        .context(&slug)?
+        .sources
+        .contains_key(&path);
+    if !known {
+        return Err(LocalError::not_found(format!("no source file {path:?}")));
+    }
+    let removed = remove_sources(&state, &slug, std::slice::from_ref(&path)).await?;
+    Ok(axum::Json(types::DeleteSourceFileResponse {
+        deleted: !removed.is_empty(),
+        path,
+    }))
+}
+
+/// Removes sources from the curated knowledge: they leave the source tree
+/// now and the index at the next curation (the ledger then records them
+/// removed). Unknown paths are ignored.
+pub(super) async fn delete_curated_sources(
+    State(state): Shared,
+    Path(slug): Path<String>,
+    ApiJson(body): ApiJson<types::DeleteCuratedSourcesBody>,
+) -> LocalResult<axum::Json<serde_json::Value>> {
+    let removed = remove_sources(&state, &slug, &body.sources).await?;
+    Ok(axum::Json(serde_json::json!({
+        "removed": removed,
+        "pending_curation": !removed.is_empty(),
+    })))
+}

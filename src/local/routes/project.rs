@@ -1,0 +1,157 @@
+//! The project and its statistics, counted from the local state, and the
+//! built-in manifest templates.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, State};
+use chrono::Utc;
+
+use super::Shared;
+use crate::local::error::{LocalError, LocalResult};
+use crate::local::ledger;
+use crate::local::store::{LOCAL_PROJECT, LOCAL_PROJECT_NAME, TaskEntry, task_is_terminal};
+use crate::types;
+
+/// The one local project: created when its oldest context or task was.
+pub(super) async fn get_project(State(state): Shared) -> axum::Json<types::ProjectWithWorkspaces> {
+    let inner = state.store.lock();
+    let now = Utc::now();
+    let created = inner
+        .contexts
+        .values()
+        .map(|c| c.created_at)
+        .chain(inner.tasks.values().map(|t| t.task.created_at))
+        .min()
+        .unwrap_or(now);
+    let updated = inner
+        .contexts
+        .values()
+        .map(|c| c.updated_at)
+        .max()
+        .unwrap_or(created)
+        .max(created);
+    axum::Json(types::ProjectWithWorkspaces {
+        created_at: created,
+        id: LOCAL_PROJECT.to_owned(),
+        name: LOCAL_PROJECT_NAME.to_owned(),
+        updated_at: updated,
+        workspaces_required: false,
+    })
+}
+
+/// Counts of tasks by how they stand.
+#[derive(Debug, Default)]
+struct Counts {
+    total: i64,
+    active: i64,
+    completed: i64,
+    failed: i64,
+    cancelled: i64,
+    tokens: i64,
+    runtime: i64,
+}
+
+fn count<'a>(tasks: impl Iterator<Item = &'a TaskEntry>) -> Counts {
+    let mut c = Counts::default();
+    for t in tasks {
+        let t = &t.task;
+        c.total = c.total.saturating_add(1);
+        match t.state.as_str() {
+            "completed" => c.completed = c.completed.saturating_add(1),
+            "failed" => c.failed = c.failed.saturating_add(1),
+            "cancelled" => c.cancelled = c.cancelled.saturating_add(1),
+            s if !task_is_terminal(s) => c.active = c.active.saturating_add(1),
+            _ => {}
+        }
+        c.tokens = c
+            .tokens
+            .saturating_add(t.tokens_prompt.max(0))
+            .saturating_add(t.tokens_completion.max(0));
+        c.runtime = c.runtime.saturating_add(t.runtime_seconds.max(0));
+    }
+    c
+}
+
+pub(super) async fn project_task_stats(
+    State(state): Shared,
+) -> axum::Json<types::GetProjectTaskStatsResponse> {
+    let inner = state.store.lock();
+    let c = count(inner.tasks.values());
+    let mut by_state: HashMap<String, i64> = HashMap::new();
+    let mut by_workflow: HashMap<String, i64> = HashMap::new();
+    for t in inner.tasks.values() {
+        let n = by_state
+            .entry(t.task.state.as_str().to_owned())
+            .or_default();
+        *n = n.saturating_add(1);
+        let n = by_workflow
+            .entry(t.task.workflow.as_str().to_owned())
+            .or_default();
+        *n = n.saturating_add(1);
+    }
+    axum::Json(types::GetProjectTaskStatsResponse {
+        captured_at: Utc::now(),
+        tasks_active: c.active,
+        tasks_by_state: by_state,
+        tasks_by_workflow: by_workflow,
+        tasks_cancelled: c.cancelled,
+        tasks_completed: c.completed,
+        tasks_total: c.total,
+    })
+}
+
+pub(super) async fn context_task_stats(
+    State(state): Shared,
+    Path(slug): Path<String>,
+) -> LocalResult<axum::Json<types::ContextStats>> {
+    let inner = state.store.lock();
+    let id = inner.context(&slug)?.id.clone();
+    let c = count(
+        inner
+            .tasks
+            .values()
+            .filter(|t| t.task.context_id.as_deref() == Some(id.as_str())),
+    );
+    Ok(axum::Json(types::ContextStats {
+        runtime_seconds: c.runtime,
+        tasks_active: c.active,
+        tasks_cancelled: c.cancelled,
+        tasks_completed: c.completed,
+        tasks_failed: c.failed,
+        tasks_total: c.total,
+        tokens_total: c.tokens,
+    }))
+}
+
+pub(super) async fn task_stats(
+    State(state): Shared,
+    Path(id): Path<String>,
+) -> LocalResult<axum::Json<types::TaskStats>> {
+    let inner = state.store.lock();
+    let t = &inner
+        .tasks
+        .get(&id)
+        .ok_or_else(|| LocalError::not_found(format!("task {id:?} not found")))?
+        .task;
+    let now = Utc::now();
+    // A running task's runtime counts until now.
+    let runtime = if task_is_terminal(t.state.as_str()) {
+        t.runtime_seconds
+    } else {
+        (now - t.created_at).num_seconds()
+    };
+    Ok(axum::Json(types::TaskStats {
+        captured_at: now,
+        runtime_seconds: runtime.max(0),
+        task_id: t.id.clone(),
+        tokens_completion: t.tokens_completion,
+        tokens_prompt: t.tokens_prompt,
+        tokens_total: t.tokens_prompt.saturating_add(t.tokens_completion),
+    }))
+}
+
+pub(super) async fn manifest_templates(
+    State(state): Shared,
+) -> axum::Json<types::ManifestTemplateCatalog> {
+    axum::Json(ledger::templates(state.config.chunk_chars))
+}
