@@ -212,11 +212,9 @@ impl ServerHandler for NexusMcp {
                 .pinecone
                 .as_ref()
                 .is_some_and(|p| p.has_tool(&request.name));
-        let tool = if served {
-            request.name.to_string()
-        } else {
-            "unknown".to_owned()
-        };
+        let tool = self
+            .metrics
+            .tool(if served { &request.name } else { "unknown" });
         let identity = log_identity(&context.extensions);
         let (family, result) = self.route_call(request, context).await;
         let outcome = outcome(&result);
@@ -229,7 +227,7 @@ impl ServerHandler for NexusMcp {
             target: "nexus_mcp::access",
             request_id = %identity.request_id,
             caller = %identity.caller,
-            tool = %tool,
+            tool = tool.name(),
             outcome,
             duration_ms = start.elapsed().as_millis() as u64,
             "tool call"
