@@ -216,7 +216,10 @@ impl ServerHandler for NexusMcp {
             .metrics
             .tool(if served { &request.name } else { "unknown" });
         let identity = log_identity(&context.extensions);
-        let (family, result) = self.route_call(request, context).await;
+        // Boxed: rmcp moves the future of this call several times before it
+        // runs (into its instrumented, spawned task), and a pointer moves
+        // cheaply where the families' futures, kilobytes each, do not.
+        let (family, result) = Box::pin(self.route_call(request, context)).await;
         let outcome = outcome(&result);
         let seconds = start.elapsed().as_secs_f64();
         self.metrics.tool_call(&tool, outcome, seconds);
