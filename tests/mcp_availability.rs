@@ -259,12 +259,36 @@ async fn trickling_bodies_take_no_slot_and_are_cut_at_the_body_deadline() {
     }
 }
 
+/// Matches requests whose Nexus key header is not `key`.
+struct KeyIsNot(&'static str);
+
+impl wiremock::Match for KeyIsNot {
+    fn matches(&self, request: &wiremock::Request) -> bool {
+        request
+            .headers
+            .get("x-pinecone-api-key")
+            .and_then(|v| v.to_str().ok())
+            != Some(self.0)
+    }
+}
+
 #[tokio::test]
 async fn made_up_keys_cannot_push_out_a_real_callers_state() {
+    // Both families behind one server; Nexus, like Pinecone, accepts only
+    // the real caller's key.
     let fake = PineconeFake::start().await;
     let mut config = fake.config();
     config.suggest_flow = true;
-    let server = NexusMcp::new().with_pinecone(
+    let nexus_fake = fake_nexus(0).await;
+    wiremock::Mock::given(KeyIsNot(KEY_B))
+        .respond_with(wiremock::ResponseTemplate::new(401).set_body_json(
+            json!({"error": {"code": "UNAUTHENTICATED", "message": "invalid API key"}}),
+        ))
+        // Above every route `list_contexts` reaches.
+        .with_priority(1)
+        .mount(&nexus_fake)
+        .await;
+    let server = nexus(&nexus_fake.uri()).with_pinecone(
         PineconeServer::new(config)
             .unwrap()
             .with_key_policy(callers_only()),
@@ -279,6 +303,8 @@ async fn made_up_keys_cannot_push_out_a_real_callers_state() {
         )
         .await;
     assert_eq!(suggested["isError"], false, "{suggested}");
+    let listed = real.call("list_contexts", json!({})).await;
+    assert_eq!(listed["isError"], false, "{listed}");
     for n in 0..70 {
         let key = format!("pcsk_made_up_key_{n:03}_0000000000000");
         let mut stranger = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", &key);
@@ -289,7 +315,12 @@ async fn made_up_keys_cannot_push_out_a_real_callers_state() {
                 json!({"namespace": "wg21-papers", "records": [{"document_number": "P2300R10"}]}),
             )
             .await;
+        let refused = stranger.call("list_contexts", json!({})).await;
+        assert_eq!(refused["isError"], true, "{refused}");
     }
+    // The real caller is served at once, its suggest-flow record (kept in
+    // its per-key state) still there.
+    let start = std::time::Instant::now();
     let query = real
         .call(
             "query",
@@ -297,6 +328,13 @@ async fn made_up_keys_cannot_push_out_a_real_callers_state() {
         )
         .await;
     assert_eq!(query["isError"], false, "{query}");
+    let listed = real.call("list_contexts", json!({})).await;
+    assert_eq!(listed["isError"], false, "{listed}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 /// Status, the headers a client acts on, and body of a raw answer; the

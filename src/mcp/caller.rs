@@ -1,14 +1,19 @@
 //! Caller identity: the key each tool call runs with, read from the HTTP
-//! request that carried it, and digests and log tags that name a caller
-//! without holding its key.
+//! request that carried it; the per-caller pool every tool family keeps its
+//! per-key state in; and digests and log tags that name a caller without
+//! holding its key.
 //!
 //! Used by every tool family and by the HTTP transport; it imports neither.
+
+use std::hash::Hash;
+use std::sync::Mutex;
 
 use http::HeaderMap;
 use rmcp::model::Extensions;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
+use super::recent::Recent;
 use super::{ToolError, ToolErrorCode};
 use crate::client::API_KEY_HEADER;
 
@@ -99,13 +104,35 @@ pub(crate) fn key_digest(key: &SecretString) -> [u8; 32] {
     hasher.finalize().into()
 }
 
+/// A caller's key with its [`caller_hash`], worked out once per HTTP
+/// request by the transport (a request extension) so that the tools and
+/// the per-caller pools neither read the header again nor hash the key.
+#[derive(Clone)]
+pub(crate) struct CallerKey {
+    pub(crate) key: SecretString,
+    pub(crate) hash: u64,
+}
+
+impl CallerKey {
+    pub(crate) fn new(key: SecretString) -> Self {
+        let hash = caller_hash(&key);
+        CallerKey { key, hash }
+    }
+}
+
+impl std::fmt::Debug for CallerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallerKey").finish_non_exhaustive()
+    }
+}
+
 /// The key one tool call runs with.
 #[derive(Debug)]
 pub(crate) enum CallKey {
     /// The server's own configured key (stdio, or `--allow-server-key`).
     Configured,
     /// The key the caller sent.
-    Caller(SecretString),
+    Caller(CallerKey),
 }
 
 /// The key a call runs with under `policy`, one rule for every tool family:
@@ -123,7 +150,11 @@ pub(crate) fn call_key(policy: KeyPolicy, extensions: &Extensions) -> Result<Cal
         } => fallback_to_configured,
     };
     let key = match extensions.get::<http::request::Parts>() {
-        Some(parts) => key_from_headers(&parts.headers),
+        // Read by the transport already, or (a server run without it) here.
+        Some(parts) => match parts.extensions.get::<CallerKey>() {
+            Some(key) => Ok(Some(key.clone())),
+            None => key_from_headers(&parts.headers).map(|key| key.map(CallerKey::new)),
+        },
         None => Ok(None),
     };
     match key {
@@ -143,6 +174,111 @@ pub(crate) fn call_key(policy: KeyPolicy, extensions: &Extensions) -> Result<Cal
             .with_suggestion(format!(
                 "send one {API_KEY_HEADER} header with your project's API key, or none"
             ))),
+    }
+}
+
+/// Whether two keys are the same, in time that depends only on their
+/// lengths.
+fn same_key(a: &SecretString, b: &SecretString) -> bool {
+    let (a, b) = (a.expose_secret().as_bytes(), b.expose_secret().as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// One pooled value and the key it was built for.
+struct Pooled<V> {
+    key: SecretString,
+    value: V,
+}
+
+/// Per-caller values of one tool family (clients, caches): built for a
+/// caller key on first use and kept for the next calls with it.
+///
+/// A key's value starts in a small probation pool and moves to the main
+/// pool only once the upstream has accepted the key ([`CallerPool::promote`]),
+/// so made-up keys push out only each other, never a real caller's state.
+/// Each pool drops its least recently used entry when full. Entries are
+/// found by a slot the family chooses around the key's [`caller_hash`] and
+/// confirmed by comparing the key itself, so two keys never share a value.
+pub(crate) struct CallerPool<K, V> {
+    proven: Mutex<Recent<K, Pooled<V>>>,
+    unproven: Mutex<Recent<K, Pooled<V>>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain values; a poisoned map is still consistent.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<K, V> std::fmt::Debug for CallerPool<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallerPool").finish_non_exhaustive()
+    }
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> CallerPool<K, V> {
+    /// Room for `proven` accepted keys and `unproven` keys on probation.
+    pub(crate) fn new(proven: usize, unproven: usize) -> Self {
+        CallerPool {
+            proven: Mutex::new(Recent::new(proven)),
+            unproven: Mutex::new(Recent::new(unproven)),
+        }
+    }
+
+    /// The value for `key` in `slot`, built with `build` into the probation
+    /// pool on first use, and whether the key is still on probation.
+    ///
+    /// # Errors
+    /// `build`'s error; nothing is kept then.
+    pub(crate) fn get_or_build<E>(
+        &self,
+        slot: &K,
+        key: &SecretString,
+        build: impl FnOnce() -> Result<V, E>,
+    ) -> Result<(V, bool), E> {
+        if let Some(entry) = locked(&self.proven).get(slot)
+            && same_key(&entry.key, key)
+        {
+            return Ok((entry.value.clone(), false));
+        }
+        if let Some(entry) = locked(&self.unproven).get(slot)
+            && same_key(&entry.key, key)
+        {
+            return Ok((entry.value.clone(), true));
+        }
+        let value = build()?;
+        locked(&self.unproven).insert(
+            slot.clone(),
+            Pooled {
+                key: key.clone(),
+                value: value.clone(),
+            },
+        );
+        Ok((value, true))
+    }
+
+    /// Moves `key`'s `value` to the main pool once the upstream accepted the
+    /// key (kept there even if probation dropped it meanwhile).
+    pub(crate) fn promote(&self, slot: &K, key: &SecretString, value: V) {
+        locked(&self.unproven).remove(slot);
+        locked(&self.proven).insert(
+            slot.clone(),
+            Pooled {
+                key: key.clone(),
+                value,
+            },
+        );
+    }
+
+    /// Drops every pooled value.
+    pub(crate) fn clear(&self) {
+        locked(&self.proven).clear();
+        locked(&self.unproven).clear();
+    }
+
+    /// How many values each pool holds: (accepted, on probation).
+    #[cfg(test)]
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        (locked(&self.proven).len(), locked(&self.unproven).len())
     }
 }
 

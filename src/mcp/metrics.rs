@@ -6,7 +6,7 @@
 //! never a key, a digest of one, an address or anything else a caller
 //! chooses, so no caller can add series or be told apart.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
@@ -100,6 +100,28 @@ pub struct Metrics {
     /// Per [`HttpMethod`], its `http_requests` series for status 200 and
     /// its `http_request_duration_seconds` series.
     by_method: [OkHandles; HttpMethod::COUNT],
+    /// Per tool called so far, its `ok` and duration series.
+    tools: RwLock<Vec<ToolMetrics>>,
+}
+
+/// The series one tool's calls update, with the tool's name.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolMetrics {
+    name: Arc<str>,
+    ok: Counter,
+    seconds: Histogram,
+}
+
+impl ToolMetrics {
+    /// The tool's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    // Plain handles; a poisoned list is still consistent.
+    lock.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for Metrics {
@@ -175,6 +197,7 @@ impl Metrics {
             connections,
             sessions,
             by_method: Default::default(),
+            tools: RwLock::new(Vec::new()),
         }
     }
 
@@ -186,20 +209,50 @@ impl Metrics {
         text
     }
 
-    /// Records one tool call; `tool` must be a name the server serves (or
-    /// `"unknown"`), `outcome` `"ok"` or an error code.
-    pub(crate) fn tool_call(&self, tool: &str, outcome: &'static str, seconds: f64) {
-        self.tool_calls
-            .get_or_create(&ToolLabels {
-                tool: tool.to_owned(),
-                outcome,
-            })
-            .inc();
-        self.tool_seconds
-            .get_or_create(&ToolName {
-                tool: tool.to_owned(),
-            })
-            .observe(seconds);
+    /// The series of calls to `tool`, which must be a name the server
+    /// serves (or `"unknown"`): looked up in their families on the tool's
+    /// first call and kept (one entry per tool served).
+    pub(crate) fn tool(&self, tool: &str) -> ToolMetrics {
+        if let Some(found) = read(&self.tools).iter().find(|t| &*t.name == tool) {
+            return found.clone();
+        }
+        let mut tools = self.tools.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = tools.iter().find(|t| &*t.name == tool) {
+            return found.clone();
+        }
+        let handles = ToolMetrics {
+            name: Arc::from(tool),
+            ok: self
+                .tool_calls
+                .get_or_create(&ToolLabels {
+                    tool: tool.to_owned(),
+                    outcome: "ok",
+                })
+                .clone(),
+            seconds: self
+                .tool_seconds
+                .get_or_create(&ToolName {
+                    tool: tool.to_owned(),
+                })
+                .clone(),
+        };
+        tools.push(handles.clone());
+        handles
+    }
+
+    /// Records one call to `tool`; `outcome` is `"ok"` or an error code.
+    pub(crate) fn tool_call(&self, tool: &ToolMetrics, outcome: &'static str, seconds: f64) {
+        if outcome == "ok" {
+            tool.ok.inc();
+        } else {
+            self.tool_calls
+                .get_or_create(&ToolLabels {
+                    tool: tool.name.to_string(),
+                    outcome,
+                })
+                .inc();
+        }
+        tool.seconds.observe(seconds);
     }
 
     /// Records a tool call that failed upstream.
@@ -286,5 +339,25 @@ mod tests {
             text.contains("nexus_mcp_http_request_duration_seconds_count{method=\"POST\"} 3"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn tool_calls_count_through_the_kept_handles_by_outcome() {
+        let metrics = Metrics::new();
+        let query = metrics.tool("query");
+        metrics.tool_call(&query, "ok", 0.002);
+        metrics.tool_call(&metrics.tool("query"), "ok", 0.002);
+        metrics.tool_call(&metrics.tool("query"), "TIMEOUT", 0.002);
+        metrics.tool_call(&metrics.tool("count"), "ok", 0.002);
+        let text = metrics.render();
+        for line in [
+            "nexus_mcp_tool_calls_total{tool=\"query\",outcome=\"ok\"} 2",
+            "nexus_mcp_tool_calls_total{tool=\"query\",outcome=\"TIMEOUT\"} 1",
+            "nexus_mcp_tool_calls_total{tool=\"count\",outcome=\"ok\"} 1",
+            "nexus_mcp_tool_call_duration_seconds_count{tool=\"query\"} 3",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert_eq!(read(&metrics.tools).len(), 2);
     }
 }

@@ -212,13 +212,14 @@ impl ServerHandler for NexusMcp {
                 .pinecone
                 .as_ref()
                 .is_some_and(|p| p.has_tool(&request.name));
-        let tool = if served {
-            request.name.to_string()
-        } else {
-            "unknown".to_owned()
-        };
+        let tool = self
+            .metrics
+            .tool(if served { &request.name } else { "unknown" });
         let identity = log_identity(&context.extensions);
-        let (family, result) = self.route_call(request, context).await;
+        // Boxed: rmcp moves the future of this call several times before it
+        // runs (into its instrumented, spawned task), and a pointer moves
+        // cheaply where the families' futures, kilobytes each, do not.
+        let (family, result) = Box::pin(self.route_call(request, context)).await;
         let outcome = outcome(&result);
         let seconds = start.elapsed().as_secs_f64();
         self.metrics.tool_call(&tool, outcome, seconds);
@@ -229,7 +230,7 @@ impl ServerHandler for NexusMcp {
             target: "nexus_mcp::access",
             request_id = %identity.request_id,
             caller = %identity.caller,
-            tool = %tool,
+            tool = tool.name(),
             outcome,
             duration_ms = start.elapsed().as_millis() as u64,
             "tool call"

@@ -28,8 +28,8 @@ use super::options::MAX_REQUEST_BODY_BYTES;
 use super::refusals::{Reason, Refusals};
 use super::sessions::{Full, Sessions};
 use crate::mcp::caller::{
-    CallerTag, LogIdentity, REQUEST_ID_HEADER, RequestId, caller_hash, key_digest,
-    key_from_headers, tag_of,
+    CallerKey, CallerTag, LogIdentity, REQUEST_ID_HEADER, RequestId, key_digest, key_from_headers,
+    tag_of,
 };
 use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
 use crate::mcp::metrics::{HttpMethod, Metrics};
@@ -150,14 +150,19 @@ impl Guard {
                 return (response, CallerTag::Invalid);
             }
         };
-        // Sessions are bound to the key's digest; budgets and logs need only
-        // a cheaper per-process hash.
+        // Sessions are bound to the key's digest; budgets, logs and the
+        // tools' per-caller pools need only a cheaper per-process hash,
+        // worked out here once (the tools read it from the request).
         let owner = match &self.sessions {
             Some(_) => key.as_ref().map(key_digest),
             None => None,
         };
-        let hash = key.as_ref().map(caller_hash);
-        drop(key);
+        let hash = key.map(|key| {
+            let key = CallerKey::new(key);
+            let hash = key.hash;
+            request.extensions_mut().insert(key);
+            hash
+        });
         let tag = hash.map_or(CallerTag::Keyless, tag_of);
         request.extensions_mut().insert(LogIdentity {
             request_id,

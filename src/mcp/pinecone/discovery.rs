@@ -8,8 +8,7 @@ use super::client::{PineconeClient, PineconeResult};
 use super::config::{NamespaceDecl, SourceConfig};
 use super::manifest;
 
-/// Namespace that holds the schema manifest; never offered to agents.
-pub const RESERVED_NAMESPACE: &str = "_mcp_config";
+pub use super::manifest::RESERVED_NAMESPACE;
 /// Records sampled per namespace to infer metadata fields.
 const SAMPLE_SIZE: u32 = 5;
 /// Dimension used when the stats omit it.

@@ -6,8 +6,9 @@ use serde_json::Value;
 
 use super::client::PineconeClient;
 use super::config::{NamespaceDecl, SourceConfig, parse_namespace_decls};
-use super::discovery::RESERVED_NAMESPACE;
 
+/// Namespace that holds the schema manifest; never offered to agents.
+pub const RESERVED_NAMESPACE: &str = "_mcp_config";
 /// Record id of the manifest.
 pub const MANIFEST_ID: &str = "schema_manifest";
 

@@ -16,11 +16,13 @@
 //!   their cache, source resolution.
 //! - `search`, `fusion`, `documents`, `format`: retrieval and result shaping.
 //! - `router`, `suggest`, `gate`, `urls`: routing, suggestions, suggest-flow, URLs.
-//! - `args`, `output`, `tools`, `server`: the MCP surface.
+//! - `args`, `output`, `calls`, `tools`, `server`: the MCP surface (`calls`
+//!   does each tool's work, `tools` defines the tools).
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod args;
 pub mod cache;
+mod calls;
 pub mod check;
 pub mod client;
 pub mod config;

@@ -1,7 +1,7 @@
 //! [`PineconeServer`]: the MCP handler of the Pinecone tools, usable alone
 //! or delegated to by a handler that serves other tool families too.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -14,8 +14,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::mcp::caller::{CallKey, call_key, key_digest};
-use crate::mcp::recent::Recent;
+use crate::mcp::caller::{CallKey, CallerKey, CallerPool, call_key};
 use crate::mcp::{KeyPolicy, ToolError};
 
 use super::args::{
@@ -50,16 +49,13 @@ const CALLER_CAPACITY: usize = 64;
 /// from the accepted ones: made-up keys push out only each other.
 const UNPROVEN_CAPACITY: usize = 16;
 
-/// The states of recent callers, keyed by a digest of their key (never the
-/// key itself). A new key's state starts in the smaller unproven pool and
-/// moves to the main one once Pinecone answered one of its calls with
-/// success; in each pool the least recently used is dropped when full. Each
-/// caller has its own clients, discovery caches and suggest-flow gate, so
-/// nothing crosses from one key to another.
+/// The states of recent callers, in a [`CallerPool`]: a new key's state
+/// starts on probation and joins the main pool once Pinecone answered one
+/// of its calls with success. Each caller has its own clients, discovery
+/// caches and suggest-flow gate, so nothing crosses from one key to another.
 struct Callers {
     http: reqwest::Client,
-    entries: Mutex<Recent<[u8; 32], Arc<State>>>,
-    unproven: Mutex<Recent<[u8; 32], Arc<State>>>,
+    pool: CallerPool<u64, Arc<State>>,
 }
 
 impl std::fmt::Debug for Callers {
@@ -68,52 +64,38 @@ impl std::fmt::Debug for Callers {
     }
 }
 
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Plain values; a poisoned map is still consistent.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Callers {
-    /// The state of the caller with `key` (its digest), built from `base`
-    /// on first use; `true` when it is still unproven.
-    fn state_for(&self, key: &secrecy::SecretString, base: &State) -> ([u8; 32], Arc<State>, bool) {
-        let digest = key_digest(key);
-        if let Some(state) = locked(&self.entries).get(&digest) {
-            return (digest, Arc::clone(state), false);
-        }
-        let mut unproven = locked(&self.unproven);
-        if let Some(state) = unproven.get(&digest) {
-            return (digest, Arc::clone(state), true);
-        }
-        let mut config = base.config.clone();
-        for source in &mut config.sources {
-            source.api_key = key.clone();
-        }
-        let state = Arc::new(State {
-            registry: Registry::new(&config, &self.http),
-            gate: Gate::new(config.suggest_flow, config.cache_ttl),
-            urls: Arc::clone(&base.urls),
-            config,
+    /// The state of the caller with `key`, built from `base` on first use;
+    /// `true` when its key is still unproven.
+    fn state_for(&self, key: &CallerKey, base: &State) -> (Arc<State>, bool) {
+        let built = self.pool.get_or_build(&key.hash, &key.key, || {
+            let mut config = base.config.clone();
+            for source in &mut config.sources {
+                source.api_key = key.key.clone();
+            }
+            Ok::<_, std::convert::Infallible>(Arc::new(State {
+                registry: Registry::new(&config, &self.http),
+                gate: Gate::new(config.suggest_flow, config.cache_ttl),
+                urls: Arc::clone(&base.urls),
+                config,
+            }))
         });
-        unproven.insert(digest, Arc::clone(&state));
-        (digest, state, true)
+        match built {
+            Ok(built) => built,
+            Err(never) => match never {},
+        }
     }
 
     /// Moves an unproven caller's state to the main pool once Pinecone has
     /// accepted its key.
-    fn promote_if_accepted(&self, digest: [u8; 32], state: &Arc<State>) {
-        if !state.registry.all().iter().any(|s| s.client.key_accepted()) {
-            return;
-        }
-        let taken = locked(&self.unproven).remove(&digest);
-        if let Some(state) = taken {
-            locked(&self.entries).insert(digest, state);
+    fn promote_if_accepted(&self, key: &CallerKey, state: &Arc<State>) {
+        if state.registry.all().iter().any(|s| s.client.key_accepted()) {
+            self.pool.promote(&key.hash, &key.key, Arc::clone(state));
         }
     }
 
     fn clear(&self) {
-        locked(&self.entries).clear();
-        locked(&self.unproven).clear();
+        self.pool.clear();
     }
 }
 
@@ -191,8 +173,7 @@ impl PineconeServer {
             keys: KeyPolicy::Configured,
             callers: Arc::new(Callers {
                 http,
-                entries: Mutex::new(Recent::new(CALLER_CAPACITY)),
-                unproven: Mutex::new(Recent::new(UNPROVEN_CAPACITY)),
+                pool: CallerPool::new(CALLER_CAPACITY, UNPROVEN_CAPACITY),
             }),
             tool_router: Arc::new(tool_router),
         }
@@ -349,9 +330,9 @@ impl PineconeServer {
         let server = match caller {
             None => self,
             Some(key) => {
-                let (digest, state, fresh) = self.callers.state_for(&key, &self.state);
+                let (state, fresh) = self.callers.state_for(&key, &self.state);
                 if fresh {
-                    unproven = Some((digest, Arc::clone(&state)));
+                    unproven = Some((key, Arc::clone(&state)));
                 }
                 scoped = PineconeServer {
                     state,
@@ -362,8 +343,8 @@ impl PineconeServer {
         };
         let tcc = ToolCallContext::new(server, request, context);
         let result = self.tool_router.call(tcc).await;
-        if let Some((digest, state)) = unproven {
-            self.callers.promote_if_accepted(digest, &state);
+        if let Some((key, state)) = unproven {
+            self.callers.promote_if_accepted(&key, &state);
         }
         result
     }

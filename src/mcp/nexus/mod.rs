@@ -1,0 +1,434 @@
+//! The Nexus tools: `list_contexts`, `query_context` and `get_query`.
+//!
+//! They have the names, arguments and result shapes of Nexus's hosted MCP
+//! server, plus `wait_seconds` on `get_query`. Every result carries the JSON
+//! both as a text block and as `structuredContent` described by the tool's
+//! `outputSchema`; every failure is a tool result with `isError: true` and a
+//! [`ToolError`] body, which that schema also admits.
+//!
+//! # Deadlines and cancellation
+//!
+//! Every Nexus call a tool makes has a deadline ([`DEFAULT_CALL_TIMEOUT`],
+//! see [`NexusServer::with_call_timeout`]); `get_query` may take that plus
+//! its `wait_seconds`. A passed deadline is a `TIMEOUT` tool error. Each call
+//! also races the request's cancellation token: a cancelled call stops at
+//! once, and a cancelled `query_context` either sends no turn or cancels the
+//! turn it started.
+//!
+//! # Arguments are validated here, not by serde
+//!
+//! The tools take their arguments as a raw JSON object and check each field
+//! themselves. A typed `Parameters<T>` would turn a wrong type (a number for
+//! `question`, a string for `wait_seconds`) into rmcp's own error text, which
+//! names no field; here every schema-level problem becomes a `VALIDATION`
+//! error with `field` set, like any other bad input. The advertised
+//! `inputSchema` still comes from the typed argument structs below.
+
+//!
+//! # Layout
+//! - `shapes`: the argument and result types (the advertised schemas) and
+//!   how results are encoded.
+//! - `checks`: argument checks.
+//! - `errors`: SDK errors as tool errors.
+//! - `pool`: the HTTP and Nexus clients of callers' calls.
+//! - `progress`: `get_query`'s progress notifications.
+
+mod checks;
+mod errors;
+mod pool;
+mod progress;
+mod shapes;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::time::Duration;
+
+use rmcp::handler::server::common::schema_for_empty_input;
+use rmcp::handler::server::tool::ToolRouter;
+use rmcp::model::{CallToolResult, JsonObject, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+
+use self::checks::{optional_wait, required_id, required_str};
+use self::errors::{Subject, nexus_error, not_queryable};
+use self::pool::{CallClient, CallerHttp};
+use self::progress::StepProgress;
+use self::shapes::{GetQueryArgs, QueryContextArgs, failure, input_schema, output_schema, success};
+use super::caller::{CallKey, call_key};
+use super::tool_error::ToolError;
+use crate::Client;
+
+pub use self::checks::MAX_WAIT_SECONDS;
+pub use self::shapes::{CitationSummary, ContextList, ContextSummary, QueryOutcome, QueryStarted};
+pub use super::caller::KeyPolicy;
+
+/// The longest question accepted, in characters.
+pub const MAX_QUESTION_CHARS: usize = 32 * 1024;
+/// Default deadline of one Nexus call made by a tool.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// First and longest pause between two polls while `get_query` waits.
+const POLL_FIRST: Duration = Duration::from_millis(200);
+const POLL_MAX: Duration = Duration::from_secs(2);
+
+/// The guide sent as the server's MCP `instructions`.
+pub const INSTRUCTIONS: &str = "Ask questions of Pinecone Nexus knowledge contexts. \
+Flow: 1) call list_contexts to see the contexts and whether each is `queryable`; \
+2) call query_context with a queryable context's slug and a question: it starts the \
+turn and returns a query_id at once; 3) call get_query with that query_id until \
+`status` is completed, failed or cancelled (pass wait_seconds, up to 60, to wait \
+server-side instead of polling). The answer and its citations are in the completed result.";
+
+/// The MCP server of the Nexus tools. Clones share the client.
+#[derive(Clone)]
+pub struct NexusServer {
+    client: Client,
+    caller_http: std::sync::Arc<CallerHttp>,
+    keys: KeyPolicy,
+    call_timeout: Duration,
+    tool_router: ToolRouter<Self>,
+}
+
+impl fmt::Debug for NexusServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NexusServer")
+            .field("client", &self.client)
+            .field("keys", &self.keys)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The tools.
+
+#[tool_router]
+impl NexusServer {
+    /// `list_contexts`: every context with whether it can be queried now.
+    #[tool(
+        name = "list_contexts",
+        description = "List the Nexus contexts of this project. Returns an array of \
+            {slug, name, id, description, queryable, is_curating, is_optimizing, \
+            last_curated_at, last_optimized_at}. Only contexts with queryable=true can be \
+            passed to query_context; a search context becomes queryable once it has been curated.",
+        input_schema = schema_for_empty_input(),
+        output_schema = output_schema::<ContextList>(),
+        annotations(
+            title = "List Nexus contexts",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn list_contexts(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        match until_cancelled(&ctx.ct, self.run_list_contexts(&ctx)).await {
+            Ok(list) => success(&list.contexts, &list),
+            Err(e) => failure(e),
+        }
+    }
+
+    /// `query_context`: starts a background turn.
+    #[tool(
+        name = "query_context",
+        description = "Ask a question of one Nexus context. Starts the query turn in the \
+            background and returns at once {query_id, status, model}; the answer is not in \
+            this result. Then call get_query with the query_id (optionally with wait_seconds) \
+            until status is completed, failed or cancelled. `context` is a slug from \
+            list_contexts whose queryable is true; `question` must not be empty.",
+        input_schema = input_schema::<QueryContextArgs>(),
+        output_schema = output_schema::<QueryStarted>(),
+        // Each call starts a new, billed turn: not read-only, not idempotent.
+        annotations(
+            title = "Ask a Nexus context",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = true
+        )
+    )]
+    async fn query_context(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        match self.run_query_context(&args, &ctx).await {
+            Ok(started) => success(&started, &started),
+            Err(e) => failure(e),
+        }
+    }
+
+    /// `get_query`: the state of a turn, optionally after waiting for it to end.
+    #[tool(
+        name = "get_query",
+        description = "Get the result of a query turn started by query_context. Returns \
+            {query_id, answer, output_json, citations, model, status, error}. answer is null \
+            until status is completed; while status is in_progress call again (or pass \
+            wait_seconds from 0 to 60 to wait server-side; progress notifications then carry \
+            the turn's step commentary). failed and cancelled turns explain why in error.",
+        input_schema = input_schema::<GetQueryArgs>(),
+        output_schema = output_schema::<QueryOutcome>(),
+        annotations(
+            title = "Get a Nexus query result",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn get_query(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        match until_cancelled(&ctx.ct, self.run_get_query(&args, &ctx)).await {
+            Ok(outcome) => success(&outcome, &outcome),
+            Err(e) => failure(e),
+        }
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for NexusServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(super::implementation())
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+impl NexusServer {
+    /// Tools that call Nexus with `client`, using its key for every call.
+    pub fn new(client: Client) -> Self {
+        NexusServer {
+            client,
+            caller_http: std::sync::Arc::new(CallerHttp::new()),
+            keys: KeyPolicy::Configured,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Sets the deadline of each Nexus call a tool makes (default
+    /// [`DEFAULT_CALL_TIMEOUT`]); `get_query` may wait this plus its
+    /// `wait_seconds`. A zero duration is raised to 1 ms.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The deadline of each Nexus call a tool makes.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// Runs one Nexus call under the call deadline.
+    fn nexus<'a, T: 'a>(
+        &'a self,
+        subject: Subject<'a>,
+        call: impl Future<Output = crate::Result<T>> + 'a,
+    ) -> impl Future<Output = Result<T, ToolError>> + 'a {
+        self.nexus_within(self.call_timeout, subject, call)
+    }
+
+    /// Runs one Nexus call under `deadline`.
+    ///
+    /// The call is boxed here, once: an SDK call's future is kilobytes, and
+    /// each future awaiting it by value (this one, the tool's, rmcp's boxed
+    /// handler) would hold, and move, a copy of it otherwise.
+    fn nexus_within<'a, T: 'a>(
+        &'a self,
+        deadline: Duration,
+        subject: Subject<'a>,
+        call: impl Future<Output = crate::Result<T>> + 'a,
+    ) -> impl Future<Output = Result<T, ToolError>> + 'a {
+        let call = Box::pin(call);
+        async move {
+            match tokio::time::timeout(deadline, call).await {
+                Ok(result) => result.map_err(|e| nexus_error(e, subject)),
+                Err(_) => Err(ToolError::timeout("Nexus", deadline)),
+            }
+        }
+    }
+
+    /// The key policy the tools follow.
+    pub fn key_policy(&self) -> KeyPolicy {
+        self.keys
+    }
+
+    /// The configured client (its base URL and connection pool).
+    pub(crate) fn configured_client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Sets where each call's credentials come from (default
+    /// [`KeyPolicy::Configured`]).
+    pub fn with_key_policy(mut self, keys: KeyPolicy) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The definitions of the tools this server serves.
+    pub fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.tool_router.list_all()
+    }
+
+    /// Whether this server serves a tool named `name`.
+    pub fn has_tool(&self, name: &str) -> bool {
+        self.tool_router.has_route(name)
+    }
+
+    /// The client for one call, following the key policy.
+    fn client_for(&self, ctx: &RequestContext<RoleServer>) -> Result<CallClient, ToolError> {
+        match call_key(self.keys, &ctx.extensions)? {
+            CallKey::Configured => Ok(CallClient {
+                client: self.client.clone(),
+                unproven: None,
+            }),
+            CallKey::Caller(key) => self
+                .caller_http
+                .client(&self.client, key)
+                .map_err(|e| nexus_error(e, Subject::None)),
+        }
+    }
+
+    async fn run_list_contexts(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ContextList, ToolError> {
+        let mut call = self.client_for(ctx)?;
+        let contexts = self
+            .nexus(Subject::None, call.client.contexts().list())
+            .await?;
+        self.caller_http.accepted(&mut call);
+        Ok(ContextList {
+            contexts: contexts.iter().map(ContextSummary::from).collect(),
+        })
+    }
+
+    async fn run_query_context(
+        &self,
+        args: &JsonObject,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<QueryStarted, ToolError> {
+        let slug = required_id(args, "context")?;
+        let question = required_str(args, "question")?;
+        if question.trim().is_empty() {
+            return Err(ToolError::validation(
+                "question",
+                "question must not be empty",
+            ));
+        }
+        if question.chars().count() > MAX_QUESTION_CHARS {
+            return Err(ToolError::validation(
+                "question",
+                format!("question is longer than {MAX_QUESTION_CHARS} characters"),
+            ));
+        }
+        let mut call = self.client_for(ctx)?;
+        // Until the turn is sent, cancelling simply stops here.
+        let context = until_cancelled(
+            &ctx.ct,
+            self.nexus(Subject::Context(slug), call.client.contexts().get(slug)),
+        )
+        .await?;
+        self.caller_http.accepted(&mut call);
+        let client = call.client;
+        if !context.is_queryable() {
+            return Err(not_queryable(&context));
+        }
+        let session = client
+            .session([context.slug.as_str()])
+            .build()
+            .map_err(|e| nexus_error(e, Subject::Context(slug)))?;
+        if ctx.ct.is_cancelled() {
+            return Err(ToolError::cancelled());
+        }
+        // Once sent, the request is not abandoned on cancellation (its query
+        // id would be lost with a turn running); it finishes, and the turn is
+        // then cancelled.
+        let handle = self
+            .nexus(Subject::Context(slug), session.ask(question).background())
+            .await?;
+        let query = handle.last_seen();
+        if ctx.ct.is_cancelled() {
+            tracing::debug!(query_id = %query.id, "request cancelled: cancelling the turn it started");
+            if let Err(e) = self
+                .nexus(
+                    Subject::Query(&query.id),
+                    client.queries().cancel(&query.id),
+                )
+                .await
+            {
+                tracing::warn!(query_id = %query.id, error = %e, "could not cancel the turn of a cancelled request");
+            }
+            return Err(ToolError::cancelled());
+        }
+        tracing::debug!(query_id = %query.id, context = slug, "query turn started");
+        Ok(QueryStarted {
+            query_id: query.id.clone(),
+            status: query.status.clone(),
+            model: query.model.clone(),
+        })
+    }
+
+    async fn run_get_query(
+        &self,
+        args: &JsonObject,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<QueryOutcome, ToolError> {
+        let query_id = required_id(args, "query_id")?;
+        let wait = optional_wait(args)?;
+        let mut call = self.client_for(ctx)?;
+        let client = call.client.clone();
+        // The whole call ends by `wait + call_timeout`; each poll also has
+        // the call deadline, shortened to what is left of the whole.
+        let start = tokio::time::Instant::now();
+        let give_up = super::instant_after(start, wait.saturating_add(self.call_timeout));
+        let fetch = || async {
+            let left = give_up
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(self.call_timeout)
+                .max(Duration::from_millis(1));
+            self.nexus_within(
+                left,
+                Subject::Query(query_id),
+                client.queries().get(query_id),
+            )
+            .await
+        };
+        let mut query = fetch().await?;
+        self.caller_http.accepted(&mut call);
+        if wait.is_zero() || query.is_terminal() {
+            return Ok(QueryOutcome::from(&query));
+        }
+
+        let mut progress = ctx
+            .meta
+            .get_progress_token()
+            .map(|token| StepProgress::new(token, ctx.peer.clone()));
+        let deadline = start + wait;
+        let mut pause = POLL_FIRST;
+        loop {
+            if let Some(p) = progress.as_mut() {
+                p.report(&query.steps).await;
+            }
+            let now = tokio::time::Instant::now();
+            if query.is_terminal() || now >= deadline {
+                break;
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            query = fetch().await?;
+            pause = (pause * 3 / 2).min(POLL_MAX);
+        }
+        Ok(QueryOutcome::from(&query))
+    }
+}
+
+/// `work`, or `CANCELLED` as soon as `ct` is cancelled (dropping `work`).
+async fn until_cancelled<T>(
+    ct: &tokio_util::sync::CancellationToken,
+    work: impl Future<Output = Result<T, ToolError>>,
+) -> Result<T, ToolError> {
+    tokio::select! {
+        biased;
+        _ = ct.cancelled() => Err(ToolError::cancelled()),
+        result = work => result,
+    }
+}

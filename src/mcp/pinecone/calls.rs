@@ -1,0 +1,711 @@
+//! The Pinecone tools' work: argument checks in the documented order, then
+//! discovery, retrieval and shaping of the payload. `tools` wraps each in
+//! its MCP tool definition.
+
+use std::sync::Arc;
+
+use rmcp::handler::server::tool::{IntoCallToolResult, schema_for_output};
+use rmcp::model::{CallToolResponse, JsonObject};
+use schemars::JsonSchema;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::redact::redact;
+use crate::mcp::tool_error::with_error_branch;
+use crate::mcp::{ToolError, ToolErrorCode};
+
+use super::args::{
+    CountArgs, GenerateUrlsArgs, GuidedQueryArgs, KeywordSearchArgs, ListNamespacesArgs,
+    MetadataFilter, NamespaceRouterArgs, PreferredTool, Preset, QueryArgs, QueryDocumentsArgs,
+    SuggestQueryParamsArgs,
+};
+use super::discovery::NamespaceRow;
+use super::documents::reassemble;
+use super::failure::Failure;
+use super::filter::validate_filter;
+use super::format::{Enrich, row};
+use super::output::{
+    CountOutput, CountTool, DecisionTrace, Experimental, GenerateUrlsOutput, GuidedCount,
+    GuidedExperimental, GuidedQueryOutput, GuidedResult, KeywordSearchOutput, ListNamespacesOutput,
+    Mode, NamespaceEntry, NamespaceRouterOutput, QueryDocumentsOutput, QueryOutput, RerankStatus,
+    Status, SuggestQueryParamsOutput, UrlRow,
+};
+use super::router::{rank, recommend};
+use super::search::{self, SearchSpec};
+use super::server::PineconeServer;
+use super::sources::Source;
+use super::suggest::{FAST_FIELDS, SuggestedTool, suggest};
+
+/// Most records `generate_urls` accepts.
+const MAX_URL_RECORDS: usize = 500;
+/// Chunks fetched per wanted document by `query_documents`.
+const CHUNKS_PER_DOCUMENT: u32 = 50;
+/// Most chunks `query_documents` fetches.
+const MAX_DOCUMENT_CHUNKS: u32 = 500;
+/// Router rows shown in the `guided_query` trace.
+const TRACE_ROWS: usize = 3;
+
+const NAMESPACE_SUGGESTION: &str = "Use a namespace name from list_namespaces (trimmed).";
+
+/// A failed tool call, as returned by the tool functions.
+#[derive(Debug)]
+pub(crate) struct Failed(pub(super) ToolError);
+
+impl IntoCallToolResult for Failed {
+    fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
+        Ok(self.0.into_result().into())
+    }
+}
+
+pub(super) fn trimmed_required(
+    value: &str,
+    field: &str,
+    message: &str,
+    suggestion: Option<&str>,
+) -> Result<String, Failure> {
+    let value = value.trim();
+    if value.is_empty() {
+        let mut e = ToolError::validation(field, message);
+        if let Some(s) = suggestion {
+            e = e.with_suggestion(s);
+        }
+        return Err(e.into());
+    }
+    Ok(value.to_owned())
+}
+
+pub(super) fn namespace_arg(value: &str) -> Result<String, Failure> {
+    let namespace = trimmed_required(
+        value,
+        "namespace",
+        "namespace cannot be empty",
+        Some(NAMESPACE_SUGGESTION),
+    )?;
+    checked_namespace(namespace)
+}
+
+/// Refuses a namespace that would change a request path (`.`, `..`, `/`).
+pub(super) fn checked_namespace(namespace: String) -> Result<String, Failure> {
+    match super::client::check_namespace(&namespace) {
+        Ok(()) => Ok(namespace),
+        Err(why) => Err(ToolError::validation("namespace", why)
+            .with_suggestion(NAMESPACE_SUGGESTION)
+            .into()),
+    }
+}
+
+/// The `outputSchema` of a tool returning `T`, admitting a [`ToolError`] too.
+pub(super) fn output_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    with_error_branch((*schema_for_output::<T>()).clone())
+}
+
+/// `work`, or `CANCELLED` as soon as the request is cancelled: dropping
+/// `work` drops its in-flight Pinecone requests.
+pub(super) async fn until_cancelled<T>(
+    ct: &CancellationToken,
+    work: impl Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    tokio::select! {
+        biased;
+        _ = ct.cancelled() => Err(ToolError::cancelled().into()),
+        result = work => result,
+    }
+}
+
+pub(super) fn in_range(
+    field: &str,
+    value: Option<i64>,
+    default: u32,
+    min: u32,
+    max: u32,
+) -> Result<u32, Failure> {
+    match value {
+        None => Ok(default),
+        Some(v) if v >= i64::from(min) && v <= i64::from(max) => Ok(v as u32),
+        Some(_) => Err(ToolError::validation(
+            field,
+            format!("{field} must be an integer between {min} and {max}."),
+        )
+        .into()),
+    }
+}
+
+pub(super) fn filter_arg(filter: &Option<MetadataFilter>) -> Result<Option<Value>, Failure> {
+    match filter {
+        None => Ok(None),
+        Some(f) => {
+            validate_filter(f)
+                .map_err(|e| Failure::from(ToolError::validation(e.field, e.message)))?;
+            tracing::debug!(filter = ?f, "applying metadata filter");
+            Ok(Some(Value::Object(f.clone())))
+        }
+    }
+}
+
+pub(super) fn non_empty(fields: &Option<Vec<String>>) -> Option<Vec<String>> {
+    fields.clone().filter(|f| !f.is_empty())
+}
+
+pub(super) fn expires_at_iso(remaining: std::time::Duration) -> String {
+    let delta = chrono::Duration::from_std(remaining).unwrap_or_else(|_| chrono::Duration::zero());
+    (chrono::Utc::now() + delta).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl PineconeServer {
+    pub(super) fn failed(&self, failure: Failure, tool: &str, fallback: &str) -> Failed {
+        Failed(failure.into_tool_error(tool, fallback, self.state.config.error_details))
+    }
+
+    fn audit(&self, tool: &str, source: &Source) {
+        if self.state.registry.is_multi() {
+            tracing::info!(
+                tool,
+                source = source.name(),
+                "{tool} [source={}]",
+                source.name()
+            );
+        }
+    }
+
+    async fn resolve(&self, source: Option<&str>, namespace: &str) -> Result<&Source, Failure> {
+        self.state.registry.resolve(source, namespace).await
+    }
+
+    fn gate(&self, source: &Source, namespace: &str) -> Result<(), Failure> {
+        let key = self.state.registry.gate_key(source, namespace);
+        self.state
+            .gate
+            .check(&key, namespace)
+            .map_err(Failure::from)
+    }
+
+    fn shown(&self, source: &Source) -> Option<String> {
+        self.state.registry.shown(source).map(str::to_owned)
+    }
+
+    pub(super) async fn do_list_namespaces(
+        &self,
+        args: ListNamespacesArgs,
+    ) -> Result<ListNamespacesOutput, Failure> {
+        let source = self.state.registry.named(args.source.as_deref())?;
+        if let Some(s) = source {
+            tracing::info!("list_namespaces [source={}]", s.name());
+        }
+        let view = self.state.registry.namespaces(source).await?;
+        let namespaces: Vec<NamespaceEntry> = view
+            .rows
+            .into_iter()
+            .map(|r| NamespaceEntry {
+                name: r.name,
+                source: r.source,
+                record_count: r.record_count,
+                metadata_fields: r.metadata_fields,
+                schema_source: r.schema_source,
+                description: r.description,
+            })
+            .collect();
+        Ok(ListNamespacesOutput {
+            status: Status::Success,
+            cache_hit: view.cache_hit,
+            cache_ttl_seconds: view.remaining.as_secs(),
+            expires_at_iso: expires_at_iso(view.remaining),
+            count: namespaces.len(),
+            source_errors: (!view.source_errors.is_empty()).then_some(view.source_errors),
+            config_warnings: (!view.warnings.is_empty())
+                .then(|| view.warnings.iter().map(|w| redact(w)).collect()),
+            namespaces,
+        })
+    }
+
+    pub(super) async fn do_namespace_router(
+        &self,
+        args: NamespaceRouterArgs,
+    ) -> Result<NamespaceRouterOutput, Failure> {
+        let user_query = trimmed_required(
+            &args.user_query,
+            "user_query",
+            "user_query cannot be empty",
+            None,
+        )?;
+        let top_n = in_range("top_n", args.top_n, 3, 1, 5)? as usize;
+        let source = self.state.registry.named(args.source.as_deref())?;
+        if let Some(s) = source {
+            tracing::info!("namespace_router [source={}]", s.name());
+        }
+        let view = self.state.registry.namespaces(source).await?;
+        let mut ranked = rank(&user_query, &view.rows);
+        let recommended = recommend(&ranked).cloned();
+        ranked.truncate(top_n);
+        Ok(NamespaceRouterOutput {
+            status: Status::Success,
+            cache_hit: view.cache_hit,
+            user_query,
+            suggestions: ranked,
+            recommended_namespace: recommended.as_ref().map(|r| r.namespace.clone()),
+            recommended_source: recommended.and_then(|r| r.source),
+        })
+    }
+
+    pub(super) async fn do_suggest(
+        &self,
+        args: SuggestQueryParamsArgs,
+    ) -> Result<SuggestQueryParamsOutput, Failure> {
+        let user_query = trimmed_required(
+            &args.user_query,
+            "user_query",
+            "user_query cannot be empty",
+            None,
+        )?;
+        let namespace = namespace_arg(&args.namespace)?;
+        let registry = &self.state.registry;
+        let resolved = if registry.is_multi() {
+            Some(self.resolve(args.source.as_deref(), &namespace).await?)
+        } else {
+            registry.named(args.source.as_deref())?
+        };
+        let view = registry.namespaces(resolved).await?;
+        let row = find_row(&view.rows, &namespace, resolved);
+        let suggestion = suggest(row.map(|r| &r.metadata_fields), &user_query);
+        if suggestion.namespace_found
+            && let Some(source) = resolved.or_else(|| registry.default_source())
+        {
+            self.state.gate.mark(&registry.gate_key(source, &namespace));
+        }
+        Ok(SuggestQueryParamsOutput {
+            status: Status::Success,
+            cache_hit: view.cache_hit,
+            source: resolved.and_then(|s| self.shown(s)),
+            suggested_fields: suggestion.suggested_fields,
+            use_count_tool: suggestion.use_count_tool,
+            recommended_tool: suggestion.recommended_tool,
+            explanation: suggestion.explanation.to_owned(),
+            namespace_found: suggestion.namespace_found,
+        })
+    }
+
+    pub(super) async fn do_count(&self, args: CountArgs) -> Result<CountOutput, Failure> {
+        let namespace = namespace_arg(&args.namespace)?;
+        let text = trimmed_required(
+            &args.query_text,
+            "query_text",
+            "query_text cannot be empty",
+            None,
+        )?;
+        let filter = filter_arg(&args.metadata_filter)?;
+        let source = self.resolve(args.source.as_deref(), &namespace).await?;
+        self.gate(source, &namespace)?;
+        self.audit("count", source);
+        let spec = SearchSpec {
+            text: &text,
+            top_k: search::COUNT_TOP_K,
+            namespace: &namespace,
+            filter: filter.as_ref(),
+            fields: None,
+        };
+        let counted = search::count(source.indexes(), &spec).await?;
+        Ok(CountOutput {
+            status: Status::Success,
+            count: counted.count,
+            truncated: counted.truncated,
+            namespace,
+            source: self.shown(source),
+            metadata_filter: args.metadata_filter,
+        })
+    }
+
+    pub(super) async fn do_query(&self, args: QueryArgs) -> Result<QueryOutput, Failure> {
+        let text = trimmed_required(
+            &args.query_text,
+            "query_text",
+            "Query text cannot be empty",
+            None,
+        )?;
+        let filter = filter_arg(&args.metadata_filter)?;
+        let namespace = namespace_arg(&args.namespace)?;
+        let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
+        let source = self.resolve(args.source.as_deref(), &namespace).await?;
+        self.gate(source, &namespace)?;
+        self.audit("query", source);
+        let preset = args.preset.unwrap_or(Preset::Full);
+        let (mode, fields, rerank) = match preset {
+            Preset::Fast => (
+                Mode::QueryFast,
+                Some(
+                    non_empty(&args.fields)
+                        .unwrap_or_else(|| FAST_FIELDS.map(str::to_owned).to_vec()),
+                ),
+                false,
+            ),
+            Preset::Detailed => (
+                Mode::QueryDetailed,
+                non_empty(&args.fields),
+                args.use_reranking.unwrap_or(true),
+            ),
+            Preset::Full => (
+                Mode::Query,
+                non_empty(&args.fields),
+                args.use_reranking.unwrap_or(true),
+            ),
+        };
+        let spec = SearchSpec {
+            text: &text,
+            top_k,
+            namespace: &namespace,
+            filter: filter.as_ref(),
+            fields: fields.clone(),
+        };
+        let outcome = search::hybrid(source.indexes(), &spec, rerank).await?;
+        let shown = self.shown(source);
+        let results: Vec<_> = outcome
+            .hits
+            .iter()
+            .map(|h| row(h, outcome.reranked, shown.as_deref(), None))
+            .collect();
+        Ok(QueryOutput {
+            status: Status::Success,
+            mode,
+            query: args.query_text,
+            namespace,
+            source: shown,
+            metadata_filter: args.metadata_filter,
+            result_count: results.len(),
+            fields,
+            results,
+            experimental: Experimental::of(&outcome),
+        })
+    }
+
+    pub(super) async fn do_keyword(
+        &self,
+        args: KeywordSearchArgs,
+    ) -> Result<KeywordSearchOutput, Failure> {
+        let text = trimmed_required(
+            &args.query_text,
+            "query_text",
+            "Query text cannot be empty",
+            None,
+        )?;
+        let namespace = checked_namespace(trimmed_required(
+            &args.namespace,
+            "namespace",
+            "Namespace cannot be empty",
+            None,
+        )?)?;
+        let filter = filter_arg(&args.metadata_filter)?;
+        let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
+        let source = self.resolve(args.source.as_deref(), &namespace).await?;
+        self.audit("keyword_search", source);
+        let fields = non_empty(&args.fields);
+        let spec = SearchSpec {
+            text: &text,
+            top_k,
+            namespace: &namespace,
+            filter: filter.as_ref(),
+            fields: fields.clone(),
+        };
+        let hits = search::keyword(source.indexes(), &spec).await?;
+        let shown = self.shown(source);
+        let results: Vec<_> = hits
+            .iter()
+            .map(|h| row(h, false, shown.as_deref(), None))
+            .collect();
+        Ok(KeywordSearchOutput {
+            status: Status::Success,
+            query: text,
+            namespace,
+            source: shown,
+            index: source.config.sparse_index_name.clone(),
+            metadata_filter: args.metadata_filter,
+            result_count: results.len(),
+            results,
+            fields,
+        })
+    }
+
+    pub(super) async fn do_query_documents(
+        &self,
+        args: QueryDocumentsArgs,
+    ) -> Result<QueryDocumentsOutput, Failure> {
+        let text = trimmed_required(
+            &args.query_text,
+            "query_text",
+            "query_text cannot be empty",
+            None,
+        )?;
+        let filter = filter_arg(&args.metadata_filter)?;
+        let namespace = namespace_arg(&args.namespace)?;
+        let top_k = in_range("top_k", args.top_k, 5, 1, 20)?;
+        let max_chunks = in_range(
+            "max_chunks_per_document",
+            args.max_chunks_per_document,
+            200,
+            1,
+            500,
+        )?;
+        let source = self.resolve(args.source.as_deref(), &namespace).await?;
+        self.gate(source, &namespace)?;
+        self.audit("query_documents", source);
+        let spec = SearchSpec {
+            text: &text,
+            top_k: (top_k * CHUNKS_PER_DOCUMENT).min(MAX_DOCUMENT_CHUNKS),
+            namespace: &namespace,
+            filter: filter.as_ref(),
+            fields: None,
+        };
+        let outcome = search::hybrid(source.indexes(), &spec, true).await?;
+        let documents = reassemble(&outcome.hits, top_k as usize, max_chunks as usize);
+        Ok(QueryDocumentsOutput {
+            status: Status::Success,
+            query: text,
+            namespace,
+            source: self.shown(source),
+            metadata_filter: args.metadata_filter,
+            result_count: documents.len(),
+            documents,
+            experimental: Experimental::of(&outcome),
+        })
+    }
+
+    pub(super) async fn do_guided(
+        &self,
+        args: GuidedQueryArgs,
+    ) -> Result<GuidedQueryOutput, Failure> {
+        let text = trimmed_required(
+            &args.user_query,
+            "user_query",
+            "user_query cannot be empty",
+            None,
+        )?;
+        let filter = filter_arg(&args.metadata_filter)?;
+        let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
+        let registry = &self.state.registry;
+        let named = registry.named(args.source.as_deref())?;
+        let view = registry.namespaces(named).await?;
+        let ranked = rank(&text, &view.rows);
+        let routed = recommend(&ranked).cloned();
+        let (namespace, source) = match args.namespace.as_deref() {
+            Some(raw) => {
+                let ns = checked_namespace(trimmed_required(
+                    raw,
+                    "namespace",
+                    "namespace cannot be empty",
+                    None,
+                )?)?;
+                let source = self.resolve(args.source.as_deref(), &ns).await?;
+                (ns, source)
+            }
+            None => {
+                let Some(pick) = routed.as_ref() else {
+                    if view.rows.is_empty() {
+                        return Err(ToolError::new(
+                            ToolErrorCode::PineconeError,
+                            "No namespace available. Please run list_namespaces and verify index data.",
+                            true,
+                        )
+                        .with_suggestion("Call list_namespaces to confirm the index has namespaces, then retry.")
+                        .into());
+                    }
+                    let candidates: Vec<&str> = ranked
+                        .iter()
+                        .take(TRACE_ROWS)
+                        .map(|r| r.namespace.as_str())
+                        .collect();
+                    return Err(ToolError::validation(
+                        "namespace",
+                        format!(
+                            "No namespace matches the question well enough to choose one. Candidates: {}.",
+                            candidates.join(", ")
+                        ),
+                    )
+                    .with_suggestion("Pass namespace explicitly (see namespace_router or list_namespaces).")
+                    .into());
+                };
+                let source = match pick.source.as_deref() {
+                    Some(s) => registry.named(Some(s))?,
+                    None => named,
+                };
+                let source = match source.or_else(|| registry.default_source()) {
+                    Some(s) => s,
+                    None => return Err(self.no_source()),
+                };
+                (pick.namespace.trim().to_owned(), source)
+            }
+        };
+        let Some(found) = find_row(&view.rows, &namespace, Some(source)) else {
+            return Err(ToolError::validation(
+                "namespace",
+                format!("Namespace \"{namespace}\" not found in cached namespaces. Call list_namespaces and retry."),
+            )
+            .with_suggestion("Use a namespace name returned by list_namespaces, then call list_namespaces again if the cache is stale.")
+            .into());
+        };
+        let suggestion = suggest(Some(&found.metadata_fields), &text);
+        let selected = match args.preferred_tool.unwrap_or_default() {
+            PreferredTool::Auto => suggestion.recommended_tool,
+            PreferredTool::Count => SuggestedTool::Count,
+            PreferredTool::Fast => SuggestedTool::Fast,
+            PreferredTool::Detailed => SuggestedTool::Detailed,
+            PreferredTool::Full => SuggestedTool::Full,
+        };
+        self.state.gate.mark(&registry.gate_key(source, &namespace));
+        self.audit("guided_query", source);
+        let enrich_urls = args.enrich_urls.unwrap_or(true);
+        let shown = self.shown(source);
+        let (result, rerank_status) = if selected == SuggestedTool::Count {
+            let spec = SearchSpec {
+                text: &text,
+                top_k: search::COUNT_TOP_K,
+                namespace: &namespace,
+                filter: filter.as_ref(),
+                fields: None,
+            };
+            let counted = search::count(source.indexes(), &spec).await?;
+            let result = GuidedResult::Count(GuidedCount {
+                tool: CountTool::Count,
+                namespace: namespace.clone(),
+                source: shown,
+                query: text.clone(),
+                metadata_filter: args.metadata_filter,
+                count: counted.count,
+                truncated: counted.truncated,
+            });
+            (result, RerankStatus::Skipped)
+        } else {
+            let fast = selected == SuggestedTool::Fast;
+            let fields = if !suggestion.suggested_fields.is_empty() {
+                Some(suggestion.suggested_fields.clone())
+            } else if fast {
+                Some(FAST_FIELDS.map(str::to_owned).to_vec())
+            } else {
+                None
+            };
+            let spec = SearchSpec {
+                text: &text,
+                top_k,
+                namespace: &namespace,
+                filter: filter.as_ref(),
+                fields: fields.clone(),
+            };
+            let outcome = search::hybrid(source.indexes(), &spec, !fast).await?;
+            let enrich = enrich_urls.then_some(Enrich {
+                urls: &self.state.urls,
+                namespace: &namespace,
+                source: self.state.registry.is_multi().then(|| source.name()),
+            });
+            let results: Vec<_> = outcome
+                .hits
+                .iter()
+                .map(|h| row(h, outcome.reranked, shown.as_deref(), enrich))
+                .collect();
+            let status = if fast {
+                RerankStatus::Skipped
+            } else {
+                RerankStatus::of(&outcome.rerank)
+            };
+            let result = GuidedResult::Query(QueryOutput {
+                status: Status::Success,
+                mode: match selected {
+                    SuggestedTool::Fast => Mode::QueryFast,
+                    SuggestedTool::Detailed => Mode::QueryDetailed,
+                    _ => Mode::Query,
+                },
+                query: text.clone(),
+                namespace: namespace.clone(),
+                source: shown,
+                metadata_filter: args.metadata_filter,
+                result_count: results.len(),
+                fields,
+                results,
+                experimental: Experimental::of(&outcome),
+            });
+            (result, status)
+        };
+        Ok(GuidedQueryOutput {
+            status: Status::Success,
+            result,
+            experimental: GuidedExperimental {
+                decision_trace: DecisionTrace {
+                    cache_hit: view.cache_hit,
+                    input_namespace: args.namespace,
+                    routed_namespace: routed.map(|r| r.namespace),
+                    selected_namespace: namespace,
+                    selected_source: (self.state.config.mode == super::config::SourceMode::Sources)
+                        .then(|| source.name().to_owned()),
+                    ranked_namespaces: ranked.into_iter().take(TRACE_ROWS).collect(),
+                    suggested_fields: suggestion.suggested_fields,
+                    suggested_tool: suggestion.recommended_tool,
+                    selected_tool: selected,
+                    explanation: suggestion.explanation.to_owned(),
+                    enrich_urls,
+                    rerank_status,
+                },
+            },
+        })
+    }
+
+    fn no_source(&self) -> Failure {
+        ToolError::new(
+            ToolErrorCode::Lifecycle,
+            "No Pinecone source is configured.",
+            false,
+        )
+        .into()
+    }
+
+    pub(super) async fn do_generate_urls(
+        &self,
+        args: GenerateUrlsArgs,
+    ) -> Result<GenerateUrlsOutput, Failure> {
+        let namespace = namespace_arg(&args.namespace)?;
+        if args.records.len() > MAX_URL_RECORDS {
+            return Err(ToolError::validation(
+                "records",
+                format!("records must contain at most {MAX_URL_RECORDS} items."),
+            )
+            .into());
+        }
+        let source = self.resolve(args.source.as_deref(), &namespace).await?;
+        let multi = self.state.registry.is_multi().then(|| source.name());
+        let results = args
+            .records
+            .into_iter()
+            .enumerate()
+            .map(|(index, record)| {
+                let metadata = match record.get("metadata") {
+                    Some(Value::Object(m)) => m.clone(),
+                    _ => record,
+                };
+                let resolution = self.state.urls.resolve(&namespace, &metadata, multi);
+                UrlRow {
+                    index,
+                    url: resolution.url,
+                    method: resolution.method,
+                    reason: resolution.reason,
+                    metadata,
+                }
+            })
+            .collect::<Vec<_>>();
+        Ok(GenerateUrlsOutput {
+            status: Status::Success,
+            namespace,
+            count: results.len(),
+            results,
+        })
+    }
+}
+
+/// The discovered row for `namespace`; in single-key mode rows carry no
+/// source and belong to the only source.
+pub(super) fn find_row<'a>(
+    rows: &'a [NamespaceRow],
+    namespace: &str,
+    source: Option<&Source>,
+) -> Option<&'a NamespaceRow> {
+    rows.iter().find(|r| {
+        r.name.trim() == namespace
+            && match (&r.source, source) {
+                (Some(row_source), Some(s)) => row_source == s.name(),
+                _ => true,
+            }
+    })
+}
