@@ -353,7 +353,7 @@ impl Error {
             Error::Api(e) if starts_turn(e.operation) => {
                 e.status == 429 || (e.status == 503 && e.retry_after.is_some())
             }
-            Error::Api(e) => crate::client::retry::is_retryable_status(e.status),
+            Error::Api(e) => is_retryable_status(e.status),
             Error::Transport {
                 operation, connect, ..
             } => *connect || !starts_turn(operation),
@@ -461,6 +461,16 @@ impl Error {
 }
 
 /// Whether the operation starts a query turn when the server receives it.
+/// Whether an HTTP status is worth retrying (for a request that may be repeated).
+pub(crate) fn is_retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500..=599)
+}
+
+/// Whole milliseconds, saturating.
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn starts_turn(operation: &str) -> bool {
     matches!(operation, "create_query" | "query_turn")
 }

@@ -49,6 +49,7 @@ pub mod client;
 pub mod error;
 pub mod query;
 pub mod resources;
+mod transport;
 
 #[cfg(feature = "local")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local")))]

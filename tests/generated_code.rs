@@ -23,8 +23,8 @@ const REGENERATE: &str = "NEXUS_REGENERATE=1 cargo test --test generated_code";
 const HAND_WRITTEN_OPS: &[&str] = &["upload_context_source"];
 
 /// progenitor always emits an empty hooks impl; `src/api/mod.rs` provides the
-/// crate's own, which routes every call through `client::Transport`.
-const EMPTY_HOOKS: &str = "impl ClientHooks<crate::client::Transport> for &Client {}";
+/// crate's own, which routes every call through the crate's transport.
+const EMPTY_HOOKS: &str = "impl ClientHooks<crate::transport::Transport> for &Client {}";
 
 #[test]
 fn generated_api_matches_spec() {
@@ -85,7 +85,7 @@ fn generate(spec_path: &Path) -> String {
         .with_tag(progenitor::TagStyle::Merged)
         .with_derive("PartialEq")
         .with_inner_type(
-            "crate::client::Transport"
+            "crate::transport::Transport"
                 .parse::<proc_macro2::TokenStream>()
                 .expect("inner type path is valid tokens"),
         );

@@ -10748,7 +10748,7 @@ Version: 2026-07*/
 pub struct Client {
     pub(crate) baseurl: String,
     pub(crate) client: reqwest::Client,
-    pub(crate) inner: crate::client::Transport,
+    pub(crate) inner: crate::transport::Transport,
 }
 impl Client {
     /// Create a new client.
@@ -10756,7 +10756,7 @@ impl Client {
     /// `baseurl` is the base URL provided to the internal
     /// `reqwest::Client`, and should include a scheme and hostname,
     /// as well as port and a path stem if applicable.
-    pub fn new(baseurl: &str, inner: crate::client::Transport) -> Self {
+    pub fn new(baseurl: &str, inner: crate::transport::Transport) -> Self {
         #[cfg(not(target_arch = "wasm32"))]
         let client = {
             let dur = ::std::time::Duration::from_secs(15u64);
@@ -10777,7 +10777,7 @@ impl Client {
     pub fn new_with_client(
         baseurl: &str,
         client: reqwest::Client,
-        inner: crate::client::Transport,
+        inner: crate::transport::Transport,
     ) -> Self {
         Self {
             baseurl: baseurl.to_string(),
@@ -10786,7 +10786,7 @@ impl Client {
         }
     }
 }
-impl ClientInfo<crate::client::Transport> for Client {
+impl ClientInfo<crate::transport::Transport> for Client {
     fn api_version() -> &'static str {
         "2026-07"
     }
@@ -10796,7 +10796,7 @@ impl ClientInfo<crate::client::Transport> for Client {
     fn client(&self) -> &reqwest::Client {
         &self.client
     }
-    fn inner(&self) -> &crate::client::Transport {
+    fn inner(&self) -> &crate::transport::Transport {
         &self.inner
     }
 }

@@ -12,6 +12,7 @@ use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
 use super::turn::QueryTurn;
 use super::wait::QueryWait;
 use crate::error::{Error, Result};
+use crate::resources::Queries;
 use crate::{Client, types};
 
 /// A turn that runs on the server while nothing reads its events: started
@@ -371,5 +372,48 @@ impl QueryTurn {
             None => QueryHandle::new(d.client, d.query, d.slot, d.config, d.span),
             Some(conn) => QueryHandle::unnamed(conn, d.query, d.slot, d.config, d.span),
         }
+    }
+}
+
+impl Queries<'_> {
+    /// A [`QueryHandle`](crate::QueryHandle) for a turn started anywhere
+    /// (another process, another client), learnt from `GET /queries/{id}`:
+    /// poll it, wait for it, cancel it, or read its events from the start
+    /// ([`QueryHandle::events`](crate::QueryHandle::events)) or after a
+    /// stored checkpoint
+    /// ([`QueryHandle::events_after`](crate::QueryHandle::events_after)).
+    ///
+    /// The handle belongs to no [`Session`](crate::Session) of this
+    /// process: to ask a follow-up, use
+    /// [`Session::resume`](crate::Session::resume) with its session id.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client, checkpoint: u64) -> nexus_knowql::Result<()> {
+    /// use futures::StreamExt;
+    /// let handle = client.queries().attach("q_123").await?;
+    /// let mut rest = handle.events_after(checkpoint).await?;
+    /// while let Some(event) = rest.next().await {
+    ///     let _ = event?;
+    /// }
+    /// let query = rest.finish().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Any [`Error`](crate::Error) of the call (404 for an unknown turn).
+    pub async fn attach(&self, id: &str) -> Result<QueryHandle> {
+        let span = TurnSpan::new("attach");
+        span.learn(Some(id), None);
+        let query = {
+            use tracing::Instrument;
+            self.get(id).instrument(span.span()).await?
+        };
+        Ok(QueryHandle::new(
+            self.client.clone(),
+            query,
+            None,
+            StreamConfig::default(),
+            span,
+        ))
     }
 }

@@ -469,7 +469,7 @@ pub(crate) async fn decode_query(
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| crate::client::map_reqwest(operation, e, None))?
+        .map_err(|e| crate::transport::map_reqwest(operation, e, None))?
     {
         if body.len().saturating_add(chunk.len()) > MAX_QUERY_BODY_BYTES {
             return Err(Error::ResponseTooLarge {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use backoff::backoff::Backoff;
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, millis};
 use crate::{Client, types};
 
 /// Percent-encodes one path segment.
@@ -105,11 +105,6 @@ pub(crate) async fn stored_terminal(
         }
         tokio::time::sleep(delay).await;
     }
-}
-
-/// Whole milliseconds, saturating.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -54,14 +54,13 @@ mod stream;
 mod turn;
 mod wait;
 
+pub(crate) use crate::error::millis;
 pub use background::QueryHandle;
 pub use builder::{MAX_TURN_SECONDS, TurnBuilder};
 pub use checkpoint::{Checkpoint, END_OF_TURN};
 pub use config::StreamConfig;
 pub use event::{QueryEvent, names};
-pub(crate) use fetch::millis;
 pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};
-pub(crate) use span::TurnSpan;
 pub use sse::DEFAULT_MAX_FRAME_BYTES;
 pub use turn::{QueryTurn, TextStream};
 pub use wait::QueryWait;

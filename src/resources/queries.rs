@@ -17,47 +17,6 @@ impl Queries<'_> {
             .await
     }
 
-    /// A [`QueryHandle`](crate::QueryHandle) for a turn started anywhere
-    /// (another process, another client), learnt from `GET /queries/{id}`:
-    /// poll it, wait for it, cancel it, or read its events from the start
-    /// ([`QueryHandle::events`](crate::QueryHandle::events)) or after a
-    /// stored checkpoint
-    /// ([`QueryHandle::events_after`](crate::QueryHandle::events_after)).
-    ///
-    /// The handle belongs to no [`Session`](crate::Session) of this
-    /// process: to ask a follow-up, use
-    /// [`Session::resume`](crate::Session::resume) with its session id.
-    ///
-    /// ```no_run
-    /// # async fn run(client: nexus_knowql::Client, checkpoint: u64) -> nexus_knowql::Result<()> {
-    /// use futures::StreamExt;
-    /// let handle = client.queries().attach("q_123").await?;
-    /// let mut rest = handle.events_after(checkpoint).await?;
-    /// while let Some(event) = rest.next().await {
-    ///     let _ = event?;
-    /// }
-    /// let query = rest.finish().await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// Any [`Error`](crate::Error) of the call (404 for an unknown turn).
-    pub async fn attach(&self, id: &str) -> Result<crate::QueryHandle> {
-        let span = crate::query::TurnSpan::new("attach");
-        span.learn(Some(id), None);
-        let query = {
-            use tracing::Instrument;
-            self.get(id).instrument(span.span()).await?
-        };
-        Ok(crate::QueryHandle::new(
-            self.client.clone(),
-            query,
-            None,
-            crate::StreamConfig::default(),
-            span,
-        ))
-    }
-
     /// `POST /queries/{id}/cancel`.
     ///
     /// # Errors

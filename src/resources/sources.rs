@@ -318,7 +318,7 @@ pub(crate) async fn collect_stream(
         .into_inner()
         .try_collect()
         .await
-        .map_err(|e| crate::client::map_reqwest(op, e, None))?;
+        .map_err(|e| crate::transport::map_reqwest(op, e, None))?;
     Ok(chunks.concat().into())
 }
 

@@ -151,7 +151,7 @@ impl<'c> Tasks<'c> {
             if started.elapsed().saturating_add(interval) > wait.timeout {
                 return Err(Error::Timeout {
                     operation: "get_task",
-                    elapsed_ms: crate::query::millis(started.elapsed()),
+                    elapsed_ms: crate::error::millis(started.elapsed()),
                 });
             }
             tokio::time::sleep(interval).await;

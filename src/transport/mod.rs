@@ -14,11 +14,16 @@ use reqwest::{Request, Response, StatusCode};
 use secrecy::ExposeSecret;
 use tracing::Instrument;
 
-use super::auth::{API_KEY_HEADER, Auth};
-use super::redirect::{self, RedirectRefused};
-use super::retry::{self, RetryPolicy};
-use super::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
-use crate::error::{Error, Result, snippet};
+pub(crate) mod auth;
+pub(crate) mod redirect;
+pub(crate) mod retry;
+pub(crate) mod version;
+
+use self::auth::{API_KEY_HEADER, Auth};
+use self::redirect::RedirectRefused;
+use self::retry::RetryPolicy;
+use self::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
+use crate::error::{Error, Result, millis, snippet};
 
 /// Header names that may carry the server's request id, in order of preference.
 const REQUEST_ID_HEADERS: &[&str] = &["x-request-id", "x-pinecone-request-id", "request-id"];
@@ -68,7 +73,13 @@ pub(crate) struct TransportInner {
     pub(crate) turn_timeout: Option<Duration>,
     /// The most bytes of one response body (event streams excepted).
     pub(crate) max_response_bytes: usize,
+    /// Reads the token out of a `POST /auth/login` answer.
+    pub(crate) login_token: fn(&[u8]) -> Option<String>,
 }
+
+/// Default total time for one ordinary request (not for event streams or a
+/// synchronous turn), and the bound on `POST /auth/login`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The default bound on one response body.
 pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
@@ -320,7 +331,7 @@ impl Transport {
                         && retry::retry_after(resp.headers())
                             .is_none_or(|d| d <= inner.retry.get_max_delay());
                     let may_retry = if idempotent {
-                        retry::is_retryable_status(status.as_u16())
+                        crate::error::is_retryable_status(status.as_u16())
                     } else {
                         unprocessed
                     };
@@ -440,7 +451,7 @@ impl Transport {
         let limit = self
             .inner
             .request_timeout
-            .unwrap_or(super::DEFAULT_REQUEST_TIMEOUT);
+            .unwrap_or(DEFAULT_REQUEST_TIMEOUT);
         let req = self
             .inner
             .http
@@ -461,9 +472,9 @@ impl Transport {
             ));
         }
         let bytes = bounded(resp, self.inner.max_response_bytes).bytes().await?;
-        match serde_json::from_slice::<crate::api::types::LoginResponse>(&bytes) {
-            Ok(login) => Ok(Ok(login.token)),
-            Err(_) => {
+        match (self.inner.login_token)(&bytes) {
+            Some(token) => Ok(Ok(token)),
+            None => {
                 // Present an undecodable login answer as a refused login.
                 let rebuilt = http_response(
                     StatusCode::UNAUTHORIZED,
@@ -505,7 +516,7 @@ impl Transport {
             .map_err(|e| {
                 let mut e = self.map_reqwest(operation, e);
                 if let Error::Timeout { elapsed_ms, .. } = &mut e {
-                    *elapsed_ms = crate::query::millis(started.elapsed());
+                    *elapsed_ms = millis(started.elapsed());
                 }
                 e
             })?;
@@ -535,12 +546,12 @@ impl Transport {
             Err(_) => {
                 tracing::warn!(
                     op = operation,
-                    limit_ms = crate::query::millis(limit),
+                    limit_ms = millis(limit),
                     "no response headers in time"
                 );
                 Err(Error::Timeout {
                     operation,
-                    elapsed_ms: crate::query::millis(limit),
+                    elapsed_ms: millis(limit),
                 })
             }
         }
@@ -609,40 +620,18 @@ impl Transport {
         map_reqwest(operation, err, self.inner.request_timeout)
     }
 
-    /// Maps an error of the generated client.
-    pub(crate) async fn map_generated<E: ErrorEnvelope>(
-        &self,
-        operation: &'static str,
-        err: progenitor_client::Error<E>,
-    ) -> Error {
-        use progenitor_client::Error as G;
-        match err {
-            G::InvalidRequest(msg) => Error::InvalidRequest(format!("{operation}: {msg}")),
-            G::CommunicationError(e) | G::ResponseBodyError(e) | G::InvalidUpgrade(e) => {
-                self.map_reqwest(operation, e)
-            }
-            G::ErrorResponse(rv) => {
-                let status = rv.status().as_u16();
-                let headers = rv.headers().clone();
-                let raw_marked = headers.contains_key(RAW_BODY_MARKER);
-                let (code, message) = rv.into_inner().into_parts();
-                let raw = raw_marked.then(|| message.clone());
-                self.error_from_parts(operation, status, &headers, code, message, raw)
-            }
-            G::InvalidResponsePayload(bytes, e) => Error::decode(operation, e, &bytes),
-            G::UnexpectedResponse(resp) => {
-                if resp.status().is_success() {
-                    let status = resp.status();
-                    let body = read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
-                        .await
-                        .unwrap_or_default();
-                    Error::decode(operation, format!("unexpected status {status}"), &body)
-                } else {
-                    self.error_from_response(operation, resp).await
-                }
-            }
-            G::Custom(msg) => Error::InvalidRequest(format!("{operation}: {msg}")),
-        }
+    /// Whether an error answer's body was rewritten into the envelope
+    /// because it was not one (its message is then the raw body).
+    pub(crate) fn is_raw_error_body(headers: &HeaderMap) -> bool {
+        headers.contains_key(RAW_BODY_MARKER)
+    }
+
+    /// The start of a body read for an error message (bounded in bytes and
+    /// time).
+    pub(crate) async fn read_error_body(&self, resp: Response) -> Vec<u8> {
+        read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
+            .await
+            .unwrap_or_default()
     }
 }
 
@@ -670,7 +659,7 @@ pub(crate) fn map_reqwest(
     if err.is_timeout() {
         return Error::Timeout {
             operation,
-            elapsed_ms: timeout.map_or(0, crate::query::millis),
+            elapsed_ms: timeout.map_or(0, millis),
         };
     }
     if err.is_decode() {
@@ -680,24 +669,6 @@ pub(crate) fn map_reqwest(
     // reqwest's error text may contain the URL, never headers; strip the URL
     // anyway in case a caller put a secret in a query string.
     Error::transport(operation, err.without_url(), connect)
-}
-
-/// The API's error envelope, whatever the generated error type is.
-pub(crate) trait ErrorEnvelope {
-    /// `(code, message)`.
-    fn into_parts(self) -> (Option<String>, String);
-}
-
-impl ErrorEnvelope for crate::api::types::Error {
-    fn into_parts(self) -> (Option<String>, String) {
-        (self.code, self.message)
-    }
-}
-
-impl ErrorEnvelope for () {
-    fn into_parts(self) -> (Option<String>, String) {
-        (None, String::new())
-    }
 }
 
 fn request_id(headers: &HeaderMap) -> Option<String> {

@@ -144,11 +144,6 @@ impl RetryPolicy {
     }
 }
 
-/// Whether an HTTP status is worth retrying (for a request that may be repeated).
-pub(crate) fn is_retryable_status(status: u16) -> bool {
-    matches!(status, 408 | 429 | 500..=599)
-}
-
 /// Whether a method may be sent twice without changing the outcome.
 pub(crate) fn is_idempotent(method: &reqwest::Method) -> bool {
     use reqwest::Method;
@@ -178,6 +173,7 @@ pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::is_retryable_status;
     use proptest::prelude::*;
 
     #[test]
