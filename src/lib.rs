@@ -49,6 +49,7 @@ pub mod client;
 pub mod error;
 pub mod query;
 pub mod resources;
+pub mod status;
 mod transport;
 
 #[cfg(feature = "local")]
@@ -68,6 +69,7 @@ pub use query::{
     QueryEvent, QueryHandle, QueryTurn, QueryWait, Session, SessionBuilder, StreamConfig,
     TextStream, TurnBuilder, WhenBusy,
 };
+pub use status::{QueryStatus, Rating, TaskStatus};
 
 /// The README's code blocks compile as doctests.
 #[cfg(doctest)]

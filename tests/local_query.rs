@@ -467,7 +467,7 @@ async fn trace_and_feedback_of_a_finished_turn() {
     assert!(trace.rollup.unwrap().total_hits > 0);
     client
         .queries()
-        .feedback(&q.id, true, Some("useful"))
+        .feedback(&q.id, nexus_knowql::Rating::Up, Some("useful"))
         .await
         .unwrap();
     let q = client.queries().get(&q.id).await.unwrap();

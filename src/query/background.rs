@@ -7,7 +7,7 @@ use tracing::Instrument;
 
 use super::checkpoint::{Checkpoint, END_OF_TURN};
 use super::slot::TurnSlot;
-use super::span::{TurnSpan, into_outcome};
+use super::span::TurnSpan;
 use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
 use super::turn::QueryTurn;
 use super::wait::QueryWait;
@@ -209,7 +209,7 @@ impl QueryHandle {
         loop {
             let query = self.get().await?;
             if query.is_terminal() {
-                return into_outcome(query);
+                return query.into_result();
             }
             let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
             if started.elapsed().saturating_add(delay) > wait.timeout {

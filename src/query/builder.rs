@@ -10,7 +10,7 @@ use tracing::Instrument;
 use super::background::QueryHandle;
 use super::session::{Session, WhenBusy};
 use super::slot::TurnSlot;
-use super::span::{TurnSpan, into_outcome};
+use super::span::TurnSpan;
 use super::stream::{EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, expect_event_stream};
 use super::turn::QueryTurn;
 use crate::error::{Error, Result};
@@ -351,7 +351,7 @@ impl TurnBuilder {
                 let mut handle =
                     QueryHandle::new(client, query, Some(slot), self.stream_config, span);
                 if handle.last_seen().is_terminal() {
-                    return into_outcome(handle.last_seen().clone());
+                    return handle.last_seen().clone().into_result();
                 }
                 return handle.wait().await;
             }

@@ -1,3 +1,4 @@
+use crate::status::Rating;
 use crate::{Client, Result, types};
 
 /// Stored query turns. Get one from [`Client::queries`].
@@ -40,12 +41,12 @@ impl Queries<'_> {
             .await
     }
 
-    /// `POST /queries/{id}/feedback` with `rating` `up` or `down`.
+    /// `POST /queries/{id}/feedback`: rates the answer, with an optional comment.
     ///
     /// # Errors
     /// [`Error::InvalidRequest`](crate::Error::InvalidRequest) for a comment
     /// the API would refuse; any error of the call.
-    pub async fn feedback(&self, id: &str, up: bool, comment: Option<&str>) -> Result<()> {
+    pub async fn feedback(&self, id: &str, rating: Rating, comment: Option<&str>) -> Result<()> {
         let comment = comment
             .map(|c| {
                 types::CreateQueryFeedbackBodyComment::try_from(c.to_owned())
@@ -54,7 +55,7 @@ impl Queries<'_> {
             .transpose()?;
         let body = types::CreateQueryFeedbackBody {
             comment,
-            rating: if up { "up" } else { "down" }.to_owned(),
+            rating: rating.to_string(),
         };
         self.client
             .call(

@@ -5,6 +5,7 @@ use futures::future::BoxFuture;
 
 use super::pages::{self, DEFAULT_MAX_ITEMS, DEFAULT_PAGE_SIZE, FetchFn, Fetched, Pages};
 use crate::error::{Error, Result};
+use crate::status::TaskStatus;
 use crate::{Client, types};
 
 /// The API's largest `limit` for `GET /tasks`.
@@ -68,11 +69,6 @@ impl<'f> TaskWait<'f> {
         self.on_progress = Some(Box::new(f));
         self
     }
-}
-
-/// Whether a task state is final.
-pub(crate) fn task_is_terminal(state: &str) -> bool {
-    matches!(state, "completed" | "cancelled" | "failed")
 }
 
 impl<'c> Tasks<'c> {
@@ -145,7 +141,7 @@ impl<'c> Tasks<'c> {
             if let Some(f) = wait.on_progress.as_mut() {
                 f(&task);
             }
-            if task_is_terminal(task.state.as_str()) {
+            if task.is_terminal() {
                 return Ok(task);
             }
             if started.elapsed().saturating_add(interval) > wait.timeout {
@@ -170,11 +166,11 @@ impl<'c> Tasks<'c> {
         wait: TaskWait<'_>,
     ) -> Result<types::TaskResponse> {
         let task = self.wait(id, wait).await?;
-        match task.state.as_str() {
-            "completed" => Ok(task),
+        match task.status() {
+            TaskStatus::Completed => Ok(task),
             state => Err(Error::TaskFailed {
                 task_id: task.id.clone(),
-                state: state.to_owned(),
+                state: state.to_string(),
                 message: task.error.clone().unwrap_or_default(),
             }),
         }
