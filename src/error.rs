@@ -354,9 +354,9 @@ impl Error {
                 e.status == 429 || (e.status == 503 && e.retry_after.is_some())
             }
             Error::Api(e) => is_retryable_status(e.status),
-            Error::Transport {
-                operation, connect, ..
-            } => *connect || !starts_turn(operation),
+            Error::Transport { operation, .. } => {
+                !self.may_have_reached_server() || !starts_turn(operation)
+            }
             Error::Timeout { operation, .. } => !starts_turn(operation),
             _ => false,
         }
@@ -374,9 +374,9 @@ impl Error {
             Error::Api(e) if starts_turn(e.operation) => {
                 (e.status == 408 || e.status >= 500) && !self.is_retryable()
             }
-            Error::Transport {
-                operation, connect, ..
-            } => !*connect && starts_turn(operation),
+            Error::Transport { operation, .. } => {
+                self.may_have_reached_server() && starts_turn(operation)
+            }
             Error::Timeout { operation, .. } => starts_turn(operation),
             Error::Stream { .. } | Error::ReplayGap { .. } | Error::AnswerMismatch { .. } => true,
             _ => false,
@@ -407,6 +407,13 @@ impl Error {
             Error::Stream { query_id, .. } => query_id.as_deref(),
             _ => None,
         }
+    }
+
+    /// Whether the failed request may have reached the server: anything but
+    /// a transport failure the transport judged to be before sending (see
+    /// `transport::may_have_reached_server`).
+    pub(crate) fn may_have_reached_server(&self) -> bool {
+        !matches!(self, Error::Transport { connect: true, .. })
     }
 
     /// Names the query turn an error answer was about (no-op for other errors).

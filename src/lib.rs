@@ -63,11 +63,11 @@ pub mod mcp;
 /// The generated schema types (re-exported from [`api::types`]).
 pub use api::types;
 
-pub use client::{ApiVersion, Client, ClientBuilder, RetryPolicy};
+pub use client::{ApiVersion, Client, ClientBuilder, RetryPolicy, WaitPolicy};
 pub use error::{ApiError, Error, Result};
 pub use query::{
-    QueryEvent, QueryHandle, QueryTurn, QueryWait, Session, SessionBuilder, StreamConfig,
-    TextStream, TurnBuilder, WhenBusy,
+    QueryEvent, QueryHandle, QueryTurn, Session, SessionBuilder, StreamConfig, TextStream,
+    TurnBuilder, WhenBusy,
 };
 pub use status::{QueryStatus, Rating, TaskStatus};
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use nexus_knowql::{Error, QueryEvent, QueryTurn, QueryWait, Session, StreamConfig, WhenBusy};
+use nexus_knowql::{Error, QueryEvent, QueryTurn, Session, StreamConfig, WaitPolicy, WhenBusy};
 use proptest::prelude::*;
 use sse_server::{Reply, SseServer, Step, Turn, last_event_id, query_json};
 
@@ -387,7 +387,7 @@ async fn a_dropped_running_turn_makes_the_next_ask_session_busy_not_a_409() {
     let e = session
         .ask("second")
         .when_busy(WhenBusy::Wait(
-            QueryWait::default()
+            WaitPolicy::default()
                 .timeout(Duration::from_millis(40))
                 .interval(Duration::from_millis(5), Duration::from_millis(10)),
         ))
@@ -432,7 +432,7 @@ async fn a_busy_session_waits_when_told_to_and_then_asks() {
         .client()
         .session(["docs"])
         .when_busy(WhenBusy::Wait(
-            QueryWait::default().interval(Duration::from_millis(5), Duration::from_millis(10)),
+            WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(10)),
         ))
         .build()
         .unwrap();

@@ -8,6 +8,11 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 use secrecy::SecretString;
 
+mod wait;
+
+pub(crate) use wait::Poller;
+pub use wait::WaitPolicy;
+
 pub use crate::transport::DEFAULT_REQUEST_TIMEOUT;
 pub use crate::transport::auth::API_KEY_HEADER;
 pub use crate::transport::redirect::{MAX_REDIRECTS, redirect_policy};

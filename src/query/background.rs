@@ -1,7 +1,6 @@
 //! [`QueryHandle`]: a turn running in the background, detached, or attached
 //! to by id.
 
-use backoff::backoff::Backoff;
 use std::fmt;
 use tracing::Instrument;
 
@@ -10,7 +9,7 @@ use super::slot::TurnSlot;
 use super::span::TurnSpan;
 use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
 use super::turn::QueryTurn;
-use super::wait::QueryWait;
+use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
 use crate::resources::Queries;
 use crate::{Client, types};
@@ -180,12 +179,12 @@ impl QueryHandle {
         Ok(query)
     }
 
-    /// Polls until the turn ends, with the default [`QueryWait`].
+    /// Polls until the turn ends, with the default [`WaitPolicy`].
     ///
     /// # Errors
     /// As for [`QueryHandle::wait_with`].
     pub async fn wait(&mut self) -> Result<types::Query> {
-        self.wait_with(QueryWait::default()).await
+        self.wait_with(WaitPolicy::default()).await
     }
 
     /// Polls `GET /queries/{id}` with a growing interval until the turn is
@@ -198,27 +197,21 @@ impl QueryHandle {
     ///
     /// # Cancel safety
     /// Dropping the future stops polling; the turn goes on on the server.
-    pub async fn wait_with(&mut self, wait: QueryWait) -> Result<types::Query> {
+    pub async fn wait_with(&mut self, wait: WaitPolicy) -> Result<types::Query> {
         let span = self.span.span();
         self.wait_inner(wait).instrument(span).await
     }
 
-    async fn wait_inner(&mut self, wait: QueryWait) -> Result<types::Query> {
-        let started = tokio::time::Instant::now();
-        let mut intervals = wait.intervals();
+    async fn wait_inner(&mut self, wait: WaitPolicy) -> Result<types::Query> {
+        let mut poller = Poller::new(&wait);
         loop {
             let query = self.get().await?;
             if query.is_terminal() {
                 return query.into_result();
             }
-            let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
-            if started.elapsed().saturating_add(delay) > wait.timeout {
-                return Err(Error::Timeout {
-                    operation: "get_query",
-                    elapsed_ms: super::millis(started.elapsed()),
-                });
+            if !poller.pause().await {
+                return Err(poller.timed_out("get_query"));
             }
-            tokio::time::sleep(delay).await;
         }
     }
 

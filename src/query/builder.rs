@@ -3,7 +3,6 @@
 
 use std::fmt;
 
-use backoff::backoff::Backoff;
 use futures::StreamExt;
 use tracing::Instrument;
 
@@ -13,6 +12,7 @@ use super::slot::TurnSlot;
 use super::span::TurnSpan;
 use super::stream::{EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, expect_event_stream};
 use super::turn::QueryTurn;
+use crate::client::Poller;
 use crate::error::{Error, Result};
 use crate::types;
 
@@ -235,8 +235,7 @@ impl TurnBuilder {
         span: &TurnSpan,
     ) -> Result<(TurnSlot, reqwest::Response)> {
         self.check()?;
-        let started = tokio::time::Instant::now();
-        let mut intervals: Option<backoff::ExponentialBackoff> = None;
+        let mut poller: Option<Poller> = None;
         loop {
             let slot = self.prepare(span).await?;
             let client = self.session.client.clone();
@@ -249,10 +248,7 @@ impl TurnBuilder {
                 Ok(resp) => return Ok((slot, resp)),
                 Err(e) => e,
             };
-            if err.may_have_started()
-                || (err.status().is_none()
-                    && !matches!(err, Error::Transport { connect: true, .. }))
-            {
+            if err.may_have_started() || (err.status().is_none() && err.may_have_reached_server()) {
                 // The request may have reached the server: keep the turn
                 // remembered (dropping the slot) so the next one checks.
                 drop(slot);
@@ -274,12 +270,13 @@ impl TurnBuilder {
             let WhenBusy::Wait(wait) = &self.when_busy else {
                 return Err(Error::SessionBusy { query_id });
             };
-            let intervals = intervals.get_or_insert_with(|| wait.intervals());
-            let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
-            if started.elapsed().saturating_add(delay) > wait.timeout {
+            if !poller
+                .get_or_insert_with(|| Poller::new(wait))
+                .pause()
+                .await
+            {
                 return Err(Error::SessionBusy { query_id });
             }
-            tokio::time::sleep(delay).await;
         }
     }
 

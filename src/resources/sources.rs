@@ -4,6 +4,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 
 use super::tasks::TaskWait;
+use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
 use crate::{Client, types};
 
@@ -285,14 +286,14 @@ impl<'c> Sources<'c> {
         data: bytes::Bytes,
         dir: Option<&str>,
     ) -> Result<types::WorkflowTriggerResponse> {
-        let started = tokio::time::Instant::now();
-        let mut delay = Duration::from_millis(100);
+        let mut poller = Poller::new(
+            &WaitPolicy::default()
+                .timeout(BUSY_WAIT)
+                .interval(Duration::from_millis(100), Duration::from_secs(5)),
+        );
         loop {
             match self.upload_bytes(name, data.clone(), dir).await {
-                Err(e) if e.is_conflict() && started.elapsed() < BUSY_WAIT => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
+                Err(e) if e.is_conflict() && poller.pause().await => {}
                 other => return other,
             }
         }

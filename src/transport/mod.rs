@@ -359,10 +359,9 @@ impl Transport {
                     return Ok(bounded(resp, inner.max_response_bytes));
                 }
                 Err(err) => {
-                    // A connect failure means nothing was sent, so even a POST
-                    // may go again; anything later may have reached the server.
-                    let safe =
-                        err.is_connect() || (idempotent && (err.is_timeout() || err.is_request()));
+                    // What never reached the server may go again, even a POST.
+                    let safe = !may_have_reached_server(&err)
+                        || (idempotent && (err.is_timeout() || err.is_request()));
                     if safe && !last_chance {
                         if let Some(delay) =
                             self.next_delay(&mut backoff, &mut retries, started, None)
@@ -642,6 +641,14 @@ fn take_request(req: &mut Request) -> Request {
     std::mem::replace(req, placeholder)
 }
 
+/// Whether a request that failed may have reached the server: anything but
+/// a failure to connect (then nothing was sent). The one rule for "may this
+/// POST be sent again?"; [`Error::may_have_reached_server`] carries its
+/// verdict.
+pub(crate) fn may_have_reached_server(err: &reqwest::Error) -> bool {
+    !err.is_connect()
+}
+
 pub(crate) fn map_reqwest(
     operation: &'static str,
     err: reqwest::Error,
@@ -665,7 +672,7 @@ pub(crate) fn map_reqwest(
     if err.is_decode() {
         return Error::decode(operation, &err, b"");
     }
-    let connect = err.is_connect();
+    let connect = !may_have_reached_server(&err);
     // reqwest's error text may contain the URL, never headers; strip the URL
     // anyway in case a caller put a secret in a query string.
     Error::transport(operation, err.without_url(), connect)
