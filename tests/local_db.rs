@@ -400,13 +400,10 @@ async fn kept_turns_are_bounded_by_bytes_oldest_first() {
     for _ in 0..60 {
         let turn = client
             .api()
-            .query(
-                None,
-                &request(
-                    json!({"ask": "tea", "scope": ["docs"], "retrieval_only": true,
+            .query(&request(
+                json!({"ask": "tea", "scope": ["docs"], "retrieval_only": true,
                                 "max_retrieved": 100, "max_retrieved_chars": 2000}),
-                ),
-            )
+            ))
             .await
             .unwrap()
             .into_inner();

@@ -230,7 +230,7 @@ fn a_sigkill_mid_burst_loses_nothing_acknowledged_and_leaves_no_session_stuck() 
         for id in &seen.background {
             let q = client
                 .api()
-                .get_query(id, None)
+                .get_query(id)
                 .await
                 .unwrap_or_else(|e| panic!("acknowledged background turn {id} is missing: {e}"))
                 .into_inner();
@@ -245,12 +245,7 @@ fn a_sigkill_mid_burst_loses_nothing_acknowledged_and_leaves_no_session_stuck() 
         }
         let http = reqwest::Client::new();
         for sid in &seen.sessions {
-            let s = client
-                .api()
-                .get_session(sid, None)
-                .await
-                .unwrap()
-                .into_inner();
+            let s = client.api().get_session(sid).await.unwrap().into_inner();
             assert!(
                 s.queries.iter().all(|q| q.status != "in_progress"),
                 "a turn of {sid} is still in progress after the restart"

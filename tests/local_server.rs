@@ -323,7 +323,7 @@ async fn an_api_key_is_required_once_set() {
         .build()
         .unwrap();
     bearer.contexts().list().await.unwrap();
-    let who = bearer.api().get_identity(None).await.unwrap().into_inner();
+    let who = bearer.api().get_identity().await.unwrap().into_inner();
     assert_eq!(who.user, "local");
     assert!(!format!("{server:?}").contains("sekrit"));
 }
@@ -357,7 +357,7 @@ async fn injected_503s_are_retried_by_idempotent_calls_only() {
 async fn operations_not_provided_locally_answer_501() {
     let server = LocalNexus::start().await.unwrap();
     let client = server.client().unwrap();
-    let err = client.api().get_project(None).await.unwrap_err();
+    let err = client.api().get_project().await.unwrap_err();
     assert_eq!(err.status().map(|s| s.as_u16()), Some(501));
     let resp = reqwest::get(format!("{}/contexts/x/manifest", server.base_url()))
         .await
@@ -391,10 +391,7 @@ async fn the_data_directory_keeps_state_across_restarts() {
             .unwrap();
         let q = client
             .api()
-            .query(
-                None,
-                &request(json!({"ask": "green tea", "scope": ["docs"]})),
-            )
+            .query(&request(json!({"ask": "green tea", "scope": ["docs"]})))
             .await
             .unwrap()
             .into_inner();
@@ -421,10 +418,9 @@ async fn the_data_directory_keeps_state_across_restarts() {
     assert!(old.answer_text().contains("two minutes"));
     let next = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "black tea", "session_id": session_id})),
-        )
+        .query(&request(
+            json!({"ask": "black tea", "session_id": session_id}),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -458,10 +454,7 @@ fn the_binary_prints_its_url_and_serves_the_given_contexts() {
             let client = Client::builder().base_url(&url).build().unwrap();
             let q = client
                 .api()
-                .query(
-                    None,
-                    &request(json!({"ask": "lighthouse", "scope": ["docs"]})),
-                )
+                .query(&request(json!({"ask": "lighthouse", "scope": ["docs"]})))
                 .await
                 .unwrap()
                 .into_inner();

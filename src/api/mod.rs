@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! # async fn run(client: nexus_knowql::Client) -> Result<(), Box<dyn std::error::Error>> {
-//! let stats = client.api().get_project_task_stats(None).await?.into_inner();
+//! let stats = client.api().get_project_task_stats().await?.into_inner();
 //! println!("{stats:?}");
 //! # Ok(()) }
 //! ```

@@ -24,7 +24,7 @@
 //!     "ask": "How long does green tea steep?",
 //!     "scope": ["kitchen"],
 //! }))?;
-//! let turn = client.api().query(None, &request).await?.into_inner();
+//! let turn = client.api().query(&request).await?.into_inner();
 //! assert!(turn.answer_text().contains("two minutes"));
 //! assert_eq!(turn.model.as_deref(), Some("local-extractive"));
 //! server.shutdown().await;

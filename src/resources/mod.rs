@@ -64,6 +64,6 @@ impl Client {
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
     pub async fn models(&self) -> Result<types::ModelCatalog> {
-        self.call("list_models", self.api().list_models(None)).await
+        self.call("list_models", self.api().list_models()).await
     }
 }

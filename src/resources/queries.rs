@@ -14,7 +14,7 @@ impl Queries<'_> {
     /// Any [`Error`](crate::Error) of the call (404 for an unknown turn).
     pub async fn get(&self, id: &str) -> Result<types::Query> {
         self.client
-            .call("get_query", self.client.api().get_query(id, None))
+            .call("get_query", self.client.api().get_query(id))
             .await
     }
 
@@ -24,7 +24,7 @@ impl Queries<'_> {
     /// Any [`Error`](crate::Error) of the call.
     pub async fn cancel(&self, id: &str) -> Result<types::Query> {
         self.client
-            .call("cancel_query", self.client.api().cancel_query(id, None))
+            .call("cancel_query", self.client.api().cancel_query(id))
             .await
     }
 
@@ -34,10 +34,7 @@ impl Queries<'_> {
     /// Any [`Error`](crate::Error) of the call.
     pub async fn trace(&self, id: &str) -> Result<types::Trace> {
         self.client
-            .call(
-                "get_query_trace",
-                self.client.api().get_query_trace(id, None),
-            )
+            .call("get_query_trace", self.client.api().get_query_trace(id))
             .await
     }
 
@@ -60,7 +57,7 @@ impl Queries<'_> {
         self.client
             .call(
                 "create_query_feedback",
-                self.client.api().create_query_feedback(id, None, &body),
+                self.client.api().create_query_feedback(id, &body),
             )
             .await
     }

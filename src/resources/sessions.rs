@@ -45,7 +45,7 @@ impl<'c> Sessions<'c> {
     /// Any [`Error`](crate::Error) of the call (404 for an unknown session).
     pub async fn get(&self, id: &str) -> Result<types::GetSessionResponse> {
         self.client
-            .call("get_session", self.client.api().get_session(id, None))
+            .call("get_session", self.client.api().get_session(id))
             .await
     }
 
@@ -56,7 +56,7 @@ impl<'c> Sessions<'c> {
     pub async fn delete(&self, id: &str) -> Result<bool> {
         let r = self
             .client
-            .call("delete_session", self.client.api().delete_session(id, None))
+            .call("delete_session", self.client.api().delete_session(id))
             .await?;
         Ok(r.deleted)
     }
@@ -94,7 +94,7 @@ impl<'c> ListSessions<'c> {
         let fetch: FetchFn<'c, types::Session> = Box::new(move |_| {
             Box::pin(async move {
                 let page = client
-                    .call(op, client.api().list_sessions(Some(limit), None))
+                    .call(op, client.api().list_sessions(Some(limit)))
                     .await?;
                 if page.sessions.len() as u64 >= SESSIONS_MAX_PAGE {
                     tracing::warn!(

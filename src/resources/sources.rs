@@ -165,7 +165,7 @@ impl<'c> Sources<'c> {
                 self.client
                     .call(
                         "list_source_files_by_path",
-                        api.list_source_files_by_path(self.slug, p, limit, offset, None),
+                        api.list_source_files_by_path(self.slug, p, limit, offset),
                     )
                     .await
             }
@@ -173,7 +173,7 @@ impl<'c> Sources<'c> {
                 self.client
                     .call(
                         "list_source_files",
-                        api.list_source_files(self.slug, limit, offset, None),
+                        api.list_source_files(self.slug, limit, offset),
                     )
                     .await
             }
@@ -189,7 +189,7 @@ impl<'c> Sources<'c> {
             .client
             .call(
                 "read_source_file",
-                self.client.api().read_source_file(self.slug, path, None),
+                self.client.api().read_source_file(self.slug, path),
             )
             .await?;
         collect_stream("read_source_file", stream).await

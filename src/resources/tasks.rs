@@ -79,7 +79,7 @@ impl<'c> Tasks<'c> {
     /// Any [`Error`] of the call (404 for an unknown task).
     pub async fn get(&self, id: &str) -> Result<types::TaskResponse> {
         self.client
-            .call("get_task", self.client.api().get_task(id, None))
+            .call("get_task", self.client.api().get_task(id))
             .await
     }
 
@@ -117,10 +117,7 @@ impl<'c> Tasks<'c> {
             user_token: None,
         };
         self.client
-            .call(
-                "cancel_task",
-                self.client.api().cancel_task(id, None, &body),
-            )
+            .call("cancel_task", self.client.api().cancel_task(id, &body))
             .await
     }
 
@@ -271,7 +268,6 @@ impl<'c> ListTasks<'c> {
                             search.as_deref(),
                             state.as_ref(),
                             workflow.as_ref(),
-                            None,
                         ),
                     )
                     .await?;
