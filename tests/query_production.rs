@@ -155,11 +155,7 @@ async fn a_replay_that_skips_past_the_checkpoint_is_an_error_not_a_gap() {
     })
     .await;
     let handle = server.client().queries().attach("q_g").await.unwrap();
-    let mut rest = handle
-        .with_stream_config(fast())
-        .events_after(3)
-        .await
-        .unwrap();
+    let mut rest = handle.stream_config(fast()).events_after(3).await.unwrap();
     let (events, error) = drain(&mut rest).await;
     // Nothing after the gap is delivered, and the whole stored answer is
     // not passed off as the rest.
@@ -232,11 +228,7 @@ fn continue_from(turn: &Turn, k: u64, cuts: Vec<usize>) -> (Delivered, Vec<Optio
             .attach(&turn.query_id)
             .await
             .unwrap();
-        let mut rest = handle
-            .with_stream_config(fast())
-            .events_after(k)
-            .await
-            .unwrap();
+        let mut rest = handle.stream_config(fast()).events_after(k).await.unwrap();
         let (events, error) = drain(&mut rest).await;
         assert!(error.is_none(), "{error:?}");
         // The whole stored Query, whether its frame came or (cut after the

@@ -56,11 +56,6 @@ impl WaitPolicy {
         self.max_interval = max.max(initial);
         self
     }
-
-    /// The total time before giving up.
-    pub fn get_timeout(&self) -> Duration {
-        self.timeout
-    }
 }
 
 /// One wait in progress under a [`WaitPolicy`]: each loop of the SDK that

@@ -224,19 +224,11 @@ impl QueryHandle {
         self.subscribe(None, None).await
     }
 
-    /// Like [`QueryHandle::events`], with its own [`StreamConfig`].
-    ///
-    /// # Errors
-    /// As for [`QueryHandle::events`].
-    pub async fn events_with(mut self, config: StreamConfig) -> Result<QueryTurn> {
-        self.stream_config = config;
-        self.events().await
-    }
-
     /// The same handle with another [`StreamConfig`] for the streams it
-    /// opens ([`QueryHandle::events`], [`QueryHandle::events_after`]).
+    /// opens ([`QueryHandle::events`], [`QueryHandle::events_after`],
+    /// [`QueryHandle::events_from`]).
     #[must_use]
-    pub fn with_stream_config(mut self, config: StreamConfig) -> QueryHandle {
+    pub fn stream_config(mut self, config: StreamConfig) -> QueryHandle {
         self.stream_config = config;
         self
     }

@@ -329,7 +329,7 @@ impl Transport {
                     // go again, when the server's wait fits the policy.
                     let unprocessed = status == StatusCode::TOO_MANY_REQUESTS
                         && retry::retry_after(resp.headers())
-                            .is_none_or(|d| d <= inner.retry.get_max_delay());
+                            .is_none_or(|d| d <= inner.retry.max_delay);
                     let may_retry = if idempotent {
                         crate::error::is_retryable_status(status.as_u16())
                     } else {
@@ -387,11 +387,11 @@ impl Transport {
         retry_after: Option<Duration>,
     ) -> Option<Duration> {
         let policy = &self.inner.retry;
-        if *retries >= policy.get_max_retries() {
+        if *retries >= policy.max_retries {
             return None;
         }
         let delay = policy.next_delay(backoff, retry_after);
-        if started.elapsed().saturating_add(delay) > policy.get_max_elapsed() {
+        if started.elapsed().saturating_add(delay) > policy.max_elapsed {
             return None;
         }
         *retries += 1;
