@@ -7,8 +7,8 @@
 //! - every other operation of the spec answers 501 with the Error envelope.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use std::collections::BTreeSet;
 

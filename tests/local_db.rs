@@ -5,7 +5,6 @@
 //! header-read timeout and a private scratch directory.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
 mod support;
 
 use std::io::{BufRead, Read, Write};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nexus_knowql::local::LocalNexus;
 use serde_json::{Value, json};
-use support::*;
+use support::local::*;
 
 fn http() -> reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();

@@ -2,7 +2,6 @@
 //! file never prevents start-up, and a SIGKILL loses nothing acknowledged.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
 mod support;
 
 use std::sync::{Arc, Mutex};
@@ -10,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nexus_knowql::local::{LocalNexus, StartError};
 use serde_json::{Value, json};
-use support::*;
+use support::local::*;
 
 fn wait_exit(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;

@@ -2,8 +2,8 @@
 //! background, replay and resume, cancel, sessions and bad requests.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use std::time::Duration;
 

@@ -3,7 +3,6 @@
 //! request, bounded uploads.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
 mod support;
 
 use std::collections::HashSet;
@@ -11,7 +10,7 @@ use std::time::Duration;
 
 use nexus_knowql::local::LocalNexus;
 use serde_json::{Value, json};
-use support::*;
+use support::local::*;
 use tokio::io::AsyncWriteExt;
 
 /// Every route of the server, with sample parameters (`docs` exists).

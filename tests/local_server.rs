@@ -3,8 +3,8 @@
 //! `nexus-local` binary.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use std::io::{BufRead, BufReader};
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! session, busy sessions and their waits, retry advice for `create_query`,
 //! the bound on response bodies, and cancels that are delivered.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::time::Duration;
 

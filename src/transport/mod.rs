@@ -55,6 +55,7 @@ pub struct Transport {
 pub(crate) struct TransportInner {
     pub(crate) http: reqwest::Client,
     /// How `http` was built, when it is the built-in client.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) http_recipe: Option<HttpRecipe>,
     pub(crate) base_url: String,
     pub(crate) version: ApiVersion,
@@ -199,6 +200,7 @@ impl Transport {
 
     /// A new built-in HTTP client (its own connection pool) made like this
     /// transport's; `None` when the caller supplied the client.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn new_http(&self) -> Option<Result<reqwest::Client>> {
         self.inner.http_recipe.as_ref().map(HttpRecipe::build)
     }

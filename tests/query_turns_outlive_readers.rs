@@ -2,8 +2,8 @@
 //! checkpoint, detach, a busy session, cancel on drop, and `send()` across a
 //! cut connection. Scripted servers that really stream, cut and replay.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

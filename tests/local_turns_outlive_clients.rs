@@ -3,8 +3,8 @@
 //! across cut connections, a dropped turn and the next `ask()`.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use std::time::Duration;
 
