@@ -40,7 +40,14 @@
 //!   knowledge, models, sessions, queries).
 //! - [`query`]: KnowQL turns: [`Session`], [`QueryTurn`] (streaming with
 //!   exactly-once resume), [`QueryHandle`] (background), [`QueryEvent`].
+//! - [`status`]: typed statuses ([`QueryStatus`], [`TaskStatus`],
+//!   [`Rating`]) and the helpers on the generated types, such as
+//!   [`Query::into_result`](types::Query::into_result).
 //! - [`error`]: the one [`Error`] type.
+//!
+//! Imports run one way: `error` at the bottom, then the (internal)
+//! transport, the generated layer and its adapters in `api`, [`client`],
+//! [`resources`] and [`query`], then the features.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
