@@ -105,3 +105,31 @@ impl Poller {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn pauses_grow_and_end_before_the_deadline() {
+        let policy = WaitPolicy::default()
+            .timeout(Duration::from_secs(2))
+            .interval(Duration::from_millis(200), Duration::from_secs(1));
+        let mut poller = Poller::new(&policy);
+        let mut pauses = 0;
+        while poller.pause().await {
+            pauses += 1;
+            assert!(pauses < 100, "the wait never ends");
+        }
+        // 200, 300, 450, 675 ms (±10 %), then the next would pass 2 s.
+        assert!((3..=5).contains(&pauses), "{pauses} pauses");
+        assert!(poller.started.elapsed() <= Duration::from_secs(2));
+        assert!(matches!(
+            poller.timed_out("get_query"),
+            Error::Timeout {
+                operation: "get_query",
+                ..
+            }
+        ));
+    }
+}
