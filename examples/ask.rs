@@ -160,7 +160,7 @@ async fn run(args: Args) -> Result<(), Failure> {
             Ok(mut handle) => {
                 eprintln!("ask: background turn {}", handle.id());
                 match unless_ctrl_c(handle.wait()).await {
-                    Some(waited) => waited.and_then(nexus_knowql_outcome),
+                    Some(waited) => waited.and_then(types::Query::into_result),
                     None => return Err(cancel(&client, Some(handle.id())).await),
                 }
             }
@@ -218,21 +218,6 @@ async fn run(args: Args) -> Result<(), Failure> {
         }
     }
     Ok(())
-}
-
-/// A polled background turn's end as a result, like a streamed one's.
-fn nexus_knowql_outcome(q: types::Query) -> nexus_knowql::Result<types::Query> {
-    match q.status.as_str() {
-        "failed" => Err(Error::TurnFailed {
-            query_id: q.id,
-            message: q.error.unwrap_or_default(),
-        }),
-        "cancelled" => Err(Error::TurnCancelled {
-            query_id: q.id,
-            message: q.error.unwrap_or_default(),
-        }),
-        _ => Ok(q),
-    }
 }
 
 /// How a streamed turn ended.

@@ -39,7 +39,7 @@ use clap::{Parser, Subcommand};
 use comfy_table::{Cell, ContentArrangement, Table, presets};
 use console::style;
 use nexus_knowql::resources::{CurateOptions, TaskWait};
-use nexus_knowql::{Client, Error, types};
+use nexus_knowql::{Client, Error, TaskStatus, types};
 
 use common::{Outcome, ServerArgs, context_error, error_line, fail};
 
@@ -525,7 +525,7 @@ async fn curate(
     if json {
         println!("{}", common::to_json(&task));
     }
-    if task.state.as_str() != "completed" {
+    if task.status() != TaskStatus::Completed {
         let reason = task.error.as_deref().unwrap_or("no reason given");
         return Err(format!(
             "curation of `{slug}` ended {}: {reason}",
@@ -571,8 +571,8 @@ async fn tasks(client: &Client, json: bool, context: Option<&str>) -> Result<Exi
             .as_ref()
             .map(|id| slugs.get(id).unwrap_or(id).clone())
             .unwrap_or_default();
-        let progress = match (&t.progress, t.state.as_str()) {
-            (_, "failed") => t.error.clone().unwrap_or_else(|| "failed".into()),
+        let progress = match (&t.progress, t.status()) {
+            (_, TaskStatus::Failed) => t.error.clone().unwrap_or_else(|| t.state.to_string()),
             (Some(p), _) => format!("{:>3.0}% {}", p.pct, p.label),
             (None, _) => String::new(),
         };

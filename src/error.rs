@@ -353,10 +353,10 @@ impl Error {
             Error::Api(e) if starts_turn(e.operation) => {
                 e.status == 429 || (e.status == 503 && e.retry_after.is_some())
             }
-            Error::Api(e) => crate::client::retry::is_retryable_status(e.status),
-            Error::Transport {
-                operation, connect, ..
-            } => *connect || !starts_turn(operation),
+            Error::Api(e) => is_retryable_status(e.status),
+            Error::Transport { operation, .. } => {
+                !self.may_have_reached_server() || !starts_turn(operation)
+            }
             Error::Timeout { operation, .. } => !starts_turn(operation),
             _ => false,
         }
@@ -374,9 +374,9 @@ impl Error {
             Error::Api(e) if starts_turn(e.operation) => {
                 (e.status == 408 || e.status >= 500) && !self.is_retryable()
             }
-            Error::Transport {
-                operation, connect, ..
-            } => !*connect && starts_turn(operation),
+            Error::Transport { operation, .. } => {
+                self.may_have_reached_server() && starts_turn(operation)
+            }
             Error::Timeout { operation, .. } => starts_turn(operation),
             Error::Stream { .. } | Error::ReplayGap { .. } | Error::AnswerMismatch { .. } => true,
             _ => false,
@@ -407,6 +407,13 @@ impl Error {
             Error::Stream { query_id, .. } => query_id.as_deref(),
             _ => None,
         }
+    }
+
+    /// Whether the failed request may have reached the server: anything but
+    /// a transport failure the transport judged to be before sending (see
+    /// `transport::may_have_reached_server`).
+    pub(crate) fn may_have_reached_server(&self) -> bool {
+        !matches!(self, Error::Transport { connect: true, .. })
     }
 
     /// Names the query turn an error answer was about (no-op for other errors).
@@ -461,6 +468,16 @@ impl Error {
 }
 
 /// Whether the operation starts a query turn when the server receives it.
+/// Whether an HTTP status is worth retrying (for a request that may be repeated).
+pub(crate) fn is_retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500..=599)
+}
+
+/// Whole milliseconds, saturating.
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn starts_turn(operation: &str) -> bool {
     matches!(operation, "create_query" | "query_turn")
 }

@@ -40,7 +40,14 @@
 //!   knowledge, models, sessions, queries).
 //! - [`query`]: KnowQL turns: [`Session`], [`QueryTurn`] (streaming with
 //!   exactly-once resume), [`QueryHandle`] (background), [`QueryEvent`].
+//! - [`status`]: typed statuses ([`QueryStatus`], [`TaskStatus`],
+//!   [`Rating`]) and the helpers on the generated types, such as
+//!   [`Query::into_result`](types::Query::into_result).
 //! - [`error`]: the one [`Error`] type.
+//!
+//! Imports run one way: `error` at the bottom, then the (internal)
+//! transport, the generated layer and its adapters in `api`, [`client`],
+//! [`resources`] and [`query`], then the features.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
@@ -49,6 +56,8 @@ pub mod client;
 pub mod error;
 pub mod query;
 pub mod resources;
+pub mod status;
+mod transport;
 
 #[cfg(feature = "local")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
@@ -61,12 +70,13 @@ pub mod mcp;
 /// The generated schema types (re-exported from [`api::types`]).
 pub use api::types;
 
-pub use client::{ApiVersion, Client, ClientBuilder, RetryPolicy};
+pub use client::{ApiVersion, Client, ClientBuilder, RetryPolicy, WaitPolicy};
 pub use error::{ApiError, Error, Result};
 pub use query::{
-    QueryEvent, QueryHandle, QueryTurn, QueryWait, Session, SessionBuilder, StreamConfig,
-    TextStream, TurnBuilder, WhenBusy,
+    QueryEvent, QueryHandle, QueryTurn, Session, SessionBuilder, StreamConfig, TextStream,
+    TurnBuilder, WhenBusy,
 };
+pub use status::{QueryStatus, Rating, TaskStatus};
 
 /// The README's code blocks compile as doctests.
 #[cfg(doctest)]

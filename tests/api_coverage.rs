@@ -78,115 +78,92 @@ async fn every_spec_operation_is_reachable() {
         }};
     }
 
-    call!(
-        "login",
-        api.login(None, &body::<types::LoginBody>(json!({})))
-    );
-    call!("get_identity", api.get_identity(None));
-    call!("get_project", api.get_project(None));
-    call!("list_connectors", api.list_connectors(None, None));
-    call!("get_connector", api.get_connector("id-1", None));
-    call!("delete_connector", api.delete_connector("id-1", None));
+    call!("login", api.login(&body::<types::LoginBody>(json!({}))));
+    call!("get_identity", api.get_identity());
+    call!("get_project", api.get_project());
+    call!("list_connectors", api.list_connectors(None));
+    call!("get_connector", api.get_connector("id-1"));
+    call!("delete_connector", api.delete_connector("id-1"));
     call!(
         "start_connector_oauth",
-        api.start_connector_oauth("box", None, None)
+        api.start_connector_oauth("box", None)
     );
     call!(
         "create_connector",
         api.create_connector(
             "box",
-            None,
             &body::<types::CreateConnectorBody>(json!({"api_key": "x"}))
         )
     );
     call!(
         "list_connector_items",
-        api.list_connector_items("id-1", None, None)
+        api.list_connector_items("id-1", None)
     );
     call!(
         "list_context_connectors",
-        api.list_context_connectors("ctx-1", None)
+        api.list_context_connectors("ctx-1")
     );
     call!(
         "update_context_connector",
         api.update_context_connector(
             "ctx-1",
             "conn-1",
-            None,
             &body::<types::UpdateContextConnectorBody>(json!({"enabled": false}))
         )
     );
-    call!("list_contexts", api.list_contexts(None));
+    call!("list_contexts", api.list_contexts());
     call!(
         "create_context",
-        api.create_context(
-            None,
-            &body::<types::CreateContextRequest>(json!({"slug": "x", "name": "x"}))
-        )
+        api.create_context(&body::<types::CreateContextRequest>(
+            json!({"slug": "x", "name": "x"})
+        ))
     );
-    call!("get_context", api.get_context("ctx-1", None));
+    call!("get_context", api.get_context("ctx-1"));
     call!(
         "update_context",
-        api.update_context(
-            "ctx-1",
-            None,
-            &body::<types::UpdateContextRequest>(json!({}))
-        )
+        api.update_context("ctx-1", &body::<types::UpdateContextRequest>(json!({})))
     );
-    call!("delete_context", api.delete_context("ctx-1", None));
+    call!("delete_context", api.delete_context("ctx-1"));
     call!(
         "fork_context",
         api.fork_context(
             "ctx-1",
-            None,
             &body::<types::ForkContextBody>(json!({"target_slug": "x"}))
         )
     );
-    call!(
-        "get_context_manifest",
-        api.get_context_manifest("ctx-1", None)
-    );
+    call!("get_context_manifest", api.get_context_manifest("ctx-1"));
     call!(
         "get_context_task_stats",
-        api.get_context_task_stats("ctx-1", None)
+        api.get_context_task_stats("ctx-1")
     );
     call!(
         "curate_context",
-        api.curate_context("ctx-1", None, &body::<types::CurateContextBody>(json!({})))
+        api.curate_context("ctx-1", &body::<types::CurateContextBody>(json!({})))
     );
-    call!(
-        "get_curation_ledger",
-        api.get_curation_ledger("ctx-1", None)
-    );
+    call!("get_curation_ledger", api.get_curation_ledger("ctx-1"));
     call!(
         "delete_curated_sources",
         api.delete_curated_sources(
             "ctx-1",
-            None,
             &body::<types::DeleteCuratedSourcesBody>(json!({"sources": []}))
         )
     );
     call!(
         "optimize_context",
-        api.optimize_context(
-            "ctx-1",
-            None,
-            &body::<types::OptimizeContextBody>(json!({}))
-        )
+        api.optimize_context("ctx-1", &body::<types::OptimizeContextBody>(json!({})))
     );
     call!(
         "explore_context",
-        api.explore_context("ctx-1", None, &body::<types::ExploreContextBody>(json!({})))
+        api.explore_context("ctx-1", &body::<types::ExploreContextBody>(json!({})))
     );
     call!(
         "profile_context",
-        api.profile_context("ctx-1", None, &body::<types::ProfileContextBody>(json!({})))
+        api.profile_context("ctx-1", &body::<types::ProfileContextBody>(json!({})))
     );
     call!(
         "import_context_sources",
         api.import_context_sources(
             "ctx-1",
-            None,
             &body::<types::ImportContextSourcesBody>(json!({"connector_id": "x"}))
         )
     );
@@ -198,95 +175,76 @@ async fn every_spec_operation_is_reachable() {
     );
     call!(
         "list_source_files",
-        api.list_source_files("ctx-1", None, None, None)
+        api.list_source_files("ctx-1", None, None)
     );
-    call!("get_source_stats", api.get_source_stats("ctx-1", None));
-    call!(
-        "get_source_manifest",
-        api.get_source_manifest("ctx-1", None)
-    );
+    call!("get_source_stats", api.get_source_stats("ctx-1"));
+    call!("get_source_manifest", api.get_source_manifest("ctx-1"));
     call!(
         "list_source_files_by_path",
-        api.list_source_files_by_path("ctx-1", "dir/file.md", None, None, None)
+        api.list_source_files_by_path("ctx-1", "dir/file.md", None, None)
     );
     call!(
         "read_source_file",
-        api.read_source_file("ctx-1", "dir/file.md", None)
+        api.read_source_file("ctx-1", "dir/file.md")
     );
     call!(
         "delete_source_file",
-        api.delete_source_file("ctx-1", "dir/file.md", None)
+        api.delete_source_file("ctx-1", "dir/file.md")
     );
-    call!(
-        "list_knowledge",
-        api.list_knowledge("ctx-1", None, None, None)
-    );
-    call!(
-        "get_knowledge_stats",
-        api.get_knowledge_stats("ctx-1", None)
-    );
+    call!("list_knowledge", api.list_knowledge("ctx-1", None, None));
+    call!("get_knowledge_stats", api.get_knowledge_stats("ctx-1"));
     call!(
         "list_knowledge_by_path",
-        api.list_knowledge_by_path("ctx-1", "dir/file.md", None, None, None)
+        api.list_knowledge_by_path("ctx-1", "dir/file.md", None, None)
     );
     call!(
         "read_knowledge_file",
-        api.read_knowledge_file("ctx-1", "dir/file.md", None)
+        api.read_knowledge_file("ctx-1", "dir/file.md")
     );
     call!(
         "query",
-        api.query(None, &body::<types::QueryRequest>(json!({"ask": "x"})))
+        api.query(&body::<types::QueryRequest>(json!({"ask": "x"})))
     );
-    call!("get_query", api.get_query("id-1", None));
-    call!("cancel_query", api.cancel_query("id-1", None));
-    call!("get_query_trace", api.get_query_trace("id-1", None));
-    call!(
-        "stream_query_events",
-        api.stream_query_events("id-1", None, None)
-    );
+    call!("get_query", api.get_query("id-1"));
+    call!("cancel_query", api.cancel_query("id-1"));
+    call!("get_query_trace", api.get_query_trace("id-1"));
+    call!("stream_query_events", api.stream_query_events("id-1", None));
     call!(
         "create_query_feedback",
         api.create_query_feedback(
             "id-1",
-            None,
             &body::<types::CreateQueryFeedbackBody>(json!({"rating": "up"}))
         )
     );
-    call!("list_models", api.list_models(None));
-    call!("list_sessions", api.list_sessions(None, None));
-    call!("get_session", api.get_session("id-1", None));
-    call!("delete_session", api.delete_session("id-1", None));
-    call!("get_project_task_stats", api.get_project_task_stats(None));
-    call!("list_manifest_templates", api.list_manifest_templates(None));
+    call!("list_models", api.list_models());
+    call!("list_sessions", api.list_sessions(None));
+    call!("get_session", api.get_session("id-1"));
+    call!("delete_session", api.delete_session("id-1"));
+    call!("get_project_task_stats", api.get_project_task_stats());
+    call!("list_manifest_templates", api.list_manifest_templates());
     call!(
         "list_tasks",
-        api.list_tasks(None, None, None, None, None, None, None, None)
+        api.list_tasks(None, None, None, None, None, None, None)
     );
-    call!("get_task", api.get_task("id-1", None));
+    call!("get_task", api.get_task("id-1"));
     call!(
         "cancel_task",
-        api.cancel_task("id-1", None, &body::<types::CancelTaskBody>(json!({})))
+        api.cancel_task("id-1", &body::<types::CancelTaskBody>(json!({})))
     );
-    call!("get_task_stats", api.get_task_stats("id-1", None));
-    call!(
-        "read_task_file",
-        api.read_task_file("id-1", "dir/file.md", None)
-    );
+    call!("get_task_stats", api.get_task_stats("id-1"));
+    call!("read_task_file", api.read_task_file("id-1", "dir/file.md"));
     call!(
         "get_task_file_metadata",
-        api.get_task_file_metadata("id-1", "dir/file.md", None)
+        api.get_task_file_metadata("id-1", "dir/file.md")
     );
     call!(
         "list_task_files_by_path",
-        api.list_task_files_by_path("id-1", "dir/file.md", None, None, None)
+        api.list_task_files_by_path("id-1", "dir/file.md", None, None)
     );
-    call!(
-        "list_task_files",
-        api.list_task_files("id-1", None, None, None)
-    );
+    call!("list_task_files", api.list_task_files("id-1", None, None));
     call!(
         "delete_task_file",
-        api.delete_task_file("id-1", "dir/file.md", None)
+        api.delete_task_file("id-1", "dir/file.md")
     );
 
     let spec = spec_operations();

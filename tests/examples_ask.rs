@@ -3,10 +3,9 @@
 //! never a wrong answer with exit code 0.
 #![cfg(feature = "local")]
 
-#[path = "support/examples.rs"]
-mod examples;
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::examples;
+use support::sse_server;
 
 use std::process::Output;
 

@@ -4,10 +4,9 @@
 //! without an end.
 #![cfg(feature = "local")]
 
-#[path = "support/examples.rs"]
-mod examples;
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::examples;
+use support::sse_server;
 
 use std::io::Read;
 use std::process::{Output, Stdio};

@@ -3,8 +3,8 @@
 //! local Nexus started by the test (slowed down to interrupt a turn).
 #![cfg(feature = "local")]
 
-#[path = "support/examples.rs"]
-mod examples;
+mod support;
+use support::examples;
 
 use std::io::Write;
 use std::path::Path;

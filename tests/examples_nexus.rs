@@ -3,8 +3,8 @@
 //! test (and a scripted server where the local one cannot fail on demand).
 #![cfg(feature = "local")]
 
-#[path = "support/examples.rs"]
-mod examples;
+mod support;
+use support::examples;
 
 use std::path::Path;
 

@@ -8,10 +8,9 @@
 //!   operations not called here).
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
-#[path = "support/openapi.rs"]
-mod openapi;
+mod support;
+use support::local as local_support;
+use support::openapi;
 
 use std::collections::BTreeSet;
 
@@ -92,25 +91,21 @@ async fn implemented_operations_decode_with_the_sdk_and_match_the_spec() {
 
     // Through the generated client: every answer decodes into its type.
     let login = api
-        .login(None, &types::LoginBody { api_key: None })
+        .login(&types::LoginBody { api_key: None })
         .await
         .unwrap()
         .into_inner();
     assert!(!login.token.is_empty());
-    api.get_identity(None).await.unwrap();
+    api.get_identity().await.unwrap();
     let created = api
-        .create_context(
-            None,
-            &serde_json::from_value(json!({"slug": "c2", "name": "C2"})).unwrap(),
-        )
+        .create_context(&serde_json::from_value(json!({"slug": "c2", "name": "C2"})).unwrap())
         .await
         .unwrap()
         .into_inner();
-    api.list_contexts(None).await.unwrap();
-    api.get_context("c2", None).await.unwrap();
+    api.list_contexts().await.unwrap();
+    api.get_context("c2").await.unwrap();
     api.update_context(
         "c2",
-        None,
         &serde_json::from_value(json!({"guide": "g"})).unwrap(),
     )
     .await
@@ -125,13 +120,13 @@ async fn implemented_operations_decode_with_the_sdk_and_match_the_spec() {
         .wait_completed(&upload.task_id, Default::default())
         .await
         .unwrap();
-    api.list_source_files("c2", None, None, None).await.unwrap();
-    api.list_source_files_by_path("c2", "docs", Some(10), Some(0), None)
+    api.list_source_files("c2", None, None).await.unwrap();
+    api.list_source_files_by_path("c2", "docs", Some(10), Some(0))
         .await
         .unwrap();
-    api.read_source_file("c2", "docs/a.md", None).await.unwrap();
+    api.read_source_file("c2", "docs/a.md").await.unwrap();
     let curate = api
-        .curate_context("c2", None, &serde_json::from_value(json!({})).unwrap())
+        .curate_context("c2", &serde_json::from_value(json!({})).unwrap())
         .await
         .unwrap()
         .into_inner();
@@ -140,31 +135,28 @@ async fn implemented_operations_decode_with_the_sdk_and_match_the_spec() {
         .wait_completed(&curate.task_id, Default::default())
         .await
         .unwrap();
-    api.get_task(&curate.task_id, None).await.unwrap();
-    api.list_tasks(Some("c2"), None, None, None, None, None, None, None)
+    api.get_task(&curate.task_id).await.unwrap();
+    api.list_tasks(Some("c2"), None, None, None, None, None, None)
         .await
         .unwrap();
-    api.list_knowledge("c2", None, None, None).await.unwrap();
-    api.list_knowledge_by_path("c2", "chunks", None, None, None)
+    api.list_knowledge("c2", None, None).await.unwrap();
+    api.list_knowledge_by_path("c2", "chunks", None, None)
         .await
         .unwrap();
-    api.read_knowledge_file("c2", "chunks/docs/a.md", None)
+    api.read_knowledge_file("c2", "chunks/docs/a.md")
         .await
         .unwrap();
-    api.list_models(None).await.unwrap();
+    api.list_models().await.unwrap();
     let q = api
-        .query(None, &request(json!({"ask": "alpha", "scope": ["c2"]})))
+        .query(&request(json!({"ask": "alpha", "scope": ["c2"]})))
         .await
         .unwrap()
         .into_inner();
-    api.get_query(&q.id, None).await.unwrap();
-    api.get_query_trace(&q.id, None).await.unwrap();
-    api.stream_query_events(&q.id, Some("2"), None)
-        .await
-        .unwrap();
+    api.get_query(&q.id).await.unwrap();
+    api.get_query_trace(&q.id).await.unwrap();
+    api.stream_query_events(&q.id, Some("2")).await.unwrap();
     api.create_query_feedback(
         &q.id,
-        None,
         &types::CreateQueryFeedbackBody {
             comment: None,
             rating: "down".into(),
@@ -172,10 +164,10 @@ async fn implemented_operations_decode_with_the_sdk_and_match_the_spec() {
     )
     .await
     .unwrap();
-    api.cancel_query(&q.id, None).await.unwrap();
-    api.list_sessions(None, None).await.unwrap();
-    api.get_session(&q.session_id, None).await.unwrap();
-    api.delete_session(&q.session_id, None).await.unwrap();
+    api.cancel_query(&q.id).await.unwrap();
+    api.list_sessions(None).await.unwrap();
+    api.get_session(&q.session_id).await.unwrap();
+    api.delete_session(&q.session_id).await.unwrap();
     let bg = reqwest::Client::new()
         .post(format!("{base}/query"))
         .json(&json!({"ask": "alpha", "scope": ["c2"], "background": true}))
@@ -183,10 +175,10 @@ async fn implemented_operations_decode_with_the_sdk_and_match_the_spec() {
         .await
         .unwrap();
     assert_eq!(bg.status(), 202);
-    api.cancel_task(&upload.task_id, None, &Default::default())
+    api.cancel_task(&upload.task_id, &Default::default())
         .await
         .unwrap();
-    api.delete_context("c2", None).await.unwrap();
+    api.delete_context("c2").await.unwrap();
     assert_eq!(created.slug, "c2");
 
     // Raw: each answer against the spec's schema for its status.

@@ -5,10 +5,9 @@
 //! status. tests/local_conformance.rs checks the other operations.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
-#[path = "support/openapi.rs"]
-mod openapi;
+mod support;
+use support::local as local_support;
+use support::openapi;
 
 use std::collections::BTreeSet;
 
@@ -183,7 +182,7 @@ async fn new_operations_match_the_spec() {
     // Task stats and files, on the seed's curate task.
     let tasks = client
         .api()
-        .list_tasks(Some("docs"), None, None, None, None, None, None, None)
+        .list_tasks(Some("docs"), None, None, None, None, None, None)
         .await
         .unwrap()
         .into_inner();

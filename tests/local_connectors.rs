@@ -3,8 +3,8 @@
 //! and the local OAuth flow.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use local_support::*;
 use nexus_knowql::local::LocalNexus;
@@ -50,7 +50,6 @@ async fn the_connector_lifecycle_runs_end_to_end() {
     let conn = api
         .create_connector(
             "local",
-            None,
             &body(json!({"api_key": "drive", "account_label": "Team drive"})),
         )
         .await
@@ -60,19 +59,15 @@ async fn the_connector_lifecycle_runs_end_to_end() {
         (conn.provider.as_str(), conn.account_label.as_deref()),
         ("local", Some("Team drive"))
     );
-    let all = api.list_connectors(None, None).await.unwrap().into_inner();
+    let all = api.list_connectors(None).await.unwrap().into_inner();
     assert_eq!(all.len(), 1);
     assert_eq!(
-        api.get_connector(&conn.id, None)
-            .await
-            .unwrap()
-            .into_inner()
-            .id,
+        api.get_connector(&conn.id).await.unwrap().into_inner().id,
         conn.id
     );
 
     let top = api
-        .list_connector_items(&conn.id, None, None)
+        .list_connector_items(&conn.id, None)
         .await
         .unwrap()
         .into_inner();
@@ -83,7 +78,7 @@ async fn the_connector_lifecycle_runs_end_to_end() {
         .collect();
     assert_eq!(items, [("handbook", "folder"), ("readme.txt", "file")]);
     let inner = api
-        .list_connector_items(&conn.id, Some("handbook"), None)
+        .list_connector_items(&conn.id, Some("handbook"))
         .await
         .unwrap()
         .into_inner();
@@ -94,14 +89,11 @@ async fn the_connector_lifecycle_runs_end_to_end() {
         "hidden files are not listed"
     );
     assert_eq!(
-        status(
-            api.list_connector_items(&conn.id, Some("../.."), None)
-                .await
-        ),
+        status(api.list_connector_items(&conn.id, Some("../..")).await),
         404
     );
     assert_eq!(
-        status(api.list_connector_items(&conn.id, Some("nope"), None).await),
+        status(api.list_connector_items(&conn.id, Some("nope")).await),
         404
     );
 
@@ -113,26 +105,26 @@ async fn the_connector_lifecycle_runs_end_to_end() {
     let import = json!({"connector_id": conn.id, "folder": "handbook", "path": "handbook"});
     assert_eq!(
         status(
-            api.import_context_sources("hb", None, &body(import.clone()))
+            api.import_context_sources("hb", &body(import.clone()))
                 .await
         ),
         409,
         "a connector must be enabled on the context first"
     );
     let views = api
-        .list_context_connectors("hb", None)
+        .list_context_connectors("hb")
         .await
         .unwrap()
         .into_inner();
     assert!(!views[0].enabled);
     let on = api
-        .update_context_connector("hb", &conn.id, None, &body(json!({"enabled": true})))
+        .update_context_connector("hb", &conn.id, &body(json!({"enabled": true})))
         .await
         .unwrap()
         .into_inner();
     assert!(on.enabled);
     let trigger = api
-        .import_context_sources("hb", None, &body(import))
+        .import_context_sources("hb", &body(import))
         .await
         .unwrap()
         .into_inner();
@@ -142,7 +134,7 @@ async fn the_connector_lifecycle_runs_end_to_end() {
         .await
         .unwrap();
     let files = api
-        .get_source_manifest("hb", None)
+        .get_source_manifest("hb")
         .await
         .unwrap()
         .into_inner()
@@ -158,7 +150,7 @@ async fn the_connector_lifecycle_runs_end_to_end() {
     // One file by name.
     let one = json!({"connector_id": conn.id, "folder": "readme.txt", "item_type": "file"});
     let t = api
-        .import_context_sources("hb", None, &body(one))
+        .import_context_sources("hb", &body(one))
         .await
         .unwrap()
         .into_inner();
@@ -168,7 +160,7 @@ async fn the_connector_lifecycle_runs_end_to_end() {
         .await
         .unwrap();
     assert_eq!(
-        api.get_source_manifest("hb", None)
+        api.get_source_manifest("hb")
             .await
             .unwrap()
             .into_inner()
@@ -202,21 +194,17 @@ async fn the_connector_lifecycle_runs_end_to_end() {
     );
 
     let off = api
-        .update_context_connector("hb", &conn.id, None, &body(json!({"enabled": false})))
+        .update_context_connector("hb", &conn.id, &body(json!({"enabled": false})))
         .await
         .unwrap()
         .into_inner();
     assert!(!off.enabled);
-    let gone = api
-        .delete_connector(&conn.id, None)
-        .await
-        .unwrap()
-        .into_inner();
+    let gone = api.delete_connector(&conn.id).await.unwrap().into_inner();
     assert_eq!(gone.deleted, conn.id);
-    assert_eq!(status(api.get_connector(&conn.id, None).await), 404);
-    assert_eq!(status(api.delete_connector(&conn.id, None).await), 404);
+    assert_eq!(status(api.get_connector(&conn.id).await), 404);
+    assert_eq!(status(api.delete_connector(&conn.id).await), 404);
     assert!(
-        api.list_connectors(None, None)
+        api.list_connectors(None)
             .await
             .unwrap()
             .into_inner()
@@ -239,19 +227,16 @@ async fn connectors_read_only_below_their_roots() {
     let create = |key: String| body::<types::CreateConnectorBody>(json!({"api_key": key}));
     let outside = elsewhere.path().to_str().unwrap().to_owned();
     assert_eq!(
-        status(api.create_connector("local", None, &create(outside)).await),
+        status(api.create_connector("local", &create(outside)).await),
+        400
+    );
+    assert_eq!(
+        status(api.create_connector("local", &create("../".into())).await),
         400
     );
     assert_eq!(
         status(
-            api.create_connector("local", None, &create("../".into()))
-                .await
-        ),
-        400
-    );
-    assert_eq!(
-        status(
-            api.create_connector("local", None, &create("readme.txt".into()))
+            api.create_connector("local", &create("readme.txt".into()))
                 .await
         ),
         400,
@@ -259,7 +244,7 @@ async fn connectors_read_only_below_their_roots() {
     );
     assert_eq!(
         status(
-            api.create_connector("box", None, &create("handbook".into()))
+            api.create_connector("box", &create("handbook".into()))
                 .await
         ),
         400
@@ -269,21 +254,18 @@ async fn connectors_read_only_below_their_roots() {
         // A link out of a root is followed to where it leads, and refused.
         std::os::unix::fs::symlink(elsewhere.path(), roots.path().join("drive/link")).unwrap();
         assert_eq!(
-            status(
-                api.create_connector("local", None, &create("link".into()))
-                    .await
-            ),
+            status(api.create_connector("local", &create("link".into())).await),
             400
         );
         let c = api
-            .create_connector("local", None, &create("handbook".into()))
+            .create_connector("local", &create("handbook".into()))
             .await
             .unwrap()
             .into_inner();
         std::os::unix::fs::symlink(elsewhere.path(), roots.path().join("drive/handbook/out"))
             .unwrap();
         let items = api
-            .list_connector_items(&c.id, None, None)
+            .list_connector_items(&c.id, None)
             .await
             .unwrap()
             .into_inner();
@@ -292,7 +274,7 @@ async fn connectors_read_only_below_their_roots() {
             "links are not listed"
         );
         assert_eq!(
-            status(api.list_connector_items(&c.id, Some("out"), None).await),
+            status(api.list_connector_items(&c.id, Some("out")).await),
             404
         );
     }
@@ -303,13 +285,13 @@ async fn connectors_read_only_below_their_roots() {
     assert_eq!(
         status(
             bare_api
-                .create_connector("local", None, &create("/".into()))
+                .create_connector("local", &create("/".into()))
                 .await
         ),
         400
     );
     assert_eq!(
-        status(bare_api.start_connector_oauth("local", None, None).await),
+        status(bare_api.start_connector_oauth("local", None).await),
         400
     );
 }
@@ -325,7 +307,7 @@ async fn the_local_oauth_flow_completes_without_the_network() {
     let client = server.client().unwrap();
     let api = client.api();
     let started = api
-        .start_connector_oauth("local", Some("http://127.0.0.1:9/done?x=1"), None)
+        .start_connector_oauth("local", Some("http://127.0.0.1:9/done?x=1"))
         .await
         .unwrap()
         .into_inner();
@@ -345,17 +327,17 @@ async fn the_local_oauth_flow_completes_without_the_network() {
         .split('&')
         .next()
         .unwrap();
-    let conn = api.get_connector(id, None).await.unwrap().into_inner();
+    let conn = api.get_connector(id).await.unwrap().into_inner();
     assert_eq!(conn.provider, "local");
     let items = api
-        .list_connector_items(id, None, None)
+        .list_connector_items(id, None)
         .await
         .unwrap()
         .into_inner();
     assert_eq!(items.items[0].name, "drive");
     // Completing the flow again reuses the connector.
     let again = api
-        .start_connector_oauth("local", None, None)
+        .start_connector_oauth("local", None)
         .await
         .unwrap()
         .into_inner();
@@ -364,10 +346,7 @@ async fn the_local_oauth_flow_completes_without_the_network() {
         "{}",
         again.authorize_url
     );
-    let all = api.list_connectors(None, None).await.unwrap().into_inner();
+    let all = api.list_connectors(None).await.unwrap().into_inner();
     assert_eq!(all.len(), 1);
-    assert_eq!(
-        status(api.start_connector_oauth("gdrive", None, None).await),
-        400
-    );
+    assert_eq!(status(api.start_connector_oauth("gdrive", None).await), 400);
 }

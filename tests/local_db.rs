@@ -5,7 +5,6 @@
 //! header-read timeout and a private scratch directory.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
 mod support;
 
 use std::io::{BufRead, Read, Write};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nexus_knowql::local::LocalNexus;
 use serde_json::{Value, json};
-use support::*;
+use support::local::*;
 
 fn http() -> reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
@@ -400,13 +399,10 @@ async fn kept_turns_are_bounded_by_bytes_oldest_first() {
     for _ in 0..60 {
         let turn = client
             .api()
-            .query(
-                None,
-                &request(
-                    json!({"ask": "tea", "scope": ["docs"], "retrieval_only": true,
+            .query(&request(
+                json!({"ask": "tea", "scope": ["docs"], "retrieval_only": true,
                                 "max_retrieved": 100, "max_retrieved_chars": 2000}),
-                ),
-            )
+            ))
             .await
             .unwrap()
             .into_inner();

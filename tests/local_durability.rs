@@ -2,7 +2,6 @@
 //! file never prevents start-up, and a SIGKILL loses nothing acknowledged.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
 mod support;
 
 use std::sync::{Arc, Mutex};
@@ -10,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nexus_knowql::local::{LocalNexus, StartError};
 use serde_json::{Value, json};
-use support::*;
+use support::local::*;
 
 fn wait_exit(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;
@@ -230,7 +229,7 @@ fn a_sigkill_mid_burst_loses_nothing_acknowledged_and_leaves_no_session_stuck() 
         for id in &seen.background {
             let q = client
                 .api()
-                .get_query(id, None)
+                .get_query(id)
                 .await
                 .unwrap_or_else(|e| panic!("acknowledged background turn {id} is missing: {e}"))
                 .into_inner();
@@ -245,12 +244,7 @@ fn a_sigkill_mid_burst_loses_nothing_acknowledged_and_leaves_no_session_stuck() 
         }
         let http = reqwest::Client::new();
         for sid in &seen.sessions {
-            let s = client
-                .api()
-                .get_session(sid, None)
-                .await
-                .unwrap()
-                .into_inner();
+            let s = client.api().get_session(sid).await.unwrap().into_inner();
             assert!(
                 s.queries.iter().all(|q| q.status != "in_progress"),
                 "a turn of {sid} is still in progress after the restart"

@@ -3,8 +3,8 @@
 //! `Client` against `LocalNexus`.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use futures::StreamExt;
 use local_support::*;
@@ -20,7 +20,7 @@ fn body<T: serde::de::DeserializeOwned>(v: Value) -> T {
 async fn task_file(client: &Client, task: &str, path: &str) -> Vec<u8> {
     let mut stream = client
         .api()
-        .read_task_file(task, path, None)
+        .read_task_file(task, path)
         .await
         .unwrap()
         .into_inner()
@@ -50,7 +50,7 @@ fn status<T>(r: Result<T, nexus_knowql::api::Error<types::Error>>) -> u16 {
 }
 
 async fn source_paths(client: &Client, slug: &str) -> Vec<String> {
-    let m = client.api().get_source_manifest(slug, None).await.unwrap();
+    let m = client.api().get_source_manifest(slug).await.unwrap();
     m.into_inner().files.into_iter().map(|f| f.path).collect()
 }
 
@@ -58,11 +58,7 @@ async fn source_paths(client: &Client, slug: &str) -> Vec<String> {
 async fn stats_count_what_the_server_holds() {
     let (_server, client, _dir) = seeded(LocalNexus::builder()).await;
     let api = client.api();
-    let stats = api
-        .get_source_stats("docs", None)
-        .await
-        .unwrap()
-        .into_inner();
+    let stats = api.get_source_stats("docs").await.unwrap().into_inner();
     // guide/streaming.md, guide/tea.md, notes.txt (the hidden file is skipped).
     assert_eq!((stats.file_count, stats.dir_count), (3, 1));
     let manifest = source_paths(&client, "docs").await;
@@ -71,41 +67,37 @@ async fn stats_count_what_the_server_holds() {
         ["guide/streaming.md", "guide/tea.md", "notes.txt"]
     );
     assert_eq!(stats.used_bytes, Some(stats.total_size));
-    let knowledge = api
-        .get_knowledge_stats("docs", None)
-        .await
-        .unwrap()
-        .into_inner();
+    let knowledge = api.get_knowledge_stats("docs").await.unwrap().into_inner();
     assert_eq!(knowledge.file_count, 3);
 
-    let project = api.get_project_task_stats(None).await.unwrap().into_inner();
+    let project = api.get_project_task_stats().await.unwrap().into_inner();
     assert_eq!((project.tasks_total, project.tasks_completed), (1, 1));
     assert_eq!(project.tasks_by_workflow.get("curate"), Some(&1));
     let ctx = api
-        .get_context_task_stats("docs", None)
+        .get_context_task_stats("docs")
         .await
         .unwrap()
         .into_inner();
     assert_eq!((ctx.tasks_total, ctx.tasks_active), (1, 0));
     let trigger = api
-        .explore_context("docs", None, &body(json!({})))
+        .explore_context("docs", &body(json!({})))
         .await
         .unwrap()
         .into_inner();
     report(&client, &trigger.task_id).await;
-    let project = api.get_project_task_stats(None).await.unwrap().into_inner();
+    let project = api.get_project_task_stats().await.unwrap().into_inner();
     assert_eq!(project.tasks_by_workflow.get("explore"), Some(&1));
     assert_eq!(project.tasks_total, 2);
     let task = api
-        .get_task_stats(&trigger.task_id, None)
+        .get_task_stats(&trigger.task_id)
         .await
         .unwrap()
         .into_inner();
     assert_eq!(task.task_id, trigger.task_id);
-    assert_eq!(status(api.get_task_stats("tsk_nope", None).await), 404);
-    assert_eq!(status(api.get_source_stats("nope", None).await), 404);
+    assert_eq!(status(api.get_task_stats("tsk_nope").await), 404);
+    assert_eq!(status(api.get_source_stats("nope").await), 404);
     assert_eq!(
-        api.get_project(None).await.unwrap().into_inner().name,
+        api.get_project().await.unwrap().into_inner().name,
         "nexus-local"
     );
 }
@@ -114,21 +106,13 @@ async fn stats_count_what_the_server_holds() {
 async fn manifests_and_templates_describe_local_curation() {
     let (_server, client, _dir) = seeded(LocalNexus::builder().chunk_chars(800)).await;
     let api = client.api();
-    let manifest = api
-        .get_context_manifest("docs", None)
-        .await
-        .unwrap()
-        .into_inner();
+    let manifest = api.get_context_manifest("docs").await.unwrap().into_inner();
     let chunking = manifest.curate.unwrap().chunks.unwrap().chunking.unwrap();
     assert_eq!(
         (chunking.strategy.as_str(), chunking.target_size),
         ("markdown_heading", 200)
     );
-    let catalog = api
-        .list_manifest_templates(None)
-        .await
-        .unwrap()
-        .into_inner();
+    let catalog = api.list_manifest_templates().await.unwrap().into_inner();
     assert!(
         catalog
             .templates
@@ -140,7 +124,6 @@ async fn manifests_and_templates_describe_local_curation() {
     let trigger = api
         .profile_context(
             "docs",
-            None,
             &body(json!({"manifest": serde_json::to_value(&notes.manifest).unwrap()})),
         )
         .await
@@ -156,11 +139,7 @@ async fn manifests_and_templates_describe_local_curation() {
         .collect();
     assert_eq!(types, ["markdown", "text"]);
     assert_eq!(profile["files"].as_array().unwrap().len(), 3);
-    let now = api
-        .get_context_manifest("docs", None)
-        .await
-        .unwrap()
-        .into_inner();
+    let now = api.get_context_manifest("docs").await.unwrap().into_inner();
     let strategy = now
         .curate
         .unwrap()
@@ -177,7 +156,7 @@ async fn a_fork_copies_sources_and_manifest_and_is_independent() {
     let (_server, client, _dir) = seeded(LocalNexus::builder()).await;
     let api = client.api();
     let fork = api
-        .fork_context("docs", None, &body(json!({"target_slug": "copy"})))
+        .fork_context("docs", &body(json!({"target_slug": "copy"})))
         .await
         .unwrap()
         .into_inner();
@@ -189,7 +168,7 @@ async fn a_fork_copies_sources_and_manifest_and_is_independent() {
     let tea = client.sources("copy").read("guide/tea.md").await.unwrap();
     assert!(String::from_utf8_lossy(&tea).contains("Green tea"));
     // Removing a source of the fork leaves the original whole.
-    api.delete_source_file("copy", "guide/tea.md", None)
+    api.delete_source_file("copy", "guide/tea.md")
         .await
         .unwrap();
     assert_eq!(source_paths(&client, "copy").await.len(), 2);
@@ -199,21 +178,21 @@ async fn a_fork_copies_sources_and_manifest_and_is_independent() {
     create_and_curate_existing(&client, "copy").await;
     assert_eq!(
         status(
-            api.fork_context("docs", None, &body(json!({"target_slug": "copy"})))
+            api.fork_context("docs", &body(json!({"target_slug": "copy"})))
                 .await
         ),
         409
     );
     assert_eq!(
         status(
-            api.fork_context("nope", None, &body(json!({"target_slug": "x"})))
+            api.fork_context("nope", &body(json!({"target_slug": "x"})))
                 .await
         ),
         404
     );
     assert_eq!(
         status(
-            api.fork_context("docs", None, &body(json!({"target_slug": "Bad Slug"})))
+            api.fork_context("docs", &body(json!({"target_slug": "Bad Slug"})))
                 .await
         ),
         400
@@ -237,11 +216,7 @@ async fn create_and_curate_existing(client: &Client, slug: &str) {
 async fn the_ledger_records_curation_and_deleted_sources_leave_the_index_at_the_next() {
     let (_server, client, _dir) = seeded(LocalNexus::builder()).await;
     let api = client.api();
-    let ledger = api
-        .get_curation_ledger("docs", None)
-        .await
-        .unwrap()
-        .into_inner();
+    let ledger = api.get_curation_ledger("docs").await.unwrap().into_inner();
     assert_eq!(ledger.manifest.len(), 3);
     assert!(ledger.manifest["notes.txt"].hash.starts_with("sha256:"));
     assert_eq!(ledger.chunk_ids["notes.txt"].len(), 1);
@@ -250,7 +225,6 @@ async fn the_ledger_records_curation_and_deleted_sources_leave_the_index_at_the_
 
     api.delete_curated_sources(
         "docs",
-        None,
         &body(json!({"sources": ["notes.txt", "no/such.md"]})),
     )
     .await
@@ -264,30 +238,26 @@ async fn the_ledger_records_curation_and_deleted_sources_leave_the_index_at_the_
     let knowledge =
         |l: types::DirListing| -> Vec<String> { l.entries.into_iter().map(|e| e.name).collect() };
     let before = api
-        .list_knowledge_by_path("docs", "chunks", None, None, None)
+        .list_knowledge_by_path("docs", "chunks", None, None)
         .await
         .unwrap()
         .into_inner();
     assert!(knowledge(before).iter().any(|n| n.starts_with("notes")));
     create_and_curate_existing(&client, "docs").await;
     let after = api
-        .list_knowledge_by_path("docs", "chunks", None, None, None)
+        .list_knowledge_by_path("docs", "chunks", None, None)
         .await
         .unwrap()
         .into_inner();
     assert!(!knowledge(after).iter().any(|n| n.starts_with("notes")));
-    let ledger = api
-        .get_curation_ledger("docs", None)
-        .await
-        .unwrap()
-        .into_inner();
+    let ledger = api.get_curation_ledger("docs").await.unwrap().into_inner();
     assert_eq!(ledger.live_version, version + 1);
     assert_eq!(
         ledger.source_removed["notes.txt"].removed_version,
         version + 1
     );
     assert!(!ledger.manifest.contains_key("notes.txt"));
-    assert_eq!(status(api.get_curation_ledger("nope", None).await), 404);
+    assert_eq!(status(api.get_curation_ledger("nope").await), 404);
 }
 
 #[tokio::test]
@@ -295,7 +265,7 @@ async fn explore_and_optimize_work_over_the_curated_index() {
     let (_server, client, _dir) = seeded(LocalNexus::builder()).await;
     let api = client.api();
     let trigger = api
-        .explore_context("docs", None, &body(json!({"guide": "tea and streams"})))
+        .explore_context("docs", &body(json!({"guide": "tea and streams"})))
         .await
         .unwrap()
         .into_inner();
@@ -325,7 +295,7 @@ async fn explore_and_optimize_work_over_the_curated_index() {
     assert_eq!(explore["local"], true);
 
     let trigger = api
-        .optimize_context("docs", None, &body(json!({})))
+        .optimize_context("docs", &body(json!({})))
         .await
         .unwrap()
         .into_inner();
@@ -352,11 +322,11 @@ async fn explore_and_optimize_work_over_the_curated_index() {
         .await
         .unwrap();
     assert_eq!(
-        status(api.explore_context("empty", None, &body(json!({}))).await),
+        status(api.explore_context("empty", &body(json!({}))).await),
         409
     );
     assert_eq!(
-        status(api.optimize_context("empty", None, &body(json!({}))).await),
+        status(api.optimize_context("empty", &body(json!({}))).await),
         409
     );
 }
@@ -381,7 +351,7 @@ async fn task_files_hold_what_a_task_produced() {
         .await
         .unwrap();
     let listing = api
-        .list_task_files(&up.task_id, None, None, None)
+        .list_task_files(&up.task_id, None, None)
         .await
         .unwrap()
         .into_inner();
@@ -392,7 +362,7 @@ async fn task_files_hold_what_a_task_produced() {
         b"docs/a.md\n"
     );
     let meta = api
-        .get_task_file_metadata(&up.task_id, "imported.txt", None)
+        .get_task_file_metadata(&up.task_id, "imported.txt")
         .await
         .unwrap()
         .into_inner();
@@ -403,34 +373,31 @@ async fn task_files_hold_what_a_task_produced() {
         other => panic!("{other:?}"),
     }
     let one = api
-        .list_task_files_by_path(&up.task_id, "report.json", None, None, None)
+        .list_task_files_by_path(&up.task_id, "report.json", None, None)
         .await
         .unwrap()
         .into_inner();
     assert_eq!(one.total, 1);
     let deleted = api
-        .delete_task_file(&up.task_id, "imported.txt", None)
+        .delete_task_file(&up.task_id, "imported.txt")
         .await
         .unwrap()
         .into_inner();
     assert!(deleted.deleted);
     assert_eq!(
-        status(api.read_task_file(&up.task_id, "imported.txt", None).await),
+        status(api.read_task_file(&up.task_id, "imported.txt").await),
         404
     );
     assert_eq!(
-        status(
-            api.delete_task_file(&up.task_id, "imported.txt", None)
-                .await
-        ),
+        status(api.delete_task_file(&up.task_id, "imported.txt").await),
         404
     );
     assert_eq!(
-        status(api.list_task_files("tsk_nope", None, None, None).await),
+        status(api.list_task_files("tsk_nope", None, None).await),
         404
     );
     let left = api
-        .list_task_files(&up.task_id, None, None, None)
+        .list_task_files(&up.task_id, None, None)
         .await
         .unwrap()
         .into_inner();
@@ -452,7 +419,7 @@ async fn connectors_and_task_files_survive_a_restart() {
         let client = server.client().unwrap();
         let api = client.api();
         let c = api
-            .create_connector("local", None, &body(json!({"api_key": "share"})))
+            .create_connector("local", &body(json!({"api_key": "share"})))
             .await
             .unwrap()
             .into_inner();
@@ -461,11 +428,11 @@ async fn connectors_and_task_files_survive_a_restart() {
             .create(&body(json!({"slug": "s", "name": "S"})))
             .await
             .unwrap();
-        api.update_context_connector("s", &c.id, None, &body(json!({"enabled": true})))
+        api.update_context_connector("s", &c.id, &body(json!({"enabled": true})))
             .await
             .unwrap();
         let t = api
-            .import_context_sources("s", None, &body(json!({"connector_id": c.id})))
+            .import_context_sources("s", &body(json!({"connector_id": c.id})))
             .await
             .unwrap()
             .into_inner();
@@ -481,7 +448,7 @@ async fn connectors_and_task_files_survive_a_restart() {
     let client = server.client().unwrap();
     let api = client.api();
     assert_eq!(
-        api.get_connector(&connector, None)
+        api.get_connector(&connector)
             .await
             .unwrap()
             .into_inner()
@@ -490,11 +457,7 @@ async fn connectors_and_task_files_survive_a_restart() {
             .map(|l| l.ends_with("share")),
         Some(true)
     );
-    let on = api
-        .list_context_connectors("s", None)
-        .await
-        .unwrap()
-        .into_inner();
+    let on = api.list_context_connectors("s").await.unwrap().into_inner();
     assert!(on.iter().any(|c| c.id == connector && c.enabled));
     assert_eq!(task_file(&client, &task, "imported.txt").await, b"a.md\n");
     assert_eq!(source_paths(&client, "s").await, ["a.md"]);

@@ -2,8 +2,8 @@
 //! background, replay and resume, cancel, sessions and bad requests.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use std::time::Duration;
 
@@ -16,10 +16,9 @@ async fn sync_turn_answers_extractively_with_citations() {
     let (_server, client, _dir) = seeded(LocalNexus::builder()).await;
     let q = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "How do I resume a broken stream?", "scope": ["docs"]})),
-        )
+        .query(&request(
+            json!({"ask": "How do I resume a broken stream?", "scope": ["docs"]}),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -47,10 +46,9 @@ async fn a_question_without_matches_says_so_honestly() {
     let (_server, client, _dir) = seeded(LocalNexus::builder()).await;
     let q = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "zeppelin quaternion", "scope": ["docs"]})),
-        )
+        .query(&request(
+            json!({"ask": "zeppelin quaternion", "scope": ["docs"]}),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -147,10 +145,7 @@ async fn events_replay_inclusively_from_last_event_id() {
     let (server, client, _dir) = seeded(LocalNexus::builder()).await;
     let q = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "green tea", "scope": ["docs"]})),
-        )
+        .query(&request(json!({"ask": "green tea", "scope": ["docs"]})))
         .await
         .unwrap()
         .into_inner();
@@ -253,10 +248,7 @@ async fn sessions_continue_and_allow_one_turn_at_a_time() {
         seeded(LocalNexus::builder().frame_delay(Duration::from_millis(30))).await;
     let first = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "green tea", "scope": ["docs"]})),
-        )
+        .query(&request(json!({"ask": "green tea", "scope": ["docs"]})))
         .await
         .unwrap()
         .into_inner();
@@ -264,10 +256,9 @@ async fn sessions_continue_and_allow_one_turn_at_a_time() {
     // A follow-up by previous_query_id lands in the same session.
     let second = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "and black?", "previous_query_id": first.id})),
-        )
+        .query(&request(
+            json!({"ask": "and black?", "previous_query_id": first.id}),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -291,16 +282,15 @@ async fn sessions_continue_and_allow_one_turn_at_a_time() {
     assert_eq!(bg.status(), 202);
     let err = client
         .api()
-        .query(None, &request(json!({"ask": "again", "session_id": sid})))
+        .query(&request(json!({"ask": "again", "session_id": sid})))
         .await
         .unwrap_err();
     assert_eq!(err.status().map(|s| s.as_u16()), Some(409));
     let other = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "lighthouse ships", "scope": ["docs"]})),
-        )
+        .query(&request(
+            json!({"ask": "lighthouse ships", "scope": ["docs"]}),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -312,8 +302,11 @@ async fn sessions_continue_and_allow_one_turn_at_a_time() {
     assert_eq!(s.scope, vec!["docs".to_string()]);
     let listed = client.sessions().list().await.unwrap();
     assert!(listed.iter().any(|x| x.id == sid));
-    assert!(client.sessions().delete(&other.session_id).await.unwrap());
-    assert!(!client.sessions().delete(&other.session_id).await.unwrap());
+    client.sessions().delete(&other.session_id).await.unwrap();
+    let gone = client.sessions().get(&other.session_id).await.unwrap_err();
+    assert!(gone.is_not_found(), "{gone}");
+    // Deleting it again succeeds: the session is gone either way.
+    client.sessions().delete(&other.session_id).await.unwrap();
 }
 
 #[tokio::test]
@@ -386,10 +379,7 @@ async fn bad_query_requests_get_clear_4xx_and_the_server_keeps_running() {
     // Nothing was lost: the context still answers.
     let q = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "green tea", "scope": ["docs"]})),
-        )
+        .query(&request(json!({"ask": "green tea", "scope": ["docs"]})))
         .await
         .unwrap()
         .into_inner();
@@ -403,9 +393,7 @@ async fn retrieval_only_and_shaped_turns_fill_output_json() {
     let q = client
         .api()
         .query(
-            None,
-            &request(json!({"ask": "tea steeps", "scope": ["docs"], "retrieval_only": true, "max_retrieved": 2, "max_retrieved_chars": 10})),
-        )
+            &request(json!({"ask": "tea steeps", "scope": ["docs"], "retrieval_only": true, "max_retrieved": 2, "max_retrieved_chars": 10})))
         .await
         .unwrap()
         .into_inner();
@@ -419,13 +407,11 @@ async fn retrieval_only_and_shaped_turns_fill_output_json() {
     let shaped = client
         .api()
         .query(
-            None,
             &request(json!({
                 "ask": "how many ships does the lighthouse keeper count",
                 "scope": ["docs"],
                 "shape": {"type": "object", "properties": {"ships": {"type": "integer"}}, "required": ["ships"]}
-            })),
-        )
+            })))
         .await
         .unwrap()
         .into_inner();
@@ -434,13 +420,11 @@ async fn retrieval_only_and_shaped_turns_fill_output_json() {
     let impossible = client
         .api()
         .query(
-            None,
             &request(json!({
                 "ask": "green tea",
                 "scope": ["docs"],
                 "shape": {"type": "object", "properties": {"organic": {"type": "boolean"}}, "required": ["organic"]}
-            })),
-        )
+            })))
         .await
         .unwrap()
         .into_inner();
@@ -454,10 +438,7 @@ async fn trace_and_feedback_of_a_finished_turn() {
     let (_server, client, _dir) = seeded(LocalNexus::builder()).await;
     let q = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "green tea", "scope": ["docs"]})),
-        )
+        .query(&request(json!({"ask": "green tea", "scope": ["docs"]})))
         .await
         .unwrap()
         .into_inner();
@@ -467,7 +448,7 @@ async fn trace_and_feedback_of_a_finished_turn() {
     assert!(trace.rollup.unwrap().total_hits > 0);
     client
         .queries()
-        .feedback(&q.id, true, Some("useful"))
+        .feedback(&q.id, nexus_knowql::Rating::Up, Some("useful"))
         .await
         .unwrap();
     let q = client.queries().get(&q.id).await.unwrap();

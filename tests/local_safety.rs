@@ -3,7 +3,6 @@
 //! request, bounded uploads.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
 mod support;
 
 use std::collections::HashSet;
@@ -11,7 +10,7 @@ use std::time::Duration;
 
 use nexus_knowql::local::LocalNexus;
 use serde_json::{Value, json};
-use support::*;
+use support::local::*;
 use tokio::io::AsyncWriteExt;
 
 /// Every route of the server, with sample parameters (`docs` exists).
@@ -302,10 +301,9 @@ async fn a_client_that_disconnects_after_post_query_never_leaves_its_session_stu
     .await;
     let api = client.api();
     let first = api
-        .query(
-            None,
-            &request(json!({"ask": "lighthouse ships", "scope": ["docs"]})),
-        )
+        .query(&request(
+            json!({"ask": "lighthouse ships", "scope": ["docs"]}),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -336,7 +334,7 @@ async fn a_client_that_disconnects_after_post_query_never_leaves_its_session_stu
         assert_eq!(next.status, "completed");
         assert!(next.answer_text().contains("four minutes"), "{next:?}");
         // The abandoned turn ended and its event log is closed.
-        let s = api.get_session(&session, None).await.unwrap().into_inner();
+        let s = api.get_session(&session).await.unwrap().into_inner();
         let abandoned = s
             .queries
             .iter()

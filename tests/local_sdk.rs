@@ -2,8 +2,8 @@
 //! sessions over several turns, resume through injected cuts, cancel.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use std::time::Duration;
 

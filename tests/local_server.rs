@@ -3,8 +3,8 @@
 //! `nexus-local` binary.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
@@ -323,7 +323,7 @@ async fn an_api_key_is_required_once_set() {
         .build()
         .unwrap();
     bearer.contexts().list().await.unwrap();
-    let who = bearer.api().get_identity(None).await.unwrap().into_inner();
+    let who = bearer.api().get_identity().await.unwrap().into_inner();
     assert_eq!(who.user, "local");
     assert!(!format!("{server:?}").contains("sekrit"));
 }
@@ -357,7 +357,7 @@ async fn injected_503s_are_retried_by_idempotent_calls_only() {
 async fn unknown_paths_answer_404_with_the_error_envelope() {
     let server = LocalNexus::start().await.unwrap();
     let client = server.client().unwrap();
-    let project = client.api().get_project(None).await.unwrap().into_inner();
+    let project = client.api().get_project().await.unwrap().into_inner();
     assert_eq!(project.id, "local");
     let unknown = reqwest::get(format!("{}/no/such/thing", server.base_url()))
         .await
@@ -385,10 +385,7 @@ async fn the_data_directory_keeps_state_across_restarts() {
             .unwrap();
         let q = client
             .api()
-            .query(
-                None,
-                &request(json!({"ask": "green tea", "scope": ["docs"]})),
-            )
+            .query(&request(json!({"ask": "green tea", "scope": ["docs"]})))
             .await
             .unwrap()
             .into_inner();
@@ -415,10 +412,9 @@ async fn the_data_directory_keeps_state_across_restarts() {
     assert!(old.answer_text().contains("two minutes"));
     let next = client
         .api()
-        .query(
-            None,
-            &request(json!({"ask": "black tea", "session_id": session_id})),
-        )
+        .query(&request(
+            json!({"ask": "black tea", "session_id": session_id}),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -452,10 +448,7 @@ fn the_binary_prints_its_url_and_serves_the_given_contexts() {
             let client = Client::builder().base_url(&url).build().unwrap();
             let q = client
                 .api()
-                .query(
-                    None,
-                    &request(json!({"ask": "lighthouse", "scope": ["docs"]})),
-                )
+                .query(&request(json!({"ask": "lighthouse", "scope": ["docs"]})))
                 .await
                 .unwrap()
                 .into_inner();

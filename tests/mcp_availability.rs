@@ -4,10 +4,9 @@
 //! and short timeouts.
 #![cfg(feature = "mcp")]
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
-#[path = "support/pinecone_fake.rs"]
-mod pinecone_fake;
+mod support;
+use support::mcp as mcp_support;
+use support::pinecone_fake;
 
 use std::net::SocketAddr;
 use std::time::Duration;

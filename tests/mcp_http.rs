@@ -2,8 +2,8 @@
 //! an in-process axum server on 127.0.0.1:0.
 #![cfg(feature = "mcp")]
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
+mod support;
+use support::mcp as mcp_support;
 
 use std::time::Duration;
 

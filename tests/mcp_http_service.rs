@@ -3,10 +3,9 @@
 //! `--stateless` replicas behind a round-robin proxy.
 #![cfg(feature = "mcp")]
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
-#[path = "support/pinecone_fake.rs"]
-mod pinecone_fake;
+mod support;
+use support::mcp as mcp_support;
+use support::pinecone_fake;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,8 +3,8 @@
 //! corpus.
 #![cfg(all(feature = "mcp", feature = "local"))]
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
+mod support;
+use support::mcp as mcp_support;
 
 use std::time::Duration;
 

@@ -4,8 +4,8 @@
 //! and JSON-RPC errors over stdio.
 #![cfg(feature = "mcp")]
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
+mod support;
+use support::mcp as mcp_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

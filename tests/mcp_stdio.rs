@@ -2,8 +2,8 @@
 //! and stdout purity checked line by line.
 #![cfg(feature = "mcp")]
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
+mod support;
+use support::mcp as mcp_support;
 
 use std::process::Stdio;
 use std::time::Duration;

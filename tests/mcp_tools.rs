@@ -3,10 +3,9 @@
 //! checked against the tool's declared `outputSchema`.
 #![cfg(feature = "mcp")]
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
-#[path = "support/schema.rs"]
-mod schema;
+mod support;
+use support::mcp as mcp_support;
+use support::schema;
 
 use std::time::{Duration, Instant};
 

@@ -306,8 +306,8 @@ async fn sessions_are_listed_with_the_api_maximum() {
         .await;
     let c = client(&server);
     assert_eq!(c.sessions().list().await.unwrap().len(), 120);
-    assert_eq!(c.sessions().list().limit(7).await.unwrap().len(), 7);
-    let err = c.sessions().list().limit(0).await.unwrap_err();
+    assert_eq!(c.sessions().list().page_size(7).await.unwrap().len(), 7);
+    let err = c.sessions().list().page_size(0).await.unwrap_err();
     assert!(matches!(err, Error::InvalidRequest(_)), "{err:?}");
     let got = server.received_requests().await.unwrap();
     assert_eq!(query(&got[0])["limit"], "200");

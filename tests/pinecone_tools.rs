@@ -2,10 +2,9 @@
 //! talking to `PineconeServer`, which talks to the in-process Pinecone fake.
 #![cfg(feature = "mcp")]
 
-#[path = "support/pinecone_fake.rs"]
-mod pinecone_fake;
-#[path = "support/schema.rs"]
-mod schema;
+mod support;
+use support::pinecone_fake;
+use support::schema;
 
 use std::time::Duration;
 

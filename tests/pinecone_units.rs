@@ -3,8 +3,8 @@
 //! Pinecone client's redaction, through the public API.
 #![cfg(feature = "mcp")]
 
-#[path = "support/pinecone_fake.rs"]
-mod pinecone_fake;
+mod support;
+use support::pinecone_fake;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,13 +2,13 @@
 //! session, busy sessions and their waits, retry advice for `create_query`,
 //! the bound on response bodies, and cancels that are delivered.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::time::Duration;
 
 use futures::StreamExt;
-use nexus_knowql::{Error, QueryWait, RetryPolicy, Session, StreamConfig, WhenBusy};
+use nexus_knowql::{Error, RetryPolicy, Session, StreamConfig, WaitPolicy, WhenBusy};
 use sse_server::{Reply, SseServer, Step, Turn, query_json};
 
 const DELTAS: &[&str] = &["Travel ", "is approved."];
@@ -44,7 +44,7 @@ async fn a_409_that_is_not_a_running_turn_keeps_the_servers_answer() {
         }
     })
     .await;
-    let wait = WhenBusy::Wait(QueryWait::default().timeout(Duration::from_secs(5)));
+    let wait = WhenBusy::Wait(WaitPolicy::default().timeout(Duration::from_secs(5)));
     let session = server
         .client()
         .session(["docs"])
@@ -81,7 +81,7 @@ async fn waiting_for_a_busy_session_backs_off_and_stops_at_its_limit() {
         }
     })
     .await;
-    let wait = QueryWait::default()
+    let wait = WaitPolicy::default()
         .timeout(Duration::from_millis(1500))
         .interval(Duration::from_millis(100), Duration::from_millis(400));
     let session = Session::resume(&server.client(), "sess_w").with_when_busy(WhenBusy::Wait(wait));

@@ -3,8 +3,8 @@
 //! that never come, huge numbers. Each turn ends with the exact answer or a
 //! clear error, never a wrong text and never a hang or a panic.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,8 +3,8 @@
 //! not match the deltas, keep-alives after the terminal event, failures
 //! behind a gap. A turn yields exactly the final answer or an error.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

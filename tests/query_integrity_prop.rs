@@ -5,8 +5,8 @@
 //!
 //! The number of cases is proptest's default, `PROPTEST_CASES` overrides it.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

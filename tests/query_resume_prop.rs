@@ -1,8 +1,8 @@
 //! Property: whatever byte the connections are cut at and however the writes
 //! are split, the caller receives exactly the uncut event sequence.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use nexus_knowql::{Client, Error, QueryWait, Session};
+use nexus_knowql::{Client, Error, Session, WaitPolicy};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
@@ -244,7 +244,7 @@ async fn background_wait_polls_until_the_turn_completes() {
     assert_eq!(handle.last_seen().status, "in_progress");
     let done = handle
         .wait_with(
-            QueryWait::default().interval(Duration::from_millis(5), Duration::from_millis(20)),
+            WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(20)),
         )
         .await
         .unwrap();
@@ -313,7 +313,7 @@ async fn background_wait_reports_failure_and_timeout() {
         .unwrap();
     let e = hanging
         .wait_with(
-            QueryWait::default()
+            WaitPolicy::default()
                 .interval(Duration::from_millis(5), Duration::from_millis(10))
                 .timeout(Duration::from_millis(60)),
         )

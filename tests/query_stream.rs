@@ -1,8 +1,8 @@
 //! Streaming turns against a scripted SSE server: framing variants, resume
 //! after cuts, errors, and what the server received.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::time::Duration;
 

@@ -2,8 +2,8 @@
 //! scheme, host or port is refused before anything is sent there, for every
 //! kind of request the client makes. A second listener records what reaches it.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::time::Duration;
 

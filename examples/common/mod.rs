@@ -14,7 +14,7 @@ use console::style;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::{Client, Error, QueryEvent, QueryHandle, QueryTurn, QueryWait, types};
+use nexus_knowql::{Client, Error, QueryEvent, QueryHandle, QueryTurn, WaitPolicy, types};
 
 /// Where the examples find a Nexus, from flags or the environment.
 #[derive(Debug, clap::Args)]
@@ -390,7 +390,7 @@ pub(crate) async fn wait_background(
     let mut activity = Activity::start(&format!("running {} in the background", handle.id()));
     let waited = {
         let wait = handle.wait_with(
-            QueryWait::default().interval(Duration::from_millis(100), Duration::from_secs(1)),
+            WaitPolicy::default().interval(Duration::from_millis(100), Duration::from_secs(1)),
         );
         tokio::select! {
             biased;

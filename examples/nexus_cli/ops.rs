@@ -40,12 +40,12 @@ pub(crate) async fn fork(
     let api = client.api();
     let request = body(serde_json::json!({"target_slug": target}))?;
     let done = api
-        .fork_context(slug, None, &request)
+        .fork_context(slug, &request)
         .await
         .map_err(|e| api_error(&format!("cannot fork `{slug}`"), e))?
         .into_inner();
     let copy = api
-        .get_context(target, None)
+        .get_context(target)
         .await
         .map_err(|e| api_error(&format!("cannot read `{target}`"), e))?
         .into_inner();
@@ -53,7 +53,7 @@ pub(crate) async fn fork(
         return print_json(&copy);
     }
     let files = api
-        .get_source_stats(target, None)
+        .get_source_stats(target)
         .await
         .map(|s| s.into_inner().file_count)
         .unwrap_or_default();
@@ -69,7 +69,7 @@ pub(crate) async fn fork(
 pub(crate) async fn manifest(client: &Client, slug: &str) -> Result<ExitCode, String> {
     let manifest = client
         .api()
-        .get_context_manifest(slug, None)
+        .get_context_manifest(slug)
         .await
         .map_err(|e| api_error(&format!("cannot read the manifest of `{slug}`"), e))?
         .into_inner();
@@ -86,7 +86,7 @@ pub(crate) async fn stats(
     let api = client.api();
     let Some(slug) = slug else {
         let s = api
-            .get_project_task_stats(None)
+            .get_project_task_stats()
             .await
             .map_err(|e| plain_error("cannot read the task statistics", e))?
             .into_inner();
@@ -108,17 +108,17 @@ pub(crate) async fn stats(
     };
     let context = |what: &str| format!("cannot read the {what} of `{slug}`");
     let sources = api
-        .get_source_stats(slug, None)
+        .get_source_stats(slug)
         .await
         .map_err(|e| api_error(&context("source statistics"), e))?
         .into_inner();
     let knowledge = api
-        .get_knowledge_stats(slug, None)
+        .get_knowledge_stats(slug)
         .await
         .map_err(|e| api_error(&context("knowledge statistics"), e))?
         .into_inner();
     let tasks = api
-        .get_context_task_stats(slug, None)
+        .get_context_task_stats(slug)
         .await
         .map_err(|e| api_error(&context("task statistics"), e))?
         .into_inner();
@@ -163,7 +163,7 @@ pub(crate) async fn connectors(
     let api = client.api();
     let rows: Vec<(types::ConnectorView, Option<bool>)> = match context {
         Some(slug) => api
-            .list_context_connectors(slug, None)
+            .list_context_connectors(slug)
             .await
             .map_err(|e| api_error(&format!("cannot list the connectors of `{slug}`"), e))?
             .into_inner()
@@ -181,7 +181,7 @@ pub(crate) async fn connectors(
             })
             .collect(),
         None => api
-            .list_connectors(None, None)
+            .list_connectors(None)
             .await
             .map_err(|e| plain_error("cannot list connectors", e))?
             .into_inner()
@@ -231,7 +231,7 @@ pub(crate) async fn connect(
         request["account_label"] = l.into();
     }
     let created = api
-        .create_connector("local", None, &body(request)?)
+        .create_connector("local", &body(request)?)
         .await
         .map_err(|e| api_error(&format!("cannot connect {dir}"), e))?
         .into_inner();
@@ -239,7 +239,6 @@ pub(crate) async fn connect(
         api.update_context_connector(
             slug,
             &created.id,
-            None,
             &body(serde_json::json!({"enabled": true}))?,
         )
         .await

@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! # async fn run(client: nexus_knowql::Client) -> Result<(), Box<dyn std::error::Error>> {
-//! let stats = client.api().get_project_task_stats(None).await?.into_inner();
+//! let stats = client.api().get_project_task_stats().await?.into_inner();
 //! println!("{stats:?}");
 //! # Ok(()) }
 //! ```
@@ -27,14 +27,76 @@
 // spec and rewrites it with `NEXUS_REGENERATE=1 cargo test --test generated_code`.
 include!("generated.rs");
 
+use crate::error::Error as SdkError;
+use crate::transport::Transport;
+
 /// Every generated call goes through the crate's transport: credentials,
 /// `X-Pinecone-Api-Version`, retries and version tracking.
-impl ClientHooks<crate::client::Transport> for &Client {
+impl ClientHooks<Transport> for &Client {
     async fn exec(
         &self,
         request: reqwest::Request,
         info: &OperationInfo,
     ) -> reqwest::Result<reqwest::Response> {
         self.inner().execute(request, info.operation_id).await
+    }
+}
+
+/// The token of a `POST /auth/login` answer, when it decodes.
+pub(crate) fn login_token(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<types::LoginResponse>(body)
+        .ok()
+        .map(|login| login.token)
+}
+
+/// The API's error envelope, whatever the generated error type is.
+pub(crate) trait ErrorEnvelope {
+    /// `(code, message)`.
+    fn into_parts(self) -> (Option<String>, String);
+}
+
+impl ErrorEnvelope for types::Error {
+    fn into_parts(self) -> (Option<String>, String) {
+        (self.code, self.message)
+    }
+}
+
+impl ErrorEnvelope for () {
+    fn into_parts(self) -> (Option<String>, String) {
+        (None, String::new())
+    }
+}
+
+/// Maps an error of a generated call to the crate's [`Error`](crate::Error).
+pub(crate) async fn map_error<E: ErrorEnvelope>(
+    transport: &Transport,
+    operation: &'static str,
+    err: progenitor_client::Error<E>,
+) -> SdkError {
+    use progenitor_client::Error as G;
+    match err {
+        G::InvalidRequest(msg) => SdkError::InvalidRequest(format!("{operation}: {msg}")),
+        G::CommunicationError(e) | G::ResponseBodyError(e) | G::InvalidUpgrade(e) => {
+            transport.map_reqwest(operation, e)
+        }
+        G::ErrorResponse(rv) => {
+            let status = rv.status().as_u16();
+            let headers = rv.headers().clone();
+            let raw_marked = Transport::is_raw_error_body(&headers);
+            let (code, message) = rv.into_inner().into_parts();
+            let raw = raw_marked.then(|| message.clone());
+            transport.error_from_parts(operation, status, &headers, code, message, raw)
+        }
+        G::InvalidResponsePayload(bytes, e) => SdkError::decode(operation, e, &bytes),
+        G::UnexpectedResponse(resp) => {
+            if resp.status().is_success() {
+                let status = resp.status();
+                let body = transport.read_error_body(resp).await;
+                SdkError::decode(operation, format!("unexpected status {status}"), &body)
+            } else {
+                transport.error_from_response(operation, resp).await
+            }
+        }
+        G::Custom(msg) => SdkError::InvalidRequest(format!("{operation}: {msg}")),
     }
 }

@@ -1,12 +1,6 @@
 //! The configured [`Client`]: base URL, credentials, API version, timeouts and
 //! retry policy, shared by every call.
 
-pub(crate) mod auth;
-pub(crate) mod redirect;
-pub(crate) mod retry;
-mod transport;
-pub(crate) mod version;
-
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,15 +8,20 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 use secrecy::SecretString;
 
-pub use auth::API_KEY_HEADER;
-pub use redirect::{MAX_REDIRECTS, redirect_policy};
-pub use retry::RetryPolicy;
-pub use transport::Transport;
-pub(crate) use transport::{ErrorEnvelope, map_reqwest};
-pub use version::{API_VERSION_HEADER, ApiVersion, DEFAULT_API_VERSION};
+mod wait;
 
-use crate::api;
+pub(crate) use wait::Poller;
+pub use wait::WaitPolicy;
+
+pub use crate::transport::DEFAULT_REQUEST_TIMEOUT;
+pub use crate::transport::auth::API_KEY_HEADER;
+pub use crate::transport::redirect::{MAX_REDIRECTS, redirect_policy};
+pub use crate::transport::retry::RetryPolicy;
+pub use crate::transport::version::{API_VERSION_HEADER, ApiVersion, DEFAULT_API_VERSION};
+
+use crate::api::{self, ErrorEnvelope};
 use crate::error::{Error, Result};
+use crate::transport::{self, Transport, auth, version};
 
 /// Environment variable holding the base URL, for example `https://HOST/api`.
 pub const ENV_BASE_URL: &str = "NEXUS_BASE_URL";
@@ -36,9 +35,6 @@ pub const USER_AGENT: &str = concat!("nexus-knowql/", env!("CARGO_PKG_VERSION"))
 
 /// Default time allowed to open a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default total time for one ordinary request (not for event streams or a
-/// synchronous turn), and the bound on `POST /auth/login`.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default longest wait for the response headers of an event stream (a
 /// streamed turn's `POST /query`, `GET /queries/{id}/events`).
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -185,7 +181,7 @@ impl Client {
     {
         match fut.await {
             Ok(v) => Ok(v.into_inner()),
-            Err(e) => Err(self.inner.transport.map_generated(operation, e).await),
+            Err(e) => Err(api::map_error(&self.inner.transport, operation, e).await),
         }
     }
 
@@ -460,6 +456,7 @@ impl ClientBuilder {
             max_response_bytes: self
                 .max_response_bytes
                 .unwrap_or(transport::DEFAULT_MAX_RESPONSE_BYTES),
+            login_token: api::login_token,
         });
         let api = api::Client::new_with_client(&base_url, http, transport.clone());
         Ok(Client {

@@ -134,9 +134,9 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
         Ok(b) => b,
         Err(msg) => {
             let how = if cancel.is_cancelled() {
-                "cancelled"
+                crate::status::word::CANCELLED
             } else {
-                "failed"
+                crate::status::word::FAILED
             };
             end(&state, &context_id, &task_id, how, None, Some(msg));
             state.store.changed();
@@ -156,7 +156,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             &state,
             &context_id,
             &task_id,
-            "failed",
+            crate::status::word::FAILED,
             None,
             Some(e.message),
         );
@@ -173,7 +173,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             .is_some_and(|t| !task_is_terminal(t.task.state.as_str()));
         if cancel.is_cancelled() || !still_running {
             Err((
-                "cancelled",
+                crate::status::word::CANCELLED,
                 "cancelled before the index was swapped in".to_owned(),
             ))
         } else if inner
@@ -187,7 +187,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             .is_ok()
         {
             record_ledger(&mut inner, &context_id, generation, now, built.hashes);
-            inner.end_task(&task_id, "completed", Some(output), None);
+            inner.end_task(&task_id, crate::status::word::COMPLETED, Some(output), None);
             if let Some(ctx) = inner.contexts.get_mut(&context_id)
                 && ctx.curate_task_id.as_deref() == Some(task_id.as_str())
             {
@@ -195,7 +195,10 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             }
             Ok(())
         } else {
-            Err(("failed", "the context was deleted".to_owned()))
+            Err((
+                crate::status::word::FAILED,
+                "the context was deleted".to_owned(),
+            ))
         }
     };
     state.store.changed();
@@ -243,7 +246,7 @@ fn build(
     let mut hashes = Vec::new();
     for path in paths {
         if cancel.is_cancelled() {
-            return Err("cancelled".to_owned());
+            return Err(crate::status::word::CANCELLED.to_owned());
         }
         let data = match safe_join(&sources_dir, path).map(std::fs::read) {
             Some(Ok(d)) => d,
@@ -276,7 +279,7 @@ fn build(
         chunks.extend(doc_chunks);
     }
     if cancel.is_cancelled() {
-        return Err("cancelled".to_owned());
+        return Err(crate::status::word::CANCELLED.to_owned());
     }
     state
         .store
@@ -463,7 +466,7 @@ fn curate_output(b: &Built) -> types::TaskOutput {
         mode: "full".to_owned(),
         sample_queries: Vec::new(),
         scope: "all".to_owned(),
-        status: "completed".to_owned(),
+        status: crate::status::word::COMPLETED.to_owned(),
         usage: types::CurateUsage {
             by_model: HashMap::new(),
             completion_tokens: 0,

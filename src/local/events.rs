@@ -213,7 +213,7 @@ mod tests {
 
     fn query() -> types::Query {
         serde_json::from_value(serde_json::json!({
-            "id": "q", "object": "query", "session_id": "s", "created": 0, "status": "completed",
+            "id": "q", "object": "query", "session_id": "s", "created": 0, "status": crate::status::word::COMPLETED,
             "input": [], "output": [], "citations": [], "steps": [],
             "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}, "runtime_ms": 0
         }))

@@ -263,7 +263,7 @@ impl<R: Read> Read for Counted<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.cancel.load(Ordering::Relaxed) {
             self.over.set(Some(Over::Cancelled));
-            return Err(std::io::Error::other("cancelled"));
+            return Err(std::io::Error::other(crate::status::word::CANCELLED));
         }
         let n = self.inner.read(buf)?;
         self.count = self.count.saturating_add(n as u64);

@@ -111,7 +111,14 @@ async fn run(
         }
     };
     if !go {
-        finish(&state, &context_id, &task_id, "cancelled", None, None);
+        finish(
+            &state,
+            &context_id,
+            &task_id,
+            crate::status::word::CANCELLED,
+            None,
+            None,
+        );
         state.store.changed();
         let _ = applied.send(Err(LocalError::conflict("the import was cancelled")));
         return;
@@ -124,7 +131,7 @@ async fn run(
             &state,
             &context_id,
             &task_id,
-            "failed",
+            crate::status::word::FAILED,
             None,
             Some(e.message.clone()),
         );
@@ -167,7 +174,7 @@ async fn run(
                 &state,
                 &context_id,
                 &task_id,
-                "failed",
+                crate::status::word::FAILED,
                 None,
                 Some(msg.clone()),
             );
@@ -195,10 +202,10 @@ async fn run(
         .put_task_files(&task_id, task_files(&task_id, &staged, &output))
         .await
     {
-        Ok(()) => ("completed", None),
-        Err(e) => ("failed", Some(e.message)),
+        Ok(()) => (crate::status::word::COMPLETED, None),
+        Err(e) => (crate::status::word::FAILED, Some(e.message)),
     };
-    let output = (end == "completed").then_some(output);
+    let output = (end == crate::status::word::COMPLETED).then_some(output);
     finish(&state, &context_id, &task_id, end, output, error);
     state.store.changed();
     if is_work {

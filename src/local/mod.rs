@@ -24,7 +24,7 @@
 //!     "ask": "How long does green tea steep?",
 //!     "scope": ["kitchen"],
 //! }))?;
-//! let turn = client.api().query(None, &request).await?.into_inner();
+//! let turn = client.api().query(&request).await?.into_inner();
 //! assert!(turn.answer_text().contains("two minutes"));
 //! assert_eq!(turn.model.as_deref(), Some("local-extractive"));
 //! server.shutdown().await;
@@ -739,8 +739,8 @@ async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(
             }
         };
         match st.as_str() {
-            "completed" => break,
-            "failed" | "cancelled" => {
+            crate::status::word::COMPLETED => break,
+            crate::status::word::FAILED | crate::status::word::CANCELLED => {
                 return Err(fail(format!("curation {st}: {}", err.unwrap_or_default())));
             }
             _ => tokio::time::sleep(Duration::from_millis(10)).await,

@@ -564,7 +564,7 @@ impl Inner {
             entry.cancel.cancel();
             self.end_task(
                 id,
-                "cancelled",
+                crate::status::word::CANCELLED,
                 None,
                 Some("cancelled on request".to_owned()),
             );
@@ -615,7 +615,7 @@ impl Inner {
             t.task.error = error;
             t.task.last_activity_at = Some(now);
             t.task.runtime_seconds = (now - t.task.created_at).num_seconds().max(0);
-            if state == "completed"
+            if state == crate::status::word::COMPLETED
                 && let Some(p) = t.task.progress.as_mut()
             {
                 p.pct = 100.0;
@@ -738,7 +738,12 @@ pub(crate) fn empty_output() -> types::TaskOutput {
 
 /// Whether a task state is final.
 pub(crate) fn task_is_terminal(state: &str) -> bool {
-    matches!(state, "completed" | "cancelled" | "failed")
+    matches!(
+        state,
+        crate::status::word::COMPLETED
+            | crate::status::word::CANCELLED
+            | crate::status::word::FAILED
+    )
 }
 
 /// A new session id.
@@ -788,8 +793,11 @@ mod tests {
         let mut inner = Inner::default();
         let input: types::TaskInput = serde_json::from_value(serde_json::json!({})).unwrap();
         let t = inner.new_task("curate", None, None, input, CancellationToken::new());
-        inner.end_task(&t.id, "cancelled", None, None);
-        inner.end_task(&t.id, "completed", None, None);
-        assert_eq!(inner.tasks[&t.id].task.state.as_str(), "cancelled");
+        inner.end_task(&t.id, crate::status::word::CANCELLED, None, None);
+        inner.end_task(&t.id, crate::status::word::COMPLETED, None, None);
+        assert_eq!(
+            inner.tasks[&t.id].task.state.as_str(),
+            crate::status::word::CANCELLED
+        );
     }
 }

@@ -275,7 +275,7 @@ impl Store {
                 continue;
             };
             if !task_is_terminal(task.state.as_str()) {
-                task.state = types::TaskState("failed".to_owned());
+                task.state = types::TaskState(crate::status::word::FAILED.to_owned());
                 task.error = Some("the server stopped while the task ran".to_owned());
                 inner.dirty.tasks.insert(task.id.clone());
             }
@@ -309,7 +309,7 @@ impl Store {
                 tracing::error!(query = %id, "a query row is unreadable; skipped");
                 continue;
             };
-            q.status = "failed".to_owned();
+            q.status = crate::status::word::FAILED.to_owned();
             q.error = Some("the server stopped while the turn ran".to_owned());
             repairs.push(Op::PutQuery {
                 id,
@@ -719,7 +719,7 @@ mod tests {
         let store = Store::open(&dir, limits()).unwrap();
         let inner = store.lock();
         let task = inner.tasks.values().next().unwrap();
-        assert_eq!(task.task.state.as_str(), "failed");
+        assert_eq!(task.task.state.as_str(), crate::status::word::FAILED);
         assert!(inner.queries.is_empty());
         drop(inner);
         drop(store);

@@ -83,14 +83,14 @@ fn start(
                     .put_task_files(&task_id, vec![("report.json".to_owned(), data)])
                     .await
                 {
-                    Ok(()) => ("completed", None),
-                    Err(e) => ("failed", Some(e.message)),
+                    Ok(()) => (crate::status::word::COMPLETED, None),
+                    Err(e) => (crate::status::word::FAILED, Some(e.message)),
                 }
             }
-            Err(msg) => ("failed", Some(msg)),
+            Err(msg) => (crate::status::word::FAILED, Some(msg)),
         };
         let how = if cancel.is_cancelled() {
-            "cancelled"
+            crate::status::word::CANCELLED
         } else {
             end
         };

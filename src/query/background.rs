@@ -1,17 +1,17 @@
 //! [`QueryHandle`]: a turn running in the background, detached, or attached
 //! to by id.
 
-use backoff::backoff::Backoff;
 use std::fmt;
 use tracing::Instrument;
 
 use super::checkpoint::{Checkpoint, END_OF_TURN};
 use super::slot::TurnSlot;
-use super::span::{TurnSpan, into_outcome};
+use super::span::TurnSpan;
 use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
 use super::turn::QueryTurn;
-use super::wait::QueryWait;
+use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
+use crate::resources::Queries;
 use crate::{Client, types};
 
 /// A turn that runs on the server while nothing reads its events: started
@@ -179,12 +179,12 @@ impl QueryHandle {
         Ok(query)
     }
 
-    /// Polls until the turn ends, with the default [`QueryWait`].
+    /// Polls until the turn ends, with the default [`WaitPolicy`].
     ///
     /// # Errors
     /// As for [`QueryHandle::wait_with`].
     pub async fn wait(&mut self) -> Result<types::Query> {
-        self.wait_with(QueryWait::default()).await
+        self.wait_with(WaitPolicy::default()).await
     }
 
     /// Polls `GET /queries/{id}` with a growing interval until the turn is
@@ -197,27 +197,21 @@ impl QueryHandle {
     ///
     /// # Cancel safety
     /// Dropping the future stops polling; the turn goes on on the server.
-    pub async fn wait_with(&mut self, wait: QueryWait) -> Result<types::Query> {
+    pub async fn wait_with(&mut self, wait: WaitPolicy) -> Result<types::Query> {
         let span = self.span.span();
         self.wait_inner(wait).instrument(span).await
     }
 
-    async fn wait_inner(&mut self, wait: QueryWait) -> Result<types::Query> {
-        let started = tokio::time::Instant::now();
-        let mut intervals = wait.intervals();
+    async fn wait_inner(&mut self, wait: WaitPolicy) -> Result<types::Query> {
+        let mut poller = Poller::new(&wait);
         loop {
             let query = self.get().await?;
             if query.is_terminal() {
-                return into_outcome(query);
+                return query.into_result();
             }
-            let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
-            if started.elapsed().saturating_add(delay) > wait.timeout {
-                return Err(Error::Timeout {
-                    operation: "get_query",
-                    elapsed_ms: super::millis(started.elapsed()),
-                });
+            if !poller.pause().await {
+                return Err(poller.timed_out("get_query"));
             }
-            tokio::time::sleep(delay).await;
         }
     }
 
@@ -230,19 +224,11 @@ impl QueryHandle {
         self.subscribe(None, None).await
     }
 
-    /// Like [`QueryHandle::events`], with its own [`StreamConfig`].
-    ///
-    /// # Errors
-    /// As for [`QueryHandle::events`].
-    pub async fn events_with(mut self, config: StreamConfig) -> Result<QueryTurn> {
-        self.stream_config = config;
-        self.events().await
-    }
-
     /// The same handle with another [`StreamConfig`] for the streams it
-    /// opens ([`QueryHandle::events`], [`QueryHandle::events_after`]).
+    /// opens ([`QueryHandle::events`], [`QueryHandle::events_after`],
+    /// [`QueryHandle::events_from`]).
     #[must_use]
-    pub fn with_stream_config(mut self, config: StreamConfig) -> QueryHandle {
+    pub fn stream_config(mut self, config: StreamConfig) -> QueryHandle {
         self.stream_config = config;
         self
     }
@@ -371,5 +357,48 @@ impl QueryTurn {
             None => QueryHandle::new(d.client, d.query, d.slot, d.config, d.span),
             Some(conn) => QueryHandle::unnamed(conn, d.query, d.slot, d.config, d.span),
         }
+    }
+}
+
+impl Queries<'_> {
+    /// A [`QueryHandle`](crate::QueryHandle) for a turn started anywhere
+    /// (another process, another client), learnt from `GET /queries/{id}`:
+    /// poll it, wait for it, cancel it, or read its events from the start
+    /// ([`QueryHandle::events`](crate::QueryHandle::events)) or after a
+    /// stored checkpoint
+    /// ([`QueryHandle::events_after`](crate::QueryHandle::events_after)).
+    ///
+    /// The handle belongs to no [`Session`](crate::Session) of this
+    /// process: to ask a follow-up, use
+    /// [`Session::resume`](crate::Session::resume) with its session id.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client, checkpoint: u64) -> nexus_knowql::Result<()> {
+    /// use futures::StreamExt;
+    /// let handle = client.queries().attach("q_123").await?;
+    /// let mut rest = handle.events_after(checkpoint).await?;
+    /// while let Some(event) = rest.next().await {
+    ///     let _ = event?;
+    /// }
+    /// let query = rest.finish().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Any [`Error`](crate::Error) of the call (404 for an unknown turn).
+    pub async fn attach(&self, id: &str) -> Result<QueryHandle> {
+        let span = TurnSpan::new("attach");
+        span.learn(Some(id), None);
+        let query = {
+            use tracing::Instrument;
+            self.get(id).instrument(span.span()).await?
+        };
+        Ok(QueryHandle::new(
+            self.client.clone(),
+            query,
+            None,
+            StreamConfig::default(),
+            span,
+        ))
     }
 }

@@ -3,16 +3,16 @@
 
 use std::fmt;
 
-use backoff::backoff::Backoff;
 use futures::StreamExt;
 use tracing::Instrument;
 
 use super::background::QueryHandle;
 use super::session::{Session, WhenBusy};
 use super::slot::TurnSlot;
-use super::span::{TurnSpan, into_outcome};
+use super::span::TurnSpan;
 use super::stream::{EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, expect_event_stream};
 use super::turn::QueryTurn;
+use crate::client::Poller;
 use crate::error::{Error, Result};
 use crate::types;
 
@@ -235,8 +235,7 @@ impl TurnBuilder {
         span: &TurnSpan,
     ) -> Result<(TurnSlot, reqwest::Response)> {
         self.check()?;
-        let started = tokio::time::Instant::now();
-        let mut intervals: Option<backoff::ExponentialBackoff> = None;
+        let mut poller: Option<Poller> = None;
         loop {
             let slot = self.prepare(span).await?;
             let client = self.session.client.clone();
@@ -249,10 +248,7 @@ impl TurnBuilder {
                 Ok(resp) => return Ok((slot, resp)),
                 Err(e) => e,
             };
-            if err.may_have_started()
-                || (err.status().is_none()
-                    && !matches!(err, Error::Transport { connect: true, .. }))
-            {
+            if err.may_have_started() || (err.status().is_none() && err.may_have_reached_server()) {
                 // The request may have reached the server: keep the turn
                 // remembered (dropping the slot) so the next one checks.
                 drop(slot);
@@ -274,12 +270,13 @@ impl TurnBuilder {
             let WhenBusy::Wait(wait) = &self.when_busy else {
                 return Err(Error::SessionBusy { query_id });
             };
-            let intervals = intervals.get_or_insert_with(|| wait.intervals());
-            let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
-            if started.elapsed().saturating_add(delay) > wait.timeout {
+            if !poller
+                .get_or_insert_with(|| Poller::new(wait))
+                .pause()
+                .await
+            {
                 return Err(Error::SessionBusy { query_id });
             }
-            tokio::time::sleep(delay).await;
         }
     }
 
@@ -351,7 +348,7 @@ impl TurnBuilder {
                 let mut handle =
                     QueryHandle::new(client, query, Some(slot), self.stream_config, span);
                 if handle.last_seen().is_terminal() {
-                    return into_outcome(handle.last_seen().clone());
+                    return handle.last_seen().clone().into_result();
                 }
                 return handle.wait().await;
             }
@@ -469,7 +466,7 @@ pub(crate) async fn decode_query(
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| crate::client::map_reqwest(operation, e, None))?
+        .map_err(|e| crate::transport::map_reqwest(operation, e, None))?
     {
         if body.len().saturating_add(chunk.len()) > MAX_QUERY_BODY_BYTES {
             return Err(Error::ResponseTooLarge {

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use backoff::backoff::Backoff;
-use tokio::time::Instant;
-
+use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
 use crate::{Client, types};
 
@@ -77,16 +75,7 @@ pub(crate) async fn stored_terminal(
     query_id: &str,
     limit: Duration,
 ) -> Result<types::Query> {
-    let started = Instant::now();
-    let mut intervals = backoff::ExponentialBackoff {
-        current_interval: Duration::from_millis(200),
-        initial_interval: Duration::from_millis(200),
-        randomization_factor: 0.1,
-        multiplier: 1.5,
-        max_interval: Duration::from_secs(5),
-        max_elapsed_time: None,
-        ..backoff::ExponentialBackoff::default()
-    };
+    let mut poller = Poller::new(&WaitPolicy::default().timeout(limit));
     loop {
         let query = client
             .queries()
@@ -96,20 +85,10 @@ pub(crate) async fn stored_terminal(
         if query.is_terminal() {
             return Ok(query);
         }
-        let delay = intervals.next_backoff().unwrap_or(Duration::from_secs(5));
-        if started.elapsed().saturating_add(delay) > limit {
-            return Err(Error::Timeout {
-                operation: "get_query",
-                elapsed_ms: millis(started.elapsed()),
-            });
+        if !poller.pause().await {
+            return Err(poller.timed_out("get_query"));
         }
-        tokio::time::sleep(delay).await;
     }
-}
-
-/// Whole milliseconds, saturating.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

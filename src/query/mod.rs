@@ -30,7 +30,7 @@
 //!
 //! Layout, from the bottom up (each file imports only from those before
 //! it): `checkpoint` (Checkpoint), `event` (QueryEvent), `sse` (the SSE
-//! parser), `span` (a turn's tracing span and outcome), `wait` (QueryWait),
+//! parser), `span` (a turn's tracing span),
 //! `accumulated` (what a turn delivered, checked against the final answer),
 //! `config` (StreamConfig), `fetch` (the events and stored-turn requests),
 //! `stream` (the resumable connection), `session` (Session and its
@@ -52,19 +52,16 @@ mod span;
 mod sse;
 mod stream;
 mod turn;
-mod wait;
 
+pub(crate) use crate::error::millis;
 pub use background::QueryHandle;
 pub use builder::{MAX_TURN_SECONDS, TurnBuilder};
 pub use checkpoint::{Checkpoint, END_OF_TURN};
 pub use config::StreamConfig;
 pub use event::{QueryEvent, names};
-pub(crate) use fetch::millis;
 pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};
-pub(crate) use span::TurnSpan;
 pub use sse::DEFAULT_MAX_FRAME_BYTES;
 pub use turn::{QueryTurn, TextStream};
-pub use wait::QueryWait;
 
 use crate::error::{Error, Result};
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::wait::QueryWait;
+use crate::client::WaitPolicy;
 use crate::error::{Error, Result};
 use crate::{Client, types};
 
@@ -31,8 +31,8 @@ pub struct SessionBuilder {
 ///
 /// ```
 /// use std::time::Duration;
-/// use nexus_knowql::{QueryWait, WhenBusy};
-/// let wait = WhenBusy::Wait(QueryWait::default().timeout(Duration::from_secs(60)));
+/// use nexus_knowql::{WaitPolicy, WhenBusy};
+/// let wait = WhenBusy::Wait(WaitPolicy::default().timeout(Duration::from_secs(60)));
 /// # let _ = wait;
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,8 +43,8 @@ pub enum WhenBusy {
     #[default]
     Fail,
     /// Poll the running turn until it ends, then start the new one; after
-    /// the [`QueryWait`] timeout, fail with [`Error::SessionBusy`].
-    Wait(QueryWait),
+    /// the [`WaitPolicy`] timeout, fail with [`Error::SessionBusy`].
+    Wait(WaitPolicy),
 }
 
 /// Session configuration sent with the first turn only.

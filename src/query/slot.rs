@@ -4,10 +4,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use backoff::backoff::Backoff;
-
 use super::session::{Running, Session, Shared, WhenBusy};
 use crate::Client;
+use crate::client::Poller;
 use crate::error::{Error, Result};
 
 /// The right to run one turn of a session.
@@ -46,8 +45,7 @@ impl TurnSlot {
     /// wait, if any), with an empty id when it is held in this process and
     /// not named yet.
     pub(crate) async fn acquire(session: &Session, when_busy: &WhenBusy) -> Result<TurnSlot> {
-        let started = tokio::time::Instant::now();
-        let mut intervals = None;
+        let mut poller = None;
         loop {
             let blocker = match session.shared.try_take() {
                 Ok(slot) => return Ok(slot),
@@ -72,17 +70,17 @@ impl TurnSlot {
                 WhenBusy::Wait(wait) => wait,
                 WhenBusy::Fail => return Err(busy(query_id)),
             };
-            let intervals = intervals.get_or_insert_with(|| wait.intervals());
-            let delay = intervals.next_backoff().unwrap_or(wait.max_interval);
-            if started.elapsed().saturating_add(delay) > wait.timeout {
-                return Err(busy(query_id));
-            }
             tracing::debug!(
                 query_id = query_id.as_deref(),
-                delay_ms = delay.as_millis() as u64,
                 "waiting for the session's running turn"
             );
-            tokio::time::sleep(delay).await;
+            if !poller
+                .get_or_insert_with(|| Poller::new(wait))
+                .pause()
+                .await
+            {
+                return Err(busy(query_id));
+            }
             if held && let Some(id) = query_id {
                 // A held turn ends when its owner sees it end; the server may
                 // know first (its owner may never read on).

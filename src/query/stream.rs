@@ -32,8 +32,9 @@ use tokio::time::{Instant, Sleep};
 
 pub(crate) use super::config::{MAX_QUERY_BODY_BYTES, StreamConfig};
 use super::event::QueryEvent;
-pub(crate) use super::fetch::{expect_event_stream, millis, open_events, stored_terminal};
+pub(crate) use super::fetch::{expect_event_stream, open_events, stored_terminal};
 use super::sse::SseParser;
+pub(crate) use crate::error::millis;
 use crate::error::{Error, Result};
 use crate::{Client, types};
 
@@ -816,7 +817,7 @@ fn new_parser(config: &StreamConfig) -> SseParser {
 /// Whether a failed events request is worth another try.
 fn resumable(e: &Error) -> bool {
     match e {
-        Error::Api(api) => crate::client::retry::is_retryable_status(api.status),
+        Error::Api(api) => crate::error::is_retryable_status(api.status),
         Error::Transport { .. } | Error::Timeout { .. } => true,
         Error::Stream { .. } => false,
         _ => false,

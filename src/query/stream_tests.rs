@@ -29,7 +29,10 @@ async fn server(events: &'static str) -> (wiremock::MockServer, Client) {
         .await;
     Mock::given(method("GET"))
         .and(path("/queries/q1"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(query_json("completed", "ab")))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(query_json(crate::QueryStatus::Completed.as_str(), "ab")),
+        )
         .mount(&server)
         .await;
     let client = Client::builder().base_url(server.uri()).build().unwrap();

@@ -14,9 +14,10 @@ use super::accumulated::{Accumulated, Mismatch, common_prefix};
 use super::checkpoint::{Checkpoint, END_OF_TURN};
 use super::event::QueryEvent;
 use super::slot::TurnSlot;
-use super::span::{TurnSpan, into_outcome};
+use super::span::TurnSpan;
 use super::stream::{Delivery, EventConnection, ReplayGap, StreamConfig, stored_terminal};
 use crate::error::{Error, Result};
+use crate::status::QueryStatus;
 use crate::types;
 
 /// A live streaming turn: a [`Stream`] of [`QueryEvent`]s that accumulates
@@ -80,7 +81,7 @@ pub struct QueryTurn {
     /// even after the error was yielded.
     mismatch: Option<Mismatch>,
     /// The status the terminal event reported (`completed`, `failed`, `cancelled`).
-    terminal_status: Option<&'static str>,
+    terminal_status: Option<QueryStatus>,
     /// Text came from the final Query rather than from events: every event
     /// of the turn counts as delivered.
     reconciled: bool,
@@ -163,9 +164,9 @@ impl QueryTurn {
                 .push_back(QueryEvent::TextDelta { delta: answer });
         }
         let error = query.error.clone().unwrap_or_default();
-        turn.pending.push_back(match query.status.as_str() {
-            "failed" => QueryEvent::Failed { error },
-            "cancelled" => QueryEvent::Cancelled { error },
+        turn.pending.push_back(match query.status() {
+            QueryStatus::Failed => QueryEvent::Failed { error },
+            QueryStatus::Cancelled => QueryEvent::Cancelled { error },
             _ => QueryEvent::Completed,
         });
         turn.pending.push_back(QueryEvent::Query(Box::new(query)));
@@ -185,7 +186,7 @@ impl QueryTurn {
     /// is what counts), `Ok(Some(rest))` when the answer continues the text
     /// by `rest`, the mismatch otherwise.
     fn check_final(&self, query: &types::Query) -> Result<Option<String>, Mismatch> {
-        if matches!(query.status.as_str(), "failed" | "cancelled") {
+        if matches!(query.status(), QueryStatus::Failed | QueryStatus::Cancelled) {
             return Ok(None);
         }
         let answer = query.answer_text();
@@ -237,11 +238,16 @@ impl QueryTurn {
         let slot = self.slot.take();
         let status = if self.ended_on_server() {
             self.acc.query.as_ref().map_or_else(
-                || self.terminal_status.unwrap_or("completed").to_owned(),
+                || {
+                    self.terminal_status
+                        .clone()
+                        .unwrap_or(QueryStatus::Completed)
+                        .to_string()
+                },
                 |q| q.status.clone(),
             )
         } else {
-            "in_progress".to_owned()
+            QueryStatus::InProgress.to_string()
         };
         let query = self.acc.query.clone().unwrap_or_else(|| types::Query {
             citations: Vec::new(),
@@ -422,7 +428,7 @@ impl QueryTurn {
             return Err(m.to_error());
         }
         if let Some(q) = self.acc.query.take() {
-            return into_outcome(q);
+            return q.into_result();
         }
         match self.conn.query_id() {
             Some(id) if self.conn.terminal_seen() => {
@@ -437,7 +443,7 @@ impl QueryTurn {
                         slot.release();
                     }
                 }
-                into_outcome(query)
+                query.into_result()
             }
             id => Err(Error::Stream {
                 query_id: id.map(str::to_owned),
@@ -499,9 +505,9 @@ impl QueryTurn {
     /// whatever the gap.
     fn recovered(&mut self, query: types::Query, gap: ReplayGap) -> Option<Error> {
         let error = query.error.clone().unwrap_or_default();
-        match query.status.as_str() {
-            "failed" => self.pending.push_back(QueryEvent::Failed { error }),
-            "cancelled" => self.pending.push_back(QueryEvent::Cancelled { error }),
+        match query.status() {
+            QueryStatus::Failed => self.pending.push_back(QueryEvent::Failed { error }),
+            QueryStatus::Cancelled => self.pending.push_back(QueryEvent::Cancelled { error }),
             _ if self.after_checkpoint && self.prefix_len.is_none() => {
                 let detail = format!(
                     "the text before checkpoint {} was delivered elsewhere, so the stored answer \
@@ -648,15 +654,15 @@ impl Stream for QueryTurn {
                 }
             },
             QueryEvent::Completed if this.terminal_status.is_none() => {
-                this.terminal_status = Some("completed");
+                this.terminal_status = Some(QueryStatus::Completed);
                 QueryEvent::Completed
             }
             e @ QueryEvent::Failed { .. } if this.terminal_status.is_none() => {
-                this.terminal_status = Some("failed");
+                this.terminal_status = Some(QueryStatus::Failed);
                 e
             }
             e @ QueryEvent::Cancelled { .. } if this.terminal_status.is_none() => {
-                this.terminal_status = Some("cancelled");
+                this.terminal_status = Some(QueryStatus::Cancelled);
                 e
             }
             e => e,

@@ -33,7 +33,7 @@ impl Contexts<'_> {
     /// Any [`Error`](crate::Error) of the call.
     pub async fn list(&self) -> Result<Vec<types::ContextResponse>> {
         self.client
-            .call("list_contexts", self.client.api().list_contexts(None))
+            .call("list_contexts", self.client.api().list_contexts())
             .await
     }
 
@@ -43,7 +43,7 @@ impl Contexts<'_> {
     /// [`Error::Api`](crate::Error::Api) with status 404 for an unknown context.
     pub async fn get(&self, slug: &str) -> Result<types::ContextResponse> {
         self.client
-            .call("get_context", self.client.api().get_context(slug, None))
+            .call("get_context", self.client.api().get_context(slug))
             .await
     }
 
@@ -56,10 +56,7 @@ impl Contexts<'_> {
         request: &types::CreateContextRequest,
     ) -> Result<types::ContextResponse> {
         self.client
-            .call(
-                "create_context",
-                self.client.api().create_context(None, request),
-            )
+            .call("create_context", self.client.api().create_context(request))
             .await
     }
 
@@ -75,7 +72,7 @@ impl Contexts<'_> {
         self.client
             .call(
                 "update_context",
-                self.client.api().update_context(slug, None, request),
+                self.client.api().update_context(slug, request),
             )
             .await
     }
@@ -86,10 +83,7 @@ impl Contexts<'_> {
     /// Any [`Error`](crate::Error) of the call.
     pub async fn delete(&self, slug: &str) -> Result<()> {
         self.client
-            .call(
-                "delete_context",
-                self.client.api().delete_context(slug, None),
-            )
+            .call("delete_context", self.client.api().delete_context(slug))
             .await
     }
 
@@ -114,7 +108,7 @@ impl Contexts<'_> {
         self.client
             .call(
                 "curate_context",
-                self.client.api().curate_context(slug, None, &body),
+                self.client.api().curate_context(slug, &body),
             )
             .await
     }

@@ -32,7 +32,7 @@ impl<'c> Knowledge<'c> {
                 self.client
                     .call(
                         "list_knowledge_by_path",
-                        api.list_knowledge_by_path(self.slug, p, limit, offset, None),
+                        api.list_knowledge_by_path(self.slug, p, limit, offset),
                     )
                     .await
             }
@@ -40,7 +40,7 @@ impl<'c> Knowledge<'c> {
                 self.client
                     .call(
                         "list_knowledge",
-                        api.list_knowledge(self.slug, limit, offset, None),
+                        api.list_knowledge(self.slug, limit, offset),
                     )
                     .await
             }
@@ -56,7 +56,7 @@ impl<'c> Knowledge<'c> {
             .client
             .call(
                 "read_knowledge_file",
-                self.client.api().read_knowledge_file(self.slug, path, None),
+                self.client.api().read_knowledge_file(self.slug, path),
             )
             .await?;
         super::sources::collect_stream("read_knowledge_file", stream).await

@@ -64,39 +64,6 @@ impl Client {
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
     pub async fn models(&self) -> Result<types::ModelCatalog> {
-        self.call("list_models", self.api().list_models(None)).await
-    }
-}
-
-impl types::ContextResponse {
-    /// Whether the context can be queried now: a `work` context at once, a
-    /// `search` context once it has been curated.
-    ///
-    /// ```
-    /// # let json = serde_json::json!({"id":"1","slug":"docs","name":"Docs","kind":"search",
-    /// #   "created_by":"me","description":"","is_optimizing":false,"has_sources":true,
-    /// #   "is_curating":false,"is_importing":false,"is_exploring":false,"is_restoring":false,
-    /// #   "is_grooming":false,"created_at":"2026-07-01T00:00:00Z","updated_at":"2026-07-01T00:00:00Z"});
-    /// let ctx: nexus_knowql::types::ContextResponse = serde_json::from_value(json).unwrap();
-    /// assert!(!ctx.is_queryable()); // a search context that was never curated
-    /// ```
-    pub fn is_queryable(&self) -> bool {
-        self.kind.as_str() == "work" || self.last_curated_at.is_some()
-    }
-}
-
-impl types::Query {
-    /// The answer text: every `output[].content[].text`, concatenated.
-    pub fn answer_text(&self) -> String {
-        self.output
-            .iter()
-            .flat_map(|o| o.content.iter())
-            .map(|c| c.text.as_str())
-            .collect()
-    }
-
-    /// Whether the turn has ended (`completed`, `failed` or `cancelled`).
-    pub fn is_terminal(&self) -> bool {
-        matches!(self.status.as_str(), "completed" | "failed" | "cancelled")
+        self.call("list_models", self.api().list_models()).await
     }
 }

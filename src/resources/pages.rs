@@ -277,28 +277,22 @@ impl<'c> ListFiles<'c> {
                     let listing = match (tree, path.as_deref()) {
                         (Tree::Sources, None) => {
                             client
-                                .call(op, api.list_source_files(&slug, limit, offset_q, None))
+                                .call(op, api.list_source_files(&slug, limit, offset_q))
                                 .await?
                         }
                         (Tree::Sources, Some(p)) => {
                             client
-                                .call(
-                                    op,
-                                    api.list_source_files_by_path(&slug, p, limit, offset_q, None),
-                                )
+                                .call(op, api.list_source_files_by_path(&slug, p, limit, offset_q))
                                 .await?
                         }
                         (Tree::Knowledge, None) => {
                             client
-                                .call(op, api.list_knowledge(&slug, limit, offset_q, None))
+                                .call(op, api.list_knowledge(&slug, limit, offset_q))
                                 .await?
                         }
                         (Tree::Knowledge, Some(p)) => {
                             client
-                                .call(
-                                    op,
-                                    api.list_knowledge_by_path(&slug, p, limit, offset_q, None),
-                                )
+                                .call(op, api.list_knowledge_by_path(&slug, p, limit, offset_q))
                                 .await?
                         }
                     };

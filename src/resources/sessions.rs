@@ -22,7 +22,7 @@ impl<'c> Sessions<'c> {
     /// request) and offers no offset or cursor, so one request is all a
     /// listing can make: it returns the newest 200 sessions at most. When the
     /// server fills that page, older sessions may exist that the API cannot
-    /// list, and a `tracing` warning says so. [`ListSessions::limit`] asks
+    /// list, and a `tracing` warning says so. [`ListSessions::page_size`] asks
     /// for fewer.
     ///
     /// ```no_run
@@ -35,7 +35,7 @@ impl<'c> Sessions<'c> {
     pub fn list(&self) -> ListSessions<'c> {
         ListSessions {
             client: self.client,
-            limit: SESSIONS_MAX_PAGE,
+            page_size: SESSIONS_MAX_PAGE,
         }
     }
 
@@ -45,20 +45,24 @@ impl<'c> Sessions<'c> {
     /// Any [`Error`](crate::Error) of the call (404 for an unknown session).
     pub async fn get(&self, id: &str) -> Result<types::GetSessionResponse> {
         self.client
-            .call("get_session", self.client.api().get_session(id, None))
+            .call("get_session", self.client.api().get_session(id))
             .await
     }
 
-    /// `DELETE /sessions/{id}`.
+    /// `DELETE /sessions/{id}`. Deleting a session that is already gone
+    /// succeeds too.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn delete(&self, id: &str) -> Result<bool> {
+    pub async fn delete(&self, id: &str) -> Result<()> {
         let r = self
             .client
-            .call("delete_session", self.client.api().delete_session(id, None))
+            .call("delete_session", self.client.api().delete_session(id))
             .await?;
-        Ok(r.deleted)
+        if !r.deleted {
+            tracing::debug!(session_id = id, "the session was already gone");
+        }
+        Ok(())
     }
 }
 
@@ -67,13 +71,14 @@ impl<'c> Sessions<'c> {
 #[must_use = "a listing does nothing until awaited or read with pages()"]
 pub struct ListSessions<'c> {
     client: &'c Client,
-    limit: u64,
+    page_size: u64,
 }
 
 impl<'c> ListSessions<'c> {
-    /// The most sessions to return, 1 to 200 (default 200, the API's maximum).
-    pub fn limit(mut self, n: u64) -> Self {
-        self.limit = n;
+    /// The most sessions to return, 1 to 200 (default 200, the API's
+    /// maximum): with this API version the listing is one page.
+    pub fn page_size(mut self, n: u64) -> Self {
+        self.page_size = n;
         self
     }
 
@@ -81,10 +86,10 @@ impl<'c> ListSessions<'c> {
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call; [`Error::InvalidRequest`](crate::Error::InvalidRequest)
-    /// for a limit out of range.
+    /// for a page size out of range.
     pub fn pages(self) -> Pages<'c, types::Session> {
         let op = "list_sessions";
-        let limit = match pages::page_size(op, self.limit, SESSIONS_MAX_PAGE)
+        let limit = match pages::page_size(op, self.page_size, SESSIONS_MAX_PAGE)
             .and_then(|n| std::num::NonZeroU64::new(n).ok_or_else(|| zero_limit(op)))
         {
             Ok(n) => n,
@@ -94,7 +99,7 @@ impl<'c> ListSessions<'c> {
         let fetch: FetchFn<'c, types::Session> = Box::new(move |_| {
             Box::pin(async move {
                 let page = client
-                    .call(op, client.api().list_sessions(Some(limit), None))
+                    .call(op, client.api().list_sessions(Some(limit)))
                     .await?;
                 if page.sessions.len() as u64 >= SESSIONS_MAX_PAGE {
                     tracing::warn!(
@@ -115,7 +120,7 @@ impl<'c> ListSessions<'c> {
 }
 
 fn zero_limit(op: &'static str) -> crate::Error {
-    crate::Error::InvalidRequest(format!("{op}: limit must be at least 1"))
+    crate::Error::InvalidRequest(format!("{op}: page_size must be at least 1"))
 }
 
 impl<'c> std::future::IntoFuture for ListSessions<'c> {

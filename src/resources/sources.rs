@@ -4,6 +4,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 
 use super::tasks::TaskWait;
+use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
 use crate::{Client, types};
 
@@ -164,7 +165,7 @@ impl<'c> Sources<'c> {
                 self.client
                     .call(
                         "list_source_files_by_path",
-                        api.list_source_files_by_path(self.slug, p, limit, offset, None),
+                        api.list_source_files_by_path(self.slug, p, limit, offset),
                     )
                     .await
             }
@@ -172,7 +173,7 @@ impl<'c> Sources<'c> {
                 self.client
                     .call(
                         "list_source_files",
-                        api.list_source_files(self.slug, limit, offset, None),
+                        api.list_source_files(self.slug, limit, offset),
                     )
                     .await
             }
@@ -188,7 +189,7 @@ impl<'c> Sources<'c> {
             .client
             .call(
                 "read_source_file",
-                self.client.api().read_source_file(self.slug, path, None),
+                self.client.api().read_source_file(self.slug, path),
             )
             .await?;
         collect_stream("read_source_file", stream).await
@@ -285,14 +286,14 @@ impl<'c> Sources<'c> {
         data: bytes::Bytes,
         dir: Option<&str>,
     ) -> Result<types::WorkflowTriggerResponse> {
-        let started = tokio::time::Instant::now();
-        let mut delay = Duration::from_millis(100);
+        let mut poller = Poller::new(
+            &WaitPolicy::default()
+                .timeout(BUSY_WAIT)
+                .interval(Duration::from_millis(100), Duration::from_secs(5)),
+        );
         loop {
             match self.upload_bytes(name, data.clone(), dir).await {
-                Err(e) if e.is_conflict() && started.elapsed() < BUSY_WAIT => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
+                Err(e) if e.is_conflict() && poller.pause().await => {}
                 other => return other,
             }
         }
@@ -318,7 +319,7 @@ pub(crate) async fn collect_stream(
         .into_inner()
         .try_collect()
         .await
-        .map_err(|e| crate::client::map_reqwest(op, e, None))?;
+        .map_err(|e| crate::transport::map_reqwest(op, e, None))?;
     Ok(chunks.concat().into())
 }
 

@@ -4,7 +4,9 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 
 use super::pages::{self, DEFAULT_MAX_ITEMS, DEFAULT_PAGE_SIZE, FetchFn, Fetched, Pages};
+use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
+use crate::status::TaskStatus;
 use crate::{Client, types};
 
 /// The API's largest `limit` for `GET /tasks`.
@@ -19,21 +21,18 @@ pub struct Tasks<'c> {
 /// A progress callback of [`Tasks::wait`].
 type ProgressFn<'f> = Box<dyn FnMut(&types::TaskResponse) + Send + 'f>;
 
-/// How [`Tasks::wait`] polls.
+/// How [`Tasks::wait`] polls: a [`WaitPolicy`] (default: one hour) and an
+/// optional progress callback.
 #[must_use]
 pub struct TaskWait<'f> {
-    timeout: Duration,
-    initial_interval: Duration,
-    max_interval: Duration,
+    policy: WaitPolicy,
     on_progress: Option<ProgressFn<'f>>,
 }
 
 impl std::fmt::Debug for TaskWait<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskWait")
-            .field("timeout", &self.timeout)
-            .field("initial_interval", &self.initial_interval)
-            .field("max_interval", &self.max_interval)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
@@ -41,25 +40,28 @@ impl std::fmt::Debug for TaskWait<'_> {
 impl Default for TaskWait<'_> {
     fn default() -> Self {
         TaskWait {
-            timeout: Duration::from_secs(3600),
-            initial_interval: Duration::from_millis(200),
-            max_interval: Duration::from_secs(5),
+            policy: WaitPolicy::default().timeout(Duration::from_secs(3600)),
             on_progress: None,
         }
     }
 }
 
 impl<'f> TaskWait<'f> {
-    /// Gives up after this long (default one hour) with [`Error::Timeout`].
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+    /// Polls under `policy` (its timeout replaces the default hour).
+    pub fn policy(mut self, policy: WaitPolicy) -> Self {
+        self.policy = policy;
         self
     }
 
-    /// The first polling interval (default 200 ms); it doubles up to `max_interval`.
+    /// Gives up after this long (default one hour) with [`Error::Timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.policy = self.policy.timeout(timeout);
+        self
+    }
+
+    /// The first polling interval (default 200 ms); it grows up to `max` (default 5 s).
     pub fn interval(mut self, initial: Duration, max: Duration) -> Self {
-        self.initial_interval = initial;
-        self.max_interval = max.max(initial);
+        self.policy = self.policy.interval(initial, max);
         self
     }
 
@@ -70,11 +72,6 @@ impl<'f> TaskWait<'f> {
     }
 }
 
-/// Whether a task state is final.
-pub(crate) fn task_is_terminal(state: &str) -> bool {
-    matches!(state, "completed" | "cancelled" | "failed")
-}
-
 impl<'c> Tasks<'c> {
     /// `GET /tasks/{id}`.
     ///
@@ -82,7 +79,7 @@ impl<'c> Tasks<'c> {
     /// Any [`Error`] of the call (404 for an unknown task).
     pub async fn get(&self, id: &str) -> Result<types::TaskResponse> {
         self.client
-            .call("get_task", self.client.api().get_task(id, None))
+            .call("get_task", self.client.api().get_task(id))
             .await
     }
 
@@ -120,10 +117,7 @@ impl<'c> Tasks<'c> {
             user_token: None,
         };
         self.client
-            .call(
-                "cancel_task",
-                self.client.api().cancel_task(id, None, &body),
-            )
+            .call("cancel_task", self.client.api().cancel_task(id, &body))
             .await
     }
 
@@ -138,24 +132,18 @@ impl<'c> Tasks<'c> {
     /// # Cancel safety
     /// Dropping the future stops polling; the task goes on on the server.
     pub async fn wait(&self, id: &str, mut wait: TaskWait<'_>) -> Result<types::TaskResponse> {
-        let started = tokio::time::Instant::now();
-        let mut interval = wait.initial_interval;
+        let mut poller = Poller::new(&wait.policy);
         loop {
             let task = self.get(id).await?;
             if let Some(f) = wait.on_progress.as_mut() {
                 f(&task);
             }
-            if task_is_terminal(task.state.as_str()) {
+            if task.is_terminal() {
                 return Ok(task);
             }
-            if started.elapsed().saturating_add(interval) > wait.timeout {
-                return Err(Error::Timeout {
-                    operation: "get_task",
-                    elapsed_ms: crate::query::millis(started.elapsed()),
-                });
+            if !poller.pause().await {
+                return Err(poller.timed_out("get_task"));
             }
-            tokio::time::sleep(interval).await;
-            interval = interval.saturating_mul(2).min(wait.max_interval);
         }
     }
 
@@ -170,11 +158,11 @@ impl<'c> Tasks<'c> {
         wait: TaskWait<'_>,
     ) -> Result<types::TaskResponse> {
         let task = self.wait(id, wait).await?;
-        match task.state.as_str() {
-            "completed" => Ok(task),
+        match task.status() {
+            TaskStatus::Completed => Ok(task),
             state => Err(Error::TaskFailed {
                 task_id: task.id.clone(),
-                state: state.to_owned(),
+                state: state.to_string(),
                 message: task.error.clone().unwrap_or_default(),
             }),
         }
@@ -280,7 +268,6 @@ impl<'c> ListTasks<'c> {
                             search.as_deref(),
                             state.as_ref(),
                             workflow.as_ref(),
-                            None,
                         ),
                     )
                     .await?;

@@ -57,9 +57,9 @@ fn count<'a>(tasks: impl Iterator<Item = &'a TaskEntry>) -> Counts {
         let t = &t.task;
         c.total = c.total.saturating_add(1);
         match t.state.as_str() {
-            "completed" => c.completed = c.completed.saturating_add(1),
-            "failed" => c.failed = c.failed.saturating_add(1),
-            "cancelled" => c.cancelled = c.cancelled.saturating_add(1),
+            crate::status::word::COMPLETED => c.completed = c.completed.saturating_add(1),
+            crate::status::word::FAILED => c.failed = c.failed.saturating_add(1),
+            crate::status::word::CANCELLED => c.cancelled = c.cancelled.saturating_add(1),
             s if !task_is_terminal(s) => c.active = c.active.saturating_add(1),
             _ => {}
         }

@@ -66,7 +66,7 @@ pub(super) async fn post_query(
         ));
     }
     let query = current_query(&state, &query_id)?;
-    if query.status == "failed"
+    if query.status == crate::status::word::FAILED
         && query
             .error
             .as_deref()

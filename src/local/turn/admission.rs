@@ -199,7 +199,7 @@ pub(crate) fn accept(state: &AppState, req: types::QueryRequest) -> LocalResult<
         rollup: None,
         runtime_ms: 0,
         session_id: session_id.clone(),
-        status: "in_progress".to_owned(),
+        status: crate::status::word::IN_PROGRESS.to_owned(),
         steps: Vec::new(),
         synthesis: None,
         trace_ref: Some(format!("local://traces/{query_id}")),

@@ -246,10 +246,14 @@ fn finalize(
 ) {
     let runtime_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let (status, error, terminal) = match &outcome {
-        Outcome::Completed => ("completed", None, "response.completed"),
-        Outcome::Failed(m) => ("failed", Some(m.clone()), "response.failed"),
+        Outcome::Completed => (crate::status::word::COMPLETED, None, "response.completed"),
+        Outcome::Failed(m) => (
+            crate::status::word::FAILED,
+            Some(m.clone()),
+            "response.failed",
+        ),
         Outcome::Cancelled => (
-            "cancelled",
+            crate::status::word::CANCELLED,
             Some(if state.shutdown.is_cancelled() {
                 "the server stopped".to_owned()
             } else {
@@ -340,7 +344,7 @@ fn placeholder(plan: &TurnPlan) -> types::Query {
         rollup: None,
         runtime_ms: 0,
         session_id: plan.session_id.clone(),
-        status: "in_progress".to_owned(),
+        status: crate::status::word::IN_PROGRESS.to_owned(),
         steps: Vec::new(),
         synthesis: None,
         trace_ref: None,
@@ -372,7 +376,7 @@ fn synthesis(plan: &TurnPlan, p: &Progress) -> types::QuerySynthesis {
         answer_preview: Some(p.answer.chars().take(200).collect()),
         ms: Some(p.synthesis_ms),
         query_id: Some(plan.query_id.clone()),
-        status: Some("completed".to_owned()),
+        status: Some(crate::status::word::COMPLETED.to_owned()),
         tokens_in: Some(0),
         tokens_in_cache_write: Some(0),
         tokens_in_cached: Some(0),
@@ -448,7 +452,7 @@ mod tests {
         let inner = state.store.lock();
         assert!(inner.sessions[&sid].in_flight.is_none());
         let q = &inner.queries[&accepted.plan.query_id].query;
-        assert_eq!(q.status, "failed");
+        assert_eq!(q.status, crate::status::word::FAILED);
         assert!(q.error.as_deref().unwrap().contains("unexpectedly"));
     }
 

@@ -89,7 +89,7 @@ pub(super) async fn produce(
         progress,
         query_step(
             "step_1",
-            "in_progress",
+            crate::status::word::IN_PROGRESS,
             format!(
                 "Searching {} for: {}",
                 slugs.join(", "),
@@ -170,7 +170,7 @@ pub(super) async fn produce(
         plan,
         log,
         progress,
-        query_step("step_1", "completed", found, Some(code)),
+        query_step("step_1", crate::status::word::COMPLETED, found, Some(code)),
     )
     .await?;
 
@@ -188,7 +188,7 @@ pub(super) async fn produce(
             progress,
             query_step(
                 "step_2",
-                "in_progress",
+                crate::status::word::IN_PROGRESS,
                 "Selecting the sentences that answer the question".to_owned(),
                 None,
             ),
@@ -220,7 +220,7 @@ pub(super) async fn produce(
             plan,
             log,
             progress,
-            query_step("step_2", "completed", summary, None),
+            query_step("step_2", crate::status::word::COMPLETED, summary, None),
         )
         .await?;
         progress.citations = composed.citations;

@@ -134,7 +134,7 @@ pub struct QueryOutcome {
 
 impl From<&types::Query> for QueryOutcome {
     fn from(q: &types::Query) -> Self {
-        let completed = q.status == "completed";
+        let completed = q.status() == crate::QueryStatus::Completed;
         QueryOutcome {
             query_id: q.id.clone(),
             answer: completed.then(|| q.answer_text()),

@@ -259,12 +259,12 @@ fn wait_seconds_accepts_only_0_to_60() {
 fn a_pending_turn_has_no_answer_yet() {
     let q: types::Query = serde_json::from_value(serde_json::json!({
         "id": "q1", "object": "query", "session_id": "s1", "created": 0,
-        "status": "in_progress", "input": [], "runtime_ms": 0, "steps": [],
+        "status": crate::QueryStatus::InProgress.as_str(), "input": [], "runtime_ms": 0, "steps": [],
         "citations": [], "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
         "output": [{"role": "assistant", "content": [{"type": "output_text", "text": "partial"}]}]
     }))
     .unwrap();
     let out = QueryOutcome::from(&q);
     assert_eq!(out.answer, None);
-    assert_eq!(out.status, "in_progress");
+    assert_eq!(out.status, crate::QueryStatus::InProgress.as_str());
 }

@@ -326,7 +326,7 @@ pub fn same_origin_redirects() -> reqwest::redirect::Policy {
 /// True when `a` and `b` have the same scheme, host and port (the SDK's
 /// rule, shared so both clients agree on what an origin is).
 pub fn same_origin(a: &url::Url, b: &url::Url) -> bool {
-    crate::client::redirect::same_origin(a, b)
+    crate::transport::redirect::same_origin(a, b)
 }
 
 /// True for `localhost`, 127.0.0.0/8 and `::1`.

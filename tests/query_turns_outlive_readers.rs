@@ -2,15 +2,15 @@
 //! checkpoint, detach, a busy session, cancel on drop, and `send()` across a
 //! cut connection. Scripted servers that really stream, cut and replay.
 
-#[path = "support/sse_server.rs"]
-mod sse_server;
+mod support;
+use support::sse_server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use nexus_knowql::{Error, QueryEvent, QueryTurn, QueryWait, Session, StreamConfig, WhenBusy};
+use nexus_knowql::{Error, QueryEvent, QueryTurn, Session, StreamConfig, WaitPolicy, WhenBusy};
 use proptest::prelude::*;
 use sse_server::{Reply, SseServer, Step, Turn, last_event_id, query_json};
 
@@ -155,11 +155,7 @@ async fn a_replay_that_skips_past_the_checkpoint_is_an_error_not_a_gap() {
     })
     .await;
     let handle = server.client().queries().attach("q_g").await.unwrap();
-    let mut rest = handle
-        .with_stream_config(fast())
-        .events_after(3)
-        .await
-        .unwrap();
+    let mut rest = handle.stream_config(fast()).events_after(3).await.unwrap();
     let (events, error) = drain(&mut rest).await;
     // Nothing after the gap is delivered, and the whole stored answer is
     // not passed off as the rest.
@@ -232,11 +228,7 @@ fn continue_from(turn: &Turn, k: u64, cuts: Vec<usize>) -> (Delivered, Vec<Optio
             .attach(&turn.query_id)
             .await
             .unwrap();
-        let mut rest = handle
-            .with_stream_config(fast())
-            .events_after(k)
-            .await
-            .unwrap();
+        let mut rest = handle.stream_config(fast()).events_after(k).await.unwrap();
         let (events, error) = drain(&mut rest).await;
         assert!(error.is_none(), "{error:?}");
         // The whole stored Query, whether its frame came or (cut after the
@@ -387,7 +379,7 @@ async fn a_dropped_running_turn_makes_the_next_ask_session_busy_not_a_409() {
     let e = session
         .ask("second")
         .when_busy(WhenBusy::Wait(
-            QueryWait::default()
+            WaitPolicy::default()
                 .timeout(Duration::from_millis(40))
                 .interval(Duration::from_millis(5), Duration::from_millis(10)),
         ))
@@ -432,7 +424,7 @@ async fn a_busy_session_waits_when_told_to_and_then_asks() {
         .client()
         .session(["docs"])
         .when_busy(WhenBusy::Wait(
-            QueryWait::default().interval(Duration::from_millis(5), Duration::from_millis(10)),
+            WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(10)),
         ))
         .build()
         .unwrap();

@@ -14,11 +14,16 @@ use reqwest::{Request, Response, StatusCode};
 use secrecy::ExposeSecret;
 use tracing::Instrument;
 
-use super::auth::{API_KEY_HEADER, Auth};
-use super::redirect::{self, RedirectRefused};
-use super::retry::{self, RetryPolicy};
-use super::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
-use crate::error::{Error, Result, snippet};
+pub(crate) mod auth;
+pub(crate) mod redirect;
+pub(crate) mod retry;
+pub(crate) mod version;
+
+use self::auth::{API_KEY_HEADER, Auth};
+use self::redirect::RedirectRefused;
+use self::retry::RetryPolicy;
+use self::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
+use crate::error::{Error, Result, millis, snippet};
 
 /// Header names that may carry the server's request id, in order of preference.
 const REQUEST_ID_HEADERS: &[&str] = &["x-request-id", "x-pinecone-request-id", "request-id"];
@@ -50,6 +55,7 @@ pub struct Transport {
 pub(crate) struct TransportInner {
     pub(crate) http: reqwest::Client,
     /// How `http` was built, when it is the built-in client.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) http_recipe: Option<HttpRecipe>,
     pub(crate) base_url: String,
     pub(crate) version: ApiVersion,
@@ -68,7 +74,13 @@ pub(crate) struct TransportInner {
     pub(crate) turn_timeout: Option<Duration>,
     /// The most bytes of one response body (event streams excepted).
     pub(crate) max_response_bytes: usize,
+    /// Reads the token out of a `POST /auth/login` answer.
+    pub(crate) login_token: fn(&[u8]) -> Option<String>,
 }
+
+/// Default total time for one ordinary request (not for event streams or a
+/// synchronous turn), and the bound on `POST /auth/login`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The default bound on one response body.
 pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
@@ -188,6 +200,7 @@ impl Transport {
 
     /// A new built-in HTTP client (its own connection pool) made like this
     /// transport's; `None` when the caller supplied the client.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn new_http(&self) -> Option<Result<reqwest::Client>> {
         self.inner.http_recipe.as_ref().map(HttpRecipe::build)
     }
@@ -318,9 +331,9 @@ impl Transport {
                     // go again, when the server's wait fits the policy.
                     let unprocessed = status == StatusCode::TOO_MANY_REQUESTS
                         && retry::retry_after(resp.headers())
-                            .is_none_or(|d| d <= inner.retry.get_max_delay());
+                            .is_none_or(|d| d <= inner.retry.max_delay);
                     let may_retry = if idempotent {
-                        retry::is_retryable_status(status.as_u16())
+                        crate::error::is_retryable_status(status.as_u16())
                     } else {
                         unprocessed
                     };
@@ -348,10 +361,9 @@ impl Transport {
                     return Ok(bounded(resp, inner.max_response_bytes));
                 }
                 Err(err) => {
-                    // A connect failure means nothing was sent, so even a POST
-                    // may go again; anything later may have reached the server.
-                    let safe =
-                        err.is_connect() || (idempotent && (err.is_timeout() || err.is_request()));
+                    // What never reached the server may go again, even a POST.
+                    let safe = !may_have_reached_server(&err)
+                        || (idempotent && (err.is_timeout() || err.is_request()));
                     if safe && !last_chance {
                         if let Some(delay) =
                             self.next_delay(&mut backoff, &mut retries, started, None)
@@ -377,11 +389,11 @@ impl Transport {
         retry_after: Option<Duration>,
     ) -> Option<Duration> {
         let policy = &self.inner.retry;
-        if *retries >= policy.get_max_retries() {
+        if *retries >= policy.max_retries {
             return None;
         }
         let delay = policy.next_delay(backoff, retry_after);
-        if started.elapsed().saturating_add(delay) > policy.get_max_elapsed() {
+        if started.elapsed().saturating_add(delay) > policy.max_elapsed {
             return None;
         }
         *retries += 1;
@@ -440,7 +452,7 @@ impl Transport {
         let limit = self
             .inner
             .request_timeout
-            .unwrap_or(super::DEFAULT_REQUEST_TIMEOUT);
+            .unwrap_or(DEFAULT_REQUEST_TIMEOUT);
         let req = self
             .inner
             .http
@@ -461,9 +473,9 @@ impl Transport {
             ));
         }
         let bytes = bounded(resp, self.inner.max_response_bytes).bytes().await?;
-        match serde_json::from_slice::<crate::api::types::LoginResponse>(&bytes) {
-            Ok(login) => Ok(Ok(login.token)),
-            Err(_) => {
+        match (self.inner.login_token)(&bytes) {
+            Some(token) => Ok(Ok(token)),
+            None => {
                 // Present an undecodable login answer as a refused login.
                 let rebuilt = http_response(
                     StatusCode::UNAUTHORIZED,
@@ -505,7 +517,7 @@ impl Transport {
             .map_err(|e| {
                 let mut e = self.map_reqwest(operation, e);
                 if let Error::Timeout { elapsed_ms, .. } = &mut e {
-                    *elapsed_ms = crate::query::millis(started.elapsed());
+                    *elapsed_ms = millis(started.elapsed());
                 }
                 e
             })?;
@@ -535,12 +547,12 @@ impl Transport {
             Err(_) => {
                 tracing::warn!(
                     op = operation,
-                    limit_ms = crate::query::millis(limit),
+                    limit_ms = millis(limit),
                     "no response headers in time"
                 );
                 Err(Error::Timeout {
                     operation,
-                    elapsed_ms: crate::query::millis(limit),
+                    elapsed_ms: millis(limit),
                 })
             }
         }
@@ -609,40 +621,18 @@ impl Transport {
         map_reqwest(operation, err, self.inner.request_timeout)
     }
 
-    /// Maps an error of the generated client.
-    pub(crate) async fn map_generated<E: ErrorEnvelope>(
-        &self,
-        operation: &'static str,
-        err: progenitor_client::Error<E>,
-    ) -> Error {
-        use progenitor_client::Error as G;
-        match err {
-            G::InvalidRequest(msg) => Error::InvalidRequest(format!("{operation}: {msg}")),
-            G::CommunicationError(e) | G::ResponseBodyError(e) | G::InvalidUpgrade(e) => {
-                self.map_reqwest(operation, e)
-            }
-            G::ErrorResponse(rv) => {
-                let status = rv.status().as_u16();
-                let headers = rv.headers().clone();
-                let raw_marked = headers.contains_key(RAW_BODY_MARKER);
-                let (code, message) = rv.into_inner().into_parts();
-                let raw = raw_marked.then(|| message.clone());
-                self.error_from_parts(operation, status, &headers, code, message, raw)
-            }
-            G::InvalidResponsePayload(bytes, e) => Error::decode(operation, e, &bytes),
-            G::UnexpectedResponse(resp) => {
-                if resp.status().is_success() {
-                    let status = resp.status();
-                    let body = read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
-                        .await
-                        .unwrap_or_default();
-                    Error::decode(operation, format!("unexpected status {status}"), &body)
-                } else {
-                    self.error_from_response(operation, resp).await
-                }
-            }
-            G::Custom(msg) => Error::InvalidRequest(format!("{operation}: {msg}")),
-        }
+    /// Whether an error answer's body was rewritten into the envelope
+    /// because it was not one (its message is then the raw body).
+    pub(crate) fn is_raw_error_body(headers: &HeaderMap) -> bool {
+        headers.contains_key(RAW_BODY_MARKER)
+    }
+
+    /// The start of a body read for an error message (bounded in bytes and
+    /// time).
+    pub(crate) async fn read_error_body(&self, resp: Response) -> Vec<u8> {
+        read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
+            .await
+            .unwrap_or_default()
     }
 }
 
@@ -651,6 +641,14 @@ impl Transport {
 fn take_request(req: &mut Request) -> Request {
     let placeholder = Request::new(req.method().clone(), req.url().clone());
     std::mem::replace(req, placeholder)
+}
+
+/// Whether a request that failed may have reached the server: anything but
+/// a failure to connect (then nothing was sent). The one rule for "may this
+/// POST be sent again?"; [`Error::may_have_reached_server`] carries its
+/// verdict.
+pub(crate) fn may_have_reached_server(err: &reqwest::Error) -> bool {
+    !err.is_connect()
 }
 
 pub(crate) fn map_reqwest(
@@ -670,34 +668,16 @@ pub(crate) fn map_reqwest(
     if err.is_timeout() {
         return Error::Timeout {
             operation,
-            elapsed_ms: timeout.map_or(0, crate::query::millis),
+            elapsed_ms: timeout.map_or(0, millis),
         };
     }
     if err.is_decode() {
         return Error::decode(operation, &err, b"");
     }
-    let connect = err.is_connect();
+    let connect = !may_have_reached_server(&err);
     // reqwest's error text may contain the URL, never headers; strip the URL
     // anyway in case a caller put a secret in a query string.
     Error::transport(operation, err.without_url(), connect)
-}
-
-/// The API's error envelope, whatever the generated error type is.
-pub(crate) trait ErrorEnvelope {
-    /// `(code, message)`.
-    fn into_parts(self) -> (Option<String>, String);
-}
-
-impl ErrorEnvelope for crate::api::types::Error {
-    fn into_parts(self) -> (Option<String>, String) {
-        (self.code, self.message)
-    }
-}
-
-impl ErrorEnvelope for () {
-    fn into_parts(self) -> (Option<String>, String) {
-        (None, String::new())
-    }
 }
 
 fn request_id(headers: &HeaderMap) -> Option<String> {

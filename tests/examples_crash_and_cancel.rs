@@ -2,8 +2,8 @@
 //! resume, run as a person would run them.
 #![cfg(feature = "local")]
 
-#[path = "support/examples.rs"]
-mod examples;
+mod support;
+use support::examples;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -21,19 +21,17 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 ///     .max_retries(5)
 ///     .initial_delay(Duration::from_millis(100))
 ///     .max_elapsed(Duration::from_secs(30));
-/// assert_eq!(policy.get_max_retries(), 5);
 /// let never = RetryPolicy::never();
-/// assert_eq!(never.get_max_retries(), 0);
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 #[must_use]
 pub struct RetryPolicy {
-    max_retries: u32,
+    pub(crate) max_retries: u32,
     initial_delay: Duration,
-    max_delay: Duration,
+    pub(crate) max_delay: Duration,
     multiplier: f64,
     jitter: f64,
-    max_elapsed: Duration,
+    pub(crate) max_elapsed: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -97,21 +95,6 @@ impl RetryPolicy {
         self
     }
 
-    /// The configured retry count.
-    pub fn get_max_retries(&self) -> u32 {
-        self.max_retries
-    }
-
-    /// The configured largest delay between two attempts.
-    pub fn get_max_delay(&self) -> Duration {
-        self.max_delay
-    }
-
-    /// The configured total time budget.
-    pub fn get_max_elapsed(&self) -> Duration {
-        self.max_elapsed
-    }
-
     /// A fresh backoff sequence for one request.
     pub(crate) fn backoff(&self) -> backoff::ExponentialBackoff {
         backoff::ExponentialBackoff {
@@ -144,11 +127,6 @@ impl RetryPolicy {
     }
 }
 
-/// Whether an HTTP status is worth retrying (for a request that may be repeated).
-pub(crate) fn is_retryable_status(status: u16) -> bool {
-    matches!(status, 408 | 429 | 500..=599)
-}
-
 /// Whether a method may be sent twice without changing the outcome.
 pub(crate) fn is_idempotent(method: &reqwest::Method) -> bool {
     use reqwest::Method;
@@ -178,6 +156,7 @@ pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::is_retryable_status;
     use proptest::prelude::*;
 
     #[test]

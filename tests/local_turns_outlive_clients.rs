@@ -3,15 +3,15 @@
 //! across cut connections, a dropped turn and the next `ask()`.
 #![cfg(feature = "local")]
 
-#[path = "support/local.rs"]
-mod local_support;
+mod support;
+use support::local as local_support;
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use local_support::*;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::{Error, QueryEvent, QueryWait, StreamConfig, WhenBusy};
+use nexus_knowql::{Error, QueryEvent, StreamConfig, WaitPolicy, WhenBusy};
 
 fn fast() -> StreamConfig {
     StreamConfig::default()
@@ -111,7 +111,7 @@ async fn dropping_a_running_turn_then_asking_is_session_busy_or_waits() {
     let second = session
         .ask("and black?")
         .when_busy(WhenBusy::Wait(
-            QueryWait::default().interval(Duration::from_millis(20), Duration::from_millis(100)),
+            WaitPolicy::default().interval(Duration::from_millis(20), Duration::from_millis(100)),
         ))
         .send()
         .await

@@ -87,7 +87,7 @@ enum Reason {
     Followed,
 }
 
-/// The error the policy hands to reqwest; [`crate::client::map_reqwest`]
+/// The error the policy hands to reqwest; [`super::map_reqwest`]
 /// turns it into [`Error::Redirect`](crate::Error::Redirect).
 #[derive(Debug, Clone)]
 pub(crate) struct RedirectRefused {

@@ -1,0 +1,42 @@
+//! A turn that runs in the background: start it, do other work, then wait
+//! for it with a polling policy, and read its typed status.
+//!
+//! ```sh
+//! cargo run --example background_turn --features local
+//! ```
+
+use std::time::Duration;
+
+use nexus_knowql::local::LocalNexus;
+use nexus_knowql::{QueryStatus, WaitPolicy};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
+    let server = LocalNexus::builder()
+        .context("docs", corpus)
+        .start()
+        .await?;
+    let client = server.client()?;
+    let session = client.session(["docs"]).build()?;
+
+    // The server runs the turn; the handle polls only when asked.
+    let mut handle = session.ask("What is a context?").background().await?;
+    println!("started turn {}", handle.id());
+
+    let now = handle.get().await?;
+    if now.status() == QueryStatus::InProgress {
+        println!("still running...");
+    }
+
+    // Wait at most a minute, polling every 100 ms at first, then up to 1 s.
+    let policy = WaitPolicy::default()
+        .timeout(Duration::from_secs(60))
+        .interval(Duration::from_millis(100), Duration::from_secs(1));
+    // A failed or cancelled turn is an error here (`Query::into_result`).
+    let query = handle.wait_with(policy).await?;
+    println!("{}\n\n{}", query.status(), query.answer_text());
+
+    server.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! [`WaitPolicy`]: how every wait of the SDK polls, and when it gives up;
+//! [`Poller`], the one loop helper that applies it.
+
+use std::time::Duration;
+
+use backoff::backoff::Backoff;
+use tokio::time::Instant;
+
+use crate::error::{Error, millis};
+
+/// How a wait polls: the first interval, which grows by half each time up
+/// to a ceiling (with 10 % jitter), and the total time before giving up.
+///
+/// Used by [`QueryHandle::wait_with`](crate::QueryHandle::wait_with),
+/// [`WhenBusy::Wait`](crate::WhenBusy::Wait) (a session waiting for its
+/// running turn) and, inside [`TaskWait`](crate::resources::TaskWait),
+/// [`Tasks::wait`](crate::resources::Tasks::wait).
+///
+/// ```
+/// use std::time::Duration;
+/// use nexus_knowql::WaitPolicy;
+/// let wait = WaitPolicy::default()
+///     .timeout(Duration::from_secs(60))
+///     .interval(Duration::from_millis(100), Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct WaitPolicy {
+    timeout: Duration,
+    initial_interval: Duration,
+    max_interval: Duration,
+}
+
+impl Default for WaitPolicy {
+    fn default() -> Self {
+        WaitPolicy {
+            // Above the service's 900 s cap on a turn.
+            timeout: Duration::from_secs(930),
+            initial_interval: Duration::from_millis(200),
+            max_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+impl WaitPolicy {
+    /// Gives up after this long (default 930 s, above the service's cap on
+    /// a turn).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The first polling interval (default 200 ms); it grows up to `max` (default 5 s).
+    pub fn interval(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_interval = initial;
+        self.max_interval = max.max(initial);
+        self
+    }
+}
+
+/// One wait in progress under a [`WaitPolicy`]: each loop of the SDK that
+/// polls calls [`Poller::pause`] between its attempts.
+#[derive(Debug)]
+pub(crate) struct Poller {
+    started: Instant,
+    timeout: Duration,
+    max_interval: Duration,
+    intervals: backoff::ExponentialBackoff,
+}
+
+impl Poller {
+    pub(crate) fn new(policy: &WaitPolicy) -> Self {
+        Poller {
+            started: Instant::now(),
+            timeout: policy.timeout,
+            max_interval: policy.max_interval,
+            intervals: backoff::ExponentialBackoff {
+                current_interval: policy.initial_interval,
+                initial_interval: policy.initial_interval,
+                randomization_factor: 0.1,
+                multiplier: 1.5,
+                max_interval: policy.max_interval,
+                max_elapsed_time: None,
+                ..backoff::ExponentialBackoff::default()
+            },
+        }
+    }
+
+    /// Sleeps until the next attempt; `false` (at once) when that attempt
+    /// would come after the policy's timeout.
+    pub(crate) async fn pause(&mut self) -> bool {
+        let delay = self.intervals.next_backoff().unwrap_or(self.max_interval);
+        if self.started.elapsed().saturating_add(delay) > self.timeout {
+            return false;
+        }
+        tokio::time::sleep(delay).await;
+        true
+    }
+
+    /// [`Error::Timeout`] for `operation`, with the time waited so far.
+    pub(crate) fn timed_out(&self, operation: &'static str) -> Error {
+        Error::Timeout {
+            operation,
+            elapsed_ms: millis(self.started.elapsed()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn pauses_grow_and_end_before_the_deadline() {
+        let policy = WaitPolicy::default()
+            .timeout(Duration::from_secs(2))
+            .interval(Duration::from_millis(200), Duration::from_secs(1));
+        let mut poller = Poller::new(&policy);
+        let mut pauses = 0;
+        while poller.pause().await {
+            pauses += 1;
+            assert!(pauses < 100, "the wait never ends");
+        }
+        // 200, 300, 450, 675 ms (±10 %), then the next would pass 2 s.
+        assert!((3..=5).contains(&pauses), "{pauses} pauses");
+        assert!(poller.started.elapsed() <= Duration::from_secs(2));
+        assert!(matches!(
+            poller.timed_out("get_query"),
+            Error::Timeout {
+                operation: "get_query",
+                ..
+            }
+        ));
+    }
+}

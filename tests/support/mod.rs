@@ -1,0 +1,25 @@
+//! Support shared by the integration tests. Each test file declares
+//! `mod support;` and uses the parts it needs:
+//!
+//! - `sse_server`: a scripted Nexus that really streams, cuts connections
+//!   and replays events;
+//! - `examples`: runs the example binaries (plainly or in a pseudo-terminal);
+//! - `openapi` (feature `local`): the Nexus spec's operations and a schema
+//!   checker for the local server's answers;
+//! - `schema`: checks MCP tool results against their declared schemas;
+//! - `local` (feature `local`): the embedded local Nexus and a corpus;
+//! - `mcp` and `pinecone_fake` (feature `mcp`): an in-process MCP client and
+//!   a fake Pinecone.
+#![allow(dead_code, unreachable_pub, unused_imports)]
+
+pub mod examples;
+#[cfg(feature = "local")]
+pub mod local;
+#[cfg(feature = "mcp")]
+pub mod mcp;
+#[cfg(feature = "local")]
+pub mod openapi;
+#[cfg(feature = "mcp")]
+pub mod pinecone_fake;
+pub mod schema;
+pub mod sse_server;
