@@ -733,3 +733,87 @@ pub(crate) fn create_with(path: &Path, ops: Vec<Op>) -> std::io::Result<()> {
     drop(conn);
     std::fs::File::open(path)?.sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: QueryLimits = QueryLimits {
+        count: 100,
+        bytes: 1 << 20,
+    };
+
+    fn scratch(label: &str) -> std::path::PathBuf {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "nexus-db-{label}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn put(id: &str) -> Op {
+        Op::PutContext {
+            id: id.to_owned(),
+            doc: "{}".to_owned(),
+        }
+    }
+
+    /// A SIGKILL cannot see a commit that was never synced (the kernel still
+    /// holds it), so the setting that syncs is checked on the connections
+    /// the database uses (all made by `connect`).
+    #[test]
+    fn a_durable_database_syncs_its_log_at_every_commit() {
+        let dir = scratch("sync");
+        let (db, _) = Db::open(&dir.join(DB_FILE), Durability::Full, LIMITS).unwrap();
+        // 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA: in WAL mode only FULL and EXTRA
+        // sync the log before a commit returns.
+        let sync: i64 = db
+            .read(|c| c.pragma_query_value(None, "synchronous", |r| r.get(0)))
+            .unwrap();
+        assert!(sync >= 2, "synchronous is {sync}, not FULL");
+        let mode: String = db
+            .read(|c| c.pragma_query_value(None, "journal_mode", |r| r.get(0)))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        db.close();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn nothing_is_acknowledged_before_its_commit() {
+        let dir = scratch("ack");
+        let path = dir.join(DB_FILE);
+        let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+        // Another connection holds the write lock: the writer's commit
+        // waits for it (busy timeout).
+        let blocker = connect(&path, Durability::Full).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (tx, rx) = mpsc::channel();
+        let then = Op::Then(Box::new(move |ok| {
+            let _ = tx.send(ok);
+        }));
+        let n = db.send([put("a"), then]);
+        assert!(
+            !db.wait_saved(n, Duration::from_millis(300)).await,
+            "acknowledged while its commit was blocked"
+        );
+        assert!(rx.try_recv().is_err(), "the callback ran before the commit");
+        assert!(db.saved() < n);
+        blocker.execute_batch("COMMIT").unwrap();
+        assert!(db.wait_saved(n, Duration::from_secs(10)).await);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+        // On disk: a new connection reads it.
+        let doc: String = connect(&path, Durability::Full)
+            .unwrap()
+            .query_row("SELECT doc FROM contexts WHERE id = 'a'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(doc, "{}");
+        db.close();
+        drop(blocker);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -534,4 +534,46 @@ mod tests {
         }
         assert!(p.buf.len() < 64, "{} bytes kept", p.buf.len());
     }
+
+    #[test]
+    fn a_leading_bom_before_a_field_is_skipped_however_the_stream_is_split() {
+        let input = "\u{feff}data: x\n\n";
+        for split in 1..=input.len() {
+            let got = parse_split(input.as_bytes(), split).unwrap();
+            assert_eq!(got, vec![o(None, "message", "x")], "split {split}");
+        }
+    }
+
+    #[test]
+    fn an_unfinished_frame_of_exactly_the_limit_waits_for_more() {
+        // 8 bytes of an unfinished line with an 8-byte limit: not beyond it.
+        let mut p = SseParser::new(8);
+        p.feed(b"data: ab");
+        assert_eq!(p.next_frame(), Ok(None));
+        p.feed(b"c");
+        assert_eq!(p.next_frame(), Err(SseError::FrameTooLarge(8)));
+    }
+
+    #[test]
+    fn errors_name_the_limit() {
+        assert_eq!(
+            SseError::FrameTooLarge(4096).to_string(),
+            "an event frame is larger than the 4096 byte limit"
+        );
+        assert_eq!(
+            SseError::InvalidUtf8.to_string(),
+            "an event frame is not valid UTF-8"
+        );
+    }
+
+    #[test]
+    fn a_frame_of_exactly_the_limit_is_delivered() {
+        // `data: ab\n` is 9 bytes; the blank line that ends the frame adds none.
+        let mut p = SseParser::new(9);
+        p.feed(b"data: ab\n\n");
+        assert_eq!(drain(&mut p).unwrap(), vec![o(None, "message", "ab")]);
+        let mut p = SseParser::new(8);
+        p.feed(b"data: ab\n\n");
+        assert_eq!(drain(&mut p), Err(SseError::FrameTooLarge(8)));
+    }
 }

@@ -230,4 +230,27 @@ mod tests {
         ));
         assert_eq!(r, "https://evil.example:8443/p");
     }
+
+    #[test]
+    fn every_marker_reads_back_and_the_message_names_place_and_reason() {
+        let url = u("https://other.example/next");
+        let too_many = RedirectRefused {
+            location: redacted(&url),
+            reason: Reason::TooMany,
+        };
+        for r in [
+            RedirectRefused::refused(&url),
+            RedirectRefused::followed(&url),
+            too_many,
+        ] {
+            let back = RedirectRefused::from_marker(&r.to_marker()).expect("read back");
+            assert_eq!(back.location, r.location);
+            assert_eq!(back.reason(), r.reason());
+            assert_eq!(
+                r.to_string(),
+                format!("redirect to {} refused: {}", r.location, r.reason())
+            );
+        }
+        assert!(RedirectRefused::from_marker("bogus https://x/").is_none());
+    }
 }

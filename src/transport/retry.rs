@@ -270,4 +270,25 @@ mod tests {
             "clamped to max_delay"
         );
     }
+
+    #[test]
+    fn every_setting_is_kept_and_used() {
+        let p = RetryPolicy::default()
+            .max_retries(7)
+            .initial_delay(Duration::from_millis(10))
+            .max_delay(Duration::from_secs(3))
+            .multiplier(3.0)
+            .jitter(0.0)
+            .max_elapsed(Duration::from_secs(9));
+        assert_eq!(p.max_retries, 7);
+        assert_eq!(p.max_delay, Duration::from_secs(3));
+        assert_eq!(p.max_elapsed, Duration::from_secs(9));
+        // Without jitter the delays are 10 ms, then 3 times more each time.
+        let mut b = p.backoff();
+        let near =
+            |d: Duration, ms: u64| d.abs_diff(Duration::from_millis(ms)) < Duration::from_millis(1);
+        let first = p.next_delay(&mut b, None);
+        let second = p.next_delay(&mut b, None);
+        assert!(near(first, 10) && near(second, 30), "{first:?}, {second:?}");
+    }
 }
