@@ -151,6 +151,56 @@ async fn manifests_and_templates_describe_local_curation() {
     assert_eq!(strategy, "sliding_window");
 }
 
+/// The status and message of an error answer (declared in the spec or not).
+async fn refusal<T>(r: Result<T, nexus_knowql::api::Error<types::Error>>) -> (u16, String) {
+    match r {
+        Err(nexus_knowql::api::Error::ErrorResponse(e)) => {
+            (e.status().as_u16(), e.into_inner().message)
+        }
+        Err(nexus_knowql::api::Error::UnexpectedResponse(resp)) => {
+            let code = resp.status().as_u16();
+            let body: types::Error = resp.json().await.unwrap();
+            (code, body.message)
+        }
+        Ok(_) => panic!("expected an error"),
+        Err(e) => panic!("expected an error answer, got {e}"),
+    }
+}
+
+/// Found by a Schemathesis run: a manifest outside the API's bounds was stored
+/// and then answered back, breaking the response schema. It is refused with
+/// 400 on every way in, and what was stored stays.
+#[tokio::test]
+async fn a_manifest_outside_the_apis_bounds_is_refused_and_nothing_changes() {
+    let (_server, client, _dir) = seeded(LocalNexus::builder()).await;
+    let api = client.api();
+    let before = api.get_context_manifest("docs").await.unwrap().into_inner();
+    let bad = json!({"optimize": {"eval_pass_rate_threshold": -1.0}});
+    let update = api
+        .update_context("docs", &body(json!({"manifest": bad.clone()})))
+        .await;
+    let (code, message) = refusal(update).await;
+    assert_eq!(code, 400);
+    assert!(message.contains("eval_pass_rate_threshold"), "{message}");
+    let profile = api
+        .profile_context("docs", &body(json!({"manifest": bad.clone()})))
+        .await;
+    let (code, message) = refusal(profile).await;
+    assert_eq!(code, 400);
+    assert!(message.contains("eval_pass_rate_threshold"), "{message}");
+    let create = api
+        .create_context(&body(
+            json!({"slug": "bounds", "name": "b", "manifest": bad}),
+        ))
+        .await;
+    let (code, message) = refusal(create).await;
+    assert_eq!(code, 400);
+    assert!(message.contains("eval_pass_rate_threshold"), "{message}");
+    let after = api.get_context_manifest("docs").await.unwrap().into_inner();
+    assert_eq!(after, before);
+    assert_eq!(status(api.get_context("bounds").await), 404);
+}
+
 #[tokio::test]
 async fn a_fork_copies_sources_and_manifest_and_is_independent() {
     let (_server, client, _dir) = seeded(LocalNexus::builder()).await;

@@ -61,6 +61,7 @@ mod faults;
 mod guard;
 mod import;
 mod ledger;
+mod manifest_bounds;
 mod migrate;
 mod paths;
 mod records;

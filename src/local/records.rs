@@ -259,6 +259,9 @@ impl Inner {
         &mut self,
         req: types::CreateContextRequest,
     ) -> LocalResult<ContextRecord> {
+        if let Some(m) = &req.manifest {
+            super::manifest_bounds::check(m)?;
+        }
         if !valid_slug(&req.slug) {
             return Err(LocalError::bad_request(format!(
                 "invalid slug {:?}: use 1-64 lower-case letters, digits, '-' or '_'",
@@ -319,6 +322,9 @@ impl Inner {
         key: &str,
         req: types::UpdateContextRequest,
     ) -> LocalResult<&ContextRecord> {
+        if let Some(m) = &req.manifest {
+            super::manifest_bounds::check(m)?;
+        }
         let id = self.context(key)?.id.clone();
         if let Some(new_slug) = &req.slug {
             if !valid_slug(new_slug) {

@@ -185,6 +185,9 @@ pub(crate) async fn profile(
     slug: &str,
     manifest: Option<types::Manifest>,
 ) -> LocalResult<types::WorkflowTriggerResponse> {
+    if let Some(m) = &manifest {
+        super::manifest_bounds::check(m)?;
+    }
     let (context_id, sources, index, in_effect) = {
         let mut inner = state.store.lock();
         let ctx = inner.context_mut(slug)?;
