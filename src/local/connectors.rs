@@ -117,7 +117,9 @@ pub(crate) fn list_items(root: &Path, folder: &str) -> std::io::Result<Vec<types
         ));
     };
     let prefix = folder.trim_matches('/');
-    let mut items = Vec::new();
+    // The first MAX_ITEMS by name, kept as the listing goes, so a huge
+    // directory costs no more memory than a full page.
+    let mut items = std::collections::BTreeMap::new();
     for entry in std::fs::read_dir(&dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -137,18 +139,20 @@ pub(crate) fn list_items(root: &Path, folder: &str) -> std::io::Result<Vec<types
         } else {
             format!("{prefix}/{name}")
         };
-        items.push(types::ConnectorItem {
+        let item = types::ConnectorItem {
             id,
-            name,
+            name: name.clone(),
             size: meta
                 .is_file()
                 .then(|| i64::try_from(meta.len()).unwrap_or(i64::MAX)),
             type_: kind.to_owned(),
-        });
+        };
+        items.insert(name, item);
+        if items.len() > MAX_ITEMS {
+            items.pop_last();
+        }
     }
-    items.sort_by(|a, b| a.name.cmp(&b.name));
-    items.truncate(MAX_ITEMS);
-    Ok(items)
+    Ok(items.into_values().collect())
 }
 
 /// What one connector import takes.
@@ -211,7 +215,7 @@ pub(crate) fn stage(
     durable::create_dir_all(files_dir).map_err(io)?;
     let mut staged = Vec::with_capacity(files.len());
     let mut dirs = std::collections::BTreeSet::new();
-    for (rel, path, _) in files {
+    for (rel, path, size) in files {
         let target_rel = if plan.dest.is_empty() {
             rel
         } else {
@@ -228,11 +232,16 @@ pub(crate) fn stage(
         } else {
             std::fs::create_dir_all(parent).map_err(io)?;
         }
-        let size = std::fs::copy(&path, &target).map_err(io)?;
+        copy_exactly(&path, &target, size, plan.sync).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                LocalError::conflict(format!(
+                    "{target_rel:?} changed while it was imported; try again"
+                ))
+            } else {
+                io(e)
+            }
+        })?;
         if plan.sync {
-            std::fs::File::open(&target)
-                .and_then(|f| f.sync_all())
-                .map_err(io)?;
             dirs.insert(parent.to_path_buf());
         }
         staged.push((target_rel, size));
@@ -241,4 +250,62 @@ pub(crate) fn stage(
         durable::sync_dir(dir).map_err(io)?;
     }
     Ok(staged)
+}
+
+/// Copies the `size` bytes the folder's scan counted, and fails with
+/// `InvalidData` when the file now holds another number: a file that grows
+/// between the scan and the copy cannot take the import past its byte limit.
+fn copy_exactly(from: &Path, to: &Path, size: u64, sync: bool) -> std::io::Result<()> {
+    use std::io::Read;
+    let source = std::fs::File::open(from)?;
+    let mut out = std::fs::File::create(to)?;
+    // One byte more than expected shows a file that grew.
+    let copied = std::io::copy(&mut source.take(size.saturating_add(1)), &mut out)?;
+    if copied != size {
+        drop(out);
+        let _ = std::fs::remove_file(to);
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the file changed size while it was copied",
+        ));
+    }
+    if sync {
+        out.sync_all()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_keeps_the_first_names_of_a_directory_larger_than_a_page() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..MAX_ITEMS + 5 {
+            std::fs::write(dir.path().join(format!("f{i:05}.md")), b"x").unwrap();
+        }
+        let root = dir.path().canonicalize().unwrap();
+        let items = list_items(&root, "").unwrap();
+        assert_eq!(items.len(), MAX_ITEMS);
+        assert_eq!(items[0].name, "f00000.md");
+        assert_eq!(
+            items[MAX_ITEMS - 1].name,
+            format!("f{:05}.md", MAX_ITEMS - 1)
+        );
+    }
+
+    #[test]
+    fn a_file_that_changed_size_since_the_scan_is_not_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("a.md"), dir.path().join("b.md"));
+        std::fs::write(&from, b"hello world").unwrap();
+        copy_exactly(&from, &to, 11, false).unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), b"hello world");
+        for scanned in [5, 20] {
+            let err = copy_exactly(&from, &to, scanned, true).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+            assert!(!to.exists(), "a partial copy is removed");
+        }
+    }
 }
