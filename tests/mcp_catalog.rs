@@ -277,6 +277,61 @@ async fn resources_prompts_and_completions_over_rmcp() {
 }
 
 #[tokio::test]
+async fn the_binary_serves_resources_prompts_and_completions_over_stdio() {
+    let nexus = fake_nexus(0).await;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"));
+    cmd.env_clear()
+        .env("NEXUS_BASE_URL", nexus.uri())
+        .env("PINECONE_API_KEY", SERVER_KEY)
+        .env("RUST_LOG", "trace")
+        .kill_on_drop(true);
+    let (transport, _stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = rmcp::ServiceExt::serve((), transport).await.unwrap();
+    let caps = &client.peer_info().unwrap().capabilities;
+    assert!(caps.resources.is_some() && caps.prompts.is_some() && caps.completions.is_some());
+    let uris: Vec<String> = client
+        .list_all_resources()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.uri)
+        .collect();
+    assert_eq!(
+        uris,
+        [
+            "nexus://contexts/handbook",
+            "nexus://contexts/papers",
+            "nexus://contexts/drafts",
+            "nexus://contexts/fresh"
+        ]
+    );
+    let read = client
+        .read_resource(ReadResourceRequestParams::new("nexus://contexts/drafts"))
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_str(&texts(&read.contents)[0].0).unwrap();
+    assert_eq!(body["status"], "not_curated", "{body}");
+    let (code, _) = error_code(
+        client
+            .read_resource(ReadResourceRequestParams::new("nexus://contexts/gone"))
+            .await,
+    );
+    assert_eq!(code, -32002);
+    let prompts = client.list_all_prompts().await.unwrap();
+    assert_eq!(prompts.len(), 1, "Nexus only: {prompts:?}");
+    let got = client
+        .peer()
+        .complete_prompt_simple("ask_context", "context", "")
+        .await
+        .unwrap();
+    assert_eq!(got, ["drafts", "fresh", "handbook", "papers"]);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
 async fn nothing_but_tools_is_declared_without_a_family() {
     let caps = NexusMcp::new().get_info().capabilities;
     assert!(caps.resources.is_none() && caps.prompts.is_none() && caps.completions.is_none());
