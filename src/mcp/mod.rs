@@ -5,8 +5,12 @@
 //! - [`NexusMcp`]: the server `nexus-mcp` runs, the union of the tool families.
 //! - [`http`]: the Streamable HTTP transport (Origin checks, per-caller keys).
 //! - [`ToolError`]: the body of every failed tool call.
+//! - resources, prompts and completions (`catalog`): Nexus contexts and
+//!   knowledge files, Pinecone namespaces, `ask_context` and
+//!   `research_namespace`, and completion of their names.
 
 pub mod caller;
+mod catalog;
 pub mod http;
 mod jsonrpc;
 pub mod metrics;
@@ -18,6 +22,7 @@ pub mod server;
 pub mod stdio;
 pub mod tool_error;
 
+pub use catalog::{COMPLETION_TTL, MAX_KNOWLEDGE_READ_BYTES, RESOURCE_PAGE_SIZE};
 pub use nexus::{KeyPolicy, NexusServer};
 pub use server::NexusMcp;
 pub use tool_error::{ToolError, ToolErrorCode};

@@ -7,14 +7,17 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::ToolErrorCode;
 use super::caller::log_identity;
+use super::catalog::{self, CompletionCache, Families};
 use super::metrics::Metrics;
 use super::nexus::{INSTRUCTIONS, NexusServer};
 use super::pinecone::PineconeServer;
@@ -39,6 +42,7 @@ pub struct NexusMcp {
     nexus: Option<Arc<NexusServer>>,
     pinecone: Option<Arc<PineconeServer>>,
     metrics: Arc<Metrics>,
+    completions: Arc<CompletionCache>,
 }
 
 impl NexusMcp {
@@ -97,6 +101,14 @@ impl NexusMcp {
             out.push(("pinecone", pinecone.state.config.controller_host.clone()));
         }
         out
+    }
+
+    /// The families configured, for resources, prompts and completions.
+    fn families(&self) -> Families<'_> {
+        Families {
+            nexus: self.nexus.as_deref(),
+            pinecone: self.pinecone.as_deref(),
+        }
     }
 
     /// Hands a call to the family that serves its tool.
@@ -170,7 +182,9 @@ async fn tools_of<H: ServerHandler>(
 
 impl ServerHandler for NexusMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
+        catalog::declare(self.families(), &mut capabilities);
+        ServerConfig::new(capabilities)
             .with_server_info(implementation())
             .with_instructions(self.instructions())
     }
@@ -188,6 +202,64 @@ impl ServerHandler for NexusMcp {
             tools.extend(tools_of(pinecone, &context).await?);
         }
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        catalog::list_resources(self.families(), request, &context).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(catalog::list_resource_templates(self.families()))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        Box::pin(catalog::read_resource(self.families(), request, &context))
+            .await
+            .map(Into::into)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(catalog::list_prompts(self.families()))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        Box::pin(catalog::get_prompt(self.families(), request, &context))
+            .await
+            .map(Into::into)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        Box::pin(catalog::complete(
+            self.families(),
+            &self.completions,
+            request,
+            &context,
+        ))
+        .await
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

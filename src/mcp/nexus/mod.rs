@@ -32,11 +32,13 @@
 //! - `errors`: SDK errors as tool errors.
 //! - `pool`: the HTTP and Nexus clients of callers' calls.
 //! - `progress`: `get_query`'s progress notifications.
+//! - `reads`: the reads behind the server's resources, prompts and completions.
 
 mod checks;
 mod errors;
 mod pool;
 mod progress;
+pub(crate) mod reads;
 mod shapes;
 #[cfg(test)]
 mod tests;

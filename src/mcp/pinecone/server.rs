@@ -350,6 +350,50 @@ impl PineconeServer {
     }
 }
 
+impl PineconeServer {
+    /// Every source's namespaces as the caller's tool calls see them (same
+    /// key, same per-caller discovery cache), each with its dense index's
+    /// name. Sources that fail are left out; when none answers, the first
+    /// failure is the error.
+    pub(crate) async fn caller_namespaces(
+        &self,
+        extensions: &rmcp::model::Extensions,
+    ) -> Result<Vec<(String, super::discovery::NamespaceRow)>, ToolError> {
+        let (state, unproven) = match call_key(self.keys, extensions)? {
+            CallKey::Configured => (Arc::clone(&self.state), None),
+            CallKey::Caller(key) => {
+                let (state, fresh) = self.callers.state_for(&key, &self.state);
+                (state, fresh.then_some(key))
+            }
+        };
+        let mut rows = Vec::new();
+        let mut failed = None;
+        for source in state.registry.all() {
+            match state.registry.namespaces(Some(source)).await {
+                Ok(view) => rows.extend(
+                    view.rows
+                        .into_iter()
+                        .map(|row| (source.config.index_name.clone(), row)),
+                ),
+                Err(failure) => {
+                    failed.get_or_insert(failure.into_tool_error(
+                        "list_namespaces",
+                        "namespace discovery failed",
+                        state.config.error_details,
+                    ));
+                }
+            }
+        }
+        if let Some(key) = unproven {
+            self.callers.promote_if_accepted(&key, &state);
+        }
+        match failed {
+            Some(e) if rows.is_empty() => Err(e),
+            _ => Ok(rows),
+        }
+    }
+}
+
 /// Deserializes the arguments the way the tool will, to report a bad one as
 /// `VALIDATION` with its path.
 fn check<T: DeserializeOwned>(args: &JsonObject) -> Result<(), ToolError> {

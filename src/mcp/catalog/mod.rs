@@ -1,0 +1,149 @@
+//! What `nexus-mcp` serves besides tools: resources (Nexus contexts, their
+//! knowledge files, Pinecone namespaces), prompts and completions.
+//!
+//! Every read runs with the key the caller's tool calls run with (the same
+//! per-caller clients and discovery caches), so a caller sees only what its
+//! key sees. The completion cache is kept per caller key.
+//!
+//! # Layout
+//! - `uri`: the resource URIs, written and parsed.
+//! - `resources`: `resources/list`, `resources/templates/list`, `resources/read`.
+//! - `prompts`: `prompts/list`, `prompts/get`.
+//! - `completions`: `completion/complete` and its per-caller cache.
+
+mod completions;
+mod prompts;
+mod resources;
+mod uri;
+
+use rmcp::ErrorData;
+use rmcp::RoleServer;
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
+    PromptsCapability, ReadResourceRequestParams, ReadResourceResult, ResourcesCapability,
+    ServerCapabilities,
+};
+use rmcp::service::RequestContext;
+
+use super::nexus::NexusServer;
+use super::pinecone::PineconeServer;
+use super::tool_error::{ToolError, ToolErrorCode};
+
+pub use self::completions::COMPLETION_TTL;
+pub(crate) use self::completions::CompletionCache;
+
+/// The most bytes of a knowledge file a `resources/read` returns.
+pub const MAX_KNOWLEDGE_READ_BYTES: usize = 256 * 1024;
+/// The most resources in one `resources/list` page.
+pub const RESOURCE_PAGE_SIZE: usize = 50;
+
+/// The tool families a request may reach.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Families<'a> {
+    pub(crate) nexus: Option<&'a NexusServer>,
+    pub(crate) pinecone: Option<&'a PineconeServer>,
+}
+
+impl Families<'_> {
+    /// Whether any family is configured.
+    fn any(&self) -> bool {
+        self.nexus.is_some() || self.pinecone.is_some()
+    }
+}
+
+/// Adds resources, prompts and completions to `caps` when a family serving
+/// them is configured.
+pub(crate) fn declare(families: Families<'_>, caps: &mut ServerCapabilities) {
+    if families.any() {
+        caps.resources = Some(ResourcesCapability::default());
+        caps.prompts = Some(PromptsCapability::default());
+        caps.completions = Some(rmcp::model::JsonObject::new());
+    }
+}
+
+/// `resources/list`.
+pub(crate) async fn list_resources(
+    families: Families<'_>,
+    request: Option<PaginatedRequestParams>,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<ListResourcesResult, ErrorData> {
+    resources::list(families, request, ctx).await
+}
+
+/// `resources/templates/list`.
+pub(crate) fn list_resource_templates(families: Families<'_>) -> ListResourceTemplatesResult {
+    resources::templates(families)
+}
+
+/// `resources/read`.
+pub(crate) async fn read_resource(
+    families: Families<'_>,
+    request: ReadResourceRequestParams,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<ReadResourceResult, ErrorData> {
+    resources::read(families, &request.uri, ctx).await
+}
+
+/// `prompts/list`.
+pub(crate) fn list_prompts(families: Families<'_>) -> ListPromptsResult {
+    prompts::list(families)
+}
+
+/// `prompts/get`.
+pub(crate) async fn get_prompt(
+    families: Families<'_>,
+    request: GetPromptRequestParams,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<GetPromptResult, ErrorData> {
+    prompts::get(families, request, ctx).await
+}
+
+/// `completion/complete`.
+pub(crate) async fn complete(
+    families: Families<'_>,
+    cache: &CompletionCache,
+    request: CompleteRequestParams,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<CompleteResult, ErrorData> {
+    completions::complete(families, cache, request, ctx).await
+}
+
+/// A failed upstream read as a protocol error: the kind of failure only,
+/// never the upstream's own words.
+fn upstream_error(e: &ToolError, uri: Option<&str>) -> ErrorData {
+    let data = uri.map(|uri| serde_json::json!({ "uri": uri }));
+    match e.code {
+        ToolErrorCode::NotFound => ErrorData::resource_not_found("resource not found", data),
+        ToolErrorCode::Unauthorized => ErrorData::invalid_request(
+            format!(
+                "no usable API key: send yours in the {} header",
+                crate::client::API_KEY_HEADER
+            ),
+            data,
+        ),
+        ToolErrorCode::Timeout => ErrorData::internal_error("the upstream call timed out", data),
+        ToolErrorCode::Cancelled => ErrorData::internal_error("the request was cancelled", data),
+        _ => ErrorData::internal_error("the upstream call failed", data),
+    }
+}
+
+/// The -32002 error of a URI this server does not serve.
+fn not_found(uri: &str) -> ErrorData {
+    ErrorData::resource_not_found(
+        "resource not found",
+        Some(serde_json::json!({ "uri": truncate(uri, 256) })),
+    )
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

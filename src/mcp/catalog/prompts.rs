@@ -1,0 +1,198 @@
+//! `prompts/list` and `prompts/get`: `ask_context` (Nexus) and
+//! `research_namespace` (Pinecone).
+
+use rmcp::model::{
+    GetPromptRequestParams, GetPromptResult, JsonObject, ListPromptsResult, Prompt, PromptArgument,
+    PromptMessage, Role,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::Value;
+
+use super::Families;
+use super::uri;
+use crate::mcp::nexus::MAX_QUESTION_CHARS;
+
+/// The Nexus prompt's name.
+pub(super) const ASK_CONTEXT: &str = "ask_context";
+/// The Pinecone prompt's name.
+pub(super) const RESEARCH_NAMESPACE: &str = "research_namespace";
+
+/// The longest slug, index or namespace argument.
+const MAX_NAME_CHARS: usize = 512;
+
+fn argument(name: &str, description: &str) -> PromptArgument {
+    PromptArgument::new(name)
+        .with_description(description)
+        .with_required(true)
+}
+
+/// The prompts of the families configured.
+pub(super) fn list(families: Families<'_>) -> ListPromptsResult {
+    let mut prompts = Vec::new();
+    if families.nexus.is_some() {
+        prompts.push(
+            Prompt::new(
+                ASK_CONTEXT,
+                Some(
+                    "Ask a Nexus context a question and answer from its cited knowledge \
+                     (query_context, then get_query).",
+                ),
+                Some(vec![
+                    argument("context", "The slug of a queryable context."),
+                    argument("question", "The question, in natural language."),
+                ]),
+            )
+            .with_title("Ask a Nexus context"),
+        );
+    }
+    if families.pinecone.is_some() {
+        prompts.push(
+            Prompt::new(
+                RESEARCH_NAMESPACE,
+                Some(
+                    "Research a topic in one Pinecone namespace with the retrieval tools, \
+                     using its metadata fields to narrow the search.",
+                ),
+                Some(vec![
+                    argument("index", "The Pinecone index holding the namespace."),
+                    argument("namespace", "The namespace to research."),
+                    argument("topic", "What to research."),
+                ]),
+            )
+            .with_title("Research a Pinecone namespace"),
+        );
+    }
+    ListPromptsResult::with_all_items(prompts)
+}
+
+/// A required, non-blank string argument of at most `max` characters.
+fn required<'a>(
+    args: Option<&'a JsonObject>,
+    name: &str,
+    max: usize,
+) -> Result<&'a str, ErrorData> {
+    let value = args.and_then(|a| a.get(name));
+    let Some(value) = value else {
+        return Err(ErrorData::invalid_params(
+            format!("missing required argument `{name}`"),
+            None,
+        ));
+    };
+    let Some(text) = value.as_str().map(str::trim).filter(|t| !t.is_empty()) else {
+        return Err(ErrorData::invalid_params(
+            format!("argument `{name}` must be a non-empty string"),
+            None,
+        ));
+    };
+    if text.chars().count() > max {
+        return Err(ErrorData::invalid_params(
+            format!("argument `{name}` is longer than {max} characters"),
+            None,
+        ));
+    }
+    Ok(text)
+}
+
+/// A name argument: no `/`, whitespace or control character.
+fn required_name<'a>(args: Option<&'a JsonObject>, name: &str) -> Result<&'a str, ErrorData> {
+    let text = required(args, name, MAX_NAME_CHARS)?;
+    if text
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || c == '/')
+    {
+        return Err(ErrorData::invalid_params(
+            format!("argument `{name}` must not hold `/`, spaces or control characters"),
+            None,
+        ));
+    }
+    Ok(text)
+}
+
+/// One prompt, with its arguments checked.
+pub(super) async fn get(
+    families: Families<'_>,
+    request: GetPromptRequestParams,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<GetPromptResult, ErrorData> {
+    let args = request.arguments.as_ref();
+    match request.name.as_str() {
+        ASK_CONTEXT if families.nexus.is_some() => {
+            let context = required_name(args, "context")?;
+            let question = required(args, "question", MAX_QUESTION_CHARS)?;
+            let text = format!(
+                "Answer the question below from the Nexus context `{context}` \
+                 (resource {uri}).\n\n\
+                 1. Call query_context with context=\"{context}\" and the question.\n\
+                 2. Call get_query with the returned query_id (wait_seconds up to 60) until \
+                 status is completed, failed or cancelled.\n\
+                 3. Answer from the completed result only, citing its sources; if the turn \
+                 failed, say why.\n\nQuestion: {question}",
+                uri = uri::context_uri(context),
+            );
+            Ok(
+                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
+                    .with_description(format!("Ask the Nexus context `{context}`")),
+            )
+        }
+        RESEARCH_NAMESPACE => {
+            let Some(pinecone) = families.pinecone else {
+                return Err(unknown(&request.name));
+            };
+            let index = required_name(args, "index")?;
+            let namespace = required_name(args, "namespace")?;
+            let topic = required(args, "topic", MAX_QUESTION_CHARS)?;
+            // What the caller's key sees of the namespace, when it answers.
+            let known = pinecone
+                .caller_namespaces(&ctx.extensions)
+                .await
+                .ok()
+                .and_then(|rows| {
+                    rows.into_iter()
+                        .find(|(i, r)| i == index && r.name == namespace)
+                        .map(|(_, r)| r)
+                });
+            let mut text = format!(
+                "Research \"{topic}\" in the Pinecone namespace `{namespace}` of index \
+                 `{index}` (resource {uri}).\n\n",
+                uri = uri::namespace_uri(index, namespace),
+            );
+            if let Some(row) = &known {
+                let fields: Vec<String> = row
+                    .metadata_fields
+                    .iter()
+                    .map(|(k, v)| format!("{k} ({})", v.as_str().unwrap_or("unknown")))
+                    .collect();
+                text.push_str(&format!(
+                    "It holds {} records. Metadata fields: {}.\n\n",
+                    row.record_count,
+                    if fields.is_empty() {
+                        "none known".to_owned()
+                    } else {
+                        fields.join(", ")
+                    }
+                ));
+            }
+            text.push_str(&format!(
+                "1. Call suggest_query_params with namespace=\"{namespace}\" and the topic as \
+                 user_query to pick fields and a filter.\n\
+                 2. Run query (or keyword_search for exact terms) on that namespace; narrow with \
+                 metadata filters and vary the wording.\n\
+                 3. Summarise what the records say about the topic, citing each record you use, \
+                 and say what the namespace does not cover."
+            ));
+            Ok(
+                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
+                    .with_description(format!("Research a topic in `{index}/{namespace}`")),
+            )
+        }
+        other => Err(unknown(other)),
+    }
+}
+
+fn unknown(name: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("unknown prompt `{}`", super::truncate(name, 128)),
+        Some(Value::from(super::truncate(name, 128))),
+    )
+}
