@@ -9,6 +9,7 @@
 pub mod caller;
 pub mod http;
 mod jsonrpc;
+pub mod logging;
 pub mod metrics;
 pub mod nexus;
 pub mod pinecone;
@@ -16,6 +17,7 @@ mod recent;
 pub mod redact;
 pub mod server;
 pub mod stdio;
+pub mod tasks;
 pub mod tool_error;
 
 pub use nexus::{KeyPolicy, NexusServer};
