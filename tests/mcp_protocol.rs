@@ -336,12 +336,13 @@ async fn session_http_logs_on_the_sessions_stream_after_set_level() {
         .unwrap();
     assert_eq!(stream.status(), 200);
     let args = json!({"query_text": "coroutines", "namespace": "wg21-papers", "top_k": 2});
-    for level in ["error", "warning"] {
+    // The rerank fails with 503 at `error`, with 500 at `warning`.
+    for (level, status) in [("error", 503), ("warning", 500)] {
         let (id, answer) = mcp
             .request("logging/setLevel", json!({"level": level}))
             .await;
         assert!(answer.response(id)["result"].is_object(), "{answer:?}");
-        fake.fail("rerank", 503, 3);
+        fake.fail("rerank", status, 3);
         mcp.call("query", args.clone()).await;
     }
     // The first message on the stream is the second call's: the first call,
@@ -365,6 +366,8 @@ async fn session_http_logs_on_the_sessions_stream_after_set_level() {
     .await
     .expect("a log message arrives");
     assert_eq!(log["params"]["level"], "warning");
+    let reason = log["params"]["data"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("HTTP 500"), "the second call's: {log}");
     assert!(!log.to_string().contains(KEY_A));
 }
 
