@@ -214,6 +214,50 @@ async fn a_slow_call_is_logged_at_notice() {
     assert!(slow.data["duration_ms"].as_u64().unwrap() >= 200);
 }
 
+#[tokio::test]
+async fn retried_nexus_calls_are_logged_at_notice() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let nexus = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/contexts"))
+        .respond_with(ResponseTemplate::new(503).set_body_json(json!({"message": "busy"})))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .mount(&nexus)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/contexts"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .with_priority(2)
+        .mount(&nexus)
+        .await;
+    let sdk = nexus_knowql::Client::builder()
+        .base_url(nexus.uri())
+        .api_key(SERVER_KEY)
+        .retry(nexus_knowql::RetryPolicy::default().initial_delay(Duration::from_millis(5)))
+        .build()
+        .unwrap();
+    let recorder = Client::default();
+    let client = connect_with(
+        NexusMcp::new().with_nexus(NexusServer::new(sdk)),
+        recorder.clone(),
+    )
+    .await;
+    let listed = client
+        .call_tool(params("list_contexts", json!({})))
+        .await
+        .expect("list_contexts");
+    assert_eq!(listed.is_error, Some(false));
+    let logs = recorder.wait_logs(1).await;
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(logs[0].level, LoggingLevel::Notice);
+    assert_eq!(logs[0].data["event"], "retried");
+    assert_eq!(logs[0].data["upstream"], "nexus");
+    assert_eq!(logs[0].data["retries"], 2);
+    assert!(!logs[0].data.to_string().contains(SERVER_KEY));
+}
+
 /// A Streamable HTTP server of `server`; cancelled on drop.
 struct Served {
     url: String,
@@ -336,10 +380,17 @@ async fn session_http_logs_on_the_sessions_stream_after_set_level() {
         .unwrap();
     assert_eq!(stream.status(), 200);
     let args = json!({"query_text": "coroutines", "namespace": "wg21-papers", "top_k": 2});
+    // Another session's level is its own.
+    let mut other = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", KEY_A);
+    other.initialize().await;
     // The rerank fails with 503 at `error`, with 500 at `warning`.
     for (level, status) in [("error", 503), ("warning", 500)] {
         let (id, answer) = mcp
             .request("logging/setLevel", json!({"level": level}))
+            .await;
+        assert!(answer.response(id)["result"].is_object(), "{answer:?}");
+        let (id, answer) = other
+            .request("logging/setLevel", json!({"level": "emergency"}))
             .await;
         assert!(answer.response(id)["result"].is_object(), "{answer:?}");
         fake.fail("rerank", status, 3);

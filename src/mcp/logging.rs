@@ -6,7 +6,8 @@
 //! - `warning`: the results are degraded (a reranker that failed, a search
 //!   whose surviving leg found nothing);
 //! - `notice`: a fallback was taken (one hybrid search leg failed, the other
-//!   answered), or the call took at least the slow-call threshold;
+//!   answered), Nexus calls were retried, or the call took at least the
+//!   slow-call threshold;
 //! - `info`: reranking was asked for but no model is configured.
 //!
 //! Which are sent: those at or above the minimum level, which is the
@@ -16,7 +17,7 @@
 //! HTTP) a `logging/setLevel` request is accepted and lasts only for that
 //! request; such clients set the level per request in `_meta`.
 //!
-//! Every text is passed through [`redact`](super::redact::redact): no key
+//! Every text is passed through [`redact`]: no key
 //! reaches a notification.
 
 // rmcp marks the logging types deprecated (SEP-2577 drops logging after the
@@ -125,6 +126,21 @@ pub(crate) fn notes_for(
         });
     }
     notes
+}
+
+/// A `notice` when the upstream calls of `family` (the Nexus SDK's) were
+/// retried during a call.
+pub(crate) fn retried(tool: &str, family: &str, retries: u32) -> Option<Note> {
+    (retries > 0).then(|| Note {
+        level: LoggingLevel::Notice,
+        data: json!({
+            "event": "retried",
+            "tool": tool,
+            "upstream": family,
+            "retries": retries,
+            "message": format!("{tool}: {family} calls were retried {retries} time(s) before answering"),
+        }),
+    })
 }
 
 /// A note for a result's `experimental` block, if it says anything.

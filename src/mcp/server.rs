@@ -23,6 +23,7 @@ use super::metrics::Metrics;
 use super::nexus::{INSTRUCTIONS, NexusServer};
 use super::pinecone::PineconeServer;
 use super::tasks::{self, TaskLimits, TaskStore};
+use crate::transport::observe::counting_retries;
 
 pub use super::{SERVER_NAME, implementation};
 
@@ -336,7 +337,8 @@ impl ServerHandler for NexusMcp {
         // Boxed: rmcp moves the future of this call several times before it
         // runs (into its instrumented, spawned task), and a pointer moves
         // cheaply where the families' futures, kilobytes each, do not.
-        let (family, result) = Box::pin(self.route_call(request, context)).await;
+        let ((family, result), retries) =
+            counting_retries(Box::pin(self.route_call(request, context))).await;
         let outcome = outcome(&result);
         let took = start.elapsed();
         let seconds = took.as_secs_f64();
@@ -362,12 +364,9 @@ impl ServerHandler for NexusMcp {
         } else {
             self.slow_call
         };
-        logging::send(
-            logging::notes_for(tool.name(), &response, took, slow),
-            &self.log_level,
-            &notify,
-        )
-        .await;
+        let mut notes = logging::notes_for(tool.name(), &response, took, slow);
+        notes.extend(logging::retried(tool.name(), family, retries));
+        logging::send(notes, &self.log_level, &notify).await;
         if let Some(owner) = owner
             && let Some(task) = tasks::task_for(&self.tasks, owner, &response)
         {
