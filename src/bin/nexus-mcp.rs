@@ -145,6 +145,12 @@ struct Args {
     #[arg(long, env = "NEXUS_MCP_CALL_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     nexus_call_timeout_ms: u64,
 
+    /// A tool call that takes this many milliseconds or longer is reported
+    /// to its client as an MCP log message at `notice` (`get_query` waits
+    /// excepted).
+    #[arg(long, env = "NEXUS_MCP_SLOW_CALL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    slow_call_ms: u64,
+
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, env = "NEXUS_MCP_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -294,7 +300,8 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             fallback_to_configured: args.allow_server_key,
         },
     };
-    let mut server = NexusMcp::new();
+    let mut server =
+        NexusMcp::new().with_slow_call_threshold(Duration::from_millis(args.slow_call_ms));
     if let Some(client) = client {
         server = server.with_nexus(
             NexusServer::new(client)

@@ -13,6 +13,7 @@ pub mod caller;
 mod catalog;
 pub mod http;
 mod jsonrpc;
+pub mod logging;
 pub mod metrics;
 pub mod nexus;
 pub mod pinecone;
@@ -20,6 +21,7 @@ mod recent;
 pub mod redact;
 pub mod server;
 pub mod stdio;
+pub mod tasks;
 pub mod tool_error;
 
 pub use catalog::{COMPLETION_TTL, MAX_KNOWLEDGE_READ_BYTES, RESOURCE_PAGE_SIZE};

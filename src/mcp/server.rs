@@ -4,13 +4,16 @@
 //! its own. `NexusMcp` lists the union of their tools and hands each
 //! `tools/call` to the family that owns the tool's name.
 
+use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -18,11 +21,23 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use super::ToolErrorCode;
 use super::caller::log_identity;
 use super::catalog::{self, CompletionCache, Families};
+use super::logging::{self, DEFAULT_SLOW_CALL, SessionLevel};
 use super::metrics::Metrics;
 use super::nexus::{INSTRUCTIONS, NexusServer};
 use super::pinecone::PineconeServer;
+use super::tasks::{self, TaskLimits, TaskStore};
+use crate::transport::observe::counting_retries;
 
 pub use super::{SERVER_NAME, implementation};
+
+/// The protocol revisions served, oldest first: 2026-07-28 (no `initialize`
+/// handshake; each request carries its own `_meta`), 2025-11-25 and
+/// 2025-06-18.
+pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = &[
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2026_07_28,
+];
 
 /// The combined MCP server: the Nexus tools and any other tool family.
 ///
@@ -37,18 +52,59 @@ pub use super::{SERVER_NAME, implementation};
 ///
 /// Cloning is cheap (the families are shared): the HTTP transport makes one
 /// clone per request or session.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NexusMcp {
     nexus: Option<Arc<NexusServer>>,
     pinecone: Option<Arc<PineconeServer>>,
     metrics: Arc<Metrics>,
     completions: Arc<CompletionCache>,
+    /// The session's `logging/setLevel`, shared by clones of one session.
+    log_level: SessionLevel,
+    slow_call: Duration,
+    /// The `query_context` tasks of every caller.
+    tasks: Arc<TaskStore>,
+}
+
+impl Default for NexusMcp {
+    fn default() -> Self {
+        NexusMcp {
+            nexus: None,
+            pinecone: None,
+            metrics: Arc::default(),
+            completions: Arc::default(),
+            log_level: SessionLevel::fresh(),
+            slow_call: DEFAULT_SLOW_CALL,
+            tasks: Arc::new(TaskStore::new(TaskLimits::default())),
+        }
+    }
 }
 
 impl NexusMcp {
     /// A server with no tools yet.
     pub fn new() -> Self {
         NexusMcp::default()
+    }
+
+    /// Sets how long a tool call may take before the client is sent a
+    /// `notice` about it (default 10 s).
+    pub fn with_slow_call_threshold(mut self, threshold: Duration) -> Self {
+        self.slow_call = threshold;
+        self
+    }
+
+    /// Sets how many `query_context` tasks are kept, and for how long.
+    pub fn with_task_limits(mut self, limits: TaskLimits) -> Self {
+        self.tasks = Arc::new(TaskStore::new(limits));
+        self
+    }
+
+    /// A clone for a new session: the families, metrics and tasks are
+    /// shared; the logging level is its own.
+    pub fn for_session(&self) -> Self {
+        NexusMcp {
+            log_level: SessionLevel::fresh(),
+            ..self.clone()
+        }
     }
 
     /// Serves the Nexus tools.
@@ -181,12 +237,61 @@ async fn tools_of<H: ServerHandler>(
 }
 
 impl ServerHandler for NexusMcp {
+    #[allow(deprecated)] // logging: see `logging`
     fn get_info(&self) -> ServerConfig {
-        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
+        let builder = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_tools();
+        // Tasks are `query_context` turns: offered with the Nexus tools.
+        let mut capabilities = if self.nexus.is_some() {
+            builder.enable_tasks().build()
+        } else {
+            builder.build()
+        };
         catalog::declare(self.families(), &mut capabilities);
         ServerConfig::new(capabilities)
             .with_server_info(implementation())
             .with_instructions(self.instructions())
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(PROTOCOL_VERSIONS)
+    }
+
+    #[allow(deprecated)] // logging: see `logging`
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        Ok(())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let nexus = self.nexus.as_ref().ok_or_else(tasks::unknown_task)?;
+        let owner = tasks::owner_of(&context.extensions);
+        let id = request.task_id;
+        let created_at = tasks::known(&self.tasks, owner, &id)?;
+        let read = Box::pin(nexus.call_tool(tasks::get_query_params(&id), context)).await?;
+        tasks::detailed(&self.tasks, owner, &id, created_at, read).map(GetTaskResult::new)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let nexus = self.nexus.as_ref().ok_or_else(tasks::unknown_task)?;
+        let owner = tasks::owner_of(&context.extensions);
+        let id = request.task_id;
+        tasks::known(&self.tasks, owner, &id)?;
+        let outcome = Box::pin(nexus.cancel_turn(&id, &context)).await;
+        tasks::cancelled(&self.tasks, owner, &id, outcome)
     }
 
     async fn list_tools(
@@ -288,12 +393,27 @@ impl ServerHandler for NexusMcp {
             .metrics
             .tool(if served { &request.name } else { "unknown" });
         let identity = log_identity(&context.extensions);
+        let as_task = self.nexus.is_some()
+            && request.name == "query_context"
+            && context
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks());
+        let owner = as_task.then(|| tasks::owner_of(&context.extensions));
+        let long_poll = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("wait_seconds"))
+            .and_then(serde_json::Value::as_f64)
+            .is_some_and(|w| w > 0.0);
+        let notify = context.clone();
         // Boxed: rmcp moves the future of this call several times before it
         // runs (into its instrumented, spawned task), and a pointer moves
         // cheaply where the families' futures, kilobytes each, do not.
-        let (family, result) = Box::pin(self.route_call(request, context)).await;
+        let ((family, result), retries) =
+            counting_retries(Box::pin(self.route_call(request, context))).await;
         let outcome = outcome(&result);
-        let seconds = start.elapsed().as_secs_f64();
+        let took = start.elapsed();
+        let seconds = took.as_secs_f64();
         self.metrics.tool_call(&tool, outcome, seconds);
         if matches!(outcome, "NEXUS_ERROR" | "PINECONE_ERROR" | "TIMEOUT") {
             self.metrics.upstream_error(family, outcome);
@@ -307,7 +427,24 @@ impl ServerHandler for NexusMcp {
             duration_ms = start.elapsed().as_millis() as u64,
             "tool call"
         );
-        result
+        let Ok(response) = result else {
+            return result;
+        };
+        // A long poll (`get_query` with `wait_seconds`) is slow on purpose.
+        let slow = if long_poll {
+            Duration::MAX
+        } else {
+            self.slow_call
+        };
+        let mut notes = logging::notes_for(tool.name(), &response, took, slow);
+        notes.extend(logging::retried(tool.name(), family, retries));
+        logging::send(notes, &self.log_level, &notify).await;
+        if let Some(owner) = owner
+            && let Some(task) = tasks::task_for(&self.tasks, owner, &response)
+        {
+            return Ok(CallToolResponse::Task(task));
+        }
+        Ok(response)
     }
 }
 

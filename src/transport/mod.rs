@@ -15,6 +15,7 @@ use secrecy::ExposeSecret;
 use tracing::Instrument;
 
 pub(crate) mod auth;
+pub(crate) mod observe;
 pub(crate) mod redirect;
 pub(crate) mod retry;
 pub(crate) mod version;
@@ -397,6 +398,7 @@ impl Transport {
             return None;
         }
         *retries += 1;
+        observe::note_retry();
         Some(delay)
     }
 

@@ -119,8 +119,11 @@ fn build(
     let metrics = Arc::clone(server.metrics());
     let keyless = server.serves_keyless();
     let upstreams = server.upstreams();
-    let service =
-        StreamableHttpService::new(move || Ok(server.clone()), Arc::clone(&manager), config);
+    let service = StreamableHttpService::new(
+        move || Ok(server.for_session()),
+        Arc::clone(&manager),
+        config,
+    );
     let budgets = Arc::new(Budgets::new(
         options.max_concurrent_requests,
         options.max_requests_per_caller,

@@ -290,6 +290,21 @@ impl NexusServer {
         }
     }
 
+    /// Cancels turn `query_id` with the key of the request in `ctx` (the
+    /// `tasks/cancel` of a task-mode `query_context`).
+    pub(crate) async fn cancel_turn(
+        &self,
+        query_id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), ToolError> {
+        let mut call = self.client_for(ctx)?;
+        let client = call.client.clone();
+        self.nexus(Subject::Query(query_id), client.queries().cancel(query_id))
+            .await?;
+        self.caller_http.accepted(&mut call);
+        Ok(())
+    }
+
     async fn run_list_contexts(
         &self,
         ctx: &RequestContext<RoleServer>,
