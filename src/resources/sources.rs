@@ -211,7 +211,11 @@ impl<'c> Sources<'c> {
         mut on_progress: impl FnMut(&ImportProgress) + Send,
     ) -> Result<Vec<types::TaskResponse>> {
         let dir = dir.as_ref();
-        let files = collect_files(dir)?;
+        // The walk and the archive are blocking file work: off the runtime.
+        let files = {
+            let dir = dir.to_path_buf();
+            off_runtime(move || collect_files(&dir)).await?
+        };
         if files.is_empty() {
             return Err(Error::InvalidRequest(format!(
                 "no files to import in {}",
@@ -222,7 +226,10 @@ impl<'c> Sources<'c> {
         let bytes_total: u64 = files.iter().map(|(_, _, len)| *len).sum();
 
         if bytes_total <= ARCHIVE_LIMIT {
-            let archive = build_tar_gz(dir, &files)?;
+            let archive = {
+                let (dir, files) = (dir.to_path_buf(), files.clone());
+                off_runtime(move || build_tar_gz(&dir, &files)).await?
+            };
             let name = format!("{}.tar.gz", dir_label(dir));
             match self.upload_waiting(&name, archive, None).await {
                 Ok(trigger) => {
@@ -383,6 +390,22 @@ fn collect_files(dir: &Path) -> Result<Vec<(PathBuf, String, u64)>> {
     Ok(out)
 }
 
+/// Runs blocking file work on tokio's blocking pool; a panic in `work`
+/// continues as a panic here.
+async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => Err(Error::InvalidRequest(
+                "the file work was cancelled (the runtime is shutting down)".to_owned(),
+            )),
+        },
+    }
+}
+
 fn build_tar_gz(dir: &Path, files: &[(PathBuf, String, u64)]) -> Result<Vec<u8>> {
     let io =
         |e: std::io::Error| Error::InvalidRequest(format!("cannot archive {}: {e}", dir.display()));
@@ -417,5 +440,23 @@ mod tokio_util_like {
             buf.truncate(n);
             Ok(Some((bytes::Bytes::from(buf), file)))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn file_work_runs_off_the_runtime_thread() {
+        let here = std::thread::current().id();
+        let there = off_runtime(|| Ok(std::thread::current().id()))
+            .await
+            .unwrap();
+        assert_ne!(here, there);
+        let e = off_runtime(|| collect_files(Path::new("/nonexistent/nexus-knowql")))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidRequest(_)), "{e:?}");
     }
 }
