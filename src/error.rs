@@ -86,6 +86,21 @@ pub enum Error {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 
+    /// A local file or directory to upload could not be read; nothing was
+    /// sent for it.
+    #[error("{operation}: cannot {action} {}", path.display())]
+    Io {
+        /// The operation under way, e.g. `import_dir`.
+        operation: &'static str,
+        /// What failed: `open`, `read` or `archive`.
+        action: &'static str,
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A query turn ended with `response.failed` or status `failed`.
     #[error("query {query_id} failed: {message}")]
     TurnFailed {

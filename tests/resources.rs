@@ -95,14 +95,26 @@ async fn upload_file_sends_multipart_with_the_file() {
 }
 
 #[tokio::test]
-async fn upload_of_a_missing_file_is_invalid_request_and_sends_nothing() {
+async fn upload_of_a_missing_file_is_an_io_error_and_sends_nothing() {
     let server = MockServer::start().await;
     let err = client(&server)
         .sources("docs")
         .upload_file("/no/such/file.md", None)
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidRequest(_)), "{err:?}");
+    assert!(
+        matches!(
+            &err,
+            Error::Io {
+                operation: "upload_file",
+                action: "open",
+                path,
+                source,
+            } if path == std::path::Path::new("/no/such/file.md")
+                && source.kind() == std::io::ErrorKind::NotFound
+        ),
+        "{err:?}"
+    );
     assert!(server.received_requests().await.unwrap().is_empty());
 }
 

@@ -15,8 +15,7 @@ use clap::{Parser, ValueEnum};
 use nexus_knowql::Client;
 use nexus_knowql::client::{ENV_API_VERSION, ENV_BASE_URL};
 use nexus_knowql::mcp::http::{self, HttpOptions};
-use nexus_knowql::mcp::pinecone::client as pinecone_client;
-use nexus_knowql::mcp::pinecone::{PineconeArgs, PineconeConfig, PineconeServer, check};
+use nexus_knowql::mcp::pinecone::{self, IndexProbe, PineconeArgs, PineconeConfig, PineconeServer};
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer, stdio};
 use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
@@ -233,12 +232,13 @@ async fn shutdown_signal(token: CancellationToken) {
 /// `--check-indexes`: one probe per index, one line each on stderr; exit 0
 /// when every index answered, 1 otherwise. Nothing is served.
 async fn check_indexes(config: &PineconeConfig) -> Result<ExitCode, String> {
-    let http = pinecone_client::http_client().map_err(|e| e.to_string())?;
-    let probes = check::check_indexes(config, &http).await;
+    let probes = pinecone::check_indexes(config)
+        .await
+        .map_err(|e| e.to_string())?;
     for probe in &probes {
         eprintln!("{}", probe.line());
     }
-    Ok(if check::all_reachable(&probes) {
+    Ok(if probes.iter().all(IndexProbe::is_reachable) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -97,6 +97,21 @@ impl Poller {
         true
     }
 
+    /// Sleeps until the next attempt, cutting the last pause short so that
+    /// a final attempt lands on the policy's timeout; `false` (at once) when
+    /// the timeout has passed. For a wait that reports the latest state at
+    /// its end rather than failing.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) async fn pause_until_timeout(&mut self) -> bool {
+        let left = self.timeout.saturating_sub(self.started.elapsed());
+        if left.is_zero() {
+            return false;
+        }
+        let delay = self.intervals.next_backoff().unwrap_or(self.max_interval);
+        tokio::time::sleep(delay.min(left)).await;
+        true
+    }
+
     /// [`Error::Timeout`] for `operation`, with the time waited so far.
     pub(crate) fn timed_out(&self, operation: &'static str) -> Error {
         Error::Timeout {
@@ -131,5 +146,21 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_pause_until_the_timeout_ends_on_it() {
+        let policy = WaitPolicy::default()
+            .timeout(Duration::from_secs(2))
+            .interval(Duration::from_millis(200), Duration::from_secs(1));
+        let mut poller = Poller::new(&policy);
+        let mut pauses = 0;
+        while poller.pause_until_timeout().await {
+            pauses += 1;
+            assert!(pauses < 100, "the wait never ends");
+        }
+        // 200, 300, 450, 675 ms (±10 %), then a pause cut to end at 2 s.
+        assert!((4..=6).contains(&pauses), "{pauses} pauses");
+        assert_eq!(poller.started.elapsed(), Duration::from_secs(2));
     }
 }

@@ -48,7 +48,7 @@ impl<'c> Sources<'c> {
     /// the answer names it.
     ///
     /// # Errors
-    /// [`Error::InvalidRequest`] when the file cannot be read; 409 while
+    /// [`Error::Io`] when the file cannot be read; 409 while
     /// another import runs; 413 for a file over the server's limit.
     pub async fn upload_file(
         &self,
@@ -59,12 +59,10 @@ impl<'c> Sources<'c> {
         let name = file_name(path)?;
         // Each attempt opens the file again and streams it from the start.
         let part = || -> Result<reqwest::multipart::Part> {
-            let file = std::fs::File::open(path).map_err(|e| {
-                Error::InvalidRequest(format!("cannot open {}: {e}", path.display()))
-            })?;
+            let file = std::fs::File::open(path).map_err(io("upload_file", "open", path))?;
             let len = file
                 .metadata()
-                .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", path.display())))?
+                .map_err(io("upload_file", "read", path))?
                 .len();
             let stream = tokio_util_like::file_stream(tokio::fs::File::from_std(file));
             Ok(reqwest::multipart::Part::stream_with_length(
@@ -203,15 +201,19 @@ impl<'c> Sources<'c> {
     /// tasks.
     ///
     /// # Errors
-    /// [`Error::InvalidRequest`] when the directory cannot be read or holds no
-    /// file; [`Error::TaskFailed`] when an import fails; any error of the calls.
+    /// [`Error::Io`] when the directory or a file in it cannot be read;
+    /// [`Error::InvalidRequest`] when it holds no file; [`Error::TaskFailed`] when an import fails; any error of the calls.
     pub async fn import_dir(
         &self,
         dir: impl AsRef<Path>,
         mut on_progress: impl FnMut(&ImportProgress) + Send,
     ) -> Result<Vec<types::TaskResponse>> {
         let dir = dir.as_ref();
-        let files = collect_files(dir)?;
+        // The walk and the archive are blocking file work: off the runtime.
+        let files = {
+            let dir = dir.to_path_buf();
+            off_runtime(move || collect_files(&dir)).await?
+        };
         if files.is_empty() {
             return Err(Error::InvalidRequest(format!(
                 "no files to import in {}",
@@ -222,7 +224,10 @@ impl<'c> Sources<'c> {
         let bytes_total: u64 = files.iter().map(|(_, _, len)| *len).sum();
 
         if bytes_total <= ARCHIVE_LIMIT {
-            let archive = build_tar_gz(dir, &files)?;
+            let archive = {
+                let (dir, files) = (dir.to_path_buf(), files.clone());
+                off_runtime(move || build_tar_gz(&dir, &files)).await?
+            };
             let name = format!("{}.tar.gz", dir_label(dir));
             match self.upload_waiting(&name, archive, None).await {
                 Ok(trigger) => {
@@ -247,9 +252,9 @@ impl<'c> Sources<'c> {
         let mut tasks = Vec::with_capacity(files_total);
         let mut bytes_done = 0;
         for (i, (abs, rel, len)) in files.iter().enumerate() {
-            let data = tokio::fs::read(abs).await.map_err(|e| {
-                Error::InvalidRequest(format!("cannot read {}: {e}", abs.display()))
-            })?;
+            let data = tokio::fs::read(abs)
+                .await
+                .map_err(io("import_dir", "read", abs))?;
             let (parent, name) = match rel.rsplit_once('/') {
                 Some((p, n)) => (Some(format!("uploads/{p}")), n.to_owned()),
                 None => (None, rel.clone()),
@@ -346,19 +351,15 @@ fn collect_files(dir: &Path) -> Result<Vec<(PathBuf, String, u64)>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d)
-            .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", d.display())))?;
+        let entries = std::fs::read_dir(&d).map_err(io("import_dir", "read", &d))?;
         for entry in entries {
-            let entry = entry
-                .map_err(|e| Error::InvalidRequest(format!("cannot read {}: {e}", d.display())))?;
+            let entry = entry.map_err(io("import_dir", "read", &d))?;
             let name = entry.file_name();
             if name.to_string_lossy().starts_with('.') {
                 continue;
             }
             let path = entry.path();
-            let meta = entry.metadata().map_err(|e| {
-                Error::InvalidRequest(format!("cannot read {}: {e}", path.display()))
-            })?;
+            let meta = entry.metadata().map_err(io("import_dir", "read", &path))?;
             if meta.is_dir() {
                 stack.push(path);
             } else if meta.is_file() {
@@ -383,15 +384,45 @@ fn collect_files(dir: &Path) -> Result<Vec<(PathBuf, String, u64)>> {
     Ok(out)
 }
 
+/// [`Error::Io`] for `action` on `path` during `operation`.
+fn io(
+    operation: &'static str,
+    action: &'static str,
+    path: &Path,
+) -> impl Fn(std::io::Error) -> Error + use<> {
+    let path = path.to_path_buf();
+    move |source| Error::Io {
+        operation,
+        action,
+        path: path.clone(),
+        source,
+    }
+}
+
+/// Runs blocking file work on tokio's blocking pool; a panic in `work`
+/// continues as a panic here.
+async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => Err(Error::InvalidRequest(
+                "the file work was cancelled (the runtime is shutting down)".to_owned(),
+            )),
+        },
+    }
+}
+
 fn build_tar_gz(dir: &Path, files: &[(PathBuf, String, u64)]) -> Result<Vec<u8>> {
-    let io =
-        |e: std::io::Error| Error::InvalidRequest(format!("cannot archive {}: {e}", dir.display()));
+    let io = io("import_dir", "archive", dir);
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut tar = tar::Builder::new(gz);
     for (abs, rel, _) in files {
-        tar.append_path_with_name(abs, rel).map_err(io)?;
+        tar.append_path_with_name(abs, rel).map_err(&io)?;
     }
-    tar.into_inner().map_err(io)?.finish().map_err(io)
+    tar.into_inner().map_err(&io)?.finish().map_err(&io)
 }
 
 fn encode_segment(s: &str) -> String {
@@ -417,5 +448,34 @@ mod tokio_util_like {
             buf.truncate(n);
             Ok(Some((bytes::Bytes::from(buf), file)))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn file_work_runs_off_the_runtime_thread() {
+        let here = std::thread::current().id();
+        let there = off_runtime(|| Ok(std::thread::current().id()))
+            .await
+            .unwrap();
+        assert_ne!(here, there);
+        let e = off_runtime(|| collect_files(Path::new("/nonexistent/nexus-knowql")))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Io {
+                    operation: "import_dir",
+                    action: "read",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(std::error::Error::source(&e).is_some());
     }
 }

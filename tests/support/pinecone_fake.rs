@@ -17,8 +17,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use nexus_knowql::mcp::pinecone::PineconeConfig;
-use nexus_knowql::mcp::pinecone::config::SourceConfig;
+use nexus_knowql::mcp::pinecone::{PineconeConfig, SourceConfig};
 use serde_json::{Map, Value, json};
 
 /// The API key the fake accepts for project A.

@@ -60,6 +60,7 @@ use self::shapes::{GetQueryArgs, QueryContextArgs, failure, input_schema, output
 use super::caller::{CallKey, call_key};
 use super::tool_error::ToolError;
 use crate::Client;
+use crate::client::{Poller, WaitPolicy};
 
 pub use self::checks::MAX_WAIT_SECONDS;
 pub use self::shapes::{CitationSummary, ContextList, ContextSummary, QueryOutcome, QueryStarted};
@@ -69,7 +70,8 @@ pub use super::caller::KeyPolicy;
 pub const MAX_QUESTION_CHARS: usize = 32 * 1024;
 /// Default deadline of one Nexus call made by a tool.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// First and longest pause between two polls while `get_query` waits.
+/// First and longest pause between two polls while `get_query` waits (the
+/// pauses grow by half each time, with the jitter of [`WaitPolicy`]).
 const POLL_FIRST: Duration = Duration::from_millis(200);
 const POLL_MAX: Duration = Duration::from_secs(2);
 
@@ -397,6 +399,12 @@ impl NexusServer {
         // The whole call ends by `wait + call_timeout`; each poll also has
         // the call deadline, shortened to what is left of the whole.
         let start = tokio::time::Instant::now();
+        // Polls between the fetches; the last pause ends at `start + wait`.
+        let mut poller = Poller::new(
+            &WaitPolicy::default()
+                .timeout(wait)
+                .interval(POLL_FIRST, POLL_MAX),
+        );
         let give_up = super::instant_after(start, wait.saturating_add(self.call_timeout));
         let fetch = || async {
             let left = give_up
@@ -420,19 +428,14 @@ impl NexusServer {
             .meta
             .get_progress_token()
             .map(|token| StepProgress::new(token, ctx.peer.clone()));
-        let deadline = start + wait;
-        let mut pause = POLL_FIRST;
         loop {
             if let Some(p) = progress.as_mut() {
                 p.report(&query.steps).await;
             }
-            let now = tokio::time::Instant::now();
-            if query.is_terminal() || now >= deadline {
+            if query.is_terminal() || !poller.pause_until_timeout().await {
                 break;
             }
-            tokio::time::sleep(pause.min(deadline - now)).await;
             query = fetch().await?;
-            pause = (pause * 3 / 2).min(POLL_MAX);
         }
         Ok(QueryOutcome::from(&query))
     }

@@ -5,11 +5,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// A metadata filter (Pinecone filter syntax).
-pub type MetadataFilter = Map<String, Value>;
+pub(super) type MetadataFilter = Map<String, Value>;
 
 /// `list_namespaces` arguments.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-pub struct ListNamespacesArgs {
+pub(super) struct ListNamespacesArgs {
     /// Source name from `list_sources`; omit to list every source.
     #[serde(default)]
     pub source: Option<String>,
@@ -17,7 +17,7 @@ pub struct ListNamespacesArgs {
 
 /// `namespace_router` arguments.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct NamespaceRouterArgs {
+pub(super) struct NamespaceRouterArgs {
     /// The user's question.
     pub user_query: String,
     /// How many suggestions to return (1..5, default 3).
@@ -31,7 +31,7 @@ pub struct NamespaceRouterArgs {
 
 /// `suggest_query_params` arguments.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct SuggestQueryParamsArgs {
+pub(super) struct SuggestQueryParamsArgs {
     /// Namespace from `list_namespaces`.
     pub namespace: String,
     /// The user's question.
@@ -43,7 +43,7 @@ pub struct SuggestQueryParamsArgs {
 
 /// `count` arguments.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct CountArgs {
+pub(super) struct CountArgs {
     /// Namespace from `list_namespaces`.
     pub namespace: String,
     /// Text selecting which chunks are considered when more than 10 000 match.
@@ -59,7 +59,7 @@ pub struct CountArgs {
 /// Result size and cost presets of `query`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Preset {
+pub(super) enum Preset {
     /// Identifier fields only, no rerank.
     Fast,
     /// All fields, reranked.
@@ -70,7 +70,7 @@ pub enum Preset {
 
 /// `query` arguments.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct QueryArgs {
+pub(super) struct QueryArgs {
     /// Search text.
     pub query_text: String,
     /// Namespace from `list_namespaces`.
@@ -98,7 +98,7 @@ pub struct QueryArgs {
 
 /// `keyword_search` arguments.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct KeywordSearchArgs {
+pub(super) struct KeywordSearchArgs {
     /// Search text (matched lexically on the sparse index).
     pub query_text: String,
     /// Namespace from `list_namespaces`.
@@ -120,7 +120,7 @@ pub struct KeywordSearchArgs {
 
 /// `query_documents` arguments.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct QueryDocumentsArgs {
+pub(super) struct QueryDocumentsArgs {
     /// Search text.
     pub query_text: String,
     /// Namespace from `list_namespaces`.
@@ -144,7 +144,7 @@ pub struct QueryDocumentsArgs {
 /// Tool choice of `guided_query`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum PreferredTool {
+pub(super) enum PreferredTool {
     /// Follow the suggestion.
     #[default]
     Auto,
@@ -160,7 +160,7 @@ pub enum PreferredTool {
 
 /// `guided_query` arguments.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct GuidedQueryArgs {
+pub(super) struct GuidedQueryArgs {
     /// The user's question.
     pub user_query: String,
     /// Namespace; omit to route automatically.
@@ -186,7 +186,7 @@ pub struct GuidedQueryArgs {
 
 /// `generate_urls` arguments.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct GenerateUrlsArgs {
+pub(super) struct GenerateUrlsArgs {
     /// Namespace of the records.
     pub namespace: String,
     /// Records (or their `metadata` objects), at most 500.

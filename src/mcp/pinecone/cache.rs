@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 /// A cached value and how it was obtained.
 #[derive(Debug, Clone)]
-pub struct Cached<T> {
+pub(super) struct Cached<T> {
     /// The value.
     pub value: T,
     /// True when no refresh was needed.
@@ -23,7 +23,7 @@ pub struct Cached<T> {
 
 /// One cached value with a lifetime.
 #[derive(Debug)]
-pub struct TtlCell<T> {
+pub(super) struct TtlCell<T> {
     ttl: Duration,
     // A tokio mutex: it is held across the refresh so that waiters reuse its result.
     slot: Mutex<Option<(T, Instant)>>,
@@ -31,7 +31,7 @@ pub struct TtlCell<T> {
 
 impl<T: Clone> TtlCell<T> {
     /// An empty cell whose values live `ttl`.
-    pub fn new(ttl: Duration) -> Self {
+    pub(super) fn new(ttl: Duration) -> Self {
         TtlCell {
             ttl,
             slot: Mutex::new(None),
@@ -45,7 +45,7 @@ impl<T: Clone> TtlCell<T> {
     ///
     /// # Cancel safety
     /// Dropping the future during a refresh leaves the cell as it was.
-    pub async fn get_or_refresh<E, F, Fut>(&self, fetch: F) -> Result<Cached<T>, E>
+    pub(super) async fn get_or_refresh<E, F, Fut>(&self, fetch: F) -> Result<Cached<T>, E>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -72,7 +72,7 @@ impl<T: Clone> TtlCell<T> {
     }
 
     /// Drops the cached value.
-    pub async fn clear(&self) {
+    pub(super) async fn clear(&self) {
         *self.slot.lock().await = None;
     }
 }

@@ -4,9 +4,9 @@
 //! (describe-index, then describe-index-stats) once, without retries, under
 //! the configured request deadline; the probes run concurrently. The caller
 //! prints [`IndexProbe::line`] for each and exits 0 only when every index
-//! answered ([`all_reachable`]).
+//! answered ([`IndexProbe::is_reachable`]).
 
-use super::client::PineconeClient;
+use super::client::{PineconeClient, PineconeError, http_client};
 use super::config::{PineconeConfig, SourceMode};
 use crate::mcp::redact::redact_with;
 
@@ -63,14 +63,19 @@ impl IndexProbe {
     }
 }
 
-/// True when every probe answered.
-pub fn all_reachable(probes: &[IndexProbe]) -> bool {
-    probes.iter().all(IndexProbe::is_reachable)
+/// Probes the dense and sparse index of every source of `config` once each,
+/// in configuration order (dense first), without retries, with the client
+/// [`http_client`] builds. An unreachable index is a probe whose
+/// [`IndexProbe::is_reachable`] is false, not an error.
+///
+/// # Errors
+/// When the HTTP client cannot be built.
+pub async fn check_indexes(config: &PineconeConfig) -> Result<Vec<IndexProbe>, PineconeError> {
+    Ok(probe_indexes(config, &http_client()?).await)
 }
 
-/// Probes the dense and sparse index of every source of `config` once each,
-/// in configuration order (dense first), with `http` and no retries.
-pub async fn check_indexes(config: &PineconeConfig, http: &reqwest::Client) -> Vec<IndexProbe> {
+/// [`check_indexes`] with `http`.
+async fn probe_indexes(config: &PineconeConfig, http: &reqwest::Client) -> Vec<IndexProbe> {
     let tagged = config.mode == SourceMode::Sources;
     let probes = config.sources.iter().flat_map(|source| {
         let client = PineconeClient::new(
@@ -134,7 +139,7 @@ mod tests {
             failed.line(),
             "--check-indexes: [src_b] Sparse index \"kb2-sparse\": describeIndexStats failed with HTTP 404: gone"
         );
-        assert!(!all_reachable(&[ok.clone(), failed]));
-        assert!(all_reachable(&[ok]));
+        assert!(ok.is_reachable());
+        assert!(!failed.is_reachable());
     }
 }

@@ -28,7 +28,7 @@ use serde_json::{Map, Value};
 use crate::mcp::redact::redact_with;
 
 /// The Pinecone API version sent with every request.
-pub const PINECONE_API_VERSION: &str = "2026-04";
+pub(super) const PINECONE_API_VERSION: &str = "2026-04";
 
 /// Retries after the first attempt.
 const MAX_RETRIES: u32 = 2;
@@ -116,21 +116,18 @@ impl PineconeError {
 }
 
 /// Result of a Pinecone call.
-pub type PineconeResult<T> = Result<T, PineconeError>;
+pub(super) type PineconeResult<T> = Result<T, PineconeError>;
 
 /// What describe-index tells us.
 #[derive(Debug, Clone, Deserialize)]
-pub struct IndexDescription {
+pub(crate) struct IndexDescription {
     /// Data-plane host (with or without scheme).
     pub host: String,
-    /// Vector dimension (absent for sparse indexes).
-    #[serde(default)]
-    pub dimension: Option<u32>,
 }
 
 /// Namespace counts of an index.
 #[derive(Debug, Clone, Default)]
-pub struct IndexStats {
+pub(crate) struct IndexStats {
     /// `(namespace, record count)` in the order the API listed them.
     pub namespaces: Vec<(String, u64)>,
     /// Vector dimension, when reported.
@@ -139,7 +136,7 @@ pub struct IndexStats {
 
 /// A records-search request.
 #[derive(Debug, Clone, Serialize)]
-pub struct SearchRequest {
+pub(crate) struct SearchRequest {
     /// The query part.
     pub query: SearchQuery,
     /// Fields to return; omitted means all.
@@ -149,7 +146,7 @@ pub struct SearchRequest {
 
 /// The `query` object of a records search.
 #[derive(Debug, Clone, Serialize)]
-pub struct SearchQuery {
+pub(crate) struct SearchQuery {
     /// Number of hits.
     pub top_k: u32,
     /// `{"text": ...}` for integrated embedding.
@@ -161,14 +158,14 @@ pub struct SearchQuery {
 
 /// Text input of a records search.
 #[derive(Debug, Clone, Serialize)]
-pub struct SearchInputs {
+pub(crate) struct SearchInputs {
     /// The query text.
     pub text: String,
 }
 
 /// One records-search hit.
 #[derive(Debug, Clone, Deserialize)]
-pub struct SearchHit {
+pub(crate) struct SearchHit {
     /// Record id.
     #[serde(rename = "_id", default)]
     pub id: String,
@@ -194,10 +191,7 @@ struct SearchResult {
 
 /// One vector-query match (metadata sampling).
 #[derive(Debug, Clone, Deserialize)]
-pub struct QueryMatch {
-    /// Record id.
-    #[serde(default)]
-    pub id: String,
+pub(crate) struct QueryMatch {
     /// Record metadata.
     #[serde(default)]
     pub metadata: Option<Map<String, Value>>,
@@ -211,7 +205,7 @@ struct QueryResponse {
 
 /// A document sent to rerank: only what the model reads.
 #[derive(Debug, Clone, Serialize)]
-pub struct RerankDocument {
+pub(crate) struct RerankDocument {
     /// Record id (not ranked; helps when reading request logs).
     #[serde(rename = "_id")]
     pub id: String,
@@ -221,7 +215,7 @@ pub struct RerankDocument {
 
 /// One reranked position.
 #[derive(Debug, Clone, Deserialize)]
-pub struct RankedDocument {
+pub(crate) struct RankedDocument {
     /// Position in the request's `documents`.
     pub index: usize,
     /// Relevance score.
@@ -251,11 +245,11 @@ struct StatsResponse {
 
 /// The largest vector dimension believed from Pinecone: its dense indexes
 /// allow up to 20,000. A larger figure is refused rather than allocated.
-pub const MAX_DIMENSION: u32 = 20_000;
+pub(super) const MAX_DIMENSION: u32 = 20_000;
 
 /// A client for one Pinecone project (one API key). Cheap to clone.
 #[derive(Clone)]
-pub struct PineconeClient {
+pub(crate) struct PineconeClient {
     inner: Arc<Inner>,
 }
 
@@ -325,7 +319,7 @@ pub fn same_origin_redirects() -> reqwest::redirect::Policy {
 
 /// True when `a` and `b` have the same scheme, host and port (the SDK's
 /// rule, shared so both clients agree on what an origin is).
-pub fn same_origin(a: &url::Url, b: &url::Url) -> bool {
+pub(super) fn same_origin(a: &url::Url, b: &url::Url) -> bool {
     crate::transport::redirect::same_origin(a, b)
 }
 
@@ -345,7 +339,7 @@ fn is_loopback(url: &url::Url) -> bool {
 /// # Errors
 /// Why the host is refused (unparsable, another scheme, plain `http` to a
 /// remote host, or carrying credentials, a query or a fragment).
-pub fn base_url(host: &str) -> Result<String, String> {
+pub(super) fn base_url(host: &str) -> Result<String, String> {
     let host = host.trim().trim_end_matches('/');
     let with_scheme = if host.contains("://") {
         host.to_owned()
@@ -378,7 +372,7 @@ pub fn base_url(host: &str) -> Result<String, String> {
 ///
 /// # Errors
 /// A message saying why the namespace is refused.
-pub fn check_namespace(namespace: &str) -> Result<(), String> {
+pub(super) fn check_namespace(namespace: &str) -> Result<(), String> {
     if namespace.is_empty() {
         return Err("namespace cannot be empty".to_owned());
     }
@@ -393,7 +387,7 @@ pub fn check_namespace(namespace: &str) -> Result<(), String> {
 impl PineconeClient {
     /// A client for `api_key` talking to `controller` (control plane and
     /// inference); every call gives up after `deadline`.
-    pub fn new(
+    pub(crate) fn new(
         http: reqwest::Client,
         controller: impl Into<String>,
         api_key: SecretString,
@@ -414,7 +408,7 @@ impl PineconeClient {
 
     /// A client for the same project that tries each call once (no
     /// retries), with its own host cache: what a startup probe wants.
-    pub fn without_retries(&self) -> Self {
+    pub(crate) fn without_retries(&self) -> Self {
         PineconeClient {
             inner: Arc::new(Inner {
                 http: self.inner.http.clone(),
@@ -530,7 +524,7 @@ impl PineconeClient {
     ///
     /// # Errors
     /// Any [`PineconeError`].
-    pub async fn describe_index(&self, index: &str) -> PineconeResult<IndexDescription> {
+    pub(crate) async fn describe_index(&self, index: &str) -> PineconeResult<IndexDescription> {
         let url = format!(
             "{}/indexes/{}",
             self.controller("describeIndex")?,
@@ -566,7 +560,7 @@ impl PineconeClient {
     ///
     /// # Errors
     /// Any [`PineconeError`].
-    pub async fn describe_index_stats(&self, index: &str) -> PineconeResult<IndexStats> {
+    pub(crate) async fn describe_index_stats(&self, index: &str) -> PineconeResult<IndexStats> {
         let url = format!("{}/describe_index_stats", self.index_url(index).await?);
         let raw: StatsResponse = self
             .call("describeIndexStats", || {
@@ -603,7 +597,7 @@ impl PineconeClient {
     ///
     /// # Errors
     /// Any [`PineconeError`].
-    pub async fn search_records(
+    pub(crate) async fn search_records(
         &self,
         index: &str,
         namespace: &str,
@@ -628,7 +622,7 @@ impl PineconeClient {
     ///
     /// # Errors
     /// Any [`PineconeError`].
-    pub async fn sample_metadata(
+    pub(crate) async fn sample_metadata(
         &self,
         index: &str,
         namespace: &str,
@@ -664,7 +658,7 @@ impl PineconeClient {
     ///
     /// # Errors
     /// Any [`PineconeError`].
-    pub async fn fetch_records(
+    pub(crate) async fn fetch_records(
         &self,
         index: &str,
         namespace: &str,
@@ -701,7 +695,7 @@ impl PineconeClient {
     ///
     /// # Errors
     /// Any [`PineconeError`].
-    pub async fn rerank(
+    pub(crate) async fn rerank(
         &self,
         model: &str,
         query: &str,

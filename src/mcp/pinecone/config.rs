@@ -14,19 +14,19 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value};
 
 /// Index used by the `alliance` profile when none is configured.
-pub const ALLIANCE_INDEX_NAME: &str = "rag-hybrid";
+pub(super) const ALLIANCE_INDEX_NAME: &str = "rag-hybrid";
 /// Rerank model used by the `alliance` profile when none is configured.
-pub const ALLIANCE_RERANK_MODEL: &str = "bge-reranker-v2-m3";
+pub(super) const ALLIANCE_RERANK_MODEL: &str = "bge-reranker-v2-m3";
 /// Default control-plane and inference host.
-pub const DEFAULT_CONTROLLER_HOST: &str = "https://api.pinecone.io";
+pub(super) const DEFAULT_CONTROLLER_HOST: &str = "https://api.pinecone.io";
 /// Default namespace-cache and suggest-flow lifetime.
-pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(1800);
+pub(super) const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(1800);
 /// Default deadline of one Pinecone call (all attempts included).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_millis(15_000);
+pub(super) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_millis(15_000);
 /// Default `top_k` of the query tools.
-pub const DEFAULT_TOP_K: u32 = 10;
+pub(super) const DEFAULT_TOP_K: u32 = 10;
 /// Name of the only source in single-key mode.
-pub const DEFAULT_SOURCE_NAME: &str = "default";
+pub(super) const DEFAULT_SOURCE_NAME: &str = "default";
 
 /// Which defaults apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -400,7 +400,7 @@ struct SourceDefaults {
 ///
 /// # Errors
 /// When the name is invalid or the variable is unset or blank.
-pub fn resolve_env_ref(
+pub(super) fn resolve_env_ref(
     value: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, ConfigError> {
@@ -625,7 +625,7 @@ fn parse_config_value(
 ///
 /// # Errors
 /// The first malformed entry.
-pub fn parse_namespace_decls(
+pub(super) fn parse_namespace_decls(
     source: &str,
     value: &Value,
 ) -> Result<Vec<(String, NamespaceDecl)>, ConfigError> {

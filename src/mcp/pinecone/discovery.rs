@@ -8,7 +8,7 @@ use super::client::{PineconeClient, PineconeResult};
 use super::config::{NamespaceDecl, SourceConfig};
 use super::manifest;
 
-pub use super::manifest::RESERVED_NAMESPACE;
+pub(super) use super::manifest::RESERVED_NAMESPACE;
 /// Records sampled per namespace to infer metadata fields.
 const SAMPLE_SIZE: u32 = 5;
 /// Dimension used when the stats omit it.
@@ -19,7 +19,7 @@ const SAMPLE_CONCURRENCY: usize = 4;
 /// Where a namespace's metadata fields came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum SchemaSource {
+pub(crate) enum SchemaSource {
     /// From the configuration.
     Declared,
     /// Inferred from sampled records.
@@ -28,7 +28,7 @@ pub enum SchemaSource {
 
 /// One discovered namespace.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NamespaceRow {
+pub(crate) struct NamespaceRow {
     /// Namespace name.
     pub name: String,
     /// Source name (sources mode only).
@@ -45,7 +45,7 @@ pub struct NamespaceRow {
 
 /// What discovery found for one source.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Discovery {
+pub(super) struct Discovery {
     /// Live namespaces, in API order.
     pub rows: Vec<NamespaceRow>,
     /// Non-fatal configuration warnings (stale declarations).
@@ -60,7 +60,7 @@ pub struct Discovery {
 ///
 /// # Errors
 /// When describe-index or describe-index-stats fails.
-pub async fn discover(
+pub(super) async fn discover(
     client: &PineconeClient,
     source: &SourceConfig,
     tag_rows: bool,
@@ -147,7 +147,7 @@ pub async fn discover(
 }
 
 /// The type name of a metadata value.
-pub fn type_name(value: &Value) -> &'static str {
+pub(super) fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "unknown",
         Value::String(_) => "string",
@@ -162,7 +162,7 @@ pub fn type_name(value: &Value) -> &'static str {
 
 /// Merges the field types of sampled records: first seen wins, except that
 /// `array`/`object` become `string[]` once a string array is seen.
-pub fn infer_fields<'a>(
+pub(super) fn infer_fields<'a>(
     samples: impl Iterator<Item = &'a Map<String, Value>>,
 ) -> Map<String, Value> {
     let mut fields = Map::new();

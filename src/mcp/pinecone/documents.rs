@@ -6,13 +6,13 @@ use serde_json::{Map, Value};
 use super::fusion::Hit;
 
 /// Largest `merged_content` of one document, in characters.
-pub const MAX_DOCUMENT_CHARS: usize = 20_000;
+pub(super) const MAX_DOCUMENT_CHARS: usize = 20_000;
 /// Largest sum of `merged_content` over all documents, in characters.
-pub const MAX_TOTAL_CHARS: usize = 100_000;
+pub(super) const MAX_TOTAL_CHARS: usize = 100_000;
 
 /// One reassembled document.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
-pub struct Document {
+pub(super) struct Document {
     /// The grouping key.
     pub document_id: String,
     /// Chunk texts in document order, joined by blank lines.
@@ -57,7 +57,7 @@ fn chunk_position(metadata: &Map<String, Value>) -> Option<f64> {
 }
 
 /// Rounds to 4 decimals, half away from zero.
-pub fn round4(x: f64) -> f64 {
+pub(super) fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
@@ -72,7 +72,11 @@ fn cut(text: &mut String, max_chars: usize) -> bool {
 }
 
 /// Groups `hits` (best first) into at most `top_k` documents, best first.
-pub fn reassemble(hits: &[Hit], top_k: usize, max_chunks_per_document: usize) -> Vec<Document> {
+pub(super) fn reassemble(
+    hits: &[Hit],
+    top_k: usize,
+    max_chunks_per_document: usize,
+) -> Vec<Document> {
     let mut groups: Vec<(String, Vec<&Hit>)> = Vec::new();
     let mut skipped: Vec<&str> = Vec::new();
     for hit in hits {

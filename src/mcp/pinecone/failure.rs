@@ -6,12 +6,12 @@ use super::client::PineconeError;
 use super::search::SearchError;
 
 /// Suggestion attached to every `TIMEOUT`.
-pub const TIMEOUT_SUGGESTION: &str =
+pub(super) const TIMEOUT_SUGGESTION: &str =
     "Retry the request, or increase --pinecone-request-timeout-ms.";
 
 /// Why a tool call failed (boxed: it travels through every `?`).
 #[derive(Debug, Clone)]
-pub struct Failure(Box<Kind>);
+pub(crate) struct Failure(Box<Kind>);
 
 #[derive(Debug, Clone)]
 enum Kind {
@@ -45,7 +45,7 @@ impl Failure {
     /// The agent-facing error: timeouts become `TIMEOUT`, other Pinecone
     /// failures `PINECONE_ERROR` with the tool's fixed message, or with the
     /// redacted cause when `details` is on.
-    pub fn into_tool_error(self, tool: &str, fallback: &str, details: bool) -> ToolError {
+    pub(crate) fn into_tool_error(self, tool: &str, fallback: &str, details: bool) -> ToolError {
         let (timeout, cause) = match *self.0 {
             Kind::Tool(e) => return e,
             Kind::Pinecone(e) => (e.is_timeout(), e.to_string()),

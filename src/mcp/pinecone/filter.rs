@@ -6,16 +6,16 @@
 use serde_json::{Map, Value};
 
 /// Deepest `$and`/`$or` nesting accepted.
-pub const MAX_FILTER_DEPTH: usize = 10;
+pub(super) const MAX_FILTER_DEPTH: usize = 10;
 
 /// Operators accepted in a filter.
-pub const ALLOWED_OPERATORS: [&str; 11] = [
+pub(super) const ALLOWED_OPERATORS: [&str; 11] = [
     "$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$and", "$or",
 ];
 
 /// Why a filter was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FilterError {
+pub(super) struct FilterError {
     /// What is wrong.
     pub message: String,
     /// Dot path of the offending part (`""` for the depth limit).
@@ -41,7 +41,7 @@ fn is_logical(op: &str) -> bool {
 ///
 /// # Errors
 /// A [`FilterError`] with the message and field path.
-pub fn validate_filter(filter: &Map<String, Value>) -> Result<(), FilterError> {
+pub(super) fn validate_filter(filter: &Map<String, Value>) -> Result<(), FilterError> {
     validate_record(filter, None, 0)
 }
 

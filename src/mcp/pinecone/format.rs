@@ -7,11 +7,11 @@ use super::fusion::Hit;
 use super::urls::UrlRegistry;
 
 /// Longest `content` of one row, in characters.
-pub const MAX_ROW_CHARS: usize = 2_000;
+pub(super) const MAX_ROW_CHARS: usize = 2_000;
 
 /// One result row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
-pub struct ResultRow {
+pub(super) struct ResultRow {
     /// `document_number`, else the upper-cased `filename` without `.md`.
     pub document_id: Option<String>,
     /// Deprecated alias of `document_id`.
@@ -74,7 +74,7 @@ fn document_id(metadata: &Map<String, Value>) -> Option<String> {
 
 /// URL enrichment for `guided_query`.
 #[derive(Debug, Clone, Copy)]
-pub struct Enrich<'a> {
+pub(super) struct Enrich<'a> {
     /// The generators.
     pub urls: &'a UrlRegistry,
     /// Namespace of the rows.
@@ -84,7 +84,7 @@ pub struct Enrich<'a> {
 }
 
 /// Formats one hit.
-pub fn row(
+pub(super) fn row(
     hit: &Hit,
     reranked: bool,
     source: Option<&str>,

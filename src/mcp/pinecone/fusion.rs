@@ -9,11 +9,11 @@ use serde_json::{Map, Value};
 use super::client::SearchHit;
 
 /// RRF damping constant (the usual value from the literature).
-pub const RRF_K: f64 = 60.0;
+pub(super) const RRF_K: f64 = 60.0;
 
 /// One retrieved record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Hit {
+pub(super) struct Hit {
     /// Record id (may be empty).
     pub id: String,
     /// Score: raw leg score, fused score or rerank score depending on the stage.
@@ -43,7 +43,7 @@ impl From<SearchHit> for Hit {
 /// Fuses two ranked lists. The returned `score` is the RRF score scaled so
 /// that a record ranked first by both legs scores 1.0 (first by one leg
 /// only: 0.5). Records with an empty id are never merged with each other.
-pub fn fuse(dense: Vec<Hit>, sparse: Vec<Hit>) -> Vec<Hit> {
+pub(super) fn fuse(dense: Vec<Hit>, sparse: Vec<Hit>) -> Vec<Hit> {
     let best = 2.0 / (RRF_K + 1.0);
     // (hit with the best raw score, fused score, first position)
     let mut merged: Vec<(Hit, f64)> = Vec::with_capacity(dense.len() + sparse.len());

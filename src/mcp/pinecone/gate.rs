@@ -17,7 +17,7 @@ struct Entry {
 
 /// The gate of one server.
 #[derive(Debug)]
-pub struct Gate {
+pub(crate) struct Gate {
     enabled: bool,
     ttl: Duration,
     entries: Mutex<HashMap<String, Entry>>,
@@ -25,7 +25,7 @@ pub struct Gate {
 
 impl Gate {
     /// A gate; when `enabled` is false every check passes.
-    pub fn new(enabled: bool, ttl: Duration) -> Self {
+    pub(crate) fn new(enabled: bool, ttl: Duration) -> Self {
         Gate {
             enabled,
             ttl,
@@ -34,7 +34,7 @@ impl Gate {
     }
 
     /// Whether checks are enforced.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.enabled
     }
 
@@ -46,7 +46,7 @@ impl Gate {
     }
 
     /// Records a suggestion for `key` and sweeps expired entries.
-    pub fn mark(&self, key: &str) {
+    pub(crate) fn mark(&self, key: &str) {
         let now = Instant::now();
         let ttl = self.ttl;
         let mut entries = self.entries();
@@ -58,7 +58,7 @@ impl Gate {
     ///
     /// # Errors
     /// `FLOW_GATE` when never suggested or expired.
-    pub fn check(&self, key: &str, namespace: &str) -> Result<(), ToolError> {
+    pub(crate) fn check(&self, key: &str, namespace: &str) -> Result<(), ToolError> {
         if !self.enabled {
             return Ok(());
         }

@@ -8,13 +8,13 @@ use super::client::PineconeClient;
 use super::config::{NamespaceDecl, SourceConfig, parse_namespace_decls};
 
 /// Namespace that holds the schema manifest; never offered to agents.
-pub const RESERVED_NAMESPACE: &str = "_mcp_config";
+pub(super) const RESERVED_NAMESPACE: &str = "_mcp_config";
 /// Record id of the manifest.
-pub const MANIFEST_ID: &str = "schema_manifest";
+pub(super) const MANIFEST_ID: &str = "schema_manifest";
 
 /// What a manifest declares.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Manifest {
+pub(super) struct Manifest {
     /// Source hint.
     pub description: Option<String>,
     /// Declared namespaces.
@@ -25,7 +25,7 @@ pub struct Manifest {
 ///
 /// # Errors
 /// A warning text naming what is malformed.
-pub fn parse(source: &str, text: &str) -> Result<Manifest, String> {
+pub(super) fn parse(source: &str, text: &str) -> Result<Manifest, String> {
     let malformed = |why: String| {
         format!(
             "Source \"{source}\": _mcp_config schema manifest in chunk_text is malformed ({why})."
@@ -63,7 +63,7 @@ pub fn parse(source: &str, text: &str) -> Result<Manifest, String> {
 ///
 /// # Errors
 /// A (redacted) warning text; the manifest is optional, so callers go on without it.
-pub async fn load(
+pub(super) async fn load(
     client: &PineconeClient,
     source: &SourceConfig,
 ) -> Result<Option<Manifest>, String> {

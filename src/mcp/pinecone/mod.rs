@@ -5,8 +5,15 @@
 //!   into a [`PineconeConfig`] (or `None` when Pinecone is not configured).
 //! - [`PineconeServer`] is the MCP handler; another handler can delegate to
 //!   [`PineconeServer::tools`] and [`PineconeServer::call`].
+//! - [`check_indexes`] probes every configured index once (`nexus-mcp
+//!   --check-indexes`); [`http_client`] builds the HTTP client the server
+//!   uses by default (see [`PineconeServer::with_http_client`]).
+//! - [`UrlGenerator`] turns a record's metadata into a link
+//!   ([`PineconeServer::register_url_generator`]).
 //!
-//! # Layout
+//! Everything else is internal.
+//!
+//! # Layout (internal modules)
 //! - `config`: flags, environment, sources file, profiles.
 //! - `client`: the typed Pinecone REST client (deadline, retries, redaction,
 //!   same-origin redirects, https hosts).
@@ -20,29 +27,36 @@
 //!   does each tool's work, `tools` defines the tools).
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-pub mod args;
-pub mod cache;
+mod args;
+mod cache;
 mod calls;
-pub mod check;
-pub mod client;
-pub mod config;
-pub mod discovery;
-pub mod documents;
-pub mod failure;
-pub mod filter;
-pub mod format;
-pub mod fusion;
-pub mod gate;
-pub mod manifest;
-pub mod output;
-pub mod router;
-pub mod search;
-pub mod server;
-pub mod sources;
-pub mod suggest;
+mod check;
+mod client;
+mod config;
+mod discovery;
+mod documents;
+mod failure;
+mod filter;
+mod format;
+mod fusion;
+mod gate;
+mod manifest;
+mod output;
+mod router;
+mod search;
+mod server;
+mod sources;
+mod suggest;
 mod tools;
-pub mod urls;
+mod urls;
 
-pub use client::{PineconeClient, PineconeError};
-pub use config::{ConfigError, PineconeArgs, PineconeConfig, Profile, SourceConfig, SourceMode};
+#[cfg(test)]
+mod tests;
+
+pub use check::{IndexKind, IndexProbe, check_indexes};
+pub use client::{PineconeError, http_client, same_origin_redirects};
+pub use config::{
+    ConfigError, NamespaceDecl, PineconeArgs, PineconeConfig, Profile, SourceConfig, SourceMode,
+};
 pub use server::PineconeServer;
+pub use urls::{UrlGenerator, UrlMethod, UrlResolution};

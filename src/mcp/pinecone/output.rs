@@ -17,7 +17,7 @@ use super::urls::UrlMethod;
 /// Always `success` in a success payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(super) enum Status {
     /// The call succeeded (possibly degraded; see `experimental`).
     #[default]
     Success,
@@ -25,7 +25,7 @@ pub enum Status {
 
 /// `list_sources` payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct ListSourcesOutput {
+pub(super) struct ListSourcesOutput {
     /// `success`.
     pub status: Status,
     /// Sources in configuration order.
@@ -36,7 +36,7 @@ pub struct ListSourcesOutput {
 
 /// One source.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct SourceEntry {
+pub(super) struct SourceEntry {
     /// Name.
     pub name: String,
     /// Configured hint.
@@ -46,7 +46,7 @@ pub struct SourceEntry {
 
 /// `list_namespaces` payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct ListNamespacesOutput {
+pub(super) struct ListNamespacesOutput {
     /// `success`.
     pub status: Status,
     /// Whether the list came from the cache.
@@ -69,7 +69,7 @@ pub struct ListNamespacesOutput {
 
 /// One namespace.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct NamespaceEntry {
+pub(super) struct NamespaceEntry {
     /// Name.
     pub name: String,
     /// Source (sources mode).
@@ -88,7 +88,7 @@ pub struct NamespaceEntry {
 
 /// `namespace_router` payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct NamespaceRouterOutput {
+pub(super) struct NamespaceRouterOutput {
     /// `success`.
     pub status: Status,
     /// Whether namespaces came from the cache.
@@ -106,7 +106,7 @@ pub struct NamespaceRouterOutput {
 
 /// `suggest_query_params` payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct SuggestQueryParamsOutput {
+pub(super) struct SuggestQueryParamsOutput {
     /// `success`.
     pub status: Status,
     /// Whether namespaces came from the cache.
@@ -128,7 +128,7 @@ pub struct SuggestQueryParamsOutput {
 
 /// `count` payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct CountOutput {
+pub(super) struct CountOutput {
     /// `success`.
     pub status: Status,
     /// Distinct documents among up to 10 000 matching chunks.
@@ -148,7 +148,7 @@ pub struct CountOutput {
 /// Which query preset ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Mode {
+pub(super) enum Mode {
     /// `full`.
     Query,
     /// `fast`.
@@ -159,7 +159,7 @@ pub enum Mode {
 
 /// Degradation details (experimental; omitted when there is nothing to say).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
-pub struct Experimental {
+pub(super) struct Experimental {
     /// Present (true) when results are low confidence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub degraded: Option<bool>,
@@ -176,7 +176,7 @@ pub struct Experimental {
 
 impl Experimental {
     /// The block for a hybrid outcome, or `None` when empty.
-    pub fn of(outcome: &HybridOutcome) -> Option<Experimental> {
+    pub(super) fn of(outcome: &HybridOutcome) -> Option<Experimental> {
         let e = Experimental {
             degraded: outcome.degraded.then_some(true),
             degradation_reason: outcome
@@ -193,7 +193,7 @@ impl Experimental {
 
 /// `query` payload (also the query-shaped `guided_query` result).
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct QueryOutput {
+pub(super) struct QueryOutput {
     /// `success`.
     pub status: Status,
     /// Preset that ran.
@@ -222,7 +222,7 @@ pub struct QueryOutput {
 
 /// `keyword_search` payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct KeywordSearchOutput {
+pub(super) struct KeywordSearchOutput {
     /// `success`.
     pub status: Status,
     /// Trimmed query text.
@@ -248,7 +248,7 @@ pub struct KeywordSearchOutput {
 
 /// `query_documents` payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct QueryDocumentsOutput {
+pub(super) struct QueryDocumentsOutput {
     /// `success`.
     pub status: Status,
     /// Trimmed query text.
@@ -273,14 +273,14 @@ pub struct QueryDocumentsOutput {
 /// Marks the count-shaped `guided_query` result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum CountTool {
+pub(super) enum CountTool {
     /// `count`.
     Count,
 }
 
 /// Count-shaped `guided_query` result.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct GuidedCount {
+pub(super) struct GuidedCount {
     /// `count`.
     pub tool: CountTool,
     /// Namespace.
@@ -302,7 +302,7 @@ pub struct GuidedCount {
 /// The `guided_query` result: a count or a query.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(untagged)]
-pub enum GuidedResult {
+pub(super) enum GuidedResult {
     /// Count path.
     Count(GuidedCount),
     /// Query path.
@@ -311,7 +311,7 @@ pub enum GuidedResult {
 
 /// How `guided_query` decided.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct DecisionTrace {
+pub(super) struct DecisionTrace {
     /// Whether namespaces came from the cache.
     pub cache_hit: bool,
     /// Namespace argument as given.
@@ -342,7 +342,7 @@ pub struct DecisionTrace {
 /// Rerank result as reported by `guided_query`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum RerankStatus {
+pub(super) enum RerankStatus {
     /// Reranked.
     Success,
     /// Not attempted (fast/count path, or nothing retrieved).
@@ -355,7 +355,7 @@ pub enum RerankStatus {
 
 impl RerankStatus {
     /// The status of a hybrid outcome.
-    pub fn of(outcome: &RerankOutcome) -> RerankStatus {
+    pub(super) fn of(outcome: &RerankOutcome) -> RerankStatus {
         match outcome {
             RerankOutcome::Reranked => RerankStatus::Success,
             RerankOutcome::NoModel => RerankStatus::SkippedNoModel,
@@ -367,14 +367,14 @@ impl RerankStatus {
 
 /// Experimental part of `guided_query`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct GuidedExperimental {
+pub(super) struct GuidedExperimental {
     /// How it decided.
     pub decision_trace: DecisionTrace,
 }
 
 /// `guided_query` payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct GuidedQueryOutput {
+pub(super) struct GuidedQueryOutput {
     /// `success`.
     pub status: Status,
     /// Count or query result.
@@ -385,7 +385,7 @@ pub struct GuidedQueryOutput {
 
 /// `generate_urls` payload.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct GenerateUrlsOutput {
+pub(super) struct GenerateUrlsOutput {
     /// `success`.
     pub status: Status,
     /// Namespace.
@@ -398,7 +398,7 @@ pub struct GenerateUrlsOutput {
 
 /// URL of one record.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct UrlRow {
+pub(super) struct UrlRow {
     /// Position in `records`.
     pub index: usize,
     /// The URL or null.

@@ -7,11 +7,11 @@ use super::discovery::NamespaceRow;
 
 /// Lowest score that makes a namespace a recommendation: at least one word
 /// of its name must appear in the question. Field hints alone are too weak.
-pub const MIN_ROUTE_SCORE: u32 = 2;
+pub(super) const MIN_ROUTE_SCORE: u32 = 2;
 
 /// One ranked namespace.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
-pub struct RouteSuggestion {
+pub(super) struct RouteSuggestion {
     /// Namespace name.
     pub namespace: String,
     /// 3 when the whole name appears, else 2 per name word; +1 per field named.
@@ -26,7 +26,7 @@ pub struct RouteSuggestion {
 }
 
 /// Lower-cased words of `text`.
-pub fn words(text: &str) -> Vec<String> {
+pub(super) fn words(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_ascii_lowercase)
@@ -48,7 +48,7 @@ fn contains_phrase(haystack: &[String], needle: &[String]) -> bool {
 }
 
 /// Scores one namespace against the question's words.
-pub fn score(query: &[String], row: &NamespaceRow) -> RouteSuggestion {
+pub(super) fn score(query: &[String], row: &NamespaceRow) -> RouteSuggestion {
     let mut score = 0;
     let mut reasons: Vec<String> = Vec::new();
     let name = words(&row.name);
@@ -88,7 +88,7 @@ pub fn score(query: &[String], row: &NamespaceRow) -> RouteSuggestion {
 
 /// Ranks every namespace: score descending, then fewer records first, then
 /// discovery order.
-pub fn rank(user_query: &str, rows: &[NamespaceRow]) -> Vec<RouteSuggestion> {
+pub(super) fn rank(user_query: &str, rows: &[NamespaceRow]) -> Vec<RouteSuggestion> {
     let query = words(user_query);
     let mut ranked: Vec<RouteSuggestion> = rows.iter().map(|r| score(&query, r)).collect();
     ranked.sort_by(|a, b| {
@@ -101,7 +101,7 @@ pub fn rank(user_query: &str, rows: &[NamespaceRow]) -> Vec<RouteSuggestion> {
 
 /// The namespace to use: the best one when it clears [`MIN_ROUTE_SCORE`],
 /// or the only one there is.
-pub fn recommend(ranked: &[RouteSuggestion]) -> Option<&RouteSuggestion> {
+pub(super) fn recommend(ranked: &[RouteSuggestion]) -> Option<&RouteSuggestion> {
     match ranked {
         [only] => Some(only),
         [best, ..] if best.score >= MIN_ROUTE_SCORE => Some(best),

@@ -12,17 +12,17 @@ use super::fusion::{Hit, fuse};
 
 /// Most documents sent in one rerank request (the model limit of
 /// `bge-reranker-v2-m3`); larger lists are reranked in batches.
-pub const RERANK_BATCH: usize = 100;
+pub(super) const RERANK_BATCH: usize = 100;
 /// Chunks fetched by `count`.
-pub const COUNT_TOP_K: u32 = 10_000;
+pub(super) const COUNT_TOP_K: u32 = 10_000;
 /// Identifier fields `count` groups by, in priority order.
-pub const COUNT_FIELDS: [&str; 3] = ["document_number", "url", "doc_id"];
+pub(super) const COUNT_FIELDS: [&str; 3] = ["document_number", "url", "doc_id"];
 /// Reason given when reranking was asked for but no model is configured.
-pub const NO_MODEL_REASON: &str = "rerank_skipped_no_model: set PINECONE_RERANK_MODEL or --rerank-model (or rerankModel of the source in the config file).";
+pub(super) const NO_MODEL_REASON: &str = "rerank_skipped_no_model: set PINECONE_RERANK_MODEL or --rerank-model (or rerankModel of the source in the config file).";
 
 /// The indexes of one source.
 #[derive(Debug, Clone, Copy)]
-pub struct Indexes<'a> {
+pub(crate) struct Indexes<'a> {
     /// Client of the source's project.
     pub client: &'a PineconeClient,
     /// Dense index.
@@ -35,7 +35,7 @@ pub struct Indexes<'a> {
 
 /// A search the tools ask for.
 #[derive(Debug, Clone)]
-pub struct SearchSpec<'a> {
+pub(super) struct SearchSpec<'a> {
     /// Trimmed query text.
     pub text: &'a str,
     /// Hits wanted.
@@ -50,7 +50,7 @@ pub struct SearchSpec<'a> {
 
 /// A search failure.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum SearchError {
+pub(crate) enum SearchError {
     /// One search call failed.
     #[error("Pinecone search failed for namespace \"{namespace}\": {source}")]
     Search {
@@ -71,7 +71,7 @@ pub enum SearchError {
 
 impl SearchError {
     /// True when a deadline passed.
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         match self {
             SearchError::Search { source, .. } => source.is_timeout(),
             SearchError::BothLegs { .. } => false,
@@ -82,7 +82,7 @@ impl SearchError {
 /// Which hybrid leg failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Leg {
+pub(super) enum Leg {
     /// The dense index.
     Dense,
     /// The sparse index.
@@ -91,7 +91,7 @@ pub enum Leg {
 
 /// What happened to reranking.
 #[derive(Debug, Clone, PartialEq)]
-pub enum RerankOutcome {
+pub(super) enum RerankOutcome {
     /// Rows carry rerank scores.
     Reranked,
     /// The caller did not ask for it.
@@ -106,7 +106,7 @@ pub enum RerankOutcome {
 
 /// The outcome of a hybrid search.
 #[derive(Debug, Clone)]
-pub struct HybridOutcome {
+pub(super) struct HybridOutcome {
     /// Result rows, best first.
     pub hits: Vec<Hit>,
     /// Whether `hits` carry rerank scores.
@@ -157,7 +157,7 @@ async fn search_leg(
 ///
 /// # Errors
 /// When both legs fail.
-pub async fn hybrid(
+pub(super) async fn hybrid(
     indexes: Indexes<'_>,
     spec: &SearchSpec<'_>,
     rerank: bool,
@@ -314,7 +314,10 @@ async fn rerank_batched(
 ///
 /// # Errors
 /// When the search fails.
-pub async fn keyword(indexes: Indexes<'_>, spec: &SearchSpec<'_>) -> Result<Vec<Hit>, SearchError> {
+pub(super) async fn keyword(
+    indexes: Indexes<'_>,
+    spec: &SearchSpec<'_>,
+) -> Result<Vec<Hit>, SearchError> {
     let fields = spec.fields.clone().filter(|f| !f.is_empty());
     let hits = search_leg(indexes.client, indexes.sparse, spec, spec.top_k, fields).await?;
     tracing::info!(count = hits.len(), index = indexes.sparse, "keyword search");
@@ -323,7 +326,7 @@ pub async fn keyword(indexes: Indexes<'_>, spec: &SearchSpec<'_>) -> Result<Vec<
 
 /// Distinct documents among up to [`COUNT_TOP_K`] matching chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DocumentCount {
+pub(super) struct DocumentCount {
     /// Distinct document keys.
     pub count: usize,
     /// True when the chunk limit was reached (more documents may exist).
@@ -334,7 +337,7 @@ pub struct DocumentCount {
 ///
 /// # Errors
 /// When the search fails.
-pub async fn count(
+pub(super) async fn count(
     indexes: Indexes<'_>,
     spec: &SearchSpec<'_>,
 ) -> Result<DocumentCount, SearchError> {
@@ -345,7 +348,7 @@ pub async fn count(
 
 /// Counts distinct document keys: the first identifier field holding a
 /// string, else the record id.
-pub fn count_documents(hits: &[Hit], namespace: &str) -> DocumentCount {
+pub(super) fn count_documents(hits: &[Hit], namespace: &str) -> DocumentCount {
     let mut keys: HashSet<String> = HashSet::new();
     let mut fallbacks = 0usize;
     for hit in hits {

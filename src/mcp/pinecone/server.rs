@@ -28,7 +28,7 @@ use super::sources::Registry;
 use super::urls::{UrlGenerator, UrlRegistry};
 
 /// Server name announced at initialize.
-pub const SERVER_NAME: &str = "Pinecone Read-Only MCP";
+pub(super) const SERVER_NAME: &str = "Pinecone Read-Only MCP";
 
 /// State shared by every tool call made with one key: the configured
 /// key's, or one caller's.
@@ -149,7 +149,7 @@ impl PineconeServer {
     /// A server for `config` using `http` for every Pinecone call.
     ///
     /// The client's own redirect policy applies: build it with
-    /// [`same_origin_redirects`](super::client::same_origin_redirects) (as
+    /// [`same_origin_redirects`](super::same_origin_redirects) (as
     /// [`PineconeServer::new`] does) so an `Api-Key` never follows a redirect
     /// to another origin.
     pub fn with_http_client(config: PineconeConfig, http: reqwest::Client) -> Self {
@@ -230,7 +230,7 @@ impl PineconeServer {
 
     /// Probes every dense and sparse index once, without retries, with
     /// describe-index-stats (`nexus-mcp --check-indexes` uses
-    /// [`check::check_indexes`](super::check::check_indexes), which reports
+    /// [`check_indexes`](super::check_indexes), which reports
     /// per index).
     ///
     /// # Errors

@@ -18,7 +18,7 @@ use super::search::Indexes;
 
 /// One configured source at run time.
 #[derive(Debug)]
-pub struct Source {
+pub(crate) struct Source {
     /// Its configuration.
     pub config: SourceConfig,
     /// Its client.
@@ -28,7 +28,7 @@ pub struct Source {
 
 impl Source {
     /// Its indexes.
-    pub fn indexes(&self) -> Indexes<'_> {
+    pub(crate) fn indexes(&self) -> Indexes<'_> {
         Indexes {
             client: &self.client,
             dense: &self.config.index_name,
@@ -38,14 +38,14 @@ impl Source {
     }
 
     /// The name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.config.name
     }
 }
 
 /// Discovery as a tool reports it.
 #[derive(Debug, Clone, Default)]
-pub struct NamespaceView {
+pub(crate) struct NamespaceView {
     /// Rows of every answering source.
     pub rows: Vec<NamespaceRow>,
     /// Configuration warnings.
@@ -60,7 +60,7 @@ pub struct NamespaceView {
 
 /// Every configured source.
 #[derive(Debug)]
-pub struct Registry {
+pub(crate) struct Registry {
     mode: SourceMode,
     sources: Vec<Source>,
     default: usize,
@@ -84,7 +84,7 @@ fn unknown_source(name: &str) -> Failure {
 
 impl Registry {
     /// Clients and caches for `config`'s sources.
-    pub fn new(config: &PineconeConfig, http: &reqwest::Client) -> Self {
+    pub(crate) fn new(config: &PineconeConfig, http: &reqwest::Client) -> Self {
         let sources: Vec<Source> = config
             .sources
             .iter()
@@ -113,17 +113,17 @@ impl Registry {
     }
 
     /// True with two or more sources.
-    pub fn is_multi(&self) -> bool {
+    pub(crate) fn is_multi(&self) -> bool {
         self.sources.len() >= 2
     }
 
     /// Every source, in configuration order.
-    pub fn all(&self) -> &[Source] {
+    pub(crate) fn all(&self) -> &[Source] {
         &self.sources
     }
 
     /// The default source.
-    pub fn default_source(&self) -> Option<&Source> {
+    pub(crate) fn default_source(&self) -> Option<&Source> {
         self.sources.get(self.default)
     }
 
@@ -131,7 +131,7 @@ impl Registry {
     ///
     /// # Errors
     /// `VALIDATION` on `source` for an unknown name.
-    pub fn named(&self, name: Option<&str>) -> Result<Option<&Source>, Failure> {
+    pub(crate) fn named(&self, name: Option<&str>) -> Result<Option<&Source>, Failure> {
         let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
             return Ok(None);
         };
@@ -160,7 +160,10 @@ impl Registry {
     ///
     /// # Errors
     /// When the only source asked fails.
-    pub async fn namespaces(&self, source: Option<&Source>) -> Result<NamespaceView, Failure> {
+    pub(crate) async fn namespaces(
+        &self,
+        source: Option<&Source>,
+    ) -> Result<NamespaceView, Failure> {
         let targets: Vec<&Source> = match source {
             Some(s) => vec![s],
             None => self.sources.iter().collect(),
@@ -212,7 +215,11 @@ impl Registry {
     /// # Errors
     /// `VALIDATION` for an unknown source, an unknown or ambiguous namespace,
     /// or incomplete discovery; a Pinecone failure of discovery.
-    pub async fn resolve(&self, source: Option<&str>, namespace: &str) -> Result<&Source, Failure> {
+    pub(crate) async fn resolve(
+        &self,
+        source: Option<&str>,
+        namespace: &str,
+    ) -> Result<&Source, Failure> {
         let named = self.named(source)?;
         let Some(fallback) = self.default_source() else {
             return Err(unknown_source(source.unwrap_or("default")));
@@ -268,7 +275,7 @@ impl Registry {
     }
 
     /// The suggest-flow key of a namespace on a source.
-    pub fn gate_key(&self, source: &Source, namespace: &str) -> String {
+    pub(crate) fn gate_key(&self, source: &Source, namespace: &str) -> String {
         if self.is_multi() {
             format!("{}:{namespace}", source.name())
         } else {
@@ -277,12 +284,12 @@ impl Registry {
     }
 
     /// The source name shown in execution responses (multi-source only).
-    pub fn shown<'a>(&self, source: &'a Source) -> Option<&'a str> {
+    pub(crate) fn shown<'a>(&self, source: &'a Source) -> Option<&'a str> {
         self.is_multi().then(|| source.name())
     }
 
     /// Clears every namespace cache.
-    pub async fn clear_caches(&self) {
+    pub(crate) async fn clear_caches(&self) {
         for s in &self.sources {
             s.cache.clear().await;
         }

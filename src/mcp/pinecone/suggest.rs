@@ -6,14 +6,14 @@ use regex::Regex;
 use serde_json::{Map, Value};
 
 /// Fields returned by the `fast` preset when the caller names none.
-pub const FAST_FIELDS: [&str; 5] = ["document_number", "title", "url", "author", "doc_id"];
+pub(super) const FAST_FIELDS: [&str; 5] = ["document_number", "title", "url", "author", "doc_id"];
 
 /// The recommended tool.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
-pub enum SuggestedTool {
+pub(super) enum SuggestedTool {
     /// The `count` tool.
     Count,
     /// `query` with the `fast` preset.
@@ -24,21 +24,9 @@ pub enum SuggestedTool {
     Full,
 }
 
-impl SuggestedTool {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SuggestedTool::Count => "count",
-            SuggestedTool::Fast => "fast",
-            SuggestedTool::Detailed => "detailed",
-            SuggestedTool::Full => "full",
-        }
-    }
-}
-
 /// The heuristic's answer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Suggestion {
+pub(super) struct Suggestion {
     /// Fields to request.
     pub suggested_fields: Vec<String>,
     /// Whether the question is a count.
@@ -78,7 +66,10 @@ fn pick(available: &[&String], preferred: &[&str], fallback_all: bool) -> Vec<St
 
 /// Suggests a tool and fields for `user_query` given a namespace's fields
 /// (`None` when the namespace was not found).
-pub fn suggest(metadata_fields: Option<&Map<String, Value>>, user_query: &str) -> Suggestion {
+pub(super) fn suggest(
+    metadata_fields: Option<&Map<String, Value>>,
+    user_query: &str,
+) -> Suggestion {
     let Some(fields) = metadata_fields else {
         return Suggestion {
             suggested_fields: Vec::new(),

@@ -64,7 +64,7 @@ pub type UrlGenerator = Arc<dyn Fn(&Map<String, Value>) -> UrlResolution + Send 
 
 /// Generators keyed by `namespace` or `source:namespace`.
 #[derive(Default)]
-pub struct UrlRegistry {
+pub(crate) struct UrlRegistry {
     generators: RwLock<HashMap<String, UrlGenerator>>,
 }
 
@@ -94,7 +94,7 @@ impl UrlRegistry {
 
     /// Installs `generator` under `key` (`namespace` or `source:namespace`),
     /// replacing any earlier one.
-    pub fn register(&self, key: impl Into<String>, generator: UrlGenerator) {
+    pub(crate) fn register(&self, key: impl Into<String>, generator: UrlGenerator) {
         self.generators
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -102,7 +102,7 @@ impl UrlRegistry {
     }
 
     /// Installs the built-in `mailing` and `slack-Cpplang` generators.
-    pub fn install_builtins(&self, sources: &[String], multi: bool) {
+    pub(crate) fn install_builtins(&self, sources: &[String], multi: bool) {
         let builtins: [(&str, UrlGenerator); 2] = [
             ("mailing", Arc::new(mailing_url)),
             ("slack-Cpplang", Arc::new(slack_url)),
@@ -118,7 +118,7 @@ impl UrlRegistry {
     }
 
     /// The URL of one record: its own `url`, else the namespace's generator.
-    pub fn resolve(
+    pub(crate) fn resolve(
         &self,
         namespace: &str,
         metadata: &Map<String, Value>,
@@ -144,7 +144,7 @@ impl UrlRegistry {
 }
 
 /// Mailing-list archive URL from `list_name` + `doc_id`/`msg_id`, or a thread id.
-pub fn mailing_url(metadata: &Map<String, Value>) -> UrlResolution {
+pub(super) fn mailing_url(metadata: &Map<String, Value>) -> UrlResolution {
     let list = str_field(metadata, "list_name");
     let doc = str_field(metadata, "doc_id").or_else(|| str_field(metadata, "msg_id"));
     if let (Some(list), Some(doc)) = (list, doc)
@@ -167,7 +167,7 @@ pub fn mailing_url(metadata: &Map<String, Value>) -> UrlResolution {
 }
 
 /// Slack message URL from `team_id`, `channel_id` and `doc_id`, or `source`.
-pub fn slack_url(metadata: &Map<String, Value>) -> UrlResolution {
+pub(super) fn slack_url(metadata: &Map<String, Value>) -> UrlResolution {
     if let Some(source) = str_field(metadata, "source") {
         return UrlResolution::found(source, UrlMethod::MetadataSource);
     }

@@ -1,0 +1,46 @@
+//! Unit tests of the Pinecone tools' internals: configuration, filter
+//! validation (with property tests), routing, suggestions, URL generators,
+//! fusion, counting, reassembly and the Pinecone client's redaction and
+//! outbound safety. The tools themselves are tested over MCP in
+//! `tests/pinecone_tools.rs`.
+
+use std::collections::HashMap;
+
+use clap::Parser;
+use serde_json::{Map, Value};
+
+use super::PineconeArgs;
+
+mod client;
+mod config;
+mod filter;
+mod shaping;
+
+/// The loopback fake of Pinecone the integration tests use, compiled into
+/// these tests as well (it names the crate `nexus_knowql`).
+#[path = "../../../../tests/support/pinecone_fake.rs"]
+mod pinecone_fake;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    pinecone: PineconeArgs,
+}
+
+fn args(argv: &[&str]) -> PineconeArgs {
+    let mut full = vec!["nexus-mcp"];
+    full.extend_from_slice(argv);
+    Cli::try_parse_from(full).expect("flags parse").pinecone
+}
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    v.as_object().cloned().unwrap()
+}
