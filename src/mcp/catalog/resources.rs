@@ -13,7 +13,7 @@ use super::uri::{self, ResourceUri};
 use super::{
     Families, MAX_KNOWLEDGE_READ_BYTES, RESOURCE_PAGE_SIZE, not_found, truncate, upstream_error,
 };
-use crate::mcp::pinecone::discovery::NamespaceRow;
+use crate::mcp::pinecone::NamespaceRow;
 use crate::types;
 
 const JSON: &str = "application/json";

@@ -58,5 +58,6 @@ pub use client::{PineconeError, http_client, same_origin_redirects};
 pub use config::{
     ConfigError, NamespaceDecl, PineconeArgs, PineconeConfig, Profile, SourceConfig, SourceMode,
 };
+pub(crate) use discovery::NamespaceRow;
 pub use server::PineconeServer;
 pub use urls::{UrlGenerator, UrlMethod, UrlResolution};
