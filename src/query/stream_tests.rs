@@ -100,3 +100,59 @@ fn only_server_trouble_is_resumable() {
         elapsed_ms: 1
     }));
 }
+
+#[test]
+fn debug_shows_the_state_and_position() {
+    let client = Client::builder()
+        .base_url("http://127.0.0.1:9")
+        .build()
+        .unwrap();
+    let conn = EventConnection::named_closed(client, StreamConfig::default(), "q1".into());
+    assert_eq!(
+        format!("{conn:?}"),
+        "EventConnection { state: \"done\", query_id: Some(\"q1\"), last_seq: None, \
+         terminal_seen: true, .. }"
+    );
+}
+
+fn quick() -> StreamConfig {
+    StreamConfig::default()
+        .resume_delay(Duration::from_millis(5), Duration::from_millis(20))
+        .resume_attempts(1)
+}
+
+#[tokio::test]
+async fn a_replay_that_sends_the_final_query_without_the_known_event_is_not_trusted() {
+    let frame = format!("event: query\ndata: {}\n\n", query_json("completed", "ab"));
+    let (_server, client) = server(Box::leak(frame.into_boxed_str())).await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    match next(&mut conn).await {
+        Some(Ok(Delivery::Recovered(query, gap))) => {
+            assert_eq!(query.answer_text(), "ab");
+            assert!(
+                gap.cause.contains("final Query without event 2"),
+                "{}",
+                gap.cause
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(next(&mut conn).await.is_none());
+}
+
+#[tokio::test]
+async fn id_less_frames_replayed_before_the_known_event_are_skipped() {
+    let (_server, client) = server(
+        "event: response.output_text.delta\ndata: {\"delta\":\"x\"}\n\n\
+         id: 2\nevent: response.output_text.delta\ndata: {\"delta\":\"a\"}\n\n\
+         id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n",
+    )
+    .await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    match next(&mut conn).await {
+        Some(Ok(Delivery::Event(Some(3), QueryEvent::TextDelta { delta }))) => {
+            assert_eq!(delta, "b")
+        }
+        other => panic!("{other:?}"),
+    }
+}
