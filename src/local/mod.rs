@@ -654,6 +654,9 @@ fn copy_tree(files: &[(String, PathBuf, u64)], ctx_dir: &Path, sync: bool) -> st
     Ok(())
 }
 
+/// How long seeding a context at start waits for its curation.
+const SEED_CURATION_LIMIT: Duration = Duration::from_secs(600);
+
 async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(), StartError> {
     let fail = |message: String| StartError::Context {
         slug: slug.to_owned(),
@@ -731,6 +734,7 @@ async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(
         .is_some_and(|c| c.kind == "work");
     let task =
         curate::start(state, &context_id, true, None, is_work).map_err(|e| fail(e.message))?;
+    let deadline = tokio::time::Instant::now() + SEED_CURATION_LIMIT;
     loop {
         let (st, err) = {
             let inner = state.store.lock();
@@ -743,6 +747,12 @@ async fn seed_context(state: &Arc<AppState>, slug: &str, dir: &Path) -> Result<(
             crate::status::word::COMPLETED => break,
             crate::status::word::FAILED | crate::status::word::CANCELLED => {
                 return Err(fail(format!("curation {st}: {}", err.unwrap_or_default())));
+            }
+            _ if tokio::time::Instant::now() >= deadline => {
+                return Err(fail(format!(
+                    "curation did not finish within {} s",
+                    SEED_CURATION_LIMIT.as_secs()
+                )));
             }
             _ => tokio::time::sleep(Duration::from_millis(10)).await,
         }
