@@ -29,6 +29,13 @@
 //! call every path once in turn (`MCP_OVERHEAD_ROUNDS`, default 3000), so
 //! that drift in the machine's speed hits every row alike, and each row's
 //! p50/p99 overhead over `sdk_direct`.
+//!
+//! With `MCP_OVERHEAD_BASELINE_BIN=/path/to/another/nexus-mcp` (an older
+//! build, say), that binary's HTTP rows (`http_sessions_baseline`,
+//! `http_stateless_baseline`, each also `_min`) join the same rounds, and
+//! the bench prints this build's p50/p99 minus the baseline's, with their
+//! spread over blocks of consecutive rounds and the median of the per-round
+//! differences: a before/after comparison under the same noise.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,7 +73,12 @@ fn ratio(a: Duration, b: Duration) -> f64 {
 
 /// `nexus-mcp` with the Nexus tools on `base`, quiet, no inherited env.
 fn nexus_mcp(base: &str) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"));
+    nexus_mcp_at(env!("CARGO_BIN_EXE_nexus-mcp"), base)
+}
+
+/// The `nexus-mcp` binary at `program`, set up as [`nexus_mcp`] does.
+fn nexus_mcp_at(program: &str, base: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
     cmd.env_clear()
         .env("NEXUS_BASE_URL", base)
         .env("PINECONE_API_KEY", SERVER_KEY)
@@ -242,15 +254,19 @@ impl HyperMcp {
     }
 }
 
-/// Starts `nexus-mcp --transport http` on a free loopback port with `extra`
-/// arguments, waits until it accepts connections and opens a client (with a
-/// session unless `--stateless`).
-async fn http_binary(base: &str, extra: &[&str]) -> (tokio::process::Child, HttpMcp) {
+/// Starts the `nexus-mcp` at `program` with `--transport http` on a free
+/// loopback port and `extra` arguments, waits until it accepts connections
+/// and opens a client (with a session unless `--stateless`).
+async fn http_binary(
+    program: &str,
+    base: &str,
+    extra: &[&str],
+) -> (tokio::process::Child, HttpMcp) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let child = nexus_mcp(base)
+    let child = nexus_mcp_at(program, base)
         .args([
             "--transport",
             "http",
@@ -362,6 +378,11 @@ fn main() {
         &[("RUST_LOG", "warn")],
     );
     let base = nexus.url.clone();
+    // Another build of `nexus-mcp` (an older version, say) whose HTTP rows
+    // join the same rounds, so the two are compared under the same noise.
+    let baseline = std::env::var("MCP_OVERHEAD_BASELINE_BIN")
+        .ok()
+        .filter(|path| !path.is_empty());
 
     let mut children = Vec::new();
     let paths: Vec<(&str, Path)> = rt.block_on(async {
@@ -396,16 +417,31 @@ fn main() {
         let cores = std::thread::available_parallelism()
             .map_or(1, usize::from)
             .to_string();
-        for (name, extra) in [
-            ("http_sessions", vec![]),
-            ("http_stateless", vec!["--stateless"]),
-            ("http_sessions_per_core", vec!["--worker-threads", &cores]),
+        let this = env!("CARGO_BIN_EXE_nexus-mcp");
+        let mut servers = vec![
+            ("http_sessions", this, vec![]),
+            ("http_stateless", this, vec!["--stateless"]),
+            (
+                "http_sessions_per_core",
+                this,
+                vec!["--worker-threads", &cores],
+            ),
             (
                 "http_stateless_per_core",
+                this,
                 vec!["--stateless", "--worker-threads", &cores],
             ),
-        ] {
-            let (child, mcp) = http_binary(&base, &extra).await;
+        ];
+        if let Some(baseline) = &baseline {
+            servers.push(("http_sessions_baseline", baseline.as_str(), vec![]));
+            servers.push((
+                "http_stateless_baseline",
+                baseline.as_str(),
+                vec!["--stateless"],
+            ));
+        }
+        for (name, program, extra) in servers {
+            let (child, mcp) = http_binary(program, &base, &extra).await;
             children.push(child);
             let minimal = HyperMcp::connect(&mcp.url, mcp.session.clone()).await;
             paths.push((name, Path::Http(mcp)));
@@ -464,17 +500,37 @@ fn main() {
             guards.push(path.lock().await);
         }
         let mut times = vec![Vec::with_capacity(rounds); guards.len()];
-        for _ in 0..rounds {
-            for (path, times) in guards.iter_mut().zip(&mut times) {
+        for round in 0..rounds {
+            // Every other round runs the paths in reverse, so that no row
+            // always follows the same one.
+            let mut order: Vec<usize> = (0..guards.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
                 let start = Instant::now();
-                path.call().await;
-                times.push(start.elapsed());
+                guards[i].call().await;
+                times[i].push(start.elapsed());
             }
         }
         times
     });
+    let index = |name: &str| names.iter().position(|n| *n == name);
+    let mut comparisons = Vec::new();
+    if baseline.is_some() {
+        for (now, before) in [
+            ("http_stateless_min", "http_stateless_baseline_min"),
+            ("http_sessions_min", "http_sessions_baseline_min"),
+            ("http_stateless", "http_stateless_baseline"),
+            ("http_sessions", "http_sessions_baseline"),
+        ] {
+            if let (Some(a), Some(b)) = (index(now), index(before)) {
+                comparisons.push((now, compare(&interleaved[a], &interleaved[b])));
+            }
+        }
+    }
     let mut rows = Vec::new();
-    for (name, mut v) in names.iter().zip(interleaved) {
+    for (name, mut v) in names.iter().zip(interleaved.iter().cloned()) {
         v.sort();
         rows.push((*name, v.len(), percentile(&v, 0.50), percentile(&v, 0.99)));
     }
@@ -507,6 +563,96 @@ fn main() {
             ),
         );
     }
+    if !comparisons.is_empty() {
+        eprintln!(
+            "\nthis nexus-mcp minus the baseline binary (MCP_OVERHEAD_BASELINE_BIN), \
+             same rounds; spread: lowest..highest over {BLOCKS} consecutive blocks of rounds"
+        );
+        eprintln!(
+            "{:<23} {:>10} {:>18} {:>10} {:>18} {:>12}",
+            "path", "p50 diff", "spread", "p99 diff", "spread", "paired p50"
+        );
+        for (name, c) in comparisons {
+            eprintln!(
+                "{:<23} {:>10} {:>18} {:>10} {:>18} {:>12}",
+                name,
+                micros(c.p50),
+                format!("{}..{}", micros(c.p50_range.0), micros(c.p50_range.1)),
+                micros(c.p99),
+                format!("{}..{}", micros(c.p99_range.0), micros(c.p99_range.1)),
+                micros(c.paired_p50),
+            );
+        }
+    }
     drop(paths);
     drop(children);
+}
+
+/// Blocks of consecutive rounds whose differences give the spread.
+const BLOCKS: usize = 10;
+
+/// One row against its baseline row, in microseconds (positive: slower).
+struct Comparison {
+    /// Difference of the p50s over all rounds.
+    p50: f64,
+    /// Lowest and highest difference of the p50s within one block.
+    p50_range: (f64, f64),
+    /// Difference of the p99s over all rounds.
+    p99: f64,
+    /// Lowest and highest difference of the p99s within one block.
+    p99_range: (f64, f64),
+    /// Median of the per-round differences (both calls of one round).
+    paired_p50: f64,
+}
+
+fn micros_of(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn micros(v: f64) -> String {
+    format!("{v:+.1}µs")
+}
+
+fn sorted(v: &[Duration]) -> Vec<Duration> {
+    let mut v = v.to_vec();
+    v.sort();
+    v
+}
+
+fn compare(now: &[Duration], before: &[Duration]) -> Comparison {
+    let diff = |a: &[Duration], b: &[Duration], p: f64| {
+        micros_of(percentile(&sorted(a), p)) - micros_of(percentile(&sorted(b), p))
+    };
+    let n = now.len().min(before.len());
+    let block = (n / BLOCKS).max(1);
+    let mut p50s = Vec::new();
+    let mut p99s = Vec::new();
+    for start in (0..n).step_by(block) {
+        let end = (start + block).min(n);
+        if end - start < block {
+            break;
+        }
+        p50s.push(diff(&now[start..end], &before[start..end], 0.50));
+        p99s.push(diff(&now[start..end], &before[start..end], 0.99));
+    }
+    let range = |v: &[f64]| {
+        v.iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+                (lo.min(*x), hi.max(*x))
+            })
+    };
+    let mut paired: Vec<f64> = now
+        .iter()
+        .zip(before)
+        .map(|(a, b)| micros_of(*a) - micros_of(*b))
+        .collect();
+    paired.sort_by(f64::total_cmp);
+    let paired_p50 = paired.get(paired.len() / 2).copied().unwrap_or(0.0);
+    Comparison {
+        p50: diff(now, before, 0.50),
+        p50_range: range(&p50s),
+        p99: diff(now, before, 0.99),
+        p99_range: range(&p99s),
+        paired_p50,
+    }
 }
