@@ -1,6 +1,7 @@
 //! Unit tests of the error type: every accessor over every variant, and the texts.
 
 use super::*;
+use crate::status::TaskStatus;
 
 #[test]
 fn error_stays_small() {
@@ -130,14 +131,14 @@ fn others() -> Vec<(&'static str, Error)> {
         ("decode", Error::decode("get_context", "bad json", b"{x")),
         ("invalid", Error::InvalidRequest("empty question".into())),
         (
-            "failed",
+            "turn_failed",
             Error::TurnFailed {
                 query_id: "q_f".into(),
                 message: "boom".into(),
             },
         ),
         (
-            "cancelled",
+            "turn_cancelled",
             Error::TurnCancelled {
                 query_id: "q_c".into(),
                 message: String::new(),
@@ -147,7 +148,7 @@ fn others() -> Vec<(&'static str, Error)> {
             "task",
             Error::TaskFailed {
                 task_id: "t1".into(),
-                state: "failed".into(),
+                state: TaskStatus::Failed.as_str().into(),
                 message: "disk".into(),
             },
         ),
@@ -225,8 +226,8 @@ fn every_variant_reads_back_its_text() {
             "get_context: could not decode the response: bad json (body starts: \"{x\")",
         ),
         ("invalid", "invalid request: empty question"),
-        ("failed", "query q_f failed: boom"),
-        ("cancelled", "query q_c was cancelled"),
+        ("turn_failed", "query q_f failed: boom"),
+        ("turn_cancelled", "query q_c was cancelled"),
         ("task", "task t1 ended failed: disk"),
         (
             "redirect",
@@ -268,7 +269,7 @@ fn every_variant_reads_back_its_text() {
     assert_eq!(with_text.to_string(), "query q was cancelled: by user");
     let no_text = Error::TaskFailed {
         task_id: "t".into(),
-        state: "cancelled".into(),
+        state: TaskStatus::Cancelled.as_str().into(),
         message: String::new(),
     };
     assert_eq!(no_text.to_string(), "task t ended cancelled");
@@ -340,8 +341,8 @@ fn accessors_answer_for_every_variant() {
         };
         assert_eq!(e.request_id(), request_id, "{name}");
         let query_id = match name {
-            "failed" => Some("q_f"),
-            "cancelled" => Some("q_c"),
+            "turn_failed" => Some("q_f"),
+            "turn_cancelled" => Some("q_c"),
             "busy" => Some("q_b"),
             "stream" => Some("q_s"),
             "gap" => Some("q_g"),

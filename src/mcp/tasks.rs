@@ -33,6 +33,7 @@ use tokio::time::Instant;
 use super::caller::{caller_api_key, key_digest};
 use super::instant_after;
 use super::redact::redact;
+use crate::status::QueryStatus;
 
 /// The longest query id kept as a task id, in bytes.
 const MAX_ID_BYTES: usize = 256;
@@ -257,17 +258,16 @@ pub(crate) fn detailed(
         .as_ref()
         .and_then(|v| v.get("status"))
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let payload = match status.as_str() {
-        "completed" => {
+        .map_or(QueryStatus::Other(String::new()), QueryStatus::from);
+    let payload = match status {
+        QueryStatus::Completed => {
             let result = match serde_json::to_value(&result) {
                 Ok(Value::Object(map)) => map,
                 _ => return Err(ErrorData::internal_error("unencodable result", None)),
             };
             TaskPayload::Completed { result }
         }
-        "failed" => {
+        QueryStatus::Failed => {
             let why = result
                 .structured_content
                 .as_ref()
@@ -280,7 +280,7 @@ pub(crate) fn detailed(
             error.insert("data".to_owned(), why);
             TaskPayload::Failed { error }
         }
-        "cancelled" => TaskPayload::Cancelled,
+        QueryStatus::Cancelled => TaskPayload::Cancelled,
         _ => TaskPayload::Working,
     };
     let ended = payload.status().is_terminal();

@@ -1,6 +1,7 @@
 //! Unit tests of the resumable connection.
 
 use super::*;
+use crate::status::QueryStatus;
 
 async fn next(conn: &mut EventConnection) -> Option<Result<Delivery>> {
     futures::future::poll_fn(|cx| conn.poll_next_event(cx)).await
@@ -123,7 +124,7 @@ fn quick() -> StreamConfig {
 
 #[tokio::test]
 async fn a_replay_that_sends_the_final_query_without_the_known_event_is_not_trusted() {
-    let frame = format!("event: query\ndata: {}\n\n", query_json("completed", "ab"));
+    let frame = format!("event: query\ndata: {}\n\n", query_json(QueryStatus::Completed.as_str(), "ab"));
     let (_server, client) = server(Box::leak(frame.into_boxed_str())).await;
     let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
     match next(&mut conn).await {
