@@ -124,7 +124,10 @@ fn quick() -> StreamConfig {
 
 #[tokio::test]
 async fn a_replay_that_sends_the_final_query_without_the_known_event_is_not_trusted() {
-    let frame = format!("event: query\ndata: {}\n\n", query_json(QueryStatus::Completed.as_str(), "ab"));
+    let frame = format!(
+        "event: query\ndata: {}\n\n",
+        query_json(QueryStatus::Completed.as_str(), "ab")
+    );
     let (_server, client) = server(Box::leak(frame.into_boxed_str())).await;
     let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
     match next(&mut conn).await {
