@@ -16,12 +16,22 @@ fn query_json(status: &str, answer: &str) -> serde_json::Value {
 }
 
 async fn server(events: &'static str) -> (wiremock::MockServer, Client) {
+    server_for(events, Some("2")).await
+}
+
+/// Serves `events` to a resume from `last_event_id` (from any position when `None`).
+async fn server_for(
+    events: &'static str,
+    last_event_id: Option<&str>,
+) -> (wiremock::MockServer, Client) {
     use wiremock::matchers::{header, method, path};
     use wiremock::{Mock, ResponseTemplate};
     let server = wiremock::MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/queries/q1/events"))
-        .and(header("last-event-id", "2"))
+    let mut events_mock = Mock::given(method("GET")).and(path("/queries/q1/events"));
+    if let Some(id) = last_event_id {
+        events_mock = events_mock.and(header("last-event-id", id));
+    }
+    events_mock
         .respond_with(
             ResponseTemplate::new(200).set_body_raw(events.as_bytes(), "text/event-stream"),
         )
@@ -155,4 +165,86 @@ async fn id_less_frames_replayed_before_the_known_event_are_skipped() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+fn delta(id: u64, text: &str) -> String {
+    format!("id: {id}\nevent: response.output_text.delta\ndata: {{\"delta\":\"{text}\"}}\n\n")
+}
+
+async fn expect_delta(conn: &mut EventConnection, seq: u64, text: &str) {
+    match next(conn).await {
+        Some(Ok(Delivery::Event(Some(id), QueryEvent::TextDelta { delta }))) => {
+            assert_eq!((id, delta.as_str()), (seq, text))
+        }
+        other => panic!("expected event {seq}: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_id_sent_again_mid_stream_is_delivered_once() {
+    let body = [delta(2, "a"), delta(3, "b"), delta(3, "b"), delta(4, "c")].concat();
+    let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    expect_delta(&mut conn, 3, "b").await;
+    expect_delta(&mut conn, 4, "c").await;
+}
+
+#[tokio::test]
+async fn a_jump_in_the_ids_is_noticed_and_resumed_from_the_last_delivered_event() {
+    // Every connection, the resumed one too, skips from 3 to 5.
+    let body = [delta(2, "a"), delta(3, "b"), delta(5, "d")].concat();
+    let (_server, client) = server_for(Box::leak(body.into_boxed_str()), None).await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    expect_delta(&mut conn, 3, "b").await;
+    match next(&mut conn).await {
+        Some(Ok(Delivery::Recovered(query, gap))) => {
+            assert_eq!(query.answer_text(), "ab");
+            assert_eq!(gap.last_event_id, Some(3));
+            assert!(
+                gap.cause.contains("jumped from event 3 to event 5"),
+                "{}",
+                gap.cause
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(next(&mut conn).await.is_none());
+}
+
+#[tokio::test]
+async fn id_less_frames_between_replayed_events_are_skipped() {
+    let body = [
+        delta(2, "a"),
+        delta(3, "b"),
+        // The server goes back: 2 and the id-less frame after it were delivered already.
+        delta(2, "a"),
+        "event: response.output_text.delta\ndata: {\"delta\":\"x\"}\n\n".to_string(),
+        delta(3, "b"),
+        delta(4, "c"),
+    ]
+    .concat();
+    let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    expect_delta(&mut conn, 3, "b").await;
+    expect_delta(&mut conn, 4, "c").await;
+}
+
+#[tokio::test]
+async fn the_final_query_is_delivered_even_between_replayed_events() {
+    let body = [
+        delta(2, "a"),
+        delta(3, "b"),
+        delta(2, "a"),
+        format!("event: query\ndata: {}\n\n", query_json("completed", "zz")),
+    ]
+    .concat();
+    let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    expect_delta(&mut conn, 3, "b").await;
+    // The frame itself, not the stored turn ("ab") standing in for it.
+    match next(&mut conn).await {
+        Some(Ok(Delivery::Event(None, QueryEvent::Query(q)))) => assert_eq!(q.answer_text(), "zz"),
+        other => panic!("{other:?}"),
+    }
+    assert!(next(&mut conn).await.is_none());
 }
