@@ -692,6 +692,21 @@ async fn every_turn_is_a_span_with_its_ids_mode_and_resumes() {
     assert!(in_span("resuming the event stream"), "{text}");
     assert!(in_span("resumes=1"), "{text}");
     assert!(!text.contains("pcsk_test"), "{text}");
+    // A turn read in one go records no resume.
+    let whole = Turn::completed("q_w", "sess_w", DELTAS);
+    let server = serve(&whole, "completed", |t| {
+        vec![Step::Write(t.body().into_bytes())]
+    })
+    .await;
+    let session = server.client().session(["docs"]).build().unwrap();
+    session.ask("q").stream_config(fast()).send().await.unwrap();
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.lines().any(|l| l.contains("query_turn{")
+            && l.contains("query_id=\"q_w\"")
+            && l.contains("resumes=0")),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -17,12 +17,22 @@ fn query_json(status: &str, answer: &str) -> serde_json::Value {
 }
 
 async fn server(events: &'static str) -> (wiremock::MockServer, Client) {
+    server_for(events, Some("2")).await
+}
+
+/// Serves `events` to a resume from `last_event_id` (from any position when `None`).
+async fn server_for(
+    events: &'static str,
+    last_event_id: Option<&str>,
+) -> (wiremock::MockServer, Client) {
     use wiremock::matchers::{header, method, path};
     use wiremock::{Mock, ResponseTemplate};
     let server = wiremock::MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/queries/q1/events"))
-        .and(header("last-event-id", "2"))
+    let mut events_mock = Mock::given(method("GET")).and(path("/queries/q1/events"));
+    if let Some(id) = last_event_id {
+        events_mock = events_mock.and(header("last-event-id", id));
+    }
+    events_mock
         .respond_with(
             ResponseTemplate::new(200).set_body_raw(events.as_bytes(), "text/event-stream"),
         )
@@ -159,4 +169,191 @@ async fn id_less_frames_replayed_before_the_known_event_are_skipped() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+fn delta(id: u64, text: &str) -> String {
+    format!("id: {id}\nevent: response.output_text.delta\ndata: {{\"delta\":\"{text}\"}}\n\n")
+}
+
+async fn expect_delta(conn: &mut EventConnection, seq: u64, text: &str) {
+    match next(conn).await {
+        Some(Ok(Delivery::Event(Some(id), QueryEvent::TextDelta { delta }))) => {
+            assert_eq!((id, delta.as_str()), (seq, text))
+        }
+        other => panic!("expected event {seq}: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_id_sent_again_mid_stream_is_delivered_once() {
+    let body = [delta(2, "a"), delta(3, "b"), delta(3, "b"), delta(4, "c")].concat();
+    let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    expect_delta(&mut conn, 3, "b").await;
+    expect_delta(&mut conn, 4, "c").await;
+}
+
+#[tokio::test]
+async fn a_jump_in_the_ids_is_noticed_and_resumed_from_the_last_delivered_event() {
+    // Every connection, the resumed one too, skips from 3 to 5.
+    let body = [delta(2, "a"), delta(3, "b"), delta(5, "d")].concat();
+    let (server, client) = server_for(Box::leak(body.into_boxed_str()), None).await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    expect_delta(&mut conn, 3, "b").await;
+    match next(&mut conn).await {
+        Some(Ok(Delivery::Recovered(query, gap))) => {
+            // Resumed once from event 3 before giving up on the log.
+            let resumes = server.received_requests().await.unwrap_or_default();
+            let resumes: Vec<_> = resumes
+                .iter()
+                .filter(|r| r.url.path() == "/queries/q1/events")
+                .map(|r| r.headers.get("last-event-id").cloned())
+                .collect();
+            assert_eq!(resumes.len(), 2, "{resumes:?}");
+            assert_eq!(resumes[1].as_ref().map(|v| v.as_bytes()), Some(&b"3"[..]));
+            assert_eq!(query.answer_text(), "ab");
+            assert_eq!(gap.last_event_id, Some(3));
+            assert!(
+                gap.cause.contains("jumped from event 3 to event 5"),
+                "{}",
+                gap.cause
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(next(&mut conn).await.is_none());
+}
+
+#[tokio::test]
+async fn id_less_frames_between_replayed_events_are_skipped() {
+    let body = [
+        delta(2, "a"),
+        delta(3, "b"),
+        // The server goes back: 2 and the id-less frame after it were delivered already.
+        delta(2, "a"),
+        "event: response.output_text.delta\ndata: {\"delta\":\"x\"}\n\n".to_string(),
+        delta(3, "b"),
+        delta(4, "c"),
+    ]
+    .concat();
+    let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    expect_delta(&mut conn, 3, "b").await;
+    expect_delta(&mut conn, 4, "c").await;
+}
+
+#[tokio::test]
+async fn the_final_query_is_delivered_even_between_replayed_events() {
+    let body = [
+        delta(2, "a"),
+        delta(3, "b"),
+        delta(2, "a"),
+        format!("event: query\ndata: {}\n\n", query_json("completed", "zz")),
+    ]
+    .concat();
+    let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    expect_delta(&mut conn, 3, "b").await;
+    // The frame itself, not the stored turn ("ab") standing in for it.
+    match next(&mut conn).await {
+        Some(Ok(Delivery::Event(None, QueryEvent::Query(q)))) => assert_eq!(q.answer_text(), "zz"),
+        other => panic!("{other:?}"),
+    }
+    assert!(next(&mut conn).await.is_none());
+}
+
+fn idless(text: &str) -> String {
+    format!("event: response.output_text.delta\ndata: {{\"delta\":\"{text}\"}}\n\n")
+}
+
+#[tokio::test]
+async fn id_less_frames_after_the_last_id_are_skipped_once_on_the_next_connection() {
+    use wiremock::matchers::{header, method, path};
+    use wiremock::{Mock, ResponseTemplate};
+    let server = wiremock::MockServer::start().await;
+    let replies = [
+        ("2", [delta(2, "a"), delta(3, "b"), idless("x")].concat()),
+        // Sends the id-less frame after event 3 again, then a new one.
+        (
+            "3",
+            [delta(3, "b"), idless("x"), idless("y"), delta(4, "c")].concat(),
+        ),
+    ];
+    for (last, body) in replies {
+        Mock::given(method("GET"))
+            .and(path("/queries/q1/events"))
+            .and(header("last-event-id", last))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+            .mount(&server)
+            .await;
+    }
+    let client = Client::builder().base_url(server.uri()).build().unwrap();
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    expect_delta(&mut conn, 3, "b").await;
+    for text in ["x", "y"] {
+        match next(&mut conn).await {
+            Some(Ok(Delivery::Event(None, QueryEvent::TextDelta { delta }))) => {
+                assert_eq!(delta, text)
+            }
+            other => panic!("expected the id-less {text}: {other:?}"),
+        }
+    }
+    expect_delta(&mut conn, 4, "c").await;
+    assert_eq!(conn.resumes(), 1);
+}
+
+#[tokio::test]
+async fn a_silent_server_meets_the_turn_deadline() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, ResponseTemplate};
+    let server = wiremock::MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/queries/q1/events"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_raw(delta(3, "b"), "text/event-stream")
+                .set_delay(Duration::from_secs(20)),
+        )
+        .mount(&server)
+        .await;
+    let client = Client::builder().base_url(server.uri()).build().unwrap();
+    let config = quick()
+        .idle_timeout(None)
+        .turn_deadline(Some(Duration::from_millis(200)));
+    let mut conn = EventConnection::resume(client, config, "q1".into(), Some(2));
+    let got = tokio::time::timeout(Duration::from_secs(10), next(&mut conn))
+        .await
+        .expect("the turn's deadline ends the wait");
+    match got {
+        Some(Err(Error::Timeout { operation, .. })) => assert_eq!(operation, "query_turn"),
+        other => panic!("{other:?}"),
+    }
+    assert!(next(&mut conn).await.is_none());
+}
+
+#[tokio::test]
+async fn a_refused_resume_is_final_even_after_delivered_events() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, ResponseTemplate};
+    let server = wiremock::MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/queries/q1/events"))
+        .respond_with(
+            ResponseTemplate::new(403).set_body_json(serde_json::json!({"message": "revoked"})),
+        )
+        .mount(&server)
+        .await;
+    // Not to be read: a refusal is not a gap the stored turn makes up for.
+    Mock::given(method("GET"))
+        .and(path("/queries/q1"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(query_json("completed", "ab")))
+        .mount(&server)
+        .await;
+    let client = Client::builder().base_url(server.uri()).build().unwrap();
+    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    match next(&mut conn).await {
+        Some(Err(e)) => assert_eq!(e.status(), Some(403), "{e:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(next(&mut conn).await.is_none());
 }
