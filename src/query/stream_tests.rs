@@ -248,7 +248,10 @@ async fn the_final_query_is_delivered_even_between_replayed_events() {
         delta(2, "a"),
         delta(3, "b"),
         delta(2, "a"),
-        format!("event: query\ndata: {}\n\n", query_json("completed", "zz")),
+        format!(
+            "event: query\ndata: {}\n\n",
+            query_json(QueryStatus::Completed.as_str(), "zz")
+        ),
     ]
     .concat();
     let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
@@ -346,7 +349,10 @@ async fn a_refused_resume_is_final_even_after_delivered_events() {
     // Not to be read: a refusal is not a gap the stored turn makes up for.
     Mock::given(method("GET"))
         .and(path("/queries/q1"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(query_json("completed", "ab")))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(query_json(QueryStatus::Completed.as_str(), "ab")),
+        )
         .mount(&server)
         .await;
     let client = Client::builder().base_url(server.uri()).build().unwrap();
