@@ -352,3 +352,27 @@ async fn set_level_decides_which_log_messages_a_session_receives() {
     assert!(!logs[0].data.to_string().contains(KEY_ONE));
     client.cancel().await.expect("closes");
 }
+
+#[tokio::test]
+async fn an_initialize_answer_over_the_transports_limits_fails_in_both_modes() {
+    let nexus = two_project_nexus().await;
+    // The initialize answer (JSON without sessions, an SSE event with them)
+    // is well over 64 bytes.
+    for stateless in [true, false] {
+        let served = nexus_mcp(&nexus.uri(), stateless, 10_000).await;
+        let limited = config(&served.url, &[(KEY_HEADER, KEY_ONE)])
+            .max_json_response_size(64)
+            .max_sse_event_size(64);
+        let connecting = connect_http(Recorder::default(), limited);
+        let refused = tokio::time::timeout(Duration::from_secs(10), connecting)
+            .await
+            .expect("an over-limit answer ends the handshake");
+        assert!(refused.is_err(), "stateless: {stateless}");
+        // Within the limits, the same server answers.
+        connect(&served.url, KEY_ONE)
+            .await
+            .cancel()
+            .await
+            .expect("closes");
+    }
+}
