@@ -9,7 +9,8 @@
 //! - `schema`: checks MCP tool results against their declared schemas;
 //! - `local` (feature `local`): the embedded local Nexus and a corpus;
 //! - `mcp` and `pinecone_fake` (feature `mcp`): an in-process MCP client and
-//!   a fake Pinecone.
+//!   a fake Pinecone;
+//! - `rmcp_http` (feature `mcp`): rmcp's Streamable HTTP client on reqwest 0.12.
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod examples;
@@ -21,5 +22,7 @@ pub mod mcp;
 pub mod openapi;
 #[cfg(feature = "mcp")]
 pub mod pinecone_fake;
+#[cfg(feature = "mcp")]
+pub mod rmcp_http;
 pub mod schema;
 pub mod sse_server;
