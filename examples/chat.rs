@@ -98,8 +98,9 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
     let scope = resolve_scope(&conn.client, &cli.contexts).await?;
     let mut chat = Chat::new(conn.client.clone(), scope)?;
-    let mut editor = LineEditor::new(cli.history)?;
+    // Before the editor: it restores the SIGINT handler it found.
     let mut interrupts = Interrupts::listen();
+    let mut editor = LineEditor::new(cli.history)?;
     eprintln!(
         "{}",
         style(format!(

@@ -417,13 +417,31 @@ pub(crate) struct Interrupts {
 }
 
 impl Interrupts {
-    /// Starts listening for Ctrl-C (from then on it no longer ends the
-    /// process by itself).
+    /// Starts listening for Ctrl-C: from then on it no longer ends the
+    /// process by itself.
+    ///
+    /// The handler is installed before this returns, not when the listening
+    /// task first runs: a line editor that saves and later restores the
+    /// SIGINT disposition must see ours as the one to restore, or a Ctrl-C
+    /// after the first prompt would kill the process.
     pub(crate) fn listen() -> Interrupts {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            // Without a handler the receiver closes and `next` never fires.
+            if let Ok(mut presses) = signal(SignalKind::interrupt()) {
+                tokio::spawn(async move {
+                    while presses.recv().await.is_some() {
+                        // A press already waiting to be read is enough.
+                        let _ = tx.try_send(());
+                    }
+                });
+            }
+        }
+        #[cfg(not(unix))]
         tokio::spawn(async move {
             while tokio::signal::ctrl_c().await.is_ok() {
-                // A press already waiting to be read is enough.
                 let _ = tx.try_send(());
             }
         });

@@ -185,7 +185,13 @@ impl Pty {
     pub(crate) fn expect_regex(&mut self, regex: &str) -> (String, String) {
         match self.session.exp_regex(&as_bytes_text(regex)) {
             Ok((before, matched)) => (from_bytes_text(&before), from_bytes_text(&matched)),
-            Err(e) => panic!("waiting for /{regex}/: {}", from_bytes_text(&e.to_string())),
+            Err(e) => {
+                let status = self.session.process().status();
+                panic!(
+                    "waiting for /{regex}/: {} (the program: {status:?})",
+                    from_bytes_text(&e.to_string())
+                )
+            }
         }
     }
 
