@@ -14,6 +14,7 @@
 //! This module calls nothing above it: it stores and reads documents that
 //! the store serializes.
 
+use std::num::NonZeroU64;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -203,10 +204,20 @@ struct Progress {
     saved: tokio::sync::watch::Sender<u64>,
 }
 
+/// The ops of one [`Db::send`], numbered `first..=last`: they reach the
+/// writer together, so a batch never splits them and a `Then` among them
+/// reports the commit of the ops sent with it.
+#[derive(Debug)]
+struct Sent {
+    first: u64,
+    last: u64,
+    ops: Vec<Op>,
+}
+
 /// The database: a channel to its writer and a reading connection.
 #[derive(Debug)]
 pub(crate) struct Db {
-    tx: Mutex<Option<mpsc::Sender<(u64, Op)>>>,
+    tx: Mutex<Option<mpsc::Sender<Sent>>>,
     reader: Mutex<Connection>,
     progress: Arc<Progress>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -265,21 +276,25 @@ impl Db {
     /// in the order the documents changed. After [`Db::close`], `Then`
     /// callbacks run at once (reporting failure) and nothing is written.
     pub(crate) fn send(&self, ops: impl IntoIterator<Item = Op>) -> u64 {
+        let ops: Vec<Op> = ops.into_iter().collect();
         let guard = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        let mut last = self.progress.sent.load(Ordering::SeqCst);
-        for op in ops {
-            let Some(tx) = guard.as_ref() else {
-                if let Op::Then(f) = op {
-                    f(false);
-                }
-                continue;
-            };
-            last = self.progress.sent.fetch_add(1, Ordering::SeqCst) + 1;
-            if let Err(mpsc::SendError((_, op))) = tx.send((last, op))
-                && let Op::Then(f) = op
-            {
-                f(false);
-            }
+        let (Some(tx), Some(count)) = (
+            guard.as_ref(),
+            u64::try_from(ops.len()).ok().and_then(NonZeroU64::new),
+        ) else {
+            fail_callbacks(ops);
+            return self.progress.sent.load(Ordering::SeqCst);
+        };
+        // Numbers are handed out under the lock, so they reach the writer
+        // in order.
+        let first = self
+            .progress
+            .sent
+            .fetch_add(count.get(), Ordering::SeqCst)
+            .saturating_add(1);
+        let last = first.saturating_add(count.get() - 1);
+        if let Err(mpsc::SendError(sent)) = tx.send(Sent { first, last, ops }) {
+            fail_callbacks(sent.ops);
         }
         last
     }
@@ -400,6 +415,16 @@ impl Drop for Db {
     }
 }
 
+/// Reports failure to the `Then` callbacks among ops that will not be
+/// written.
+fn fail_callbacks(ops: Vec<Op>) {
+    for op in ops {
+        if let Op::Then(f) = op {
+            f(false);
+        }
+    }
+}
+
 fn load(conn: &mut Connection) -> rusqlite::Result<Loaded> {
     let mut out = Loaded::default();
     let pairs = |sql: &str| -> rusqlite::Result<Vec<(String, String)>> {
@@ -477,20 +502,22 @@ impl Writer {
         }
     }
 
-    fn run(mut self, rx: mpsc::Receiver<(u64, Op)>) {
-        while let Ok(first) = rx.recv() {
-            let mut batch = vec![first];
+    fn run(mut self, rx: mpsc::Receiver<Sent>) {
+        while let Ok(sent) = rx.recv() {
+            let (first, mut last) = (sent.first, sent.last);
+            let mut batch = sent.ops;
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
-                    Ok(op) => batch.push(op),
+                    Ok(sent) => {
+                        last = sent.last;
+                        batch.extend(sent.ops);
+                    }
                     Err(_) => break,
                 }
             }
-            let first = batch.first().map_or(0, |(n, _)| *n);
-            let last = batch.last().map_or(0, |(n, _)| *n);
             let mut then = Vec::new();
             let mut ops = Vec::with_capacity(batch.len());
-            for (_, op) in batch {
+            for op in batch {
                 match op {
                     Op::Then(f) => then.push(f),
                     op => ops.push(op),
@@ -735,85 +762,4 @@ pub(crate) fn create_with(path: &Path, ops: Vec<Op>) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const LIMITS: QueryLimits = QueryLimits {
-        count: 100,
-        bytes: 1 << 20,
-    };
-
-    fn scratch(label: &str) -> std::path::PathBuf {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "nexus-db-{label}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    fn put(id: &str) -> Op {
-        Op::PutContext {
-            id: id.to_owned(),
-            doc: "{}".to_owned(),
-        }
-    }
-
-    /// A SIGKILL cannot see a commit that was never synced (the kernel still
-    /// holds it), so the setting that syncs is checked on the connections
-    /// the database uses (all made by `connect`).
-    #[test]
-    fn a_durable_database_syncs_its_log_at_every_commit() {
-        let dir = scratch("sync");
-        let (db, _) = Db::open(&dir.join(DB_FILE), Durability::Full, LIMITS).unwrap();
-        // 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA: in WAL mode only FULL and EXTRA
-        // sync the log before a commit returns.
-        let sync: i64 = db
-            .read(|c| c.pragma_query_value(None, "synchronous", |r| r.get(0)))
-            .unwrap();
-        assert!(sync >= 2, "synchronous is {sync}, not FULL");
-        let mode: String = db
-            .read(|c| c.pragma_query_value(None, "journal_mode", |r| r.get(0)))
-            .unwrap();
-        assert_eq!(mode, "wal");
-        db.close();
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[tokio::test]
-    async fn nothing_is_acknowledged_before_its_commit() {
-        let dir = scratch("ack");
-        let path = dir.join(DB_FILE);
-        let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
-        // Another connection holds the write lock: the writer's commit
-        // waits for it (busy timeout).
-        let blocker = connect(&path, Durability::Full).unwrap();
-        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-        let (tx, rx) = mpsc::channel();
-        let then = Op::Then(Box::new(move |ok| {
-            let _ = tx.send(ok);
-        }));
-        let n = db.send([put("a"), then]);
-        assert!(
-            !db.wait_saved(n, Duration::from_millis(300)).await,
-            "acknowledged while its commit was blocked"
-        );
-        assert!(rx.try_recv().is_err(), "the callback ran before the commit");
-        assert!(db.saved() < n);
-        blocker.execute_batch("COMMIT").unwrap();
-        assert!(db.wait_saved(n, Duration::from_secs(10)).await);
-        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
-        // On disk: a new connection reads it.
-        let doc: String = connect(&path, Durability::Full)
-            .unwrap()
-            .query_row("SELECT doc FROM contexts WHERE id = 'a'", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(doc, "{}");
-        db.close();
-        drop(blocker);
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-}
+mod tests;

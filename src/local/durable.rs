@@ -40,7 +40,8 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// Creates `dir` and its missing parents, flushing each new entry.
 pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
-    if dir.is_dir() {
+    // The empty parent of a relative `name` is the current directory.
+    if dir.as_os_str().is_empty() || dir.is_dir() {
         return Ok(());
     }
     if let Some(parent) = dir.parent() {
@@ -116,5 +117,36 @@ mod tests {
             .collect();
         assert_eq!(names, ["state.json"]);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Catches an error of `create_dir` taken for success: a file where the
+    /// directory should be is an error, not a directory.
+    #[test]
+    fn a_file_in_the_way_is_an_error() {
+        let dir = scratch("file");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("taken");
+        std::fs::write(&file, b"").unwrap();
+        assert!(create_dir_all(&file).is_err());
+        assert!(create_dir_all(&file.join("below")).is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Catches syncing the empty parent of a one-component relative path
+    /// (`--data-dir data`), which cannot be opened. Tests run in the crate
+    /// root; the directory is removed again.
+    #[test]
+    fn a_relative_directory_is_created() {
+        let name = format!(
+            ".nexus-durable-relative-{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = Path::new(&name);
+        let created = create_dir_all(dir);
+        let exists = dir.is_dir();
+        let _ = std::fs::remove_dir(dir);
+        created.unwrap();
+        assert!(exists);
     }
 }

@@ -1,0 +1,186 @@
+//! The database's unit tests: what an acknowledgement waits for, what
+//! closing waits for, and how failed writes are reported.
+
+use super::*;
+
+const LIMITS: QueryLimits = QueryLimits {
+    count: 100,
+    bytes: 1 << 20,
+};
+
+fn scratch(label: &str) -> std::path::PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "nexus-db-{label}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn put(id: &str) -> Op {
+    Op::PutContext {
+        id: id.to_owned(),
+        doc: "{}".to_owned(),
+    }
+}
+
+/// A SIGKILL cannot see a commit that was never synced (the kernel still
+/// holds it), so the setting that syncs is checked on the connections
+/// the database uses (all made by `connect`).
+#[test]
+fn a_durable_database_syncs_its_log_at_every_commit() {
+    let dir = scratch("sync");
+    let (db, _) = Db::open(&dir.join(DB_FILE), Durability::Full, LIMITS).unwrap();
+    // 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA: in WAL mode only FULL and EXTRA
+    // sync the log before a commit returns.
+    let sync: i64 = db
+        .read(|c| c.pragma_query_value(None, "synchronous", |r| r.get(0)))
+        .unwrap();
+    assert!(sync >= 2, "synchronous is {sync}, not FULL");
+    let mode: String = db
+        .read(|c| c.pragma_query_value(None, "journal_mode", |r| r.get(0)))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    db.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn nothing_is_acknowledged_before_its_commit() {
+    let dir = scratch("ack");
+    let path = dir.join(DB_FILE);
+    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    // Another connection holds the write lock: the writer's commit
+    // waits for it (busy timeout).
+    let blocker = connect(&path, Durability::Full).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let then = Op::Then(Box::new(move |ok| {
+        let _ = tx.send(ok);
+    }));
+    let n = db.send([put("a"), then]);
+    // The newest op's number is known at once; it is saved only later.
+    assert_eq!(db.sent(), n);
+    assert!(n >= 2, "two ops are two numbers");
+    assert!(
+        !db.wait_saved(n, Duration::from_millis(300)).await,
+        "acknowledged while its commit was blocked"
+    );
+    assert!(rx.try_recv().is_err(), "the callback ran before the commit");
+    assert!(db.saved() < n);
+    blocker.execute_batch("COMMIT").unwrap();
+    assert!(db.wait_saved(n, Duration::from_secs(10)).await);
+    assert_eq!(db.saved(), n);
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+    // On disk: a new connection reads it.
+    let doc: String = connect(&path, Durability::Full)
+        .unwrap()
+        .query_row("SELECT doc FROM contexts WHERE id = 'a'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(doc, "{}");
+    db.close();
+    drop(blocker);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Whether context `id` is on disk, read through a new connection.
+fn on_disk(path: &Path, id: &str) -> bool {
+    connect(path, Durability::Full)
+        .unwrap()
+        .query_row("SELECT count(*) FROM contexts WHERE id = ?1", [id], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+        == 1
+}
+
+/// Holds the database's write lock from another connection until
+/// `release` fires, so the writer's commit waits (busy timeout).
+fn block_writes(path: &Path) -> mpsc::Sender<()> {
+    let blocker = connect(path, Durability::Full).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (release, released) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let _ = released.recv();
+        blocker.execute_batch("COMMIT").unwrap();
+    });
+    release
+}
+
+/// Catches `close` or `Drop for Db` doing nothing: ops sent and not waited
+/// for are committed before closing returns, even when the commit is held
+/// up.
+#[test]
+fn closing_waits_for_everything_sent() {
+    for by_drop in [false, true] {
+        let dir = scratch("close");
+        let path = dir.join(DB_FILE);
+        let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+        let release = block_writes(&path);
+        db.send([put("a"), put("b")]);
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = release.send(());
+        });
+        if by_drop {
+            drop(db);
+        } else {
+            db.close();
+        }
+        assert!(
+            on_disk(&path, "a") && on_disk(&path, "b"),
+            "closed (by drop: {by_drop}) before its commit"
+        );
+        releaser.join().unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+/// Catches a lost batch being forgotten: each of two failed batches stays
+/// reported lost after the other fails, while a later write is saved.
+#[tokio::test]
+async fn every_failed_batch_stays_reported_lost() {
+    let dir = scratch("lost");
+    let path = dir.join(DB_FILE);
+    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    // Contexts named `lost…` cannot be written.
+    connect(&path, Durability::Full)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON contexts WHEN NEW.id LIKE 'lost%'
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+        )
+        .unwrap();
+    let mut lost = Vec::new();
+    for id in ["lost-1", "lost-2"] {
+        // One batch each: the next is sent once the last has failed.
+        let (tx, rx) = mpsc::channel();
+        let n = db.send([
+            put(id),
+            Op::Then(Box::new(move |ok| {
+                let _ = tx.send(ok);
+            })),
+        ]);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(60)),
+            Ok(false),
+            "{id} was written"
+        );
+        lost.push(n);
+    }
+    let kept = db.send([put("kept")]);
+    assert!(db.wait_saved(kept, Duration::from_secs(10)).await);
+    for n in lost {
+        assert!(db.saved() >= n);
+        assert!(
+            !db.wait_saved(n, Duration::from_secs(1)).await,
+            "write {n} reported saved after its batch failed"
+        );
+    }
+    assert!(on_disk(&path, "kept") && !on_disk(&path, "lost-1"));
+    db.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}
