@@ -701,3 +701,79 @@ async fn huge_numbers_from_the_server_or_the_caller_never_panic() {
         .build();
     assert!(client.is_ok());
 }
+
+/// Catches the resume cycle ignoring its time limit (`spent + delay >
+/// resume_max_elapsed` turned into `==`): with unlimited attempts, only the
+/// elapsed-time limit ends a stream whose every resume is reset.
+#[tokio::test]
+async fn resuming_gives_up_at_its_time_limit() {
+    let turn = Turn::completed("q_e8", "s_e8", DELTAS);
+    let server = server(
+        &turn,
+        4,
+        |_, _| Reply::sse(vec![Step::Reset]),
+        vec![stored(&turn, "in_progress", "Travel is")],
+    )
+    .await;
+    let config = StreamConfig::default()
+        .recovery_wait(Duration::from_secs(2))
+        .resume_attempts(u32::MAX)
+        .resume_max_elapsed(Duration::from_millis(300))
+        .resume_delay(Duration::from_millis(5), Duration::from_millis(20));
+    let mut live = stream(&server, config).await;
+    let (_, error) = tokio::time::timeout(Duration::from_secs(20), drain(&mut live))
+        .await
+        .expect("the stream gives up within its time limit, not after unlimited attempts");
+    let error = error.expect("a stream that could not be resumed is an error");
+    assert!(matches!(error, Error::Stream { .. }), "{error:?}");
+    assert!(error.to_string().contains("gave up"), "{error}");
+    assert!(server.count("GET", &turn.events_path()) >= 1);
+    assert_eq!(server.count("POST", "/query"), 1);
+}
+
+/// Catches the turn reading a default configuration instead of its own
+/// (the connection's `config()` accessor): the stored turn never ends, and
+/// the turn's own 1 s recovery wait, not the default 930 s, bounds
+/// `finish`.
+#[tokio::test]
+async fn the_recovery_wait_is_the_turns_own() {
+    let turn = Turn::completed("q_e9", "s_e9", DELTAS);
+    let t = turn.clone();
+    let server = SseServer::start(move |req, _| {
+        if req.is("POST", "/query") {
+            // Every event up to `response.completed`, then a clean close
+            // without the final Query frame.
+            let events: String = t
+                .frames
+                .iter()
+                .filter(|(id, _)| id.is_some())
+                .map(|(_, f)| f.as_str())
+                .collect();
+            Reply::sse(vec![Step::Write(events.into_bytes())])
+        } else if req.method == "GET" && req.path == t.events_path() {
+            Reply::json(404, &[], &serde_json::json!({"message": "expired"}))
+        } else if req.is("GET", "/queries/q_e9") {
+            stored(&t, "in_progress", "Travel is")
+        } else {
+            Reply::json(404, &[], &serde_json::json!({"message": "no route"}))
+        }
+    })
+    .await;
+    let config = fast_resume().recovery_wait(Duration::from_secs(1));
+    let started = Instant::now();
+    let mut live = stream(&server, config).await;
+    let result = tokio::time::timeout(Duration::from_secs(20), async {
+        let _ = drain(&mut live).await;
+        live.finish().await
+    })
+    .await
+    .expect("the turn is bounded by its own recovery wait");
+    let error = result.expect_err("a stored turn that never ends is an error");
+    assert!(error.is_timeout(), "{error:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(server.count("GET", "/queries/q_e9") >= 2);
+}

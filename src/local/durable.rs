@@ -149,4 +149,31 @@ mod tests {
         created.unwrap();
         assert!(exists);
     }
+
+    /// Catches a creator that loses a race taking `AlreadyExists` for an
+    /// error (the guard replaced by `false`, or `==` by `!=`): threads
+    /// released together all create the same new directories, and each
+    /// must succeed.
+    #[test]
+    fn creators_racing_for_the_same_directory_all_succeed() {
+        let dir = scratch("race");
+        for round in 0..20 {
+            let target = dir.join(format!("{round}/a/b"));
+            let start = std::sync::Arc::new(std::sync::Barrier::new(6));
+            let creators: Vec<_> = (0..6)
+                .map(|_| {
+                    let (target, start) = (target.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        create_dir_all(&target)
+                    })
+                })
+                .collect();
+            for creator in creators {
+                creator.join().unwrap().unwrap();
+            }
+            assert!(target.is_dir());
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -725,4 +725,81 @@ mod tests {
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// Holds the state database's write lock from another connection until
+    /// the returned sender fires (or is dropped).
+    fn block_writes(dir: &Path) -> std::sync::mpsc::Sender<()> {
+        let blocker = rusqlite::Connection::open(dir.join(db::DB_FILE)).unwrap();
+        blocker.busy_timeout(Duration::from_secs(10)).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let _ = released.recv();
+            blocker.execute_batch("COMMIT").unwrap();
+        });
+        release
+    }
+
+    fn new_context(store: &Store, slug: &str) -> String {
+        let req: types::CreateContextRequest =
+            serde_json::from_value(serde_json::json!({"slug": slug, "name": slug})).unwrap();
+        store.lock().create_context(req).unwrap().id
+    }
+
+    fn context_on_disk(dir: &Path, id: &str) -> bool {
+        rusqlite::Connection::open(dir.join(db::DB_FILE))
+            .unwrap()
+            .query_row("SELECT count(*) FROM contexts WHERE id = ?1", [id], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap()
+            == 1
+    }
+
+    /// Catches a persistent store acknowledging without waiting (`!`
+    /// deleted in `wait_saved`) and a `changed_then` callback run at once
+    /// instead of after the commit (its guard replaced by `false`).
+    #[tokio::test]
+    async fn a_persistent_store_acknowledges_only_after_the_commit() {
+        let dir = scratch_dir("ack");
+        let store = Store::open(&dir, limits()).unwrap();
+        assert!(store.is_persistent());
+        let release = block_writes(&dir);
+        new_context(&store, "a");
+        let flushed = tokio::time::timeout(Duration::from_millis(300), store.flush()).await;
+        assert!(
+            flushed.is_err(),
+            "flush answered while its commit was held up"
+        );
+        new_context(&store, "b");
+        let (tx, rx) = std::sync::mpsc::channel();
+        store.changed_then(move |ok| {
+            let _ = tx.send(ok);
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "the callback ran before the commit"
+        );
+        release.send(()).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(true));
+        store.flush().await.unwrap();
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Catches `Store::close` doing nothing: a change recorded and never
+    /// flushed is on disk once `close` returns.
+    #[test]
+    fn closing_writes_what_is_pending() {
+        let dir = scratch_dir("close");
+        let store = Store::open(&dir, limits()).unwrap();
+        let id = new_context(&store, "pending");
+        store.close();
+        assert!(
+            context_on_disk(&dir, &id),
+            "closed without writing the change"
+        );
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -184,3 +184,35 @@ async fn every_failed_batch_stays_reported_lost() {
     db.close();
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Catches the writer committing one send at a time (`batch.len() <
+/// MAX_BATCH` as `==` or `>`): what waits while a commit is held up is
+/// committed in one transaction, so when the callback of the first waiting
+/// send runs, the send after it is already on disk.
+#[test]
+fn sends_that_wait_are_committed_together() {
+    let dir = scratch("batch");
+    let path = dir.join(DB_FILE);
+    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    let release = block_writes(&path);
+    // The writer takes the first send and waits for the lock.
+    let first = db.send([put("first")]);
+    let (tx, rx) = mpsc::channel();
+    let check = path.clone();
+    db.send([
+        put("second"),
+        Op::Then(Box::new(move |ok| {
+            let _ = tx.send((ok, on_disk(&check, "third")));
+        })),
+    ]);
+    let third = db.send([put("third")]);
+    release.send(()).unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(30)),
+        Ok((true, true)),
+        "the send after the callback's was not in its transaction"
+    );
+    assert!(first < third && db.saved() >= third);
+    db.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}
