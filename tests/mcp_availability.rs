@@ -151,6 +151,50 @@ async fn silent_sockets_and_idle_h2c_connections_up_to_the_cap_are_closed() {
     assert!(took < Duration::from_secs(3), "{took:?}");
 }
 
+/// A connection's idle timer runs only while no request is in flight: a
+/// call slower than the idle timeout is answered, and a keep-alive
+/// connection left idle after its request is then closed.
+#[tokio::test]
+async fn a_call_longer_than_the_idle_timeout_is_answered_and_idle_keep_alives_are_closed() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    let slow = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/contexts"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!([]))
+                .set_delay(Duration::from_millis(1500)),
+        )
+        .mount(&slow)
+        .await;
+    let options = HttpOptions::default().idle_timeout(Duration::from_millis(300));
+    let served = serve(nexus(&slow.uri()), options).await;
+
+    let mut caller = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", HONEST_KEY);
+    caller.initialize().await;
+    let started = std::time::Instant::now();
+    let result = caller.call("list_contexts", json!({})).await;
+    assert_eq!(result["isError"], false, "{result}");
+    assert!(started.elapsed() >= Duration::from_millis(1400));
+
+    // One request on a keep-alive connection, then silence: closed after
+    // the idle timeout (300 ms) and the close grace, not kept.
+    let mut socket = TcpStream::connect(served.addr).await.unwrap();
+    socket
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    socket.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    assert!(
+        closed_within(&mut socket, Duration::from_secs(5)).await,
+        "an idle keep-alive connection stayed open"
+    );
+}
+
 #[tokio::test]
 async fn keyless_and_single_key_session_floods_leave_room_for_others() {
     let nexus_fake = fake_nexus(0).await;

@@ -14,7 +14,7 @@ use http::StatusCode;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -76,11 +76,15 @@ pub(super) fn spawn_acceptor(
 
 /// What one connection is doing: whether a request head has come, how
 /// many requests are in flight, and since when none is.
+///
+/// Requests only record what they do; nothing wakes the connection's task.
+/// Its one timer is re-armed lazily when it fires (as the event stream's
+/// idle timer is), so a request costs two atomic updates, not a timer
+/// reset and two extra polls of the connection.
 struct Activity {
     seen: AtomicBool,
     busy: AtomicUsize,
     idle_since: Mutex<Instant>,
-    changed: Notify,
 }
 
 impl Activity {
@@ -89,7 +93,6 @@ impl Activity {
             seen: AtomicBool::new(false),
             busy: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
-            changed: Notify::new(),
         }
     }
 
@@ -98,7 +101,6 @@ impl Activity {
     fn start(self: &Arc<Self>) -> Busy {
         self.seen.store(true, Ordering::Release);
         self.busy.fetch_add(1, Ordering::AcqRel);
-        self.changed.notify_one();
         Busy(Arc::clone(self))
     }
 
@@ -121,7 +123,6 @@ impl Drop for Busy {
                 .idle_since
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
-            self.0.changed.notify_one();
         }
     }
 }
@@ -229,55 +230,65 @@ impl Acceptor {
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(service));
         tokio::pin!(connection);
-        let mut closing: Option<Instant> = None;
+        // Checked each time the timer fires: before the first request head,
+        // the header deadline; while requests run, another idle period from
+        // now; once idle, the idle deadline of the last request. It first
+        // fires at the earlier of the header and idle deadlines, so a
+        // connection that goes idle after its first request is closed on
+        // time.
+        let header_deadline = crate::mcp::instant_after(opened, self.header_read_timeout);
+        let timer = tokio::time::sleep_until(
+            header_deadline.min(crate::mcp::instant_after(opened, self.idle_timeout)),
+        );
+        tokio::pin!(timer);
+        let stopped = stop.cancelled();
+        tokio::pin!(stopped);
+        let killed = kill.cancelled();
+        tokio::pin!(killed);
+        let mut closing = false;
         let mut stopping = false;
         loop {
-            let deadline = if let Some(cut) = closing {
-                Some(cut)
-            } else if !activity.seen.load(Ordering::Acquire) {
-                Some(crate::mcp::instant_after(opened, self.header_read_timeout))
-            } else if activity.busy.load(Ordering::Acquire) == 0 {
-                Some(crate::mcp::instant_after(
-                    activity.idle_since(),
-                    self.idle_timeout,
-                ))
-            } else {
-                None
-            };
-            let wait = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
+                biased;
                 result = connection.as_mut() => {
                     if let Err(e) = result {
                         log_connection_end(&*e, peer);
                     }
                     break;
                 }
-                () = activity.changed.notified() => {}
-                () = wait => {
-                    if closing.is_some() {
+                () = &mut timer => {
+                    if closing {
                         break;
                     }
+                    let now = Instant::now();
                     if !activity.seen.load(Ordering::Acquire) {
+                        if now < header_deadline {
+                            timer.as_mut().reset(header_deadline);
+                            continue;
+                        }
                         // Nothing earned yet: cut at once, whatever the protocol.
                         self.refusals.refuse_silent(peer);
                         break;
                     }
-                    if activity.busy.load(Ordering::Acquire) == 0 {
+                    let next = if activity.busy.load(Ordering::Acquire) > 0 {
+                        crate::mcp::instant_after(now, self.idle_timeout)
+                    } else {
+                        crate::mcp::instant_after(activity.idle_since(), self.idle_timeout)
+                    };
+                    if next > now {
+                        timer.as_mut().reset(next);
+                    } else {
                         tracing::debug!(%peer, "idle connection closed");
                         connection.as_mut().graceful_shutdown();
-                        closing = Some(crate::mcp::instant_after(Instant::now(), CLOSE_GRACE));
+                        closing = true;
+                        timer.as_mut().reset(crate::mcp::instant_after(now, CLOSE_GRACE));
                     }
                 }
-                () = stop.cancelled(), if !stopping => {
+                () = &mut stopped, if !stopping => {
                     stopping = true;
                     connection.as_mut().graceful_shutdown();
                 }
-                () = kill.cancelled() => break,
+                () = &mut killed => break,
             }
         }
         gauge.dec();
