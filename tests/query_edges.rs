@@ -777,3 +777,37 @@ async fn the_recovery_wait_is_the_turns_own() {
     );
     assert!(server.count("GET", "/queries/q_e9") >= 2);
 }
+
+/// Catches a jump in the ids that does not resume at once
+/// (`reconnect_now` doing nothing): after the jump the server keeps the
+/// connection open and silent, so only an immediate resume from the last
+/// delivered event finishes the turn in time.
+#[tokio::test]
+async fn a_jump_on_a_connection_that_stays_open_is_resumed_at_once() {
+    let turn = Turn::completed("q_ea", "s_ea", DELTAS);
+    let t = turn.clone();
+    let server = SseServer::start(move |req, _| {
+        if req.is("POST", "/query") {
+            // Events 1 to 3, then 5 (4 is missing), then silence.
+            let body = format!("{}{}", frames(&t, 1, 3), frames(&t, 5, 5));
+            Reply::sse(vec![Step::Write(body.into_bytes()), Step::AwaitClose])
+        } else if req.method == "GET" && req.path == t.events_path() {
+            // The replay starts at the event named by `Last-Event-ID`.
+            let from = last_event_id(req).unwrap_or(1);
+            Reply::sse(vec![Step::Write(
+                frames(&t, from, t.events() as u64).into_bytes(),
+            )])
+        } else {
+            Reply::json(404, &[], &serde_json::json!({"message": "no route"}))
+        }
+    })
+    .await;
+    let config = fast_resume().idle_timeout(Some(Duration::from_secs(60)));
+    let mut live = stream(&server, config).await;
+    let (events, error) = tokio::time::timeout(Duration::from_secs(15), drain(&mut live))
+        .await
+        .expect("the jump is resumed at once, not after the connection goes idle");
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text(&events), turn.answer);
+    assert_eq!(server.last_event_ids(), vec![Some("3".to_owned())]);
+}
