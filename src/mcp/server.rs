@@ -301,10 +301,10 @@ impl ServerHandler for NexusMcp {
     ) -> Result<ListToolsResult, ErrorData> {
         let mut tools = Vec::new();
         if let Some(nexus) = &self.nexus {
-            tools.extend(tools_of(nexus, &context).await?);
+            tools.extend(Box::pin(tools_of(nexus, &context)).await?);
         }
         if let Some(pinecone) = &self.pinecone {
-            tools.extend(tools_of(pinecone, &context).await?);
+            tools.extend(Box::pin(tools_of(pinecone, &context)).await?);
         }
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -314,7 +314,10 @@ impl ServerHandler for NexusMcp {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        catalog::list_resources(self.families(), request, &context).await
+        // Boxed, as every handler that calls upstream: rmcp's request future
+        // is as large as its largest handler's, and it is moved into a
+        // spawned task for every request, tool calls included.
+        Box::pin(catalog::list_resources(self.families(), request, &context)).await
     }
 
     async fn list_resource_templates(
@@ -438,7 +441,7 @@ impl ServerHandler for NexusMcp {
         };
         let mut notes = logging::notes_for(tool.name(), &response, took, slow);
         notes.extend(logging::retried(tool.name(), family, retries));
-        logging::send(notes, &self.log_level, &notify).await;
+        Box::pin(logging::send(notes, &self.log_level, &notify)).await;
         if let Some(owner) = owner
             && let Some(task) = tasks::task_for(&self.tasks, owner, &response)
         {
