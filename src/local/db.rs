@@ -762,4 +762,4 @@ pub(crate) fn create_with(path: &Path, ops: Vec<Op>) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

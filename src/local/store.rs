@@ -726,18 +726,10 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// Holds the state database's write lock from another connection until
-    /// the returned sender fires (or is dropped).
+    /// Holds the state database's write lock until the returned sender
+    /// fires (or is dropped).
     fn block_writes(dir: &Path) -> std::sync::mpsc::Sender<()> {
-        let blocker = rusqlite::Connection::open(dir.join(db::DB_FILE)).unwrap();
-        blocker.busy_timeout(Duration::from_secs(10)).unwrap();
-        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        std::thread::spawn(move || {
-            let _ = released.recv();
-            blocker.execute_batch("COMMIT").unwrap();
-        });
-        release
+        db::tests::block_writes(&dir.join(db::DB_FILE))
     }
 
     fn new_context(store: &Store, slug: &str) -> String {
@@ -747,13 +739,7 @@ mod tests {
     }
 
     fn context_on_disk(dir: &Path, id: &str) -> bool {
-        rusqlite::Connection::open(dir.join(db::DB_FILE))
-            .unwrap()
-            .query_row("SELECT count(*) FROM contexts WHERE id = ?1", [id], |r| {
-                r.get::<_, i64>(0)
-            })
-            .unwrap()
-            == 1
+        db::tests::on_disk(&dir.join(db::DB_FILE), id)
     }
 
     /// Catches a persistent store acknowledging without waiting (`!`

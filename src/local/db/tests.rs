@@ -87,7 +87,7 @@ async fn nothing_is_acknowledged_before_its_commit() {
 }
 
 /// Whether context `id` is on disk, read through a new connection.
-fn on_disk(path: &Path, id: &str) -> bool {
+pub(crate) fn on_disk(path: &Path, id: &str) -> bool {
     connect(path, Durability::Full)
         .unwrap()
         .query_row("SELECT count(*) FROM contexts WHERE id = ?1", [id], |r| {
@@ -99,7 +99,7 @@ fn on_disk(path: &Path, id: &str) -> bool {
 
 /// Holds the database's write lock from another connection until
 /// `release` fires, so the writer's commit waits (busy timeout).
-fn block_writes(path: &Path) -> mpsc::Sender<()> {
+pub(crate) fn block_writes(path: &Path) -> mpsc::Sender<()> {
     let blocker = connect(path, Durability::Full).unwrap();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let (release, released) = mpsc::channel::<()>();
