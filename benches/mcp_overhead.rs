@@ -26,9 +26,10 @@
 //!   API (`http_hop_min` likewise).
 //!
 //! Besides criterion's report, it prints p50/p99 per row from rounds that
-//! call every path once in turn (`MCP_OVERHEAD_ROUNDS`, default 3000), so
-//! that drift in the machine's speed hits every row alike, and each row's
-//! p50/p99 overhead over `sdk_direct`.
+//! call every path once, in a new shuffled order each round
+//! (`MCP_OVERHEAD_ROUNDS`, default 3000), so that drift in the machine's
+//! speed and the warmth a call leaves behind hit every row alike, and each
+//! row's p50/p99 overhead over `sdk_direct`.
 //!
 //! With `MCP_OVERHEAD_BASELINE_BIN=/path/to/another/nexus-mcp` (an older
 //! build, say), that binary's HTTP rows (`http_sessions_baseline`,
@@ -500,14 +501,15 @@ fn main() {
             guards.push(path.lock().await);
         }
         let mut times = vec![Vec::with_capacity(rounds); guards.len()];
-        for round in 0..rounds {
-            // Every other round runs the paths in reverse, so that no row
-            // always follows the same one.
-            let mut order: Vec<usize> = (0..guards.len()).collect();
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            for i in order {
+        let mut order: Vec<usize> = (0..guards.len()).collect();
+        let mut shuffle = Shuffle(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..rounds {
+            // A fresh order every round: a call right after another call
+            // to the same process finds it on a CPU with warm caches, so
+            // a fixed order (or a fixed order and its reverse, where the
+            // last row follows itself) favours some rows over others.
+            shuffle.order(&mut order);
+            for &i in &order {
                 let start = Instant::now();
                 guards[i].call().await;
                 times[i].push(start.elapsed());
@@ -586,6 +588,26 @@ fn main() {
     }
     drop(paths);
     drop(children);
+}
+
+/// A seeded Fisher-Yates shuffle (splitmix64): the same orders every run.
+struct Shuffle(u64);
+
+impl Shuffle {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn order(&mut self, order: &mut [usize]) {
+        for i in (1..order.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            order.swap(i, j);
+        }
+    }
 }
 
 /// Blocks of consecutive rounds whose differences give the spread.

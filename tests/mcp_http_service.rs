@@ -362,6 +362,51 @@ async fn a_response_stream_ends_at_the_request_deadline() {
 }
 
 #[tokio::test]
+async fn a_call_without_an_answer_by_the_request_deadline_gets_408_and_is_counted() {
+    use wiremock::matchers::{method, path};
+    let nexus_fake = wiremock::MockServer::start().await;
+    wiremock::Mock::given(method("GET"))
+        .and(path("/api/contexts"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_json(json!({"data": []}))
+                .set_delay(Duration::from_secs(10)),
+        )
+        .mount(&nexus_fake)
+        .await;
+    let options = HttpOptions::default()
+        .stateless(true)
+        .request_timeout(Duration::from_millis(300));
+    let served = serve(
+        nexus(&format!("{}/api", nexus_fake.uri()), caller_keys(true)),
+        options,
+    )
+    .await;
+    let mut mcp = HttpMcp::new(&served.url);
+    let started = tokio::time::Instant::now();
+    let message = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "list_contexts", "arguments": {}}
+    });
+    let answer = mcp.post(&message).await;
+    let waited = started.elapsed();
+    assert_eq!(answer.status, 408, "{answer:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    // Answered by the guard, so logged and counted like any other answer.
+    let metrics_url = served.url.replace(http::MCP_PATH, http::METRICS_PATH);
+    let text = reqwest::get(&metrics_url)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("nexus_mcp_http_requests_total{method=\"POST\",status=\"408\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn requests_past_the_concurrency_limit_are_refused_with_503() {
     use wiremock::matchers::{method, path};
     let nexus_fake = wiremock::MockServer::start().await;

@@ -151,8 +151,8 @@ pub(crate) fn call_key(policy: KeyPolicy, extensions: &Extensions) -> Result<Cal
     };
     let key = match extensions.get::<http::request::Parts>() {
         // Read by the transport already, or (a server run without it) here.
-        Some(parts) => match parts.extensions.get::<CallerKey>() {
-            Some(key) => Ok(Some(key.clone())),
+        Some(parts) => match parts.extensions.get::<Identified>() {
+            Some(identified) => Ok(identified.key.clone()),
             None => key_from_headers(&parts.headers).map(|key| key.map(CallerKey::new)),
         },
         None => Ok(None),
@@ -357,11 +357,20 @@ impl std::fmt::Display for RequestId {
 }
 
 /// What the HTTP transport tells the tools' log lines about a request:
-/// its id and its caller's tag (set as a request extension).
+/// its id and its caller's tag.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LogIdentity {
     pub(crate) request_id: RequestId,
     pub(crate) caller: CallerTag,
+}
+
+/// What the HTTP transport worked out about a request once, for the tools:
+/// its caller's key (when sent) and its [`LogIdentity`]. One request
+/// extension, as rmcp copies a request's extensions for each handler.
+#[derive(Debug, Clone)]
+pub(crate) struct Identified {
+    pub(crate) key: Option<CallerKey>,
+    pub(crate) log: LogIdentity,
 }
 
 impl KeyPolicy {
@@ -388,8 +397,8 @@ pub(crate) fn log_identity(extensions: &Extensions) -> LogIdentity {
     };
     parts
         .extensions
-        .get::<LogIdentity>()
-        .copied()
+        .get::<Identified>()
+        .map(|identified| identified.log)
         .unwrap_or(LogIdentity {
             request_id: RequestId(None),
             caller: CallerTag::Unknown,

@@ -76,7 +76,7 @@ impl SessionLevel {
 
     /// The minimum rank for one request: its `_meta` level, else the
     /// session's, else [`DEFAULT_LEVEL`].
-    fn minimum(&self, ctx: &RequestContext<RoleServer>) -> u8 {
+    pub(crate) fn minimum(&self, ctx: &RequestContext<RoleServer>) -> u8 {
         if let Some(level) = ctx.meta.log_level() {
             return rank(level);
         }
@@ -184,11 +184,11 @@ fn degradation(tool: &str, experimental: &Value) -> Option<Note> {
     })
 }
 
-/// Sends `notes` at or above the request's minimum level to its client.
-pub(crate) async fn send(notes: Vec<Note>, level: &SessionLevel, ctx: &RequestContext<RoleServer>) {
-    let minimum = level.minimum(ctx);
+/// Sends `notes` at or above `minimum` (a request's
+/// [`SessionLevel::minimum`]) to the client behind `peer`.
+pub(crate) async fn send(notes: Vec<Note>, minimum: u8, peer: &Peer<RoleServer>) {
     for note in notes.into_iter().filter(|n| rank(n.level) >= minimum) {
-        send_one(&ctx.peer, note).await;
+        send_one(peer, note).await;
     }
 }
 

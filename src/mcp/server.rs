@@ -5,7 +5,7 @@
 //! `tools/call` to the family that owns the tool's name.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -63,6 +63,9 @@ pub struct NexusMcp {
     slow_call: Duration,
     /// The `query_context` tasks of every caller.
     tasks: Arc<TaskStore>,
+    /// What `get_info` answers, worked out once for these families: rmcp
+    /// asks for it on every stateless request.
+    info: Arc<OnceLock<ServerConfig>>,
 }
 
 impl Default for NexusMcp {
@@ -75,6 +78,7 @@ impl Default for NexusMcp {
             log_level: SessionLevel::fresh(),
             slow_call: DEFAULT_SLOW_CALL,
             tasks: Arc::new(TaskStore::new(TaskLimits::default())),
+            info: Arc::default(),
         }
     }
 }
@@ -110,12 +114,14 @@ impl NexusMcp {
     /// Serves the Nexus tools.
     pub fn with_nexus(mut self, nexus: NexusServer) -> Self {
         self.nexus = Some(Arc::new(nexus));
+        self.info = Arc::default();
         self
     }
 
     /// Serves the Pinecone retrieval tools.
     pub fn with_pinecone(mut self, pinecone: PineconeServer) -> Self {
         self.pinecone = Some(Arc::new(pinecone));
+        self.info = Arc::default();
         self
     }
 
@@ -191,6 +197,24 @@ impl NexusMcp {
         }
     }
 
+    /// The capabilities, server info and instructions of these families.
+    #[allow(deprecated)] // logging: see `logging`
+    fn server_config(&self) -> ServerConfig {
+        let builder = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_tools();
+        // Tasks are `query_context` turns: offered with the Nexus tools.
+        let mut capabilities = if self.nexus.is_some() {
+            builder.enable_tasks().build()
+        } else {
+            builder.build()
+        };
+        catalog::declare(self.families(), &mut capabilities);
+        ServerConfig::new(capabilities)
+            .with_server_info(implementation())
+            .with_instructions(self.instructions())
+    }
+
     /// The instructions: the Nexus flow, then each other family's own.
     fn instructions(&self) -> String {
         let mut text = String::new();
@@ -237,21 +261,8 @@ async fn tools_of<H: ServerHandler>(
 }
 
 impl ServerHandler for NexusMcp {
-    #[allow(deprecated)] // logging: see `logging`
     fn get_info(&self) -> ServerConfig {
-        let builder = ServerCapabilities::builder()
-            .enable_logging()
-            .enable_tools();
-        // Tasks are `query_context` turns: offered with the Nexus tools.
-        let mut capabilities = if self.nexus.is_some() {
-            builder.enable_tasks().build()
-        } else {
-            builder.build()
-        };
-        catalog::declare(self.families(), &mut capabilities);
-        ServerConfig::new(capabilities)
-            .with_server_info(implementation())
-            .with_instructions(self.instructions())
+        self.info.get_or_init(|| self.server_config()).clone()
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -377,7 +388,21 @@ impl ServerHandler for NexusMcp {
             .or_else(|| self.pinecone.as_ref().and_then(|p| p.get_tool(name)))
     }
 
-    async fn call_tool(
+    fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + Send + '_ {
+        // Boxed: rmcp moves the future of each request several times before
+        // it runs (into its instrumented, spawned task) and that future is
+        // as large as the largest handler's; a pointer moves cheaply.
+        Box::pin(self.accounted_call(request, context))
+    }
+}
+
+impl NexusMcp {
+    /// A tool call with its metrics, access-log line and log notes.
+    async fn accounted_call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -408,12 +433,11 @@ impl ServerHandler for NexusMcp {
             .and_then(|a| a.get("wait_seconds"))
             .and_then(serde_json::Value::as_f64)
             .is_some_and(|w| w > 0.0);
-        let notify = context.clone();
-        // Boxed: rmcp moves the future of this call several times before it
-        // runs (into its instrumented, spawned task), and a pointer moves
-        // cheaply where the families' futures, kilobytes each, do not.
-        let ((family, result), retries) =
-            counting_retries(Box::pin(self.route_call(request, context))).await;
+        // What the log notes need of the request, rather than a clone of
+        // its whole context (headers, extensions and all).
+        let minimum = self.log_level.minimum(&context);
+        let peer = context.peer.clone();
+        let ((family, result), retries) = counting_retries(self.route_call(request, context)).await;
         let outcome = outcome(&result);
         let took = start.elapsed();
         let seconds = took.as_secs_f64();
@@ -441,7 +465,9 @@ impl ServerHandler for NexusMcp {
         };
         let mut notes = logging::notes_for(tool.name(), &response, took, slow);
         notes.extend(logging::retried(tool.name(), family, retries));
-        Box::pin(logging::send(notes, &self.log_level, &notify)).await;
+        if !notes.is_empty() {
+            Box::pin(logging::send(notes, minimum, &peer)).await;
+        }
         if let Some(owner) = owner
             && let Some(task) = tasks::task_for(&self.tasks, owner, &response)
         {

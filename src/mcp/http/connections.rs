@@ -227,8 +227,8 @@ impl Acceptor {
             .load_shed()
             .concurrency_limit(self.per_connection)
             .service(service);
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(service));
+        let connection =
+            builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
         tokio::pin!(connection);
         // Checked each time the timer fires: before the first request head,
         // the header deadline; while requests run, another idle period from

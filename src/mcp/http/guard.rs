@@ -14,11 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
-use axum::middleware::Next;
+use axum::extract::{ConnectInfo, Request};
+use axum::response::IntoResponse;
 use axum::response::Response;
+use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -28,11 +31,12 @@ use super::options::MAX_REQUEST_BODY_BYTES;
 use super::refusals::{Reason, Refusals};
 use super::sessions::{Full, Sessions};
 use crate::mcp::caller::{
-    CallerKey, CallerTag, LogIdentity, REQUEST_ID_HEADER, RequestId, key_digest, key_from_headers,
-    tag_of,
+    CallerKey, CallerTag, Identified, LogIdentity, REQUEST_ID_HEADER, RequestId, key_digest,
+    key_from_headers, tag_of,
 };
 use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
 use crate::mcp::metrics::{HttpMethod, Metrics};
+use crate::mcp::server::NexusMcp;
 
 /// What the request guard checks against.
 #[derive(Debug)]
@@ -49,6 +53,51 @@ pub(super) struct Guard {
     /// Stateless requests running, by caller and JSON-RPC id, so that a
     /// `notifications/cancelled` from the same caller can stop them.
     pub(super) running: Mutex<HashMap<(CallerId, String), CancellationToken>>,
+    /// The MCP service a request reaches once admitted.
+    pub(super) mcp: McpService,
+}
+
+/// rmcp's Streamable HTTP service behind an `Arc`: rmcp's service clones
+/// itself (its whole configuration, host and origin lists included) in
+/// each `call`, where this calls it by reference.
+#[derive(Clone)]
+pub(super) struct McpService(pub(super) Arc<StreamableHttpService<NexusMcp, LocalSessionManager>>);
+
+impl std::fmt::Debug for McpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpService").finish_non_exhaustive()
+    }
+}
+
+impl McpService {
+    async fn run(&self, request: Request) -> Response {
+        // Boxed: rmcp's future is kilobytes, and the guard's own future
+        // (moved into its box per request) should not carry it inline.
+        Box::pin(self.0.handle(request)).await.into_response()
+    }
+}
+
+/// [`check_request`] as the service at the MCP path: one boxed future per
+/// request, where a middleware layer and a timeout layer each clone and
+/// box their inner services again.
+#[derive(Clone, Debug)]
+pub(super) struct Guarded(pub(super) Arc<Guard>);
+
+impl tower::Service<Request> for Guarded {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        Box::pin(check_request(Arc::clone(&self.0), request).map(Ok))
+    }
 }
 
 /// The request id header's name, parsed once.
@@ -132,7 +181,6 @@ impl Guard {
         self: &Arc<Self>,
         mut request: Request,
         request_id: RequestId,
-        next: Next,
         peer: Option<SocketAddr>,
         method: &Method,
         deadline: Instant,
@@ -157,16 +205,15 @@ impl Guard {
             Some(_) => key.as_ref().map(key_digest),
             None => None,
         };
-        let hash = key.map(|key| {
-            let key = CallerKey::new(key);
-            let hash = key.hash;
-            request.extensions_mut().insert(key);
-            hash
-        });
+        let key = key.map(CallerKey::new);
+        let hash = key.as_ref().map(|key| key.hash);
         let tag = hash.map_or(CallerTag::Keyless, tag_of);
-        request.extensions_mut().insert(LogIdentity {
-            request_id,
-            caller: tag,
+        request.extensions_mut().insert(Identified {
+            key,
+            log: LogIdentity {
+                request_id,
+                caller: tag,
+            },
         });
         let caller = match hash {
             Some(hash) => CallerId::Key(hash),
@@ -265,7 +312,7 @@ impl Guard {
                     return (self.not_found(peer, method), tag);
                 };
                 let json_first = post && prefers_json(request.headers());
-                let response = next.run(request).await;
+                let response = self.mcp.run(request).await;
                 if response.status() == StatusCode::NOT_FOUND {
                     sessions.remove(&id);
                     return (self.not_found(peer, method), tag);
@@ -316,7 +363,7 @@ impl Guard {
                         return (response, tag);
                     }
                 };
-                let response = next.run(request).await;
+                let response = self.mcp.run(request).await;
                 if let Some(id) = response
                     .headers()
                     .get(HEADER_SESSION_ID)
@@ -328,7 +375,7 @@ impl Guard {
             }
             (None, _) if matches!(message, Some(Message::Request(Some(_)))) => {
                 let Some(Message::Request(Some(id))) = message else {
-                    return (next.run(request).await, tag);
+                    return (self.mcp.run(request).await, tag);
                 };
                 let token = CancellationToken::new();
                 let key = (caller, id.clone());
@@ -338,14 +385,14 @@ impl Guard {
                     key,
                 };
                 let response = tokio::select! {
-                    response = next.run(request) => response,
+                    response = self.mcp.run(request) => response,
                     () = token.cancelled() => cancelled_response(&id),
                 };
                 let response = cut_when_cancelled(response, token);
                 hold_until_end(response, (slot, running))
             }
             _ => {
-                let response = next.run(request).await;
+                let response = self.mcp.run(request).await;
                 if post {
                     hold_until_end(response, slot)
                 } else {
@@ -373,13 +420,10 @@ fn cut_when_cancelled(response: Response, token: CancellationToken) -> Response 
     Response::from_parts(parts, body)
 }
 
-/// Checks a request (see the module docs), bounds SSE responses by the
-/// request deadline, and logs one access line.
-pub(super) async fn check_request(
-    State(guard): State<Arc<Guard>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// Checks a request (see the module docs), answers 408 when it has no
+/// response head by the request deadline, bounds SSE responses by that
+/// deadline, and logs one access line.
+async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
     let start = Instant::now();
     let deadline = crate::mcp::instant_after(start, guard.request_timeout);
     let peer = request
@@ -388,9 +432,14 @@ pub(super) async fn check_request(
         .map(|c| c.0);
     let method = request.method().clone();
     let id = request_id();
-    let (response, caller) = guard
-        .handle(request, id, next, peer, &method, deadline)
-        .await;
+    let handled =
+        tokio::time::timeout_at(deadline, guard.handle(request, id, peer, &method, deadline)).await;
+    let (response, caller) = handled.unwrap_or_else(|_| {
+        (
+            StatusCode::REQUEST_TIMEOUT.into_response(),
+            CallerTag::Unknown,
+        )
+    });
     let status = response.status();
     let elapsed = start.elapsed();
     let label = method_label(&method);

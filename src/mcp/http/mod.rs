@@ -1,5 +1,5 @@
 //! Streamable HTTP transport: [`NexusMcp`] at `/mcp`, served by hyper-util's
-//! connection loop with tower and tower-http layers.
+//! connection loop, tower's per-connection limits and a request guard.
 //!
 //! Security, as the MCP specification asks of HTTP servers:
 //! - a request whose `Origin` is not allowed is refused with 403 (DNS
@@ -47,18 +47,16 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use http::StatusCode;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tower_http::timeout::TimeoutLayer;
 
 pub use super::caller::{KeyHeaderError, caller_api_key, key_from_headers};
 use super::server::NexusMcp;
 use budget::Budgets;
 use connections::{Acceptor, spawn_acceptor};
-use guard::{Guard, check_request};
+use guard::{Guard, Guarded, McpService};
 pub use ops::{HEALTH_PATH, METRICS_PATH, READY_PATH};
 pub use options::*;
 use options::{LOOPBACK_HOSTS, MAX_REQUEST_BODY_BYTES};
@@ -119,11 +117,11 @@ fn build(
     let metrics = Arc::clone(server.metrics());
     let keyless = server.serves_keyless();
     let upstreams = server.upstreams();
-    let service = StreamableHttpService::new(
+    let mcp = McpService(Arc::new(StreamableHttpService::new(
         move || Ok(server.for_session()),
         Arc::clone(&manager),
         config,
-    );
+    )));
     let budgets = Arc::new(Budgets::new(
         options.max_concurrent_requests,
         options.max_requests_per_caller,
@@ -145,14 +143,9 @@ fn build(
         body_read_timeout: options.body_read_timeout,
         keyless,
         running: Mutex::new(HashMap::new()),
+        mcp,
     });
-    let mcp = axum::Router::new()
-        .route_service(MCP_PATH, service)
-        .layer(axum::middleware::from_fn_with_state(guard, check_request))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            options.request_timeout,
-        ));
+    let mcp = axum::Router::new().route_service(MCP_PATH, Guarded(guard));
     let ops = Arc::new(ops::Ops {
         metrics,
         readiness: ops::Readiness::new(upstreams),
