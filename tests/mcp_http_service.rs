@@ -325,8 +325,8 @@ async fn a_client_that_sends_half_a_request_head_is_cut_after_the_header_timeout
     mcp.initialize().await;
 }
 
-#[tokio::test]
-async fn a_response_stream_ends_at_the_request_deadline() {
+/// A fake Nexus whose context listing answers only after 10 s.
+async fn slow_contexts() -> wiremock::MockServer {
     use wiremock::matchers::{method, path};
     let nexus_fake = wiremock::MockServer::start().await;
     wiremock::Mock::given(method("GET"))
@@ -338,6 +338,12 @@ async fn a_response_stream_ends_at_the_request_deadline() {
         )
         .mount(&nexus_fake)
         .await;
+    nexus_fake
+}
+
+#[tokio::test]
+async fn a_response_stream_ends_at_the_request_deadline() {
+    let nexus_fake = slow_contexts().await;
     let options = HttpOptions::default().request_timeout(Duration::from_millis(500));
     let served = serve(
         nexus(&format!("{}/api", nexus_fake.uri()), caller_keys(true)),
@@ -363,17 +369,7 @@ async fn a_response_stream_ends_at_the_request_deadline() {
 
 #[tokio::test]
 async fn a_call_without_an_answer_by_the_request_deadline_gets_408_and_is_counted() {
-    use wiremock::matchers::{method, path};
-    let nexus_fake = wiremock::MockServer::start().await;
-    wiremock::Mock::given(method("GET"))
-        .and(path("/api/contexts"))
-        .respond_with(
-            wiremock::ResponseTemplate::new(200)
-                .set_body_json(json!({"data": []}))
-                .set_delay(Duration::from_secs(10)),
-        )
-        .mount(&nexus_fake)
-        .await;
+    let nexus_fake = slow_contexts().await;
     let options = HttpOptions::default()
         .stateless(true)
         .request_timeout(Duration::from_millis(300));
