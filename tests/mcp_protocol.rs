@@ -214,6 +214,34 @@ async fn a_slow_call_is_logged_at_notice() {
     assert!(slow.data["duration_ms"].as_u64().unwrap() >= 200);
 }
 
+/// The session's level counts as it is when a call's messages go out: a
+/// `logging/setLevel` sent while a slow call runs applies to that call.
+#[tokio::test]
+async fn a_level_set_during_a_call_applies_to_its_messages() {
+    let fake = PineconeFake::start().await;
+    fake.delay("search:kb", Duration::from_millis(800));
+    let server = NexusMcp::new()
+        .with_pinecone(PineconeServer::new(fake.config()).expect("pinecone server"))
+        .with_slow_call_threshold(Duration::from_millis(200));
+    let recorder = Client::default();
+    let client = connect_with(server, recorder.clone()).await;
+    let peer = client.peer().clone();
+    let call = tokio::spawn(async move { peer.call_tool(degraded_query()).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    client
+        .set_level(SetLevelRequestParams::new(LoggingLevel::Error))
+        .await
+        .expect("setLevel");
+    call.await.expect("the call's task").expect("query");
+    // Messages about a call go out before its result.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let logs = recorder.logs();
+    assert!(
+        logs.iter().all(|l| l.data["event"] != "slow_call"),
+        "a notice after the level was raised to error: {logs:?}"
+    );
+}
+
 #[tokio::test]
 async fn retried_nexus_calls_are_logged_at_notice() {
     use wiremock::matchers::{method, path};

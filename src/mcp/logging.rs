@@ -29,7 +29,6 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{CallToolResponse, LoggingLevel, LoggingMessageNotificationParam};
-use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 
@@ -74,10 +73,10 @@ impl SessionLevel {
         self.0.store(rank(level), Ordering::Relaxed);
     }
 
-    /// The minimum rank for one request: its `_meta` level, else the
-    /// session's, else [`DEFAULT_LEVEL`].
-    pub(crate) fn minimum(&self, ctx: &RequestContext<RoleServer>) -> u8 {
-        if let Some(level) = ctx.meta.log_level() {
+    /// The minimum rank for one request: `requested` (its `_meta` level),
+    /// else the session's as it is now, else [`DEFAULT_LEVEL`].
+    pub(crate) fn minimum(&self, requested: Option<LoggingLevel>) -> u8 {
+        if let Some(level) = requested {
             return rank(level);
         }
         match self.0.load(Ordering::Relaxed) {
@@ -184,8 +183,8 @@ fn degradation(tool: &str, experimental: &Value) -> Option<Note> {
     })
 }
 
-/// Sends `notes` at or above `minimum` (a request's
-/// [`SessionLevel::minimum`]) to the client behind `peer`.
+/// Sends `notes` at or above `minimum` (see [`SessionLevel::minimum`]) to
+/// the client behind `peer`.
 pub(crate) async fn send(notes: Vec<Note>, minimum: u8, peer: &Peer<RoleServer>) {
     for note in notes.into_iter().filter(|n| rank(n.level) >= minimum) {
         send_one(peer, note).await;

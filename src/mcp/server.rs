@@ -433,9 +433,9 @@ impl NexusMcp {
             .and_then(|a| a.get("wait_seconds"))
             .and_then(serde_json::Value::as_f64)
             .is_some_and(|w| w > 0.0);
-        // What the log notes need of the request, rather than a clone of
-        // its whole context (headers, extensions and all).
-        let minimum = self.log_level.minimum(&context);
+        // What the log notes need of the request (its `_meta` level and
+        // its peer), rather than a clone of its whole context.
+        let requested_level = context.meta.log_level();
         let peer = context.peer.clone();
         let ((family, result), retries) = counting_retries(self.route_call(request, context)).await;
         let outcome = outcome(&result);
@@ -466,6 +466,9 @@ impl NexusMcp {
         let mut notes = logging::notes_for(tool.name(), &response, took, slow);
         notes.extend(logging::retried(tool.name(), family, retries));
         if !notes.is_empty() {
+            // The session's level as it is when the notes go out: a
+            // `logging/setLevel` during a long call applies to them.
+            let minimum = self.log_level.minimum(requested_level);
             Box::pin(logging::send(notes, minimum, &peer)).await;
         }
         if let Some(owner) = owner
