@@ -101,3 +101,16 @@ pub use status::{QueryStatus, Rating, TaskStatus};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The guides' code blocks compile as doctests too.
+#[cfg(doctest)]
+mod guide_doctests {
+    #[doc = include_str!("../docs/streaming.md")]
+    struct Streaming;
+    #[doc = include_str!("../docs/production.md")]
+    struct Production;
+    #[doc = include_str!("../docs/configuration.md")]
+    struct Configuration;
+    #[doc = include_str!("../docs/nexus-local.md")]
+    struct NexusLocal;
+}

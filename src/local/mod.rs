@@ -6,8 +6,12 @@
 //! the background, with resumable event logs). Retrieval is lexical (BM25
 //! with tantivy over chunks cut at Markdown headings) and answers are
 //! extractive: sentences quoted from the sources, with citations, attributed
-//! to the model `local-extractive`. Operations it does not provide answer
-//! 501 with the API's error envelope.
+//! to the model `local-extractive`. Every one of the spec's 58 operations
+//! is served; those that stand for hosted machinery (statistics, manifests,
+//! fork, the curation ledger, the explore, profile and optimize workflows,
+//! task files, connectors) are simulated deterministically from the local
+//! state. A path outside the API answers 404, a method a path does not
+//! take 405, both with the API's error envelope.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -19,14 +23,11 @@
 //! std::fs::write(dir.join("tea.md"), "# Tea\n\nGreen tea steeps for two minutes.\n")?;
 //!
 //! let server = LocalNexus::builder().context("kitchen", &dir).start().await?;
-//! let client = server.client()?;
-//! let request: nexus_knowql::types::QueryRequest = serde_json::from_value(serde_json::json!({
-//!     "ask": "How long does green tea steep?",
-//!     "scope": ["kitchen"],
-//! }))?;
-//! let turn = client.api().query(&request).await?.into_inner();
-//! assert!(turn.answer_text().contains("two minutes"));
-//! assert_eq!(turn.model.as_deref(), Some("local-extractive"));
+//! let client: nexus_knowql::Client = server.client()?;
+//! let session = client.session(["kitchen"]).build()?;
+//! let answer = session.ask("How long does green tea steep?").send().await?;
+//! assert!(answer.answer_text().contains("two minutes"));
+//! assert_eq!(answer.model.as_deref(), Some("local-extractive"));
 //! server.shutdown().await;
 //! # std::fs::remove_dir_all(&dir)?;
 //! # Ok(()) }
@@ -41,13 +42,16 @@
 //! nothing that was acknowledged.
 //!
 //! Layout, one way from top to bottom: `routes/` has one file per
-//! resource (auth, contexts, sources, knowledge, tasks, queries, sessions)
-//! and calls the services: `import` (with `expand`, archive expansion),
-//! `curate` and `turn`, the background work. They call the `store`
-//! (records in memory, written row by row), which calls `records`, `paths`,
-//! `migrate` and `db` (the SQLite state database and its single writer
-//! thread). `durable` writes files crash-safely; `guard` is the Host/Origin
-//! rule; `serve` the connection loop.
+//! resource (auth, contexts, context_ops, sources, files, knowledge, tasks,
+//! task_files, queries, sessions, project, connectors) and calls the
+//! services: `import` (with `expand`, archive expansion), `curate`, `turn`
+//! and `workflows` (explore, profile, optimize), the background work, and
+//! `connectors` (the local directory connector). They call the `store`
+//! (records in memory, written row by row), which calls `records`, `ledger`
+//! (what curation recorded), `paths`, `migrate` and `db` (the SQLite state
+//! database and its single writer thread). `durable` writes files
+//! crash-safely; `guard` is the Host/Origin rule; `serve` the connection
+//! loop.
 
 mod answer;
 mod connectors;
