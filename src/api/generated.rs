@@ -5,7 +5,7 @@
 // The empty `ClientHooks` impl progenitor emits is removed; `src/api/mod.rs`
 // provides the crate's own. The constructor `new` is removed and
 // `new_with_client` is crate-private. Formatted with prettyplease, then rustfmt.
-// Regenerate (tests/generated_code.rs): NEXUS_REGENERATE=1 cargo test --test generated_code
+// Regenerate (tests/generated/code.rs): NEXUS_REGENERATE=1 cargo test --test generated
 
 #[allow(unused_imports)]
 pub use progenitor_client::{ByteStream, ClientInfo, Error, ResponseValue};

@@ -24,8 +24,8 @@
     clippy::pedantic
 )]
 
-// Committed generator output; `tests/generated_code.rs` checks it against the
-// spec and rewrites it with `NEXUS_REGENERATE=1 cargo test --test generated_code`.
+// Committed generator output; `tests/generated/code.rs` checks it against the
+// spec and rewrites it with `NEXUS_REGENERATE=1 cargo test --test generated`.
 include!("generated.rs");
 
 use crate::error::Error as SdkError;

@@ -1,5 +1,5 @@
 //! Running the `chat` and `nexus` examples from tests: their binaries (built
-//! on first use, so a targeted `cargo test --test examples_*` never runs a
+//! on first use, so a targeted `cargo test --test examples` never runs a
 //! stale one), commands with a clean environment, and pseudo-terminal
 //! sessions.
 
@@ -10,11 +10,27 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+#[cfg(unix)]
 use rexpect::session::{Options, PtySession};
 
 /// How long one expectation in a pseudo-terminal waits: generous, because a
 /// loaded two-core machine can be slow to start a binary or curate.
+#[cfg(unix)]
 pub(crate) const PTY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A multi-threaded runtime for the servers a test starts beside an example.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The corpus shipped with the examples (`examples/corpus`).
+pub(crate) fn corpus() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus"))
+}
 
 /// The profile directory the tests were built into (`target/debug`).
 fn profile_dir() -> PathBuf {
@@ -140,23 +156,27 @@ pub(crate) fn nexus_ok(base_url: &str, args: &[&str]) -> String {
 
 /// A program running in a pseudo-terminal (stdin, stdout and stderr are the
 /// terminal). Expectations are UTF-8 text; escape codes are stripped from
-/// what the program prints.
+/// what the program prints. Unix only (`rexpect`).
+#[cfg(unix)]
 pub(crate) struct Pty {
     session: PtySession,
 }
 
 /// The pseudo-terminal reader hands out each byte as one `char`: text in
 /// that form, so that non-ASCII expectations match.
+#[cfg(unix)]
 fn as_bytes_text(text: &str) -> String {
     text.bytes().map(char::from).collect()
 }
 
 /// The reverse of [`as_bytes_text`].
+#[cfg(unix)]
 fn from_bytes_text(text: &str) -> String {
     let bytes: Vec<u8> = text.chars().map(|c| c as u32 as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+#[cfg(unix)]
 impl Pty {
     /// Starts a command in a new pseudo-terminal.
     pub(crate) fn spawn(cmd: Command) -> Pty {

@@ -242,3 +242,32 @@ impl Drop for LocalBinary {
         let _ = self.child.wait();
     }
 }
+
+/// A shared HTTP client with a generous timeout, for raw requests.
+pub fn http() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap()
+        })
+        .clone()
+}
+
+/// `GET url`: the status and the JSON body (`null` when not JSON).
+pub async fn get_json(url: &str) -> (u16, serde_json::Value) {
+    let resp = http().get(url).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.json().await.unwrap_or(serde_json::Value::Null);
+    (status, body)
+}
+
+/// `POST url` with a JSON body: the status and the JSON body.
+pub async fn post_json(url: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let resp = http().post(url).json(&body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.json().await.unwrap_or(serde_json::Value::Null);
+    (status, body)
+}

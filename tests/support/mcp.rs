@@ -3,14 +3,17 @@
 //! on reqwest 0.12.
 #![allow(dead_code, unreachable_pub)]
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use nexus_knowql::Client;
-use nexus_knowql::mcp::{NexusMcp, NexusServer};
+use nexus_knowql::mcp::http::{self, HttpOptions};
+use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ProgressNotificationParam};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{body_partial_json, method, path, path_regex};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -377,5 +380,43 @@ impl HttpMcp {
             .await;
         assert_eq!(answer.status, 200, "{answer:?}");
         answer.response(id)["result"].clone()
+    }
+}
+
+/// An in-process Streamable HTTP server on 127.0.0.1; shut down on drop.
+pub struct Served {
+    /// The MCP endpoint (`http://127.0.0.1:PORT/mcp`).
+    pub url: String,
+    /// The listening address.
+    pub addr: SocketAddr,
+    pub shutdown: CancellationToken,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Serves `server` over Streamable HTTP on a free loopback port.
+pub async fn serve(server: NexusMcp, options: HttpOptions) -> Served {
+    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = format!("http://{addr}{}", http::MCP_PATH);
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    tokio::spawn(async move { http::serve(listener, server, &options, token).await });
+    Served {
+        url,
+        addr,
+        shutdown,
+    }
+}
+
+/// Every caller brings its own key; `fallback`: keyless callers get the
+/// configured one.
+pub fn caller_keys(fallback: bool) -> KeyPolicy {
+    KeyPolicy::Caller {
+        fallback_to_configured: fallback,
     }
 }

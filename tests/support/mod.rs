@@ -1,11 +1,14 @@
-//! Support shared by the integration tests. Each test file declares
-//! `mod support;` and uses the parts it needs:
+//! Support shared by the integration tests. Each group's `main.rs` declares
+//! `#[path = "../support/mod.rs"] mod support;` (a standalone `tests/*.rs`
+//! declares `mod support;`) and its modules use the parts they need:
 //!
 //! - `sse_server`: a scripted Nexus that really streams, cuts connections
-//!   and replays events;
-//! - `examples`: runs the example binaries (plainly or in a pseudo-terminal);
+//!   and replays events; `turns`: reading a streamed turn to its end;
+//! - `examples`: runs the example binaries (plainly, or in a pseudo-terminal
+//!   on Unix);
 //! - `openapi` (feature `local`): the Nexus spec's operations and a schema
 //!   checker for the local server's answers;
+//! - `props`: proptest settings (shrunk failures kept beside the source);
 //! - `schema`: checks MCP tool results against their declared schemas;
 //! - `local` (feature `local`): the embedded local Nexus and a corpus;
 //! - `mcp` and `pinecone_fake` (feature `mcp`): an in-process MCP client and
@@ -22,7 +25,9 @@ pub mod mcp;
 pub mod openapi;
 #[cfg(feature = "mcp")]
 pub mod pinecone_fake;
+pub mod props;
 #[cfg(feature = "mcp")]
 pub mod rmcp_http;
 pub mod schema;
 pub mod sse_server;
+pub mod turns;

@@ -1,56 +1,102 @@
 //! The Pinecone client: redaction, retries, redirects, plain http and
-//! namespaces that would change the request path; `check_indexes`.
+//! namespaces that would change the request path.
 
 use std::time::Duration;
 
 use serde_json::json;
 
 use super::{args, env_of};
+use crate::mcp::pinecone::PineconeError;
 use crate::mcp::pinecone::client::PineconeClient;
-use crate::mcp::pinecone::{PineconeError, PineconeServer};
 
-#[tokio::test]
-async fn client_errors_are_redacted_and_4xx_is_not_retried() {
-    let fake = super::pinecone_fake::PineconeFake::start().await;
-    let client = PineconeClient::new(
+/// The API key the client under test sends.
+const KEY: &str = "pcsk_unit_test_key_0123456789abcdefghijklmnopqrstuvwxyz";
+
+/// Requests per route of a [`one_index`] listener.
+#[derive(Clone, Default)]
+struct Counts(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<&'static str, usize>>>);
+
+impl Counts {
+    /// Counts a request on `route`; returns how many it has had.
+    fn hit(&self, route: &'static str) -> usize {
+        let mut counts = self.0.lock().unwrap();
+        let n = counts.entry(route).or_default();
+        *n += 1;
+        *n
+    }
+
+    fn get(&self, route: &str) -> usize {
+        self.0.lock().unwrap().get(route).copied().unwrap_or(0)
+    }
+}
+
+/// A loopback Pinecone with one dense index, `kb`, whose data-plane host is
+/// the same listener: describe-index, describe-index-stats (the first
+/// `failing_stats` answers are 403s that echo the key, as careless upstream
+/// errors do) and records search. (The full fake, for the tools, is in the
+/// integration tests.)
+async fn one_index(failing_stats: usize) -> (String, Counts) {
+    use axum::routing::{get, post};
+    let counts = Counts::default();
+    let own = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (c1, c2, c3, host) = (counts.clone(), counts.clone(), counts.clone(), own.clone());
+    let app = axum::Router::new()
+        .route(
+            "/indexes/kb",
+            get(move || async move {
+                c1.hit("describe_index");
+                let host = format!("{}/idx", host.lock().unwrap());
+                axum::Json(json!({"name": "kb", "host": host, "dimension": 4, "metric": "cosine"}))
+            }),
+        )
+        .route(
+            "/idx/describe_index_stats",
+            post(move |headers: axum::http::HeaderMap| async move {
+                if c2.hit("stats") <= failing_stats {
+                    let key = headers
+                        .get("api-key")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    let body = json!({"code": 7, "message": format!("denied for Api-Key {key}")});
+                    return (axum::http::StatusCode::FORBIDDEN, axum::Json(body));
+                }
+                let body = json!({"dimension": 4, "namespaces": {"ns": {"vectorCount": 1}}});
+                (axum::http::StatusCode::OK, axum::Json(body))
+            }),
+        )
+        .route(
+            "/idx/records/namespaces/{ns}/search",
+            post(move || async move {
+                c3.hit("search");
+                axum::Json(json!({"result": {"hits": []}}))
+            }),
+        );
+    let url = serve(app).await;
+    *own.lock().unwrap() = url.clone();
+    (url, counts)
+}
+
+fn client_of(url: &str) -> PineconeClient {
+    PineconeClient::new(
         reqwest::Client::new(),
-        fake.url.clone(),
-        super::pinecone_fake::KEY_A.to_owned().into(),
+        url.to_owned(),
+        KEY.to_owned().into(),
         Duration::from_secs(5),
-    );
-    fake.fail("stats:kb", 403, 1);
-    let e = client.describe_index_stats("kb").await.unwrap_err();
-    assert_eq!(e.status(), Some(403));
-    let text = format!("{e} {e:?}");
-    assert!(!text.contains(super::pinecone_fake::KEY_A), "{text}");
-    assert_eq!(fake.count("stats:kb"), 1);
-    let stats = client.describe_index_stats("kb").await.unwrap();
-    assert_eq!(stats.dimension, Some(4));
-    assert_eq!(fake.count("describe_index"), 1, "the host is resolved once");
+    )
 }
 
 #[tokio::test]
-async fn check_indexes_probes_dense_and_sparse_indexes() {
-    let fake = super::pinecone_fake::PineconeFake::start().await;
-    let server = PineconeServer::new(fake.config()).unwrap();
-    assert_eq!(
-        server.check_indexes().await.unwrap(),
-        "dense index \"kb\" and sparse index \"kb-sparse\" reachable."
-    );
-    fake.fail("stats:kb-sparse", 404, 1);
-    let errors = server.check_indexes().await.unwrap_err();
-    assert_eq!(errors.len(), 1);
-    assert!(
-        errors[0]
-            .starts_with("Sparse index \"kb-sparse\": describeIndexStats failed with HTTP 404"),
-        "{errors:?}"
-    );
-    assert!(!errors[0].contains(super::pinecone_fake::KEY_A));
-    let multi = PineconeServer::new(fake.multi_config()).unwrap();
-    assert_eq!(
-        multi.check_indexes().await.unwrap(),
-        "all 2 source(s) reachable."
-    );
+async fn client_errors_are_redacted_and_4xx_is_not_retried() {
+    let (url, counts) = one_index(1).await;
+    let client = client_of(&url);
+    let e = client.describe_index_stats("kb").await.unwrap_err();
+    assert_eq!(e.status(), Some(403));
+    let text = format!("{e} {e:?}");
+    assert!(!text.contains(KEY), "{text}");
+    assert_eq!(counts.get("stats"), 1);
+    let stats = client.describe_index_stats("kb").await.unwrap();
+    assert_eq!(stats.dimension, Some(4));
+    assert_eq!(counts.get("describe_index"), 1, "the host is resolved once");
 }
 
 // ---------------------------------------------------------------------------
@@ -140,7 +186,7 @@ fn safe_client(controller: &str) -> PineconeClient {
     PineconeClient::new(
         super::super::client::http_client().unwrap(),
         controller.to_owned(),
-        super::pinecone_fake::KEY_A.to_owned().into(),
+        KEY.to_owned().into(),
         Duration::from_secs(5),
     )
 }
@@ -156,7 +202,7 @@ async fn the_key_is_never_sent_across_origins_on_redirect() {
             .unwrap_err();
         assert_eq!(e.status(), Some(status), "{e}");
         let text = format!("{e} {e:?}");
-        assert!(!text.contains(super::pinecone_fake::KEY_A), "{text}");
+        assert!(!text.contains(KEY), "{text}");
     }
     // The other origin was never contacted at all, so no key reached it.
     assert!(
@@ -174,7 +220,7 @@ async fn the_recorder_sees_keys_when_called_directly() {
     let _ = safe_client(&elsewhere).describe_index("kb").await;
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].1, super::pinecone_fake::KEY_A);
+    assert_eq!(seen[0].1, KEY);
 }
 
 #[tokio::test]
@@ -235,13 +281,8 @@ async fn plain_http_is_refused_outside_loopback_before_any_request() {
 
 #[tokio::test]
 async fn namespaces_that_change_the_path_never_reach_pinecone() {
-    let fake = super::pinecone_fake::PineconeFake::start().await;
-    let client = PineconeClient::new(
-        reqwest::Client::new(),
-        fake.url.clone(),
-        super::pinecone_fake::KEY_A.to_owned().into(),
-        Duration::from_secs(5),
-    );
+    let (url, counts) = one_index(0).await;
+    let client = client_of(&url);
     let request: super::super::client::SearchRequest = super::super::client::SearchRequest {
         query: super::super::client::SearchQuery {
             top_k: 1,
@@ -257,10 +298,10 @@ async fn namespaces_that_change_the_path_never_reach_pinecone() {
             .unwrap_err();
         assert!(matches!(e, PineconeError::Refused { .. }), "{bad:?}: {e:?}");
     }
-    assert_eq!(fake.count("search:kb"), 0);
+    assert_eq!(counts.get("search"), 0);
     client
         .search_records("kb", "wg21-papers", &request)
         .await
         .unwrap();
-    assert_eq!(fake.count("search:kb"), 1);
+    assert_eq!(counts.get("search"), 1);
 }

@@ -2,7 +2,8 @@
 //! validation (with property tests), routing, suggestions, URL generators,
 //! fusion, counting, reassembly and the Pinecone client's redaction and
 //! outbound safety. The tools themselves are tested over MCP in
-//! `tests/pinecone_tools.rs`.
+//! `tests/mcp/` (`pinecone_tools`, and `pinecone_check` for
+//! `check_indexes`), against the Pinecone fake of `tests/support/`.
 
 use std::collections::HashMap;
 
@@ -15,11 +16,6 @@ mod client;
 mod config;
 mod filter;
 mod shaping;
-
-/// The loopback fake of Pinecone the integration tests use, compiled into
-/// these tests as well (it names the crate `nexus_knowql`).
-#[path = "../../../../tests/support/pinecone_fake.rs"]
-mod pinecone_fake;
 
 #[derive(Parser, Debug)]
 struct Cli {

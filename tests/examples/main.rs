@@ -1,0 +1,12 @@
+//! The examples (feature `local`) run as a person or a script would run
+//! them: through pipes, and through a pseudo-terminal (`rexpect`, Unix only:
+//! those tests are `#[cfg(unix)]`).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod ask;
+mod ask_integrity;
+mod chat;
+mod crash_and_cancel;
+mod nexus;

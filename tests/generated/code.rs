@@ -1,0 +1,191 @@
+//! `src/api/generated.rs` is exactly what progenitor makes of the spec.
+//!
+//! The generated layer is committed so that applications depending on the
+//! crate do not build the generator, and so that it can be read and reviewed.
+//! This test regenerates it from `openapi/nexus_2026-07.oas.yaml` and fails
+//! when the committed file differs. To update the file after changing the
+//! spec or the generator settings:
+//!
+//! ```text
+//! NEXUS_REGENERATE=1 cargo test --test generated
+//! ```
+
+use std::{env, fs, path::Path, process::Command};
+
+const SPEC: &str = "openapi/nexus_2026-07.oas.yaml";
+const GENERATED: &str = "src/api/generated.rs";
+/// Must match the `=` pin of `progenitor` in `Cargo.toml`.
+const PROGENITOR: &str = "progenitor 0.15.1";
+const REGENERATE: &str = "NEXUS_REGENERATE=1 cargo test --test generated";
+
+/// Operations the hand-written layer sends itself: progenitor 0.11 cannot
+/// encode a `multipart/form-data` body (see `openapi/README.md`).
+const HAND_WRITTEN_OPS: &[&str] = &["upload_context_source"];
+
+/// The header parameter every operation declares; the transport sets the
+/// header, so the generated calls do not take it.
+const VERSION_HEADER_PARAM: &str = "#/components/parameters/ApiVersionHeader";
+
+/// progenitor's public constructor builds its own `reqwest::Client` (a fixed
+/// 15 s timeout, a panic if it cannot); the crate builds the generated client
+/// itself, so that constructor is removed and the other one is crate-private.
+const CONSTRUCTOR_START: &str = "    /// Create a new client.\n";
+const CONSTRUCTOR_END: &str = "    /// Construct a new client with an existing";
+const WITH_CLIENT: &str = "    pub fn new_with_client(";
+
+/// progenitor always emits an empty hooks impl; `src/api/mod.rs` provides the
+/// crate's own, which routes every call through the crate's transport.
+const EMPTY_HOOKS: &str = "impl ClientHooks<crate::transport::Transport> for &Client {}";
+
+#[test]
+fn generated_api_matches_spec() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let expected = generate(&root.join(SPEC));
+    let path = root.join(GENERATED);
+    let committed = fs::read_to_string(&path).unwrap_or_default();
+    if committed == expected {
+        return;
+    }
+    if env::var_os("NEXUS_REGENERATE").is_some() {
+        fs::write(&path, &expected).unwrap_or_else(|e| panic!("write {GENERATED}: {e}"));
+        eprintln!("rewrote {GENERATED} from {SPEC}");
+        return;
+    }
+    let line = committed
+        .lines()
+        .zip(expected.lines())
+        .position(|(a, b)| a != b)
+        .unwrap_or_else(|| committed.lines().count().min(expected.lines().count()));
+    panic!(
+        "{GENERATED} differs from what {PROGENITOR} generates from {SPEC} \
+         (first difference at line {}).\nUpdate it with:\n\n    {REGENERATE}\n",
+        line + 1
+    );
+}
+
+/// The file as committed: header, then progenitor's output formatted with
+/// prettyplease and rustfmt.
+fn generate(spec_path: &Path) -> String {
+    let text = fs::read_to_string(spec_path).unwrap_or_else(|e| panic!("read {SPEC}: {e}"));
+    let mut spec: openapiv3::OpenAPI =
+        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parse {SPEC}: {e}"));
+
+    for (_, item) in spec.paths.paths.iter_mut() {
+        if let openapiv3::ReferenceOr::Item(item) = item {
+            item.parameters.retain(|p| !is_version_header(p));
+            for slot in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ] {
+                let hand_written = slot
+                    .as_ref()
+                    .and_then(|op| op.operation_id.as_deref())
+                    .is_some_and(|id| HAND_WRITTEN_OPS.contains(&id));
+                if hand_written {
+                    *slot = None;
+                }
+                if let Some(op) = slot {
+                    op.parameters.retain(|p| !is_version_header(p));
+                }
+            }
+        }
+    }
+
+    let mut settings = progenitor::GenerationSettings::default();
+    settings
+        .with_interface(progenitor::InterfaceStyle::Positional)
+        .with_tag(progenitor::TagStyle::Merged)
+        .with_derive("PartialEq")
+        .with_inner_type(
+            "crate::transport::Transport"
+                .parse::<proc_macro2::TokenStream>()
+                .expect("inner type path is valid tokens"),
+        );
+    let mut generator = progenitor::Generator::new(&settings);
+    let tokens = generator
+        .generate_tokens(&spec)
+        .unwrap_or_else(|e| panic!("generate client from {SPEC}: {e}"));
+    let ast: syn::File =
+        syn::parse2(tokens).unwrap_or_else(|e| panic!("parse generated code: {e}"));
+    let code = prettyplease::unparse(&ast);
+    assert!(
+        code.contains(EMPTY_HOOKS),
+        "generated code layout changed: hooks impl not found"
+    );
+    let code = code.replace(EMPTY_HOOKS, "");
+
+    format!("{}{}", header(), crate_private_constructor(&rustfmt(&code)))
+}
+
+fn is_version_header(p: &openapiv3::ReferenceOr<openapiv3::Parameter>) -> bool {
+    matches!(p, openapiv3::ReferenceOr::Reference { reference } if reference == VERSION_HEADER_PARAM)
+}
+
+/// The formatted code without the public constructor, and with the other one
+/// crate-private.
+fn crate_private_constructor(code: &str) -> String {
+    let start = code
+        .find(CONSTRUCTOR_START)
+        .expect("generated code layout changed: constructor `new` not found");
+    let end = code[start..]
+        .find(CONSTRUCTOR_END)
+        .map(|n| start + n)
+        .expect("generated code layout changed: `new_with_client` docs not found");
+    let code = format!("{}{}", &code[..start], &code[end..]);
+    assert!(
+        code.contains(WITH_CLIENT),
+        "generated code layout changed: `new_with_client` not found"
+    );
+    code.replacen(WITH_CLIENT, "    pub(crate) fn new_with_client(", 1)
+}
+
+fn header() -> String {
+    format!(
+        "// @generated by {PROGENITOR} from {SPEC}. Do not edit by hand.\n\
+         //\n\
+         // Operations left out (the hand-written layer sends them): {ops}.\n\
+         // The `X-Pinecone-Api-Version` parameter is left out (the transport sends it).\n\
+         // The empty `ClientHooks` impl progenitor emits is removed; `src/api/mod.rs`\n\
+         // provides the crate's own. The constructor `new` is removed and\n\
+         // `new_with_client` is crate-private. Formatted with prettyplease, then rustfmt.\n\
+         // Regenerate (tests/generated/code.rs): {REGENERATE}\n\n",
+        ops = HAND_WRITTEN_OPS.join(", "),
+    )
+}
+
+/// Formats with the toolchain's rustfmt, the same way `cargo fmt` does for
+/// this crate (edition 2024, default style), reading and writing stdio.
+fn rustfmt(code: &str) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+
+    let rustfmt = env::var("RUSTFMT").unwrap_or_else(|_| "rustfmt".to_owned());
+    let mut child = Command::new(&rustfmt)
+        .args(["--edition", "2024", "--emit", "stdout"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("run `{rustfmt}` (install it with `rustup component add rustfmt`): {e}")
+        });
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let input = code.to_owned();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait for `{rustfmt}`: {e}"));
+    writer
+        .join()
+        .expect("writer thread")
+        .unwrap_or_else(|e| panic!("write to `{rustfmt}`: {e}"));
+    assert!(
+        out.status.success(),
+        "`{rustfmt}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("rustfmt writes UTF-8")
+}

@@ -1,0 +1,18 @@
+//! The embedded local Nexus (feature `local`) end to end: its operations
+//! through the SDK, conformance with the spec, queries, durability, limits
+//! and safety, and the `nexus-local` binary.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod conformance;
+mod conformance_ops;
+mod connectors;
+mod durability;
+mod limits;
+mod ops;
+mod query;
+mod safety;
+mod sdk;
+mod server;
+mod turns_outlive_clients;

@@ -1,0 +1,23 @@
+//! The MCP server (feature `mcp`): the Nexus and Pinecone tools, the
+//! protocol over stdio and Streamable HTTP, availability and operation.
+//! Modules that also run the local Nexus need feature `local`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod availability;
+#[cfg(feature = "local")]
+mod catalog;
+mod http;
+mod http_service;
+#[cfg(feature = "local")]
+mod local;
+mod operations;
+mod pinecone_check;
+mod pinecone_tools;
+#[cfg(feature = "local")]
+mod protocol;
+#[cfg(feature = "local")]
+mod rmcp_http;
+mod stdio;
+mod tools;

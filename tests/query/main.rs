@@ -1,0 +1,15 @@
+//! Query turns against scripted servers that really stream, cut and replay:
+//! sessions, streaming and resume, integrity under a misbehaving server,
+//! turns that outlive their reader, and what errors advise. Default features.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod advice;
+mod edges;
+mod integrity;
+mod integrity_prop;
+mod resume_prop;
+mod session;
+mod stream;
+mod turns_outlive_readers;

@@ -1,0 +1,13 @@
+//! The SDK's client against scripted servers: requests, retries, errors,
+//! redirects, pagination, uploads and decoding. Default features.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod client_http;
+mod decode;
+mod decode_props;
+mod pagination;
+mod redirects;
+mod resources;
+mod upload_retries;
