@@ -168,9 +168,7 @@ async fn slow_bodies(addr: SocketAddr, stop: Arc<AtomicBool>) {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.bind("127.0.0.9:0".parse().unwrap()).unwrap();
         if let Ok(mut stream) = socket.connect(addr).await {
-            let head = format!(
-                "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nX-Pinecone-Api-Key: pcsk_refused_slow\r\nContent-Length: 100000\r\n\r\n{{"
-            );
+            let head = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nX-Pinecone-Api-Key: pcsk_refused_slow\r\nContent-Length: 100000\r\n\r\n{";
             let _ = stream.write_all(head.as_bytes()).await;
             held.push(stream);
         }
