@@ -3,7 +3,7 @@
 //!
 //! A request asks for a task when its own `_meta` names a revision that
 //! defines the extension (2026-07-28 on) and declares the extension in its
-//! capabilities ([`asked_for`]). Such a `query_context` starts the Nexus
+//! capabilities. Such a `query_context` starts the Nexus
 //! turn as before and gets a task back instead of `{query_id, ...}`.
 //! `tasks/get` reads the turn from Nexus with the caller's own key
 //! (`working` while it runs; `completed` with the `get_query` result — the
