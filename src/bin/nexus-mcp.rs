@@ -16,6 +16,7 @@ use nexus_knowql::Client;
 use nexus_knowql::client::{ENV_API_VERSION, ENV_BASE_URL};
 use nexus_knowql::mcp::http::{self, HttpOptions};
 use nexus_knowql::mcp::pinecone::{self, IndexProbe, PineconeArgs, PineconeConfig, PineconeServer};
+use nexus_knowql::mcp::tasks::TaskSeal;
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer, stdio};
 use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
@@ -100,6 +101,12 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
 
+    /// Open connections from one client address; more are closed at once
+    /// (default: a quarter of --max-connections). Behind a reverse proxy
+    /// every client has the proxy's address: set it to --max-connections.
+    #[arg(long, value_name = "N", env = "NEXUS_MCP_MAX_CONNECTIONS_PER_PEER")]
+    max_connections_per_peer: Option<usize>,
+
     /// Requests handled at once; more get 503.
     #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONCURRENT_REQUESTS)]
     max_concurrent_requests: usize,
@@ -154,12 +161,29 @@ struct Args {
     #[arg(long, env = "NEXUS_MCP_LOG_LEVEL", default_value = "info")]
     log_level: String,
 
+    /// Secret that seals MCP task handles (at least 16 bytes). Replicas
+    /// given the same secret serve each other's tasks (`tasks/get`,
+    /// `tasks/cancel`), so tasks work behind a load balancer with
+    /// --stateless. Without it, a random secret: this process only.
+    #[arg(long, env = "NEXUS_MCP_TASK_SECRET", hide_env_values = true, value_name = "SECRET", value_parser = secret_text)]
+    task_secret: Option<secrecy::SecretString>,
+
+    /// Seconds a task handle is honoured after the task started (its
+    /// `ttlMs`).
+    #[arg(long, env = "NEXUS_MCP_TASK_TTL", value_name = "SECS", value_parser = seconds, default_value = "3600")]
+    task_ttl: Duration,
+
     #[command(flatten)]
     pinecone: PineconeArgs,
 
     /// Log format on stderr.
     #[arg(long, value_enum, env = "NEXUS_MCP_LOG_FORMAT", default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+}
+
+/// A secret from the command line or the environment.
+fn secret_text(text: &str) -> Result<secrecy::SecretString, String> {
+    Ok(secrecy::SecretString::from(text.to_owned()))
 }
 
 /// A positive number of seconds (fractions allowed).
@@ -189,8 +213,15 @@ enum LogFormat {
 fn init_logging(args: &Args) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         let level = &args.log_level;
-        EnvFilter::try_new(format!("nexus_knowql={level},nexus_mcp={level},rmcp=warn"))
-            .unwrap_or_else(|_| EnvFilter::new("nexus_knowql=info,nexus_mcp=info,rmcp=warn"))
+        // rmcp logs each error answer it sends (a keyless or refused
+        // request, an unknown task) at WARN: those are answers to callers,
+        // counted in the metrics, not the operator's problems.
+        EnvFilter::try_new(format!(
+            "nexus_knowql={level},nexus_mcp={level},rmcp=warn,rmcp::service=error"
+        ))
+        .unwrap_or_else(|_| {
+            EnvFilter::new("nexus_knowql=info,nexus_mcp=info,rmcp=warn,rmcp::service=error")
+        })
     });
     // Logs always go to stderr, without colour codes: over stdio, stdout is
     // the JSON-RPC channel, and stderr usually ends up in a client's log file.
@@ -300,8 +331,14 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             fallback_to_configured: args.allow_server_key,
         },
     };
-    let mut server =
-        NexusMcp::new().with_slow_call_threshold(Duration::from_millis(args.slow_call_ms));
+    let seal = match &args.task_secret {
+        Some(secret) => TaskSeal::new(secret.expose_secret().as_bytes())
+            .map_err(|e| format!("--task-secret: {e}"))?,
+        None => TaskSeal::random(),
+    };
+    let mut server = NexusMcp::new()
+        .with_slow_call_threshold(Duration::from_millis(args.slow_call_ms))
+        .with_task_seal(seal.with_ttl(args.task_ttl));
     if let Some(client) = client {
         server = server.with_nexus(
             NexusServer::new(client)
@@ -335,7 +372,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                      expire while one of its requests is still running"
                 );
             }
-            let options = HttpOptions::default()
+            let mut options = HttpOptions::default()
                 .allowed_origins(args.allow_origins)
                 .allowed_hosts(args.allow_hosts)
                 .stateless(args.stateless)
@@ -352,6 +389,10 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                 .max_sessions(args.max_sessions)
                 .session_idle_timeout(args.session_idle_timeout)
                 .threads(args.worker_threads.map_or(1, usize::from));
+            if let Some(per_peer) = args.max_connections_per_peer {
+                options = options.max_connections_per_peer(per_peer);
+            }
+            let options = options.max_connections(fitting_open_files(args.max_connections));
             let listener = http::bind(args.bind)
                 .await
                 .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
@@ -363,6 +404,42 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// File descriptors kept for everything but client connections: the
+/// listener, upstream connections, logs.
+const RESERVED_FILES: usize = 64;
+
+/// `max_connections`, or less when the process's open-file limit cannot
+/// hold that many connections (with a warning saying so): past the limit,
+/// `accept` fails instead of the connection cap answering.
+fn fitting_open_files(max_connections: usize) -> usize {
+    let Some(limit) = open_file_limit() else {
+        return max_connections;
+    };
+    let room = limit.saturating_sub(RESERVED_FILES).max(1);
+    if max_connections > room {
+        tracing::warn!(
+            open_file_limit = limit,
+            max_connections,
+            capped_at = room,
+            "the open-file limit cannot hold --max-connections connections: capping them; \
+             raise `ulimit -n` or lower --max-connections"
+        );
+        return room;
+    }
+    max_connections
+}
+
+/// The soft limit of open files (Linux: `/proc/self/limits`).
+fn open_file_limit() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Stdin and stdout as non-blocking pipes on the runtime's reactor, when

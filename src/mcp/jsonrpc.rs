@@ -12,6 +12,32 @@ use serde::de::IgnoredAny;
 pub(crate) const PARSE_ERROR: i32 = -32700;
 /// JSON-RPC "invalid request".
 pub(crate) const INVALID_REQUEST: i32 = -32600;
+/// JSON-RPC "invalid params".
+pub(crate) const INVALID_PARAMS: i32 = -32602;
+
+/// The MCP request methods whose parameters are checked against their
+/// types before the service sees them: a known method with malformed
+/// parameters is `-32602 Invalid params`, not "method not found".
+const TYPED_METHODS: &[&str] = &[
+    "ping",
+    "initialize",
+    "server/discover",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "subscriptions/listen",
+    "tools/call",
+    "tools/list",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+];
 
 /// The longest request id remembered for cancellation (as JSON).
 const MAX_ID_BYTES: usize = 128;
@@ -29,11 +55,14 @@ pub(crate) enum Message {
     Other,
 }
 
-/// Why a body is not a JSON-RPC message: a JSON-RPC error code and text.
+/// Why a body is not a JSON-RPC message (or not a well-formed request): a
+/// JSON-RPC error code and text, and the request's id when it has a usable
+/// one (`null` otherwise).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Invalid {
     pub(crate) code: i32,
     pub(crate) message: String,
+    pub(crate) id: serde_json::Value,
 }
 
 fn id_text(id: &serde_json::Value) -> Option<String> {
@@ -41,15 +70,39 @@ fn id_text(id: &serde_json::Value) -> Option<String> {
     (text.len() <= MAX_ID_BYTES).then_some(text)
 }
 
-/// Reads one JSON-RPC message from `body`.
+/// Notifications counted by name; others are `other`.
+const NOTIFICATIONS: &[&str] = &[
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+];
+
+/// The metrics label of JSON-RPC method `method`: one of a fixed set.
+fn method_label(method: Option<&str>, answers: bool) -> &'static str {
+    match method {
+        None if answers => "response",
+        None => "other",
+        Some(m) => TYPED_METHODS
+            .iter()
+            .chain(NOTIFICATIONS)
+            .find(|known| **known == m)
+            .copied()
+            .unwrap_or("other"),
+    }
+}
+
+/// Reads one JSON-RPC message from `body`, with its method as a metrics
+/// label (one of a fixed set).
 ///
 /// # Errors
 /// [`PARSE_ERROR`] for bytes that are not JSON; [`INVALID_REQUEST`] for a
 /// batch or any JSON that is not one JSON-RPC 2.0 message.
-pub(crate) fn classify(body: &[u8]) -> Result<Message, Invalid> {
+pub(crate) fn classify(body: &[u8]) -> Result<(Message, &'static str), Invalid> {
     let invalid = |message: &str| Invalid {
         code: INVALID_REQUEST,
         message: message.to_owned(),
+        id: serde_json::Value::Null,
     };
     // The shape first, reading no more than the guard needs: parameters
     // are checked for syntax only.
@@ -72,7 +125,29 @@ pub(crate) fn classify(body: &[u8]) -> Result<Message, Invalid> {
     if probe.jsonrpc.as_deref() != Some("2.0") {
         return Err(invalid("invalid request: `jsonrpc` must be \"2.0\""));
     }
-    Ok(match (probe.method.as_deref(), &probe.id) {
+    if let Some(id) = &probe.id
+        && !(id.is_string() || id.is_i64() || id.is_u64())
+    {
+        return Err(invalid(
+            "invalid request: `id` must be a string or an integer",
+        ));
+    }
+    if probe.params.as_ref().is_some_and(|p| !p.is_object()) {
+        return Err(invalid("invalid request: `params` must be an object"));
+    }
+    let answers = probe.result.is_some() || probe.error.is_some();
+    if (probe.result.is_some() && probe.error.is_some()) || (probe.method.is_some() && answers) {
+        return Err(invalid(
+            "invalid request: a message is a request, a notification, a result or an error",
+        ));
+    }
+    if let (Some(method), Some(id)) = (probe.method.as_deref(), &probe.id)
+        && TYPED_METHODS.contains(&method)
+    {
+        check_params(body, method, id)?;
+    }
+    let label = method_label(probe.method.as_deref(), answers);
+    let message = match (probe.method.as_deref(), &probe.id) {
         (Some("initialize"), Some(_)) => Message::Initialize,
         (Some(_), Some(id)) => Message::Request(id_text(id)),
         (Some("notifications/cancelled"), None) => {
@@ -87,13 +162,92 @@ pub(crate) fn classify(body: &[u8]) -> Result<Message, Invalid> {
         (Some(_), None) => Message::Other,
         (None, Some(_)) if probe.result.is_some() || probe.error.is_some() => Message::Other,
         (None, _) => return Err(invalid("invalid request: no `method`")),
-    })
+    };
+    Ok((message, label))
 }
 
 fn parse_error(e: serde_json::Error) -> Invalid {
     Invalid {
         code: PARSE_ERROR,
         message: format!("parse error: {e}"),
+        id: serde_json::Value::Null,
+    }
+}
+
+/// `-32602` when request `body` of a known `method` does not decode as
+/// that method's request (rmcp would take it for an unknown method).
+fn check_params(body: &[u8], method: &str, id: &serde_json::Value) -> Result<(), Invalid> {
+    use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
+    let typed = serde_json::from_slice::<ClientJsonRpcMessage>(body);
+    let custom = match &typed {
+        Ok(JsonRpcMessage::Request(request)) => {
+            matches!(request.request, ClientRequest::CustomRequest(_))
+        }
+        Ok(_) => false,
+        Err(_) => true,
+    };
+    if custom {
+        return Err(Invalid {
+            code: INVALID_PARAMS,
+            message: format!("invalid params: malformed parameters for `{method}`"),
+            id: id.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The JSON type of `params`, read without keeping its contents.
+#[derive(Debug)]
+struct Shape(bool);
+
+impl Shape {
+    fn is_object(&self) -> bool {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Shape;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Shape, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Shape(true))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Shape, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Shape(false))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
+                Ok(Shape(false))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Shape, E> {
+                Ok(Shape(false))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Shape, E> {
+                Ok(Shape(false))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Shape, E> {
+                Ok(Shape(false))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Shape, E> {
+                Ok(Shape(false))
+            }
+            fn visit_unit<E>(self) -> Result<Shape, E> {
+                Ok(Shape(false))
+            }
+        }
+        d.deserialize_any(Visit)
     }
 }
 
@@ -106,27 +260,34 @@ struct Probe<'a> {
     #[serde(borrow)]
     method: Option<Cow<'a, str>>,
     id: Option<serde_json::Value>,
-    #[serde(default, rename = "params")]
-    _params: Option<IgnoredAny>,
+    #[serde(default)]
+    params: Option<Shape>,
     #[serde(default)]
     result: Option<IgnoredAny>,
     #[serde(default)]
     error: Option<IgnoredAny>,
 }
 
-/// The JSON-RPC error object for `invalid`, with a null id.
+/// The JSON-RPC error object for `invalid` (its id, or `null`).
 pub(crate) fn error_json(invalid: &Invalid) -> serde_json::Value {
     serde_json::json!({
         "jsonrpc": "2.0",
-        "id": null,
+        "id": invalid.id,
         "error": {"code": invalid.code, "message": invalid.message},
     })
 }
 
-/// A 400 answer carrying the JSON-RPC error for `invalid`.
+/// The answer carrying the JSON-RPC error for `invalid`: 400 for a body
+/// that is no valid JSON-RPC request, 200 for a request whose parameters
+/// are wrong (a JSON-RPC error answer to a valid request).
 pub(crate) fn error_response(invalid: &Invalid) -> Response {
+    let status = if invalid.code == INVALID_PARAMS {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    };
     (
-        StatusCode::BAD_REQUEST,
+        status,
         [(http::header::CONTENT_TYPE, "application/json")],
         error_json(invalid).to_string(),
     )
@@ -154,17 +315,21 @@ mod tests {
     use super::*;
 
     fn kind(body: &str) -> Result<Message, i32> {
-        classify(body.as_bytes()).map_err(|e| e.code)
+        classify(body.as_bytes())
+            .map(|(m, _)| m)
+            .map_err(|e| e.code)
     }
 
     #[test]
     fn messages_are_told_apart() {
         assert_eq!(
-            kind(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#),
+            kind(
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#
+            ),
             Ok(Message::Initialize)
         );
         assert_eq!(
-            kind(r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":[1]}"#),
+            kind(r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x"}}"#),
             Ok(Message::Request(Some("\"a\"".to_owned())))
         );
         assert_eq!(
@@ -197,6 +362,33 @@ mod tests {
         assert_eq!(
             kind(r#"{"jsonrpc":"2.0","id":1,"method":5}"#),
             Err(INVALID_REQUEST)
+        );
+        for body in [
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}"#,
+        ] {
+            assert_eq!(kind(body), Err(INVALID_REQUEST), "{body}");
+        }
+    }
+
+    #[test]
+    fn malformed_params_of_known_methods_are_invalid_params() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":4,"method":"logging/setLevel","params":{"level":"verbose"}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","arguments":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"completion/complete","params":{"ref":{"type":"ref/nope"},"argument":{"name":"a","value":"b"}}}"#,
+        ] {
+            let invalid = classify(body.as_bytes()).unwrap_err();
+            assert_eq!(invalid.code, INVALID_PARAMS, "{body}");
+            assert_eq!(invalid.id, serde_json::json!(4));
+        }
+        assert!(classify(br#"{"jsonrpc":"2.0","id":4,"method":"logging/setLevel","params":{"level":"debug"}}"#).is_ok());
+        assert!(
+            classify(br#"{"jsonrpc":"2.0","id":4,"method":"vendor/thing","params":{"x":[1]}}"#)
+                .is_ok()
         );
     }
 }

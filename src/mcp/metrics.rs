@@ -95,6 +95,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<Labels1, Histogram, fn() -> Histogram>,
     refusals: Family<Labels1, Counter>,
+    rpc_requests: Family<Labels1, Counter>,
     connections: Gauge,
     sessions: Gauge,
     /// Per [`HttpMethod`], its `http_requests` series for status 200 and
@@ -148,6 +149,7 @@ impl Metrics {
         let request_seconds =
             Family::<Labels1, Histogram, fn() -> Histogram>::new_with_constructor(histogram);
         let refusals = Family::<Labels1, Counter>::default();
+        let rpc_requests = Family::<Labels1, Counter>::default();
         let connections = Gauge::default();
         let sessions = Gauge::default();
         registry.register(
@@ -181,6 +183,11 @@ impl Metrics {
             refusals.clone(),
         );
         registry.register(
+            "rpc_requests",
+            "JSON-RPC messages received over HTTP, by method (a fixed set; `other` for the rest)",
+            rpc_requests.clone(),
+        );
+        registry.register(
             "open_connections",
             "Open HTTP connections",
             connections.clone(),
@@ -194,6 +201,7 @@ impl Metrics {
             requests,
             request_seconds,
             refusals,
+            rpc_requests,
             connections,
             sessions,
             by_method: Default::default(),
@@ -294,6 +302,11 @@ impl Metrics {
                     .clone()
             })
             .observe(seconds);
+    }
+
+    /// Counts one JSON-RPC message of `method` (a label from a fixed set).
+    pub(crate) fn rpc_request(&self, method: &'static str) {
+        self.rpc_requests.get_or_create(&[("method", method)]).inc();
     }
 
     /// Records one refusal.

@@ -19,6 +19,7 @@ pub mod nexus;
 pub mod pinecone;
 mod recent;
 pub mod redact;
+mod schema;
 pub mod server;
 pub mod stdio;
 pub mod tasks;

@@ -5,15 +5,16 @@
 //! `tools/call` to the family that owns the tool's name.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
     CompleteResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, Tool,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -23,9 +24,9 @@ use super::caller::log_identity;
 use super::catalog::{self, CompletionCache, Families};
 use super::logging::{self, DEFAULT_SLOW_CALL, SessionLevel};
 use super::metrics::Metrics;
-use super::nexus::{INSTRUCTIONS, NexusServer};
+use super::nexus::{INSTRUCTIONS, KeyProof, NexusServer};
 use super::pinecone::PineconeServer;
-use super::tasks::{self, TaskLimits, TaskStore};
+use super::tasks::{self, TaskSeal};
 use crate::transport::observe::counting_retries;
 
 pub use super::{SERVER_NAME, implementation};
@@ -61,11 +62,13 @@ pub struct NexusMcp {
     /// The session's `logging/setLevel`, shared by clones of one session.
     log_level: SessionLevel,
     slow_call: Duration,
-    /// The `query_context` tasks of every caller.
-    tasks: Arc<TaskStore>,
+    /// Seals and opens task handles (no task is kept in memory).
+    tasks: Arc<TaskSeal>,
     /// What `get_info` answers, worked out once for these families: rmcp
     /// asks for it on every stateless request.
     info: Arc<OnceLock<ServerConfig>>,
+    /// Whether this session answered `initialize`: a second one is refused.
+    initialized: Arc<AtomicBool>,
 }
 
 impl Default for NexusMcp {
@@ -77,8 +80,9 @@ impl Default for NexusMcp {
             completions: Arc::default(),
             log_level: SessionLevel::fresh(),
             slow_call: DEFAULT_SLOW_CALL,
-            tasks: Arc::new(TaskStore::new(TaskLimits::default())),
+            tasks: Arc::new(TaskSeal::random()),
             info: Arc::default(),
+            initialized: Arc::default(),
         }
     }
 }
@@ -96,9 +100,10 @@ impl NexusMcp {
         self
     }
 
-    /// Sets how many `query_context` tasks are kept, and for how long.
-    pub fn with_task_limits(mut self, limits: TaskLimits) -> Self {
-        self.tasks = Arc::new(TaskStore::new(limits));
+    /// Seals task handles with `seal`: replicas with the same secret serve
+    /// each other's tasks (default: a random secret, this process only).
+    pub fn with_task_seal(mut self, seal: TaskSeal) -> Self {
+        self.tasks = Arc::new(seal);
         self
     }
 
@@ -107,6 +112,7 @@ impl NexusMcp {
     pub fn for_session(&self) -> Self {
         NexusMcp {
             log_level: SessionLevel::fresh(),
+            initialized: Arc::default(),
             ..self.clone()
         }
     }
@@ -163,6 +169,18 @@ impl NexusMcp {
             out.push(("pinecone", pinecone.state.config.controller_host.clone()));
         }
         out
+    }
+
+    /// Whether the upstream accepts caller `key`: one cheap call made with
+    /// it, to Nexus when its tools are served, else to Pinecone.
+    pub(crate) async fn prove_key(&self, key: super::caller::CallerKey) -> KeyProof {
+        if let Some(nexus) = &self.nexus {
+            return Box::pin(nexus.prove_key(key)).await;
+        }
+        if let Some(pinecone) = &self.pinecone {
+            return Box::pin(pinecone.prove_key(&key)).await;
+        }
+        KeyProof::Undecided
     }
 
     /// The families configured, for resources, prompts and completions.
@@ -238,6 +256,15 @@ impl NexusMcp {
     }
 }
 
+/// Refuses a cursor on a list that has one page: no cursor this server
+/// handed out names a page of it.
+fn no_cursor(request: Option<&PaginatedRequestParams>) -> Result<(), ErrorData> {
+    match request.and_then(|r| r.cursor.as_ref()) {
+        Some(_) => Err(ErrorData::invalid_params("invalid cursor", None)),
+        None => Ok(()),
+    }
+}
+
 /// Lists one family's tools through its own handler.
 async fn tools_of<H: ServerHandler>(
     family: &H,
@@ -269,6 +296,32 @@ impl ServerHandler for NexusMcp {
         Cow::Borrowed(PROTOCOL_VERSIONS)
     }
 
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        if self.initialized.swap(true, Ordering::AcqRel) {
+            return Err(ErrorData::invalid_request(
+                "this session is already initialized",
+                None,
+            ));
+        }
+        context.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        // The tasks extension is defined from 2026-07-28 on; a revision
+        // without it is not offered it, whatever the client lists.
+        if !tasks::revision_has_tasks(&info.protocol_version)
+            && let Some(extensions) = info.capabilities.extensions.as_mut()
+        {
+            extensions.remove(rmcp::model::TASKS_EXTENSION_ID);
+            if extensions.is_empty() {
+                info.capabilities.extensions = None;
+            }
+        }
+        Ok(info)
+    }
+
     #[allow(deprecated)] // logging: see `logging`
     async fn set_level(
         &self,
@@ -286,10 +339,11 @@ impl ServerHandler for NexusMcp {
     ) -> Result<GetTaskResult, ErrorData> {
         let nexus = self.nexus.as_ref().ok_or_else(tasks::unknown_task)?;
         let owner = tasks::owner_of(&context.extensions);
-        let id = request.task_id;
-        let created_at = tasks::known(&self.tasks, owner, &id)?;
-        let read = Box::pin(nexus.call_tool(tasks::get_query_params(&id), context)).await?;
-        tasks::detailed(&self.tasks, owner, &id, created_at, read).map(GetTaskResult::new)
+        let handle = request.task_id;
+        let sealed = tasks::open(&self.tasks, owner, &handle)?;
+        let read =
+            Box::pin(nexus.call_tool(tasks::get_query_params(&sealed.query_id), context)).await?;
+        tasks::detailed(&handle, &sealed, read).map(GetTaskResult::new)
     }
 
     async fn cancel_task(
@@ -299,17 +353,23 @@ impl ServerHandler for NexusMcp {
     ) -> Result<(), ErrorData> {
         let nexus = self.nexus.as_ref().ok_or_else(tasks::unknown_task)?;
         let owner = tasks::owner_of(&context.extensions);
-        let id = request.task_id;
-        tasks::known(&self.tasks, owner, &id)?;
-        let outcome = Box::pin(nexus.cancel_turn(&id, &context)).await;
-        tasks::cancelled(&self.tasks, owner, &id, outcome)
+        let sealed = tasks::open(&self.tasks, owner, &request.task_id)?;
+        let read =
+            Box::pin(nexus.call_tool(tasks::get_query_params(&sealed.query_id), context.clone()))
+                .await?;
+        if tasks::ended(read)? {
+            return Err(tasks::already_ended());
+        }
+        let outcome = Box::pin(nexus.cancel_turn(&sealed.query_id, &context)).await;
+        tasks::cancelled(outcome)
     }
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        no_cursor(request.as_ref())?;
         let mut tools = Vec::new();
         if let Some(nexus) = &self.nexus {
             tools.extend(Box::pin(tools_of(nexus, &context)).await?);
@@ -328,14 +388,17 @@ impl ServerHandler for NexusMcp {
         // Boxed, as every handler that calls upstream: rmcp's request future
         // is as large as its largest handler's, and it is moved into a
         // spawned task for every request, tool calls included.
-        Box::pin(catalog::list_resources(self.families(), request, &context)).await
+        let result = Box::pin(catalog::list_resources(self.families(), request, &context)).await;
+        self.count_catalog_error(result.as_ref().err());
+        result
     }
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        no_cursor(request.as_ref())?;
         Ok(catalog::list_resource_templates(self.families()))
     }
 
@@ -344,16 +407,17 @@ impl ServerHandler for NexusMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        Box::pin(catalog::read_resource(self.families(), request, &context))
-            .await
-            .map(Into::into)
+        let result = Box::pin(catalog::read_resource(self.families(), request, &context)).await;
+        self.count_catalog_error(result.as_ref().err());
+        result.map(Into::into)
     }
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
+        no_cursor(request.as_ref())?;
         Ok(catalog::list_prompts(self.families()))
     }
 
@@ -362,9 +426,9 @@ impl ServerHandler for NexusMcp {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        Box::pin(catalog::get_prompt(self.families(), request, &context))
-            .await
-            .map(Into::into)
+        let result = Box::pin(catalog::get_prompt(self.families(), request, &context)).await;
+        self.count_catalog_error(result.as_ref().err());
+        result.map(Into::into)
     }
 
     async fn complete(
@@ -401,6 +465,16 @@ impl ServerHandler for NexusMcp {
 }
 
 impl NexusMcp {
+    /// Counts a failed upstream read of resources or prompts (an internal
+    /// error: the upstream failed or timed out) in `upstream_errors`.
+    fn count_catalog_error(&self, error: Option<&ErrorData>) {
+        if let Some(e) = error
+            && e.code == rmcp::model::ErrorCode::INTERNAL_ERROR
+        {
+            self.metrics.upstream_error("catalog", "UPSTREAM_ERROR");
+        }
+    }
+
     /// A tool call with its metrics, access-log line and log notes.
     async fn accounted_call(
         &self,
@@ -423,9 +497,7 @@ impl NexusMcp {
         let identity = log_identity(&context.extensions);
         let as_task = self.nexus.is_some()
             && request.name == "query_context"
-            && context
-                .client_capabilities()
-                .is_some_and(|c| c.supports_tasks());
+            && tasks::asked_for(&context.meta);
         let owner = as_task.then(|| tasks::owner_of(&context.extensions));
         let long_poll = request
             .arguments

@@ -80,6 +80,7 @@ where
                 let invalid = Invalid {
                     code: INVALID_REQUEST,
                     message: format!("invalid request: message longer than {MAX_LINE_BYTES} bytes"),
+                    id: serde_json::Value::Null,
                 };
                 tracing::warn!("stdio: refused a message longer than {MAX_LINE_BYTES} bytes");
                 send_error(&lines, &invalid).await;

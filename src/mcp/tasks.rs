@@ -1,90 +1,283 @@
 //! `query_context` as an MCP task (the `io.modelcontextprotocol/tasks`
-//! extension) for clients that declare task support.
+//! extension) for requests that ask for one.
 //!
-//! Such a client's `query_context` starts the Nexus turn as before and gets
-//! a task back instead of `{query_id, ...}`: the task id is the Nexus query
-//! id. `tasks/get` reads the turn from Nexus with the caller's own key
+//! A request asks for a task when its own `_meta` names a revision that
+//! defines the extension (2026-07-28 on) and declares the extension in its
+//! capabilities. Such a `query_context` starts the Nexus
+//! turn as before and gets a task back instead of `{query_id, ...}`.
+//! `tasks/get` reads the turn from Nexus with the caller's own key
 //! (`working` while it runs; `completed` with the `get_query` result — the
 //! answer and its citations — as the task's `result`; `failed` with the
-//! turn's error; `cancelled`), and `tasks/cancel` cancels the Nexus turn.
-//! Clients without task support keep the `query_context` + `get_query` flow.
+//! turn's error; `cancelled`), and `tasks/cancel` cancels the Nexus turn
+//! (an ended task cannot be cancelled). Every other request keeps the
+//! `query_context` + `get_query` flow.
 //!
-//! The server keeps only which caller started which task, never a result:
-//! each `tasks/get` asks Nexus. A task is known to the caller (the key) that
-//! started it and to nobody else; any other caller gets the same "unknown
-//! task" error as for an id that never existed. Bounded: [`TaskLimits`]
-//! caps tasks per caller and in all, and how long each is remembered
-//! (shorter once it was seen ended). When a caller's share is full, its
-//! `query_context` answers the plain way (the turn is still started and its
-//! `query_id` returned).
+//! The server keeps nothing per task: the task id is the Nexus query id
+//! sealed with an HMAC-SHA-256 over the owner (the digest of the caller's
+//! key) and the task's creation and expiry times, under a secret the
+//! replicas share ([`TaskSeal`]). Any replica with the same secret serves
+//! `tasks/get` and `tasks/cancel`; a caller with another key, an altered
+//! id or an expired one gets the same "unknown task" as an id that never
+//! existed. `ttlMs` is exactly how long the handle is honoured.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask,
-    Extensions, JsonObject, Task, TaskPayload, TaskStatus,
+    Extensions, JsonObject, ProtocolVersion, RequestMetaObject, Task, TaskPayload, TaskStatus,
 };
+use secrecy::{ExposeSecret, SecretSlice};
 use serde_json::{Value, json};
-use tokio::time::Instant;
+use sha2::{Digest, Sha256};
 
 use super::caller::{caller_api_key, key_digest};
-use super::instant_after;
 use super::redact::redact;
 use crate::status::QueryStatus;
 
-/// The longest query id kept as a task id, in bytes.
+/// The longest query id sealed into a task id, in bytes.
 const MAX_ID_BYTES: usize = 256;
 /// The poll interval suggested to clients.
 const POLL_INTERVAL_MS: u64 = 1_000;
-
-/// How many tasks are remembered, and for how long.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskLimits {
-    /// Tasks one caller (one key) may have at once.
-    pub per_caller: usize,
-    /// Tasks of all callers together.
-    pub total: usize,
-    /// How long a task is remembered after it started.
-    pub ttl: Duration,
-    /// How long a task is remembered once `tasks/get` saw it end (at most
-    /// `ttl` after it started).
-    pub ended_ttl: Duration,
-}
-
-impl Default for TaskLimits {
-    fn default() -> Self {
-        TaskLimits {
-            per_caller: 32,
-            total: 4096,
-            ttl: Duration::from_secs(3600),
-            ended_ttl: Duration::from_secs(600),
-        }
-    }
-}
+/// How long a task handle is honoured by default.
+pub const DEFAULT_TASK_TTL: Duration = Duration::from_secs(3600);
+/// The shortest task secret accepted, in bytes.
+pub const MIN_TASK_SECRET_BYTES: usize = 16;
+/// The version tag of the handle format.
+const HANDLE_PREFIX: &str = "t1";
+/// Bytes of the MAC kept in a handle (128 bits).
+const MAC_BYTES: usize = 16;
 
 /// Who started a task: the digest of the caller's key, or `None` for calls
 /// that run with the server's configured key (stdio, keyless HTTP).
 type Owner = Option<[u8; 32]>;
 
-#[derive(Debug)]
-struct Entry {
-    created_at: String,
-    expires: Instant,
-    ended: bool,
+/// Why a task secret was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the task secret must be at least {MIN_TASK_SECRET_BYTES} bytes long")]
+pub struct ShortTaskSecret;
+
+/// Seals task handles and opens them again: the secret and the lifetime
+/// shared by every replica that serves the same clients.
+///
+/// ```
+/// use nexus_knowql::mcp::tasks::TaskSeal;
+/// let seal = TaskSeal::new(b"a secret the replicas share").unwrap();
+/// # let _ = seal;
+/// ```
+#[derive(Clone)]
+pub struct TaskSeal {
+    /// The HMAC key: SHA-256 of the configured secret.
+    key: SecretSlice<u8>,
+    ttl: Duration,
 }
 
-/// The tasks this server remembers.
-#[derive(Debug, Default)]
-pub(crate) struct TaskStore {
-    limits: TaskLimits,
-    entries: Mutex<HashMap<(Owner, String), Entry>>,
+impl std::fmt::Debug for TaskSeal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskSeal")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for TaskSeal {
+    fn default() -> Self {
+        TaskSeal::random()
+    }
+}
+
+impl TaskSeal {
+    /// A seal with `secret` (at least [`MIN_TASK_SECRET_BYTES`]) and the
+    /// default lifetime.
+    ///
+    /// # Errors
+    /// A secret shorter than [`MIN_TASK_SECRET_BYTES`].
+    pub fn new(secret: &[u8]) -> Result<Self, ShortTaskSecret> {
+        if secret.len() < MIN_TASK_SECRET_BYTES {
+            return Err(ShortTaskSecret);
+        }
+        let mut hasher = Sha256::new();
+        hasher.update(b"nexus-mcp task secret\0");
+        hasher.update(secret);
+        let key: [u8; 32] = hasher.finalize().into();
+        Ok(TaskSeal {
+            key: SecretSlice::from(key.to_vec()),
+            ttl: DEFAULT_TASK_TTL,
+        })
+    }
+
+    /// A seal with a random secret: handles are honoured by this process
+    /// only.
+    pub fn random() -> Self {
+        let mut secret = [0u8; 32];
+        if getrandom::fill(&mut secret).is_err() {
+            // No system randomness: a per-process hash seed is the next best.
+            use std::hash::{BuildHasher, Hasher};
+            for chunk in secret.chunks_mut(8) {
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u128(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos()),
+                );
+                chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
+            }
+        }
+        TaskSeal::new(&secret).unwrap_or_else(|_| unreachable_short())
+    }
+
+    /// The same secret with handles honoured for `ttl` after they are made.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long a handle is honoured.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn mac(&self, owner: Owner, created_ms: u64, expires_ms: u64, query_id: &str) -> String {
+        let mut message = Vec::with_capacity(64 + query_id.len());
+        message.extend_from_slice(b"nexus-mcp task v1\0");
+        match owner {
+            Some(digest) => {
+                message.push(1);
+                message.extend_from_slice(&digest);
+            }
+            None => message.push(0),
+        }
+        message.extend_from_slice(&created_ms.to_be_bytes());
+        message.extend_from_slice(&expires_ms.to_be_bytes());
+        message.extend_from_slice(query_id.as_bytes());
+        let tag = hmac_sha256(self.key.expose_secret(), &message);
+        hex(&tag[..MAC_BYTES])
+    }
+
+    /// The handle of `owner`'s task on Nexus query `query_id`.
+    fn seal(&self, owner: Owner, query_id: &str, created_ms: u64) -> Option<String> {
+        if query_id.is_empty() || query_id.len() > MAX_ID_BYTES {
+            return None;
+        }
+        let expires_ms = created_ms.checked_add(self.ttl_ms())?;
+        let mac = self.mac(owner, created_ms, expires_ms, query_id);
+        Some(format!(
+            "{HANDLE_PREFIX}.{created_ms}.{expires_ms}.{mac}.{query_id}"
+        ))
+    }
+
+    /// The task `handle` names, if it is `owner`'s and still honoured.
+    fn open(&self, owner: Owner, handle: &str, now_ms: u64) -> Option<Sealed> {
+        let mut parts = handle.splitn(5, '.');
+        if parts.next()? != HANDLE_PREFIX {
+            return None;
+        }
+        let created_ms: u64 = parts.next()?.parse().ok()?;
+        let expires_ms: u64 = parts.next()?.parse().ok()?;
+        let mac = parts.next()?;
+        let query_id = parts.next()?;
+        if query_id.is_empty() || query_id.len() > MAX_ID_BYTES {
+            return None;
+        }
+        let expected = self.mac(owner, created_ms, expires_ms, query_id);
+        if !same_bytes(expected.as_bytes(), mac.as_bytes()) || now_ms >= expires_ms {
+            return None;
+        }
+        Some(Sealed {
+            query_id: query_id.to_owned(),
+            created_ms,
+            expires_ms,
+        })
+    }
+}
+
+fn unreachable_short() -> TaskSeal {
+    // 32 random bytes are never too short; keep a usable seal regardless.
+    TaskSeal {
+        key: SecretSlice::from(vec![0u8; 32]),
+        ttl: DEFAULT_TASK_TTL,
+    }
+}
+
+/// A task handle opened: its Nexus query and times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sealed {
+    pub(crate) query_id: String,
+    created_ms: u64,
+    expires_ms: u64,
+}
+
+/// HMAC-SHA-256 (RFC 2104).
+fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    let mut block = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(block.map(|b| b ^ 0x36));
+    inner.update(message);
+    let inner = inner.finalize();
+    let mut outer = Sha256::new();
+    outer.update(block.map(|b| b ^ 0x5c));
+    outer.update(inner);
+    outer.finalize().into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+/// Whether two byte strings are equal, in time that depends only on their
+/// lengths.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0)
+}
+
+fn rfc3339(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Whether revision `version` defines the tasks extension (2026-07-28 on).
+pub(crate) fn revision_has_tasks(version: &ProtocolVersion) -> bool {
+    // ISO dates compare as strings.
+    version.as_str() >= ProtocolVersion::V_2026_07_28.as_str()
+}
+
+/// Whether a request asks for a task: its own `_meta` names a revision with
+/// the tasks extension and declares the extension in its capabilities.
+/// What a client listed at `initialize` does not count: a 2025-11-25
+/// client that lists it there does not handle a task handle.
+pub(crate) fn asked_for(meta: &RequestMetaObject) -> bool {
+    meta.protocol_version()
+        .is_some_and(|v| revision_has_tasks(&v))
+        && meta
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
 }
 
 /// The error for a task id this caller does not have: the same whether the
-/// id never existed, expired, or belongs to another caller.
+/// id never existed, expired, was altered or belongs to another caller.
 pub(crate) fn unknown_task() -> ErrorData {
     ErrorData::invalid_params("unknown task", None)
 }
@@ -94,100 +287,15 @@ pub(crate) fn owner_of(ext: &Extensions) -> Owner {
     caller_api_key(ext).map(|k| key_digest(&k))
 }
 
-fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+/// `owner`'s task `handle`, or the uniform "unknown task".
+pub(crate) fn open(seal: &TaskSeal, owner: Owner, handle: &str) -> Result<Sealed, ErrorData> {
+    seal.open(owner, handle, now_ms()).ok_or_else(unknown_task)
 }
 
-impl TaskStore {
-    pub(crate) fn new(limits: TaskLimits) -> Self {
-        TaskStore {
-            limits,
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn locked(&self) -> MutexGuard<'_, HashMap<(Owner, String), Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Remembers `id` as `owner`'s task; `None` when there is no room (or
-    /// the id is too long to keep).
-    pub(crate) fn register(&self, owner: Owner, id: &str) -> Option<Task> {
-        if id.is_empty() || id.len() > MAX_ID_BYTES {
-            return None;
-        }
-        let now = Instant::now();
-        let mut entries = self.locked();
-        entries.retain(|_, e| e.expires > now);
-        let mine = entries.keys().filter(|(o, _)| *o == owner).count();
-        if mine >= self.limits.per_caller {
-            // Room is made by forgetting this caller's oldest ended task.
-            let oldest = entries
-                .iter()
-                .filter(|((o, _), e)| *o == owner && e.ended)
-                .min_by_key(|(_, e)| e.expires)
-                .map(|(k, _)| k.clone());
-            entries.remove(&oldest?);
-        }
-        if entries.len() >= self.limits.total {
-            return None;
-        }
-        let created_at = now_rfc3339();
-        let ttl_ms = u64::try_from(self.limits.ttl.as_millis()).unwrap_or(u64::MAX);
-        entries.insert(
-            (owner, id.to_owned()),
-            Entry {
-                created_at: created_at.clone(),
-                expires: instant_after(now, self.limits.ttl),
-                ended: false,
-            },
-        );
-        Some(
-            Task::new(id, TaskStatus::Working, created_at.clone(), created_at)
-                .with_ttl_ms(ttl_ms)
-                .with_poll_interval_ms(POLL_INTERVAL_MS),
-        )
-    }
-
-    /// When `owner`'s task `id` was created, if it has one.
-    fn created_at(&self, owner: Owner, id: &str) -> Option<String> {
-        let now = Instant::now();
-        let entries = self.locked();
-        entries
-            .get(&(owner, id.to_owned()))
-            .filter(|e| e.expires > now)
-            .map(|e| e.created_at.clone())
-    }
-
-    /// Notes that `owner`'s task `id` ended: it is remembered a shorter time.
-    fn ended(&self, owner: Owner, id: &str) {
-        let mut entries = self.locked();
-        if let Some(e) = entries.get_mut(&(owner, id.to_owned()))
-            && !e.ended
-        {
-            e.ended = true;
-            e.expires = e
-                .expires
-                .min(instant_after(Instant::now(), self.limits.ended_ttl));
-        }
-    }
-
-    fn forget(&self, owner: Owner, id: &str) {
-        self.locked().remove(&(owner, id.to_owned()));
-    }
-
-    /// How many tasks are remembered (expired ones included until the next
-    /// registration).
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.locked().len()
-    }
-}
-
-/// The task for a `query_context` result, if it started a turn and there is
-/// room: the turn's query id becomes the task id.
+/// The task for a `query_context` result that started a turn: its handle
+/// seals the turn's query id for `owner`.
 pub(crate) fn task_for(
-    store: &TaskStore,
+    seal: &TaskSeal,
     owner: Owner,
     response: &CallToolResponse,
 ) -> Option<CreateTaskResult> {
@@ -202,11 +310,17 @@ pub(crate) fn task_for(
         .as_ref()
         .and_then(|v| v.get("query_id"))
         .and_then(Value::as_str)?;
-    let task = store.register(owner, id);
-    if task.is_none() {
-        tracing::debug!("no room for another task: query_context answers the plain way");
-    }
-    task.map(CreateTaskResult::new)
+    let created_ms = now_ms();
+    let Some(handle) = seal.seal(owner, id, created_ms) else {
+        tracing::debug!("query id too long for a task handle: query_context answers the plain way");
+        return None;
+    };
+    let created_at = rfc3339(created_ms);
+    Some(CreateTaskResult::new(
+        Task::new(handle, TaskStatus::Working, created_at.clone(), created_at)
+            .with_ttl_ms(seal.ttl_ms())
+            .with_poll_interval_ms(POLL_INTERVAL_MS),
+    ))
 }
 
 /// The `get_query` call that reads task `id`'s turn.
@@ -228,24 +342,12 @@ fn tool_error(result: &CallToolResult) -> (String, String) {
     (text("code"), redact(&text("message")))
 }
 
-/// `tasks/get`'s answer from `get_query`'s result for owner's task `id`.
-pub(crate) fn detailed(
-    store: &TaskStore,
-    owner: Owner,
-    id: &str,
-    created_at: String,
-    response: CallToolResponse,
-) -> Result<DetailedTask, ErrorData> {
-    let CallToolResponse::Complete(result) = response else {
-        return Err(ErrorData::internal_error(
-            "unexpected get_query answer",
-            None,
-        ));
-    };
+/// The status of a `get_query` result: a tool error's code and message,
+/// or the turn's status.
+fn read_status(result: &CallToolResult) -> Result<QueryStatus, ErrorData> {
     if result.is_error == Some(true) {
-        let (code, message) = tool_error(&result);
+        let (code, message) = tool_error(result);
         if code == "NOT_FOUND" {
-            store.forget(owner, id);
             return Err(unknown_task());
         }
         return Err(ErrorData::internal_error(
@@ -253,12 +355,32 @@ pub(crate) fn detailed(
             Some(json!({"code": code})),
         ));
     }
-    let status = result
+    Ok(result
         .structured_content
         .as_ref()
         .and_then(|v| v.get("status"))
         .and_then(Value::as_str)
-        .map_or(QueryStatus::Other(String::new()), QueryStatus::from);
+        .map_or(QueryStatus::Other(String::new()), QueryStatus::from))
+}
+
+fn complete(response: CallToolResponse) -> Result<CallToolResult, ErrorData> {
+    match response {
+        CallToolResponse::Complete(result) => Ok(result),
+        _ => Err(ErrorData::internal_error(
+            "unexpected get_query answer",
+            None,
+        )),
+    }
+}
+
+/// `tasks/get`'s answer for task `sealed` from `get_query`'s result.
+pub(crate) fn detailed(
+    handle: &str,
+    sealed: &Sealed,
+    response: CallToolResponse,
+) -> Result<DetailedTask, ErrorData> {
+    let result = complete(response)?;
+    let status = read_status(&result)?;
     let payload = match status {
         QueryStatus::Completed => {
             let result = match serde_json::to_value(&result) {
@@ -284,11 +406,15 @@ pub(crate) fn detailed(
         _ => TaskPayload::Working,
     };
     let ended = payload.status().is_terminal();
-    if ended {
-        store.ended(owner, id);
-    }
-    let mut task = Task::new(id, TaskStatus::Working, created_at, now_rfc3339())
-        .with_ttl_ms(u64::try_from(store.limits.ttl.as_millis()).unwrap_or(u64::MAX));
+    // What is left of the handle's lifetime.
+    let ttl_ms = sealed.expires_ms.saturating_sub(sealed.created_ms);
+    let mut task = Task::new(
+        handle,
+        TaskStatus::Working,
+        rfc3339(sealed.created_ms),
+        rfc3339(now_ms()),
+    )
+    .with_ttl_ms(ttl_ms);
     if !ended {
         task = task
             .with_poll_interval_ms(POLL_INTERVAL_MS)
@@ -297,24 +423,28 @@ pub(crate) fn detailed(
     Ok(DetailedTask::new(task, payload))
 }
 
-/// The creation time of `owner`'s task `id`, or the uniform "unknown task".
-pub(crate) fn known(store: &TaskStore, owner: Owner, id: &str) -> Result<String, ErrorData> {
-    store.created_at(owner, id).ok_or_else(unknown_task)
+/// Whether the turn `get_query` read has ended: `tasks/cancel` refuses an
+/// ended task.
+pub(crate) fn ended(response: CallToolResponse) -> Result<bool, ErrorData> {
+    let result = complete(response)?;
+    let status = read_status(&result)?;
+    Ok(matches!(
+        status,
+        QueryStatus::Completed | QueryStatus::Failed | QueryStatus::Cancelled
+    ))
+}
+
+/// The error for `tasks/cancel` on a task that has already ended.
+pub(crate) fn already_ended() -> ErrorData {
+    ErrorData::invalid_params("the task has already ended and cannot be cancelled", None)
 }
 
 /// After `tasks/cancel`: a turn Nexus no longer knows is an unknown task.
-pub(crate) fn cancelled(
-    store: &TaskStore,
-    owner: Owner,
-    id: &str,
-    outcome: Result<(), super::ToolError>,
-) -> Result<(), ErrorData> {
+pub(crate) fn cancelled(outcome: Result<(), super::ToolError>) -> Result<(), ErrorData> {
     match outcome {
         Ok(()) => Ok(()),
-        Err(e) if e.code == super::ToolErrorCode::NotFound => {
-            store.forget(owner, id);
-            Err(unknown_task())
-        }
+        Err(e) if e.code == super::ToolErrorCode::NotFound => Err(unknown_task()),
+        Err(e) if e.code == super::ToolErrorCode::Lifecycle => Err(already_ended()),
         Err(e) => Err(ErrorData::internal_error(
             format!("could not cancel the task's turn: {}", redact(&e.message)),
             None,
@@ -326,29 +456,38 @@ pub(crate) fn cancelled(
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn tasks_are_bounded_per_caller_and_isolated() {
-        let store = TaskStore::new(TaskLimits {
-            per_caller: 2,
-            total: 3,
-            ..TaskLimits::default()
-        });
+    #[test]
+    fn a_handle_opens_for_its_owner_only_until_it_expires() {
+        let seal = TaskSeal::new(b"0123456789abcdef-shared").unwrap();
         let a = Some([1u8; 32]);
         let b = Some([2u8; 32]);
-        assert!(store.register(a, "q1").is_some());
-        assert!(store.register(a, "q2").is_some());
-        assert!(store.register(a, "q3").is_none(), "a's share is full");
-        assert!(known(&store, b, "q1").is_err(), "b does not see a's task");
-        assert!(known(&store, a, "q1").is_ok());
-        store.ended(a, "q1");
-        assert!(
-            store.register(a, "q3").is_some(),
-            "an ended task makes room"
+        let handle = seal.seal(a, "qry_1.x", 1_000).unwrap();
+        let opened = seal.open(a, &handle, 2_000).expect("the owner opens it");
+        assert_eq!(opened.query_id, "qry_1.x");
+        assert!(seal.open(b, &handle, 2_000).is_none(), "another key");
+        assert!(seal.open(None, &handle, 2_000).is_none(), "no key");
+        let ttl = seal.ttl_ms();
+        assert!(seal.open(a, &handle, 1_000 + ttl).is_none(), "expired");
+        // Another replica with the same secret opens it; another secret does not.
+        let replica = TaskSeal::new(b"0123456789abcdef-shared").unwrap();
+        assert!(replica.open(a, &handle, 2_000).is_some());
+        let stranger = TaskSeal::new(b"0123456789abcdef-other!").unwrap();
+        assert!(stranger.open(a, &handle, 2_000).is_none());
+        // Altered handles are unknown.
+        let longer = handle.replacen(".1000.", ".999.", 1);
+        assert!(seal.open(a, &longer, 2_000).is_none());
+        let other_query = format!("{}y", handle);
+        assert!(seal.open(a, &other_query, 2_000).is_none());
+        assert!(seal.open(a, "qry_1", 2_000).is_none());
+        assert!(TaskSeal::new(b"short").is_err());
+    }
+
+    #[test]
+    fn hmac_matches_rfc_4231_case_2() {
+        let tag = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(
+            hex(&tag),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
-        assert!(known(&store, a, "q1").is_err());
-        assert!(store.register(b, "q1").is_some());
-        assert!(store.register(None, "q9").is_none(), "the total is full");
-        assert!(store.register(b, &"x".repeat(MAX_ID_BYTES + 1)).is_none());
-        assert_eq!(store.len(), 3);
     }
 }

@@ -60,8 +60,10 @@ async fn silent_sockets_and_idle_h2c_connections_up_to_the_cap_are_closed() {
     use hyper_util::rt::{TokioExecutor, TokioIo};
 
     let nexus_fake = fake_nexus(0).await;
+    // All from one address: the per-address cap is the whole cap here.
     let options = HttpOptions::default()
         .max_connections(6)
+        .max_connections_per_peer(6)
         .header_read_timeout(Duration::from_millis(400))
         .idle_timeout(Duration::from_millis(600));
     let served = serve(nexus(&nexus_fake.uri()), options).await;
@@ -312,16 +314,15 @@ async fn made_up_keys_cannot_push_out_a_real_callers_state() {
     assert_eq!(listed["isError"], false, "{listed}");
     for n in 0..70 {
         let key = format!("pcsk_made_up_key_{n:03}_0000000000000");
+        // Refused upstream: the key gets no session at all.
         let mut stranger = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", &key);
-        stranger.initialize().await;
-        stranger
-            .call(
-                "generate_urls",
-                json!({"namespace": "wg21-papers", "records": [{"document_number": "P2300R10"}]}),
+        let (_, answer) = stranger
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
             )
             .await;
-        let refused = stranger.call("list_contexts", json!({})).await;
-        assert_eq!(refused["isError"], true, "{refused}");
+        assert_eq!(answer.status, 401, "{answer:?}");
     }
     // The real caller is served at once, its suggest-flow record (kept in
     // its per-key state) still there.

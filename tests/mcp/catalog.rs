@@ -261,12 +261,11 @@ async fn resources_prompts_and_completions_over_rmcp() {
         .await
         .unwrap();
     assert_eq!(got, ["docs"]);
-    // An unknown reference completes to nothing, not to an error.
+    // An unknown prompt is an error (invalid params).
     let got = peer
         .complete_prompt_argument("test_prompt_with_arguments", "arg1", "test", None)
-        .await
-        .unwrap();
-    assert!(got.values.is_empty());
+        .await;
+    assert!(got.is_err(), "{got:?}");
 
     client.cancel().await.ok();
     nexus.shutdown().await;
@@ -466,8 +465,8 @@ async fn http_callers_see_only_their_own_resources_and_completions() {
         .iter()
         .filter(|r| r.url.path() == "/contexts")
         .count();
-    // Per mode: two resources/list per key (uncached) and one completion
-    // listing per key (then cached).
-    assert_eq!(lists, 2 * (2 * 2 + 2), "{lists}");
+    // Per mode: two resources/list per key (uncached), one completion
+    // listing per key (then cached) and each key's one proof.
+    assert_eq!(lists, 2 * (2 * 2 + 2 + 2), "{lists}");
     tokio::time::sleep(Duration::ZERO).await;
 }

@@ -59,7 +59,8 @@ async fn http_session_uses_the_callers_key_for_each_request() {
         .map(|c| c["slug"].as_str().unwrap())
         .collect();
     assert_eq!(slugs, ["handbook", "papers", "drafts", "fresh"]);
-    assert_eq!(keys_received(&nexus).await, [CALLER_KEY]);
+    // The key's one proof at initialize, then the call.
+    assert_eq!(keys_received(&nexus).await, [CALLER_KEY, CALLER_KEY]);
 }
 
 #[tokio::test]
@@ -310,8 +311,12 @@ async fn the_server_key_is_used_only_when_allowed() {
     let mut keyed = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", CALLER_KEY);
     keyed.initialize().await;
     keyed.call("list_contexts", json!({})).await;
-    // A caller's own key still wins over the server's.
-    assert_eq!(keys_received(&nexus).await, [SERVER_KEY, CALLER_KEY]);
+    // A caller's own key still wins over the server's (proved once at
+    // initialize, then used for the call).
+    assert_eq!(
+        keys_received(&nexus).await,
+        [SERVER_KEY, CALLER_KEY, CALLER_KEY]
+    );
 }
 
 #[tokio::test]

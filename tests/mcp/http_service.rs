@@ -32,11 +32,6 @@ fn keys_seen(fake: &PineconeFake) -> Vec<String> {
     fake.headers().into_iter().map(|(key, _)| key).collect()
 }
 
-fn error_body(result: &Value) -> Value {
-    assert_eq!(result["isError"], true, "{result}");
-    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
-}
-
 const SEARCH: &str = "keyword_search";
 
 fn search_args() -> Value {
@@ -72,11 +67,16 @@ async fn pinecone_tools_search_with_the_callers_key_never_the_operators() {
     assert_eq!(fake.headers().len(), before);
 
     // A key Pinecone refuses is refused: the operator's key is not tried.
+    // It is proved once and refused at the door (401).
     let mut stranger =
         HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", "pcsk_unknown_key_1234");
-    stranger.initialize().await;
-    let body = error_body(&stranger.call(SEARCH, search_args()).await);
-    assert_ne!(body["code"], "VALIDATION", "{body}");
+    let (_, answer) = stranger
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
+        )
+        .await;
+    assert_eq!(answer.status, 401, "{answer:?}");
     assert!(!keys_seen(&fake).iter().any(|k| k == KEY_A));
     assert!(
         keys_seen(&fake)
@@ -390,6 +390,10 @@ async fn requests_past_the_concurrency_limit_are_refused_with_503() {
         options,
     )
     .await;
+    // The other caller's key is proved (one slow upstream call) first.
+    let mut other = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", SERVER_KEY);
+    let (_, answer) = other.request("ping", json!({})).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
     let url = served.url.clone();
     let holder = tokio::spawn(async move {
         let mut slow = HttpMcp::new(url);
@@ -401,7 +405,6 @@ async fn requests_past_the_concurrency_limit_are_refused_with_503() {
         .await
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let mut other = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", SERVER_KEY);
     let (_, answer) = other.request("ping", json!({})).await;
     assert_eq!(answer.status, 503, "{answer:?}");
     let _ = holder.await;

@@ -217,11 +217,19 @@ async fn stateless_cancellation_stops_the_named_request() {
         .await;
     let process = nexus_mcp(&nexus_fake.uri(), &["--stateless"]).await;
     let url = format!("{}/mcp", process.base);
+    // A cancellation counts only on the connection that sent the request:
+    // both go over one HTTP/2 connection.
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
     let started = std::time::Instant::now();
     let call = {
         let url = url.clone();
+        let h2 = h2.clone();
         tokio::spawn(async move {
             let mut mcp = HttpMcp::new(url).header("X-Pinecone-Api-Key", CALLER_KEY);
+            mcp.http = h2;
             mcp.protocol = Some("2025-06-18".to_owned());
             mcp.post(&json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": {"name": "list_contexts", "arguments": {}}}))
                 .await
@@ -229,6 +237,7 @@ async fn stateless_cancellation_stops_the_named_request() {
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut other = HttpMcp::new(url.clone()).header("X-Pinecone-Api-Key", CALLER_KEY);
+    other.http = h2;
     other.protocol = Some("2025-06-18".to_owned());
     let cancel = other
         .post(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 41}}))

@@ -113,6 +113,26 @@ async fn connect_with(server: NexusMcp, client: Client) -> RunningService<RoleCl
     client.serve(client_io).await.expect("client connects")
 }
 
+/// A 2026-07-28 connection (no `initialize`; each request carries its own
+/// `_meta`, task support included when the client declares it).
+async fn connect_2026(server: NexusMcp, client: Client) -> RunningService<RoleClient, Client> {
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    client
+        .serve_with_lifecycle(
+            client_io,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("client connects")
+}
+
 fn params(name: &'static str, args: Value) -> CallToolRequestParams {
     CallToolRequestParams::new(name).with_arguments(args.as_object().cloned().unwrap_or_default())
 }
@@ -446,7 +466,7 @@ async fn until_ended(
 #[tokio::test]
 async fn query_context_runs_as_a_task_whose_result_is_the_answer() {
     let nexus = local_nexus(Duration::from_millis(20)).await;
-    let client = connect_with(task_server(&nexus).await, Client::with_tasks()).await;
+    let client = connect_2026(task_server(&nexus).await, Client::with_tasks()).await;
     let caps = client
         .peer_info()
         .expect("server info")
@@ -463,13 +483,18 @@ async fn query_context_runs_as_a_task_whose_result_is_the_answer() {
     };
     let id = created.task.task_id.clone();
     assert_eq!(created.task.status, TaskStatus::Working);
-    // The task id is the Nexus query id.
+    // The task id seals the Nexus query id.
+    let query_id = id
+        .splitn(5, '.')
+        .nth(4)
+        .expect("a sealed query id")
+        .to_owned();
     let query = nexus_client(nexus.base_url())
         .queries()
-        .get(&id)
+        .get(&query_id)
         .await
         .expect("the turn exists in Nexus");
-    assert_eq!(query.id, id);
+    assert_eq!(query.id, query_id);
 
     let ended = until_ended(&client, &id).await;
     assert_eq!(ended.status(), TaskStatus::Completed);
@@ -477,7 +502,7 @@ async fn query_context_runs_as_a_task_whose_result_is_the_answer() {
         panic!("completed with a result");
     };
     let body = &result["structuredContent"];
-    assert_eq!(body["query_id"], id.as_str());
+    assert_eq!(body["query_id"], query_id.as_str());
     assert_eq!(body["status"], "completed");
     let answer = body["answer"].as_str().expect("an answer");
     assert!(answer.contains("Last-Event-ID"), "{answer}");
@@ -496,7 +521,7 @@ async fn query_context_runs_as_a_task_whose_result_is_the_answer() {
 async fn tasks_cancel_cancels_the_nexus_turn() {
     // A slow turn: still running when the cancel arrives.
     let nexus = local_nexus(Duration::from_millis(400)).await;
-    let client = connect_with(task_server(&nexus).await, Client::with_tasks()).await;
+    let client = connect_2026(task_server(&nexus).await, Client::with_tasks()).await;
     let created = client
         .call_tool_once(params("query_context", ask()))
         .await
@@ -512,9 +537,10 @@ async fn tasks_cancel_cancels_the_nexus_turn() {
     let ended = until_ended(&client, &id).await;
     assert_eq!(ended.status(), TaskStatus::Cancelled);
     // Nexus itself says so.
+    let query_id = id.splitn(5, '.').nth(4).expect("a sealed query id");
     let query = nexus_client(nexus.base_url())
         .queries()
-        .get(&id)
+        .get(query_id)
         .await
         .expect("the turn");
     assert_eq!(query.status, "cancelled");
@@ -551,13 +577,9 @@ async fn a_client_without_task_support_keeps_the_plain_flow() {
 }
 
 /// `tasks/get` or `tasks/cancel` over HTTP; returns the JSON-RPC answer.
-async fn task_request(mcp: &mut HttpMcp, method: &str, id: &str, stateless: bool) -> Value {
-    let (rid, answer) = if stateless {
-        let params = json!({"taskId": id, "_meta": meta_2026(true, None)});
-        request_2026(mcp, method, params).await
-    } else {
-        mcp.request(method, json!({"taskId": id})).await
-    };
+async fn task_request(mcp: &mut HttpMcp, method: &str, id: &str) -> Value {
+    let params = json!({"taskId": id, "_meta": meta_2026(true, None)});
+    let (rid, answer) = request_2026(mcp, method, params).await;
     answer.response(rid).clone()
 }
 
@@ -569,58 +591,32 @@ async fn another_callers_task_is_not_found(stateless: bool) {
     let served = serve_http(server, stateless).await;
     let mut first = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", KEY_1);
     let mut second = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", KEY_2);
-    let capabilities = json!({"extensions": {TASKS: {}}});
+    // Tasks are a 2026-07-28 feature: each request declares them, in
+    // sessions mode as without sessions.
     for mcp in [&mut first, &mut second] {
-        if stateless {
-            mcp.protocol = Some("2026-07-28".to_owned());
-        } else {
-            let (id, answer) = mcp
-                .request(
-                    "initialize",
-                    json!({
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": capabilities,
-                        "clientInfo": {"name": "http-test", "version": "0"}
-                    }),
-                )
-                .await;
-            let result = &answer.response(id)["result"];
-            assert!(
-                result["capabilities"]["extensions"][TASKS].is_object(),
-                "{result}"
-            );
-            mcp.protocol = result["protocolVersion"].as_str().map(str::to_owned);
-            mcp.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-                .await;
-        }
+        mcp.protocol = Some("2026-07-28".to_owned());
     }
-    let (rid, answer) = if stateless {
-        let call =
-            json!({"name": "query_context", "arguments": ask(), "_meta": meta_2026(true, None)});
-        request_2026(&mut first, "tools/call", call).await
-    } else {
-        let call = json!({"name": "query_context", "arguments": ask()});
-        first.request("tools/call", call).await
-    };
+    let call = json!({"name": "query_context", "arguments": ask(), "_meta": meta_2026(true, None)});
+    let (rid, answer) = request_2026(&mut first, "tools/call", call).await;
     let created = &answer.response(rid)["result"];
     assert_eq!(created["resultType"], "task", "{created}");
     let id = created["taskId"].as_str().expect("task id").to_owned();
 
-    let mine = task_request(&mut first, "tasks/get", &id, stateless).await;
+    let mine = task_request(&mut first, "tasks/get", &id).await;
     assert!(mine["result"]["status"].is_string(), "{mine}");
-    let never = task_request(&mut second, "tasks/get", "qry_never_existed", stateless).await;
-    let theirs = task_request(&mut second, "tasks/get", &id, stateless).await;
+    let never = task_request(&mut second, "tasks/get", "qry_never_existed").await;
+    let theirs = task_request(&mut second, "tasks/get", &id).await;
     assert!(theirs["error"].is_object(), "{theirs}");
     assert_eq!(
         theirs["error"], never["error"],
         "the same answer as for no task"
     );
-    let cancel = task_request(&mut second, "tasks/cancel", &id, stateless).await;
+    let cancel = task_request(&mut second, "tasks/cancel", &id).await;
     assert_eq!(cancel["error"], never["error"], "{cancel}");
     // The turn was not cancelled by the other caller.
     let query = nexus_client(nexus.base_url())
         .queries()
-        .get(&id)
+        .get(id.splitn(5, '.').nth(4).expect("a sealed query id"))
         .await
         .expect("the turn");
     assert_ne!(query.status, "cancelled");

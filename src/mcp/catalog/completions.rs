@@ -212,6 +212,17 @@ pub(super) async fn complete(
     request: CompleteRequestParams,
     ctx: &RequestContext<RoleServer>,
 ) -> Result<CompleteResult, ErrorData> {
+    if let Reference::Prompt(prompt) = &request.r#ref
+        && !super::prompts::list(families)
+            .prompts
+            .iter()
+            .any(|p| p.name == prompt.name)
+    {
+        return Err(ErrorData::invalid_params(
+            format!("unknown prompt `{}`", super::truncate(&prompt.name, 128)),
+            None,
+        ));
+    }
     let target = target(&request.r#ref, &request.argument.name);
     let given = |name: &str| {
         request

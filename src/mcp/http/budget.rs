@@ -35,14 +35,19 @@ pub(super) enum Over {
 #[derive(Debug, Default)]
 struct Counts {
     total: usize,
+    /// Requests of unproven keys in flight.
+    unproven: usize,
     callers: HashMap<CallerId, usize>,
 }
 
-/// Requests in flight: at most `max` in all, `per_caller` for one caller.
+/// Requests in flight: at most `max` in all, `per_caller` for one caller,
+/// and an eighth of `max` for unproven keys together. A session's GET
+/// stream counts against its caller only.
 #[derive(Debug)]
 pub(super) struct Budgets {
     max: usize,
     per_caller: usize,
+    quarantine: usize,
     counts: Mutex<Counts>,
     idle: Notify,
 }
@@ -52,6 +57,7 @@ impl Budgets {
         Budgets {
             max: max.max(1),
             per_caller: per_caller.max(1),
+            quarantine: (max / 8).max(1),
             counts: Mutex::new(Counts::default()),
             idle: Notify::new(),
         }
@@ -64,21 +70,42 @@ impl Budgets {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A slot for one request of `caller`, held until the value is dropped.
-    pub(super) fn admit(self: &Arc<Self>, caller: CallerId) -> Result<Slot, Over> {
+    /// A slot for one request of `caller` (of an unproven key unless
+    /// `proven`), held until the value is dropped.
+    pub(super) fn admit(self: &Arc<Self>, caller: CallerId, proven: bool) -> Result<Slot, Over> {
         let mut counts = self.counts();
         let mine = counts.callers.get(&caller).copied().unwrap_or(0);
         if mine >= self.per_caller {
             return Err(Over::Caller);
         }
-        if counts.total >= self.max {
+        if counts.total >= self.max || (!proven && counts.unproven >= self.quarantine) {
             return Err(Over::Server);
         }
         counts.total += 1;
+        if !proven {
+            counts.unproven += 1;
+        }
         counts.callers.insert(caller, mine + 1);
         Ok(Slot {
             budgets: Arc::clone(self),
             caller,
+            kind: SlotKind::Request { proven },
+        })
+    }
+
+    /// A slot for one GET stream of `caller`: counted against the caller
+    /// only, for as long as the stream is open.
+    pub(super) fn admit_stream(self: &Arc<Self>, caller: CallerId) -> Result<Slot, Over> {
+        let mut counts = self.counts();
+        let mine = counts.callers.get(&caller).copied().unwrap_or(0);
+        if mine >= self.per_caller {
+            return Err(Over::Caller);
+        }
+        counts.callers.insert(caller, mine + 1);
+        Ok(Slot {
+            budgets: Arc::clone(self),
+            caller,
+            kind: SlotKind::Stream,
         })
     }
 
@@ -94,17 +121,32 @@ impl Budgets {
     }
 }
 
+/// What a slot counts against.
+#[derive(Debug, Clone, Copy)]
+enum SlotKind {
+    /// A request: the server's, the caller's and maybe the quarantine's.
+    Request { proven: bool },
+    /// A GET stream: the caller's only.
+    Stream,
+}
+
 /// One request's slot.
 #[derive(Debug)]
 pub(super) struct Slot {
     budgets: Arc<Budgets>,
     caller: CallerId,
+    kind: SlotKind,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut counts = self.budgets.counts();
-        counts.total = counts.total.saturating_sub(1);
+        if let SlotKind::Request { proven } = self.kind {
+            counts.total = counts.total.saturating_sub(1);
+            if !proven {
+                counts.unproven = counts.unproven.saturating_sub(1);
+            }
+        }
         if let Some(mine) = counts.callers.get_mut(&self.caller) {
             *mine = mine.saturating_sub(1);
             if *mine == 0 {
@@ -165,12 +207,34 @@ mod tests {
         let budgets = Arc::new(Budgets::new(3, 2));
         let a = CallerId::Addr(IpAddr::from([10, 0, 0, 1]));
         let b = CallerId::Key(7);
-        let first = budgets.admit(a).unwrap();
-        let _second = budgets.admit(a).unwrap();
-        assert_eq!(budgets.admit(a).unwrap_err(), Over::Caller);
-        let _third = budgets.admit(b).unwrap();
-        assert_eq!(budgets.admit(b).unwrap_err(), Over::Server);
+        let first = budgets.admit(a, true).unwrap();
+        let _second = budgets.admit(a, true).unwrap();
+        assert_eq!(budgets.admit(a, true).unwrap_err(), Over::Caller);
+        let _third = budgets.admit(b, true).unwrap();
+        assert_eq!(budgets.admit(b, true).unwrap_err(), Over::Server);
         drop(first);
-        assert!(budgets.admit(a).is_ok());
+        assert!(budgets.admit(a, true).is_ok());
+    }
+
+    #[test]
+    fn unproven_keys_share_a_small_quarantine_and_streams_count_per_caller() {
+        let budgets = Arc::new(Budgets::new(16, 4));
+        let held: Vec<Slot> = (0..2)
+            .map(|i| budgets.admit(CallerId::Key(i), false).unwrap())
+            .collect();
+        assert_eq!(
+            budgets.admit(CallerId::Key(9), false).unwrap_err(),
+            Over::Server,
+            "the quarantine (16 / 8) is full"
+        );
+        assert!(
+            budgets.admit(CallerId::Key(10), true).is_ok(),
+            "proven keys pass"
+        );
+        let a = CallerId::Key(20);
+        let _streams: Vec<Slot> = (0..4).map(|_| budgets.admit_stream(a).unwrap()).collect();
+        assert_eq!(budgets.admit(a, true).unwrap_err(), Over::Caller);
+        assert_eq!(budgets.counts().total, 2, "streams are not in the total");
+        drop(held);
     }
 }

@@ -24,6 +24,12 @@ use super::budget::hold_until_end;
 use super::refusals::Refusals;
 use crate::mcp::metrics::Metrics;
 
+/// The first wait after a failed `accept`, doubled up to
+/// [`ACCEPT_BACKOFF_MAX`] while it keeps failing.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// The longest wait after a failed `accept`.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
 /// How long a connection that was asked to close (idle, or at shutdown
 /// once requests are done) may take before it is cut.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
@@ -72,6 +78,63 @@ pub(super) fn spawn_acceptor(
             let _ = done.send(());
         })?;
     Ok(finished)
+}
+
+/// Open connections per peer address, at most `max` each.
+#[derive(Debug)]
+pub(super) struct PeerCounts {
+    pub(super) max: usize,
+    open: Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+impl PeerCounts {
+    pub(super) fn new(max: usize) -> Self {
+        PeerCounts {
+            max: max.max(1),
+            open: Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    fn counts(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<std::net::IpAddr, usize>> {
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One more connection from `ip`, counted until the value is dropped;
+    /// `None` past the cap.
+    fn open(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<PeerPermit> {
+        let mut counts = self.counts();
+        let n = counts.entry(ip).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerPermit {
+            peers: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+/// One open connection of a peer address.
+pub(super) struct PeerPermit {
+    peers: Arc<PeerCounts>,
+    ip: std::net::IpAddr,
+}
+
+impl Drop for PeerPermit {
+    fn drop(&mut self) {
+        let mut counts = self.peers.counts();
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// What one connection is doing: whether a request head has come, how
@@ -133,6 +196,8 @@ pub(super) struct Acceptor {
     pub(super) app: axum::Router,
     pub(super) connections: Arc<Semaphore>,
     pub(super) max_connections: usize,
+    /// Open connections by peer address.
+    pub(super) peers: Arc<PeerCounts>,
     pub(super) per_connection: usize,
     pub(super) header_read_timeout: Duration,
     pub(super) idle_timeout: Duration,
@@ -162,14 +227,25 @@ impl Acceptor {
             .keep_alive_interval(Some(self.idle_timeout))
             .keep_alive_timeout(self.idle_timeout.min(Duration::from_secs(20)));
         let tracker = TaskTracker::new();
+        let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             let (tcp, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
+                    Ok(accepted) => {
+                        backoff = ACCEPT_BACKOFF_MIN;
+                        accepted
+                    }
                     Err(e) => {
-                        // Out of file descriptors and the like: wait, then go on.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        // Out of file descriptors and the like: nothing can be
+                        // accepted until a connection closes. Wait (longer each
+                        // time, up to a second) instead of spinning, and say so
+                        // once per window.
+                        self.refusals.accept_failed(&e, backoff);
+                        tokio::select! {
+                            () = tokio::time::sleep(backoff) => {}
+                            () = stop.cancelled() => break,
+                        }
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                         continue;
                     }
                 },
@@ -177,6 +253,11 @@ impl Acceptor {
             };
             let Ok(permit) = Arc::clone(&self.connections).try_acquire_owned() else {
                 self.refusals.refuse_connection(peer, self.max_connections);
+                drop(tcp);
+                continue;
+            };
+            let Some(peer_permit) = self.peers.open(peer.ip()) else {
+                self.refusals.refuse_peer_connection(peer, self.peers.max);
                 drop(tcp);
                 continue;
             };
@@ -190,9 +271,13 @@ impl Acceptor {
             let (stop, kill) = (stop.clone(), kill.clone());
             tracker.spawn(async move {
                 acceptor.connection(&builder, tcp, peer, stop, kill).await;
+                drop(peer_permit);
                 drop(permit);
             });
         }
+        // Shutdown has begun: stop listening at once, so that new clients
+        // are refused by the system instead of queueing unserved.
+        drop(listener);
         tracker.close();
         tracker.wait().await;
     }

@@ -27,7 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::answer::{coalesce_answer, prefers_json, with_deadline};
 use super::budget::{Budgets, CallerId, Over, hold_until_end};
+use super::cors::{self, HostOrigin};
 use super::options::MAX_REQUEST_BODY_BYTES;
+use super::proof::{Proofs, Standing};
 use super::refusals::{Reason, Refusals};
 use super::sessions::{Full, Sessions};
 use crate::mcp::caller::{
@@ -44,15 +46,20 @@ pub(super) struct Guard {
     /// `None` when stateless.
     pub(super) sessions: Option<Arc<Sessions>>,
     pub(super) budgets: Arc<Budgets>,
+    /// The verdicts on caller keys.
+    pub(super) proofs: Arc<Proofs>,
+    /// The `Host` and `Origin` values served (and CORS).
+    pub(super) host_origin: HostOrigin,
     pub(super) refusals: Arc<Refusals>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) request_timeout: Duration,
     pub(super) body_read_timeout: Duration,
     /// Whether calls without a key are served (with the server's key).
     pub(super) keyless: bool,
-    /// Stateless requests running, by caller and JSON-RPC id, so that a
-    /// `notifications/cancelled` from the same caller can stop them.
-    pub(super) running: Mutex<HashMap<(CallerId, String), CancellationToken>>,
+    /// Stateless requests running, by caller, connection and JSON-RPC id,
+    /// so that a `notifications/cancelled` from the same caller on the same
+    /// connection can stop them (and nobody else's).
+    pub(super) running: Mutex<HashMap<RunningKey, CancellationToken>>,
     /// The MCP service a request reaches once admitted.
     pub(super) mcp: McpService,
 }
@@ -135,10 +142,14 @@ fn method_label(method: &Method) -> HttpMethod {
     }
 }
 
+/// What names a running stateless request: its caller, the connection it
+/// came on (the peer's address and port) and its JSON-RPC id.
+pub(super) type RunningKey = (CallerId, Option<SocketAddr>, String);
+
 /// A stateless request registered for cancellation; unregistered on drop.
 struct Running {
     guard: Arc<Guard>,
-    key: (CallerId, String),
+    key: RunningKey,
 }
 
 impl Drop for Running {
@@ -148,7 +159,7 @@ impl Drop for Running {
 }
 
 impl Guard {
-    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(CallerId, String), CancellationToken>> {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RunningKey, CancellationToken>> {
         self.running
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -184,6 +195,7 @@ impl Guard {
         peer: Option<SocketAddr>,
         method: &Method,
         deadline: Instant,
+        rpc_method: &std::sync::OnceLock<&'static str>,
     ) -> (Response, CallerTag) {
         let key = match key_from_headers(request.headers()) {
             Ok(key) => key,
@@ -198,14 +210,17 @@ impl Guard {
                 return (response, CallerTag::Invalid);
             }
         };
-        // Sessions are bound to the key's digest; budgets, logs and the
-        // tools' per-caller pools need only a cheaper per-process hash,
-        // worked out here once (the tools read it from the request).
+        // Sessions and key proofs are bound to the key's digest; budgets,
+        // logs and the tools' per-caller pools need only a cheaper
+        // per-process hash, worked out here once (the tools read it from
+        // the request).
+        let digest = key.as_ref().map(key_digest);
         let owner = match &self.sessions {
-            Some(_) => key.as_ref().map(key_digest),
+            Some(_) => digest,
             None => None,
         };
         let key = key.map(CallerKey::new);
+        let proving = key.clone();
         let hash = key.as_ref().map(|key| key.hash);
         let tag = hash.map_or(CallerTag::Keyless, tag_of);
         request.extensions_mut().insert(Identified {
@@ -250,7 +265,11 @@ impl Guard {
                 }
             };
             let message = match classify(&bytes) {
-                Ok(message) => message,
+                Ok((message, label)) => {
+                    self.metrics.rpc_request(label);
+                    let _ = rpc_method.set(label);
+                    message
+                }
                 Err(invalid) => {
                     self.refusals
                         .refused(Reason::InvalidMessage, peer, StatusCode::BAD_REQUEST);
@@ -271,13 +290,46 @@ impl Guard {
             );
             return (response, tag);
         }
+        let session = request
+            .headers()
+            .get(HEADER_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        // Where the key stands: the upstream is asked once per key, when it
+        // opens a session or sends a request outside one; requests inside a
+        // session use what is known. Keyless callers are served with the
+        // server's key by the operator's choice, and limited per address.
+        let proven = match (&proving, &digest) {
+            (Some(key), Some(digest)) => {
+                let standing = if session.is_none() {
+                    self.proofs.standing(key, digest).await
+                } else {
+                    self.proofs.cached(digest)
+                };
+                if standing == Standing::Refused {
+                    let response = self.refuse(
+                        Reason::KeyRefused,
+                        StatusCode::UNAUTHORIZED,
+                        peer,
+                        method,
+                        "the upstream refused this X-Pinecone-Api-Key; send a valid Pinecone API key",
+                    );
+                    return (response, tag);
+                }
+                standing == Standing::Proven
+            }
+            _ => true,
+        };
+        if let (Some(sessions), Some(id), true) = (&self.sessions, &session, proven) {
+            sessions.prove(id);
+        }
         if self.sessions.is_none()
             && let Some(Message::Cancelled(Some(id))) = &message
-            && let Some(token) = self.running().get(&(caller, id.clone()))
+            && let Some(token) = self.running().get(&(caller, peer, id.clone()))
         {
             token.cancel();
         }
-        let slot = match self.budgets.admit(caller) {
+        let slot = match self.budgets.admit(caller, proven) {
             Ok(slot) => slot,
             Err(Over::Caller) => {
                 let response = self.refuse(
@@ -286,6 +338,16 @@ impl Guard {
                     peer,
                     method,
                     "too many of your requests in flight; retry when one has finished",
+                );
+                return (response, tag);
+            }
+            Err(Over::Server) if !proven => {
+                let response = self.refuse(
+                    Reason::Quarantine,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    peer,
+                    method,
+                    "too many requests of keys not yet accepted upstream; retry later",
                 );
                 return (response, tag);
             }
@@ -301,15 +363,35 @@ impl Guard {
             }
         };
         let post = *method == Method::POST;
-        let session = request
-            .headers()
-            .get(HEADER_SESSION_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
         let response = match (&self.sessions, session) {
             (Some(sessions), Some(id)) => {
                 let Some(in_use) = sessions.enter(&id, owner) else {
                     return (self.not_found(peer, method), tag);
+                };
+                let stream = if *method == Method::GET {
+                    let Ok(open) = sessions.open_stream(&id) else {
+                        let response = self.refuse(
+                            Reason::StreamOpen,
+                            StatusCode::CONFLICT,
+                            peer,
+                            method,
+                            "this session already has an open GET stream",
+                        );
+                        return (response, tag);
+                    };
+                    let Ok(counted) = self.budgets.admit_stream(caller) else {
+                        let response = self.refuse(
+                            Reason::CallerBusy,
+                            StatusCode::TOO_MANY_REQUESTS,
+                            peer,
+                            method,
+                            "too many of your requests and streams open; close one first",
+                        );
+                        return (response, tag);
+                    };
+                    Some((open, counted))
+                } else {
+                    None
                 };
                 let json_first = post && prefers_json(request.headers());
                 let response = self.mcp.run(request).await;
@@ -327,12 +409,14 @@ impl Guard {
                 };
                 if post {
                     hold_until_end(response, (slot, in_use))
+                } else if let Some(stream) = stream {
+                    hold_until_end(response, stream)
                 } else {
                     response
                 }
             }
             (Some(sessions), None) if message == Some(Message::Initialize) => {
-                let reservation = match sessions.reserve(caller).await {
+                let reservation = match sessions.reserve(caller, proven).await {
                     Ok(reservation) => reservation,
                     Err(Full::Caller) => {
                         let text = format!(
@@ -342,6 +426,21 @@ impl Guard {
                         let response = self.refuse(
                             Reason::CallerSessions,
                             StatusCode::TOO_MANY_REQUESTS,
+                            peer,
+                            method,
+                            &text,
+                        );
+                        return (response, tag);
+                    }
+                    Err(Full::Quarantine) => {
+                        let text = format!(
+                            "too many live MCP sessions of keys not yet accepted upstream, all busy \
+                             (limit {}); retry later",
+                            sessions.quarantine
+                        );
+                        let response = self.refuse(
+                            Reason::Quarantine,
+                            StatusCode::SERVICE_UNAVAILABLE,
                             peer,
                             method,
                             &text,
@@ -378,7 +477,7 @@ impl Guard {
                     return (self.mcp.run(request).await, tag);
                 };
                 let token = CancellationToken::new();
-                let key = (caller, id.clone());
+                let key = (caller, peer, id.clone());
                 self.running().insert(key.clone(), token.clone());
                 let running = Running {
                     guard: Arc::clone(self),
@@ -432,14 +531,35 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
         .map(|c| c.0);
     let method = request.method().clone();
     let id = request_id();
-    let handled =
-        tokio::time::timeout_at(deadline, guard.handle(request, id, peer, &method, deadline)).await;
-    let (response, caller) = handled.unwrap_or_else(|_| {
-        (
-            StatusCode::REQUEST_TIMEOUT.into_response(),
+    let checked = guard.host_origin.check(request.headers());
+    let preflight = cors::is_preflight(&method, request.headers());
+    let rpc_method = std::sync::OnceLock::new();
+    let (response, caller) = match &checked {
+        Err(refused) => (
+            guard.refuse(
+                Reason::HostOrigin,
+                StatusCode::FORBIDDEN,
+                peer,
+                &method,
+                cors::refusal_text(*refused),
+            ),
             CallerTag::Unknown,
-        )
-    });
+        ),
+        Ok(Some(origin)) if preflight => (cors::preflight(origin.clone()), CallerTag::Unknown),
+        Ok(_) => {
+            let handled = tokio::time::timeout_at(
+                deadline,
+                guard.handle(request, id, peer, &method, deadline, &rpc_method),
+            )
+            .await;
+            handled.unwrap_or_else(|_| {
+                (
+                    StatusCode::REQUEST_TIMEOUT.into_response(),
+                    CallerTag::Unknown,
+                )
+            })
+        }
+    };
     let status = response.status();
     let elapsed = start.elapsed();
     let label = method_label(&method);
@@ -450,13 +570,19 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
         target: "nexus_mcp::access",
         request_id = %id,
         method = label.label(),
+        rpc_method = rpc_method.get().copied().unwrap_or("-"),
         status = status.as_u16(),
         duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         caller = %caller,
-        peer = ?peer,
+        peer = %peer.map_or_else(|| "-".to_owned(), |p| p.to_string()),
         "request"
     );
     let mut response = with_deadline(response, deadline, peer);
+    if let Ok(Some(origin)) = checked
+        && !preflight
+    {
+        cors::allow(&mut response, origin);
+    }
     let id_value = id
         .digits()
         .and_then(|digits| HeaderValue::from_bytes(&digits).ok())

@@ -37,9 +37,11 @@
 mod answer;
 mod budget;
 mod connections;
+mod cors;
 mod guard;
 mod ops;
 mod options;
+mod proof;
 mod refusals;
 mod sessions;
 
@@ -97,10 +99,12 @@ fn build(
         hosts.push(local_addr.ip().to_string());
     }
     hosts.extend(options.allowed_hosts.iter().cloned());
-    let origins = LOCAL_ORIGINS
+    let origins: Vec<String> = LOCAL_ORIGINS
         .iter()
         .map(|o| (*o).to_owned())
-        .chain(options.allowed_origins.iter().cloned());
+        .chain(options.allowed_origins.iter().cloned())
+        .collect();
+    let host_origin = cors::HostOrigin::new(hosts.iter().cloned(), origins.iter().cloned());
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
@@ -117,6 +121,7 @@ fn build(
     let metrics = Arc::clone(server.metrics());
     let keyless = server.serves_keyless();
     let upstreams = server.upstreams();
+    let proofs = Arc::new(proof::Proofs::new(server.clone()));
     let mcp = McpService(Arc::new(StreamableHttpService::new(
         move || Ok(server.for_session()),
         Arc::clone(&manager),
@@ -127,16 +132,19 @@ fn build(
         options.max_requests_per_caller,
     ));
     let refusals = Arc::new(Refusals::new(Arc::clone(&metrics)));
+    let sessions = (!options.stateless).then(|| {
+        Arc::new(Sessions::new(
+            manager,
+            options.max_sessions,
+            options.max_sessions_per_caller,
+            Arc::clone(&metrics),
+        ))
+    });
     let guard = Arc::new(Guard {
-        sessions: (!options.stateless).then(|| {
-            Arc::new(Sessions::new(
-                manager,
-                options.max_sessions,
-                options.max_sessions_per_caller,
-                Arc::clone(&metrics),
-            ))
-        }),
+        sessions: sessions.clone(),
         budgets: Arc::clone(&budgets),
+        proofs,
+        host_origin: host_origin.clone(),
         refusals: Arc::clone(&refusals),
         metrics: Arc::clone(&metrics),
         request_timeout: options.request_timeout,
@@ -149,6 +157,9 @@ fn build(
     let ops = Arc::new(ops::Ops {
         metrics,
         readiness: ops::Readiness::new(upstreams),
+        sessions,
+        host_origin,
+        refusals: Arc::clone(&refusals),
     });
     Built {
         app: mcp.merge(ops::routes(ops)),
@@ -209,6 +220,9 @@ pub async fn serve(
         app: built.app,
         connections: Arc::new(Semaphore::new(options.max_connections.max(1))),
         max_connections: options.max_connections.max(1),
+        peers: Arc::new(connections::PeerCounts::new(
+            options.effective_max_connections_per_peer(),
+        )),
         per_connection: options.max_requests_per_connection.max(1),
         header_read_timeout: options.header_read_timeout,
         idle_timeout: options.idle_timeout,

@@ -106,13 +106,36 @@ impl Readiness {
 pub(super) struct Ops {
     pub(super) metrics: Arc<Metrics>,
     pub(super) readiness: Readiness,
+    /// The live sessions (`None` when stateless): pruned of expired ones
+    /// before each scrape, so that `open_sessions` is true.
+    pub(super) sessions: Option<Arc<super::sessions::Sessions>>,
+    /// The `Host` and `Origin` checks of the MCP endpoint, applied here too.
+    pub(super) host_origin: super::cors::HostOrigin,
+    pub(super) refusals: Arc<super::refusals::Refusals>,
+}
+
+impl Ops {
+    /// The 403 for a request whose `Host` or `Origin` is not served.
+    fn refused(&self, headers: &http::HeaderMap) -> Option<Response> {
+        let refused = self.host_origin.check(headers).err()?;
+        Some(self.refusals.refuse(
+            super::refusals::Reason::HostOrigin,
+            StatusCode::FORBIDDEN,
+            None,
+            &http::Method::GET,
+            super::cors::refusal_text(refused),
+        ))
+    }
 }
 
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(ops): State<Arc<Ops>>) -> Response {
+async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Response {
+    if let Some(refused) = ops.refused(&headers) {
+        return refused;
+    }
     let unreachable = ops.readiness.unreachable().await;
     if unreachable.is_empty() {
         (StatusCode::OK, "ready\n").into_response()
@@ -122,7 +145,13 @@ async fn readyz(State(ops): State<Arc<Ops>>) -> Response {
     }
 }
 
-async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
+async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Response {
+    if let Some(refused) = ops.refused(&headers) {
+        return refused;
+    }
+    if let Some(sessions) = &ops.sessions {
+        sessions.refresh().await;
+    }
     (
         [(
             http::header::CONTENT_TYPE,

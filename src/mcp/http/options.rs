@@ -85,6 +85,11 @@ pub struct HttpOptions {
     pub request_timeout: Duration,
     /// Open connections; more are closed at once.
     pub max_connections: usize,
+    /// Open connections from one client address; more are closed at once.
+    /// `None`: a quarter of [`HttpOptions::max_connections`] (at least 1).
+    /// Behind a reverse proxy every client has the proxy's address: raise
+    /// it to [`HttpOptions::max_connections`] there.
+    pub max_connections_per_peer: Option<usize>,
     /// Requests being handled at once over all connections, counted until
     /// their response starts (an SSE stream then stays bounded by its
     /// connection and the request deadline); more get 503.
@@ -126,6 +131,7 @@ impl Default for HttpOptions {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: None,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
             max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
             max_requests_per_caller: DEFAULT_MAX_REQUESTS_PER_CALLER,
@@ -204,6 +210,20 @@ impl HttpOptions {
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = max.max(1);
         self
+    }
+
+    /// Sets the limit of open connections from one client address (at
+    /// least 1).
+    pub fn max_connections_per_peer(mut self, max: usize) -> Self {
+        self.max_connections_per_peer = Some(max.max(1));
+        self
+    }
+
+    /// The limit of open connections from one client address in effect.
+    pub fn effective_max_connections_per_peer(&self) -> usize {
+        self.max_connections_per_peer
+            .unwrap_or(self.max_connections / 4)
+            .clamp(1, self.max_connections.max(1))
     }
 
     /// Sets the limit of requests handled at once (at least 1).

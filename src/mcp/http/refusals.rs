@@ -12,6 +12,10 @@ use http::{Method, StatusCode};
 
 use crate::mcp::metrics::Metrics;
 
+/// The `WWW-Authenticate` challenge of every 401: the key header to send.
+pub(super) const WWW_AUTHENTICATE: &str =
+    r#"ApiKey realm="nexus-mcp", header="X-Pinecone-Api-Key""#;
+
 /// Refusal warnings logged per window; more are counted and summed up.
 const WARNINGS_PER_WINDOW: u32 = 10;
 /// The rate limit's window.
@@ -32,6 +36,12 @@ pub(super) enum Reason {
     SessionsFull,
     CallerSessions,
     UnknownSession,
+    KeyRefused,
+    Quarantine,
+    StreamOpen,
+    PeerConnections,
+    HostOrigin,
+    AcceptFailed,
 }
 
 impl Reason {
@@ -49,6 +59,12 @@ impl Reason {
             Reason::SessionsFull => "sessions_full",
             Reason::CallerSessions => "caller_sessions",
             Reason::UnknownSession => "unknown_session",
+            Reason::KeyRefused => "key_refused",
+            Reason::Quarantine => "quarantine_full",
+            Reason::StreamOpen => "stream_open",
+            Reason::PeerConnections => "peer_connections",
+            Reason::HostOrigin => "host_origin",
+            Reason::AcceptFailed => "accept_failed",
         }
     }
 }
@@ -129,7 +145,16 @@ impl Refusals {
             Some(name) => format!("{name}: {text}"),
             None => text.to_owned(),
         };
-        (status, body).into_response()
+        let mut response = (status, body).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            // Names the header to send, so that OAuth-capable clients show
+            // the hint instead of starting an authorization discovery.
+            response.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static(WWW_AUTHENTICATE),
+            );
+        }
+        response
     }
 
     /// Counts and logs a request refused by a layer with its own answer.
@@ -149,6 +174,26 @@ impl Refusals {
     pub(super) fn refuse_connection(&self, peer: SocketAddr, limit: usize) {
         if let Some(unlogged) = self.note(Reason::ConnectionLimit) {
             tracing::warn!(%peer, limit, unlogged_before = unlogged, "refused connection: too many open connections");
+        }
+    }
+
+    /// A failed `accept` (out of file descriptors, most often): counted,
+    /// and logged at a bounded rate.
+    pub(super) fn accept_failed(&self, error: &std::io::Error, retry_in: Duration) {
+        if let Some(unlogged) = self.note(Reason::AcceptFailed) {
+            tracing::warn!(
+                error = %error,
+                retry_in_ms = u64::try_from(retry_in.as_millis()).unwrap_or(u64::MAX),
+                unlogged_before = unlogged,
+                "accept failed; no new connection until it succeeds (raise `ulimit -n` or lower --max-connections)"
+            );
+        }
+    }
+
+    /// A connection past its peer address's cap, closed at once.
+    pub(super) fn refuse_peer_connection(&self, peer: SocketAddr, limit: usize) {
+        if let Some(unlogged) = self.note(Reason::PeerConnections) {
+            tracing::warn!(%peer, limit, unlogged_before = unlogged, "refused connection: too many open connections from this address");
         }
     }
 

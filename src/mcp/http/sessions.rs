@@ -1,5 +1,14 @@
-//! Sessions: who owns each one, the caps on how many live (in all and per
-//! caller), and which one gives way when the server is full.
+//! Sessions: who owns each one, the caps on how many live (in all, per
+//! caller, and for unproven keys), which one gives way when the server is
+//! full, and the one GET stream each may hold.
+//!
+//! A session of a key the upstream has not accepted yet (see `proof`) is
+//! quarantined: such sessions are at most a small share of the cap, and
+//! room for one is made only by closing another quarantined one. A proven
+//! caller's `initialize` at the cap closes the least recently used idle
+//! quarantined session first, then the least recently used idle proven
+//! one; a session with an open GET stream or a request in flight is never
+//! closed to make room.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +29,16 @@ struct Entry {
     used: u64,
     /// Requests in flight on it.
     busy: usize,
+    /// Its open GET stream (at most one).
+    streaming: bool,
+    /// Whether its key was proven when it was created (or since).
+    proven: bool,
+}
+
+impl Entry {
+    fn idle(&self) -> bool {
+        self.busy == 0 && !self.streaming
+    }
 }
 
 #[derive(Debug, Default)]
@@ -28,6 +47,8 @@ struct Table {
     /// Sessions being created (counted against the caps).
     creating: usize,
     creating_by: HashMap<CallerId, usize>,
+    /// Quarantined sessions being created.
+    creating_unproven: usize,
     clock: u64,
 }
 
@@ -41,6 +62,23 @@ impl Table {
         self.clock = self.clock.wrapping_add(1);
         self.clock
     }
+
+    fn quarantined(&self) -> usize {
+        self.entries.values().filter(|e| !e.proven).count() + self.creating_unproven
+    }
+
+    /// The least recently used idle session, quarantined ones only or
+    /// quarantined ones first.
+    fn victim(&self, quarantined_only: bool) -> Option<String> {
+        let oldest = |proven: bool| {
+            self.entries
+                .iter()
+                .filter(|(_, e)| e.proven == proven && e.idle())
+                .min_by_key(|(_, e)| e.used)
+                .map(|(id, _)| id.clone())
+        };
+        oldest(false).or_else(|| if quarantined_only { None } else { oldest(true) })
+    }
 }
 
 /// Why no session may be created.
@@ -50,6 +88,8 @@ pub(super) enum Full {
     Server,
     /// This caller is at its own cap.
     Caller,
+    /// Unproven keys hold all the sessions they may, all busy.
+    Quarantine,
 }
 
 /// The live sessions, their owners and caps.
@@ -59,6 +99,8 @@ pub(super) struct Sessions {
     table: Mutex<Table>,
     pub(super) max: usize,
     pub(super) per_caller: usize,
+    /// Sessions of unproven keys, in all.
+    pub(super) quarantine: usize,
     metrics: Arc<Metrics>,
 }
 
@@ -69,11 +111,13 @@ impl Sessions {
         per_caller: usize,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let max = max.max(1);
         Sessions {
             manager,
             table: Mutex::new(Table::default()),
-            max: max.max(1),
+            max,
             per_caller: per_caller.max(1),
+            quarantine: quarantine_share(max),
             metrics,
         }
     }
@@ -102,9 +146,14 @@ impl Sessions {
             .set(i64::try_from(table.entries.len()).unwrap_or(i64::MAX));
     }
 
-    /// Reserves room for a session of `caller`: closes the least recently
-    /// used idle session when the server is full.
-    pub(super) async fn reserve(self: &Arc<Self>, caller: CallerId) -> Result<Reservation, Full> {
+    /// Reserves room for a session of `caller` (quarantined unless
+    /// `proven`): closes the least recently used idle session it may
+    /// displace when there is no room (see the module docs).
+    pub(super) async fn reserve(
+        self: &Arc<Self>,
+        caller: CallerId,
+        proven: bool,
+    ) -> Result<Reservation, Full> {
         for pruned in [false, true] {
             if pruned {
                 self.prune().await;
@@ -118,40 +167,83 @@ impl Sessions {
                     continue;
                 }
                 let total = table.entries.len().saturating_add(table.creating);
-                if total >= self.max && !pruned {
+                let quarantine_full = !proven && table.quarantined() >= self.quarantine;
+                if (total >= self.max || quarantine_full) && !pruned {
                     continue;
                 }
-                let victim = if total >= self.max {
-                    let oldest = table
-                        .entries
-                        .iter()
-                        .filter(|(_, e)| e.busy == 0)
-                        .min_by_key(|(_, e)| e.used)
-                        .map(|(id, _)| id.clone());
-                    match oldest {
+                let victim = if quarantine_full || total >= self.max {
+                    match table.victim(!proven) {
                         Some(id) => {
                             table.entries.remove(&id);
                             Some(id)
                         }
-                        None => return Err(Full::Server),
+                        None if proven => return Err(Full::Server),
+                        None => return Err(Full::Quarantine),
                     }
                 } else {
                     None
                 };
                 table.creating += 1;
+                if !proven {
+                    table.creating_unproven += 1;
+                }
                 *table.creating_by.entry(caller).or_insert(0) += 1;
                 victim
             };
             if let Some(id) = victim {
                 tracing::info!("session cap reached: closed the least recently used idle session");
                 let _ = self.manager.close_session(&Arc::from(id.as_str())).await;
+                self.publish();
             }
             return Ok(Reservation {
                 sessions: Arc::clone(self),
                 caller,
+                proven,
             });
         }
         Err(Full::Server)
+    }
+
+    /// Sets the open-sessions gauge from the table.
+    fn publish(&self) {
+        let table = self.table();
+        self.metrics
+            .sessions()
+            .set(i64::try_from(table.entries.len()).unwrap_or(i64::MAX));
+    }
+
+    /// Forgets sessions that ended on their own and updates the gauge: run
+    /// by the server now and then, so that `open_sessions` stays true.
+    pub(super) async fn refresh(&self) {
+        self.prune().await;
+    }
+
+    /// Marks session `id` as holding its GET stream until the returned
+    /// value is dropped; `Err(())` when it already holds one.
+    pub(super) fn open_stream(self: &Arc<Self>, id: &str) -> Result<Streaming, ()> {
+        let mut table = self.table();
+        let Some(entry) = table.entries.get_mut(id) else {
+            // Gone meanwhile: the service answers 404 itself.
+            return Ok(Streaming {
+                sessions: Arc::clone(self),
+                id: None,
+            });
+        };
+        if entry.streaming {
+            return Err(());
+        }
+        entry.streaming = true;
+        Ok(Streaming {
+            sessions: Arc::clone(self),
+            id: Some(id.to_owned()),
+        })
+    }
+
+    /// Marks session `id` proven (its key has been accepted since).
+    pub(super) fn prove(&self, id: &str) {
+        if let Some(entry) = self.table().entries.get_mut(id) {
+            entry.proven = true;
+        }
     }
 
     /// Marks session `id` in use by a request with key digest `owner`;
@@ -181,11 +273,18 @@ impl Sessions {
     }
 }
 
+/// The share of `max` sessions that unproven keys may hold: an eighth,
+/// at least 1 and at most 64.
+fn quarantine_share(max: usize) -> usize {
+    (max / 8).clamp(1, 64)
+}
+
 /// Room for one session being created.
 #[derive(Debug)]
 pub(super) struct Reservation {
     sessions: Arc<Sessions>,
     caller: CallerId,
+    proven: bool,
 }
 
 impl Reservation {
@@ -200,6 +299,8 @@ impl Reservation {
                 caller: self.caller,
                 used,
                 busy: 0,
+                streaming: false,
+                proven: self.proven,
             },
         );
         self.sessions
@@ -213,6 +314,9 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         let mut table = self.sessions.table();
         table.creating = table.creating.saturating_sub(1);
+        if !self.proven {
+            table.creating_unproven = table.creating_unproven.saturating_sub(1);
+        }
         if let Some(n) = table.creating_by.get_mut(&self.caller) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -235,6 +339,28 @@ impl Drop for InUse {
         let now = table.tick();
         if let Some(entry) = table.entries.get_mut(&self.id) {
             entry.busy = entry.busy.saturating_sub(1);
+            entry.used = now;
+        }
+    }
+}
+
+/// A session's open GET stream; the session may open another once this is
+/// dropped (with the stream's body).
+#[derive(Debug)]
+pub(super) struct Streaming {
+    sessions: Arc<Sessions>,
+    id: Option<String>,
+}
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        let Some(id) = &self.id else {
+            return;
+        };
+        let mut table = self.sessions.table();
+        let now = table.tick();
+        if let Some(entry) = table.entries.get_mut(id) {
+            entry.streaming = false;
             entry.used = now;
         }
     }

@@ -205,7 +205,11 @@ impl NexusServer {
             caller_http: std::sync::Arc::new(CallerHttp::new()),
             keys: KeyPolicy::Configured,
             call_timeout: DEFAULT_CALL_TIMEOUT,
-            tool_router: Self::tool_router(),
+            tool_router: {
+                let mut router = Self::tool_router();
+                crate::mcp::schema::portable_router(&mut router);
+                router
+            },
         }
     }
 
@@ -451,4 +455,40 @@ async fn until_cancelled<T>(
         _ = ct.cancelled() => Err(ToolError::cancelled()),
         result = work => result,
     }
+}
+
+impl NexusServer {
+    /// Whether Nexus accepts caller `key`: one cheap read (the context
+    /// list) made with it.
+    pub(crate) async fn prove_key(&self, key: crate::mcp::caller::CallerKey) -> KeyProof {
+        use secrecy::ExposeSecret;
+        // One attempt: a probe that cannot decide at once leaves the key
+        // unproven rather than holding a probe slot through retries.
+        let built = Client::builder()
+            .base_url(self.client.base_url())
+            .api_version(self.client.api_version().clone())
+            .http_client(self.caller_http.get(&self.client))
+            .api_key(key.key.expose_secret())
+            .retry(crate::client::RetryPolicy::never())
+            .build();
+        let Ok(client) = built else {
+            return KeyProof::Undecided;
+        };
+        match client.contexts().list().await {
+            Ok(_) => KeyProof::Accepted,
+            Err(e) if matches!(e.status(), Some(401 | 403)) => KeyProof::Refused,
+            Err(_) => KeyProof::Undecided,
+        }
+    }
+}
+
+/// What the upstream said of a caller's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyProof {
+    /// It answered a call made with the key.
+    Accepted,
+    /// It refused the key (401 or 403).
+    Refused,
+    /// It could not tell (unreachable, slow, another error).
+    Undecided,
 }

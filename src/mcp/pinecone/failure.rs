@@ -46,11 +46,27 @@ impl Failure {
     /// failures `PINECONE_ERROR` with the tool's fixed message, or with the
     /// redacted cause when `details` is on.
     pub(crate) fn into_tool_error(self, tool: &str, fallback: &str, details: bool) -> ToolError {
-        let (timeout, cause) = match *self.0 {
+        let (timeout, refused, cause) = match *self.0 {
             Kind::Tool(e) => return e,
-            Kind::Pinecone(e) => (e.is_timeout(), e.to_string()),
-            Kind::Search(e) => (e.is_timeout(), e.to_string()),
+            Kind::Pinecone(e) => (
+                e.is_timeout(),
+                matches!(e.status(), Some(401 | 403)),
+                e.to_string(),
+            ),
+            Kind::Search(e) => (e.is_timeout(), e.key_refused(), e.to_string()),
         };
+        if refused {
+            // The same code and hint as the Nexus tools give a refused key.
+            let message = if details {
+                crate::mcp::redact::redact(&cause)
+            } else {
+                "Pinecone refused the API key.".to_owned()
+            };
+            return ToolError::new(ToolErrorCode::Unauthorized, message, false)
+            .with_suggestion(
+                "Check the Pinecone API key: over HTTP send a valid key in the X-Pinecone-Api-Key header; over stdio set PINECONE_API_KEY.",
+            );
+        }
         tracing::error!(tool, error = %crate::mcp::redact::redact(&cause), "tool failed");
         let message = if details { cause } else { fallback.to_owned() };
         if timeout {

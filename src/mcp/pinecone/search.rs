@@ -77,6 +77,14 @@ impl SearchError {
             SearchError::BothLegs { .. } => false,
         }
     }
+
+    /// Whether Pinecone refused the key (401 or 403).
+    pub(crate) fn key_refused(&self) -> bool {
+        match self {
+            SearchError::Search { source, .. } => matches!(source.status(), Some(401 | 403)),
+            SearchError::BothLegs { dense, .. } => matches!(dense.status(), Some(401 | 403)),
+        }
+    }
 }
 
 /// Which hybrid leg failed.

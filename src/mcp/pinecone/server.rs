@@ -163,6 +163,7 @@ impl PineconeServer {
         if !registry.is_multi() {
             tool_router.remove_route("list_sources");
         }
+        crate::mcp::schema::portable_router(&mut tool_router);
         PineconeServer {
             state: Arc::new(State {
                 gate: Gate::new(config.suggest_flow, config.cache_ttl),
@@ -459,5 +460,34 @@ impl ServerHandler for PineconeServer {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.tool_router.get(name).cloned()
+    }
+}
+
+impl PineconeServer {
+    /// Whether Pinecone accepts caller `key`: one control-plane read (the
+    /// first source's index description) made with it.
+    pub(crate) async fn prove_key(
+        &self,
+        key: &crate::mcp::caller::CallerKey,
+    ) -> crate::mcp::nexus::KeyProof {
+        use crate::mcp::nexus::KeyProof;
+        let (state, _) = self.callers.state_for(key, &self.state);
+        let Some(source) = state.registry.all().first() else {
+            return KeyProof::Undecided;
+        };
+        match source
+            .client
+            .describe_index(&source.config.index_name)
+            .await
+        {
+            Ok(_) => {
+                self.callers
+                    .pool
+                    .promote(&key.hash, &key.key, Arc::clone(&state));
+                KeyProof::Accepted
+            }
+            Err(e) if matches!(e.status(), Some(401 | 403)) => KeyProof::Refused,
+            Err(_) => KeyProof::Undecided,
+        }
     }
 }

@@ -135,11 +135,24 @@ impl Registry {
         let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
             return Ok(None);
         };
-        self.sources
-            .iter()
-            .find(|s| s.config.name == name)
-            .map(Some)
-            .ok_or_else(|| unknown_source(name))
+        let found = self.sources.iter().find(|s| s.config.name == name);
+        match found {
+            Some(source) => Ok(Some(source)),
+            // One source: `list_sources` is not served, so the error names
+            // the one source instead of pointing at it.
+            None if !self.is_multi() => Err(validation(
+                "source",
+                format!(
+                    "Unknown source \"{name}\". This server has one source{}; omit source.",
+                    self.sources
+                        .first()
+                        .map(|s| format!(" (\"{}\")", s.name()))
+                        .unwrap_or_default()
+                ),
+                "Omit the source argument: this server has a single source.",
+            )),
+            None => Err(unknown_source(name)),
+        }
     }
 
     /// The cached discovery of one source.

@@ -1,0 +1,373 @@
+//! Tool schemas every client can read.
+//!
+//! schemars writes JSON Schema 2020-12 with extras that some clients refuse:
+//! integer `format`s such as `uint64` or `int64` (not JSON Schema formats;
+//! validators warn on each), and, in input schemas, `$ref` into `$defs`,
+//! `oneOf` of `const` for enums and type arrays such as
+//! `["string", "null"]` for optional fields (some function-calling backends
+//! reject all three). [`portable`] rewrites a tool's schemas:
+//!
+//! - every schema loses the `format`s JSON Schema does not define;
+//! - the input schema is inlined (no `$ref`, no `$defs`), enums become
+//!   `enum` lists, and a field that may be null is written as its non-null
+//!   type (an optional field is simply left out; `null` is still accepted).
+//!
+//! Output schemas keep their shape otherwise: only their formats change.
+
+use std::sync::Arc;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{JsonObject, Tool};
+use serde_json::{Map, Value};
+
+/// The formats JSON Schema 2020-12 defines.
+const STANDARD_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// How deep `$ref`s are followed when inlining; deeper (recursive) ones
+/// become `{}` (any value).
+const MAX_REF_DEPTH: usize = 16;
+
+/// Keys whose values are data, not subschemas.
+const DATA_KEYS: &[&str] = &[
+    "enum",
+    "const",
+    "default",
+    "examples",
+    "required",
+    "title",
+    "description",
+];
+
+/// Rewrites the schemas of every tool in `router` with [`portable`].
+pub(crate) fn portable_router<S>(router: &mut ToolRouter<S>) {
+    for route in router.map.values_mut() {
+        route.attr = portable(route.attr.clone());
+    }
+}
+
+/// `tool` with schemas every client can read (see the module docs).
+pub(crate) fn portable(mut tool: Tool) -> Tool {
+    tool.input_schema = Arc::new(portable_input(&tool.input_schema));
+    if let Some(output) = tool.output_schema.take() {
+        let mut value = Value::Object((*output).clone());
+        strip_formats(&mut value);
+        if let Value::Object(map) = value {
+            tool.output_schema = Some(Arc::new(map));
+        }
+    }
+    tool
+}
+
+/// An input schema inlined and without type arrays, `oneOf` of `const` or
+/// non-standard formats.
+pub(crate) fn portable_input(schema: &JsonObject) -> JsonObject {
+    let defs = definitions(schema);
+    match flatten(&Value::Object(schema.clone()), &defs, 0) {
+        Value::Object(mut map) => {
+            map.remove("$defs");
+            map.remove("definitions");
+            map
+        }
+        _ => JsonObject::new(),
+    }
+}
+
+/// The `$defs` (or draft-07 `definitions`) of a root schema.
+fn definitions(schema: &JsonObject) -> Map<String, Value> {
+    let mut defs = Map::new();
+    for key in ["definitions", "$defs"] {
+        if let Some(Value::Object(found)) = schema.get(key) {
+            defs.extend(found.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+    }
+    defs
+}
+
+/// The definition a local `$ref` names, if any.
+fn resolve<'a>(reference: &str, defs: &'a Map<String, Value>) -> Option<&'a Value> {
+    let name = reference
+        .strip_prefix("#/$defs/")
+        .or_else(|| reference.strip_prefix("#/definitions/"))?;
+    defs.get(name)
+}
+
+fn flatten(schema: &Value, defs: &Map<String, Value>, depth: usize) -> Value {
+    let Value::Object(map) = schema else {
+        return schema.clone();
+    };
+    let mut out = Map::new();
+    // A `$ref` is replaced by what it names; its siblings (a description)
+    // win over the definition's.
+    if let Some(Value::String(reference)) = map.get("$ref") {
+        let inlined = match resolve(reference, defs) {
+            Some(target) if depth < MAX_REF_DEPTH => flatten(target, defs, depth + 1),
+            _ => Value::Object(Map::new()),
+        };
+        if let Value::Object(inlined) = inlined {
+            out = inlined;
+        }
+    }
+    for (key, value) in map {
+        if key == "$ref" || key == "$defs" || key == "definitions" {
+            continue;
+        }
+        let value = if DATA_KEYS.contains(&key.as_str()) {
+            value.clone()
+        } else if matches!(key.as_str(), "properties" | "patternProperties") {
+            match value {
+                Value::Object(props) => Value::Object(
+                    props
+                        .iter()
+                        .map(|(k, v)| (k.clone(), flatten(v, defs, depth)))
+                        .collect(),
+                ),
+                other => other.clone(),
+            }
+        } else {
+            match value {
+                Value::Object(_) => flatten(value, defs, depth),
+                Value::Array(items) => Value::Array(
+                    items
+                        .iter()
+                        .map(|v| {
+                            if v.is_object() {
+                                flatten(v, defs, depth)
+                            } else {
+                                v.clone()
+                            }
+                        })
+                        .collect(),
+                ),
+                other => other.clone(),
+            }
+        };
+        out.insert(key.clone(), value);
+    }
+    simplify(out)
+}
+
+/// One schema object's rewrites, its subschemas already done.
+fn simplify(mut map: Map<String, Value>) -> Value {
+    for key in ["anyOf", "oneOf"] {
+        let Some(Value::Array(branches)) = map.get(key) else {
+            continue;
+        };
+        let branches = branches.clone();
+        let non_null: Vec<&Value> = branches.iter().filter(|b| !is_null_schema(b)).collect();
+        if let Some(values) = const_values(&non_null) {
+            // `oneOf` of `const`: an `enum`.
+            map.remove(key);
+            if let Some(kind) = common_type(&non_null) {
+                map.insert("type".to_owned(), Value::String(kind));
+            }
+            map.insert("enum".to_owned(), Value::Array(values));
+        } else if non_null.len() == 1 && branches.len() == 2 {
+            // `T` or null: `T`, with this object's own keys on top.
+            map.remove(key);
+            if let Value::Object(inner) = non_null[0] {
+                for (k, v) in inner {
+                    map.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+        }
+    }
+    if let Some(Value::Array(kinds)) = map.get("type") {
+        let kinds: Vec<Value> = kinds
+            .iter()
+            .filter(|k| k.as_str() != Some("null"))
+            .cloned()
+            .collect();
+        match kinds.len() {
+            0 => {
+                map.insert("type".to_owned(), Value::String("null".to_owned()));
+            }
+            1 => {
+                map.insert("type".to_owned(), kinds[0].clone());
+            }
+            _ => {
+                map.remove("type");
+                let branches = kinds
+                    .into_iter()
+                    .map(|k| {
+                        let mut branch = Map::new();
+                        branch.insert("type".to_owned(), k);
+                        Value::Object(branch)
+                    })
+                    .collect();
+                map.insert("anyOf".to_owned(), Value::Array(branches));
+            }
+        }
+    }
+    // An optional field's `default: null` no longer matches its type.
+    if map.get("default") == Some(&Value::Null) && map.get("type") != Some(&Value::from("null")) {
+        map.remove("default");
+    }
+    drop_format(&mut map);
+    Value::Object(map)
+}
+
+fn is_null_schema(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("null")
+        || schema.get("const") == Some(&Value::Null)
+}
+
+/// The `const`s of branches that are each just a `const` (with a type or
+/// a description), or `None`.
+fn const_values(branches: &[&Value]) -> Option<Vec<Value>> {
+    if branches.is_empty() {
+        return None;
+    }
+    branches
+        .iter()
+        .map(|b| {
+            let obj = b.as_object()?;
+            let only_const = obj
+                .keys()
+                .all(|k| matches!(k.as_str(), "const" | "type" | "description" | "title"));
+            if only_const {
+                obj.get("const").cloned()
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The one JSON type of all `const` branches' values, if they share one.
+fn common_type(branches: &[&Value]) -> Option<String> {
+    let mut kind: Option<&'static str> = None;
+    for branch in branches {
+        let this = match branch.get("const")? {
+            Value::String(_) => "string",
+            Value::Bool(_) => "boolean",
+            Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+            Value::Number(_) => "number",
+            _ => return None,
+        };
+        if kind.is_some_and(|k| k != this) {
+            return None;
+        }
+        kind = Some(this);
+    }
+    kind.map(str::to_owned)
+}
+
+fn drop_format(map: &mut Map<String, Value>) {
+    let standard = map
+        .get("format")
+        .and_then(Value::as_str)
+        .is_some_and(|f| STANDARD_FORMATS.contains(&f));
+    if !standard {
+        map.remove("format");
+    }
+}
+
+/// Removes every non-standard `format` in `schema`, wherever it is.
+fn strip_formats(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("format").is_some_and(Value::is_string) {
+                drop_format(map);
+            }
+            for (key, value) in map.iter_mut() {
+                if !DATA_KEYS.contains(&key.as_str()) {
+                    strip_formats(value);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_formats),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(v: Value) -> JsonObject {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn input_schemas_are_inlined_and_plain() {
+        let schema = object(json!({
+            "type": "object",
+            "properties": {
+                "top_k": {"type": ["integer", "null"], "format": "int64", "minimum": 1, "default": null},
+                "source": {"type": ["string", "null"], "description": "Source name."},
+                "preset": {"anyOf": [{"$ref": "#/$defs/Preset"}, {"type": "null"}], "description": "Preset."},
+                "when": {"type": "string", "format": "date-time"}
+            },
+            "required": ["top_k"],
+            "$defs": {"Preset": {"oneOf": [
+                {"type": "string", "const": "fast", "description": "Fast."},
+                {"type": "string", "const": "full", "description": "Full."}
+            ]}}
+        }));
+        let flat = Value::Object(portable_input(&schema));
+        assert_eq!(
+            flat,
+            json!({
+                "type": "object",
+                "properties": {
+                    "top_k": {"type": "integer", "minimum": 1},
+                    "source": {"type": "string", "description": "Source name."},
+                    "preset": {"type": "string", "enum": ["fast", "full"], "description": "Preset."},
+                    "when": {"type": "string", "format": "date-time"}
+                },
+                "required": ["top_k"]
+            })
+        );
+    }
+
+    #[test]
+    fn recursive_refs_end() {
+        let schema = object(json!({
+            "$ref": "#/$defs/Node",
+            "$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}}
+        }));
+        let flat = Value::Object(portable_input(&schema));
+        assert!(!flat.to_string().contains("$ref"), "{flat}");
+    }
+
+    #[test]
+    fn output_schemas_only_lose_formats() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {"count": {"type": "integer", "format": "uint64", "minimum": 0},
+                           "maybe": {"type": ["string", "null"]}},
+            "$defs": {"X": {"type": "integer", "format": "uint"}}
+        });
+        strip_formats(&mut schema);
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {"count": {"type": "integer", "minimum": 0},
+                               "maybe": {"type": ["string", "null"]}},
+                "$defs": {"X": {"type": "integer"}}
+            })
+        );
+    }
+}

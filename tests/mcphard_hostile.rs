@@ -1,0 +1,269 @@
+//! A hostile-caller simulation: while many callers with made-up keys (some
+//! the upstream refuses, some it cannot judge) and without keys open
+//! sessions, hold GET streams, poll made-up tasks, send cancellations and
+//! trickle request bodies, all at once and from other client addresses,
+//! an honest caller's tool calls keep succeeding, each within
+//! [`HONEST_LATENCY`]. Runs for about [`ATTACK`] (CI-bounded).
+#![cfg(feature = "mcp")]
+
+mod support;
+use support::mcp::{HttpMcp, nexus_client};
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nexus_knowql::mcp::http::{self, HttpOptions};
+use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const HONEST: &str = "pcsk_honest_caller_key_0123456789abcd";
+/// How long the attack lasts.
+const ATTACK: Duration = Duration::from_secs(6);
+/// Each attacker's pause between rounds: the attackers run on the test's
+/// own two threads, beside the server, so an unpaced flood measures only
+/// how the machine shares its CPU (about 500 attempts a second in all).
+const PACE: Duration = Duration::from_millis(100);
+/// The longest an honest call may take during the attack (generous: the
+/// attackers share the test's two threads with the server).
+const HONEST_LATENCY: Duration = Duration::from_secs(5);
+
+/// A Nexus that accepts only the honest caller's key.
+async fn nexus() -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/contexts"))
+        .and(header("x-pinecone-api-key", HONEST))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/contexts"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(json!({"message": "no"})))
+        .with_priority(5)
+        .mount(&server)
+        .await;
+    server
+}
+
+/// An HTTP client whose connections come from `ip` (another loopback
+/// address: another client as far as the server can tell).
+fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(ip))
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap()
+}
+
+fn initialize_body() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "hostile", "version": "0"}}})
+    .to_string()
+}
+
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+    session: Option<&str>,
+    body: String,
+) -> Option<reqwest::Response> {
+    let mut req = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body);
+    if let Some(key) = key {
+        req = req.header("X-Pinecone-Api-Key", key);
+    }
+    if let Some(session) = session {
+        req = req
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    req.send().await.ok()
+}
+
+/// One attacker: sessions, a GET stream per session, made-up tasks and
+/// cancellations, with a made-up key (or none), until `stop`.
+async fn attacker(
+    url: String,
+    ip: [u8; 4],
+    key: Option<String>,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+) {
+    let client = client_from(ip);
+    let mut streams = Vec::new();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        sent.fetch_add(1, Ordering::Relaxed);
+        let Some(answer) = post(&client, &url, key.as_deref(), None, initialize_body()).await
+        else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let session = answer
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        drop(answer);
+        let Some(session) = session else {
+            tokio::time::sleep(PACE).await;
+            continue;
+        };
+        // Two GET streams (the second must be refused), held open.
+        for _ in 0..2 {
+            let mut get = client
+                .get(&url)
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", "2025-11-25");
+            if let Some(key) = &key {
+                get = get.header("X-Pinecone-Api-Key", key);
+            }
+            if let Ok(stream) = get.send().await {
+                streams.push(stream);
+            }
+        }
+        let task = json!({"jsonrpc": "2.0", "id": n, "method": "tasks/get", "params": {"taskId": format!("t1.1.9999999999999.00.q_{n}")}});
+        let _ = post(
+            &client,
+            &url,
+            key.as_deref(),
+            Some(&session),
+            task.to_string(),
+        )
+        .await;
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}});
+        let _ = post(
+            &client,
+            &url,
+            key.as_deref(),
+            Some(&session),
+            cancel.to_string(),
+        )
+        .await;
+        if streams.len() > 64 {
+            streams.drain(..32);
+        }
+        tokio::time::sleep(PACE).await;
+    }
+}
+
+/// Connections that send a request head and then trickle the body.
+async fn slow_bodies(addr: SocketAddr, stop: Arc<AtomicBool>) {
+    let mut held = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.9:0".parse().unwrap()).unwrap();
+        if let Ok(mut stream) = socket.connect(addr).await {
+            let head = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nX-Pinecone-Api-Key: pcsk_refused_slow\r\nContent-Length: 100000\r\n\r\n{";
+            let _ = stream.write_all(head.as_bytes()).await;
+            held.push(stream);
+        }
+        for stream in &mut held {
+            let _ = stream.write_all(b" ").await;
+        }
+        if held.len() > 200 {
+            held.drain(..100);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_caller_is_served_throughout_an_attack() {
+    let nexus = nexus().await;
+    let server = NexusMcp::new().with_nexus(
+        NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(KeyPolicy::Caller {
+            fallback_to_configured: false,
+        }),
+    );
+    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = format!("http://{addr}{}", http::MCP_PATH);
+    let shutdown = CancellationToken::new();
+    let options = HttpOptions::default()
+        .max_connections(200)
+        .max_sessions(40)
+        .max_concurrent_requests(64)
+        .body_read_timeout(Duration::from_secs(2));
+    let token = shutdown.clone();
+    tokio::spawn(async move { http::serve(listener, server, &options, token).await });
+
+    // The honest caller's session first.
+    let mut honest = HttpMcp::new(&url).header("X-Pinecone-Api-Key", HONEST);
+    honest.initialize().await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut attackers = Vec::new();
+    for i in 0..18u8 {
+        let ip = [127, 0, 0, 2 + i % 6];
+        let key = match i % 3 {
+            0 => Some(format!("pcsk_refused_made_up_{i:03}_0123456789")),
+            1 => Some(format!("pcsk_another_made_up_{i:03}_0123456789")),
+            _ => None,
+        };
+        attackers.push(tokio::spawn(attacker(
+            url.clone(),
+            ip,
+            key,
+            Arc::clone(&stop),
+            Arc::clone(&sent),
+        )));
+    }
+    attackers.push(tokio::spawn(slow_bodies(addr, Arc::clone(&stop))));
+
+    let start = Instant::now();
+    let mut calls = 0;
+    let mut slowest = Duration::ZERO;
+    while start.elapsed() < ATTACK {
+        let began = Instant::now();
+        let result =
+            tokio::time::timeout(HONEST_LATENCY * 2, honest.call("list_contexts", json!({})))
+                .await
+                .expect("the honest call answers");
+        let took = began.elapsed();
+        slowest = slowest.max(took);
+        assert_eq!(result["isError"], false, "{result}");
+        calls += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        a.abort();
+    }
+    assert!(calls >= 3, "{calls} honest calls");
+    assert!(
+        slowest <= HONEST_LATENCY,
+        "slowest honest call {slowest:?} ({calls} calls, {} attacker requests)",
+        sent.load(Ordering::Relaxed)
+    );
+    assert!(sent.load(Ordering::Relaxed) > 30, "the attack ran");
+    // Made-up keys reached the upstream at most once each.
+    let probes = nexus
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r.headers
+                .get("x-pinecone-api-key")
+                .is_some_and(|k| k.to_str().unwrap_or_default().contains("made_up"))
+        })
+        .count();
+    assert!(probes <= 16, "{probes} upstream calls with made-up keys");
+    shutdown.cancel();
+}
