@@ -7,6 +7,8 @@
 //! - `openapi` (feature `local`): the Nexus spec's operations and a schema
 //!   checker for the local server's answers;
 //! - `schema`: checks MCP tool results against their declared schemas;
+//! - `fidelity`: instances of the spec's schemas, the generated type of each
+//!   schema and answer, and what a decode and encode may change;
 //! - `local` (feature `local`): the embedded local Nexus and a corpus;
 //! - `mcp` and `pinecone_fake` (feature `mcp`): an in-process MCP client and
 //!   a fake Pinecone;
@@ -14,6 +16,7 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod examples;
+pub mod fidelity;
 #[cfg(feature = "local")]
 pub mod local;
 #[cfg(feature = "mcp")]
