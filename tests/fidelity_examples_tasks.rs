@@ -60,5 +60,6 @@ fn nexus_json_tasks_shows_the_input_and_output_the_api_answers() {
         workflows.push(task["workflow"].as_str().unwrap().to_owned());
     }
     workflows.sort();
+    workflows.dedup();
     assert_eq!(workflows, ["curate", "import"]);
 }

@@ -114,11 +114,46 @@ async fn walk(base: &str, root: &str, dir: &str, paths: &mut Vec<String>) {
     }
 }
 
+/// The one difference allowed: the closing `query` frame of an event replay
+/// is the turn's document when the log is read, so feedback given after the
+/// turn ended is in it once the turn is read back from the database, and not
+/// while the log is still in memory. Its `feedback` is left out.
+fn without_closing_feedback(path: &str, body: &Value) -> Value {
+    let Some(text) = body.as_str().filter(|_| path.ends_with("/events")) else {
+        return body.clone();
+    };
+    let frames: Vec<String> = text
+        .split("\n\n")
+        .map(|frame| {
+            if !frame.starts_with("event: query\n") {
+                return frame.to_owned();
+            }
+            frame
+                .lines()
+                .map(|line| match line.strip_prefix("data: ") {
+                    Some(data) => {
+                        let mut doc: Value = serde_json::from_str(data).unwrap();
+                        doc.as_object_mut().unwrap().shift_remove("feedback");
+                        format!("data: {doc}")
+                    }
+                    None => line.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    Value::String(frames.join("\n\n"))
+}
+
 fn assert_same(before: &[(String, u16, Value)], after: &[(String, u16, Value)], when: &str) {
     for ((path, s1, b1), (_, s2, b2)) in before.iter().zip(after) {
         assert_eq!(
             s1, s2,
             "{when}: GET {path} answered {s2}, before {s1}: {b2}"
+        );
+        let (b1, b2) = (
+            &without_closing_feedback(path, b1),
+            &without_closing_feedback(path, b2),
         );
         assert!(
             b1 == b2,

@@ -4,7 +4,7 @@
 //! values, maps and undeclared fields where allowed) come back as the same
 //! JSON, up to the one normalisation stated in `support/fidelity.rs`.
 //!
-//! 256 cases per schema; `PROPTEST_CASES` sets another number.
+//! 128 cases per schema; `PROPTEST_CASES` sets another number.
 
 mod support;
 
@@ -41,7 +41,7 @@ fn every_schema_survives_decode_and_encode() {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(256);
+        .unwrap_or(128);
     let mut failures = Vec::new();
     for name in component_schemas(&spec).keys() {
         let schema = json!({ "$ref": format!("#/components/schemas/{name}") });
