@@ -75,6 +75,20 @@ pub mod mcp;
 /// The generated schema types (re-exported from [`api::types`]).
 pub use api::types;
 
+/// The HTTP client this crate is built on, so that an application hands
+/// [`ClientBuilder::http_client`] a `reqwest::Client` of the same version.
+///
+/// ```
+/// let http = nexus_knowql::reqwest::Client::builder().build()?;
+/// let client = nexus_knowql::Client::builder()
+///     .api_key("pcsk-example")
+///     .http_client(http)
+///     .build()?;
+/// # drop(client);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub use reqwest;
+
 pub use client::{ApiVersion, Client, ClientBuilder, RetryPolicy, WaitPolicy};
 pub use error::{ApiError, Error, Result};
 pub use query::{

@@ -15,7 +15,7 @@ use std::{env, fs, path::Path, process::Command};
 const SPEC: &str = "openapi/nexus_2026-07.oas.yaml";
 const GENERATED: &str = "src/api/generated.rs";
 /// Must match the `=` pin of `progenitor` in `Cargo.toml`.
-const PROGENITOR: &str = "progenitor 0.11.2";
+const PROGENITOR: &str = "progenitor 0.15.1";
 const REGENERATE: &str = "NEXUS_REGENERATE=1 cargo test --test generated_code";
 
 /// Operations the hand-written layer sends itself: progenitor 0.11 cannot

@@ -19,6 +19,7 @@
     missing_debug_implementations,
     unreachable_pub,
     unused_imports,
+    dead_code,
     clippy::all,
     clippy::pedantic
 )]

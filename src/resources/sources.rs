@@ -36,6 +36,7 @@ pub struct ImportProgress {
 pub type UploadProgress = ImportProgress;
 
 /// The most a directory may weigh to be sent as one in-memory archive.
+#[cfg(feature = "import-dir")]
 const ARCHIVE_LIMIT: u64 = 256 * 1024 * 1024;
 
 /// How long a 409 (import in flight) is waited out before giving up.
@@ -194,9 +195,10 @@ impl<'c> Sources<'c> {
     }
 
     /// Imports every file below `dir`: as one `.tar.gz` upload, which the
-    /// server expands, or, when the server refuses archives (400), file by
-    /// file, waiting for each import to finish (an upload during an import in
-    /// flight gets 409). Hidden files and directories are skipped.
+    /// server expands, or, when the server refuses archives (400), the
+    /// directory is too large for one archive or the `import-dir` feature is
+    /// off, file by file, waiting for each import to finish (an upload during
+    /// an import in flight gets 409). Hidden files and directories are skipped.
     /// `on_progress` is called after each upload. Returns the finished import
     /// tasks.
     ///
@@ -223,6 +225,7 @@ impl<'c> Sources<'c> {
         let files_total = files.len();
         let bytes_total: u64 = files.iter().map(|(_, _, len)| *len).sum();
 
+        #[cfg(feature = "import-dir")]
         if bytes_total <= ARCHIVE_LIMIT {
             let archive = {
                 let (dir, files) = (dir.to_path_buf(), files.clone());
@@ -275,6 +278,7 @@ impl<'c> Sources<'c> {
         Ok(tasks)
     }
 
+    #[cfg(feature = "import-dir")]
     async fn upload_waiting(
         &self,
         name: &str,
@@ -335,6 +339,7 @@ fn file_name(path: &Path) -> Result<String> {
         .ok_or_else(|| Error::InvalidRequest(format!("{} has no usable file name", path.display())))
 }
 
+#[cfg(feature = "import-dir")]
 fn dir_label(dir: &Path) -> String {
     dir.canonicalize()
         .ok()
@@ -415,6 +420,7 @@ async fn off_runtime<T: Send + 'static>(
     }
 }
 
+#[cfg(feature = "import-dir")]
 fn build_tar_gz(dir: &Path, files: &[(PathBuf, String, u64)]) -> Result<Vec<u8>> {
     let io = io("import_dir", "archive", dir);
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
