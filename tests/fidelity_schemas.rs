@@ -35,6 +35,50 @@ fn every_schema_has_a_generated_type() {
     );
 }
 
+/// Every operation that answers JSON has the generated type of its answer
+/// registered, so the conformance checks of `nexus-local` run each answer
+/// through the SDK (`support::openapi::conforms`); none is skipped.
+#[test]
+fn every_json_answer_has_a_generated_type() {
+    let spec = spec();
+    let registered: Vec<&str> = fidelity::answers().iter().map(|(op, _)| *op).collect();
+    let mut json_answers = Vec::new();
+    for item in spec["paths"].as_object().unwrap().values() {
+        for (method, op) in item.as_object().unwrap() {
+            if method == "parameters" {
+                continue;
+            }
+            let id = op["operationId"].as_str().unwrap();
+            let answers_json = op["responses"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .any(|(status, r)| {
+                    status.starts_with('2') && !r["content"]["application/json"].is_null()
+                });
+            if answers_json {
+                json_answers.push(id.to_owned());
+            }
+        }
+    }
+    let missing: Vec<&String> = json_answers
+        .iter()
+        .filter(|op| !registered.contains(&op.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "answers without a registered type: {missing:?}"
+    );
+    let unknown: Vec<&&str> = registered
+        .iter()
+        .filter(|op| !json_answers.iter().any(|j| j == *op))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "registered but answering no JSON: {unknown:?}"
+    );
+}
+
 #[test]
 fn every_schema_survives_decode_and_encode() {
     let spec = spec();
@@ -169,4 +213,59 @@ fn assert_survives(task: &Value) {
     if let Some(why) = loss(&spec, "TaskResponse", task) {
         panic!("TaskResponse {why}");
     }
+}
+
+/// The normalisation equates what it states (optional `null`, default and
+/// empty collections, date-time and number spellings) and nothing else.
+#[test]
+fn the_normalisation_allows_only_what_it_states() {
+    let spec = spec();
+    let schema = json!({
+        "type": "object",
+        "required": ["a", "n"],
+        "properties": {
+            "a": {"type": "string", "nullable": true},
+            "b": {"type": "string", "nullable": true},
+            "c": {"type": "array", "items": {"type": "string"}},
+            "d": {"type": "integer", "default": 5},
+            "t": {"type": "string", "format": "date-time"},
+            "n": {"type": "number"}
+        }
+    });
+    let same = |a: Value, b: Value| {
+        fidelity::normalise(&spec, &schema, &a) == fidelity::normalise(&spec, &schema, &b)
+    };
+    assert!(same(
+        json!({"a": null, "n": 1}),
+        json!({"a": null, "b": null, "c": [], "d": 5, "n": 1.0})
+    ));
+    assert!(same(
+        json!({"a": "x", "n": 1, "t": "2026-07-01T12:00:00+02:00"}),
+        json!({"a": "x", "n": 1, "t": "2026-07-01T10:00:00.000Z"})
+    ));
+    assert!(
+        !same(json!({"a": null, "n": 1}), json!({"n": 1})),
+        "a required null"
+    );
+    assert!(!same(json!({"a": "x", "n": 1}), json!({"a": "y", "n": 1})));
+    assert!(!same(
+        json!({"a": "x", "n": 1, "c": ["v"]}),
+        json!({"a": "x", "n": 1})
+    ));
+    assert!(!same(
+        json!({"a": "x", "n": 1, "d": 6}),
+        json!({"a": "x", "n": 1})
+    ));
+    assert!(!same(
+        json!({"a": "x", "n": 1.5}),
+        json!({"a": "x", "n": 1})
+    ));
+    assert!(!same(
+        json!({"a": "x", "n": 1, "t": "2026-07-01T12:00:00+02:00"}),
+        json!({"a": "x", "n": 1, "t": "2026-07-01T12:00:00Z"})
+    ));
+    assert!(
+        !same(json!({"a": "x", "n": 1, "e": 1}), json!({"a": "x", "n": 1})),
+        "an undeclared field"
+    );
 }
