@@ -4,7 +4,8 @@
 // The `X-Pinecone-Api-Version` parameter is left out (the transport sends it).
 // The empty `ClientHooks` impl progenitor emits is removed; `src/api/mod.rs`
 // provides the crate's own. The constructor `new` is removed and
-// `new_with_client` is crate-private. Formatted with prettyplease, then rustfmt.
+// `new_with_client` is crate-private. The task unions (TaskInput, TaskOutput) are JSON objects.
+// Formatted with prettyplease, then rustfmt.
 // Regenerate (tests/generated/code.rs): NEXUS_REGENERATE=1 cargo test --test generated
 
 #[allow(unused_imports)]
@@ -2283,68 +2284,53 @@ pub mod types {
             size: i64,
         },
     }
-    ///`TaskInput`
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-    pub struct TaskInput {
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_0: ::std::option::Option<SearchInput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_1: ::std::option::Option<CurateInput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_2: ::std::option::Option<ImportInput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_3: ::std::option::Option<PackInput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_4: ::std::option::Option<RestoreInput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_5: ::std::option::Option<ExploreInput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_6: ::std::option::Option<ProfileInput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_7: ::std::option::Option<OptimizeInput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_8: ::std::option::Option<GroomInput>,
+    ///One of [`SearchInput`], [`CurateInput`], [`ImportInput`], [`PackInput`], [`RestoreInput`], [`ExploreInput`], [`ProfileInput`], [`OptimizeInput`], [`GroomInput`] (the spec's `anyOf`), kept as the JSON object it is; `decode` reads it as one of them.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[serde(transparent)]
+    pub struct TaskInput(pub ::serde_json::Map<::std::string::String, ::serde_json::Value>);
+    impl ::std::ops::Deref for TaskInput {
+        type Target = ::serde_json::Map<::std::string::String, ::serde_json::Value>;
+        fn deref(&self) -> &::serde_json::Map<::std::string::String, ::serde_json::Value> {
+            &self.0
+        }
     }
-    ///`TaskOutput`
-    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
-    pub struct TaskOutput {
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_0: ::std::option::Option<SearchTurnCompletedOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_1: ::std::option::Option<SearchCcTurnCompletedOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_2: ::std::option::Option<SearchTurnFailedOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_3: ::std::option::Option<PackTaskOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_4: ::std::option::Option<RestoreTaskOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_5: ::std::option::Option<OptimizeResultOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_6: ::std::option::Option<OptimizeNoopOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_7: ::std::option::Option<GroomMetricsOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_8: ::std::option::Option<CurateRunOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_9: ::std::option::Option<CurateManifestTuneOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_10: ::std::option::Option<CurateNoopOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_11: ::std::option::Option<ExploreOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_12: ::std::option::Option<ProfileEstimateOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_13: ::std::option::Option<ProfileEmptyOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_14: ::std::option::Option<ImportOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_15: ::std::option::Option<StatusErrorOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_16: ::std::option::Option<StateFailedOutput>,
-        #[serde(flatten, skip_serializing_if = "::std::option::Option::is_none")]
-        pub subtype_17:
-            ::std::option::Option<::serde_json::Map<::std::string::String, ::serde_json::Value>>,
+    impl ::std::convert::From<TaskInput>
+        for ::serde_json::Map<::std::string::String, ::serde_json::Value>
+    {
+        fn from(value: TaskInput) -> Self {
+            value.0
+        }
+    }
+    impl ::std::convert::From<::serde_json::Map<::std::string::String, ::serde_json::Value>>
+        for TaskInput
+    {
+        fn from(value: ::serde_json::Map<::std::string::String, ::serde_json::Value>) -> Self {
+            Self(value)
+        }
+    }
+    ///One of [`SearchTurnCompletedOutput`], [`SearchCcTurnCompletedOutput`], [`SearchTurnFailedOutput`], [`PackTaskOutput`], [`RestoreTaskOutput`], [`OptimizeResultOutput`], [`OptimizeNoopOutput`], [`GroomMetricsOutput`], [`CurateRunOutput`], [`CurateManifestTuneOutput`], [`CurateNoopOutput`], [`ExploreOutput`], [`ProfileEstimateOutput`], [`ProfileEmptyOutput`], [`ImportOutput`], [`StatusErrorOutput`], [`StateFailedOutput`], Other (the spec's `anyOf`), kept as the JSON object it is; `decode` reads it as one of them.
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[serde(transparent)]
+    pub struct TaskOutput(pub ::serde_json::Map<::std::string::String, ::serde_json::Value>);
+    impl ::std::ops::Deref for TaskOutput {
+        type Target = ::serde_json::Map<::std::string::String, ::serde_json::Value>;
+        fn deref(&self) -> &::serde_json::Map<::std::string::String, ::serde_json::Value> {
+            &self.0
+        }
+    }
+    impl ::std::convert::From<TaskOutput>
+        for ::serde_json::Map<::std::string::String, ::serde_json::Value>
+    {
+        fn from(value: TaskOutput) -> Self {
+            value.0
+        }
+    }
+    impl ::std::convert::From<::serde_json::Map<::std::string::String, ::serde_json::Value>>
+        for TaskOutput
+    {
+        fn from(value: ::serde_json::Map<::std::string::String, ::serde_json::Value>) -> Self {
+            Self(value)
+        }
     }
     ///`TaskProgress`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]

@@ -12,6 +12,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A task's `input` and `output` ([`types::TaskInput`], [`types::TaskOutput`])
+//! are the JSON objects the server sent; read them as the type of the task's
+//! workflow with `decode`, or [`types::TaskResponse::input_as`] and
+//! [`types::TaskResponse::output_as`].
+//!
 //! The one operation not generated is `upload_context_source` (a multipart
 //! body): use [`Sources::upload_file`](crate::resources::Sources::upload_file).
 #![allow(
@@ -27,6 +32,8 @@
 // Committed generator output; `tests/generated/code.rs` checks it against the
 // spec and rewrites it with `NEXUS_REGENERATE=1 cargo test --test generated`.
 include!("generated.rs");
+
+mod task_data;
 
 use crate::error::Error as SdkError;
 use crate::transport::Transport;

@@ -13,7 +13,7 @@ use super::ledger::{self, Ledger, LedgerEntry};
 use super::paths::safe_join;
 use super::search::{Chunk, ContextIndex, chunk_document};
 use super::state::AppState;
-use super::store::{Inner, empty_output, task_is_terminal};
+use super::store::{Inner, task_is_terminal};
 use crate::types;
 
 /// Phases reported in a curate task's progress.
@@ -53,20 +53,17 @@ pub(crate) fn start(
             )));
         }
         let context_id = ctx.id.clone();
-        let input = types::TaskInput {
-            subtype_1: Some(types::CurateInput {
-                artifacts_reset: None,
-                batch_size: None,
-                claimed_version: None,
-                force,
-                legs: vec!["chunks".to_owned()],
-                models: Vec::new(),
-                scope: scope.unwrap_or_else(|| "all".to_owned()),
-                skip_corpus_aggregation: None,
-                trigger: if internal { "import" } else { "api" }.to_owned(),
-            }),
-            ..empty_input()
-        };
+        let input = types::TaskInput::from(types::CurateInput {
+            artifacts_reset: None,
+            batch_size: None,
+            claimed_version: None,
+            force,
+            legs: vec!["chunks".to_owned()],
+            models: Vec::new(),
+            scope: scope.unwrap_or_else(|| "all".to_owned()),
+            skip_corpus_aggregation: None,
+            trigger: if internal { "import" } else { "api" }.to_owned(),
+        });
         let task = inner.new_task("curate", Some(&context_id), None, input, cancel.clone());
         let ctx = inner.context_mut(&context_id)?;
         ctx.curating = true;
@@ -476,23 +473,5 @@ fn curate_output(b: &Built) -> types::TaskOutput {
         },
         versioned: true,
     };
-    types::TaskOutput {
-        subtype_8: Some(out),
-        ..empty_output()
-    }
-}
-
-/// A `TaskInput` with no variant set.
-pub(crate) fn empty_input() -> types::TaskInput {
-    types::TaskInput {
-        subtype_0: None,
-        subtype_1: None,
-        subtype_2: None,
-        subtype_3: None,
-        subtype_4: None,
-        subtype_5: None,
-        subtype_6: None,
-        subtype_7: None,
-        subtype_8: None,
-    }
+    types::TaskOutput::from(out)
 }

@@ -18,7 +18,6 @@ use super::durable;
 use super::error::{LocalError, LocalResult};
 pub(crate) use super::expand::{Caps, Staged, check_file_name, check_fits, safe_path, stage};
 use super::paths::safe_join;
-use super::records::empty_output;
 use super::state::AppState;
 use crate::types;
 
@@ -355,8 +354,5 @@ fn import_output(e: &Staged) -> types::TaskOutput {
         skipped_items: skipped,
         status: format!("imported {name}"),
     };
-    types::TaskOutput {
-        subtype_14: Some(out),
-        ..empty_output()
-    }
+    types::TaskOutput::from(out)
 }

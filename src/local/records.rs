@@ -718,30 +718,6 @@ impl Inner {
     }
 }
 
-/// A `TaskOutput` with no variant set.
-pub(crate) fn empty_output() -> types::TaskOutput {
-    types::TaskOutput {
-        subtype_0: None,
-        subtype_1: None,
-        subtype_2: None,
-        subtype_3: None,
-        subtype_4: None,
-        subtype_5: None,
-        subtype_6: None,
-        subtype_7: None,
-        subtype_8: None,
-        subtype_9: None,
-        subtype_10: None,
-        subtype_11: None,
-        subtype_12: None,
-        subtype_13: None,
-        subtype_14: None,
-        subtype_15: None,
-        subtype_16: None,
-        subtype_17: None,
-    }
-}
-
 /// Whether a task state is final.
 pub(crate) fn task_is_terminal(state: &str) -> bool {
     matches!(

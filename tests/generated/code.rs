@@ -33,6 +33,14 @@ const CONSTRUCTOR_START: &str = "    /// Create a new client.\n";
 const CONSTRUCTOR_END: &str = "    /// Construct a new client with an existing";
 const WITH_CLIENT: &str = "    pub fn new_with_client(";
 
+/// The spec's task unions: `anyOf` lists of object schemas that share field
+/// names (`status`, `trigger`, ...). progenitor makes each a struct of
+/// `#[serde(flatten)] Option<Branch>` fields; an earlier branch that shares
+/// keys takes them and fails, and every later one stays `None`, so the data
+/// is lost. They are generated as JSON objects instead (kept whole) and
+/// `src/api/task_data.rs` decodes them into a branch's type on request.
+const JSON_OBJECT_UNIONS: &[&str] = &["TaskInput", "TaskOutput"];
+
 /// progenitor always emits an empty hooks impl; `src/api/mod.rs` provides the
 /// crate's own, which routes every call through the crate's transport.
 const EMPTY_HOOKS: &str = "impl ClientHooks<crate::transport::Transport> for &Client {}";
@@ -94,6 +102,18 @@ fn generate(spec_path: &Path) -> String {
         }
     }
 
+    let schemas = &mut spec
+        .components
+        .as_mut()
+        .expect("the spec has components")
+        .schemas;
+    for name in JSON_OBJECT_UNIONS {
+        let schema = schemas
+            .get_mut(*name)
+            .unwrap_or_else(|| panic!("{SPEC} has no schema {name}"));
+        *schema = openapiv3::ReferenceOr::Item(json_object(schema));
+    }
+
     let mut settings = progenitor::GenerationSettings::default();
     settings
         .with_interface(progenitor::InterfaceStyle::Positional)
@@ -118,6 +138,45 @@ fn generate(spec_path: &Path) -> String {
     let code = code.replace(EMPTY_HOOKS, "");
 
     format!("{}{}", header(), crate_private_constructor(&rustfmt(&code)))
+}
+
+/// A JSON object schema standing for the `anyOf` union `schema`: any
+/// properties, and a description naming the union's branches.
+fn json_object(schema: &openapiv3::ReferenceOr<openapiv3::Schema>) -> openapiv3::Schema {
+    let openapiv3::ReferenceOr::Item(openapiv3::Schema {
+        schema_kind: openapiv3::SchemaKind::AnyOf { any_of },
+        ..
+    }) = schema
+    else {
+        panic!("generated code layout changed: a task union is no longer an anyOf");
+    };
+    let branches: Vec<String> = any_of
+        .iter()
+        .map(|b| match b {
+            openapiv3::ReferenceOr::Reference { reference } => {
+                let name = reference.trim_start_matches("#/components/schemas/");
+                format!("[`{name}`]")
+            }
+            openapiv3::ReferenceOr::Item(item) => item
+                .schema_data
+                .title
+                .clone()
+                .unwrap_or_else(|| "an object".to_owned()),
+        })
+        .collect();
+    let mut object = openapiv3::Schema {
+        schema_data: Default::default(),
+        schema_kind: openapiv3::SchemaKind::Type(openapiv3::Type::Object(openapiv3::ObjectType {
+            additional_properties: Some(openapiv3::AdditionalProperties::Any(true)),
+            ..Default::default()
+        })),
+    };
+    object.schema_data.description = Some(format!(
+        "One of {} (the spec's `anyOf`), kept as the JSON object it is; \
+         `decode` reads it as one of them.",
+        branches.join(", ")
+    ));
+    object
 }
 
 fn is_version_header(p: &openapiv3::ReferenceOr<openapiv3::Parameter>) -> bool {
@@ -150,9 +209,11 @@ fn header() -> String {
          // The `X-Pinecone-Api-Version` parameter is left out (the transport sends it).\n\
          // The empty `ClientHooks` impl progenitor emits is removed; `src/api/mod.rs`\n\
          // provides the crate's own. The constructor `new` is removed and\n\
-         // `new_with_client` is crate-private. Formatted with prettyplease, then rustfmt.\n\
+         // `new_with_client` is crate-private. The task unions ({unions}) are JSON objects.\n\
+         // Formatted with prettyplease, then rustfmt.\n\
          // Regenerate (tests/generated/code.rs): {REGENERATE}\n\n",
         ops = HAND_WRITTEN_OPS.join(", "),
+        unions = JSON_OBJECT_UNIONS.join(", "),
     )
 }
 

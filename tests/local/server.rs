@@ -71,17 +71,12 @@ async fn uploaded_directory_is_curated_into_a_queryable_context() {
         .unwrap();
     assert!(seen_progress);
     assert_eq!(task.workflow.as_str(), "curate");
-    assert_eq!(task.progress.unwrap().pct, 100.0);
+    assert_eq!(task.progress.as_ref().unwrap().pct, 100.0);
     assert!(task.output.is_some());
-    // Read the output raw: decoding the spec's anyOf `TaskOutput` into the
-    // generated type keeps only some of its fields.
-    let raw: serde_json::Value = reqwest::get(format!("{}/tasks/{}", server.base_url(), task.id))
-        .await
+    let out = task
+        .output_as::<types::CurateRunOutput>()
         .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let out: types::CurateRunOutput = serde_json::from_value(raw["output"].clone()).unwrap();
+        .expect("a completed curation has an output");
     assert_eq!(out.delta.processed, 3);
     assert!(out.delta.chunks_created >= 5);
     let ctx = client.contexts().get("kb").await.unwrap();

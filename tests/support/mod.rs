@@ -10,6 +10,8 @@
 //!   checker for the local server's answers;
 //! - `props`: proptest settings (shrunk failures kept beside the source);
 //! - `schema`: checks MCP tool results against their declared schemas;
+//! - `fidelity`: instances of the spec's schemas, the generated type of each
+//!   schema and answer, and what a decode and encode may change;
 //! - `local` (feature `local`): the embedded local Nexus and a corpus;
 //! - `mcp` and `pinecone_fake` (feature `mcp`): an in-process MCP client and
 //!   a fake Pinecone;
@@ -17,6 +19,7 @@
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod examples;
+pub mod fidelity;
 #[cfg(feature = "local")]
 pub mod local;
 #[cfg(feature = "mcp")]

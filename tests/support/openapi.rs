@@ -174,6 +174,14 @@ pub async fn conforms(spec: &Value, op_path: &str, method: &str, resp: reqwest::
             let mut errors = Vec::new();
             check(spec, &schema, &data, event, &mut errors);
             assert!(errors.is_empty(), "{op_path} frame {event}: {errors:#?}");
+            let name = if event == "query" {
+                "Query"
+            } else {
+                "QueryEvent"
+            };
+            if let Some(why) = super::fidelity::loss(spec, name, &data) {
+                panic!("{op_path} frame {event}: the SDK loses data: {why}");
+            }
             frames.push(data);
         }
         return Value::Array(frames);
@@ -202,5 +210,12 @@ pub async fn conforms(spec: &Value, op_path: &str, method: &str, resp: reqwest::
         errors.is_empty(),
         "{method} {op_path} {status}: {errors:#?}\n{value:#}"
     );
+    // What the server answered survives the SDK's generated type.
+    let schema = &content["application/json"]["schema"];
+    let op_id = op["operationId"].as_str().unwrap_or_default();
+    let code = status.parse().unwrap();
+    if let Some(why) = super::fidelity::answer_loss(spec, op_id, code, schema, &value) {
+        panic!("{method} {op_path}: the SDK loses data: {why}");
+    }
     value
 }
