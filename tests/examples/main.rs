@@ -10,3 +10,4 @@ mod ask_integrity;
 mod chat;
 mod crash_and_cancel;
 mod nexus;
+mod tasks_json;

@@ -12,6 +12,7 @@ mod durability;
 mod limits;
 mod ops;
 mod query;
+mod restart_fidelity;
 mod safety;
 mod sdk;
 mod server;

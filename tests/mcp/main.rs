@@ -6,18 +6,24 @@
 mod support;
 
 mod availability;
+mod callers;
 #[cfg(feature = "local")]
 mod catalog;
+mod hostile_callers;
 mod http;
 mod http_service;
 #[cfg(feature = "local")]
 mod local;
 mod operations;
+mod operations_honest;
 mod pinecone_check;
 mod pinecone_tools;
 #[cfg(feature = "local")]
 mod protocol;
+mod protocol_errors;
 #[cfg(feature = "local")]
 mod rmcp_http;
 mod stdio;
+mod tasks;
 mod tools;
+mod usefulness;

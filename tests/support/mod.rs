@@ -15,7 +15,7 @@
 //! - `local` (feature `local`): the embedded local Nexus and a corpus;
 //! - `mcp` and `pinecone_fake` (feature `mcp`): an in-process MCP client and
 //!   a fake Pinecone;
-//! - `rmcp_http` (feature `mcp`): rmcp's Streamable HTTP client on reqwest 0.12.
+//! - `rmcp_http` (feature `mcp`): rmcp's Streamable HTTP client on reqwest.
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod examples;

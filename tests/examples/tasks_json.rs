@@ -1,15 +1,12 @@
 //! `nexus --json tasks` prints the tasks the API answers: the input and
 //! output of an import and a curate task are the same as in the raw
 //! `GET /tasks` answer.
-#![cfg(feature = "local")]
-
-mod support;
 
 use std::path::Path;
 
+use crate::support::examples::nexus_ok;
 use nexus_knowql::local::LocalNexus;
 use serde_json::Value;
-use support::examples::nexus_ok;
 
 #[test]
 fn nexus_json_tasks_shows_the_input_and_output_the_api_answers() {

@@ -2,10 +2,7 @@
 //! with a hint (as the Nexus tools say it), and with one source an unknown
 //! `source` names that source instead of pointing at `list_sources`,
 //! which is not served then.
-#![cfg(feature = "mcp")]
-
-mod support;
-use support::pinecone_fake::PineconeFake;
+use crate::support::pinecone_fake::PineconeFake;
 
 use nexus_knowql::mcp::pinecone::PineconeServer;
 use rmcp::model::CallToolRequestParams;

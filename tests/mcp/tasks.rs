@@ -7,11 +7,8 @@
 //! without it. A 2026-07-28 request whose own capabilities carry the
 //! extension still gets a task. Every tool's schemas use only JSON Schema
 //! formats, and input schemas have no `$ref`, no `oneOf` and no type arrays.
-#![cfg(feature = "mcp")]
-
-mod support;
-use support::mcp::{HttpMcp, SERVER_KEY, fake_nexus, nexus_client};
-use support::pinecone_fake::PineconeFake;
+use crate::support::mcp::{HttpMcp, SERVER_KEY, fake_nexus, nexus_client};
+use crate::support::pinecone_fake::PineconeFake;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -10,10 +10,7 @@
 //!   tasks, to the key that started them only;
 //! - a `notifications/cancelled` from another connection (same key) does
 //!   not cancel a stateless request.
-#![cfg(feature = "mcp")]
-
-mod support;
-use support::mcp::{HttpMcp, context_json, nexus_client, query_json};
+use crate::support::mcp::{HttpMcp, context_json, nexus_client, query_json};
 
 use std::time::Duration;
 

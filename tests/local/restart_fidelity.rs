@@ -4,17 +4,14 @@
 //! sessions, query turns with their traces and events, connectors) reads
 //! back the same after a clean restart of `nexus-local` and after a
 //! SIGKILL.
-#![cfg(feature = "local")]
-
-mod support;
 
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::local::{LocalBinary, TempDir, corpus};
 use nexus_knowql::Client;
 use nexus_knowql::resources::TaskWait;
 use serde_json::{Value, json};
-use support::local::{LocalBinary, TempDir, corpus};
 
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
@@ -158,7 +155,7 @@ fn assert_same(before: &[(String, u16, Value)], after: &[(String, u16, Value)], 
         assert!(
             b1 == b2,
             "{when}: GET {path} changed: {}\nbefore: {b1}\nafter:  {b2}",
-            support::fidelity::first_difference(b1, b2, "$")
+            crate::support::fidelity::first_difference(b1, b2, "$")
         );
     }
 }

@@ -6,10 +6,7 @@
 //! - a cursor on a one-page list: `-32602`;
 //! - `completion/complete` for an unknown prompt: an error;
 //! - a second `initialize` in a live session: refused.
-#![cfg(feature = "mcp")]
-
-mod support;
-use support::mcp::{HttpMcp, SERVER_KEY, fake_nexus, nexus_client};
+use crate::support::mcp::{HttpMcp, SERVER_KEY, fake_nexus, nexus_client};
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -1,10 +1,7 @@
 //! Operations over HTTP: CORS for allowed origins (preflight, exposed
 //! `Mcp-Session-Id`), `Host`/`Origin` refusals on every path (operator
 //! endpoints included) counted by reason, and the per-method counter.
-#![cfg(feature = "mcp")]
-
-mod support;
-use support::mcp::{fake_nexus, nexus_client};
+use crate::support::mcp::{fake_nexus, nexus_client};
 
 use nexus_knowql::mcp::http::{self, HttpOptions};
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};

@@ -6,11 +6,9 @@
 //!
 //! 128 cases per schema; `PROPTEST_CASES` sets another number.
 
-mod support;
-
+use crate::support::fidelity::{self, component_schemas, loss, registry, spec};
 use proptest::test_runner::{Config, TestError, TestRunner};
 use serde_json::{Value, json};
-use support::fidelity::{self, component_schemas, loss, registry, spec};
 
 #[test]
 fn every_schema_has_a_generated_type() {
@@ -37,7 +35,7 @@ fn every_schema_has_a_generated_type() {
 
 /// Every operation that answers JSON has the generated type of its answer
 /// registered, so the conformance checks of `nexus-local` run each answer
-/// through the SDK (`support::openapi::conforms`); none is skipped.
+/// through the SDK (`crate::support::openapi::conforms`); none is skipped.
 #[test]
 fn every_json_answer_has_a_generated_type() {
     let spec = spec();

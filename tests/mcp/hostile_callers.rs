@@ -4,10 +4,7 @@
 //! trickle request bodies, all at once and from other client addresses,
 //! an honest caller's tool calls keep succeeding, each within
 //! [`HONEST_LATENCY`]. Runs for about [`ATTACK`] (CI-bounded).
-#![cfg(feature = "mcp")]
-
-mod support;
-use support::mcp::{HttpMcp, nexus_client};
+use crate::support::mcp::{HttpMcp, nexus_client};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
