@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::durable;
 use super::error::{LocalError, LocalResult};
 pub(crate) use super::expand::{Caps, Staged, check_file_name, check_fits, safe_path, stage};
+use super::faults::{failpoint, point};
 use super::paths::safe_join;
 use super::records::empty_output;
 use super::state::AppState;
@@ -77,12 +78,15 @@ pub(crate) async fn start(
     }
 }
 
-/// Ends an import's staging directory when dropped.
-struct StagingGuard(PathBuf);
+/// Ends an import's staging directory when dropped, unless kept for the
+/// next start to finish an interrupted move.
+struct StagingGuard(PathBuf, bool);
 
 impl Drop for StagingGuard {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.1 {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
@@ -94,7 +98,7 @@ async fn run(
     cancel: CancellationToken,
     applied: tokio::sync::oneshot::Sender<LocalResult<()>>,
 ) {
-    let _staging = StagingGuard(staged.root.clone());
+    let mut staging = StagingGuard(staged.root.clone(), false);
     // Point of no return: decided under the lock, so a cancellation either
     // comes first (nothing applied) or finds the task committed.
     let go = {
@@ -125,7 +129,15 @@ async fn run(
     }
     // The files about to move are recorded first: a crash before their
     // sources are recorded is repaired at the next start.
-    let (move_id, begun) = state.store.begin_move(&context_id, &staged.files);
+    let record = super::store::MoveRecord {
+        files: staged.files.clone(),
+        staging: staged
+            .root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned()),
+        task_id: Some(task_id.clone()),
+    };
+    let (move_id, begun) = state.store.begin_move(&context_id, &record);
     if let Err(e) = state.store.wait_saved(begun).await {
         finish(
             &state,
@@ -148,6 +160,18 @@ async fn run(
     })
     .await
     .unwrap_or_else(|e| (Vec::new(), Some(e.to_string())));
+    if let Some(e) = error.as_deref().filter(|_| sync) {
+        // Some files moved, some did not: the import is neither applied
+        // nor not. Writing stops (the server stops) and the next start
+        // finishes the move from the staging directory, kept for it.
+        tracing::error!(error = %e, "moving sources into place failed");
+        staging.1 = true;
+        state
+            .store
+            .stop_writing("an import's files could not all be moved into place");
+        let _ = applied.send(Err(LocalError::outcome_unknown()));
+        return;
+    }
     let now = Utc::now();
     let recorded = state
         .store
@@ -249,6 +273,7 @@ fn move_into_place(
                     "{path:?} resolves outside the context"
                 )));
             }
+            failpoint(point::FILE_MOVE)?;
             std::fs::rename(&from, &to)?;
             dirs.insert(parent.to_path_buf(), ());
             Ok::<_, std::io::Error>(())

@@ -35,6 +35,9 @@ pub(crate) struct Config {
     pub(crate) events_per_query: usize,
     /// Most bytes of events one turn's log keeps.
     pub(crate) event_bytes_per_query: usize,
+    /// Most bytes of writes waiting for the database writer before writes
+    /// are refused at admission (503, `Retry-After`).
+    pub(crate) write_backlog_limit: u64,
     /// Chunk size used by curation, in characters.
     pub(crate) chunk_chars: usize,
     /// Directories local connectors may read (a connector's directory lies

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -239,6 +239,17 @@ fn check(state: &AppState, req: &Request, asked: Option<&str>) -> LocalResult<()
     if let Some(secs) = state.faults.take_503() {
         return Err(LocalError::unavailable(secs));
     }
+    // What is in memory may be ahead of the disk once a write failed: no
+    // answer, read or write, comes from it (the server is stopping).
+    if state.store.has_failed() {
+        return Err(LocalError::not_saved());
+    }
+    // A write is refused before it changes anything while the database
+    // writer is behind by more than its backlog limit.
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if !reads && state.store.write_backlog() > state.config.write_backlog_limit {
+        return Err(LocalError::write_backlog_full());
+    }
     match asked {
         None | Some("2026-07") | Some("unstable") => {}
         Some(other) => return Err(LocalError::unsupported_version(other)),
@@ -386,6 +397,7 @@ mod tests {
             context_bytes_limit: 1 << 20,
             events_per_query: 100,
             event_bytes_per_query: 1 << 20,
+            write_backlog_limit: 1 << 20,
             chunk_chars: 1200,
             connector_roots: Vec::new(),
             allowed_hosts: Vec::new(),

@@ -10,6 +10,7 @@ use tokio_util::io::ReaderStream;
 
 use super::{FileList, PageParams, Shared, listing};
 use crate::local::error::{ApiQuery, LocalError, LocalResult};
+use crate::local::faults::{failpoint, point};
 use crate::local::paths::safe_join;
 use crate::local::state::AppState;
 use crate::local::{durable, import};
@@ -84,6 +85,8 @@ pub(super) async fn upload(
                 .map_err(|e| LocalError::internal("staging the upload", e))?;
             let mut written = 0usize;
             while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                failpoint(point::STAGING)
+                    .map_err(|e| LocalError::internal("staging the upload", e))?;
                 written = written.saturating_add(chunk.len());
                 if written > limit {
                     return Err(LocalError::too_large(format!(
