@@ -210,7 +210,16 @@ async fn run(
             return;
         }
     };
-    let saved = state.store.wait_saved(recorded_at).await;
+    // The move's record is on disk: should its end not be saved, the next
+    // start finishes the import, so its outcome is unknown, not "not
+    // applied".
+    let saved = state.store.wait_saved(recorded_at).await.map_err(|e| {
+        if e.code == LocalError::not_saved().code {
+            LocalError::outcome_unknown()
+        } else {
+            e
+        }
+    });
     let _ = applied.send(saved);
     let delay = state.faults.frame_delay();
     if !delay.is_zero() {

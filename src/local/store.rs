@@ -102,7 +102,9 @@ impl Drop for Store {
         self.db.close();
         if self.private_files {
             let _ = std::fs::remove_dir_all(&self.files);
-        } else {
+        } else if !self.db.has_failed() {
+            // After a failure, staged uploads may be needed by the next
+            // start to finish an interrupted import.
             let _ = std::fs::remove_dir_all(self.files.join(STAGING_DIR));
         }
     }
