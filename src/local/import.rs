@@ -345,13 +345,23 @@ fn task_files(
     ]
 }
 
+/// The format of a file by its extension: the part of its last path
+/// segment after the last dot, at most 16 bytes; empty when it has none.
+fn file_format(path: &str) -> &str {
+    let leaf = path.rsplit('/').next().unwrap_or(path);
+    match leaf.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() && ext.len() <= 16 => ext,
+        _ => "",
+    }
+}
+
 fn import_output(e: &Staged) -> types::TaskOutput {
     let name = &e.name;
     let entry = |src: &str, action: &str, out: Vec<String>, reason: &str, bytes: i64| {
         types::ImportManifestEntry {
             action: action.to_owned(),
             bytes,
-            fmt: src.rsplit('.').next().unwrap_or("").to_owned(),
+            fmt: file_format(src).to_owned(),
             out,
             reason: reason.to_owned(),
             src: src.to_owned(),
@@ -392,5 +402,21 @@ fn import_output(e: &Staged) -> types::TaskOutput {
     types::TaskOutput {
         subtype_14: Some(out),
         ..empty_output()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches a format taken from a whole name without a dot, or from a
+    /// dot in a directory name.
+    #[test]
+    fn a_format_is_a_short_extension_or_nothing() {
+        assert_eq!(file_format("docs/a.md"), "md");
+        assert_eq!(file_format("docs.v2/README"), "");
+        assert_eq!(file_format(&"x".repeat(5000)), "");
+        assert_eq!(file_format(".bashrc"), "");
+        assert_eq!(file_format(&format!("a.{}", "y".repeat(40))), "");
     }
 }
