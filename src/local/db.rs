@@ -29,6 +29,9 @@ use super::events::Frame;
 pub(crate) const DB_FILE: &str = "state.db";
 /// Most ops one transaction takes (the rest wait for the next one).
 const MAX_BATCH: usize = 4096;
+/// Bytes the write-ahead log is truncated to once checkpointed.
+const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
+
 /// How long one statement waits for a write lock held by another
 /// connection (a `sqlite3` shell, say) before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(4);
@@ -261,8 +264,34 @@ fn sql_err(e: rusqlite::Error) -> std::io::Error {
     std::io::Error::other(e)
 }
 
+/// Creates the database file readable by its owner only (SQLite gives its
+/// `-wal` and `-shm` files the same mode), or narrows an existing one.
+fn make_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            if std::fs::metadata(&p).is_ok() {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 fn connect(path: &Path, durability: Durability) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
+    // The log is cut back to this size after a checkpoint that empties it.
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     let sync = match durability {
@@ -280,6 +309,7 @@ impl Db {
         durability: Durability,
         limits: QueryLimits,
     ) -> std::io::Result<(Db, Loaded)> {
+        make_private(path)?;
         let mut conn = connect(path, durability).map_err(sql_err)?;
         conn.execute_batch(SCHEMA).map_err(sql_err)?;
         let loaded = load(&mut conn).map_err(sql_err)?;

@@ -168,6 +168,12 @@ impl Store {
     /// recorded are recorded from what is on disk.
     pub(crate) fn open(dir: &Path, limits: QueryLimits) -> Result<Self, OpenError> {
         durable::create_dir_all(dir)?;
+        // Private: every question and answer is in here.
+        #[cfg(unix)]
+        std::fs::set_permissions(
+            dir,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o700),
+        )?;
         let lock = lock_dir(dir)?;
         migrate::migrate(dir)?;
         let (db, loaded) = Db::open(&dir.join(db::DB_FILE), Durability::Full, limits)?;

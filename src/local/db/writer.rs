@@ -17,6 +17,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{Failure, MAX_BATCH, Op, Progress, QueryLimits, Sent, fail_callbacks};
 use crate::local::faults::{failpoint, point};
 
+/// How long the writer waits idle before it checkpoints the write-ahead
+/// log (truncating it), and between tries while a reader holds it.
+const IDLE_CHECKPOINT: Duration = Duration::from_secs(2);
+/// Pages of write-ahead log (4 KiB each) past which a log that cannot be
+/// emptied is reported.
+const WAL_WARN_PAGES: i64 = 16 * 1024;
 /// Tries of one batch before it is reported lost.
 const WRITE_TRIES: u32 = 3;
 /// Pause between tries of a failed batch.
@@ -80,7 +86,19 @@ impl Writer {
     }
 
     pub(super) fn run(mut self, rx: mpsc::Receiver<Sent>) {
-        while let Ok(sent) = rx.recv() {
+        let mut written_since_checkpoint = false;
+        loop {
+            let sent = match rx.recv_timeout(IDLE_CHECKPOINT) {
+                Ok(sent) => sent,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if written_since_checkpoint {
+                        written_since_checkpoint = !self.checkpoint();
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            written_since_checkpoint = true;
             let (first, mut last, mut size) = (sent.first, sent.last, sent.bytes);
             let mut batch = sent.ops;
             while batch.len() < MAX_BATCH {
@@ -131,6 +149,40 @@ impl Writer {
             let ok = outcome.is_ok();
             for f in then {
                 f(ok);
+            }
+        }
+    }
+
+    /// Folds the write-ahead log into the database and truncates it, so a
+    /// reader that held it long (a `sqlite3` shell) does not leave it big
+    /// once gone. `true` when the log could be emptied (no reader in the
+    /// way).
+    fn checkpoint(&mut self) -> bool {
+        let row = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            });
+        match row {
+            Ok((0, _, _)) => true,
+            Ok((_, log_pages, _)) => {
+                // A reader keeps the log from being emptied: say how big
+                // it has grown, so whoever holds it open can be found.
+                if log_pages > WAL_WARN_PAGES {
+                    tracing::warn!(
+                        wal_pages = log_pages,
+                        "the state database's write-ahead log cannot shrink while another program reads state.db"
+                    );
+                }
+                false
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "checkpoint failed");
+                false
             }
         }
     }
