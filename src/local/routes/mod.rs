@@ -196,7 +196,13 @@ async fn gate(State(state): Shared, req: Request, next: Next) -> Response {
         .get(VERSION_HEADER)
         .map(|v| v.to_str().unwrap_or("").to_owned());
     let mut resp = match check(&state, &req, asked.as_deref()) {
-        Ok(()) => next.run(req).await,
+        Ok(()) => {
+            // Open on its connection until its answer ends; its body must
+            // keep arriving (a trickle is cut).
+            let open = super::serve::open_request(&req);
+            let req = req.map(super::serve::paced_body);
+            super::serve::until_body_ends(next.run(req).await, open)
+        }
         Err(e) => e.into_response(),
     };
     let status = resp.status();
