@@ -129,6 +129,19 @@ impl LocalError {
         }
     }
 
+    /// An upload refused because the most uploads are being staged: 503,
+    /// code `busy`, with `Retry-After`. Nothing was applied.
+    pub(crate) fn staging_full() -> Self {
+        LocalError {
+            code: Some("busy"),
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "other uploads are being staged; retry shortly",
+            )
+        }
+    }
+
     /// An unexpected internal failure: logged in full, answered briefly.
     pub(crate) fn internal(context: &str, err: impl std::fmt::Display) -> Self {
         tracing::error!(error = %err, "{context}");

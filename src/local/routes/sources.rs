@@ -55,6 +55,12 @@ pub(super) async fn upload(
         Some(p) => import::safe_path(p)
             .ok_or_else(|| LocalError::bad_request(format!("unsafe upload path {p:?}")))?,
     };
+    // Two uploads are staged at a time; more wait on the client's side.
+    let _slot = state
+        .staging_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| LocalError::staging_full())?;
     let mut multipart = multipart.map_err(|e| LocalError::new(e.status(), e.body_text()))?;
     let multipart_error = |e: axum::extract::multipart::MultipartError| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
