@@ -3,7 +3,13 @@
 //! ```text
 //! nexus-local [--bind ADDR] [--api-key KEY] [--data DIR] [--context SLUG=DIR]...
 //!             [--allow-host HOST]... [--allow-origin ORIGIN]...
+//! nexus-local verify --data DIR
 //! ```
+//!
+//! `verify` checks a data directory no server is using (rows against
+//! files, orphans, indexes against their chunks, task and turn states),
+//! prints its report, and exits with status 0 when it is consistent, 1
+//! when it is not, 2 when it could not be checked.
 //!
 //! Requests whose `Host` is not loopback, the bound address or an allowed
 //! host, and browser requests from other origins, get 403. A data directory
@@ -20,13 +26,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
-use nexus_knowql::local::LocalNexus;
+use clap::{Parser, Subcommand, ValueEnum};
+use nexus_knowql::local::{LocalNexus, verify_data_dir};
 
 /// The embedded Nexus server (API version 2026-07) on loopback.
 #[derive(Debug, Parser)]
-#[command(name = "nexus-local", version)]
+#[command(name = "nexus-local", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8808", env = "NEXUS_LOCAL_BIND")]
     bind: SocketAddr,
@@ -61,10 +69,48 @@ struct Args {
     /// oldest ended turns are forgotten first).
     #[arg(long, default_value_t = 256)]
     max_query_mb: u64,
+    /// Most MiB of changes waiting to be written to the state database;
+    /// past it, requests that change something get 503 with Retry-After.
+    #[arg(long, default_value_t = 64, env = "NEXUS_LOCAL_MAX_WRITE_BACKLOG_MB")]
+    max_write_backlog_mb: u64,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 }
+
+/// Commands besides serving.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a data directory that no server is using; exit 1 when it is
+    /// inconsistent.
+    Verify {
+        /// The data directory.
+        #[arg(long = "data", value_name = "DIR")]
+        data: PathBuf,
+    },
+}
+
+/// Runs `verify` on `dir`: the report on stdout, the exit status.
+fn verify(dir: &std::path::Path) -> ExitCode {
+    match verify_data_dir(dir) {
+        Ok(report) => {
+            println!("{report}");
+            if report.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("nexus-local verify: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The exit status after the server stopped because its state could not
+/// be saved (`EX_TEMPFAIL`: restart it).
+const EXIT_NOT_SAVED: u8 = 75;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum LogFormat {
@@ -119,12 +165,16 @@ async fn stop_signal() {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Verify { data }) = &args.command {
+        return verify(data);
+    }
     init_logs(args.log_format);
     let mut builder = LocalNexus::builder()
         .bind(args.bind)
         .upload_limit(args.upload_limit_mb.saturating_mul(1024 * 1024))
         .query_limit(args.max_queries)
         .query_bytes_limit(args.max_query_mb.saturating_mul(1024 * 1024))
+        .write_backlog_limit(args.max_write_backlog_mb.saturating_mul(1024 * 1024))
         .allow_hosts(args.allow_hosts)
         .allow_origins(args.allow_origins)
         .faults_from_env();
@@ -155,8 +205,17 @@ async fn main() -> ExitCode {
     };
     println!("{}", server.base_url());
     let _ = std::io::stdout().flush();
-    stop_signal().await;
+    let failed = tokio::select! {
+        () = stop_signal() => false,
+        () = server.failed() => true,
+    };
     tracing::info!("stopping");
     server.shutdown().await;
+    if failed {
+        eprintln!(
+            "nexus-local: the state could not be saved; stopped (restart on the same data directory)"
+        );
+        return ExitCode::from(EXIT_NOT_SAVED);
+    }
     ExitCode::SUCCESS
 }

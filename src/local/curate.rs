@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::durable;
 use super::error::{LocalError, LocalResult};
+use super::faults::{failpoint, point};
 use super::ledger::{self, Ledger, LedgerEntry};
 use super::paths::safe_join;
 use super::search::{Chunk, ContextIndex, chunk_document};
@@ -298,7 +299,12 @@ fn build(
                 "the index could not be stored".to_owned()
             },
         )?;
-        ContextIndex::build(chunks, Some(&index_dir))
+        ContextIndex::build(chunks, Some(&index_dir)).and_then(|index| {
+            // Written; the swap to this generation comes next.
+            failpoint(point::INDEX_SWAP)
+                .map_err(|e| tantivy::TantivyError::InternalError(e.to_string()))?;
+            Ok(index)
+        })
     } else {
         ContextIndex::build(chunks, None)
     }

@@ -5,8 +5,9 @@
 //! One writer thread owns the writing connection. Changes reach it as
 //! [`Op`]s over a channel, numbered in the order they were sent; it applies
 //! every op waiting at that moment in one transaction (a group commit) and
-//! then publishes the number of the newest op on disk. What must survive a
-//! crash before it is acknowledged waits for that number
+//! then publishes the number of the newest op on disk (see `writer`: a
+//! batch that cannot be written stops all writing, and the saved mark never
+//! passes it). What must survive a crash before it is acknowledged waits for that number
 //! ([`Db::wait_saved`]), or rides on an [`Op::Then`] callback run after the
 //! commit. Readers use their own connection; WAL lets them read while the
 //! writer writes.
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension};
 
 use super::events::Frame;
 
@@ -28,12 +29,12 @@ use super::events::Frame;
 pub(crate) const DB_FILE: &str = "state.db";
 /// Most ops one transaction takes (the rest wait for the next one).
 const MAX_BATCH: usize = 4096;
-/// Tries of one batch before its ops are reported lost.
-const WRITE_TRIES: u32 = 5;
-/// Failed batches remembered for [`Db::wait_saved`].
-const LOST_KEPT: usize = 64;
-/// Pause between tries of a failed batch.
-const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// Bytes the write-ahead log is truncated to once checkpointed.
+const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
+
+/// How long one statement waits for a write lock held by another
+/// connection (a `sqlite3` shell, say) before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(4);
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS contexts (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -192,16 +193,50 @@ pub(crate) struct Loaded {
     pub(crate) running_queries: Vec<(String, String)>,
 }
 
+/// The batch that could not be written: its first and last op numbers, and
+/// whether its commit failed with an I/O error (it may be on disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Failure {
+    first: u64,
+    last: u64,
+    maybe_applied: bool,
+}
+
+/// What the writer has done.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mark {
+    /// The number of the newest op committed; never past a lost batch.
+    saved: u64,
+    /// Set once a batch could not be written; nothing is written after it.
+    failed: Option<Failure>,
+}
+
 /// Where the writer stands.
 #[derive(Debug)]
 struct Progress {
     /// The number of the newest op sent.
     sent: AtomicU64,
-    /// The first and last numbers of the batches that could not be written
-    /// (at most `LOST_KEPT` ranges; the oldest are merged, never dropped).
-    lost: Mutex<std::collections::VecDeque<(u64, u64)>>,
-    /// The number of the newest op committed.
-    saved: tokio::sync::watch::Sender<u64>,
+    /// Bytes of the ops sent and not yet written (or given up).
+    backlog: AtomicU64,
+    mark: tokio::sync::watch::Sender<Mark>,
+}
+
+impl Progress {
+    fn has_failed(&self) -> bool {
+        self.mark.borrow().failed.is_some()
+    }
+}
+
+/// What became of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Saved {
+    /// Committed to disk.
+    Yes,
+    /// Not written, and never will be.
+    No,
+    /// Not known: the wait ended first, or the commit failed with an I/O
+    /// error after which the write may be on disk.
+    Unknown,
 }
 
 /// The ops of one [`Db::send`], numbered `first..=last`: they reach the
@@ -211,6 +246,8 @@ struct Progress {
 struct Sent {
     first: u64,
     last: u64,
+    /// The ops' bytes, counted in the backlog until they are written.
+    bytes: u64,
     ops: Vec<Op>,
 }
 
@@ -227,9 +264,35 @@ fn sql_err(e: rusqlite::Error) -> std::io::Error {
     std::io::Error::other(e)
 }
 
+/// Creates the database file readable by its owner only (SQLite gives its
+/// `-wal` and `-shm` files the same mode), or narrows an existing one.
+fn make_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            if std::fs::metadata(&p).is_ok() {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 fn connect(path: &Path, durability: Durability) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(10))?;
+    // The log is cut back to this size after a checkpoint that empties it.
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     let sync = match durability {
         Durability::Full => "FULL",
@@ -246,20 +309,21 @@ impl Db {
         durability: Durability,
         limits: QueryLimits,
     ) -> std::io::Result<(Db, Loaded)> {
+        make_private(path)?;
         let mut conn = connect(path, durability).map_err(sql_err)?;
         conn.execute_batch(SCHEMA).map_err(sql_err)?;
         let loaded = load(&mut conn).map_err(sql_err)?;
         let reader = connect(path, durability).map_err(sql_err)?;
         let progress = Arc::new(Progress {
             sent: AtomicU64::new(0),
-            lost: Mutex::new(std::collections::VecDeque::new()),
-            saved: tokio::sync::watch::Sender::new(0),
+            backlog: AtomicU64::new(0),
+            mark: tokio::sync::watch::Sender::new(Mark::default()),
         });
         let (tx, rx) = mpsc::channel();
         let writer_progress = progress.clone();
         let writer = std::thread::Builder::new()
             .name("nexus-local-db".to_owned())
-            .spawn(move || Writer::new(conn, limits, writer_progress).run(rx))?;
+            .spawn(move || writer::Writer::new(conn, limits, writer_progress).run(rx))?;
         Ok((
             Db {
                 tx: Mutex::new(Some(tx)),
@@ -273,17 +337,24 @@ impl Db {
 
     /// Sends ops to the writer; returns the number of the last one. Call
     /// under the lock that guards the documents, so ops reach the writer
-    /// in the order the documents changed. After [`Db::close`], `Then`
-    /// callbacks run at once (reporting failure) and nothing is written.
+    /// in the order the documents changed. After [`Db::close`] or a
+    /// failed write, `Then` callbacks run at once (reporting failure) and
+    /// nothing is written; the ops are still numbered, so a wait for them
+    /// reports them not saved.
     pub(crate) fn send(&self, ops: impl IntoIterator<Item = Op>) -> u64 {
         let ops: Vec<Op> = ops.into_iter().collect();
         let guard = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        let (Some(tx), Some(count)) = (
-            guard.as_ref(),
-            u64::try_from(ops.len()).ok().and_then(NonZeroU64::new),
-        ) else {
-            fail_callbacks(ops);
+        let Some(count) = u64::try_from(ops.len()).ok().and_then(NonZeroU64::new) else {
             return self.progress.sent.load(Ordering::SeqCst);
+        };
+        let tx = guard.as_ref().filter(|_| !self.progress.has_failed());
+        let Some(tx) = tx else {
+            fail_callbacks(ops);
+            return self
+                .progress
+                .sent
+                .fetch_add(count.get(), Ordering::SeqCst)
+                .saturating_add(count.get());
         };
         // Numbers are handed out under the lock, so they reach the writer
         // in order.
@@ -293,10 +364,54 @@ impl Db {
             .fetch_add(count.get(), Ordering::SeqCst)
             .saturating_add(1);
         let last = first.saturating_add(count.get() - 1);
-        if let Err(mpsc::SendError(sent)) = tx.send(Sent { first, last, ops }) {
+        let bytes = ops.iter().fold(0u64, |n, op| n.saturating_add(op.bytes()));
+        self.progress.backlog.fetch_add(bytes, Ordering::SeqCst);
+        let sent = Sent {
+            first,
+            last,
+            bytes,
+            ops,
+        };
+        if let Err(mpsc::SendError(sent)) = tx.send(sent) {
+            self.progress
+                .backlog
+                .fetch_sub(sent.bytes, Ordering::SeqCst);
             fail_callbacks(sent.ops);
         }
         last
+    }
+
+    /// Bytes of the writes sent and not yet committed.
+    pub(crate) fn backlog_bytes(&self) -> u64 {
+        self.progress.backlog.load(Ordering::SeqCst)
+    }
+
+    /// Whether a write failed (then nothing more is written).
+    pub(crate) fn has_failed(&self) -> bool {
+        self.progress.has_failed()
+    }
+
+    /// Stops all writing as if a write had failed: a step of the state
+    /// outside the database (a file move) failed half way, and only the next
+    /// start can finish it. Writes sent and not yet committed have an
+    /// unknown outcome.
+    pub(crate) fn stop_writing(&self) {
+        let sent = self.progress.sent.load(Ordering::SeqCst);
+        self.progress.mark.send_modify(|m| {
+            if m.failed.is_none() {
+                m.failed = Some(Failure {
+                    first: m.saved.saturating_add(1),
+                    last: sent,
+                    maybe_applied: true,
+                });
+            }
+        });
+    }
+
+    /// Resolves once a write has failed.
+    pub(crate) async fn failed(&self) {
+        let mut rx = self.progress.mark.subscribe();
+        let _ = rx.wait_for(|m| m.failed.is_some()).await;
     }
 
     /// The number of the newest op sent.
@@ -304,25 +419,33 @@ impl Db {
         self.progress.sent.load(Ordering::SeqCst)
     }
 
-    /// The number of the newest op committed.
+    /// The number of the newest op committed (never past a lost one).
     pub(crate) fn saved(&self) -> u64 {
-        *self.progress.saved.borrow()
+        self.progress.mark.borrow().saved
     }
 
-    /// Waits until op `n` is committed, at most `wait`. `false` when it
-    /// could not be written or the wait ended first.
-    pub(crate) async fn wait_saved(&self, n: u64, wait: Duration) -> bool {
-        let mut rx = self.progress.saved.subscribe();
-        let ok = tokio::time::timeout(wait, rx.wait_for(|saved| *saved >= n))
-            .await
-            .is_ok_and(|r| r.is_ok());
-        ok && !self
-            .progress
-            .lost
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|(first, last)| (*first..=*last).contains(&n))
+    /// Waits until op `n` is committed or known lost, at most `wait`.
+    pub(crate) async fn wait_saved(&self, n: u64, wait: Duration) -> Saved {
+        let closed = self.tx.lock().unwrap_or_else(|p| p.into_inner()).is_none();
+        if closed && self.saved() < n {
+            // Sent after the writer stopped: never written.
+            return Saved::No;
+        }
+        let mut rx = self.progress.mark.subscribe();
+        let decided =
+            tokio::time::timeout(wait, rx.wait_for(|m| m.saved >= n || m.failed.is_some())).await;
+        let mark = match decided {
+            Ok(Ok(mark)) => *mark,
+            // The writer is gone: only what it published counts.
+            Ok(Err(_)) => *self.progress.mark.borrow(),
+            Err(_) => return Saved::Unknown,
+        };
+        match mark.failed {
+            _ if mark.saved >= n => Saved::Yes,
+            Some(f) if f.maybe_applied && (f.first..=f.last).contains(&n) => Saved::Unknown,
+            Some(_) => Saved::No,
+            None => Saved::Unknown,
+        }
     }
 
     /// Stops the writer after it has written everything sent so far.
@@ -415,6 +538,32 @@ impl Drop for Db {
     }
 }
 
+impl Op {
+    /// The bytes this op carries (documents, events, files), about.
+    fn bytes(&self) -> u64 {
+        let n = match self {
+            Op::PutContext { doc, .. }
+            | Op::PutTask { doc, .. }
+            | Op::PutSession { doc, .. }
+            | Op::PutConnector { doc, .. } => doc.len(),
+            Op::PutSources { rows, .. } => rows.iter().fold(0usize, |n, (p, _, m)| {
+                n.saturating_add(p.len() + m.len() + 8)
+            }),
+            Op::PutQuery {
+                doc, trace, events, ..
+            } => events.iter().flatten().fold(
+                doc.len()
+                    .saturating_add(trace.as_ref().map_or(0, String::len)),
+                |n, f| n.saturating_add(f.event.len() + f.data.len()),
+            ),
+            Op::BeginMove { files, .. } => files.len(),
+            Op::PutTaskFile { path, data, .. } => path.len().saturating_add(data.len()),
+            _ => 0,
+        };
+        (n as u64).saturating_add(64)
+    }
+}
+
 /// Reports failure to the `Then` callbacks among ops that will not be
 /// written.
 fn fail_callbacks(ops: Vec<Op>) {
@@ -470,278 +619,6 @@ fn load(conn: &mut Connection) -> rusqlite::Result<Loaded> {
     Ok(out)
 }
 
-/// The writer thread's state.
-struct Writer {
-    conn: Connection,
-    limits: QueryLimits,
-    progress: Arc<Progress>,
-    count: u64,
-    bytes: u64,
-}
-
-impl Writer {
-    fn new(conn: Connection, limits: QueryLimits, progress: Arc<Progress>) -> Self {
-        let (count, bytes) = conn
-            .query_row(
-                "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM queries",
-                [],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?.max(0) as u64,
-                        r.get::<_, i64>(1)?.max(0) as u64,
-                    ))
-                },
-            )
-            .unwrap_or((0, 0));
-        Writer {
-            conn,
-            limits,
-            progress,
-            count,
-            bytes,
-        }
-    }
-
-    fn run(mut self, rx: mpsc::Receiver<Sent>) {
-        while let Ok(sent) = rx.recv() {
-            let (first, mut last) = (sent.first, sent.last);
-            let mut batch = sent.ops;
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(sent) => {
-                        last = sent.last;
-                        batch.extend(sent.ops);
-                    }
-                    Err(_) => break,
-                }
-            }
-            let mut then = Vec::new();
-            let mut ops = Vec::with_capacity(batch.len());
-            for op in batch {
-                match op {
-                    Op::Then(f) => then.push(f),
-                    op => ops.push(op),
-                }
-            }
-            let mut ok = false;
-            for attempt in 1..=WRITE_TRIES {
-                let (count, bytes) = (self.count, self.bytes);
-                match self.commit(&ops) {
-                    Ok(()) => {
-                        ok = true;
-                        break;
-                    }
-                    Err(e) => {
-                        (self.count, self.bytes) = (count, bytes);
-                        tracing::error!(error = %e, attempt, "writing the state database failed");
-                        std::thread::sleep(RETRY_PAUSE);
-                    }
-                }
-            }
-            if !ok {
-                let mut lost = self.progress.lost.lock().unwrap_or_else(|p| p.into_inner());
-                if lost.len() >= LOST_KEPT {
-                    // The two oldest ranges become one that spans both: a
-                    // write between them may then be reported lost when it
-                    // was not, but a lost write is never reported saved.
-                    if let (Some((from, _)), Some((_, to))) = (lost.pop_front(), lost.pop_front()) {
-                        lost.push_front((from, to));
-                    }
-                }
-                lost.push_back((first, last));
-            }
-            self.progress.saved.send_modify(|s| *s = (*s).max(last));
-            for f in then {
-                f(ok);
-            }
-        }
-    }
-
-    fn commit(&mut self, ops: &[Op]) -> rusqlite::Result<()> {
-        let tx = self.conn.transaction()?;
-        for op in ops {
-            apply(&tx, op, &mut self.count, &mut self.bytes)?;
-        }
-        evict(&tx, self.limits, &mut self.count, &mut self.bytes)?;
-        tx.commit()
-    }
-}
-
-fn apply(
-    tx: &rusqlite::Transaction<'_>,
-    op: &Op,
-    count: &mut u64,
-    bytes: &mut u64,
-) -> rusqlite::Result<()> {
-    match op {
-        Op::PutContext { id, doc } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO contexts (id, doc) VALUES (?1, ?2)")?
-                .execute(params![id, doc])?;
-        }
-        Op::DeleteContext { id } => {
-            tx.prepare_cached("DELETE FROM contexts WHERE id = ?1")?
-                .execute([id])?;
-            tx.prepare_cached("DELETE FROM sources WHERE context_id = ?1")?
-                .execute([id])?;
-        }
-        Op::PutSources {
-            context_id,
-            rows,
-            replace,
-        } => {
-            if *replace {
-                tx.prepare_cached("DELETE FROM sources WHERE context_id = ?1")?
-                    .execute([context_id])?;
-            }
-            let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO sources (context_id, path, size, mtime) VALUES (?1, ?2, ?3, ?4)",
-            )?;
-            for (path, size, mtime) in rows {
-                let size = i64::try_from(*size).unwrap_or(i64::MAX);
-                stmt.execute(params![context_id, path, size, mtime])?;
-            }
-        }
-        Op::PutTask { id, doc } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO tasks (id, doc) VALUES (?1, ?2)")?
-                .execute(params![id, doc])?;
-        }
-        Op::DeleteTask { id } => {
-            tx.prepare_cached("DELETE FROM tasks WHERE id = ?1")?
-                .execute([id])?;
-            tx.prepare_cached("DELETE FROM task_files WHERE task_id = ?1")?
-                .execute([id])?;
-        }
-        Op::PutSession { id, doc } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO sessions (id, doc) VALUES (?1, ?2)")?
-                .execute(params![id, doc])?;
-        }
-        Op::DeleteSession { id } => {
-            tx.prepare_cached("DELETE FROM sessions WHERE id = ?1")?
-                .execute([id])?;
-        }
-        Op::PutQuery {
-            id,
-            terminal,
-            doc,
-            trace,
-            events,
-        } => {
-            let old: Option<i64> = tx
-                .prepare_cached("SELECT bytes FROM queries WHERE id = ?1")?
-                .query_row([id], |r| r.get(0))
-                .optional()?;
-            let mut size = doc.len() as u64 + trace.as_ref().map_or(0, |t| t.len() as u64);
-            match events {
-                Some(frames) => {
-                    tx.prepare_cached("DELETE FROM events WHERE query_id = ?1")?
-                        .execute([id])?;
-                    let mut stmt = tx.prepare_cached(
-                        "INSERT INTO events (query_id, seq, event, data) VALUES (?1, ?2, ?3, ?4)",
-                    )?;
-                    for f in frames {
-                        let seq = f.seq.map_or(0, |s| i64::try_from(s).unwrap_or(i64::MAX));
-                        stmt.execute(params![id, seq, f.event, f.data])?;
-                        size = size.saturating_add((f.event.len() + f.data.len()) as u64);
-                    }
-                }
-                None => {
-                    // The events already stored still count.
-                    let stored: i64 = tx
-                        .prepare_cached(
-                            "SELECT COALESCE(SUM(LENGTH(CAST(data AS BLOB)) + LENGTH(CAST(event AS BLOB))), 0) FROM events WHERE query_id = ?1",
-                        )?
-                        .query_row([id], |r| r.get(0))?;
-                    size = size.saturating_add(stored.max(0) as u64);
-                }
-            }
-            let size_i = i64::try_from(size).unwrap_or(i64::MAX);
-            tx.prepare_cached(
-                "INSERT INTO queries (id, terminal, bytes, doc, trace) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT(id) DO UPDATE SET terminal = ?2, bytes = ?3, doc = ?4, trace = ?5",
-            )?
-            .execute(params![id, terminal, size_i, doc, trace])?;
-            match old {
-                Some(o) => *bytes = bytes.saturating_sub(o.max(0) as u64),
-                None => *count = count.saturating_add(1),
-            }
-            *bytes = bytes.saturating_add(size);
-        }
-        Op::BeginMove {
-            id,
-            context_id,
-            files,
-        } => {
-            let id = i64::try_from(*id).unwrap_or(i64::MAX);
-            tx.prepare_cached("INSERT INTO moves (id, context_id, files) VALUES (?1, ?2, ?3)")?
-                .execute(params![id, context_id, files])?;
-        }
-        Op::EndMove { id } => {
-            let id = i64::try_from(*id).unwrap_or(i64::MAX);
-            tx.prepare_cached("DELETE FROM moves WHERE id = ?1")?
-                .execute([id])?;
-        }
-        Op::PutConnector { id, doc } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO connectors (id, doc) VALUES (?1, ?2)")?
-                .execute(params![id, doc])?;
-        }
-        Op::DeleteConnector { id } => {
-            tx.prepare_cached("DELETE FROM connectors WHERE id = ?1")?
-                .execute([id])?;
-        }
-        Op::PutTaskFile {
-            task_id,
-            path,
-            mtime,
-            data,
-        } => {
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO task_files (task_id, path, mtime, data) VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![task_id, path, mtime, data])?;
-        }
-        Op::DeleteTaskFile { task_id, path } => {
-            tx.prepare_cached("DELETE FROM task_files WHERE task_id = ?1 AND path = ?2")?
-                .execute([task_id, path])?;
-        }
-        Op::Then(_) => {}
-    }
-    Ok(())
-}
-
-/// Forgets the oldest ended turns (and their events) while more than
-/// `limits` are kept.
-fn evict(
-    tx: &rusqlite::Transaction<'_>,
-    limits: QueryLimits,
-    count: &mut u64,
-    bytes: &mut u64,
-) -> rusqlite::Result<()> {
-    while *count > limits.count || *bytes > limits.bytes {
-        let victims: Vec<(String, i64)> = {
-            let mut stmt = tx.prepare_cached(
-                "SELECT id, bytes FROM queries WHERE terminal = 1 ORDER BY seq LIMIT 64",
-            )?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        if victims.is_empty() {
-            break;
-        }
-        for (id, size) in victims {
-            if *count <= limits.count && *bytes <= limits.bytes {
-                break;
-            }
-            tx.prepare_cached("DELETE FROM queries WHERE id = ?1")?
-                .execute([&id])?;
-            tx.prepare_cached("DELETE FROM events WHERE query_id = ?1")?
-                .execute([&id])?;
-            *count = count.saturating_sub(1);
-            *bytes = bytes.saturating_sub(size.max(0) as u64);
-        }
-    }
-    Ok(())
-}
-
 /// Writes `rows` into a new database at `path` in one transaction (the
 /// migration of a `state.json` directory).
 pub(crate) fn create_with(path: &Path, ops: Vec<Op>) -> std::io::Result<()> {
@@ -751,7 +628,7 @@ pub(crate) fn create_with(path: &Path, ops: Vec<Op>) -> std::io::Result<()> {
     let tx = conn.transaction().map_err(sql_err)?;
     let (mut count, mut bytes) = (0, 0);
     for op in &ops {
-        apply(&tx, op, &mut count, &mut bytes).map_err(sql_err)?;
+        writer::apply(&tx, op, &mut count, &mut bytes).map_err(sql_err)?;
     }
     tx.commit().map_err(sql_err)?;
     // Fold the WAL into the main file, so one file holds everything.
@@ -763,3 +640,4 @@ pub(crate) fn create_with(path: &Path, ops: Vec<Op>) -> std::io::Result<()> {
 
 #[cfg(test)]
 pub(crate) mod tests;
+mod writer;

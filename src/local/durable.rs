@@ -8,6 +8,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::faults::{failpoint, point};
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// The suffix of the previous version of a file (`state.json.prev` of
@@ -69,6 +71,7 @@ pub(crate) fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
         f.write_all(data)?;
         f.sync_all()?;
         drop(f);
+        failpoint(point::FILE_WRITE)?;
         std::fs::rename(&tmp, path)?;
         sync_dir(dir)
     })();

@@ -23,6 +23,10 @@ pub(crate) struct LocalError {
     pub(crate) retry_after: Option<u64>,
 }
 
+/// The `Retry-After` seconds of a `not_saved` answer: about the time a
+/// supervisor takes to restart the server.
+const NOT_SAVED_RETRY_SECS: u64 = 5;
+
 /// Result of a handler or a store operation.
 pub(crate) type LocalResult<T> = Result<T, LocalError>;
 
@@ -79,6 +83,61 @@ impl LocalError {
             ..Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "service unavailable (injected fault)",
+            )
+        }
+    }
+
+    /// A change that was not applied because the server could not save
+    /// it (or could not save one before it): 503, code `not_saved`. Nothing
+    /// of it is on disk or will be; the server stops, so a retry after
+    /// `Retry-After` reaches it once restarted.
+    pub(crate) fn not_saved() -> Self {
+        LocalError {
+            code: Some("not_saved"),
+            retry_after: Some(NOT_SAVED_RETRY_SECS),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server could not save its state; nothing of this request was applied",
+            )
+        }
+    }
+
+    /// A change whose write may or may not have reached the disk (the wait
+    /// for it ended, or the disk failed while committing it): 500, code
+    /// `outcome_unknown`. Read the resource before retrying.
+    pub(crate) fn outcome_unknown() -> Self {
+        LocalError {
+            code: Some("outcome_unknown"),
+            ..Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the server could not confirm that this change was saved; read it back before retrying",
+            )
+        }
+    }
+
+    /// A write refused at admission because the database writer is behind
+    /// (its backlog is full): 503, code `busy`, with `Retry-After`. Nothing
+    /// was applied.
+    pub(crate) fn write_backlog_full() -> Self {
+        LocalError {
+            code: Some("busy"),
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is behind writing its state; nothing of this request was applied",
+            )
+        }
+    }
+
+    /// An upload refused because the most uploads are being staged: 503,
+    /// code `busy`, with `Retry-After`. Nothing was applied.
+    pub(crate) fn staging_full() -> Self {
+        LocalError {
+            code: Some("busy"),
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "other uploads are being staged; retry shortly",
             )
         }
     }

@@ -24,6 +24,11 @@ pub(crate) struct Frame {
     pub(crate) data: String,
 }
 
+/// A turn's end could not be saved: its stream is cut without the terminal
+/// event, so the client resumes (and finds the turn as the disk has it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EndNotSaved;
+
 /// The log refused an event: it holds its maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LogFull;
@@ -37,6 +42,9 @@ struct LogState {
     held: bool,
     /// Whether the turn's end was saved when the log was closed.
     saved: bool,
+    /// The log was closed without saving the turn's end: the held terminal
+    /// event is never shown, and followers are cut.
+    cut: bool,
     /// Bytes of the events logged (names and data).
     bytes: usize,
 }
@@ -126,12 +134,19 @@ impl EventLog {
     }
 
     /// Closes the log with the turn's final document; `saved` tells
-    /// whether the turn's end is on disk.
+    /// whether the turn's end is on disk. When it is not, the terminal
+    /// event stays hidden and followers are cut instead of told the end.
     pub(crate) fn finish(&self, query: &types::Query, saved: bool) {
         {
             let mut s = self.lock();
-            s.held = false;
             s.saved = saved;
+            if !saved {
+                s.cut = true;
+                drop(s);
+                self.changed.send_modify(|v| *v += 1);
+                return;
+            }
+            s.held = false;
             let data = serde_json::to_string(query).unwrap_or_else(|_| "{}".to_owned());
             s.closing = Some(Arc::new(Frame {
                 seq: None,
@@ -144,7 +159,8 @@ impl EventLog {
 
     /// Whether the closing frame has been written.
     pub(crate) fn is_finished(&self) -> bool {
-        self.lock().closing.is_some()
+        let s = self.lock();
+        s.closing.is_some() || s.cut
     }
 
     /// The number of events logged.
@@ -168,8 +184,13 @@ impl EventLog {
     }
 
     /// Frames from sequence number `from` (inclusive; 0 and 1 both mean the
-    /// first event), then live ones, then the closing `query` frame.
-    pub(crate) fn follow(self: Arc<Self>, from: u64) -> impl Stream<Item = Arc<Frame>> + Send {
+    /// first event), then live ones, then the closing `query` frame; or,
+    /// when the turn's end could not be saved, [`EndNotSaved`] instead of
+    /// the terminal event and the closing frame.
+    pub(crate) fn follow(
+        self: Arc<Self>,
+        from: u64,
+    ) -> impl Stream<Item = Result<Arc<Frame>, EndNotSaved>> + Send {
         let rx = self.changed.subscribe();
         let next = from.saturating_sub(1) as usize;
         futures::stream::unfold(
@@ -180,17 +201,20 @@ impl EventLog {
                 }
                 loop {
                     rx.borrow_and_update();
-                    let (event, closing) = {
+                    let (event, closing, cut) = {
                         let s = log.lock();
                         let visible = s.events.len() - usize::from(s.held);
                         let event = s.events.get(next).filter(|_| next < visible).cloned();
-                        (event, s.closing.clone())
+                        (event, s.closing.clone(), s.cut)
                     };
                     if let Some(frame) = event {
-                        return Some((frame, (log, rx, next + 1, false)));
+                        return Some((Ok(frame), (log, rx, next + 1, false)));
                     }
                     if let Some(frame) = closing {
-                        return Some((frame, (log, rx, next, true)));
+                        return Some((Ok(frame), (log, rx, next, true)));
+                    }
+                    if cut {
+                        return Some((Err(EndNotSaved), (log, rx, next, true)));
                     }
                     if rx.changed().await.is_err() {
                         return None;
@@ -227,7 +251,7 @@ mod tests {
             log.push(&event(k), false).unwrap();
         }
         log.finish(&query(), true);
-        let frames: Vec<_> = log.clone().follow(2).collect().await;
+        let frames: Vec<_> = log.clone().follow(2).map(Result::unwrap).collect().await;
         let ids: Vec<_> = frames.iter().map(|f| f.seq).collect();
         assert_eq!(ids, vec![Some(2), Some(3), None]);
         assert_eq!(frames[2].event, "query");
@@ -240,7 +264,7 @@ mod tests {
         let log = EventLog::new(100, usize::MAX);
         log.push(&event("response.created"), false).unwrap();
         let mut follower = Box::pin(log.clone().follow(1));
-        assert_eq!(follower.next().await.unwrap().seq, Some(1));
+        assert_eq!(follower.next().await.unwrap().unwrap().seq, Some(1));
         let writer = {
             let log = log.clone();
             tokio::spawn(async move {
@@ -249,10 +273,30 @@ mod tests {
                 log.finish(&query(), true);
             })
         };
-        assert_eq!(follower.next().await.unwrap().seq, Some(2));
-        assert_eq!(follower.next().await.unwrap().event, "query");
+        assert_eq!(follower.next().await.unwrap().unwrap().seq, Some(2));
+        assert_eq!(follower.next().await.unwrap().unwrap().event, "query");
         assert!(follower.next().await.is_none());
         writer.await.unwrap();
+    }
+
+    /// Catches a turn whose end was not saved being streamed as ended
+    /// (the guard on `saved` in `finish` removed): followers get the events
+    /// before the terminal one, then a cut; never the terminal event or the
+    /// closing frame.
+    #[tokio::test]
+    async fn an_end_not_saved_cuts_followers_before_the_terminal_event() {
+        let log = EventLog::new(100, usize::MAX);
+        log.push(&event("response.created"), false).unwrap();
+        log.push(&event("response.completed"), true).unwrap();
+        let live = tokio::spawn(log.clone().follow(1).collect::<Vec<_>>());
+        tokio::task::yield_now().await;
+        log.finish(&query(), false);
+        assert!(log.is_finished() && !log.saved());
+        for frames in [live.await.unwrap(), log.clone().follow(1).collect().await] {
+            assert_eq!(frames.len(), 2, "{frames:?}");
+            assert_eq!(frames[0].as_ref().unwrap().event, "response.created");
+            assert_eq!(frames[1], Err(EndNotSaved));
+        }
     }
 
     #[test]

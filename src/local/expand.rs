@@ -26,6 +26,12 @@ const RATIO_FREE_BYTES: u64 = 1024 * 1024;
 const COPY_BUFFER: usize = 64 * 1024;
 /// Skipped entries named in an import's report (the rest are counted).
 const MAX_SKIPPED_NAMES: usize = 20;
+/// Longest name of a skipped entry kept in a report, in bytes (longer ones
+/// are cut, marked with `…`).
+const MAX_REPORTED_NAME: usize = 256;
+/// Largest tar metadata record (a GNU long name or link, a PAX header)
+/// accepted; a larger one refuses the archive before it is read.
+pub(crate) const MAX_TAR_NAME_RECORD: u64 = 64 * 1024;
 /// Bytes counted for each zip entry besides its content (its headers).
 const ZIP_ENTRY_OVERHEAD: u64 = 76;
 
@@ -196,9 +202,14 @@ pub(crate) fn stage(
             cancel: caps.cancel.clone(),
         };
         let mut tar = tar::Archive::new(counted);
+        // Raw entries: long-name and PAX records come as entries of their
+        // own, so their size is checked before any of them is read (the
+        // tar crate would read them whole).
         let entries = tar
             .entries()
-            .map_err(|e| out.stream_error(&over, format!("not a readable tar archive: {e}")))?;
+            .map_err(|e| out.stream_error(&over, format!("not a readable tar archive: {e}")))?
+            .raw(true);
+        let mut long_name: Option<String> = None;
         for entry in entries {
             let mut entry =
                 entry.map_err(|e| out.stream_error(&over, format!("tar entry: {e}")))?;
@@ -206,25 +217,28 @@ pub(crate) fn stage(
             out.count_entry(0)?;
 
             let kind = entry.header().entry_type();
+            if is_name_record(kind) {
+                let name = read_name_record(&mut entry, kind)
+                    .map_err(|e| out.stream_stage_error(&over, e))?;
+                if name.is_some() {
+                    long_name = name;
+                }
+                continue;
+            }
+            let long_name = long_name.take();
             if kind.is_dir() {
                 continue;
             }
+            let raw = long_name.unwrap_or_else(|| {
+                entry
+                    .path()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
             if !kind.is_file() {
-                out.skip(
-                    || {
-                        entry
-                            .path()
-                            .map(|p| p.to_string_lossy().into_owned())
-                            .unwrap_or_default()
-                    },
-                    "not a regular file",
-                );
+                out.skip(|| raw, "not a regular file");
                 continue;
             }
-            let raw = entry
-                .path()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
             out.add(&raw, &mut entry)
                 .map_err(|e| out.stream_stage_error(&over, e))?;
         }
@@ -240,6 +254,81 @@ pub(crate) fn stage(
         skipped: out.skipped,
         skipped_count: out.skipped_count,
     })
+}
+
+/// Whether a raw tar entry is a metadata record: a GNU long name or link,
+/// or a PAX header (local or global).
+fn is_name_record(kind: tar::EntryType) -> bool {
+    kind.is_gnu_longname()
+        || kind.is_gnu_longlink()
+        || kind.is_pax_local_extensions()
+        || kind.is_pax_global_extensions()
+}
+
+/// Reads a metadata record of at most [`MAX_TAR_NAME_RECORD`] bytes
+/// (refusing a larger one before reading it); returns the entry name it
+/// gives the next entry, if any.
+fn read_name_record(
+    entry: &mut dyn ReadEntry,
+    kind: tar::EntryType,
+) -> Result<Option<String>, StageError> {
+    let size = entry.declared_size();
+    if size > MAX_TAR_NAME_RECORD {
+        return Err(StageError::TooLarge(format!(
+            "the archive holds a tar name record of {size} bytes; at most {MAX_TAR_NAME_RECORD} are accepted"
+        )));
+    }
+    let mut data = Vec::with_capacity(size as usize);
+    entry
+        .take_reader(MAX_TAR_NAME_RECORD)
+        .read_to_end(&mut data)
+        .map_err(|e| StageError::Invalid(format!("tar name record: {e}")))?;
+    if kind.is_gnu_longname() {
+        let end = data.iter().position(|b| *b == 0).unwrap_or(data.len());
+        return Ok(Some(String::from_utf8_lossy(&data[..end]).into_owned()));
+    }
+    if kind.is_pax_local_extensions() {
+        for ext in tar::PaxExtensions::new(&data).flatten() {
+            if ext.key() == Ok("path") {
+                return Ok(Some(
+                    String::from_utf8_lossy(ext.value_bytes()).into_owned(),
+                ));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A tar entry as [`read_name_record`] reads it.
+trait ReadEntry {
+    /// The size its header declares.
+    fn declared_size(&self) -> u64;
+    /// Its data, at most `limit` bytes.
+    fn take_reader(&mut self, limit: u64) -> std::io::Take<&mut dyn Read>;
+}
+
+impl<R: Read> ReadEntry for tar::Entry<'_, R> {
+    fn declared_size(&self) -> u64 {
+        self.header().entry_size().unwrap_or(u64::MAX)
+    }
+
+    fn take_reader(&mut self, limit: u64) -> std::io::Take<&mut dyn Read> {
+        (self as &mut dyn Read).take(limit)
+    }
+}
+
+/// A name cut to [`MAX_REPORTED_NAME`] bytes (at a character boundary),
+/// marked with `…` when cut.
+fn cut_name(mut name: String) -> String {
+    if name.len() > MAX_REPORTED_NAME {
+        let mut end = MAX_REPORTED_NAME;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+        name.push('…');
+    }
+    name
 }
 
 /// Why the expanded stream of an archive stopped early.
@@ -329,11 +418,12 @@ impl Expander {
         })
     }
 
-    /// Notes a skipped entry: its name among the first few, else a count.
+    /// Notes a skipped entry: its name (cut short) among the first few,
+    /// else a count.
     fn skip(&mut self, name: impl FnOnce() -> String, reason: &str) {
         self.skipped_count = self.skipped_count.saturating_add(1);
         if self.skipped.len() < MAX_SKIPPED_NAMES {
-            self.skipped.push((name(), reason.to_owned()));
+            self.skipped.push((cut_name(name()), reason.to_owned()));
         }
     }
 
@@ -562,6 +652,50 @@ mod tests {
             std::fs::read(e.root.join("files/uploads/b.txt")).unwrap(),
             b"bee"
         );
+    }
+
+    /// A tar holding one GNU long-name record that declares `size` bytes
+    /// (only its header and the first block are written: a reader that
+    /// trusts the size reads past the end).
+    fn tar_with_long_name_record(size: u64) -> Vec<u8> {
+        let mut h = tar::Header::new_gnu();
+        h.as_gnu_mut().unwrap().name[..13].copy_from_slice(b"././@LongLink");
+        h.set_entry_type(tar::EntryType::GNULongName);
+        h.set_size(size);
+        h.set_mode(0o644);
+        h.set_cksum();
+        let mut out = h.as_bytes().to_vec();
+        out.extend(std::iter::repeat_n(b'a', 512));
+        out
+    }
+
+    /// Catches long-name and PAX records read whole whatever their size
+    /// (the raw reading or the size check removed): a record declaring
+    /// 300 MB is refused as too large before it is read, while a long
+    /// name within the limit still names its file, and a report keeps
+    /// only the first bytes of a long skipped name.
+    #[test]
+    fn tar_name_records_are_bounded_before_they_are_read() {
+        let scratch = Scratch::new("longname");
+        let data = tar_with_long_name_record(300 * 1024 * 1024);
+        match scratch.stage("big.tar", &data, Caps::new(1 << 40, false)) {
+            Err(StageError::TooLarge(m)) => assert!(m.contains("name record"), "{m}"),
+            other => panic!("a 300 MB name record was not refused: {other:?}"),
+        }
+        let long = format!("docs/{}.md", "n".repeat(200));
+        let hidden = format!(".{}", "h".repeat(5000));
+        let data = tar_of(&[
+            (long.as_str(), tar::EntryType::Regular, "# Long\n"),
+            (hidden.as_str(), tar::EntryType::Regular, "x"),
+        ]);
+        let e = scratch
+            .stage("names.tar", &data, Caps::new(1 << 20, false))
+            .unwrap();
+        let paths: Vec<_> = e.files.iter().map(|(p, _)| p.clone()).collect();
+        assert_eq!(paths, vec![format!("uploads/{long}")]);
+        assert_eq!(e.skipped.len(), 1);
+        assert!(e.skipped[0].0.len() <= MAX_REPORTED_NAME + '…'.len_utf8());
+        assert!(e.skipped[0].0.ends_with('…'));
     }
 
     fn tar_of(entries: &[(&str, tar::EntryType, &str)]) -> Vec<u8> {

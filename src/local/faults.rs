@@ -1,5 +1,7 @@
 //! Fault injection for tests: cut event streams, slow turns down, answer
-//! with 503. Everything is off by default.
+//! with 503, and named failpoints on every durability step (crash, full
+//! disk, I/O error, delay; see [`ENV_FAILPOINTS`]). Everything is off by
+//! default; failpoints exist only in builds with the `failpoints` feature.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -61,6 +63,167 @@ impl Faults {
     }
 }
 
+/// Environment variable: named failpoints, `name=action[@N];...`, read once
+/// at the first failpoint reached. Only in builds with the `failpoints`
+/// feature (and the crate's own tests); elsewhere failpoints do nothing.
+///
+/// `action` is `crash` (the process aborts, as on a power cut), `enospc`
+/// (the step fails with "no space left on device"), `eio` (it fails with
+/// an I/O error) or `delay(MS)` (it pauses). With `@N` the action starts at
+/// the N-th time the point is reached (counting from 1) and then applies
+/// every time; without it, from the first.
+pub const ENV_FAILPOINTS: &str = "NEXUS_LOCAL_FAILPOINTS";
+
+/// The named steps of the durability path a failpoint can break.
+pub(crate) mod point {
+    /// The state database's commit of one batch (before `COMMIT`).
+    pub(crate) const DB_COMMIT: &str = "db.commit";
+    /// Right after a batch is committed, before it is reported saved.
+    pub(crate) const DB_COMMITTED: &str = "db.committed";
+    /// A crash-safe file write, before its rename into place.
+    pub(crate) const FILE_WRITE: &str = "file.write";
+    /// An imported file's move from staging into a context's sources.
+    pub(crate) const FILE_MOVE: &str = "file.move";
+    /// Writing an upload into its staging directory.
+    pub(crate) const STAGING: &str = "staging.write";
+    /// A new index generation written, before it is swapped in.
+    pub(crate) const INDEX_SWAP: &str = "index.swap";
+    /// Every point, for tests and the documentation.
+    pub(crate) const ALL: [&str; 6] = [
+        DB_COMMIT,
+        DB_COMMITTED,
+        FILE_WRITE,
+        FILE_MOVE,
+        STAGING,
+        INDEX_SWAP,
+    ];
+}
+
+/// What an armed failpoint does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Crash,
+    NoSpace,
+    Io,
+    Delay(Duration),
+}
+
+/// One armed failpoint: its action, from which hit, and the hits so far.
+#[derive(Debug)]
+struct Armed {
+    action: Action,
+    from: u64,
+    hits: AtomicU64,
+}
+
+/// Parses `name=action[@N];...`; an unknown point or action is an error
+/// that names it.
+fn parse_failpoints(spec: &str) -> Result<Vec<(String, Armed)>, String> {
+    let mut out = Vec::new();
+    for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, rest) = part
+            .split_once('=')
+            .ok_or_else(|| format!("failpoint {part:?}: expected name=action"))?;
+        let name = name.trim();
+        if !point::ALL.contains(&name) {
+            return Err(format!("unknown failpoint {name:?}"));
+        }
+        let (action, from) = match rest.split_once('@') {
+            Some((a, n)) => (
+                a.trim(),
+                n.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| format!("failpoint {name:?}: bad hit number {n:?}"))?,
+            ),
+            None => (rest.trim(), 1),
+        };
+        let action = match action {
+            "crash" => Action::Crash,
+            "enospc" => Action::NoSpace,
+            "eio" => Action::Io,
+            other => {
+                let ms = other
+                    .strip_prefix("delay(")
+                    .and_then(|r| r.strip_suffix(')'))
+                    .and_then(|ms| ms.trim().parse::<u64>().ok())
+                    .ok_or_else(|| format!("failpoint {name:?}: unknown action {other:?}"))?;
+                Action::Delay(Duration::from_millis(ms))
+            }
+        };
+        out.push((
+            name.to_owned(),
+            Armed {
+                action,
+                from,
+                hits: AtomicU64::new(0),
+            },
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(any(test, feature = "failpoints"))]
+fn armed() -> &'static [(String, Armed)] {
+    static ARMED: std::sync::OnceLock<Vec<(String, Armed)>> = std::sync::OnceLock::new();
+    ARMED.get_or_init(|| {
+        let spec = std::env::var(ENV_FAILPOINTS).unwrap_or_default();
+        match parse_failpoints(&spec) {
+            Ok(points) => {
+                if !points.is_empty() {
+                    tracing::warn!(%spec, "failpoints armed");
+                }
+                points
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "{ENV_FAILPOINTS} ignored");
+                Vec::new()
+            }
+        }
+    })
+}
+
+/// Passes the failpoint `name` (one of [`point`]): does what it is armed
+/// to do, if anything. Blocking (a delay sleeps the thread).
+///
+/// # Errors
+/// The injected I/O error of an armed `enospc` or `eio`.
+#[cfg(any(test, feature = "failpoints"))]
+pub(crate) fn failpoint(name: &str) -> std::io::Result<()> {
+    let Some((_, armed)) = armed().iter().find(|(n, _)| n == name) else {
+        return Ok(());
+    };
+    let hit = armed.hits.fetch_add(1, Ordering::SeqCst).saturating_add(1);
+    if hit < armed.from {
+        return Ok(());
+    }
+    match armed.action {
+        Action::Crash => {
+            tracing::error!(failpoint = name, "failpoint: crashing");
+            std::process::abort()
+        }
+        Action::NoSpace => Err(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!("no space left on device (failpoint {name})"),
+        )),
+        Action::Io => Err(std::io::Error::other(format!(
+            "input/output error (failpoint {name})"
+        ))),
+        Action::Delay(d) => {
+            std::thread::sleep(d);
+            Ok(())
+        }
+    }
+}
+
+/// Failpoints are compiled out of this build.
+#[cfg(not(any(test, feature = "failpoints")))]
+#[inline(always)]
+pub(crate) fn failpoint(_name: &str) -> std::io::Result<()> {
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +237,24 @@ mod tests {
         f.fail_next(1);
         assert_eq!(f.take_503(), Some(1));
         assert_eq!(f.take_503(), None);
+    }
+
+    #[test]
+    fn failpoints_parse_with_their_start() {
+        let points =
+            parse_failpoints("db.commit=enospc@3; file.move=crash;index.swap=delay(20)").unwrap();
+        assert_eq!(points.len(), 3);
+        assert_eq!((points[0].1.action, points[0].1.from), (Action::NoSpace, 3));
+        assert_eq!((points[1].1.action, points[1].1.from), (Action::Crash, 1));
+        assert_eq!(points[2].1.action, Action::Delay(Duration::from_millis(20)));
+        for bad in [
+            "nope=crash",
+            "db.commit=melt",
+            "db.commit=eio@0",
+            "db.commit",
+        ] {
+            assert!(parse_failpoints(bad).is_err(), "{bad} accepted");
+        }
+        assert!(parse_failpoints("").unwrap().is_empty());
     }
 }

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::durable;
 use super::error::{LocalError, LocalResult};
 pub(crate) use super::expand::{Caps, Staged, check_file_name, check_fits, safe_path, stage};
+use super::faults::{failpoint, point};
 use super::paths::safe_join;
 use super::state::AppState;
 use crate::types;
@@ -76,12 +77,15 @@ pub(crate) async fn start(
     }
 }
 
-/// Ends an import's staging directory when dropped.
-struct StagingGuard(PathBuf);
+/// Ends an import's staging directory when dropped, unless kept for the
+/// next start to finish an interrupted move.
+struct StagingGuard(PathBuf, bool);
 
 impl Drop for StagingGuard {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.1 {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
@@ -93,7 +97,7 @@ async fn run(
     cancel: CancellationToken,
     applied: tokio::sync::oneshot::Sender<LocalResult<()>>,
 ) {
-    let _staging = StagingGuard(staged.root.clone());
+    let mut staging = StagingGuard(staged.root.clone(), false);
     // Point of no return: decided under the lock, so a cancellation either
     // comes first (nothing applied) or finds the task committed.
     let go = {
@@ -124,7 +128,15 @@ async fn run(
     }
     // The files about to move are recorded first: a crash before their
     // sources are recorded is repaired at the next start.
-    let (move_id, begun) = state.store.begin_move(&context_id, &staged.files);
+    let record = super::store::MoveRecord {
+        files: staged.files.clone(),
+        staging: staged
+            .root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned()),
+        task_id: Some(task_id.clone()),
+    };
+    let (move_id, begun) = state.store.begin_move(&context_id, &record);
     if let Err(e) = state.store.wait_saved(begun).await {
         finish(
             &state,
@@ -147,6 +159,18 @@ async fn run(
     })
     .await
     .unwrap_or_else(|e| (Vec::new(), Some(e.to_string())));
+    if let Some(e) = error.as_deref().filter(|_| sync) {
+        // Some files moved, some did not: the import is neither applied
+        // nor not. Writing stops (the server stops) and the next start
+        // finishes the move from the staging directory, kept for it.
+        tracing::error!(error = %e, "moving sources into place failed");
+        staging.1 = true;
+        state
+            .store
+            .stop_writing("an import's files could not all be moved into place");
+        let _ = applied.send(Err(LocalError::outcome_unknown()));
+        return;
+    }
     let now = Utc::now();
     let recorded = state
         .store
@@ -185,7 +209,16 @@ async fn run(
             return;
         }
     };
-    let saved = state.store.wait_saved(recorded_at).await;
+    // The move's record is on disk: should its end not be saved, the next
+    // start finishes the import, so its outcome is unknown, not "not
+    // applied".
+    let saved = state.store.wait_saved(recorded_at).await.map_err(|e| {
+        if e.code == LocalError::not_saved().code {
+            LocalError::outcome_unknown()
+        } else {
+            e
+        }
+    });
     let _ = applied.send(saved);
     let delay = state.faults.frame_delay();
     if !delay.is_zero() {
@@ -248,6 +281,7 @@ fn move_into_place(
                     "{path:?} resolves outside the context"
                 )));
             }
+            failpoint(point::FILE_MOVE)?;
             std::fs::rename(&from, &to)?;
             dirs.insert(parent.to_path_buf(), ());
             Ok::<_, std::io::Error>(())
@@ -310,13 +344,23 @@ fn task_files(
     ]
 }
 
+/// The format of a file by its extension: the part of its last path
+/// segment after the last dot, at most 16 bytes; empty when it has none.
+fn file_format(path: &str) -> &str {
+    let leaf = path.rsplit('/').next().unwrap_or(path);
+    match leaf.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() && ext.len() <= 16 => ext,
+        _ => "",
+    }
+}
+
 fn import_output(e: &Staged) -> types::TaskOutput {
     let name = &e.name;
     let entry = |src: &str, action: &str, out: Vec<String>, reason: &str, bytes: i64| {
         types::ImportManifestEntry {
             action: action.to_owned(),
             bytes,
-            fmt: src.rsplit('.').next().unwrap_or("").to_owned(),
+            fmt: file_format(src).to_owned(),
             out,
             reason: reason.to_owned(),
             src: src.to_owned(),
@@ -355,4 +399,20 @@ fn import_output(e: &Staged) -> types::TaskOutput {
         status: format!("imported {name}"),
     };
     types::TaskOutput::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches a format taken from a whole name without a dot, or from a
+    /// dot in a directory name.
+    #[test]
+    fn a_format_is_a_short_extension_or_nothing() {
+        assert_eq!(file_format("docs/a.md"), "md");
+        assert_eq!(file_format("docs.v2/README"), "");
+        assert_eq!(file_format(&"x".repeat(5000)), "");
+        assert_eq!(file_format(".bashrc"), "");
+        assert_eq!(file_format(&format!("a.{}", "y".repeat(40))), "");
+    }
 }

@@ -75,6 +75,7 @@ mod serve;
 mod state;
 mod store;
 mod turn;
+mod verify;
 mod workflows;
 
 use std::net::SocketAddr;
@@ -85,13 +86,18 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
-pub use faults::{ENV_FAULT_503, ENV_FAULT_CUT_AFTER, ENV_FAULT_FRAME_DELAY_MS};
+pub use faults::{ENV_FAILPOINTS, ENV_FAULT_503, ENV_FAULT_CUT_AFTER, ENV_FAULT_FRAME_DELAY_MS};
+
+pub use verify::{VerifyReport, verify_data_dir};
 
 use state::{AppState, Config};
 use store::{SourceMeta, Store};
 
 /// The model every local answer names.
 pub const LOCAL_MODEL: &str = store::LOCAL_MODEL;
+
+/// The default most bytes of changes waiting for the database writer.
+const DEFAULT_WRITE_BACKLOG: u64 = 64 * 1024 * 1024;
 
 /// How long shutdown waits for connections and background work.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -210,6 +216,15 @@ impl LocalNexus {
         b.build()
     }
 
+    /// Resolves if the server stopped itself because its state could not
+    /// be saved (a full disk, an I/O error, the database locked by another
+    /// program for too long). It then answers every request with 503
+    /// (`not_saved`) until shut down; the data directory holds everything
+    /// it acknowledged, so restart it there.
+    pub async fn failed(&self) {
+        self.state.store.failed().await;
+    }
+
     /// Answers the next `n` requests with 503 and `Retry-After`.
     pub fn fail_next_requests(&self, n: usize) {
         self.state.faults.fail_next(n);
@@ -277,6 +292,7 @@ pub struct LocalNexusBuilder {
     event_bytes_per_query: usize,
     query_limit: u64,
     query_bytes_limit: u64,
+    write_backlog_limit: u64,
     header_read_timeout: Duration,
     chunk_chars: usize,
     cut_after_frames: Option<usize>,
@@ -302,6 +318,7 @@ impl Default for LocalNexusBuilder {
             event_bytes_per_query: 16 * 1024 * 1024,
             query_limit: 10_000,
             query_bytes_limit: 256 * 1024 * 1024,
+            write_backlog_limit: DEFAULT_WRITE_BACKLOG,
             header_read_timeout: serve::HEADER_READ_TIMEOUT,
             chunk_chars: search::DEFAULT_CHUNK_CHARS,
             cut_after_frames: None,
@@ -407,6 +424,14 @@ impl LocalNexusBuilder {
     /// logs (default 256 MiB); the oldest ended turns are forgotten first.
     pub fn query_bytes_limit(mut self, bytes: u64) -> Self {
         self.query_bytes_limit = bytes;
+        self
+    }
+
+    /// The most bytes of changes waiting to be written to the state
+    /// database (default 64 MiB); past it, requests that change something
+    /// get 503 with `Retry-After` before anything is applied.
+    pub fn write_backlog_limit(mut self, bytes: u64) -> Self {
+        self.write_backlog_limit = bytes;
         self
     }
 
@@ -526,6 +551,7 @@ impl LocalNexusBuilder {
             context_bytes_limit: self.context_bytes_limit,
             events_per_query: self.events_per_query,
             event_bytes_per_query: self.event_bytes_per_query,
+            write_backlog_limit: self.write_backlog_limit,
             chunk_chars: self.chunk_chars,
             connector_roots: self.connector_roots,
             allowed_hosts: self.allowed_hosts,
@@ -561,6 +587,19 @@ impl LocalNexusBuilder {
             graceful,
             self.header_read_timeout,
         ));
+        // A write that could not be saved stops the server: what is in
+        // memory may be ahead of the disk from then on.
+        let (watched, watch_stop) = (state.clone(), stop.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = watched.store.failed() => {
+                    tracing::error!("the state could not be saved: the server stops; restart it on its data directory");
+                    watched.shutdown.cancel();
+                    watch_stop.cancel();
+                }
+                () = watch_stop.cancelled() => {}
+            }
+        });
         let host = if addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()
         } else if addr.is_ipv6() {

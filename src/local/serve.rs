@@ -1,7 +1,16 @@
 //! The HTTP server loop: hyper-util connections (HTTP/1.1 with a
-//! header-read timeout, or HTTP/2), with `TCP_NODELAY`, until shutdown.
+//! header-read timeout, or HTTP/2 with keep-alive pings), with
+//! `TCP_NODELAY`, until shutdown. At most `MAX_CONNECTIONS` are open at
+//! once (the next wait to be accepted); a connection that moves no byte
+//! either way for `IDLE_TIMEOUT` is closed, whatever its protocol; a
+//! request body must keep arriving (see [`paced_body`]).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use futures::StreamExt;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -13,6 +22,18 @@ use tokio_util::sync::CancellationToken;
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long open connections may finish after shutdown begins.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// Most connections open at once.
+pub(crate) const MAX_CONNECTIONS: usize = 256;
+/// A connection that moves no byte for this long is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// HTTP/2 pings: sent after this much silence, the connection closed when
+/// one is not answered within the same time.
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// A request body must deliver at least `BODY_MIN_BYTES` every
+/// `BODY_WINDOW` (or end), else it is cut: a body trickled a byte a second
+/// holds no connection for long.
+const BODY_WINDOW: Duration = Duration::from_secs(10);
+const BODY_MIN_BYTES: usize = 16 * 1024;
 
 /// Serves `app` on `listener` until `stop` is cancelled, then lets open
 /// connections finish (up to a grace time).
@@ -27,9 +48,24 @@ pub(crate) async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEP_ALIVE)
+        .keep_alive_timeout(H2_KEEP_ALIVE);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let started = Instant::now();
     loop {
+        // A free slot first: past the cap, connections wait in the
+        // listener's backlog instead of taking descriptors.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = stop.cancelled() => break,
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -47,15 +83,40 @@ pub(crate) async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
+        let use_state = Arc::new(ConnectionUse {
+            open_requests: AtomicU64::new(0),
+            last_ended: AtomicU64::new(millis_since(started)),
+            started,
+        });
+        let inner = TowerToHyperService::new(app.clone());
+        let tagged = use_state.clone();
+        let service =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(tagged.clone());
+                hyper::service::Service::call(&inner, req)
+            });
         let connection = builder
-            .serve_connection_with_upgrades(
-                TokioIo::new(tcp),
-                TowerToHyperService::new(app.clone()),
-            )
+            .serve_connection_with_upgrades(TokioIo::new(tcp), service)
             .into_owned();
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            let _slot = slot;
+            let idle = async {
+                loop {
+                    tokio::time::sleep(IDLE_TIMEOUT / 3).await;
+                    if use_state.idle_for() >= IDLE_TIMEOUT {
+                        return;
+                    }
+                }
+            };
+            let result = tokio::select! {
+                r = connection => r,
+                () = idle => {
+                    tracing::debug!(%peer, "idle connection closed");
+                    return;
+                }
+            };
+            if let Err(e) = result {
                 let timed_out = e
                     .downcast_ref::<hyper::Error>()
                     .is_some_and(hyper::Error::is_timeout);
@@ -73,4 +134,101 @@ pub(crate) async fn serve(
             tracing::debug!("connections still open at shutdown");
         }
     }
+}
+
+/// How a connection is used: requests open (until their response body
+/// ends) and when the last one ended. A connection with none open for
+/// `IDLE_TIMEOUT` is closed, whatever its protocol (HTTP/2 pings do not
+/// count as use).
+#[derive(Debug)]
+pub(crate) struct ConnectionUse {
+    open_requests: AtomicU64,
+    /// Milliseconds after `started` when the last request ended.
+    last_ended: AtomicU64,
+    started: Instant,
+}
+
+fn millis_since(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl ConnectionUse {
+    fn idle_for(&self) -> Duration {
+        if self.open_requests.load(Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        let last = Duration::from_millis(self.last_ended.load(Ordering::SeqCst));
+        self.started.elapsed().saturating_sub(last)
+    }
+}
+
+/// One open request of a connection; ends when dropped.
+pub(crate) struct OpenRequest(Arc<ConnectionUse>);
+
+impl Drop for OpenRequest {
+    fn drop(&mut self) {
+        self.0
+            .last_ended
+            .store(millis_since(self.0.started), Ordering::SeqCst);
+        self.0.open_requests.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Counts `req` as open on its connection (see [`until_body_ends`]).
+pub(crate) fn open_request(req: &axum::extract::Request) -> Option<OpenRequest> {
+    let conn = req.extensions().get::<Arc<ConnectionUse>>().cloned()?;
+    conn.open_requests.fetch_add(1, Ordering::SeqCst);
+    Some(OpenRequest(conn))
+}
+
+/// Keeps `open` until `resp`'s body ends or is dropped.
+pub(crate) fn until_body_ends(
+    resp: axum::response::Response,
+    open: Option<OpenRequest>,
+) -> axum::response::Response {
+    let Some(open) = open else {
+        return resp;
+    };
+    resp.map(|body| {
+        Body::from_stream(body.into_data_stream().map(move |chunk| {
+            let _open = &open;
+            chunk
+        }))
+    })
+}
+
+/// `body` cut with an error when it delivers fewer than `BODY_MIN_BYTES`
+/// in a `BODY_WINDOW` before it ends.
+pub(crate) fn paced_body(body: Body) -> Body {
+    let stream = body.into_data_stream();
+    let paced = futures::stream::unfold(
+        (stream, Instant::now(), 0usize, false),
+        |(mut stream, mut since, mut got, done)| async move {
+            if done {
+                return None;
+            }
+            let left = (since + BODY_WINDOW).saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, stream.next()).await {
+                Ok(Some(Ok(chunk))) => {
+                    got = got.saturating_add(chunk.len());
+                    if got >= BODY_MIN_BYTES {
+                        (since, got) = (Instant::now(), 0);
+                    }
+                    Some((Ok(chunk), (stream, since, got, false)))
+                }
+                Ok(Some(Err(e))) => {
+                    Some((Err(std::io::Error::other(e)), (stream, since, got, true)))
+                }
+                Ok(None) => None,
+                Err(_) => Some((
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the request body arrived too slowly",
+                    )),
+                    (stream, since, got, true),
+                )),
+            }
+        },
+    );
+    Body::from_stream(paced)
 }

@@ -15,6 +15,8 @@ use super::store::Store;
 
 /// Most bearer tokens remembered; the oldest is forgotten first.
 const MAX_TOKENS: usize = 100_000;
+/// Uploads staged at once.
+const STAGING_SLOTS: usize = 2;
 /// The prefix of every bearer token.
 pub(crate) const TOKEN_PREFIX: &str = "nlt_";
 
@@ -35,6 +37,9 @@ pub(crate) struct Config {
     pub(crate) events_per_query: usize,
     /// Most bytes of events one turn's log keeps.
     pub(crate) event_bytes_per_query: usize,
+    /// Most bytes of writes waiting for the database writer before writes
+    /// are refused at admission (503, `Retry-After`).
+    pub(crate) write_backlog_limit: u64,
     /// Chunk size used by curation, in characters.
     pub(crate) chunk_chars: usize,
     /// Directories local connectors may read (a connector's directory lies
@@ -58,6 +63,9 @@ pub(crate) struct AppState {
     pub(crate) shutdown: CancellationToken,
     /// Which `Host` and `Origin` values are answered.
     pub(crate) policy: HostPolicy,
+    /// Uploads being staged at once (each may expand to the context
+    /// limit on disk and in work); past it an upload gets 503 `busy`.
+    pub(crate) staging_slots: Arc<tokio::sync::Semaphore>,
     tokens: Mutex<TokenSet>,
 }
 
@@ -75,6 +83,7 @@ impl AppState {
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             policy,
+            staging_slots: Arc::new(tokio::sync::Semaphore::new(STAGING_SLOTS)),
             tokens: Mutex::new(TokenSet::default()),
         })
     }

@@ -33,7 +33,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::connectors::ConnectorRecord;
-use super::db::{self, Db, Durability, Loaded, Op, QueryLimits};
+use super::db::{self, Db, Durability, Loaded, Op, QueryLimits, Saved};
 use super::durable;
 use super::error::{LocalError, LocalResult};
 use super::events::EventLog;
@@ -41,8 +41,10 @@ use super::migrate;
 use super::paths::safe_join;
 pub(crate) use super::records::*;
 
+mod recovery;
 mod task_files;
 use crate::types;
+pub(crate) use recovery::MoveRecord;
 pub(crate) use task_files::lines_file;
 
 /// The name of the lock file in a data directory.
@@ -100,7 +102,9 @@ impl Drop for Store {
         self.db.close();
         if self.private_files {
             let _ = std::fs::remove_dir_all(&self.files);
-        } else {
+        } else if !self.db.has_failed() {
+            // After a failure, staged uploads may be needed by the next
+            // start to finish an interrupted import.
             let _ = std::fs::remove_dir_all(self.files.join(STAGING_DIR));
         }
     }
@@ -164,8 +168,13 @@ impl Store {
     /// recorded are recorded from what is on disk.
     pub(crate) fn open(dir: &Path, limits: QueryLimits) -> Result<Self, OpenError> {
         durable::create_dir_all(dir)?;
+        // Private: every question and answer is in here.
+        #[cfg(unix)]
+        std::fs::set_permissions(
+            dir,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o700),
+        )?;
         let lock = lock_dir(dir)?;
-        let _ = std::fs::remove_dir_all(dir.join(STAGING_DIR));
         migrate::migrate(dir)?;
         let (db, loaded) = Db::open(&dir.join(db::DB_FILE), Durability::Full, limits)?;
         let store = Store {
@@ -175,7 +184,23 @@ impl Store {
             private_files: false,
             _lock: lock,
         };
+        // Interrupted imports are finished from their staging directories
+        // first; then what is staged goes, and files no row names.
         store.restore(loaded);
+        let _ = std::fs::remove_dir_all(dir.join(STAGING_DIR));
+        {
+            let inner = store.lock();
+            recovery::sweep(
+                dir,
+                inner.contexts.values().map(|c| {
+                    (
+                        c.id.as_str(),
+                        c.last_curated_at.map(|_| c.index_generation),
+                        c.sources.keys().map(String::as_str).collect(),
+                    )
+                }),
+            );
+        }
         Ok(store)
     }
 
@@ -202,14 +227,20 @@ impl Store {
                 ctx.sources.insert(path, SourceMeta { size, mtime });
             }
         }
-        // Moves that were under way: what reached the source tree is recorded.
-        for (move_id, context_id, files) in loaded.moves {
-            let files: Vec<(String, u64)> = serde_json::from_str(&files).unwrap_or_default();
+        // Moves that were under way are finished from their staging
+        // directory (an import is all or nothing), then recorded.
+        let mut finished_imports = std::collections::HashMap::new();
+        for (move_id, context_id, record) in loaded.moves {
+            let record = MoveRecord::parse(&record);
             let sources_dir = self.context_dir(&context_id).join("sources");
             if let Some(ctx) = inner.contexts.get_mut(&context_id) {
+                let missing = recovery::roll_forward(&self.files, &record, &sources_dir);
+                if let Some(task_id) = record.task_id.clone() {
+                    finished_imports.insert(task_id, missing);
+                }
                 let now = Utc::now();
                 let mut found = Vec::new();
-                for (path, _) in files {
+                for (path, _) in record.files {
                     let meta =
                         safe_join(&sources_dir, &path).and_then(|p| std::fs::metadata(p).ok());
                     if let Some(meta) = meta.filter(std::fs::Metadata::is_file) {
@@ -223,7 +254,7 @@ impl Store {
                         found.push(path);
                     }
                 }
-                tracing::warn!(context = %ctx.slug, files = found.len(), "an import stopped while moving files; recorded the files in place");
+                tracing::warn!(context = %ctx.slug, files = found.len(), "an import stopped while moving files; finished it");
                 inner.dirty.contexts.insert(context_id.clone());
                 inner.mark_sources(&context_id, found.into_iter());
             }
@@ -274,7 +305,21 @@ impl Store {
                 tracing::error!("a task row is unreadable; skipped");
                 continue;
             };
-            if !task_is_terminal(task.state.as_str()) {
+            if let Some(missing) = finished_imports.get(&task.id) {
+                // Its files were all moved and recorded above.
+                let (state, error) = match missing {
+                    0 => (crate::status::word::COMPLETED, None),
+                    n => (
+                        crate::status::word::FAILED,
+                        Some(format!(
+                            "the server stopped while the import ran; {n} file(s) could not be stored"
+                        )),
+                    ),
+                };
+                task.state = types::TaskState(state.to_owned());
+                task.error = error;
+                inner.dirty.tasks.insert(task.id.clone());
+            } else if !task_is_terminal(task.state.as_str()) {
                 task.state = types::TaskState(crate::status::word::FAILED.to_owned());
                 task.error = Some("the server stopped while the task ran".to_owned());
                 inner.dirty.tasks.insert(task.id.clone());
@@ -397,14 +442,33 @@ impl Store {
         if !self.is_persistent() {
             return Ok(());
         }
-        if self.db.wait_saved(n, FLUSH_WAIT).await {
-            Ok(())
-        } else {
-            Err(LocalError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "the server could not save its state; see its log",
-            ))
-        }
+        saved_or_error(self.db.wait_saved(n, FLUSH_WAIT).await)
+    }
+
+    /// Whether a write failed: then nothing more is written, what is in
+    /// memory may be ahead of the disk, and the server stops.
+    pub(crate) fn has_failed(&self) -> bool {
+        self.db.has_failed()
+    }
+
+    /// Stops all writing (then the server stops): a change outside the
+    /// database failed half way and the next start finishes it.
+    pub(crate) fn stop_writing(&self, why: &str) {
+        tracing::error!(
+            why,
+            "the state cannot be kept consistent in this process; stopping"
+        );
+        self.db.stop_writing();
+    }
+
+    /// Resolves once a write has failed.
+    pub(crate) async fn failed(&self) {
+        self.db.failed().await;
+    }
+
+    /// Bytes of the writes sent to the database and not yet committed.
+    pub(crate) fn write_backlog(&self) -> u64 {
+        self.db.backlog_bytes()
     }
 
     /// Writes what is pending and stops the database writer.
@@ -478,12 +542,12 @@ impl Store {
     /// Records that `files` are about to be moved into a context's source
     /// tree, so a crash before their sources are recorded is repaired at
     /// the next start; returns the move's id for [`Store::end_move`].
-    pub(crate) fn begin_move(&self, context_id: &str, files: &[(String, u64)]) -> (u64, u64) {
+    pub(crate) fn begin_move(&self, context_id: &str, record: &MoveRecord) -> (u64, u64) {
         let id = move_id();
         let n = self.db.send([Op::BeginMove {
             id,
             context_id: context_id.to_owned(),
-            files: serde_json::to_string(files).unwrap_or_else(|_| "[]".to_owned()),
+            files: serde_json::to_string(record).unwrap_or_else(|_| "{}".to_owned()),
         }]);
         (id, n)
     }
@@ -505,6 +569,17 @@ impl Store {
     /// A fresh private directory for staging one upload.
     pub(crate) fn staging_dir(&self) -> PathBuf {
         self.files.join(STAGING_DIR).join(new_secret_name())
+    }
+}
+
+/// The answer to a change whose write ended as `saved`: 503 with code
+/// `not_saved` when it was not applied (it never will be), 500 with code
+/// `outcome_unknown` when it may or may not be on disk.
+pub(crate) fn saved_or_error(saved: Saved) -> LocalResult<()> {
+    match saved {
+        Saved::Yes => Ok(()),
+        Saved::No => Err(LocalError::not_saved()),
+        Saved::Unknown => Err(LocalError::outcome_unknown()),
     }
 }
 
@@ -682,8 +757,11 @@ mod tests {
                 serde_json::from_value(serde_json::json!({"slug": "c", "name": "C"})).unwrap();
             let id = store.lock().create_context(req).unwrap().id;
             store.flush().await.unwrap();
-            let files = vec![("uploads/a.md".to_owned(), 3)];
-            let (_, n) = store.begin_move(&id, &files);
+            let record = MoveRecord {
+                files: vec![("uploads/a.md".to_owned(), 3)],
+                ..MoveRecord::default()
+            };
+            let (_, n) = store.begin_move(&id, &record);
             store.wait_saved(n).await.unwrap();
             // The file lands (bigger than announced), then the process dies
             // before the sources are recorded.

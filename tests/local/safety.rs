@@ -372,7 +372,9 @@ fn tree(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
             let e = e.unwrap();
             let p = e.path();
             let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
-            if rel.starts_with("staging") || rel == ".lock" {
+            // The database's files change on an idle checkpoint, with the
+            // same rows: what the rows say is checked through the API.
+            if rel.starts_with("staging") || rel == ".lock" || rel.starts_with("state.db") {
                 continue;
             }
             if p.is_dir() {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -196,7 +196,13 @@ async fn gate(State(state): Shared, req: Request, next: Next) -> Response {
         .get(VERSION_HEADER)
         .map(|v| v.to_str().unwrap_or("").to_owned());
     let mut resp = match check(&state, &req, asked.as_deref()) {
-        Ok(()) => next.run(req).await,
+        Ok(()) => {
+            // Open on its connection until its answer ends; its body must
+            // keep arriving (a trickle is cut).
+            let open = super::serve::open_request(&req);
+            let req = req.map(super::serve::paced_body);
+            super::serve::until_body_ends(next.run(req).await, open)
+        }
         Err(e) => e.into_response(),
     };
     let status = resp.status();
@@ -238,6 +244,17 @@ fn check(state: &AppState, req: &Request, asked: Option<&str>) -> LocalResult<()
     }
     if let Some(secs) = state.faults.take_503() {
         return Err(LocalError::unavailable(secs));
+    }
+    // What is in memory may be ahead of the disk once a write failed: no
+    // answer, read or write, comes from it (the server is stopping).
+    if state.store.has_failed() {
+        return Err(LocalError::not_saved());
+    }
+    // A write is refused before it changes anything while the database
+    // writer is behind by more than its backlog limit.
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if !reads && state.store.write_backlog() > state.config.write_backlog_limit {
+        return Err(LocalError::write_backlog_full());
     }
     match asked {
         None | Some("2026-07") | Some("unstable") => {}
@@ -386,6 +403,7 @@ mod tests {
             context_bytes_limit: 1 << 20,
             events_per_query: 100,
             event_bytes_per_query: 1 << 20,
+            write_backlog_limit: 1 << 20,
             chunk_chars: 1200,
             connector_roots: Vec::new(),
             allowed_hosts: Vec::new(),

@@ -60,10 +60,7 @@ pub(super) async fn post_query(
     }
     log.wait_finished().await;
     if !log.saved() {
-        return Err(LocalError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the turn ended but could not be saved; see the server's log",
-        ));
+        return Err(LocalError::not_saved());
     }
     let query = current_query(&state, &query_id)?;
     if query.status == crate::status::word::FAILED
@@ -95,6 +92,8 @@ pub(super) fn sse(state: &AppState, log: Arc<EventLog>, from: u64) -> Response {
         .follow(from)
         .enumerate()
         .then(move |(i, frame)| async move {
+            // The turn's end is not on disk: cut, so the client resumes.
+            let frame = frame.map_err(|_| std::io::Error::other("the turn's end was not saved"))?;
             if cut.is_some_and(|n| i >= n) {
                 // hyper flushes what it has buffered only while the body is
                 // pending; pause so the frames before the cut reach the client.

@@ -10,6 +10,7 @@ use tokio_util::io::ReaderStream;
 
 use super::{FileList, PageParams, Shared, listing};
 use crate::local::error::{ApiQuery, LocalError, LocalResult};
+use crate::local::faults::{failpoint, point};
 use crate::local::paths::safe_join;
 use crate::local::state::AppState;
 use crate::local::{durable, import};
@@ -54,6 +55,12 @@ pub(super) async fn upload(
         Some(p) => import::safe_path(p)
             .ok_or_else(|| LocalError::bad_request(format!("unsafe upload path {p:?}")))?,
     };
+    // Two uploads are staged at a time; more wait on the client's side.
+    let _slot = state
+        .staging_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| LocalError::staging_full())?;
     let mut multipart = multipart.map_err(|e| LocalError::new(e.status(), e.body_text()))?;
     let multipart_error = |e: axum::extract::multipart::MultipartError| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -84,6 +91,8 @@ pub(super) async fn upload(
                 .map_err(|e| LocalError::internal("staging the upload", e))?;
             let mut written = 0usize;
             while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                failpoint(point::STAGING)
+                    .map_err(|e| LocalError::internal("staging the upload", e))?;
                 written = written.saturating_add(chunk.len());
                 if written > limit {
                     return Err(LocalError::too_large(format!(

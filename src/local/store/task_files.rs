@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{FLUSH_WAIT, Store, drain};
+use super::{FLUSH_WAIT, Store, drain, saved_or_error};
 use crate::local::db::Op;
 use crate::local::error::{LocalError, LocalResult};
 
@@ -105,14 +105,7 @@ impl Store {
     /// Waits until write `n` is committed, with or without a data
     /// directory (readers use their own connection).
     async fn settle(&self, n: u64) -> LocalResult<()> {
-        if self.db.wait_saved(n, FLUSH_WAIT).await {
-            Ok(())
-        } else {
-            Err(LocalError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "the server could not save its state; see its log",
-            ))
-        }
+        saved_or_error(self.db.wait_saved(n, FLUSH_WAIT).await)
     }
 }
 

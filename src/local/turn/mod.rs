@@ -403,6 +403,7 @@ mod tests {
             context_bytes_limit: 1 << 20,
             events_per_query: 100,
             event_bytes_per_query: 1 << 20,
+            write_backlog_limit: 1 << 20,
             connector_roots: Vec::new(),
             chunk_chars: 1200,
             allowed_hosts: Vec::new(),

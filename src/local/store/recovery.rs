@@ -1,0 +1,128 @@
+//! What a start repairs after a crash: imports that were moving files are
+//! finished from their staging directory (rolled forward, so an import is
+//! all or nothing), and files no row names are swept (context directories
+//! of deleted contexts, unused index generations, sources never recorded).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::STAGING_DIR;
+use crate::local::paths::safe_join;
+
+/// The record of a move, as the `moves` table keeps it (JSON).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct MoveRecord {
+    /// `(path, size)` of every file the move carries.
+    pub(crate) files: Vec<(String, u64)>,
+    /// The name of the upload's staging directory (below `staging/`),
+    /// kept across a crash until the move is finished.
+    #[serde(default)]
+    pub(crate) staging: Option<String>,
+    /// The import task the move belongs to.
+    #[serde(default)]
+    pub(crate) task_id: Option<String>,
+}
+
+impl MoveRecord {
+    /// Reads a record; earlier versions kept only the list of files.
+    pub(crate) fn parse(json: &str) -> MoveRecord {
+        serde_json::from_str(json).unwrap_or_else(|_| MoveRecord {
+            files: serde_json::from_str(json).unwrap_or_default(),
+            ..MoveRecord::default()
+        })
+    }
+}
+
+/// Moves the files of an unfinished move still in its staging directory
+/// into `sources_dir`. Returns how many could not be moved.
+pub(crate) fn roll_forward(data_dir: &Path, record: &MoveRecord, sources_dir: &Path) -> usize {
+    let Some(staging) = record.staging.as_deref() else {
+        return 0;
+    };
+    let Some(staged) = safe_join(&data_dir.join(STAGING_DIR), staging).map(|r| r.join("files"))
+    else {
+        return record.files.len();
+    };
+    let mut failed = 0;
+    for (path, _) in &record.files {
+        let (Some(from), Some(to)) = (safe_join(&staged, path), safe_join(sources_dir, path))
+        else {
+            failed += 1;
+            continue;
+        };
+        if !from.is_file() {
+            continue;
+        }
+        let moved = (|| {
+            if let Some(parent) = to.parent() {
+                crate::local::durable::create_dir_all(parent)?;
+            }
+            std::fs::rename(&from, &to)?;
+            match to.parent() {
+                Some(parent) => crate::local::durable::sync_dir(parent),
+                None => Ok(()),
+            }
+        })();
+        if let Err(e) = moved {
+            tracing::error!(path, error = %e, "finishing an interrupted import failed");
+            failed += 1;
+        }
+    }
+    failed
+}
+
+/// Removes what no row names below `data_dir/contexts`: directories of
+/// contexts that do not exist, index generations not in use and source
+/// files that are not recorded. `contexts` gives each context's id, its
+/// index generation in use (if curated) and its recorded source paths.
+pub(crate) fn sweep<'a>(
+    data_dir: &Path,
+    contexts: impl Iterator<Item = (&'a str, Option<u64>, Vec<&'a str>)>,
+) {
+    let root = data_dir.join("contexts");
+    let mut known = std::collections::HashMap::new();
+    for (id, generation, sources) in contexts {
+        known.insert(id.to_owned(), (generation, sources));
+    }
+    for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let dir = entry.path();
+        let Some((generation, sources)) = known.get(&name) else {
+            tracing::info!(context = %name, "removing the files of a context that does not exist");
+            let _ = std::fs::remove_dir_all(&dir);
+            continue;
+        };
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let g = file
+                .strip_prefix("index-")
+                .or_else(|| {
+                    file.strip_prefix("chunks-")
+                        .and_then(|r| r.strip_suffix(".json"))
+                })
+                .and_then(|g| g.parse::<u64>().ok());
+            if let Some(g) = g
+                && Some(g) != *generation
+            {
+                tracing::info!(context = %name, file, "removing an index generation not in use");
+                let path = e.path();
+                let _ = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
+        let recorded: std::collections::HashSet<&str> = sources.iter().copied().collect();
+        let src = dir.join("sources");
+        for path in super::super::verify::files_below(&src) {
+            if !recorded.contains(path.as_str()) {
+                tracing::info!(context = %name, path, "removing a source file no row records");
+                if let Some(p) = safe_join(&src, &path) {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+        }
+    }
+}
