@@ -81,6 +81,7 @@ pub use api::types;
 /// ```
 /// let http = nexus_knowql::reqwest::Client::builder().build()?;
 /// let client = nexus_knowql::Client::builder()
+///     .base_url("http://127.0.0.1:8080/api")
 ///     .api_key("pcsk-example")
 ///     .http_client(http)
 ///     .build()?;

@@ -7,13 +7,19 @@ mod support;
 
 mod conformance;
 mod conformance_ops;
+mod connections;
 mod connectors;
 mod durability;
+#[cfg(feature = "failpoints")]
+mod failpoints;
 mod limits;
 mod ops;
+#[cfg(unix)]
+mod private;
 mod query;
 mod restart_fidelity;
 mod safety;
 mod sdk;
 mod server;
 mod turns_outlive_clients;
+mod write_faults;

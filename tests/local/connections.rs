@@ -1,8 +1,6 @@
 //! Silent and slow peers hold no connection for long: an HTTP/2
 //! connection that sends nothing, and a request body trickled a byte a
 //! second, are both closed within 40 s.
-#![cfg(feature = "local")]
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

@@ -4,15 +4,12 @@
 //! directory checks that every acknowledged write is there, that nothing
 //! refused with 503 was applied, that an import is all or nothing, and
 //! that `nexus-local verify` finds the directory consistent.
-#![cfg(feature = "failpoints")]
-
-mod support;
 
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use support::local::*;
+use crate::support::local::*;
 
 /// What became of one request.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,15 +2,12 @@
 //! the database cannot take is answered 503 `not_saved`, is never saved
 //! later, and stops the server; a writer that falls behind refuses new
 //! writes with 503 `busy` and `Retry-After` before applying anything.
-#![cfg(feature = "local")]
-
-mod support;
 
 use std::time::Duration;
 
 use nexus_knowql::local::LocalNexus;
 use serde_json::{Value, json};
-use support::local::*;
+use crate::support::local::*;
 
 /// Holds the write lock of `dir/state.db` from another connection (as a
 /// `sqlite3` shell inside a transaction would) until the sender fires.

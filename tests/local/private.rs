@@ -1,15 +1,12 @@
 //! A data directory is private to its owner, and its write-ahead log does
 //! not stay large once a reader that held it open has gone.
-#![cfg(all(feature = "local", unix))]
-
-mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use nexus_knowql::local::LocalNexus;
 use serde_json::json;
-use support::local::*;
+use crate::support::local::*;
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
