@@ -72,6 +72,10 @@ pub mod local;
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
 
+#[cfg(feature = "web")]
+#[cfg_attr(docsrs, doc(cfg(feature = "web")))]
+pub mod web;
+
 /// The generated schema types (re-exported from [`api::types`]).
 pub use api::types;
 
