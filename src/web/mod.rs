@@ -32,7 +32,7 @@
 //! let relay = TurnRelay::new(RelayConfig::default());
 //! let session = client.session(["handbook"]).build()?;
 //! let id = relay.publish(session.ask("Who approves travel?").stream().await?).await?;
-//! let app = axum::Router::new()
+//! let app: axum::Router = axum::Router::new()
 //!     .route("/turns/{id}/events", axum::routing::get(events))
 //!     .with_state(relay);
 //! println!("the page opens EventSource(\"/turns/{id}/events\")");
