@@ -43,6 +43,7 @@ mod accumulated;
 mod background;
 mod builder;
 mod checkpoint;
+mod checkpoint_store;
 mod config;
 mod event;
 mod fetch;
@@ -57,6 +58,9 @@ pub(crate) use crate::error::millis;
 pub use background::QueryHandle;
 pub use builder::{MAX_TURN_SECONDS, TurnBuilder};
 pub use checkpoint::{Checkpoint, END_OF_TURN};
+pub use checkpoint_store::{
+    CheckpointStore, CheckpointedTurn, FileCheckpointStore, MAX_CHECKPOINT_BYTES, MAX_KEY_LEN,
+};
 pub use config::StreamConfig;
 pub use event::{QueryEvent, names};
 pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};

@@ -1,0 +1,325 @@
+//! Turns served to browsers (`nexus_knowql::web`): the example web app on
+//! the embedded local Nexus, read by an SSE client that cuts its connection
+//! mid-answer and reconnects with `Last-Event-ID`, and by headless
+//! Chromium's own `EventSource` across a connection the server cuts. The
+//! text each ends with is the stored answer (`GET /queries/{id}`), with no
+//! frame read twice.
+#![cfg(all(feature = "local", feature = "web"))]
+
+#[path = "../examples/web/app.rs"]
+#[allow(dead_code)]
+mod app;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use nexus_knowql::local::LocalNexus;
+use nexus_knowql::query::EventDecoder;
+use nexus_knowql::web::{RelayConfig, TurnRelay};
+use nexus_knowql::{Client, QueryEvent};
+
+const QUESTION: &str = "How do I resume a broken stream?";
+
+struct Served {
+    base: String,
+    client: Client,
+    _nexus: LocalNexus,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+async fn serve(config: RelayConfig, cut_after: Option<usize>, delay_ms: u64) -> Served {
+    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
+    let nexus = LocalNexus::builder()
+        .context("docs", corpus)
+        .frame_delay(Duration::from_millis(delay_ms))
+        .start()
+        .await
+        .unwrap();
+    let client = nexus.client().unwrap();
+    let app = Arc::new(app::App {
+        client: client.clone(),
+        context: "docs".into(),
+        relay: TurnRelay::new(config),
+        cut_after,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app::router(app)).await.unwrap();
+    });
+    Served {
+        base,
+        client,
+        _nexus: nexus,
+        _server: server,
+    }
+}
+
+async fn ask(base: &str) -> String {
+    let http = reqwest::Client::new();
+    let answer: serde_json::Value = http
+        .post(format!("{base}/ask"))
+        .json(&serde_json::json!({ "question": QUESTION }))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["id"].as_str().unwrap().to_owned()
+}
+
+/// What a page does with the frames: the text, the ids seen, whether the
+/// final `query` frame arrived.
+#[derive(Default, Debug)]
+struct Page {
+    text: String,
+    ids: Vec<u64>,
+    deltas: usize,
+    snapshots: usize,
+    done: bool,
+}
+
+impl Page {
+    fn apply(&mut self, id: Option<u64>, event: QueryEvent) {
+        let id = id.expect("every relayed frame has an id");
+        assert!(
+            self.ids.last().is_none_or(|last| id > *last),
+            "frame {id} after {:?}: a repeat",
+            self.ids.last()
+        );
+        self.ids.push(id);
+        match event {
+            QueryEvent::TextDelta { delta } => {
+                self.deltas += 1;
+                self.text.push_str(&delta);
+            }
+            QueryEvent::Unknown { event, data } if event == "relay.snapshot" => {
+                self.snapshots += 1;
+                let v: serde_json::Value = serde_json::from_str(&data).unwrap();
+                self.text = v["text"].as_str().unwrap().to_owned();
+            }
+            QueryEvent::Query(_) => self.done = true,
+            QueryEvent::Unknown { event, data } if event.starts_with("relay.") => {
+                panic!("{event}: {data}")
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads one connection (after `Last-Event-ID` when the page has an id)
+    /// until it ends, the turn's `query` frame arrives, or `stop` deltas
+    /// were read on it.
+    async fn read(&mut self, base: &str, id: &str, stop: Option<usize>) -> reqwest::StatusCode {
+        let mut req = reqwest::Client::new().get(format!("{base}/turns/{id}/events"));
+        if let Some(last) = self.ids.last() {
+            req = req.header("Last-Event-ID", last.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let mut body = resp.bytes_stream();
+        let mut decoder = EventDecoder::new();
+        let mut deltas = 0;
+        while let Some(chunk) = body.next().await {
+            decoder.feed(&chunk.unwrap());
+            while let Some((frame_id, event)) = decoder.next_event().unwrap() {
+                if matches!(event, QueryEvent::TextDelta { .. }) {
+                    deltas += 1;
+                }
+                self.apply(frame_id, event);
+                if self.done || stop.is_some_and(|n| deltas >= n) {
+                    // Dropping the body cuts the connection.
+                    return status;
+                }
+            }
+        }
+        status
+    }
+}
+
+async fn stored_answer(client: &Client, id: &str) -> String {
+    let query = client.queries().get(id).await.unwrap();
+    assert_eq!(query.status, "completed");
+    query.answer_text()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_cuts_mid_answer_resumes_with_last_event_id() {
+    let served = serve(RelayConfig::default(), None, 15).await;
+    let id = ask(&served.base).await;
+    let mut page = Page::default();
+    let mut connections = 0;
+    while !page.done {
+        connections += 1;
+        assert!(connections < 100, "the turn never ended: {page:?}");
+        page.read(&served.base, &id, Some(2)).await;
+    }
+    assert!(connections >= 3, "cut {connections} times only: {page:?}");
+    assert_eq!(page.snapshots, 0);
+    assert_eq!(page.text, stored_answer(&served.client, &id).await);
+    // Every id from 1 to the last, once.
+    assert_eq!(
+        page.ids,
+        (1..=*page.ids.last().unwrap()).collect::<Vec<_>>()
+    );
+    // Once the page has every frame, the browser is told to stop (204).
+    let status = page.read(&served.base, &id, None).await;
+    assert_eq!(status, reqwest::StatusCode::NO_CONTENT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_back_after_the_ring_moved_on_gets_the_text_as_a_snapshot() {
+    // Two frames of memory per turn: a reader gone for the whole turn comes
+    // back to a snapshot of the text, then the frames after it.
+    let served = serve(RelayConfig::default().ring(2, 64 * 1024), None, 10).await;
+    let id = ask(&served.base).await;
+    let mut page = Page::default();
+    page.read(&served.base, &id, Some(1)).await;
+    assert!(!page.text.is_empty() && !page.done, "{page:?}");
+    let before = page.snapshots;
+    // Wait for the turn to end on the server, then for the relay to read it.
+    for _ in 0..200 {
+        if served.client.queries().get(&id).await.unwrap().status == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    page.read(&served.base, &id, None).await;
+    assert!(page.done, "{page:?}");
+    assert_eq!(page.snapshots, before + 1, "{page:?}");
+    assert_eq!(page.text, stored_answer(&served.client, &id).await);
+}
+
+#[tokio::test]
+async fn bad_ids_and_unknown_turns_get_their_status() {
+    let served = serve(RelayConfig::default(), None, 0).await;
+    let id = ask(&served.base).await;
+    let http = reqwest::Client::new();
+    let get = |path: String, last: &'static str| {
+        http.get(format!("{}{path}", served.base))
+            .header("Last-Event-ID", last)
+            .send()
+    };
+    assert_eq!(
+        get(format!("/turns/{id}/events"), "x")
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    assert_eq!(
+        get(format!("/turns/{id}/events"), "999999")
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    assert_eq!(
+        get("/turns/nope/events".into(), "1")
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
+
+/// Chromium from the system's packages, or why not.
+fn chromium() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("CHROMIUM") {
+        return Ok(PathBuf::from(path));
+    }
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+            let path = dir.join(name);
+            if path.is_file() {
+                return Ok(path);
+            }
+        }
+    }
+    Err("no chromium on PATH (apt-get install -y chromium, or set CHROMIUM)".into())
+}
+
+fn unescape(html: &str) -> String {
+    html.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&nbsp;", "\u{a0}")
+        .replace("&amp;", "&")
+}
+
+/// The text of the element `<tag id="id" ...>` in a dumped DOM.
+fn element_text(dom: &str, tag: &str, id: &str) -> Option<String> {
+    let open = dom.find(&format!("<{tag} id=\"{id}\""))?;
+    let start = open + dom[open..].find('>')? + 1;
+    let end = start + dom[start..].find(&format!("</{tag}>"))?;
+    Some(unescape(&dom[start..end]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_shows_the_stored_answer_across_a_cut_connection() {
+    let browser = match chromium() {
+        Ok(path) => path,
+        Err(why) => {
+            eprintln!("skipped: the browser test needs Chromium: {why}");
+            return;
+        }
+    };
+    // Every connection ends after 3 frames: the page's EventSource must
+    // reconnect by itself, with Last-Event-ID, several times.
+    let served = serve(
+        RelayConfig::default().retry(Duration::from_millis(50)),
+        Some(3),
+        10,
+    )
+    .await;
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!(
+        "{}/?q={}",
+        served.base,
+        url::form_urlencoded::byte_serialize(QUESTION.as_bytes()).collect::<String>()
+    );
+    let run = tokio::process::Command::new(&browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=60000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(&url)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("chromium ran past two minutes")
+        .unwrap();
+    assert!(out.status.success(), "chromium: {}", out.status);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let status = element_text(&dom, "p", "status").expect("a status line");
+    assert_eq!(status, "done", "{dom}");
+    let turn = dom
+        .split("data-turn=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page names its turn");
+    let shown = element_text(&dom, "pre", "answer").expect("an answer");
+    let stored = stored_answer(&served.client, turn).await;
+    assert!(!stored.is_empty());
+    assert_eq!(shown, stored);
+}
