@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod checkpoint_store;
 mod conformance;
 mod conformance_ops;
 mod connections;
@@ -22,4 +23,8 @@ mod safety;
 mod sdk;
 mod server;
 mod turns_outlive_clients;
+#[cfg(feature = "schema")]
+mod typed_turns;
+#[cfg(feature = "web")]
+mod web_relay;
 mod write_faults;

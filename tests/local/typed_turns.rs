@@ -2,8 +2,6 @@
 //! optional fields round-trips through `shape_of`, in each of the three
 //! ways to run a turn, and an `output_json` that does not fit names the
 //! field path.
-#![cfg(all(feature = "local", feature = "schema"))]
-
 use futures::StreamExt;
 use nexus_knowql::local::LocalNexus;
 use nexus_knowql::typed::{ShapeOf, decode, shape_for};

@@ -4,9 +4,7 @@
 //! Chromium's own `EventSource` across a connection the server cuts. The
 //! text each ends with is the stored answer (`GET /queries/{id}`), with no
 //! frame read twice.
-#![cfg(all(feature = "local", feature = "web"))]
-
-#[path = "../examples/web/app.rs"]
+#[path = "../../examples/web/app.rs"]
 #[allow(dead_code)]
 mod app;
 

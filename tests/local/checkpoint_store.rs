@@ -2,8 +2,6 @@
 //! `CheckpointedTurn` keeps its checkpoint in a `FileCheckpointStore`; a
 //! "crash" mid-answer and `CheckpointedTurn::resume` finish the same turn
 //! with the verified path, and the two parts add up to the stored answer.
-#![cfg(feature = "local")]
-
 use std::cell::Cell;
 use std::time::Duration;
 
