@@ -359,7 +359,17 @@ impl TurnBuilder {
             finish_or_poll(QueryTurn::new(conn, Some(slot), span, &self.stream_config)).await
         }
         .instrument(outer);
-        let named = |e: Error| match session.unfinished_query_id() {
+        // The turn this send() started, once the server named it: the
+        // session's unfinished turn, or (seen to end) its newest one.
+        let before = session.last_query_id();
+        let this_turn = || {
+            session.unfinished_query_id().or_else(|| {
+                session
+                    .last_query_id()
+                    .filter(|id| Some(id) != before.as_ref())
+            })
+        };
+        let named = |e: Error| match this_turn() {
             Some(id) => e.about_query(&id),
             None => e,
         };
@@ -371,7 +381,7 @@ impl TurnBuilder {
                 Err(_) => Err(Error::timeout(
                     "create_query",
                     limit,
-                    session.unfinished_query_id().as_deref(),
+                    this_turn().as_deref(),
                 )),
             },
         }
@@ -537,7 +547,8 @@ async fn finish_or_poll(mut turn: QueryTurn) -> Result<types::Query> {
         Some(_) if turn.query_id().is_some() => {
             tracing::debug!(parent: &span, "the events broke off; polling the stored turn");
             let mut handle = turn.detach();
-            handle.wait().await
+            let id = handle.id().to_owned();
+            handle.wait().await.map_err(|e| e.about_query(&id))
         }
         Some(e) => Err(e),
         None => turn.finish().await,
