@@ -119,8 +119,10 @@ impl StreamConfig {
         self
     }
 
-    /// The longest a streamed turn is read, from its start to its final
-    /// Query, resumes and the reading of the stored turn included (default
+    /// The longest a streamed turn is read, from its start (the call to
+    /// [`TurnBuilder::stream`](crate::TurnBuilder::stream)) to its final
+    /// Query: a JSON answer's body, resumes and the reading of the stored
+    /// turn included (default
     /// 960 s: the service's 900 s cap on a turn plus a margin); `None` has no
     /// overall limit. Nothing the server sends extends it. When it passes,
     /// the turn yields [`Error::Timeout`](crate::Error::Timeout) (operation `query_turn`); the turn

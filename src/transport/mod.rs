@@ -707,8 +707,13 @@ pub(crate) fn map_reqwest(
         };
     }
     // reqwest calls a body that broke off (a cut connection, a bad chunk)
-    // a decode error; the crate decodes JSON itself, so here it is always
-    // the connection.
+    // "error decoding response body"; the crate decodes JSON itself, so
+    // here it is always the connection, and the cause is what reqwest wraps.
+    if err.is_decode()
+        && let Some(cause) = std::error::Error::source(&err)
+    {
+        return Error::transport(operation, crate::error::chain(cause), false);
+    }
     let connect = !may_have_reached_server(&err);
     // reqwest's error text may contain the URL, never headers; strip the URL
     // anyway in case a caller put a secret in a query string.
