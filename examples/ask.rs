@@ -11,15 +11,20 @@
 //! offline with no account. stdout carries only the answer (or, with
 //! `--json`, the final Query); steps, citations and diagnostics go to stderr.
 //! The exit code is 0 when the turn completed. Ctrl-C cancels the running
-//! turn on the server (whichever way it runs) and exits with code 130.
+//! turn on the server (whichever way it runs) and exits with code 130; a
+//! closed stdout (`ask … | head -c 5`) cancels it too and ends quietly
+//! (exit code 0). `NEXUS_API_VERSION` picks the API version, as for the
+//! other examples.
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use futures::StreamExt;
+use nexus_knowql::client::DEFAULT_HEADER_TIMEOUT;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::{Client, Error, QueryEvent, types};
+use nexus_knowql::{Client, ClientBuilder, Error, QueryEvent, StreamConfig, WaitPolicy, types};
 
 /// Ask a Nexus context a question.
 #[derive(Debug, Parser)]
@@ -43,6 +48,10 @@ struct Args {
     /// Print the final Query as JSON on stdout instead of the answer text.
     #[arg(long)]
     json: bool,
+    /// The longest the turn is awaited, in seconds, from the question to
+    /// the answer (default 960: the service's 900 s cap plus a margin).
+    #[arg(long, value_name = "SECS", default_value_t = 960)]
+    timeout: u64,
     /// The question.
     question: String,
 }
@@ -53,6 +62,7 @@ async fn main() -> ExitCode {
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Interrupted) => ExitCode::from(130),
+        Err(Failure::StdoutClosed) => ExitCode::SUCCESS,
         Err(Failure::Reason(reason)) => {
             eprintln!("ask: {reason}");
             ExitCode::FAILURE
@@ -65,6 +75,8 @@ async fn main() -> ExitCode {
 enum Failure {
     /// Ctrl-C: the turn was cancelled on the server (exit code 130).
     Interrupted,
+    /// stdout was closed (the reader went away); the turn was cancelled.
+    StdoutClosed,
     /// A one-line reason.
     Reason(String),
 }
@@ -111,13 +123,18 @@ async fn cancel(client: &Client, query_id: Option<&str>) -> Failure {
 async fn run(args: Args) -> Result<(), Failure> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     let base_url = args.base_url.clone().or_else(|| env("NEXUS_BASE_URL"));
-    let api_key = args.api_key.clone().or_else(|| env("PINECONE_API_KEY"));
+    let limit = Duration::from_secs(args.timeout.max(1));
 
     // Keep the local server alive until the turn is done.
     let (_local, client) = match base_url {
         Some(url) => {
-            let mut builder = Client::builder().base_url(&url);
-            if let Some(key) = api_key {
+            // The key (PINECONE_API_KEY) and NEXUS_API_VERSION from the
+            // environment, as for the other examples; --api-key wins.
+            let mut builder = ClientBuilder::from_env()
+                .base_url(&url)
+                .turn_timeout(Some(limit))
+                .header_timeout(Some(limit.min(DEFAULT_HEADER_TIMEOUT)));
+            if let Some(key) = args.api_key.clone() {
                 builder = builder.api_key(key);
             }
             (None, builder.build().map_err(|e| e.to_string())?)
@@ -148,7 +165,11 @@ async fn run(args: Args) -> Result<(), Failure> {
         .session(scope.iter().map(String::as_str))
         .build()
         .map_err(|e| e.to_string())?;
-    let turn = session.ask(args.question.as_str());
+    // The deltas are printed, not kept: the turn only checks them.
+    let config = StreamConfig::default()
+        .turn_deadline(Some(limit))
+        .keep_text(false);
+    let turn = session.ask(args.question.as_str()).stream_config(config);
 
     // A Ctrl-C while a turn is being started drops the request; the session
     // remembers the turn it started, once the server has named it.
@@ -159,7 +180,8 @@ async fn run(args: Args) -> Result<(), Failure> {
         match started {
             Ok(mut handle) => {
                 eprintln!("ask: background turn {}", handle.id());
-                match unless_ctrl_c(handle.wait()).await {
+                let wait = WaitPolicy::default().timeout(limit);
+                match unless_ctrl_c(handle.wait_with(wait)).await {
                     Some(waited) => waited.and_then(types::Query::into_result),
                     None => return Err(cancel(&client, Some(handle.id())).await),
                 }
@@ -182,6 +204,13 @@ async fn run(args: Args) -> Result<(), Failure> {
                 Ok(Streamed::Interrupted(id)) => {
                     return Err(cancel(&client, id.as_deref()).await);
                 }
+                Ok(Streamed::Closed(id)) => {
+                    // Nobody reads the answer: stop the turn, quietly.
+                    if let Some(id) = id {
+                        let _ = client.queries().cancel(&id).await;
+                    }
+                    return Err(Failure::StdoutClosed);
+                }
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -198,16 +227,17 @@ async fn run(args: Args) -> Result<(), Failure> {
                 && let Ok(q) = client.queries().get(query_id).await
             {
                 let text = serde_json::to_string_pretty(&q).map_err(|e| e.to_string())?;
-                println!("{text}");
+                out(&format!("{text}\n"))?;
             }
-            return Err(reason(&e, &scope, client.base_url()).into());
+            let pending = session.unfinished_query_id();
+            return Err(reason(&e, &scope, client.base_url(), pending.as_deref()).into());
         }
     };
     if args.json {
         let text = serde_json::to_string_pretty(&query).map_err(|e| e.to_string())?;
-        println!("{text}");
+        out(&format!("{text}\n"))?;
     } else if args.background || args.no_stream {
-        println!("{}", query.answer_text());
+        out(&format!("{}\n", query.answer_text()))?;
     }
     for (i, c) in query.citations.iter().enumerate() {
         let sections: Vec<String> = c.section_paths.iter().map(|p| p.join(" > ")).collect();
@@ -226,18 +256,38 @@ enum Streamed {
     Done(Box<nexus_knowql::Result<types::Query>>),
     /// Ctrl-C; the turn's id when known.
     Interrupted(Option<String>),
+    /// stdout was closed; the turn's id when known.
+    Closed(Option<String>),
+}
+
+/// Writes `text` to stdout and flushes it; a closed stdout is
+/// [`Failure::StdoutClosed`] (never a panic, as `print!` would be).
+fn out(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::StdoutClosed),
+        Err(e) => Err(Failure::Reason(format!("cannot write the answer: {e}"))),
+    }
 }
 
 /// Streams a turn: text deltas to stdout (when `print`), steps to stderr.
 async fn stream(mut turn: nexus_knowql::QueryTurn, print: bool) -> nexus_knowql::Result<Streamed> {
-    let mut stdout = std::io::stdout();
     let mut printed = false;
+    let closed = |turn: nexus_knowql::QueryTurn| {
+        let id = turn.query_id().map(str::to_owned);
+        drop(turn);
+        Ok(Streamed::Closed(id))
+    };
     loop {
         let event = tokio::select! {
             event = turn.next() => event,
             () = ctrl_c() => {
                 if printed {
-                    println!();
+                    let _ = out("\n");
                 }
                 let id = turn.query_id().map(str::to_owned);
                 // Closing the stream first; the caller cancels on the server.
@@ -248,32 +298,49 @@ async fn stream(mut turn: nexus_knowql::QueryTurn, print: bool) -> nexus_knowql:
         let Some(event) = event else { break };
         match event {
             Ok(QueryEvent::TextDelta { delta }) if print => {
-                print!("{delta}");
-                let _ = stdout.flush();
+                if let Err(Failure::StdoutClosed) = out(&delta) {
+                    return closed(turn);
+                }
                 printed = true;
             }
             Ok(QueryEvent::Step(step)) => eprintln!("· {}", step.commentary),
             Ok(_) => {}
             Err(e) => {
                 if printed {
-                    println!();
+                    let _ = out("\n");
                 }
                 return Ok(Streamed::Done(Box::new(Err(e))));
             }
         }
     }
-    if printed {
-        println!();
+    if printed && let Err(Failure::StdoutClosed) = out("\n") {
+        return closed(turn);
     }
     Ok(Streamed::Done(Box::new(turn.finish().await)))
 }
 
-/// One line saying why the turn did not complete.
-fn reason(e: &Error, scope: &[String], base_url: &str) -> String {
+/// One line saying why the turn did not complete. `pending` is the turn the
+/// session started and has not seen end, when it knows one.
+fn reason(e: &Error, scope: &[String], base_url: &str, pending: Option<&str>) -> String {
+    let query_id = e.query_id().or(pending);
+    let named = query_id
+        .map(|q| format!(" (query {q})"))
+        .unwrap_or_default();
     match e {
         Error::TurnFailed { message, .. } => format!("the turn failed: {message}"),
         Error::TurnCancelled { message, .. } => format!("the turn was cancelled: {message}"),
-        Error::Transport { .. } | Error::Timeout { .. } => {
+        // The request reached the server (or may have): the turn may run.
+        Error::Timeout { elapsed_ms, .. } if e.may_have_started() => format!(
+            "No answer in {} s; the turn may still be running{named}",
+            elapsed_ms.div_ceil(1000)
+        ),
+        Error::Transport { .. } | Error::Stream { .. } if e.may_have_started() => {
+            format!(
+                "the connection broke; the turn may still be running{named}: {}",
+                one_line(e)
+            )
+        }
+        Error::Transport { connect: true, .. } | Error::Timeout { .. } => {
             format!("cannot reach {base_url}: {}", one_line(e))
         }
         Error::ReplayGap { .. } => format!("the answer is incomplete: {}", one_line(e)),
@@ -286,13 +353,17 @@ fn reason(e: &Error, scope: &[String], base_url: &str) -> String {
     }
 }
 
-/// An error and its sources on one line.
+/// An error and its sources on one line, each cause once (an error whose
+/// text already shows its source is not followed by it again).
 fn one_line(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
         source = s.source();
     }
     out.replace('\n', " ")

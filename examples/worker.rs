@@ -14,13 +14,17 @@
 //! runs itself twice as child processes:
 //!
 //! 1. `worker start`: streams a new turn and, after every event, writes the
-//!    checkpoint (`query_id`, `QueryTurn::last_event_id()` and the text so
-//!    far) to a file, temp + fsync + rename, so a crash never leaves half a
-//!    checkpoint. After `--crash-after` events it exits at once with code 3.
+//!    checkpoint (`QueryTurn::checkpoint()`: the turn, the last event and
+//!    the bytes of text up to it, plus the text so far) to a file, temp +
+//!    fsync + rename, so a crash never leaves half a checkpoint. After
+//!    `--crash-after` events it exits at once with code 3.
 //! 2. `worker resume`: reads the checkpoint, `client.queries().attach(id)`,
-//!    then `events_after(seq)` and prints the whole answer.
+//!    then `events_from(&checkpoint)` and prints the whole answer. The rest
+//!    is checked against the stored answer; if the event log is gone by
+//!    then, the rest comes from the stored turn.
 //!
-//! stdout carries only the answer; progress goes to stderr. Logs use the
+//! stdout carries only the answer; progress goes to stderr. A closed stdout
+//! (`worker | head -c 5`) cancels the turn and ends quietly. Logs use the
 //! `tracing-subscriber` fmt layer on stderr: each turn is a `query_turn`
 //! span with `mode`, `query_id`, `session_id` and `resumes`, and retries,
 //! resumes and replay checks are events inside it (the span's close line
@@ -84,13 +88,15 @@ enum Role {
 
 /// What a worker persists: enough to continue the same answer elsewhere.
 #[derive(Debug, Serialize, Deserialize)]
-struct Checkpoint {
-    query_id: String,
-    /// `QueryTurn::last_event_id()`: every event up to it was handled.
-    last_event_id: u64,
+struct Saved {
+    /// `QueryTurn::checkpoint()`: every event up to it was handled.
+    checkpoint: nexus_knowql::query::Checkpoint,
     /// The answer text up to the checkpoint.
     text: String,
 }
+
+/// The answer could not be written: stdout was closed.
+const STDOUT_CLOSED: &str = "stdout closed";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -106,6 +112,8 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     match run(args).await {
         Ok(code) => code,
+        // The reader went away (`worker | head`): nothing more to say.
+        Err(reason) if reason == STDOUT_CLOSED => ExitCode::SUCCESS,
         Err(reason) => {
             eprintln!("worker: {reason}");
             ExitCode::FAILURE
@@ -247,12 +255,11 @@ async fn start(
         if let QueryEvent::Created { query_id, .. } = &event {
             eprintln!("worker[start]: turn {query_id}");
         }
-        if let (Some(query_id), Some(seq)) = (turn.query_id(), turn.last_event_id()) {
+        if let Some(checkpoint) = turn.checkpoint() {
             save(
                 path,
-                &Checkpoint {
-                    query_id: query_id.to_owned(),
-                    last_event_id: seq,
+                &Saved {
+                    checkpoint,
                     text: turn.text().to_owned(),
                 },
             )
@@ -276,33 +283,48 @@ async fn start(
 /// Continues the checkpointed turn and prints the whole answer.
 async fn resume(client: &Client, path: &Path) -> Result<(), String> {
     let saved = load(path)?;
+    let checkpoint = &saved.checkpoint;
     eprintln!(
-        "worker[resume]: attaching to {} after event {}",
-        saved.query_id, saved.last_event_id
+        "worker[resume]: attaching to {} after event {} ({} bytes of text)",
+        checkpoint.query_id, checkpoint.event_id, checkpoint.text_len
     );
     let handle = client
         .queries()
-        .attach(&saved.query_id)
+        .attach(&checkpoint.query_id)
         .await
         .map_err(|e| e.to_string())?;
     eprintln!("worker[resume]: the turn is {}", handle.last_seen().status);
     let mut rest = handle
-        .events_after(saved.last_event_id)
+        .events_from(checkpoint)
         .await
         .map_err(|e| e.to_string())?;
     let mut stdout = std::io::stdout();
-    let _ = write!(stdout, "{}", saved.text);
-    while let Some(event) = rest.next().await {
+    let mut print = |text: &str| -> Result<(), String> {
+        match write!(stdout, "{text}").and_then(|()| stdout.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(STDOUT_CLOSED.into()),
+            _ => Ok(()),
+        }
+    };
+    let mut printed = print(&saved.text);
+    while printed.is_ok()
+        && let Some(event) = rest.next().await
+    {
         match event.map_err(|e| e.to_string())? {
-            QueryEvent::TextDelta { delta } => {
-                let _ = write!(stdout, "{delta}");
-                let _ = stdout.flush();
-            }
+            QueryEvent::TextDelta { delta } => printed = print(&delta),
             QueryEvent::Step(step) => eprintln!("· {}", step.commentary),
             _ => {}
         }
     }
-    let _ = writeln!(stdout);
+    if let Err(closed) = printed.and_then(|()| print("\n")) {
+        // Nobody reads the answer any more: stop the turn too.
+        if let Err(e) = client.queries().cancel(&checkpoint.query_id).await {
+            eprintln!(
+                "worker[resume]: could not cancel {}: {e}",
+                checkpoint.query_id
+            );
+        }
+        return Err(closed);
+    }
     let whole = format!("{}{}", saved.text, rest.text());
     let query = rest.finish().await.map_err(|e| e.to_string())?;
     if query.answer_text() != whole {
@@ -319,7 +341,7 @@ async fn resume(client: &Client, path: &Path) -> Result<(), String> {
 }
 
 /// Writes the checkpoint durably: temp file, fsync, rename, fsync the directory.
-fn save(path: &Path, checkpoint: &Checkpoint) -> std::io::Result<()> {
+fn save(path: &Path, checkpoint: &Saved) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let tmp = path.with_extension("json.tmp");
     {
@@ -337,7 +359,7 @@ fn save(path: &Path, checkpoint: &Checkpoint) -> std::io::Result<()> {
     Ok(())
 }
 
-fn load(path: &Path) -> Result<Checkpoint, String> {
+fn load(path: &Path) -> Result<Saved, String> {
     let bytes =
         std::fs::read(path).map_err(|e| format!("no checkpoint at {}: {e}", path.display()))?;
     serde_json::from_slice(&bytes).map_err(|e| format!("bad checkpoint {}: {e}", path.display()))

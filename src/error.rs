@@ -51,7 +51,8 @@ pub enum Error {
     },
 
     /// The request or the response did not make it across the network.
-    #[error("{operation}: transport error")]
+    /// Its text names the cause (the source chain, without URLs).
+    #[error("{operation}: {}: {}", transport_what(*.connect), chain(.source.as_ref()))]
     Transport {
         /// The operation under way.
         operation: &'static str,
@@ -62,13 +63,17 @@ pub enum Error {
         source: BoxError,
     },
 
-    /// A deadline passed: a request timeout, an idle stream, or a `wait()` limit.
-    #[error("{operation}: timed out after {elapsed_ms} ms")]
+    /// A deadline passed: a request timeout, an idle stream, a turn's
+    /// deadline, or a `wait()` limit.
+    #[error("{operation}{}: timed out after {elapsed_ms} ms", query_suffix(.query_id))]
     Timeout {
         /// The operation under way.
         operation: &'static str,
         /// How long was waited, in milliseconds.
         elapsed_ms: u64,
+        /// The query turn the wait was about, when the server had named
+        /// one: it may still run; attach to it rather than ask again.
+        query_id: Option<String>,
     },
 
     /// A response body could not be decoded.
@@ -88,7 +93,7 @@ pub enum Error {
 
     /// A local file or directory to upload could not be read; nothing was
     /// sent for it.
-    #[error("{operation}: cannot {action} {}", path.display())]
+    #[error("{operation}: cannot {action} {}: {source}", path.display())]
     Io {
         /// The operation under way, e.g. `import_dir`.
         operation: &'static str,
@@ -201,6 +206,23 @@ pub enum Error {
         limit: u64,
     },
 
+    /// A streamed turn delivered more than its configured bound: answer
+    /// text beyond [`StreamConfig::max_text_bytes`](crate::StreamConfig::max_text_bytes)
+    /// or steps beyond [`StreamConfig::max_step_bytes`](crate::StreamConfig::max_step_bytes).
+    /// Reading stopped there; the turn was not cancelled and may still run.
+    #[error(
+        "{}the turn's {part} passed the limit of {limit} bytes; reading stopped (the turn may still run)",
+        query_prefix(.query_id)
+    )]
+    TurnTooLarge {
+        /// The turn, when the server had named it.
+        query_id: Option<String>,
+        /// What passed its bound: `text` or `steps`.
+        part: &'static str,
+        /// The bound, in bytes.
+        limit: u64,
+    },
+
     /// The text a streamed turn delivered is not the turn's final answer,
     /// and the final answer does not continue it: the deltas cannot be
     /// trusted. Read the stored turn (`client.queries().get(query_id)`) for
@@ -288,6 +310,37 @@ fn after_event(last_event_id: &Option<u64>) -> String {
     last_event_id.map_or_else(|| "the start".to_owned(), |n| format!("event {n}"))
 }
 
+fn query_prefix(query_id: &Option<String>) -> String {
+    query_id
+        .as_ref()
+        .map(|q| format!("query {q}: "))
+        .unwrap_or_default()
+}
+
+fn transport_what(connect: bool) -> &'static str {
+    if connect {
+        "could not connect"
+    } else {
+        "the connection failed"
+    }
+}
+
+/// An error and its sources, joined by `: `, each part once (a source whose
+/// text its parent already shows is left out).
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out.replace('\n', " ")
+}
+
 fn query_suffix(query_id: &Option<String>) -> String {
     query_id
         .as_ref()
@@ -354,9 +407,12 @@ impl Error {
     /// This is the classification the client's retry loop uses for
     /// idempotent requests (408, 429 and 5xx answers, connection failures
     /// and timeouts), with one rule above it: nothing that could start a
-    /// second turn is retryable. For `create_query` only answers that prove
-    /// the turn was not started count: 429, a 503 with `Retry-After`, and a
-    /// connection that could not be opened. A 500, 502 or 504 there (the API
+    /// second turn is retryable. For `create_query` only answers taken to
+    /// show the turn was not started count: 429, a connection that could not
+    /// be opened, and a 503 with `Retry-After`. The last is an assumption
+    /// (a server that sheds load answers so before it starts anything), not
+    /// something the answer proves: a proxy in front of the API could send
+    /// it after the turn started. A 500, 502 or 504 there (the API
     /// answers 504 when the turn timed out; a gateway may fail after the
     /// turn started), a `create_query` that may have reached the server (a
     /// timeout, a connection lost after sending), an event stream that
@@ -372,7 +428,11 @@ impl Error {
             Error::Transport { operation, .. } => {
                 !self.may_have_reached_server() || !starts_turn(operation)
             }
-            Error::Timeout { operation, .. } => !starts_turn(operation),
+            Error::Timeout {
+                operation,
+                query_id,
+                ..
+            } => !starts_turn(operation) && query_id.is_none(),
             _ => false,
         }
     }
@@ -392,8 +452,15 @@ impl Error {
             Error::Transport { operation, .. } => {
                 self.may_have_reached_server() && starts_turn(operation)
             }
-            Error::Timeout { operation, .. } => starts_turn(operation),
-            Error::Stream { .. } | Error::ReplayGap { .. } | Error::AnswerMismatch { .. } => true,
+            Error::Timeout {
+                operation,
+                query_id,
+                ..
+            } => starts_turn(operation) || query_id.is_some(),
+            Error::Stream { .. }
+            | Error::ReplayGap { .. }
+            | Error::AnswerMismatch { .. }
+            | Error::TurnTooLarge { .. } => true,
             _ => false,
         }
     }
@@ -419,7 +486,9 @@ impl Error {
             | Error::ReplayGap { query_id, .. }
             | Error::AnswerMismatch { query_id, .. } => Some(query_id),
             Error::SessionBusy { query_id } => Some(query_id.as_str()).filter(|q| !q.is_empty()),
-            Error::Stream { query_id, .. } => query_id.as_deref(),
+            Error::Stream { query_id, .. }
+            | Error::Timeout { query_id, .. }
+            | Error::TurnTooLarge { query_id, .. } => query_id.as_deref(),
             _ => None,
         }
     }
@@ -431,14 +500,59 @@ impl Error {
         !matches!(self, Error::Transport { connect: true, .. })
     }
 
-    /// Names the query turn an error answer was about (no-op for other errors).
+    /// Names the query turn an error was about (an error answer, a
+    /// timeout, a broken stream, a bound passed); no-op for other errors
+    /// and for one that names a turn already.
     pub(crate) fn for_query(mut self, id: &str) -> Self {
-        if let Error::Api(e) = &mut self
-            && e.query_id.is_none()
-        {
-            e.query_id = Some(id.to_owned());
+        if id.is_empty() {
+            return self;
+        }
+        let slot = match &mut self {
+            Error::Api(e) => &mut e.query_id,
+            Error::Timeout { query_id, .. }
+            | Error::Stream { query_id, .. }
+            | Error::TurnTooLarge { query_id, .. } => query_id,
+            _ => return self,
+        };
+        if slot.is_none() {
+            *slot = Some(id.to_owned());
         }
         self
+    }
+
+    /// [`Error::for_query`], and for an error that cannot name a turn (a
+    /// transport failure, an undecodable answer) while reading the turn
+    /// `id`: an [`Error::Stream`] that names it and says why. An error
+    /// about a turn always carries its id.
+    pub(crate) fn about_query(self, id: &str) -> Self {
+        let e = self.for_query(id);
+        if id.is_empty() || e.query_id().is_some() {
+            return e;
+        }
+        match e {
+            e @ (Error::InvalidRequest(_)
+            | Error::SessionBusy { .. }
+            | Error::UnsupportedApiVersion { .. }
+            | Error::Unauthorized { .. }
+            | Error::Redirect { .. }) => e,
+            e => Error::Stream {
+                query_id: Some(id.to_owned()),
+                message: chain(&e),
+            },
+        }
+    }
+
+    /// A deadline that passed after `elapsed`, about `query_id` when known.
+    pub(crate) fn timeout(
+        operation: &'static str,
+        elapsed: std::time::Duration,
+        query_id: Option<&str>,
+    ) -> Self {
+        Error::Timeout {
+            operation,
+            elapsed_ms: millis(elapsed),
+            query_id: query_id.filter(|q| !q.is_empty()).map(str::to_owned),
+        }
     }
 
     pub(crate) fn api(

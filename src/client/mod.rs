@@ -224,6 +224,8 @@ impl Client {
 pub struct ClientBuilder {
     base_url: Option<String>,
     api_key: Option<SecretString>,
+    /// Where the key came from, to name it (never its value) in an error.
+    api_key_source: &'static str,
     login: bool,
     api_version: ApiVersion,
     connect_timeout: Option<Duration>,
@@ -268,6 +270,7 @@ impl ClientBuilder {
         ClientBuilder {
             base_url: var(ENV_BASE_URL),
             api_key: var(ENV_API_KEY).map(SecretString::from),
+            api_key_source: ENV_API_KEY,
             api_version: var(ENV_API_VERSION)
                 .map(ApiVersion::from)
                 .unwrap_or_default(),
@@ -283,8 +286,15 @@ impl ClientBuilder {
 
     /// The Pinecone API key, sent as `X-Pinecone-Api-Key` (or exchanged for a
     /// token with [`ClientBuilder::login`]).
+    ///
+    /// Whitespace around the key (a trailing newline from `echo` into a
+    /// secret, a CRLF `.env`) is trimmed when the client is built; a key
+    /// with any other character that is not visible ASCII is refused there
+    /// with [`Error::InvalidRequest`], which names where the key came from
+    /// (`api_key()` or `PINECONE_API_KEY`) but never the key.
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(SecretString::from(key.into()));
+        self.api_key_source = "api_key()";
         self
     }
 
@@ -392,7 +402,9 @@ impl ClientBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidRequest`] for a missing or invalid base URL, an invalid
-    /// version or user agent, or login without an API key.
+    /// version or user agent, an API key that cannot be sent (empty, or with
+    /// a character that is not visible ASCII inside it), or login without an
+    /// API key.
     pub fn build(self) -> Result<Client> {
         let raw = self.base_url.ok_or_else(|| {
             Error::InvalidRequest(format!(
@@ -413,7 +425,11 @@ impl ClientBuilder {
                 self.api_version.as_str()
             ))
         })?;
-        let auth = match (self.api_key, self.login) {
+        let api_key = self
+            .api_key
+            .map(|key| checked_key(key, self.api_key_source))
+            .transpose()?;
+        let auth = match (api_key, self.login) {
             (Some(key), true) => auth::Auth::Login(auth::LoginState::new(key)),
             (Some(key), false) => auth::Auth::ApiKey(key),
             (None, true) => return Err(Error::InvalidRequest("login needs an API key".into())),
@@ -469,9 +485,62 @@ impl ClientBuilder {
     }
 }
 
+/// The API key without surrounding whitespace, or an error naming its
+/// source (never its value) when it is empty or has a character that cannot
+/// go in a header as it is.
+fn checked_key(key: SecretString, source: &str) -> Result<SecretString> {
+    use secrecy::ExposeSecret;
+    let trimmed = key.expose_secret().trim();
+    if trimmed.is_empty() {
+        return Err(Error::InvalidRequest(format!(
+            "the API key from {source} is empty"
+        )));
+    }
+    if let Some(at) = trimmed.bytes().position(|b| !b.is_ascii_graphic()) {
+        return Err(Error::InvalidRequest(format!(
+            "the API key from {source} has a character that is not visible ASCII \
+             (a space, control character or non-ASCII letter) at byte {at}; it was not sent"
+        )));
+    }
+    if trimmed.len() == key.expose_secret().len() {
+        return Ok(key);
+    }
+    Ok(SecretString::from(trimmed.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_keys_are_trimmed_or_refused_without_showing_them() {
+        for (key, ok) in [
+            ("pcsk_abc\n", true),
+            ("pcsk_abc\r\n", true),
+            ("  pcsk_abc\t", true),
+            ("pcsk_\u{7f}abc", false),
+            ("pcsk abc", false),
+            ("pcsk_\nabc", false),
+            ("pcsk_é", false),
+            (" \n", false),
+        ] {
+            let built = Client::builder()
+                .base_url("http://127.0.0.1:1")
+                .api_key(key)
+                .build();
+            match built {
+                Ok(_) => assert!(ok, "{key:?} accepted"),
+                Err(e) => {
+                    assert!(!ok, "{key:?} refused: {e}");
+                    let text = e.to_string();
+                    assert!(text.contains("api_key()"), "{text}");
+                    assert!(!text.contains("abc"), "{text}");
+                }
+            }
+        }
+        let key = checked_key(SecretString::from("pcsk_abc\r\n"), "x").unwrap();
+        assert_eq!(secrecy::ExposeSecret::expose_secret(&key), "pcsk_abc");
+    }
 
     #[test]
     fn a_call_does_not_carry_the_retry_loop_inline() {

@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
-use backoff::backoff::Backoff;
 use tokio::time::Instant;
 
-use crate::error::{Error, millis};
+use crate::error::Error;
+use crate::transport::retry::Backoff;
 
 /// How a wait polls: the first interval, which grows by half each time up
-/// to a ceiling (with 10 % jitter), and the total time before giving up.
+/// to a ceiling (each shortened by up to 10 % at random), and the total time
+/// before giving up.
 ///
 /// Used by [`QueryHandle::wait_with`](crate::QueryHandle::wait_with),
 /// [`WhenBusy::Wait`](crate::WhenBusy::Wait) (a session waiting for its
@@ -64,8 +65,7 @@ impl WaitPolicy {
 pub(crate) struct Poller {
     started: Instant,
     timeout: Duration,
-    max_interval: Duration,
-    intervals: backoff::ExponentialBackoff,
+    intervals: Backoff,
 }
 
 impl Poller {
@@ -73,23 +73,14 @@ impl Poller {
         Poller {
             started: Instant::now(),
             timeout: policy.timeout,
-            max_interval: policy.max_interval,
-            intervals: backoff::ExponentialBackoff {
-                current_interval: policy.initial_interval,
-                initial_interval: policy.initial_interval,
-                randomization_factor: 0.1,
-                multiplier: 1.5,
-                max_interval: policy.max_interval,
-                max_elapsed_time: None,
-                ..backoff::ExponentialBackoff::default()
-            },
+            intervals: Backoff::new(policy.initial_interval, 1.5, policy.max_interval, 0.1),
         }
     }
 
     /// Sleeps until the next attempt; `false` (at once) when that attempt
     /// would come after the policy's timeout.
     pub(crate) async fn pause(&mut self) -> bool {
-        let delay = self.intervals.next_backoff().unwrap_or(self.max_interval);
+        let delay = self.intervals.next_delay();
         if self.started.elapsed().saturating_add(delay) > self.timeout {
             return false;
         }
@@ -107,17 +98,14 @@ impl Poller {
         if left.is_zero() {
             return false;
         }
-        let delay = self.intervals.next_backoff().unwrap_or(self.max_interval);
+        let delay = self.intervals.next_delay();
         tokio::time::sleep(delay.min(left)).await;
         true
     }
 
     /// [`Error::Timeout`] for `operation`, with the time waited so far.
     pub(crate) fn timed_out(&self, operation: &'static str) -> Error {
-        Error::Timeout {
-            operation,
-            elapsed_ms: millis(self.started.elapsed()),
-        }
+        Error::timeout(operation, self.started.elapsed(), None)
     }
 }
 
@@ -136,7 +124,7 @@ mod tests {
             pauses += 1;
             assert!(pauses < 100, "the wait never ends");
         }
-        // 200, 300, 450, 675 ms (±10 %), then the next would pass 2 s.
+        // 200, 300, 450, 675 ms (up to 10 % less), then the next would pass 2 s.
         assert!((3..=5).contains(&pauses), "{pauses} pauses");
         assert!(poller.started.elapsed() <= Duration::from_secs(2));
         assert!(matches!(
@@ -159,7 +147,7 @@ mod tests {
             pauses += 1;
             assert!(pauses < 100, "the wait never ends");
         }
-        // 200, 300, 450, 675 ms (±10 %), then a pause cut to end at 2 s.
+        // 200, 300, 450, 675 ms (up to 10 % less), then a pause cut to end at 2 s.
         assert!((4..=6).contains(&pauses), "{pauses} pauses");
         assert_eq!(poller.started.elapsed(), Duration::from_secs(2));
     }

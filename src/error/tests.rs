@@ -50,6 +50,7 @@ fn nothing_that_could_start_a_second_turn_is_retryable() {
     let timeout = |operation| Error::Timeout {
         operation,
         elapsed_ms: 1,
+        query_id: None,
     };
     assert!(!timeout("create_query").is_retryable());
     assert!(timeout("list_contexts").is_retryable());
@@ -126,6 +127,7 @@ fn others() -> Vec<(&'static str, Error)> {
             Error::Timeout {
                 operation: "list_contexts",
                 elapsed_ms: 7,
+                query_id: None,
             },
         ),
         ("decode", Error::decode("get_context", "bad json", b"{x")),
@@ -219,7 +221,7 @@ fn every_variant_reads_back_its_text() {
             "list_contexts: the server does not support API version `2026-07`: no",
         ),
         ("unauthorized", "list_contexts: unauthorized: expired"),
-        ("transport", "list_contexts: transport error"),
+        ("transport", "list_contexts: the connection failed: reset"),
         ("timeout", "list_contexts: timed out after 7 ms"),
         (
             "decode",
@@ -435,6 +437,7 @@ fn retry_and_started_advice_for_every_answer() {
         let e = Error::Timeout {
             operation,
             elapsed_ms: 1,
+            query_id: None,
         };
         assert!(e.may_have_reached_server());
         assert_eq!(

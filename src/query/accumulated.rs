@@ -39,12 +39,103 @@ pub(super) fn common_prefix(a: &str, b: &str) -> usize {
     a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
 }
 
+/// The answer text a turn delivered: the text itself, or (when the caller
+/// does not keep it) its length and a keyed hash, which is enough to check
+/// it against the final answer.
+pub(super) struct DeliveredText {
+    keep: bool,
+    text: String,
+    len: usize,
+    keys: std::hash::RandomState,
+    hash: std::hash::DefaultHasher,
+}
+
+impl std::fmt::Debug for DeliveredText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliveredText")
+            .field("keep", &self.keep)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for DeliveredText {
+    fn default() -> Self {
+        DeliveredText::new(true)
+    }
+}
+
+impl DeliveredText {
+    pub(super) fn new(keep: bool) -> Self {
+        use std::hash::BuildHasher;
+        let keys = std::hash::RandomState::new();
+        let hash = keys.build_hasher();
+        DeliveredText {
+            keep,
+            text: String::new(),
+            len: 0,
+            keys,
+            hash,
+        }
+    }
+
+    fn push(&mut self, delta: &str) {
+        use std::hash::Hasher;
+        self.len = self.len.saturating_add(delta.len());
+        if self.keep {
+            self.text.push_str(delta);
+        } else {
+            // SipHash is streaming: the hash of the pieces is the hash of
+            // the whole, however the deltas were split.
+            self.hash.write(delta.as_bytes());
+        }
+    }
+
+    /// The bytes delivered.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The text, when kept (else empty).
+    pub(super) fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether `candidate` is the delivered text.
+    pub(super) fn is(&self, candidate: &str) -> bool {
+        use std::hash::{BuildHasher, Hasher};
+        if candidate.len() != self.len {
+            return false;
+        }
+        if self.keep {
+            return candidate == self.text;
+        }
+        let mut h = self.keys.build_hasher();
+        h.write(candidate.as_bytes());
+        h.finish() == self.hash.finish()
+    }
+
+    /// How many leading bytes of `other` agree with the delivered text
+    /// (the whole comparison needs the kept text; without it, 0).
+    pub(super) fn common_prefix(&self, other: &str) -> usize {
+        if self.keep {
+            common_prefix(&self.text, other)
+        } else {
+            0
+        }
+    }
+}
+
 /// What a turn has delivered so far.
 #[derive(Debug, Default)]
 pub(super) struct Accumulated {
     pub(super) session_id: Option<String>,
-    pub(super) text: String,
+    pub(super) text: DeliveredText,
     pub(super) steps: Vec<types::QueryStep>,
+    /// Where each `step_id` is in `steps`.
+    step_index: std::collections::HashMap<String, usize>,
+    /// The bytes `steps` holds (see [`step_bytes`]).
+    pub(super) step_bytes: usize,
     pub(super) rollup: Option<types::QueryRollup>,
     pub(super) synthesis: Option<types::QuerySynthesis>,
     pub(super) trace_ref: Option<String>,
@@ -52,17 +143,73 @@ pub(super) struct Accumulated {
     pub(super) query: Option<types::Query>,
 }
 
+/// Which bound an event would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Over {
+    Text,
+    Steps,
+}
+
+/// The bytes a step holds: its text fields (what a server controls).
+pub(super) fn step_bytes(step: &types::QueryStep) -> usize {
+    let fns: usize = step.fns.iter().map(|f| f.len().saturating_add(8)).sum();
+    let code = step.code.as_ref().map_or(0, |c| c.to_string().len());
+    step.step_id
+        .len()
+        .saturating_add(step.status.len())
+        .saturating_add(step.commentary.len())
+        .saturating_add(fns)
+        .saturating_add(code)
+        .saturating_add(64)
+}
+
 impl Accumulated {
+    /// What a turn accumulates: its text kept or only checked.
+    pub(super) fn new(keep_text: bool) -> Self {
+        Accumulated {
+            text: DeliveredText::new(keep_text),
+            ..Accumulated::default()
+        }
+    }
+
+    /// Which bound `event` would pass, if applied.
+    pub(super) fn would_pass(
+        &self,
+        event: &QueryEvent,
+        max_text: usize,
+        max_steps: usize,
+    ) -> Option<Over> {
+        match event {
+            QueryEvent::TextDelta { delta }
+                if self.text.len().saturating_add(delta.len()) > max_text =>
+            {
+                Some(Over::Text)
+            }
+            QueryEvent::Step(step) => {
+                let after = match self.step_index.get(&step.step_id) {
+                    Some(&i) => {
+                        let mut merged = self.steps[i].clone();
+                        merge_into(&mut merged, step);
+                        self.step_bytes - step_bytes(&self.steps[i]) + step_bytes(&merged)
+                    }
+                    None => self.step_bytes.saturating_add(step_bytes(step)),
+                };
+                (after > max_steps).then_some(Over::Steps)
+            }
+            _ => None,
+        }
+    }
+
     pub(super) fn apply(&mut self, event: &QueryEvent) {
         match event {
-            QueryEvent::TextDelta { delta } => self.text.push_str(delta),
+            QueryEvent::TextDelta { delta } => self.text.push(delta),
             QueryEvent::Created {
                 session_id: Some(session_id),
                 ..
             } => self.session_id = Some(session_id.clone()),
             QueryEvent::Step(step) => {
                 self.note_tokens(step.cum_input_tokens, step.cum_output_tokens);
-                merge_step(&mut self.steps, step);
+                self.merge_step(step);
             }
             QueryEvent::TurnRollup(r) => self.rollup = Some(r.clone()),
             QueryEvent::Synthesis(s) => self.synthesis = Some(s.clone()),
@@ -76,6 +223,23 @@ impl Accumulated {
                 self.query = Some((**q).clone());
             }
             _ => {}
+        }
+    }
+
+    /// Merges a step by `step_id` in O(1) (see [`merge_step`]).
+    fn merge_step(&mut self, step: &types::QueryStep) {
+        match self.step_index.get(&step.step_id) {
+            Some(&i) => {
+                let before = step_bytes(&self.steps[i]);
+                merge_into(&mut self.steps[i], step);
+                self.step_bytes = self.step_bytes - before + step_bytes(&self.steps[i]);
+            }
+            None => {
+                self.step_index
+                    .insert(step.step_id.clone(), self.steps.len());
+                self.step_bytes = self.step_bytes.saturating_add(step_bytes(step));
+                self.steps.push(step.clone());
+            }
         }
     }
 
@@ -100,12 +264,18 @@ impl Accumulated {
 }
 
 /// Merges a step event into the list by `step_id`: the later status wins,
-/// and fields the later event leaves out keep their earlier value.
-pub(crate) fn merge_step(steps: &mut Vec<types::QueryStep>, step: &types::QueryStep) {
-    let Some(known) = steps.iter_mut().find(|s| s.step_id == step.step_id) else {
-        steps.push(step.clone());
-        return;
-    };
+/// and fields the later event leaves out keep their earlier value. (The
+/// linear reference for [`Accumulated`]'s indexed merge.)
+#[cfg(test)]
+fn merge_step(steps: &mut Vec<types::QueryStep>, step: &types::QueryStep) {
+    match steps.iter_mut().find(|s| s.step_id == step.step_id) {
+        Some(known) => merge_into(known, step),
+        None => steps.push(step.clone()),
+    }
+}
+
+/// Merges `step` into the `known` step of the same id.
+fn merge_into(known: &mut types::QueryStep, step: &types::QueryStep) {
     if !step.status.is_empty() {
         known.status.clone_from(&step.status);
     }
@@ -166,5 +336,43 @@ mod tests {
             (u.input_tokens, u.output_tokens, u.total_tokens),
             (10, 3, 13)
         );
+    }
+
+    #[test]
+    fn the_map_merges_like_the_list_and_counts_bytes() {
+        let mut acc = Accumulated::default();
+        let mut list = Vec::new();
+        for (id, status, text) in [
+            ("a", "running", "x"),
+            ("b", "running", "yy"),
+            ("a", "done", ""),
+        ] {
+            let s = step(id, status, text);
+            merge_step(&mut list, &s);
+            acc.apply(&QueryEvent::Step(s));
+        }
+        assert_eq!(acc.steps, list);
+        let held: usize = acc.steps.iter().map(step_bytes).sum();
+        assert_eq!(acc.step_bytes, held);
+        let big = QueryEvent::Step(step("c", "running", &"z".repeat(100)));
+        assert_eq!(
+            acc.would_pass(&big, usize::MAX, held + 10),
+            Some(Over::Steps)
+        );
+        assert_eq!(acc.would_pass(&big, usize::MAX, held + 1000), None);
+    }
+
+    #[test]
+    fn text_not_kept_is_still_checked() {
+        for keep in [true, false] {
+            let mut t = DeliveredText::new(keep);
+            t.push("Hello, ");
+            t.push("world");
+            assert_eq!(t.len(), 12);
+            assert!(t.is("Hello, world"));
+            assert!(!t.is("Hello, World"));
+            assert!(!t.is("Hello, worl"));
+            assert_eq!(t.as_str().is_empty(), !keep);
+        }
     }
 }

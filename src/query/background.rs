@@ -26,9 +26,9 @@ use crate::{Client, types};
 /// [`Session`](crate::Session)).
 ///
 /// To continue a turn from a checkpoint in another process, store
-/// [`QueryTurn::last_event_id`] as you go; later,
-/// `client.queries().attach(id).await?.events_after(seq).await?` delivers
-/// exactly the events after it.
+/// [`QueryTurn::checkpoint`] as you go; later,
+/// `client.queries().attach(id).await?.events_from(&checkpoint).await?`
+/// delivers exactly the events after it, checked against the final answer.
 pub struct QueryHandle {
     client: Client,
     query: types::Query,
@@ -221,57 +221,41 @@ impl QueryHandle {
     /// # Errors
     /// Any error answer to the events request.
     pub async fn events(self) -> Result<QueryTurn> {
-        self.subscribe(None, None).await
+        self.subscribe(None, 0).await
     }
 
     /// The same handle with another [`StreamConfig`] for the streams it
-    /// opens ([`QueryHandle::events`], [`QueryHandle::events_after`],
-    /// [`QueryHandle::events_from`]).
+    /// opens ([`QueryHandle::events`], [`QueryHandle::events_from`]).
     #[must_use]
     pub fn stream_config(mut self, config: StreamConfig) -> QueryHandle {
         self.stream_config = config;
         self
     }
 
-    /// The turn's events strictly after sequence number `seq` (a checkpoint
-    /// stored from [`QueryTurn::last_event_id`]), each exactly once.
+    /// The turn's events after a [`Checkpoint`] persisted from
+    /// [`QueryTurn::checkpoint`], each exactly once: the one way to continue
+    /// a turn in another process.
     ///
-    /// It asks `GET /queries/{id}/events` with `Last-Event-ID: seq` and
-    /// checks the replay: the server replays from `seq` inclusively, so the
-    /// first event with an id must be exactly `seq` (it is dropped as
-    /// already seen). A replay that starts elsewhere, or an event log that
-    /// is gone (404/410), ends the stream with [`Error::ReplayGap`] naming
-    /// the checkpoint once the stored turn has ended, never with a silent
-    /// gap or a duplicate: the text before the checkpoint is not known in
-    /// this process, so the stored answer cannot be split at it (read the
-    /// whole turn with [`QueryHandle::get`]). Later breaks resume as for any
-    /// streamed turn. `events_after(0)` is [`QueryHandle::events`].
+    /// It asks `GET /queries/{id}/events` with `Last-Event-ID` set to the
+    /// checkpoint's event and checks the replay: the server replays from it
+    /// inclusively, so the first event with an id must be exactly that one
+    /// (it is dropped as already seen). Because the checkpoint carries the
+    /// length of the text delivered before it, the rest is checked against
+    /// the final answer like any streamed turn's, and a replay that cannot
+    /// be trusted, or an event log that is gone (404/410), is made up for
+    /// from the stored turn (the text after the checkpoint as one delta)
+    /// instead of failing. A checkpoint at event 0 reads from the start.
     ///
     /// The events request is sent when the returned turn is first polled;
-    /// its errors arrive through the stream.
-    ///
-    /// The returned turn accumulates only what follows the checkpoint: its
-    /// [`QueryTurn::text`] is the rest of the answer, and
-    /// [`QueryTurn::finish`] still returns the whole stored Query.
-    ///
-    /// # Errors
-    /// [`Error::Stream`] when the handle was detached before the server
-    /// named the turn and the stream ended without naming it.
-    pub async fn events_after(self, seq: u64) -> Result<QueryTurn> {
-        self.subscribe(Some(seq).filter(|&s| s > 0), None).await
-    }
-
-    /// The turn's events after a [`Checkpoint`] persisted from
-    /// [`QueryTurn::checkpoint`], each exactly once, as for
-    /// [`QueryHandle::events_after`]. Because the checkpoint carries the
-    /// length of the text delivered before it, the rest is also checked
-    /// against the final answer, and a replay that cannot be trusted is
-    /// made up for from the stored turn (the text after the checkpoint as
-    /// one delta) instead of failing.
+    /// its errors arrive through the stream. The returned turn accumulates
+    /// only what follows the checkpoint: its [`QueryTurn::text`] is the rest
+    /// of the answer, and [`QueryTurn::finish`] returns the whole stored
+    /// Query.
     ///
     /// # Errors
     /// [`Error::InvalidRequest`] when the checkpoint is about another turn;
-    /// as for [`QueryHandle::events_after`].
+    /// [`Error::Stream`] when the handle was detached before the server
+    /// named the turn and the stream ended without naming it.
     pub async fn events_from(mut self, checkpoint: &Checkpoint) -> Result<QueryTurn> {
         self.named().await?;
         if checkpoint.query_id != self.query.id {
@@ -282,14 +266,10 @@ impl QueryHandle {
         }
         let prefix = usize::try_from(checkpoint.text_len).unwrap_or(usize::MAX);
         let after = Some(checkpoint.event_id).filter(|&s| s > 0);
-        self.subscribe(after, Some(prefix)).await
+        self.subscribe(after, prefix).await
     }
 
-    async fn subscribe(
-        mut self,
-        after: Option<u64>,
-        prefix_len: Option<usize>,
-    ) -> Result<QueryTurn> {
+    async fn subscribe(mut self, after: Option<u64>, prefix_len: usize) -> Result<QueryTurn> {
         self.named().await?;
         let QueryHandle {
             client,
@@ -318,7 +298,7 @@ impl QueryHandle {
         };
         let mut turn = QueryTurn::new(conn, slot, span, &stream_config);
         turn.set_session_id(&query.session_id);
-        if after.is_some() || prefix_len.is_some_and(|n| n > 0) {
+        if after.is_some() || prefix_len > 0 {
             turn.mark_after_checkpoint(prefix_len);
         }
         Ok(turn)
@@ -344,7 +324,7 @@ impl QueryHandle {
 impl QueryTurn {
     /// Stops reading and keeps the turn: the returned [`QueryHandle`] can
     /// poll, wait for, cancel or read the turn again later
-    /// ([`QueryHandle::events_after`] with [`QueryTurn::last_event_id`]
+    /// ([`QueryHandle::events_from`] with [`QueryTurn::checkpoint`]
     /// continues exactly where this turn stopped). The connection is closed;
     /// the turn goes on on the server, and the session counts it as in
     /// flight while the handle lives. Never cancels, whatever
@@ -366,17 +346,19 @@ impl Queries<'_> {
     /// poll it, wait for it, cancel it, or read its events from the start
     /// ([`QueryHandle::events`](crate::QueryHandle::events)) or after a
     /// stored checkpoint
-    /// ([`QueryHandle::events_after`](crate::QueryHandle::events_after)).
+    /// ([`QueryHandle::events_from`](crate::QueryHandle::events_from)).
     ///
     /// The handle belongs to no [`Session`](crate::Session) of this
     /// process: to ask a follow-up, use
     /// [`Session::resume`](crate::Session::resume) with its session id.
     ///
     /// ```no_run
-    /// # async fn run(client: nexus_knowql::Client, checkpoint: u64) -> nexus_knowql::Result<()> {
+    /// # async fn run(client: nexus_knowql::Client, saved: &str) -> nexus_knowql::Result<()> {
     /// use futures::StreamExt;
-    /// let handle = client.queries().attach("q_123").await?;
-    /// let mut rest = handle.events_after(checkpoint).await?;
+    /// use nexus_knowql::query::Checkpoint;
+    /// let checkpoint: Checkpoint = saved.parse()?;
+    /// let handle = client.queries().attach(&checkpoint.query_id).await?;
+    /// let mut rest = handle.events_from(&checkpoint).await?;
     /// while let Some(event) = rest.next().await {
     ///     let _ = event?;
     /// }

@@ -82,7 +82,8 @@ impl TurnBuilder {
         }
     }
 
-    /// The workflow to run (for example `auto`).
+    /// The workflow to run, by a name the server lists for the context
+    /// (the request's `workflow`); left out, the server picks.
     pub fn workflow(mut self, workflow: impl Into<String>) -> Self {
         self.request.workflow = Some(workflow.into());
         self
@@ -337,6 +338,7 @@ impl TurnBuilder {
         let span = TurnSpan::new("send");
         let outer = span.span();
         let limit = self.session.client.transport().turn_timeout();
+        let session = self.session.clone();
         let run = async move {
             self.request.stream = Some(true);
             let (slot, resp) = self.post_turn(true, &span).await?;
@@ -357,15 +359,31 @@ impl TurnBuilder {
             finish_or_poll(QueryTurn::new(conn, Some(slot), span, &self.stream_config)).await
         }
         .instrument(outer);
+        // The turn this send() started, once the server named it: the
+        // session's unfinished turn, or (seen to end) its newest one.
+        let before = session.last_query_id();
+        let this_turn = || {
+            session.unfinished_query_id().or_else(|| {
+                session
+                    .last_query_id()
+                    .filter(|id| Some(id) != before.as_ref())
+            })
+        };
+        let named = |e: Error| match this_turn() {
+            Some(id) => e.about_query(&id),
+            None => e,
+        };
         match limit {
-            None => run.await,
+            None => run.await.map_err(named),
             // Dropped at the deadline, the turn stays remembered by the session.
-            Some(limit) => tokio::time::timeout(limit, run)
-                .await
-                .unwrap_or(Err(Error::Timeout {
-                    operation: "create_query",
-                    elapsed_ms: super::millis(limit),
-                })),
+            Some(limit) => match tokio::time::timeout(limit, run).await {
+                Ok(result) => result.map_err(named),
+                Err(_) => Err(Error::timeout(
+                    "create_query",
+                    limit,
+                    this_turn().as_deref(),
+                )),
+            },
         }
     }
 
@@ -379,10 +397,13 @@ impl TurnBuilder {
     /// [`Error::SessionBusy`] while an earlier turn of the session runs;
     /// any error answer to `POST /query`; [`Error::Timeout`] when the
     /// response headers do not come within the client's header timeout (the
-    /// request is not sent again: the server may already run the turn).
+    /// request is not sent again: the server may already run the turn), or
+    /// when a JSON answer's body does not arrive within
+    /// [`StreamConfig::turn_deadline`], which counts from here.
     pub async fn stream(mut self) -> Result<QueryTurn> {
         let span = TurnSpan::new("stream");
         let outer = span.span();
+        let started = tokio::time::Instant::now();
         async move {
             self.request.stream = Some(true);
             let (slot, resp) = self.post_turn(true, &span).await?;
@@ -390,7 +411,11 @@ impl TurnBuilder {
             if is_json(&resp) {
                 // The Query document instead of an event stream: the turn
                 // is named, so it is followed by its id.
-                let query = decode_query("create_query", resp).await?;
+                let deadline = self
+                    .stream_config
+                    .turn_deadline
+                    .and_then(|limit| started.checked_add(limit));
+                let query = decode_query_until("create_query", resp, deadline).await?;
                 slot.learn(Some(&query.session_id), Some(&query.id));
                 return Ok(QueryTurn::from_query(
                     client,
@@ -398,10 +423,12 @@ impl TurnBuilder {
                     slot,
                     span,
                     &self.stream_config,
+                    started,
                 ));
             }
             let resp = expect_event_stream("create_query", None, resp)?;
-            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None);
+            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None)
+                .started_at(started);
             Ok(QueryTurn::new(conn, Some(slot), span, &self.stream_config))
         }
         .instrument(outer)
@@ -457,6 +484,23 @@ fn is_json(resp: &reqwest::Response) -> bool {
         .is_some_and(|v| v.starts_with("application/json"))
 }
 
+/// [`decode_query`] that gives up at `deadline` (when there is one) with
+/// [`Error::Timeout`]: a body that stalls never holds the turn past it.
+pub(crate) async fn decode_query_until(
+    operation: &'static str,
+    resp: reqwest::Response,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<types::Query> {
+    let Some(at) = deadline else {
+        return decode_query(operation, resp).await;
+    };
+    let started = tokio::time::Instant::now();
+    match tokio::time::timeout_at(at, decode_query(operation, resp)).await {
+        Ok(decoded) => decoded,
+        Err(_) => Err(Error::timeout("query_turn", started.elapsed(), None)),
+    }
+}
+
 pub(crate) async fn decode_query(
     operation: &'static str,
     resp: reqwest::Response,
@@ -503,7 +547,8 @@ async fn finish_or_poll(mut turn: QueryTurn) -> Result<types::Query> {
         Some(_) if turn.query_id().is_some() => {
             tracing::debug!(parent: &span, "the events broke off; polling the stored turn");
             let mut handle = turn.detach();
-            handle.wait().await
+            let id = handle.id().to_owned();
+            handle.wait().await.map_err(|e| e.about_query(&id))
         }
         Some(e) => Err(e),
         None => turn.finish().await,

@@ -29,6 +29,9 @@ pub struct StreamConfig {
     pub(super) cancel_on_drop: bool,
     pub(super) final_query_wait: Duration,
     pub(super) turn_deadline: Option<Duration>,
+    pub(super) max_text_bytes: usize,
+    pub(super) max_step_bytes: usize,
+    pub(super) keep_text: bool,
 }
 
 impl Default for StreamConfig {
@@ -45,6 +48,9 @@ impl Default for StreamConfig {
             cancel_on_drop: false,
             final_query_wait: DEFAULT_FINAL_QUERY_WAIT,
             turn_deadline: Some(DEFAULT_TURN_DEADLINE),
+            max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
+            max_step_bytes: DEFAULT_MAX_STEP_BYTES,
+            keep_text: true,
         }
     }
 }
@@ -113,14 +119,46 @@ impl StreamConfig {
         self
     }
 
-    /// The longest a streamed turn is read, from its start to its final
-    /// Query, resumes and the reading of the stored turn included (default
+    /// The longest a streamed turn is read, from its start (the call to
+    /// [`TurnBuilder::stream`](crate::TurnBuilder::stream)) to its final
+    /// Query: a JSON answer's body, resumes and the reading of the stored
+    /// turn included (default
     /// 960 s: the service's 900 s cap on a turn plus a margin); `None` has no
     /// overall limit. Nothing the server sends extends it. When it passes,
     /// the turn yields [`Error::Timeout`](crate::Error::Timeout) (operation `query_turn`); the turn
     /// is not cancelled.
     pub fn turn_deadline(mut self, limit: Option<Duration>) -> Self {
         self.turn_deadline = limit;
+        self
+    }
+
+    /// The most bytes of answer text a turn delivers (default 16 MiB),
+    /// counted whether or not it is kept ([`StreamConfig::keep_text`]). A
+    /// turn that goes past it ends with
+    /// [`Error::TurnTooLarge`](crate::Error::TurnTooLarge) (part `text`);
+    /// the turn is not cancelled.
+    pub fn max_text_bytes(mut self, limit: usize) -> Self {
+        self.max_text_bytes = limit.max(1);
+        self
+    }
+
+    /// The most bytes of steps a turn holds (default 4 MiB): the steps
+    /// merged by `step_id`, each counted by its text fields. A turn that
+    /// goes past it ends with [`Error::TurnTooLarge`](crate::Error::TurnTooLarge)
+    /// (part `steps`).
+    pub fn max_step_bytes(mut self, limit: usize) -> Self {
+        self.max_step_bytes = limit.max(1);
+        self
+    }
+
+    /// Whether the turn keeps the answer text it delivers for
+    /// [`QueryTurn::text`](crate::QueryTurn::text) (default `true`). A
+    /// caller that only prints the deltas can turn it off: the turn then
+    /// holds a keyed hash and the length of the text instead, and still
+    /// checks it against the final answer (the answer text is in the final
+    /// Query either way).
+    pub fn keep_text(mut self, keep: bool) -> Self {
+        self.keep_text = keep;
         self
     }
 
@@ -148,6 +186,12 @@ impl StreamConfig {
 
 /// The most bytes of a Query document, as a JSON body or a `query` frame.
 pub(crate) const MAX_QUERY_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The default bound on a turn's answer text.
+pub(crate) const DEFAULT_MAX_TEXT_BYTES: usize = 16 * 1024 * 1024;
+
+/// The default bound on a turn's steps.
+pub(crate) const DEFAULT_MAX_STEP_BYTES: usize = 4 * 1024 * 1024;
 
 /// The default bound on waiting for a stored turn to end.
 const DEFAULT_RECOVERY_WAIT: Duration = Duration::from_secs(930);

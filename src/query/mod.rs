@@ -54,7 +54,6 @@ mod sse;
 mod stream;
 mod turn;
 
-pub(crate) use crate::error::millis;
 pub use background::QueryHandle;
 pub use builder::{MAX_TURN_SECONDS, TurnBuilder};
 pub use checkpoint::{Checkpoint, END_OF_TURN};

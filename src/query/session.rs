@@ -174,7 +174,9 @@ impl SessionBuilder {
 ///
 /// - While a turn is held in this process (a [`QueryTurn`](crate::QueryTurn)
 ///   not yet ended, a [`QueryHandle`](crate::QueryHandle) not yet seen
-///   terminal, or a `send()` under way), a new turn fails with
+///   terminal, or a `send()` under way), a new turn first asks the server
+///   (`GET /queries/{id}`, or the stored session while the turn has no id):
+///   if it has ended, the new turn goes ahead; otherwise it fails with
 ///   [`Error::SessionBusy`] naming it (or waits, see [`WhenBusy`]).
 /// - A turn dropped or detached before its end may still run on the server.
 ///   The next turn first asks `GET /queries/{id}`: if the earlier turn has
@@ -207,6 +209,9 @@ pub(crate) struct Running {
     pub(crate) query_id: Option<String>,
     /// An object in this process still owns the turn (it was not dropped).
     pub(crate) held: bool,
+    /// For a held turn not named yet: the running turn the server's stored
+    /// session shows, when it was asked.
+    pub(crate) on_server: Option<String>,
 }
 
 /// What the next turn sends to join (or start) the session.

@@ -28,6 +28,9 @@ impl fmt::Debug for TurnSlot {
     }
 }
 
+/// The turn in the way has ended.
+struct Ended;
+
 /// What [`TurnSlot::acquire`] found in the way.
 enum Blocker {
     /// A turn held in this process, by id when known.
@@ -51,9 +54,15 @@ impl TurnSlot {
                 Ok(slot) => return Ok(slot),
                 Err(blocker) => blocker,
             };
-            let held = matches!(blocker, Blocker::Held(_));
             let query_id = match blocker {
-                Blocker::Held(id) => id,
+                // Held here, but its owner may never read on: the server
+                // knows whether it ended.
+                Blocker::Held(id) => {
+                    match session.shared.check_held(&session.client, id.clone()).await {
+                        Some(Ended) => continue,
+                        None => id.or_else(|| session.shared.running_on_server_id()),
+                    }
+                }
                 Blocker::Left(id, generation) => {
                     match session
                         .shared
@@ -80,15 +89,6 @@ impl TurnSlot {
                 .await
             {
                 return Err(busy(query_id));
-            }
-            if held && let Some(id) = query_id {
-                // A held turn ends when its owner sees it end; the server may
-                // know first (its owner may never read on).
-                if let Ok(q) = session.client.queries().get(&id).await
-                    && q.is_terminal()
-                {
-                    session.shared.forget(&id);
-                }
             }
         }
     }
@@ -184,6 +184,7 @@ impl Shared {
                     generation,
                     query_id: None,
                     held: true,
+                    on_server: None,
                 });
                 Ok(TurnSlot {
                     shared: Arc::clone(self),
@@ -241,19 +242,60 @@ impl Shared {
         query_id
     }
 
-    fn session_id(&self) -> Option<String> {
-        self.lock().session_id.clone()
-    }
-
-    /// Forgets the remembered turn `query_id`, which has ended.
-    fn forget(&self, query_id: &str) {
+    /// Asks the server about a turn held in this process: `Some(Ended)`
+    /// when it (or, unnamed, every turn of the session) has ended, and the
+    /// session forgot it; `None` while it may run, or when the server
+    /// cannot tell.
+    async fn check_held(&self, client: &Client, query_id: Option<String>) -> Option<Ended> {
+        let ended = match &query_id {
+            Some(id) => match client.queries().get(id).await {
+                Ok(q) => q.is_terminal(),
+                Err(e) => e.is_not_found(),
+            },
+            // Not named yet: the session's stored turns tell, once the
+            // session is known; a new session has nothing to ask about.
+            None => {
+                let session_id = self.session_id()?;
+                let stored = client.sessions().get(&session_id).await.ok()?;
+                let running = stored.queries.iter().rev().find(|q| !q.is_terminal());
+                self.note_running_on_server(running.map(|q| q.id.clone()));
+                running.is_none() && !stored.queries.is_empty()
+            }
+        };
+        if !ended {
+            return None;
+        }
         let mut start = self.lock();
         if start
             .running
             .as_ref()
-            .is_some_and(|r| r.query_id.as_deref() == Some(query_id))
+            .is_some_and(|r| r.held && r.query_id == query_id)
         {
             start.running = None;
         }
+        Some(Ended)
+    }
+
+    /// Remembers which turn the server says still runs, to name it in
+    /// [`Error::SessionBusy`].
+    fn note_running_on_server(&self, id: Option<String>) {
+        let mut start = self.lock();
+        if let Some(r) = start.running.as_mut()
+            && r.query_id.is_none()
+        {
+            r.on_server = id;
+        }
+    }
+
+    /// The running turn the server named for a held, unnamed turn.
+    fn running_on_server_id(&self) -> Option<String> {
+        self.lock()
+            .running
+            .as_ref()
+            .and_then(|r| r.on_server.clone())
+    }
+
+    fn session_id(&self) -> Option<String> {
+        self.lock().session_id.clone()
     }
 }

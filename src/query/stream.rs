@@ -25,7 +25,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use backoff::backoff::Backoff;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::time::{Instant, Sleep};
@@ -36,6 +35,7 @@ pub(crate) use super::fetch::{expect_event_stream, open_events, stored_terminal}
 use super::sse::SseParser;
 pub(crate) use crate::error::millis;
 use crate::error::{Error, Result};
+use crate::transport::retry::Backoff;
 use crate::{Client, types};
 
 type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
@@ -133,12 +133,15 @@ pub(crate) struct EventConnection {
     deadline: Option<Pin<Box<Sleep>>>,
     /// The wait for the `query` frame, armed at the terminal event.
     final_wait: Option<Pin<Box<Sleep>>>,
+    /// The operation whose body is being read: `create_query` for the
+    /// answer to `POST /query`, `stream_query_events` after a resume.
+    body_operation: &'static str,
 }
 
 struct ResumeCycle {
     attempts: u32,
     started: Instant,
-    backoff: backoff::ExponentialBackoff,
+    backoff: Backoff,
 }
 
 impl std::fmt::Debug for EventConnection {
@@ -214,6 +217,7 @@ impl EventConnection {
             started: Instant::now(),
             deadline: None,
             final_wait: None,
+            body_operation: "stream_query_events",
         }
     }
 
@@ -225,7 +229,24 @@ impl EventConnection {
         query_id: Option<String>,
     ) -> Self {
         let body = State::Open(Box::pin(resp.bytes_stream()));
-        EventConnection::with_state(client, config, body, query_id)
+        let mut conn = EventConnection::with_state(client, config, body, query_id);
+        conn.body_operation = "create_query";
+        conn
+    }
+
+    /// The same connection with the turn's deadline counted from `at` (the
+    /// `POST /query` that started it) rather than from now.
+    pub(crate) fn started_at(mut self, at: Instant) -> Self {
+        self.started = at;
+        self.deadline = None;
+        self
+    }
+
+    /// When [`StreamConfig::turn_deadline`] passes, if it is bounded.
+    pub(crate) fn deadline_at(&self) -> Option<Instant> {
+        self.config
+            .turn_deadline
+            .and_then(|limit| self.started.checked_add(limit))
     }
 
     /// A verified event stream of `query_id` after `last_seen`.
@@ -397,10 +418,7 @@ impl EventConnection {
                 elapsed_ms = elapsed,
                 "the turn's overall deadline passed"
             );
-            self.fail(Error::Timeout {
-                operation: "query_turn",
-                elapsed_ms: elapsed,
-            });
+            self.fail(Error::timeout("query_turn", self.started.elapsed(), None));
         }
         loop {
             if let State::Open(_) = self.state {
@@ -418,6 +436,21 @@ impl EventConnection {
                             self.idless_after_last = self.idless_after_last.saturating_add(1);
                         }
                         match &event {
+                            QueryEvent::Query(q) if !q.is_terminal() => {
+                                // A final frame is the truth only when the
+                                // turn has ended: the stored turn, once it
+                                // has, stands in for it.
+                                if self.query_id.is_none() && !q.id.is_empty() {
+                                    self.query_id = Some(q.id.clone());
+                                }
+                                tracing::debug!(
+                                    query_id = self.query_id.as_deref(),
+                                    status = q.status,
+                                    "the final Query frame is not terminal; reading the stored turn"
+                                );
+                                self.fetch_final();
+                                continue;
+                            }
                             QueryEvent::Query(q) => {
                                 if self.query_id.is_none() {
                                     self.query_id = Some(q.id.clone());
@@ -510,10 +543,7 @@ impl EventConnection {
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {
-                        let e = self
-                            .client
-                            .transport()
-                            .map_reqwest("stream_query_events", e);
+                        let e = self.client.transport().map_reqwest(self.body_operation, e);
                         self.reconnect(&format!("the connection failed: {e}"));
                     }
                     Poll::Ready(None) => {
@@ -544,6 +574,7 @@ impl EventConnection {
                         self.conn_last = None;
                         self.skip_idless = self.idless_after_last;
                         self.last_activity = Instant::now();
+                        self.body_operation = "stream_query_events";
                         self.state = State::Open(Box::pin(resp.bytes_stream()));
                     }
                     Poll::Ready(Err(e)) => {
@@ -647,7 +678,7 @@ impl EventConnection {
     fn fail(&mut self, e: Error) {
         self.state = State::Done;
         self.failed = Some(match &self.query_id {
-            Some(id) => e.for_query(id),
+            Some(id) => e.about_query(id),
             None => e,
         });
     }
@@ -718,8 +749,8 @@ impl EventConnection {
             self.failed = Some(Error::Stream {
                 query_id: None,
                 message: format!(
-                    "{cause} before the server named the turn; it cannot be resumed and is not \
-                     sent again (that would start a second turn)"
+                    "{cause}, and the server had not named the turn yet: it cannot be resumed, \
+                     and it is not sent again (that would start a second turn)"
                 ),
             });
             return;
@@ -732,21 +763,11 @@ impl EventConnection {
         let cycle = self.resume.get_or_insert_with(|| ResumeCycle {
             attempts: 0,
             started: now,
-            backoff: backoff::ExponentialBackoff {
-                current_interval: base,
-                initial_interval: base,
-                randomization_factor: 0.2,
-                multiplier: 2.0,
-                max_interval: self.config.resume_max_delay.max(base),
-                max_elapsed_time: None,
-                ..backoff::ExponentialBackoff::default()
-            },
+            // Up to a fifth shorter at random: spread, yet close to the
+            // server's `retry:` when it gave one.
+            backoff: Backoff::new(base, 2.0, self.config.resume_max_delay.max(base), 0.2),
         });
-        let delay = cycle
-            .backoff
-            .next_backoff()
-            .unwrap_or(self.config.resume_max_delay)
-            .min(self.config.resume_max_delay);
+        let delay = cycle.backoff.next_delay().min(self.config.resume_max_delay);
         let spent = now.duration_since(cycle.started);
         if cycle.attempts >= self.config.resume_attempts
             || spent.saturating_add(delay) > self.config.resume_max_elapsed

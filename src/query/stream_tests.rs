@@ -108,7 +108,8 @@ fn only_server_trouble_is_resumable() {
     assert!(!resumable(&api(403)));
     assert!(resumable(&Error::Timeout {
         operation: "op",
-        elapsed_ms: 1
+        elapsed_ms: 1,
+        query_id: None,
     }));
 }
 

@@ -10,7 +10,7 @@ use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
-use super::accumulated::{Accumulated, Mismatch, common_prefix};
+use super::accumulated::{Accumulated, Mismatch, Over};
 use super::checkpoint::{Checkpoint, END_OF_TURN};
 use super::event::QueryEvent;
 use super::slot::TurnSlot;
@@ -73,10 +73,10 @@ pub struct QueryTurn {
     stream_config: StreamConfig,
     /// Whether a drop before the end cancels the turn on the server.
     cancel_on_drop: bool,
-    /// Continues after a checkpoint (see [`QueryHandle::events_after`](crate::QueryHandle::events_after)).
+    /// Continues after a checkpoint (see [`QueryHandle::events_from`](crate::QueryHandle::events_from)).
     after_checkpoint: bool,
-    /// The bytes of answer text delivered before the checkpoint, when known.
-    prefix_len: Option<usize>,
+    /// The bytes of answer text delivered before the checkpoint.
+    prefix_len: usize,
     /// The delivered text did not match the final answer: the turn's outcome
     /// even after the error was yielded.
     mismatch: Option<Mismatch>,
@@ -104,6 +104,7 @@ impl fmt::Debug for QueryTurn {
             .field("connection", &self.conn)
             .field("session_id", &self.acc.session_id)
             .field("text_len", &self.acc.text.len())
+            .field("step_bytes", &self.acc.step_bytes)
             .field("steps", &self.acc.steps.len())
             .field("ended", &self.ended)
             .finish_non_exhaustive()
@@ -121,14 +122,14 @@ impl QueryTurn {
         QueryTurn {
             conn,
             slot,
-            acc: Accumulated::default(),
+            acc: Accumulated::new(config.keep_text),
             pending: VecDeque::new(),
             gap: None,
             ended: false,
             span,
             cancel_on_drop: config.cancel_on_drop_enabled(),
             after_checkpoint: false,
-            prefix_len: None,
+            prefix_len: 0,
             mismatch: None,
             terminal_status: None,
             reconciled: false,
@@ -145,9 +146,11 @@ impl QueryTurn {
         slot: TurnSlot,
         span: TurnSpan,
         config: &StreamConfig,
+        started: tokio::time::Instant,
     ) -> Self {
         if !query.is_terminal() {
-            let conn = EventConnection::resume(client, config.clone(), query.id.clone(), None);
+            let conn = EventConnection::resume(client, config.clone(), query.id.clone(), None)
+                .started_at(started);
             let mut turn = QueryTurn::new(conn, Some(slot), span, config);
             turn.set_session_id(&query.session_id);
             return turn;
@@ -170,13 +173,15 @@ impl QueryTurn {
             _ => QueryEvent::Completed,
         });
         turn.pending.push_back(QueryEvent::Query(Box::new(query)));
+        // The whole turn is in hand: a checkpoint taken from here on is at
+        // its end, whatever of it was read yet.
+        turn.reconciled = true;
         turn
     }
 
     /// This turn continues after a checkpoint stored elsewhere, after
-    /// `prefix_len` bytes of answer text when known: without it a replay
-    /// gap cannot be made up for.
-    pub(crate) fn mark_after_checkpoint(&mut self, prefix_len: Option<usize>) {
+    /// `prefix_len` bytes of answer text.
+    pub(crate) fn mark_after_checkpoint(&mut self, prefix_len: usize) {
         self.after_checkpoint = true;
         self.prefix_len = prefix_len;
     }
@@ -184,29 +189,30 @@ impl QueryTurn {
     /// Compares the delivered text with the final Query's answer: `Ok(None)`
     /// when they are equal (or the turn failed or was cancelled: its error
     /// is what counts), `Ok(Some(rest))` when the answer continues the text
-    /// by `rest`, the mismatch otherwise.
+    /// by `rest`, the mismatch otherwise. After a checkpoint, the text
+    /// delivered here must continue the answer at the checkpoint's length.
     fn check_final(&self, query: &types::Query) -> Result<Option<String>, Mismatch> {
         if matches!(query.status(), QueryStatus::Failed | QueryStatus::Cancelled) {
             return Ok(None);
         }
         let answer = query.answer_text();
-        let delivered = self.acc.text.as_str();
-        let base = match (self.after_checkpoint, self.prefix_len) {
-            (false, _) => Some((0, answer.as_str())),
-            (true, Some(n)) => answer.get(n..).map(|rest| (n, rest)),
-            // The text before the checkpoint is unknown here: what was
-            // delivered must end the answer.
-            (true, None) if answer.ends_with(delivered) => return Ok(None),
-            (true, None) => None,
+        let offset = if self.after_checkpoint {
+            self.prefix_len
+        } else {
+            0
         };
-        if let Some((_, base)) = base
-            && let Some(rest) = base.strip_prefix(delivered)
+        let delivered = &self.acc.text;
+        let base = answer.get(offset..);
+        if let Some(base) = base
+            && let Some(head) = base.get(..delivered.len())
+            && delivered.is(head)
         {
+            let rest = &base[delivered.len()..];
             return Ok((!rest.is_empty()).then(|| rest.to_owned()));
         }
         let first_difference = match base {
-            Some((offset, base)) => offset.saturating_add(common_prefix(base, delivered)),
-            None => self.prefix_len.unwrap_or(0).min(answer.len()),
+            Some(base) => offset.saturating_add(delivered.common_prefix(base)),
+            None => offset.min(answer.len()),
         };
         Err(Mismatch {
             query_id: query.id.clone(),
@@ -310,8 +316,8 @@ impl QueryTurn {
         self.acc.session_id.as_deref()
     }
 
-    /// The sequence number of the last event delivered: a checkpoint for
-    /// [`QueryHandle::events_after`](crate::QueryHandle::events_after). Once the rest of the answer came from
+    /// The sequence number of the last event delivered (see
+    /// [`QueryTurn::checkpoint`]). Once the rest of the answer came from
     /// the final Query (a gap the events could not fill), it is
     /// [`END_OF_TURN`]: nothing after it repeats text.
     pub fn last_event_id(&self) -> Option<u64> {
@@ -322,14 +328,15 @@ impl QueryTurn {
     }
 
     /// A [`Checkpoint`] to persist: the turn, [`QueryTurn::last_event_id`]
-    /// and the bytes of text delivered up to it. `None` before the server
-    /// named the turn, or on a turn continued with
-    /// [`QueryHandle::events_after`](crate::QueryHandle::events_after) (the text before its start is unknown
-    /// here; [`QueryHandle::events_from`](crate::QueryHandle::events_from) keeps it).
+    /// and the bytes of text delivered up to it (those before the
+    /// checkpoint this turn continues, if any, included). `None` before the
+    /// server named the turn. Continue from it with
+    /// [`QueryHandle::events_from`](crate::QueryHandle::events_from), in
+    /// this process or another.
     pub fn checkpoint(&self) -> Option<Checkpoint> {
         let query_id = self.conn.query_id()?.to_owned();
         let before = if self.after_checkpoint {
-            self.prefix_len?
+            self.prefix_len
         } else {
             0
         };
@@ -341,9 +348,15 @@ impl QueryTurn {
         })
     }
 
-    /// The answer text delivered so far.
+    /// The answer text delivered so far (empty when the turn does not keep
+    /// it, see [`StreamConfig::keep_text`]).
     pub fn text(&self) -> &str {
-        &self.acc.text
+        self.acc.text.as_str()
+    }
+
+    /// The bytes of answer text delivered so far, kept or not.
+    pub fn text_len(&self) -> usize {
+        self.acc.text.len()
     }
 
     /// The steps so far, merged by `step_id` (the latest status wins).
@@ -427,13 +440,29 @@ impl QueryTurn {
         if let Some(m) = self.mismatch.take() {
             return Err(m.to_error());
         }
-        if let Some(q) = self.acc.query.take() {
+        if let Some(q) = self.acc.query.take()
+            && q.is_terminal()
+        {
             return q.into_result();
         }
         match self.conn.query_id() {
             Some(id) if self.conn.terminal_seen() => {
                 let limit = self.conn.config().recovery_wait_limit();
-                let query = stored_terminal(self.conn.client(), id, limit).await?;
+                let stored = stored_terminal(self.conn.client(), id, limit);
+                // The turn's deadline covers this read too.
+                let query = match self.conn.deadline_at() {
+                    Some(at) => match tokio::time::timeout_at(at, stored).await {
+                        Ok(read) => read.map_err(|e| e.about_query(id))?,
+                        Err(_) => {
+                            return Err(Error::timeout(
+                                "query_turn",
+                                self.conn.config().turn_deadline.unwrap_or_default(),
+                                Some(id),
+                            ));
+                        }
+                    },
+                    None => stored.await.map_err(|e| e.about_query(id))?,
+                };
                 if let Err(m) = self.check_final(&query) {
                     return Err(m.to_error());
                 }
@@ -508,16 +537,6 @@ impl QueryTurn {
         match query.status() {
             QueryStatus::Failed => self.pending.push_back(QueryEvent::Failed { error }),
             QueryStatus::Cancelled => self.pending.push_back(QueryEvent::Cancelled { error }),
-            _ if self.after_checkpoint && self.prefix_len.is_none() => {
-                let detail = format!(
-                    "the text before checkpoint {} was delivered elsewhere, so the stored answer \
-                     ({} bytes) cannot be split at it; read the stored turn instead",
-                    gap.last_event_id.unwrap_or_default(),
-                    query.answer_text().len()
-                );
-                self.gap = Some((gap.clone(), detail.clone()));
-                return Some(gap.into_error(&detail));
-            }
             _ => match self.check_final(&query) {
                 Ok(rest) => {
                     tracing::debug!(
@@ -667,6 +686,30 @@ impl Stream for QueryTurn {
             }
             e => e,
         };
+        let config = &this.stream_config;
+        if let Some(over) =
+            this.acc
+                .would_pass(&event, config.max_text_bytes, config.max_step_bytes)
+        {
+            let (part, limit) = match over {
+                Over::Text => ("text", config.max_text_bytes),
+                Over::Steps => ("steps", config.max_step_bytes),
+            };
+            tracing::warn!(
+                query_id = this.conn.query_id(),
+                part,
+                limit,
+                "the turn passed its bound; reading stopped"
+            );
+            this.conn.close();
+            this.pending.clear();
+            this.end();
+            return Poll::Ready(Some(Err(Error::TurnTooLarge {
+                query_id: this.conn.query_id().map(str::to_owned),
+                part,
+                limit: u64::try_from(limit).unwrap_or(u64::MAX),
+            })));
+        }
         this.acc.apply(&event);
         if let (
             Some(slot),

@@ -236,9 +236,24 @@ impl Transport {
     /// it gives `None`, the attempt under way is the last one.
     pub(crate) async fn execute_rebuilding(
         &self,
+        req: Request,
+        rebuild: Option<&Rebuild<'_>>,
+        operation: &str,
+    ) -> reqwest::Result<Response> {
+        self.execute_until(req, rebuild, operation, None).await
+    }
+
+    /// [`Transport::execute_rebuilding`] under a deadline the caller
+    /// enforces (`until`): a retry whose wait would end at or past it is
+    /// not made, and the last answer (a 429 with its `Retry-After`) is
+    /// returned instead, so the caller's deadline never cuts a backoff and
+    /// the server's advice reaches the caller.
+    async fn execute_until(
+        &self,
         mut req: Request,
         rebuild: Option<&Rebuild<'_>>,
         operation: &str,
+        until: Option<tokio::time::Instant>,
     ) -> reqwest::Result<Response> {
         let inner = &*self.inner;
         // progenitor adds an `api-version` header of its own; the API reads
@@ -343,9 +358,12 @@ impl Transport {
                             429 | 503 => inner.retry.retry_after(resp.headers()),
                             _ => None,
                         };
-                        if let Some(delay) =
-                            self.next_delay(&mut backoff, &mut retries, started, retry_after)
-                        {
+                        if let Some(delay) = self.next_delay(
+                            &mut backoff,
+                            &mut retries,
+                            (started, until),
+                            retry_after,
+                        ) {
                             tracing::debug!(parent: &span, status = status.as_u16(), delay_ms = delay.as_millis() as u64, "retrying");
                             drop(resp);
                             tokio::time::sleep(delay).await;
@@ -367,7 +385,7 @@ impl Transport {
                         || (idempotent && (err.is_timeout() || err.is_request()));
                     if safe && !last_chance {
                         if let Some(delay) =
-                            self.next_delay(&mut backoff, &mut retries, started, None)
+                            self.next_delay(&mut backoff, &mut retries, (started, until), None)
                         {
                             tracing::debug!(parent: &span, error = %err, delay_ms = delay.as_millis() as u64, "retrying after transport error");
                             tokio::time::sleep(delay).await;
@@ -384,9 +402,9 @@ impl Transport {
     /// The delay before another attempt, or `None` when the budget is spent.
     fn next_delay(
         &self,
-        backoff: &mut backoff::ExponentialBackoff,
+        backoff: &mut retry::Backoff,
         retries: &mut u32,
-        started: tokio::time::Instant,
+        (started, until): (tokio::time::Instant, Option<tokio::time::Instant>),
         retry_after: Option<Duration>,
     ) -> Option<Duration> {
         let policy = &self.inner.retry;
@@ -395,6 +413,9 @@ impl Transport {
         }
         let delay = policy.next_delay(backoff, retry_after);
         if started.elapsed().saturating_add(delay) > policy.max_elapsed {
+            return None;
+        }
+        if until.is_some_and(|end| tokio::time::Instant::now() + delay >= end) {
             return None;
         }
         *retries += 1;
@@ -512,9 +533,19 @@ impl Transport {
         rebuild: Option<&Rebuild<'_>>,
         operation: &'static str,
     ) -> Result<Response> {
+        self.send_until(req, rebuild, operation, None).await
+    }
+
+    async fn send_until(
+        &self,
+        req: Request,
+        rebuild: Option<&Rebuild<'_>>,
+        operation: &'static str,
+        until: Option<tokio::time::Instant>,
+    ) -> Result<Response> {
         let started = tokio::time::Instant::now();
         // Boxed, as in `execute`.
-        let resp = Box::pin(self.execute_rebuilding(req, rebuild, operation))
+        let resp = Box::pin(self.execute_until(req, rebuild, operation, until))
             .await
             .map_err(|e| {
                 let mut e = self.map_reqwest(operation, e);
@@ -535,7 +566,9 @@ impl Transport {
     /// header timeout. The body itself is never cut by a total timeout.
     ///
     /// A `POST /query` that runs out of time is not sent again: the server
-    /// may already run the turn.
+    /// may already run the turn. Retries (after a 429) never wait past the
+    /// header timeout: the last answer, with its `Retry-After`, is the
+    /// error then, not a timeout.
     pub(crate) async fn send_stream(
         &self,
         req: Request,
@@ -544,7 +577,9 @@ impl Transport {
         let Some(limit) = self.inner.header_timeout else {
             return self.send(req, operation).await;
         };
-        match tokio::time::timeout(limit, self.send(req, operation)).await {
+        let until = tokio::time::Instant::now().checked_add(limit);
+        let send = self.send_until(req, None, operation, until);
+        match tokio::time::timeout(limit, send).await {
             Ok(result) => result,
             Err(_) => {
                 tracing::warn!(
@@ -552,10 +587,7 @@ impl Transport {
                     limit_ms = millis(limit),
                     "no response headers in time"
                 );
-                Err(Error::Timeout {
-                    operation,
-                    elapsed_ms: millis(limit),
-                })
+                Err(Error::timeout(operation, limit, None))
             }
         }
     }
@@ -671,10 +703,16 @@ pub(crate) fn map_reqwest(
         return Error::Timeout {
             operation,
             elapsed_ms: timeout.map_or(0, millis),
+            query_id: None,
         };
     }
-    if err.is_decode() {
-        return Error::decode(operation, &err, b"");
+    // reqwest calls a body that broke off (a cut connection, a bad chunk)
+    // "error decoding response body"; the crate decodes JSON itself, so
+    // here it is always the connection, and the cause is what reqwest wraps.
+    if err.is_decode()
+        && let Some(cause) = std::error::Error::source(&err)
+    {
+        return Error::transport(operation, crate::error::chain(cause), false);
     }
     let connect = !may_have_reached_server(&err);
     // reqwest's error text may contain the URL, never headers; strip the URL

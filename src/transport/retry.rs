@@ -6,10 +6,16 @@
 //! example `POST /query`, which starts a turn) is sent again only when
 //! nothing was processed: the connection could not be opened, or the server
 //! answered 429 with no `Retry-After` longer than the policy's `max_delay`.
+//!
+//! The delays themselves come from [`Backoff`]: exponential steps capped at
+//! a maximum, each shortened by a random fraction ("full jitter" when the
+//! fraction is 1), so that clients that failed together do not come back
+//! together. The transport's retries, the event stream's reconnections,
+//! every polling wait and the Pinecone tools' retries use it.
 
+use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime};
 
-use backoff::backoff::Backoff;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 
 /// How the client retries failed requests.
@@ -41,7 +47,7 @@ impl Default for RetryPolicy {
             initial_delay: Duration::from_millis(250),
             max_delay: Duration::from_secs(10),
             multiplier: 2.0,
-            jitter: 0.5,
+            jitter: 1.0,
             max_elapsed: Duration::from_secs(60),
         }
     }
@@ -77,15 +83,19 @@ impl RetryPolicy {
         self
     }
 
-    /// Growth factor between delays (default 2.0).
+    /// Growth factor between delays (default 2.0; values below 1, and
+    /// non-numbers, mean 1: the delays do not grow).
     pub fn multiplier(mut self, m: f64) -> Self {
         self.multiplier = m;
         self
     }
 
-    /// Randomization factor in `[0, 1]` applied to each delay (default 0.5).
+    /// The fraction of each delay drawn at random, in `[0, 1]` (default 1,
+    /// "full jitter"): a step `d` waits between `d × (1 − jitter)` and `d`,
+    /// so a delay never exceeds its exponential step nor `max_delay`. `0`
+    /// waits exactly `d`.
     pub fn jitter(mut self, j: f64) -> Self {
-        self.jitter = j.clamp(0.0, 1.0);
+        self.jitter = if j.is_nan() { 0.0 } else { j.clamp(0.0, 1.0) };
         self
     }
 
@@ -95,35 +105,125 @@ impl RetryPolicy {
         self
     }
 
-    /// A fresh backoff sequence for one request.
-    pub(crate) fn backoff(&self) -> backoff::ExponentialBackoff {
-        backoff::ExponentialBackoff {
-            current_interval: self.initial_delay,
-            initial_interval: self.initial_delay,
-            randomization_factor: self.jitter,
-            multiplier: self.multiplier,
-            max_interval: self.max_delay,
-            // The elapsed budget is tracked by the caller with tokio's clock,
-            // so paused-time tests and real time agree.
-            max_elapsed_time: None,
-            ..backoff::ExponentialBackoff::default()
-        }
+    /// A fresh backoff sequence for one request. The elapsed budget is
+    /// tracked by the caller with tokio's clock, so paused-time tests and
+    /// real time agree.
+    pub(crate) fn backoff(&self) -> Backoff {
+        Backoff::new(
+            self.initial_delay,
+            self.multiplier,
+            self.max_delay,
+            self.jitter,
+        )
     }
 
     /// The delay before the next attempt: the server's `Retry-After` if it
     /// gave one, else the next backoff step; never more than `max_delay`.
     pub(crate) fn next_delay(
         &self,
-        backoff: &mut backoff::ExponentialBackoff,
+        backoff: &mut Backoff,
         retry_after: Option<Duration>,
     ) -> Duration {
-        let step = backoff.next_backoff().unwrap_or(self.max_delay);
+        let step = backoff.next_delay();
         retry_after.unwrap_or(step).min(self.max_delay)
     }
 
     /// The wait a `Retry-After` header asks for, clamped to `max_delay`.
     pub(crate) fn retry_after(&self, headers: &HeaderMap) -> Option<Duration> {
         retry_after(headers).map(|d| d.min(self.max_delay))
+    }
+}
+
+/// A sequence of jittered exponential delays: the `n`-th un-jittered step is
+/// `initial × multiplier^n`, capped at `max`; each delay is that step less a
+/// random fraction of at most `jitter` of it.
+///
+/// The randomness is a SplitMix64 generator seeded from the standard
+/// library's per-process random hasher keys (no dependency); tests seed it
+/// with [`Backoff::seeded`] to get the same delays every time.
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff {
+    step: Duration,
+    multiplier: f64,
+    max: Duration,
+    jitter: f64,
+    rng: SplitMix64,
+}
+
+impl Backoff {
+    /// Delays starting at `initial`, growing by `multiplier` up to `max`,
+    /// with `jitter` (in `[0, 1]`; clamped, NaN is 0) of each drawn at random.
+    pub(crate) fn new(initial: Duration, multiplier: f64, max: Duration, jitter: f64) -> Self {
+        Backoff {
+            step: initial.min(max),
+            multiplier: if multiplier.is_finite() && multiplier >= 1.0 {
+                multiplier
+            } else {
+                1.0
+            },
+            max,
+            jitter: if jitter.is_nan() {
+                0.0
+            } else {
+                jitter.clamp(0.0, 1.0)
+            },
+            rng: SplitMix64::from_clock(),
+        }
+    }
+
+    /// The same sequence with a fixed random seed.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn seeded(mut self, seed: u64) -> Self {
+        self.rng = SplitMix64(seed);
+        self
+    }
+
+    /// The next delay; the sequence never ends (it stays at `max`).
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let step = self.step;
+        self.step = Duration::try_from_secs_f64(step.as_secs_f64() * self.multiplier)
+            .unwrap_or(self.max)
+            .min(self.max);
+        if self.jitter == 0.0 {
+            return step;
+        }
+        // `1 − jitter × u` is in `(0, 1]`: never above the step (a float
+        // that rounds past `Duration::MAX` keeps the step).
+        let factor = 1.0 - self.jitter * self.rng.unit();
+        Duration::try_from_secs_f64(step.as_secs_f64() * factor)
+            .unwrap_or(step)
+            .min(step)
+    }
+}
+
+/// SplitMix64: a tiny, well-mixed generator; enough to spread retries,
+/// not for anything secret.
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// Seeded from the process's random hasher keys and the clock.
+    fn from_clock() -> Self {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        SplitMix64(h.finish())
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -269,6 +369,49 @@ mod tests {
             Duration::from_millis(350),
             "clamped to max_delay"
         );
+    }
+
+    #[test]
+    fn full_jitter_stays_under_each_step_and_a_seed_repeats() {
+        let policy = RetryPolicy::default()
+            .initial_delay(Duration::from_millis(100))
+            .max_delay(Duration::from_millis(800));
+        let steps = [100u64, 200, 400, 800, 800, 800];
+        let draw = |seed| {
+            let mut b = policy.backoff().seeded(seed);
+            steps.map(|_| b.next_delay())
+        };
+        let first = draw(7);
+        assert_eq!(first, draw(7), "the same seed gives the same delays");
+        assert_ne!(first, draw(8), "another seed gives other delays");
+        for (d, step) in first.iter().zip(steps) {
+            assert!(*d <= Duration::from_millis(step), "{d:?} > {step} ms");
+        }
+        // Over many draws, full jitter spreads delays across the whole step.
+        let mut b =
+            Backoff::new(Duration::from_secs(1), 1.0, Duration::from_secs(1), 1.0).seeded(1);
+        let draws: Vec<_> = (0..1000).map(|_| b.next_delay().as_secs_f64()).collect();
+        assert!(draws.iter().any(|d| *d < 0.1) && draws.iter().any(|d| *d > 0.9));
+        let mean = draws.iter().sum::<f64>() / 1000.0;
+        assert!((0.45..0.55).contains(&mean), "mean {mean}");
+    }
+
+    #[test]
+    fn odd_settings_never_panic_nor_pass_the_cap() {
+        for (m, j) in [
+            (f64::NAN, f64::NAN),
+            (f64::INFINITY, 2.0),
+            (-3.0, -1.0),
+            (1e300, 0.5),
+        ] {
+            let mut b = Backoff::new(Duration::from_millis(5), m, Duration::from_secs(1), j);
+            for _ in 0..100 {
+                assert!(b.next_delay() <= Duration::from_secs(1));
+            }
+        }
+        let mut b = Backoff::new(Duration::MAX, 2.0, Duration::MAX, 1.0);
+        let _ = b.next_delay();
+        let _ = b.next_delay();
     }
 
     #[test]

@@ -168,6 +168,18 @@ async fn a_second_turn_in_flight_is_session_busy_not_a_409() {
         )))
         .mount(&server)
         .await;
+    // Running when the second turn asks, completed afterwards.
+    Mock::given(method("GET"))
+        .and(path("/queries/q1"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(query(
+            "q1",
+            "sess_b",
+            "in_progress",
+        )))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
     Mock::given(method("GET"))
         .and(path("/queries/q1"))
         .respond_with(ResponseTemplate::new(200).set_body_json(query("q1", "sess_b", "completed")))
@@ -179,7 +191,7 @@ async fn a_second_turn_in_flight_is_session_busy_not_a_409() {
         .mount(&server)
         .await;
     let session = client(&server).session(["docs"]).build().unwrap();
-    let mut handle = session.ask("slow one").background().await.unwrap();
+    let handle = session.ask("slow one").background().await.unwrap();
     let e = session.ask("meanwhile").send().await.unwrap_err();
     match &e {
         Error::SessionBusy { query_id } => assert_eq!(query_id, "q1"),
@@ -190,10 +202,11 @@ async fn a_second_turn_in_flight_is_session_busy_not_a_409() {
         bodies(&server.received_requests().await.unwrap(), "/query").len(),
         1
     );
-    // Once the handle has seen the turn end, the session is free again.
-    handle.wait().await.unwrap();
-    assert!(!session.is_busy());
+    // The handle is still held, but the server says its turn has ended:
+    // the session is free (no false SessionBusy).
+    assert!(session.is_busy());
     session.ask("next").send().await.unwrap();
+    drop(handle);
     let sent = bodies(&server.received_requests().await.unwrap(), "/query");
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[1]["session_id"], "sess_b");

@@ -43,6 +43,25 @@ async fn drain(turn: &mut QueryTurn) -> (Delivered, Option<Error>) {
 /// frame), read from the script's own frames rather than through the SSE
 /// parser under test: a framing bug (a lost event name, id or frame) shows
 /// up as a difference instead of being expected.
+/// The checkpoint after event `k` of `turn`: the bytes of text up to it.
+fn checkpoint_of(turn: &Turn, k: u64) -> nexus_knowql::query::Checkpoint {
+    let text_len: usize = turn
+        .frames
+        .iter()
+        .filter(|(id, _)| id.is_some_and(|id| id <= k))
+        .filter_map(|(_, f)| {
+            let data = f.lines().find_map(|l| l.strip_prefix("data: "))?;
+            let v: serde_json::Value = serde_json::from_str(data).ok()?;
+            Some(v.get("delta")?.as_str()?.len())
+        })
+        .sum();
+    nexus_knowql::query::Checkpoint {
+        query_id: turn.query_id.clone(),
+        event_id: k,
+        text_len: text_len as u64,
+    }
+}
+
 fn uncut(turn: &Turn) -> Delivered {
     turn.frames
         .iter()
@@ -83,7 +102,7 @@ async fn serve(
 }
 
 #[tokio::test]
-async fn attach_learns_the_turn_and_events_after_a_checkpoint_deliver_the_rest() {
+async fn attach_learns_the_turn_and_events_from_a_checkpoint_deliver_the_rest() {
     let turn = Turn::completed("q_a", "sess_a", DELTAS);
     let server = serve(&turn, "in_progress", |t| vec![Step::Write(t.body().into())]).await;
     // A client that did not start the turn.
@@ -92,7 +111,7 @@ async fn attach_learns_the_turn_and_events_after_a_checkpoint_deliver_the_rest()
     assert_eq!(handle.id(), "q_a");
     assert_eq!(handle.session_id(), "sess_a");
     assert_eq!(handle.last_seen().status, "in_progress");
-    let mut rest = handle.events_after(4).await.unwrap();
+    let mut rest = handle.events_from(&checkpoint_of(&turn, 4)).await.unwrap();
     assert_eq!(rest.last_event_id(), Some(4));
     let (events, error) = drain(&mut rest).await;
     assert!(error.is_none(), "{error:?}");
@@ -111,11 +130,11 @@ async fn attach_learns_the_turn_and_events_after_a_checkpoint_deliver_the_rest()
 }
 
 #[tokio::test]
-async fn events_after_zero_is_events_from_the_start() {
+async fn a_checkpoint_at_zero_reads_from_the_start() {
     let turn = Turn::completed("q_z", "sess_z", DELTAS);
     let server = serve(&turn, "in_progress", |t| vec![Step::Write(t.body().into())]).await;
     let handle = server.client().queries().attach("q_z").await.unwrap();
-    let mut all = handle.events_after(0).await.unwrap();
+    let mut all = handle.events_from(&checkpoint_of(&turn, 0)).await.unwrap();
     let (events, error) = drain(&mut all).await;
     assert!(error.is_none());
     assert_eq!(events.len(), uncut(&turn).len());
@@ -123,7 +142,7 @@ async fn events_after_zero_is_events_from_the_start() {
 }
 
 #[tokio::test]
-async fn a_replay_that_skips_past_the_checkpoint_is_an_error_not_a_gap() {
+async fn a_replay_that_skips_past_the_checkpoint_is_made_up_for_by_the_stored_turn() {
     let turn = Turn::completed("q_g", "sess_g", DELTAS);
     let t = turn.clone();
     let polls = Arc::new(AtomicUsize::new(0));
@@ -145,26 +164,25 @@ async fn a_replay_that_skips_past_the_checkpoint_is_an_error_not_a_gap() {
     })
     .await;
     let handle = server.client().queries().attach("q_g").await.unwrap();
-    let mut rest = handle.stream_config(fast()).events_after(3).await.unwrap();
+    let checkpoint = checkpoint_of(&turn, 3);
+    let mut rest = handle
+        .stream_config(fast())
+        .events_from(&checkpoint)
+        .await
+        .unwrap();
     let (events, error) = drain(&mut rest).await;
-    // Nothing after the gap is delivered, and the whole stored answer is
-    // not passed off as the rest.
-    assert!(events.is_empty(), "{events:?}");
-    match error {
-        Some(Error::ReplayGap {
-            query_id,
-            last_event_id,
-            message,
-        }) => {
-            assert_eq!(query_id, "q_g");
-            assert_eq!(last_event_id, Some(3));
-            assert!(
-                message.contains("event 5") && message.contains("checkpoint"),
-                "{message}"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    assert!(error.is_none(), "{error:?}");
+    // Nothing after the gap comes from the events: the rest of the stored
+    // answer after the checkpoint's text, as one delta.
+    let rest_text: String = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            QueryEvent::TextDelta { delta } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rest_text, turn.answer[checkpoint.text_len as usize..]);
+    assert_eq!(events.len(), 3, "{events:?}");
     assert_eq!(server.last_event_ids(), vec![Some("3".to_owned())]);
 }
 
@@ -218,7 +236,11 @@ fn continue_from(turn: &Turn, k: u64, cuts: Vec<usize>) -> (Delivered, Vec<Optio
             .attach(&turn.query_id)
             .await
             .unwrap();
-        let mut rest = handle.stream_config(fast()).events_after(k).await.unwrap();
+        let mut rest = handle
+            .stream_config(fast())
+            .events_from(&checkpoint_of(&turn, k))
+            .await
+            .unwrap();
         let (events, error) = drain(&mut rest).await;
         assert!(error.is_none(), "{error:?}");
         // The whole stored Query, whether its frame came or (cut after the
@@ -239,7 +261,7 @@ proptest! {
     /// connections are cut, it receives exactly the events after the
     /// checkpoint, each once, in order.
     #[test]
-    fn events_after_any_checkpoint_delivers_exactly_the_rest(
+    fn events_from_any_checkpoint_delivers_exactly_the_rest(
         n_deltas in 1usize..8,
         k_frac in 0.0f64..=1.0,
         cuts in proptest::collection::vec(0usize..600, 0..3),
@@ -311,8 +333,8 @@ async fn detach_keeps_the_turn_and_its_checkpoint() {
     for _ in 0..4 {
         seen.push(live.next().await.unwrap().unwrap());
     }
-    let checkpoint = live.last_event_id().unwrap();
-    assert_eq!(checkpoint, 4);
+    let checkpoint = live.checkpoint().unwrap();
+    assert_eq!(checkpoint.event_id, 4);
     let handle = live.detach();
     assert_eq!(handle.id(), "q_d");
     assert_eq!(handle.session_id(), "sess_d");
@@ -325,7 +347,7 @@ async fn detach_keeps_the_turn_and_its_checkpoint() {
         "{e:?}"
     );
     assert!(e.is_conflict());
-    let mut rest = handle.events_after(checkpoint).await.unwrap();
+    let mut rest = handle.events_from(&checkpoint).await.unwrap();
     let (events, error) = drain(&mut rest).await;
     assert!(error.is_none());
     seen.extend(events.into_iter().map(|(_, e)| e));

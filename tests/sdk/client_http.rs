@@ -664,7 +664,8 @@ async fn slow_answers_hit_the_request_timeout() {
             err,
             Error::Timeout {
                 operation: "list_contexts",
-                elapsed_ms: 200
+                elapsed_ms: 200,
+                query_id: None,
             }
         ),
         "{err:?}"

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::mcp::redact::redact_with;
+use crate::transport::retry::Backoff;
 
 /// The Pinecone API version sent with every request.
 pub(super) const PINECONE_API_VERSION: &str = "2026-04";
@@ -34,8 +35,10 @@ pub(super) const PINECONE_API_VERSION: &str = "2026-04";
 const MAX_RETRIES: u32 = 2;
 /// Most redirect hops followed (all within one origin).
 const MAX_REDIRECTS: usize = 5;
-/// First backoff; doubles per retry.
+/// First backoff; doubles per retry (full jitter, see [`Backoff`]).
 const BASE_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest backoff.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Longest error body kept in a message.
 const ERROR_BODY_LIMIT: usize = 300;
 /// Largest response body read (a 10 000-hit count answer is a few MiB).
@@ -453,12 +456,13 @@ impl PineconeClient {
     ) -> PineconeResult<T> {
         let attempts = async {
             let mut attempt = 0;
+            let mut backoff = Backoff::new(BASE_BACKOFF, 2.0, MAX_BACKOFF, 1.0);
             loop {
                 match self.attempt(label, build()).await {
                     Ok(v) => return Ok(v),
                     Err(e) if e.is_retryable() && attempt < self.inner.retries => {
                         tracing::warn!(label, attempt = attempt + 1, error = %e, "retrying Pinecone call");
-                        tokio::time::sleep(BASE_BACKOFF * 2u32.pow(attempt)).await;
+                        tokio::time::sleep(backoff.next_delay()).await;
                         attempt += 1;
                     }
                     Err(e) => return Err(e),
