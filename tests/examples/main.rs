@@ -9,5 +9,6 @@ mod ask;
 mod ask_integrity;
 mod chat;
 mod crash_and_cancel;
+mod hostile_servers;
 mod nexus;
 mod tasks_json;

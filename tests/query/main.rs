@@ -7,9 +7,11 @@ mod support;
 
 mod advice;
 mod edges;
+mod hostile_model;
 mod integrity;
 mod integrity_prop;
 mod resume_prop;
 mod session;
 mod stream;
+mod turn_edges;
 mod turns_outlive_readers;

@@ -3,8 +3,7 @@
 //! from a JSON answer checkpoints at its end, a turn that does not keep
 //! its text still checks it, and errors say what happened.
 
-mod support;
-use support::sse_server;
+use crate::support::sse_server;
 
 use std::time::Duration;
 

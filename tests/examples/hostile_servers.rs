@@ -4,11 +4,8 @@
 //! stdout, a header timeout after the POST, and an event log that expired
 //! while a worker was down. Each ends in the exact answer or one line on
 //! stderr, in time, without a panic.
-#![cfg(feature = "local")]
-
-mod support;
-use support::examples;
-use support::sse_server;
+use crate::support::examples;
+use crate::support::sse_server;
 
 use std::io::Read;
 use std::process::{Output, Stdio};

@@ -20,8 +20,7 @@
 //!
 //! `PROPTEST_CASES` raises the number of cases (default 96).
 
-mod support;
-use support::sse_server;
+use crate::support::sse_server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -813,7 +812,9 @@ fn cases() -> u32 {
 proptest! {
     // A shrunk failure is written to hostile_model.proptest-regressions,
     // which is committed: its cases run first, every time.
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #![proptest_config(crate::support::props::regressions_beside_source(
+        ProptestConfig::with_cases(cases())
+    ))]
 
     /// Whatever the server does, a turn ends in the verified answer or a
     /// typed error, in time, within its bounds, started at most once.
