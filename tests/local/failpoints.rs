@@ -7,9 +7,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::local::*;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use crate::support::local::*;
 
 /// What became of one request.
 #[derive(Debug, Clone, PartialEq)]

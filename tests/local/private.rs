@@ -4,9 +4,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
+use crate::support::local::*;
 use nexus_knowql::local::LocalNexus;
 use serde_json::json;
-use crate::support::local::*;
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777

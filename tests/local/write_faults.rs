@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use crate::support::local::*;
 use nexus_knowql::local::LocalNexus;
 use serde_json::{Value, json};
-use crate::support::local::*;
 
 /// Holds the write lock of `dir/state.db` from another connection (as a
 /// `sqlite3` shell inside a transaction would) until the sender fires.

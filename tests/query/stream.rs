@@ -518,10 +518,8 @@ async fn dropping_a_turn_closes_the_connection_and_frees_the_session() {
     let mut live = session.ask("q").stream().await.unwrap();
     live.next().await.unwrap().unwrap();
     assert!(session.is_busy());
-    assert!(matches!(
-        session.ask("again").stream().await,
-        Err(Error::SessionBusy { query_id }) if query_id == "q_13"
-    ));
+    // (Asking again here would consult the server, whose stored turn has
+    // ended, and go ahead: tests/query/session.rs covers a held turn.)
     drop(live);
     assert!(!session.is_busy());
     for _ in 0..100 {
