@@ -5,6 +5,7 @@
 //! cargo run --example background_turn --features local
 //! ```
 
+use std::io::Write;
 use std::time::Duration;
 
 use nexus_knowql::local::LocalNexus;
@@ -22,11 +23,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The server runs the turn; the handle polls only when asked.
     let mut handle = session.ask("What is a context?").background().await?;
-    println!("started turn {}", handle.id());
+    // A closed stdout (`| head -1`): nobody reads the answer, so the turn
+    // is cancelled and the program ends quietly.
+    if writeln!(std::io::stdout(), "started turn {}", handle.id()).is_err() {
+        handle.cancel().await?;
+        return Ok(());
+    }
 
     let now = handle.get().await?;
-    if now.status() == QueryStatus::InProgress {
-        println!("still running...");
+    if now.status() == QueryStatus::InProgress
+        && writeln!(std::io::stdout(), "still running...").is_err()
+    {
+        handle.cancel().await?;
+        return Ok(());
     }
 
     // Wait at most a minute, polling every 100 ms at first, then up to 1 s.
@@ -35,7 +44,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .interval(Duration::from_millis(100), Duration::from_secs(1));
     // A failed or cancelled turn is an error here (`Query::into_result`).
     let query = handle.wait_with(policy).await?;
-    println!("{}\n\n{}", query.status(), query.answer_text());
+    let _ = writeln!(
+        std::io::stdout(),
+        "{}\n\n{}",
+        query.status(),
+        query.answer_text()
+    );
 
     server.shutdown().await;
     Ok(())

@@ -19,6 +19,7 @@
 //! only queryable context is used.
 
 #[path = "common/mod.rs"]
+#[macro_use]
 mod common;
 
 use std::io::Write as _;

@@ -10,6 +10,8 @@
 //!
 //! Against a real Nexus, build the client with `Client::from_env()` instead.
 
+use std::io::Write;
+
 use futures::StreamExt;
 use nexus_knowql::QueryEvent;
 use nexus_knowql::local::LocalNexus;
@@ -28,13 +30,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut turn = session.ask("How do I resume a stream?").stream().await?;
     while let Some(event) = turn.next().await {
         if let QueryEvent::TextDelta { delta } = event? {
-            print!("{delta}");
+            let mut stdout = std::io::stdout();
+            if write!(stdout, "{delta}")
+                .and_then(|()| stdout.flush())
+                .is_err()
+            {
+                // Nobody reads any more (`| head`): stop the turn, end quietly.
+                turn.cancel().await?;
+                return Ok(());
+            }
         }
     }
 
     // The stored turn: status, citations, usage.
     let query = turn.finish().await?;
-    println!(
+    let _ = writeln!(
+        std::io::stdout(),
         "\n\n{} ({} citations)",
         query.status(),
         query.citations.len()

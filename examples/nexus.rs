@@ -26,6 +26,7 @@
 //! exit code 1.
 
 #[path = "common/mod.rs"]
+#[macro_use]
 mod common;
 #[path = "nexus_cli/ops.rs"]
 mod ops;

@@ -9,8 +9,8 @@ use nexus_knowql::local::LocalNexus;
 use nexus_knowql::typed::ShapeOf;
 use schemars::JsonSchema;
 use serde::Deserialize;
+use std::io::Write;
 
-/// How a client gets an answer.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 enum Mode {
@@ -42,7 +42,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .send()
         .await?;
     let Resume { how, header, mode } = answer.value;
-    println!("{how}\nheader: {header:?}\nmode: {mode:?}");
+    let text = format!("{how}\nheader: {header:?}\nmode: {mode:?}");
+    let _ = writeln!(std::io::stdout(), "{text}"); // a closed stdout is fine here
     server.shutdown().await;
     Ok(())
 }

@@ -3,7 +3,33 @@
 //! turn's answer and citations are printed.
 
 // Each example uses a different part of this module.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
+
+/// `println!` that ends the program quietly (exit 0) when stdout is closed
+/// (`nexus tasks | head -1`), where std's would panic. Declared before the
+/// rest of the module, and the module `#[macro_use]`, so that it replaces
+/// std's in the examples that share this module.
+macro_rules! println {
+    () => { $crate::common::out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::common::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `print!` with the same rule as [`println!`].
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::common::out(format_args!($($arg)*)) };
+}
+
+/// Writes to stdout and flushes; a closed stdout ends the program quietly.
+pub(crate) fn out(args: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
@@ -347,8 +373,16 @@ pub(crate) async fn stream_answer(
                         activity.clear();
                         wrote_text = true;
                     }
-                    // A closed stdout (a pager quit early) is no reason to stop the turn.
-                    let _ = stdout.write_all(delta.as_bytes()).and_then(|()| stdout.flush());
+                    // A closed stdout (`| head`, a pager quit early): nobody reads
+                    // the answer any more, so the turn is cancelled and the
+                    // program ends quietly.
+                    if let Err(e) = stdout.write_all(delta.as_bytes()).and_then(|()| stdout.flush())
+                        && e.kind() == std::io::ErrorKind::BrokenPipe
+                    {
+                        activity.clear();
+                        let _ = turn.cancel().await;
+                        std::process::exit(0);
+                    }
                     if let Some(last) = delta.chars().last() {
                         ends_with_newline = last == '\n';
                     }

@@ -353,3 +353,28 @@ fn fork_manifest_stats_and_connectors_show_the_local_operations() {
         "{err}"
     );
 }
+
+/// `nexus contexts | head -c 0`: the reader is gone before the table is
+/// written; the program ends quietly (exit 0, no panic) instead of
+/// panicking in `println!`.
+#[test]
+fn a_closed_stdout_ends_nexus_quietly() {
+    let rt = runtime();
+    let server = rt
+        .block_on(LocalNexus::builder().context("docs", corpus()).start())
+        .unwrap();
+    let url = server.base_url().to_owned();
+    let mut cmd = example("nexus", &["--base-url", &url, "contexts"]);
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    rt.block_on(server.shutdown());
+}
