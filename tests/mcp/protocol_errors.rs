@@ -7,17 +7,18 @@
 //! - `completion/complete` for an unknown prompt: an empty list, which the
 //!   official conformance scenario requires;
 //! - a second `initialize` in a live session: refused.
-use crate::support::mcp::{HttpMcp, SERVER_KEY, fake_nexus, nexus_client};
+use crate::support::mcp::{
+    HttpMcp, SERVER_KEY, Served, caller_keys, fake_nexus, nexus_client, serve as serve_http,
+};
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use nexus_knowql::mcp::http::{self, HttpOptions};
-use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
+use nexus_knowql::mcp::http::HttpOptions;
+use nexus_knowql::mcp::{NexusMcp, NexusServer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio_util::sync::CancellationToken;
 
 const KEY: &str = "pcsk_protocol_caller_key_0123456789ab";
 
@@ -163,35 +164,13 @@ async fn stdio_answers_each_case_with_its_exact_error() {
 // ---------------------------------------------------------------------------
 // HTTP.
 
-struct Served {
-    url: String,
-    shutdown: CancellationToken,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
 async fn serve(stateless: bool) -> (Served, wiremock::MockServer) {
     let nexus = fake_nexus(0).await;
     let server = NexusMcp::new().with_nexus(
-        NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(KeyPolicy::Caller {
-            fallback_to_configured: false,
-        }),
+        NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(caller_keys(false)),
     );
-    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let url = format!(
-        "http://{}{}",
-        listener.local_addr().unwrap(),
-        http::MCP_PATH
-    );
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    let options = HttpOptions::default().stateless(stateless);
-    tokio::spawn(async move { http::serve(listener, server, &options, token).await });
-    (Served { url, shutdown }, nexus)
+    let served = serve_http(server, HttpOptions::default().stateless(stateless)).await;
+    (served, nexus)
 }
 
 async fn post_raw(mcp: &HttpMcp, body: &str) -> (u16, Value) {

@@ -7,19 +7,20 @@
 //! without it. A 2026-07-28 request whose own capabilities carry the
 //! extension still gets a task. Every tool's schemas use only JSON Schema
 //! formats, and input schemas have no `$ref`, no `oneOf` and no type arrays.
-use crate::support::mcp::{HttpMcp, SERVER_KEY, fake_nexus, nexus_client};
+use crate::support::mcp::{
+    HttpMcp, SERVER_KEY, Served, caller_keys, fake_nexus, nexus_client, serve as serve_http,
+};
 use crate::support::pinecone_fake::PineconeFake;
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use nexus_knowql::mcp::http::{self, HttpOptions};
+use nexus_knowql::mcp::http::HttpOptions;
 use nexus_knowql::mcp::pinecone::PineconeServer;
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio_util::sync::CancellationToken;
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
 const KEY: &str = "pcsk_tasks_caller_key_0123456789abcdef";
@@ -132,35 +133,12 @@ async fn stdio_client_listing_tasks_at_initialize_gets_the_plain_result() {
 // ---------------------------------------------------------------------------
 // HTTP: sessions and stateless.
 
-struct Served {
-    url: String,
-    shutdown: CancellationToken,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
 async fn serve(server: NexusMcp, stateless: bool) -> Served {
-    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let url = format!(
-        "http://{}{}",
-        listener.local_addr().unwrap(),
-        http::MCP_PATH
-    );
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    let options = HttpOptions::default().stateless(stateless);
-    tokio::spawn(async move { http::serve(listener, server, &options, token).await });
-    Served { url, shutdown }
+    serve_http(server, HttpOptions::default().stateless(stateless)).await
 }
 
 fn callers() -> KeyPolicy {
-    KeyPolicy::Caller {
-        fallback_to_configured: false,
-    }
+    caller_keys(false)
 }
 
 async fn both_families(nexus_url: &str, pinecone: &PineconeFake) -> NexusMcp {
