@@ -1,6 +1,6 @@
-//! A turn that outlives its process: start it, persist a checkpoint after
-//! every event, "crash", and finish it from a second process that attaches
-//! by id and reads exactly the events after the checkpoint.
+//! A turn that outlives its process: a worker streams the answer while a
+//! `CheckpointStore` keeps its place, "crashes", and a restarted worker
+//! continues from the store, reading exactly the events after it.
 //!
 //! ```text
 //! cargo run --example worker --features local
@@ -11,56 +11,55 @@
 //! Without `--base-url` and `NEXUS_BASE_URL` it starts a `LocalNexus`
 //! in-process over the project's own docs (`examples/corpus`), with a small
 //! pause between events so the turn is still running at the crash. It then
-//! runs itself twice as child processes:
+//! runs the same worker twice as child processes (`worker --once`), sharing
+//! one `FileCheckpointStore` directory:
 //!
-//! 1. `worker start`: streams a new turn and, after every event, writes the
-//!    checkpoint (`QueryTurn::checkpoint()`: the turn, the last event and
-//!    the bytes of text up to it, plus the text so far) to a file, temp +
-//!    fsync + rename, so a crash never leaves half a checkpoint. After
-//!    `--crash-after` events it exits at once with code 3.
-//! 2. `worker resume`: reads the checkpoint, `client.queries().attach(id)`,
-//!    then `events_from(&checkpoint)` and prints the whole answer. The rest
-//!    is checked against the stored answer; if the event log is gone by
-//!    then, the rest comes from the stored turn.
+//! 1. The first finds nothing stored, starts the turn and prints the answer
+//!    as it streams, through a `CheckpointedTurn`: each event's checkpoint
+//!    is saved (temp file, fsync, rename) before the next one is read.
+//!    After handling `--crash-after` events it exits at once with code 3.
+//! 2. The second finds the checkpoint, `CheckpointedTurn::resume`s the turn
+//!    and prints the rest: the events after the last one handled, checked
+//!    against the stored answer (or taken from the stored turn when the
+//!    event log is gone). Once the turn has ended the store forgets it.
 //!
-//! stdout carries only the answer; progress goes to stderr. A closed stdout
-//! (`worker | head -c 5`) cancels the turn and ends quietly. Logs use the
-//! `tracing-subscriber` fmt layer on stderr: each turn is a `query_turn`
-//! span with `mode`, `query_id`, `session_id` and `resumes`, and retries,
-//! resumes and replay checks are events inside it (the span's close line
-//! shows its fields). The exit code is 0 when the resumed turn completed.
+//! stdout carries only the answer, each part once; progress goes to stderr.
+//! A closed stdout (`worker | head -c 5`) cancels the turn and ends quietly.
+//! Logs use the `tracing-subscriber` fmt layer on stderr; each turn is a
+//! `query_turn` span. The exit code is 0 when the turn completed.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use futures::StreamExt;
 use nexus_knowql::local::LocalNexus;
+use nexus_knowql::query::{CheckpointedTurn, FileCheckpointStore};
 use nexus_knowql::{Client, QueryEvent};
-use serde::{Deserialize, Serialize};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
 
-/// Start a turn, crash, and finish it from another process.
+/// Start a turn, crash, and finish it from a restarted worker.
 #[derive(Debug, Parser)]
 #[command(name = "worker")]
 struct Args {
     /// The API base URL (default: NEXUS_BASE_URL, else a local server over examples/corpus).
-    #[arg(long, global = true)]
+    #[arg(long, env = "NEXUS_BASE_URL")]
     base_url: Option<String>,
     /// The API key (default: PINECONE_API_KEY).
-    #[arg(long, hide_env_values = true, global = true)]
+    #[arg(long, env = "PINECONE_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// Where the checkpoint lives (default: a file in the temp directory).
-    #[arg(long, global = true)]
-    checkpoint: Option<PathBuf>,
-    #[command(subcommand)]
-    role: Option<Role>,
-    /// Events the first process reads before it crashes.
-    #[arg(long, default_value_t = 8)]
-    crash_after: usize,
+    /// The checkpoint store's directory (default: a new one in the temp directory).
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Be one worker process: continue the stored turn, or start one.
+    #[arg(long)]
+    once: bool,
+    /// Events handled before the (first) worker crashes.
+    #[arg(long)]
+    crash_after: Option<usize>,
     /// Context to ask (default: the only queryable one).
     #[arg(long = "context", value_name = "SLUG")]
     context: Option<String>,
@@ -69,34 +68,8 @@ struct Args {
     question: String,
 }
 
-#[derive(Debug, Subcommand)]
-enum Role {
-    /// Start the turn, checkpoint every event, crash after N events.
-    Start {
-        /// Events to read before crashing.
-        #[arg(long)]
-        crash_after: usize,
-        /// The context to ask.
-        #[arg(long)]
-        context: String,
-        /// The question.
-        question: String,
-    },
-    /// Continue the turn of the checkpoint and print the answer.
-    Resume,
-}
-
-/// What a worker persists: enough to continue the same answer elsewhere.
-#[derive(Debug, Serialize, Deserialize)]
-struct Saved {
-    /// `QueryTurn::checkpoint()`: every event up to it was handled.
-    checkpoint: nexus_knowql::query::Checkpoint,
-    /// The answer text up to the checkpoint.
-    text: String,
-}
-
-/// The answer could not be written: stdout was closed.
-const STDOUT_CLOSED: &str = "stdout closed";
+/// The store key of this worker's job.
+const JOB: &str = "worker-job";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -110,59 +83,29 @@ async fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
-    match run(args).await {
-        Ok(code) => code,
-        // The reader went away (`worker | head`): nothing more to say.
-        Err(reason) if reason == STDOUT_CLOSED => ExitCode::SUCCESS,
-        Err(reason) => {
-            eprintln!("worker: {reason}");
-            ExitCode::FAILURE
-        }
-    }
+    let result = if args.once {
+        work(&args).await
+    } else {
+        orchestrate(&args).await
+    };
+    result.unwrap_or_else(|reason| {
+        eprintln!("worker: {reason}");
+        ExitCode::FAILURE
+    })
 }
 
-async fn run(args: Args) -> Result<ExitCode, String> {
-    let checkpoint = args.checkpoint.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("nexus-worker-{}.json", std::process::id()))
-    });
-    match &args.role {
-        Some(Role::Start {
-            crash_after,
-            context,
-            question,
-        }) => {
-            let client = connect(&args)?;
-            start(&client, context, question, *crash_after, &checkpoint).await
-        }
-        Some(Role::Resume) => {
-            let client = connect(&args)?;
-            resume(&client, &checkpoint)
-                .await
-                .map(|()| ExitCode::SUCCESS)
-        }
-        None => orchestrate(&args, &checkpoint).await,
-    }
-}
-
-fn connect(args: &Args) -> Result<Client, String> {
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let url = args
-        .base_url
-        .clone()
-        .or_else(|| env("NEXUS_BASE_URL"))
-        .ok_or("no --base-url or NEXUS_BASE_URL")?;
-    let mut builder = Client::builder().base_url(url);
-    if let Some(key) = args.api_key.clone().or_else(|| env("PINECONE_API_KEY")) {
+fn client(base_url: &str, api_key: Option<&str>) -> Result<Client, String> {
+    let mut builder = Client::builder().base_url(base_url);
+    if let Some(key) = api_key.map(str::trim).filter(|k| !k.is_empty()) {
         builder = builder.api_key(key);
     }
     builder.build().map_err(|e| e.to_string())
 }
 
-/// Runs both roles as child processes against one server.
-async fn orchestrate(args: &Args, checkpoint: &Path) -> Result<ExitCode, String> {
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let mut _local = None;
-    let base_url = match args.base_url.clone().or_else(|| env("NEXUS_BASE_URL")) {
+/// Runs two workers one after the other against one server and store.
+async fn orchestrate(args: &Args) -> Result<ExitCode, String> {
+    let mut _local: Option<LocalNexus> = None;
+    let base_url = match args.base_url.clone().filter(|u| !u.trim().is_empty()) {
         Some(url) => url,
         None => {
             let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
@@ -179,190 +122,120 @@ async fn orchestrate(args: &Args, checkpoint: &Path) -> Result<ExitCode, String>
             url
         }
     };
-    let client = {
-        let mut b = Client::builder().base_url(&base_url);
-        if let Some(key) = args.api_key.clone().or_else(|| env("PINECONE_API_KEY")) {
-            b = b.api_key(key);
+    let (store, own_store) = match &args.store {
+        Some(dir) => (dir.clone(), false),
+        None => {
+            let dir = std::env::temp_dir().join(format!("nexus-worker-{}", std::process::id()));
+            (dir, true)
         }
-        b.build().map_err(|e| e.to_string())?
-    };
-    let context = match &args.context {
-        Some(c) => c.clone(),
-        None => only_queryable_context(&client).await?,
     };
     let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
-    let child = |role: &[&str]| {
+    let worker = |crash_after: Option<usize>| {
         let mut cmd = tokio::process::Command::new(&exe);
-        cmd.arg("--base-url")
-            .arg(&base_url)
-            .arg("--checkpoint")
-            .arg(checkpoint)
-            .args(role);
+        cmd.args(["--once", "--base-url", &base_url, "--store"])
+            .arg(&store)
+            .arg(&args.question);
+        if let Some(context) = &args.context {
+            cmd.args(["--context", context]);
+        }
         if let Some(key) = &args.api_key {
             cmd.env("PINECONE_API_KEY", key);
         }
+        if let Some(n) = crash_after {
+            cmd.args(["--crash-after", &n.to_string()]);
+        }
         cmd
     };
-    let crash_after = args.crash_after.to_string();
-    eprintln!("worker: process 1 starts the turn and crashes after {crash_after} events");
-    let first = child(&[
-        "start",
-        "--crash-after",
-        &crash_after,
-        "--context",
-        &context,
-        &args.question,
-    ])
-    .status()
-    .await
-    .map_err(|e| format!("cannot run the first process: {e}"))?;
-    eprintln!("worker: process 1 ended with {first}");
-    eprintln!("worker: process 2 attaches and finishes the turn");
-    let second = child(&["resume"])
-        .status()
-        .await
-        .map_err(|e| format!("cannot run the second process: {e}"))?;
-    let _ = std::fs::remove_file(checkpoint);
-    if second.success() {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        Err(format!("the second process ended with {second}"))
+    let crash_after = args.crash_after.unwrap_or(8);
+    eprintln!("worker: worker 1 starts the turn and crashes after {crash_after} events");
+    let first = worker(Some(crash_after)).status().await;
+    eprintln!("worker: worker 1 ended with {}", status_text(first)?);
+    eprintln!("worker: worker 2 continues from the store");
+    let second = worker(None).status().await;
+    if own_store {
+        let _ = std::fs::remove_dir_all(&store);
+    }
+    match second {
+        Ok(status) if status.success() => Ok(ExitCode::SUCCESS),
+        second => Err(format!("worker 2 ended with {}", status_text(second)?)),
     }
 }
 
-/// Streams a new turn, checkpointing after every event; exits abruptly
-/// after `crash_after` events.
-async fn start(
-    client: &Client,
-    context: &str,
-    question: &str,
-    crash_after: usize,
-    path: &Path,
-) -> Result<ExitCode, String> {
-    let session = client
-        .session([context])
-        .build()
-        .map_err(|e| e.to_string())?;
-    let mut turn = session
-        .ask(question)
-        .stream()
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut seen = 0;
-    while let Some(event) = turn.next().await {
-        let event = event.map_err(|e| e.to_string())?;
-        seen += 1;
-        if let QueryEvent::Created { query_id, .. } = &event {
-            eprintln!("worker[start]: turn {query_id}");
-        }
-        if let Some(checkpoint) = turn.checkpoint() {
-            save(
-                path,
-                &Saved {
-                    checkpoint,
-                    text: turn.text().to_owned(),
-                },
-            )
-            .map_err(|e| format!("cannot write the checkpoint {}: {e}", path.display()))?;
-        }
-        if seen == crash_after {
-            eprintln!(
-                "worker[start]: crashing after event {} with {} bytes of the answer",
-                turn.last_event_id().unwrap_or_default(),
-                turn.text().len()
-            );
-            // An abrupt end: no destructor runs, nothing is cancelled.
-            std::process::exit(3);
-        }
-    }
-    eprintln!("worker[start]: the turn ended before the crash");
-    turn.finish().await.map_err(|e| e.to_string())?;
-    Ok(ExitCode::SUCCESS)
+fn status_text(status: std::io::Result<std::process::ExitStatus>) -> Result<String, String> {
+    status
+        .map(|s| s.to_string())
+        .map_err(|e| format!("cannot run a worker: {e}"))
 }
 
-/// Continues the checkpointed turn and prints the whole answer.
-async fn resume(client: &Client, path: &Path) -> Result<(), String> {
-    let saved = load(path)?;
-    let checkpoint = &saved.checkpoint;
-    eprintln!(
-        "worker[resume]: attaching to {} after event {} ({} bytes of text)",
-        checkpoint.query_id, checkpoint.event_id, checkpoint.text_len
-    );
-    let handle = client
-        .queries()
-        .attach(&checkpoint.query_id)
-        .await
-        .map_err(|e| e.to_string())?;
-    eprintln!("worker[resume]: the turn is {}", handle.last_seen().status);
-    let mut rest = handle
-        .events_from(checkpoint)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut stdout = std::io::stdout();
-    let mut print = |text: &str| -> Result<(), String> {
-        match write!(stdout, "{text}").and_then(|()| stdout.flush()) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(STDOUT_CLOSED.into()),
-            _ => Ok(()),
+/// One worker process: continues the stored turn, or starts one, and prints
+/// the answer text it handles.
+async fn work(args: &Args) -> Result<ExitCode, String> {
+    let url = args
+        .base_url
+        .as_deref()
+        .ok_or("no --base-url or NEXUS_BASE_URL")?;
+    let client = client(url, args.api_key.as_deref())?;
+    let dir = args.store.clone().ok_or("no --store")?;
+    let store = FileCheckpointStore::new(dir).map_err(|e| e.to_string())?;
+    let resumed = CheckpointedTurn::resume(&client, store.clone(), JOB).await;
+    let mut turn = match resumed.map_err(|e| e.to_string())? {
+        Some(turn) => {
+            if let Some(cp) = turn.saved() {
+                eprintln!(
+                    "worker: resuming {} after event {} ({} bytes of text)",
+                    cp.query_id, cp.event_id, cp.text_len
+                );
+            }
+            turn
+        }
+        None => {
+            let context = match &args.context {
+                Some(c) => c.clone(),
+                None => only_queryable_context(&client).await?,
+            };
+            let session = client.session([context]).build();
+            let ask = session.map_err(|e| e.to_string())?.ask(&args.question);
+            let turn = ask.stream().await.map_err(|e| e.to_string())?;
+            CheckpointedTurn::new(turn, store, JOB)
         }
     };
-    let mut printed = print(&saved.text);
-    while printed.is_ok()
-        && let Some(event) = rest.next().await
-    {
+    let mut handled = 0;
+    while let Some(event) = turn.next().await {
+        if Some(handled) == args.crash_after {
+            // The checkpoint of the last handled event is saved; die
+            // abruptly, with no destructor run and nothing cancelled.
+            eprintln!("worker: crashing after {handled} events");
+            std::process::exit(3);
+        }
         match event.map_err(|e| e.to_string())? {
-            QueryEvent::TextDelta { delta } => printed = print(&delta),
+            QueryEvent::Created { query_id, .. } => eprintln!("worker: turn {query_id}"),
             QueryEvent::Step(step) => eprintln!("· {}", step.commentary),
+            QueryEvent::TextDelta { delta } => {
+                if !print(&delta) {
+                    // Nobody reads the answer any more: stop the turn too.
+                    let _ = turn.cancel().await;
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
             _ => {}
         }
+        handled += 1;
     }
-    if let Err(closed) = printed.and_then(|()| print("\n")) {
-        // Nobody reads the answer any more: stop the turn too.
-        if let Err(e) = client.queries().cancel(&checkpoint.query_id).await {
-            eprintln!(
-                "worker[resume]: could not cancel {}: {e}",
-                checkpoint.query_id
-            );
-        }
-        return Err(closed);
-    }
-    let whole = format!("{}{}", saved.text, rest.text());
-    let query = rest.finish().await.map_err(|e| e.to_string())?;
-    if query.answer_text() != whole {
-        return Err(
-            "the checkpointed and the resumed text do not add up to the stored answer".into(),
-        );
-    }
+    let query = turn.finish().await.map_err(|e| e.to_string())?;
+    print("\n");
     eprintln!(
-        "worker[resume]: {} completed, {} citations",
+        "worker: {} completed, {} citations",
         query.id,
         query.citations.len()
     );
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the checkpoint durably: temp file, fsync, rename, fsync the directory.
-fn save(path: &Path, checkpoint: &Saved) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let tmp = path.with_extension("json.tmp");
-    {
-        let mut file = std::fs::File::create(&tmp)?;
-        let json = serde_json::to_vec(checkpoint).map_err(std::io::Error::other)?;
-        file.write_all(&json)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    // The rename itself is durable once the directory is synced (where the
-    // platform allows opening one).
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
-fn load(path: &Path) -> Result<Saved, String> {
-    let bytes =
-        std::fs::read(path).map_err(|e| format!("no checkpoint at {}: {e}", path.display()))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("bad checkpoint {}: {e}", path.display()))
+/// Writes to stdout; false once stdout is closed.
+fn print(text: &str) -> bool {
+    let mut stdout = std::io::stdout();
+    !matches!(write!(stdout, "{text}").and_then(|()| stdout.flush()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// The slug of the only queryable context.

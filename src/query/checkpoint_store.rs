@@ -330,6 +330,20 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
         Ok(())
     }
 
+    /// Stops the turn on the server, as [`QueryTurn::cancel`], and clears
+    /// the key: a cancelled turn has nothing left to resume.
+    ///
+    /// # Errors
+    /// Those of [`QueryTurn::cancel`] (the key stays then); the store's.
+    pub async fn cancel(self) -> Result<types::Query> {
+        let CheckpointedTurn {
+            turn, store, key, ..
+        } = self;
+        let query = turn.cancel().await?;
+        store.clear(&key)?;
+        Ok(query)
+    }
+
     /// Reads (and checkpoints) the rest of the turn and returns the final
     /// Query, as [`QueryTurn::finish`]; clears the key once the turn has
     /// ended, completed or not.
