@@ -17,6 +17,7 @@ pub use crate::transport::DEFAULT_REQUEST_TIMEOUT;
 pub use crate::transport::auth::API_KEY_HEADER;
 pub use crate::transport::redirect::{MAX_REDIRECTS, redirect_policy};
 pub use crate::transport::retry::RetryPolicy;
+pub use crate::transport::tuning::CallOptions;
 pub use crate::transport::version::{API_VERSION_HEADER, ApiVersion, DEFAULT_API_VERSION};
 
 use crate::api::{self, ErrorEnvelope};
@@ -68,7 +69,8 @@ struct ClientInner {
     transport: Transport,
     /// Cancels started by turns dropped before their end
     /// ([`StreamConfig::cancel_on_drop`](crate::StreamConfig::cancel_on_drop)).
-    cancels: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// Shared with every [`Client::with_options`] copy.
+    cancels: Arc<std::sync::Mutex<tokio::task::JoinSet<()>>>,
 }
 
 impl fmt::Debug for Client {
@@ -110,6 +112,66 @@ impl Client {
     /// The API version this client sends.
     pub fn api_version(&self) -> &ApiVersion {
         self.inner.transport.version()
+    }
+
+    /// A client for some calls with other timeouts or retry policy: the
+    /// same connection pool, credentials and API version, with `options`
+    /// over this client's settings. Cheap; use it for one call or keep it.
+    ///
+    /// It also keeps a request id of its own (see
+    /// [`Client::last_request_id`]), so a copy made for one call reports
+    /// that call's.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
+    /// use std::time::Duration;
+    /// use nexus_knowql::CallOptions;
+    ///
+    /// // A long turn, with a longer limit than the client's.
+    /// let patient = client.with_options(CallOptions::new().turn_timeout(Duration::from_secs(1800)));
+    /// let session = patient.session(["handbook"]).build()?;
+    /// let answer = session.ask("Summarize every policy").send().await?;
+    /// println!("{} (request {:?})", answer.answer_text(), patient.last_request_id());
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn with_options(&self, options: CallOptions) -> Client {
+        let transport = self.inner.transport.with_options(&options);
+        let api = api::Client::new_with_client(
+            self.inner.transport.base_url(),
+            self.inner.transport.http().clone(),
+            transport.clone(),
+        );
+        Client {
+            inner: Arc::new(ClientInner {
+                api,
+                transport,
+                cancels: Arc::clone(&self.inner.cancels),
+            }),
+        }
+    }
+
+    /// The server's request id (`x-request-id`, `x-pinecone-request-id` or
+    /// `request-id`) of the last successful answer this client received,
+    /// for a support ticket or a log line; errors carry theirs in
+    /// [`Error::request_id`].
+    ///
+    /// Clones of a client share it, so with calls running side by side it
+    /// names one of them: make a copy per call with [`Client::with_options`]
+    /// (`client.with_options(CallOptions::new())`) to know which. A streamed
+    /// turn's request id is that of its `POST /query` or, after a
+    /// reconnection, of its last `GET /queries/{id}/events`.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
+    /// use nexus_knowql::CallOptions;
+    /// let call = client.with_options(CallOptions::new());
+    /// let task = call.tasks().get("task_123").await?;
+    /// tracing::info!(request_id = call.last_request_id(), task = task.id, "got the task");
+    /// # Ok(()) }
+    /// ```
+    pub fn last_request_id(&self) -> Option<String> {
+        self.inner.transport.last_request_id()
     }
 
     /// The version the server last echoed in `X-Pinecone-Api-Version`, if any.
@@ -228,7 +290,7 @@ pub struct ClientBuilder {
     api_key_source: &'static str,
     login: bool,
     api_version: ApiVersion,
-    connect_timeout: Option<Duration>,
+    connect_timeout: Option<Option<Duration>>,
     request_timeout: Option<Option<Duration>>,
     header_timeout: Option<Option<Duration>>,
     read_timeout: Option<Option<Duration>>,
@@ -311,9 +373,11 @@ impl ClientBuilder {
         self
     }
 
-    /// Time allowed to open a connection (default 10 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
+    /// Time allowed to open a connection (default 10 s); `None` leaves it
+    /// to the operating system. Like every timeout setter of the crate, it
+    /// takes a `Duration` or an `Option<Duration>`.
+    pub fn connect_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.connect_timeout = Some(timeout.into());
         self
     }
 
@@ -322,8 +386,8 @@ impl ClientBuilder {
     /// every request waits on. Event streams and synchronous turns are never
     /// cut by it: see [`ClientBuilder::header_timeout`] (and the per-turn
     /// idle limit) and [`ClientBuilder::turn_timeout`].
-    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.request_timeout = Some(timeout);
+    pub fn request_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.request_timeout = Some(timeout.into());
         self
     }
 
@@ -332,22 +396,22 @@ impl ClientBuilder {
     /// `GET /queries/{id}/events`. A `POST /query` that runs out of time
     /// fails with [`Error::Timeout`] and is never sent again. `None` waits
     /// forever.
-    pub fn header_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.header_timeout = Some(timeout);
+    pub fn header_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.header_timeout = Some(timeout.into());
         self
     }
 
     /// The longest time spent reading the body of an error answer (default
     /// 30 s); what arrived by then is kept. `None` waits forever.
-    pub fn read_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.read_timeout = Some(timeout);
+    pub fn read_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.read_timeout = Some(timeout.into());
         self
     }
 
     /// Total time for a synchronous turn, [`TurnBuilder::send`](crate::TurnBuilder::send)
     /// (default 930 s, above the service's 900 s cap); `None` for no limit.
-    pub fn turn_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.turn_timeout = Some(timeout);
+    pub fn turn_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.turn_timeout = Some(timeout.into());
         self
     }
 
@@ -448,20 +512,14 @@ impl ClientBuilder {
             None => {
                 let recipe = transport::HttpRecipe {
                     user_agent: self.user_agent.unwrap_or_else(|| USER_AGENT.to_owned()),
-                    connect_timeout: self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+                    connect_timeout: self
+                        .connect_timeout
+                        .unwrap_or(Some(DEFAULT_CONNECT_TIMEOUT)),
                 };
                 (recipe.build()?, Some(recipe))
             }
         };
-        let transport = Transport::new(transport::TransportInner {
-            user_agent,
-            http: http.clone(),
-            http_recipe,
-            base_url: base_url.clone(),
-            version: self.api_version,
-            version_value,
-            tracker: version::VersionTracker::default(),
-            auth,
+        let tuning = transport::tuning::Tuning {
             retry: self.retry,
             request_timeout: self
                 .request_timeout
@@ -469,17 +527,30 @@ impl ClientBuilder {
             header_timeout: self.header_timeout.unwrap_or(Some(DEFAULT_HEADER_TIMEOUT)),
             read_timeout: self.read_timeout.unwrap_or(Some(DEFAULT_READ_TIMEOUT)),
             turn_timeout: self.turn_timeout.unwrap_or(Some(DEFAULT_TURN_TIMEOUT)),
-            max_response_bytes: self
-                .max_response_bytes
-                .unwrap_or(transport::DEFAULT_MAX_RESPONSE_BYTES),
-            login_token: api::login_token,
-        });
+        };
+        let transport = Transport::new(
+            transport::TransportInner {
+                user_agent,
+                http: http.clone(),
+                http_recipe,
+                base_url: base_url.clone(),
+                version: self.api_version,
+                version_value,
+                tracker: version::VersionTracker::default(),
+                auth,
+                max_response_bytes: self
+                    .max_response_bytes
+                    .unwrap_or(transport::DEFAULT_MAX_RESPONSE_BYTES),
+                login_token: api::login_token,
+            },
+            tuning,
+        );
         let api = api::Client::new_with_client(&base_url, http, transport.clone());
         Ok(Client {
             inner: Arc::new(ClientInner {
                 api,
                 transport,
-                cancels: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+                cancels: Arc::default(),
             }),
         })
     }

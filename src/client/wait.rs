@@ -45,9 +45,11 @@ impl Default for WaitPolicy {
 
 impl WaitPolicy {
     /// Gives up after this long (default 930 s, above the service's cap on
-    /// a turn).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+    /// a turn); `None` polls until the awaited state comes. Like every
+    /// timeout setter of the crate, it takes a `Duration` or an
+    /// `Option<Duration>`.
+    pub fn timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.timeout = timeout.into().unwrap_or(Duration::MAX);
         self
     }
 

@@ -58,8 +58,8 @@ impl Default for StreamConfig {
 impl StreamConfig {
     /// Reconnect when no byte (SSE comments included) arrives for this long
     /// (default 60 s); `None` waits forever.
-    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.idle_timeout = timeout;
+    pub fn idle_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.idle_timeout = timeout.into();
         self
     }
 
@@ -100,9 +100,10 @@ impl StreamConfig {
     /// How long to wait for the stored turn to end when the event log cannot
     /// be trusted (a replay that did not start at the id sent, a 404/410 for
     /// the events) or the stream ended after the terminal event without the
-    /// final Query (default 930 s, above the service's 900 s cap on a turn).
-    pub fn recovery_wait(mut self, limit: Duration) -> Self {
-        self.recovery_wait = limit;
+    /// final Query (default 930 s, above the service's 900 s cap on a turn);
+    /// `None` waits until the turn ends.
+    pub fn recovery_wait(mut self, limit: impl Into<Option<Duration>>) -> Self {
+        self.recovery_wait = limit.into().unwrap_or(Duration::MAX);
         self
     }
 
@@ -127,8 +128,8 @@ impl StreamConfig {
     /// overall limit. Nothing the server sends extends it. When it passes,
     /// the turn yields [`Error::Timeout`](crate::Error::Timeout) (operation `query_turn`); the turn
     /// is not cancelled.
-    pub fn turn_deadline(mut self, limit: Option<Duration>) -> Self {
-        self.turn_deadline = limit;
+    pub fn turn_deadline(mut self, limit: impl Into<Option<Duration>>) -> Self {
+        self.turn_deadline = limit.into();
         self
     }
 
@@ -169,9 +170,10 @@ impl StreamConfig {
         self
     }
 
-    /// Total time spent reconnecting after one break before giving up (default 120 s).
-    pub fn resume_max_elapsed(mut self, limit: Duration) -> Self {
-        self.resume_max_elapsed = limit;
+    /// Total time spent reconnecting after one break before giving up
+    /// (default 120 s); `None` leaves only [`StreamConfig::resume_attempts`].
+    pub fn resume_max_elapsed(mut self, limit: impl Into<Option<Duration>>) -> Self {
+        self.resume_max_elapsed = limit.into().unwrap_or(Duration::MAX);
         self
     }
 

@@ -53,8 +53,9 @@ impl<'f> TaskWait<'f> {
         self
     }
 
-    /// Gives up after this long (default one hour) with [`Error::Timeout`].
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    /// Gives up after this long (default one hour) with [`Error::Timeout`];
+    /// `None` waits until the task ends.
+    pub fn timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.policy = self.policy.timeout(timeout);
         self
     }

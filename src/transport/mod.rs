@@ -18,16 +18,14 @@ pub(crate) mod auth;
 pub(crate) mod observe;
 pub(crate) mod redirect;
 pub(crate) mod retry;
+pub(crate) mod tuning;
 pub(crate) mod version;
 
 use self::auth::{API_KEY_HEADER, Auth};
 use self::redirect::RedirectRefused;
-use self::retry::RetryPolicy;
+use self::tuning::{CallOptions, LastRequestId, Tuning, request_id};
 use self::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
 use crate::error::{Error, Result, millis, snippet};
-
-/// Header names that may carry the server's request id, in order of preference.
-const REQUEST_ID_HEADERS: &[&str] = &["x-request-id", "x-pinecone-request-id", "request-id"];
 
 /// Marks a rewritten error response whose body was not the JSON envelope.
 const RAW_BODY_MARKER: &str = "x-nexus-knowql-raw-error-body";
@@ -51,6 +49,10 @@ pub(crate) type Rebuild<'a> = dyn Fn() -> Option<Request> + Send + Sync + 'a;
 #[derive(Clone)]
 pub struct Transport {
     inner: Arc<TransportInner>,
+    /// Timeouts and retries: the client's, or a `with_options` copy's.
+    tuning: Arc<Tuning>,
+    /// Shared by the clones of one copy; a `with_options` copy has its own.
+    last_request_id: Arc<LastRequestId>,
 }
 
 pub(crate) struct TransportInner {
@@ -63,16 +65,8 @@ pub(crate) struct TransportInner {
     pub(crate) version_value: HeaderValue,
     pub(crate) tracker: VersionTracker,
     pub(crate) auth: Auth,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) request_timeout: Option<Duration>,
     /// Sent on each request (set only for a caller's own `reqwest::Client`).
     pub(crate) user_agent: Option<HeaderValue>,
-    /// The longest wait for the response headers of an event stream.
-    pub(crate) header_timeout: Option<Duration>,
-    /// The longest wait for a body the transport reads itself (error bodies).
-    pub(crate) read_timeout: Option<Duration>,
-    /// The total time of a synchronous turn (`POST /query` without stream).
-    pub(crate) turn_timeout: Option<Duration>,
     /// The most bytes of one response body (event streams excepted).
     pub(crate) max_response_bytes: usize,
     /// Reads the token out of a `POST /auth/login` answer.
@@ -148,17 +142,20 @@ fn bounded(resp: Response, limit: usize) -> Response {
 #[derive(Debug, Clone)]
 pub(crate) struct HttpRecipe {
     pub(crate) user_agent: String,
-    pub(crate) connect_timeout: Duration,
+    pub(crate) connect_timeout: Option<Duration>,
 }
 
 impl HttpRecipe {
     /// The built-in client: credentials never follow a redirect to another
     /// origin, and connecting is bounded.
     pub(crate) fn build(&self) -> Result<reqwest::Client> {
-        reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .redirect(redirect::redirect_policy())
-            .user_agent(self.user_agent.as_str())
-            .connect_timeout(self.connect_timeout)
+            .user_agent(self.user_agent.as_str());
+        if let Some(limit) = self.connect_timeout {
+            builder = builder.connect_timeout(limit);
+        }
+        builder
             .build()
             .map_err(|e| Error::InvalidRequest(format!("could not build the HTTP client: {e}")))
     }
@@ -170,11 +167,11 @@ impl fmt::Debug for Transport {
             .field("base_url", &self.inner.base_url)
             .field("api_version", &self.inner.version.as_str())
             .field("auth", &self.inner.auth)
-            .field("retry", &self.inner.retry)
-            .field("request_timeout", &self.inner.request_timeout)
-            .field("header_timeout", &self.inner.header_timeout)
-            .field("read_timeout", &self.inner.read_timeout)
-            .field("turn_timeout", &self.inner.turn_timeout)
+            .field("retry", &self.tuning.retry)
+            .field("request_timeout", &self.tuning.request_timeout)
+            .field("header_timeout", &self.tuning.header_timeout)
+            .field("read_timeout", &self.tuning.read_timeout)
+            .field("turn_timeout", &self.tuning.turn_timeout)
             .field("max_response_bytes", &self.inner.max_response_bytes)
             .finish()
     }
@@ -189,10 +186,27 @@ fn is_event_stream(req: &Request) -> bool {
 }
 
 impl Transport {
-    pub(crate) fn new(inner: TransportInner) -> Self {
+    pub(crate) fn new(inner: TransportInner, tuning: Tuning) -> Self {
         Transport {
             inner: Arc::new(inner),
+            tuning: Arc::new(tuning),
+            last_request_id: Arc::default(),
         }
+    }
+
+    /// The same transport with `options` over its timeouts and retries,
+    /// and a request id of its own.
+    pub(crate) fn with_options(&self, options: &CallOptions) -> Self {
+        Transport {
+            inner: Arc::clone(&self.inner),
+            tuning: Arc::new(options.apply(&self.tuning)),
+            last_request_id: Arc::default(),
+        }
+    }
+
+    /// The request id of the last successful answer through this copy.
+    pub(crate) fn last_request_id(&self) -> Option<String> {
+        self.last_request_id.get()
     }
 
     pub(crate) fn http(&self) -> &reqwest::Client {
@@ -268,7 +282,7 @@ impl Transport {
                 .insert(reqwest::header::USER_AGENT, ua.clone());
         }
         if req.timeout().is_none() && !is_event_stream(&req) {
-            *req.timeout_mut() = inner.request_timeout;
+            *req.timeout_mut() = self.tuning.request_timeout;
         }
         let sent_version = req
             .headers()
@@ -280,7 +294,8 @@ impl Transport {
         let streams = is_event_stream(&req);
         let origin = req.url().clone();
         let started = tokio::time::Instant::now();
-        let mut backoff = inner.retry.backoff();
+        let tuning = &*self.tuning;
+        let mut backoff = tuning.retry.backoff();
         let mut retries = 0u32;
         let mut relogged_in = false;
         let mut redirects = 0usize;
@@ -347,7 +362,7 @@ impl Transport {
                     // go again, when the server's wait fits the policy.
                     let unprocessed = status == StatusCode::TOO_MANY_REQUESTS
                         && retry::retry_after(resp.headers())
-                            .is_none_or(|d| d <= inner.retry.max_delay);
+                            .is_none_or(|d| d <= tuning.retry.max_delay);
                     let may_retry = if idempotent {
                         crate::error::is_retryable_status(status.as_u16())
                     } else {
@@ -355,7 +370,7 @@ impl Transport {
                     };
                     if may_retry && !last_chance {
                         let retry_after = match status.as_u16() {
-                            429 | 503 => inner.retry.retry_after(resp.headers()),
+                            429 | 503 => tuning.retry.retry_after(resp.headers()),
                             _ => None,
                         };
                         if let Some(delay) = self.next_delay(
@@ -372,8 +387,9 @@ impl Transport {
                         tracing::warn!(parent: &span, status = status.as_u16(), retries, "giving up after retries");
                     }
                     if status.is_client_error() || status.is_server_error() {
-                        return Ok(normalize_error_body(resp, inner.read_timeout).await);
+                        return Ok(normalize_error_body(resp, tuning.read_timeout).await);
                     }
+                    self.last_request_id.record(resp.headers());
                     if streams {
                         return Ok(resp);
                     }
@@ -407,7 +423,7 @@ impl Transport {
         (started, until): (tokio::time::Instant, Option<tokio::time::Instant>),
         retry_after: Option<Duration>,
     ) -> Option<Duration> {
-        let policy = &self.inner.retry;
+        let policy = &self.tuning.retry;
         if *retries >= policy.max_retries {
             return None;
         }
@@ -473,7 +489,7 @@ impl Transport {
         // Every request waits on the login lock this runs under: it always
         // has a deadline, even when ordinary requests have none.
         let limit = self
-            .inner
+            .tuning
             .request_timeout
             .unwrap_or(DEFAULT_REQUEST_TIMEOUT);
         let req = self
@@ -492,7 +508,7 @@ impl Transport {
         }
         if !resp.status().is_success() {
             return Ok(Err(
-                normalize_error_body(resp, self.inner.read_timeout).await
+                normalize_error_body(resp, self.tuning.read_timeout).await
             ));
         }
         let bytes = bounded(resp, self.inner.max_response_bytes).bytes().await?;
@@ -574,7 +590,7 @@ impl Transport {
         req: Request,
         operation: &'static str,
     ) -> Result<Response> {
-        let Some(limit) = self.inner.header_timeout else {
+        let Some(limit) = self.tuning.header_timeout else {
             return self.send(req, operation).await;
         };
         let until = tokio::time::Instant::now().checked_add(limit);
@@ -594,7 +610,7 @@ impl Transport {
 
     /// The total time allowed to a synchronous turn, if bounded.
     pub(crate) fn turn_timeout(&self) -> Option<Duration> {
-        self.inner.turn_timeout
+        self.tuning.turn_timeout
     }
 
     /// Turns an error answer into an [`Error`].
@@ -605,7 +621,7 @@ impl Transport {
     ) -> Error {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
+        let body = read_limited(resp, ERROR_BODY_LIMIT, self.tuning.read_timeout)
             .await
             .unwrap_or_default();
         let (code, message, raw) = parse_envelope(&headers, &body);
@@ -652,7 +668,7 @@ impl Transport {
     }
 
     pub(crate) fn map_reqwest(&self, operation: &'static str, err: reqwest::Error) -> Error {
-        map_reqwest(operation, err, self.inner.request_timeout)
+        map_reqwest(operation, err, self.tuning.request_timeout)
     }
 
     /// Whether an error answer's body was rewritten into the envelope
@@ -664,7 +680,7 @@ impl Transport {
     /// The start of a body read for an error message (bounded in bytes and
     /// time).
     pub(crate) async fn read_error_body(&self, resp: Response) -> Vec<u8> {
-        read_limited(resp, ERROR_BODY_LIMIT, self.inner.read_timeout)
+        read_limited(resp, ERROR_BODY_LIMIT, self.tuning.read_timeout)
             .await
             .unwrap_or_default()
     }
@@ -718,14 +734,6 @@ pub(crate) fn map_reqwest(
     // reqwest's error text may contain the URL, never headers; strip the URL
     // anyway in case a caller put a secret in a query string.
     Error::transport(operation, err.without_url(), connect)
-}
-
-fn request_id(headers: &HeaderMap) -> Option<String> {
-    REQUEST_ID_HEADERS
-        .iter()
-        .find_map(|h| headers.get(*h))
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
 }
 
 /// `(code, message, raw body if not the envelope)`.

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod call_options;
 mod client_http;
 mod decode;
 mod decode_props;

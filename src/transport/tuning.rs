@@ -1,0 +1,178 @@
+//! [`CallOptions`]: the timeouts and retry policy of a client, overridden
+//! for the calls made through one [`Client::with_options`](crate::Client::with_options)
+//! copy; and where that copy keeps the request id of its last success.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+
+use super::retry::RetryPolicy;
+
+/// The timeouts and retry policy every request of a transport follows.
+#[derive(Debug, Clone)]
+pub(crate) struct Tuning {
+    pub(crate) retry: RetryPolicy,
+    /// Total time of one ordinary request.
+    pub(crate) request_timeout: Option<Duration>,
+    /// The longest wait for the response headers of an event stream.
+    pub(crate) header_timeout: Option<Duration>,
+    /// The longest wait for a body the transport reads itself (error bodies).
+    pub(crate) read_timeout: Option<Duration>,
+    /// The total time of a synchronous turn (`POST /query` without stream).
+    pub(crate) turn_timeout: Option<Duration>,
+}
+
+/// Overrides of the client's timeouts and retry policy for some calls.
+/// Anything not set keeps the client's value. Every timeout setter takes a
+/// `Duration` or an `Option<Duration>` (`None`: no limit), as
+/// [`ClientBuilder`](crate::ClientBuilder)'s do.
+///
+/// Apply them with [`Client::with_options`](crate::Client::with_options),
+/// which returns a client for those calls (sharing the connection pool and
+/// credentials), so the same shape fits every call: resources, turns,
+/// listings and [`Client::api`](crate::Client::api).
+///
+/// ```no_run
+/// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
+/// use std::time::Duration;
+/// use nexus_knowql::{CallOptions, RetryPolicy};
+///
+/// let quick = CallOptions::new()
+///     .request_timeout(Duration::from_secs(5))
+///     .retry(RetryPolicy::never());
+/// let contexts = client.with_options(quick).contexts().list().await?;
+/// # drop(contexts); Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[must_use]
+pub struct CallOptions {
+    retry: Option<RetryPolicy>,
+    request_timeout: Option<Option<Duration>>,
+    header_timeout: Option<Option<Duration>>,
+    read_timeout: Option<Option<Duration>>,
+    turn_timeout: Option<Option<Duration>>,
+}
+
+impl CallOptions {
+    /// No overrides.
+    pub fn new() -> Self {
+        CallOptions::default()
+    }
+
+    /// How failed requests are retried.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// Total time for one ordinary request; see
+    /// [`ClientBuilder::request_timeout`](crate::ClientBuilder::request_timeout).
+    pub fn request_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.request_timeout = Some(timeout.into());
+        self
+    }
+
+    /// The longest wait for an event stream's response headers; see
+    /// [`ClientBuilder::header_timeout`](crate::ClientBuilder::header_timeout).
+    pub fn header_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.header_timeout = Some(timeout.into());
+        self
+    }
+
+    /// The longest time spent reading an error answer's body; see
+    /// [`ClientBuilder::read_timeout`](crate::ClientBuilder::read_timeout).
+    pub fn read_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.read_timeout = Some(timeout.into());
+        self
+    }
+
+    /// Total time for a synchronous turn; see
+    /// [`ClientBuilder::turn_timeout`](crate::ClientBuilder::turn_timeout).
+    pub fn turn_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.turn_timeout = Some(timeout.into());
+        self
+    }
+
+    /// `tuning` with these overrides.
+    pub(crate) fn apply(&self, tuning: &Tuning) -> Tuning {
+        Tuning {
+            retry: self.retry.clone().unwrap_or_else(|| tuning.retry.clone()),
+            request_timeout: self.request_timeout.unwrap_or(tuning.request_timeout),
+            header_timeout: self.header_timeout.unwrap_or(tuning.header_timeout),
+            read_timeout: self.read_timeout.unwrap_or(tuning.read_timeout),
+            turn_timeout: self.turn_timeout.unwrap_or(tuning.turn_timeout),
+        }
+    }
+}
+
+/// Header names that may carry the server's request id, in order of preference.
+pub(crate) const REQUEST_ID_HEADERS: &[&str] =
+    &["x-request-id", "x-pinecone-request-id", "request-id"];
+
+/// The longest request id kept (a longer header value is cut).
+pub(crate) const MAX_REQUEST_ID_LEN: usize = 256;
+
+/// The server's request id in `headers`, if any (cut at
+/// [`MAX_REQUEST_ID_LEN`] bytes).
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
+    let id = REQUEST_ID_HEADERS
+        .iter()
+        .find_map(|h| headers.get(*h))
+        .and_then(|v| v.to_str().ok())?;
+    // `to_str` let only visible ASCII through: any byte is a boundary.
+    Some(id[..id.len().min(MAX_REQUEST_ID_LEN)].to_owned())
+}
+
+/// The request id of the last successful response of one transport copy.
+#[derive(Debug, Default)]
+pub(crate) struct LastRequestId(Mutex<Option<String>>);
+
+impl LastRequestId {
+    pub(crate) fn record(&self, headers: &HeaderMap) {
+        let id = request_id(headers);
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = id;
+    }
+
+    pub(crate) fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_replace_only_what_they_set() {
+        let base = Tuning {
+            retry: RetryPolicy::default(),
+            request_timeout: Some(Duration::from_secs(60)),
+            header_timeout: Some(Duration::from_secs(30)),
+            read_timeout: Some(Duration::from_secs(30)),
+            turn_timeout: None,
+        };
+        let t = CallOptions::new()
+            .request_timeout(Duration::from_secs(5))
+            .header_timeout(None)
+            .retry(RetryPolicy::never())
+            .apply(&base);
+        assert_eq!(t.request_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(t.header_timeout, None);
+        assert_eq!(t.read_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(t.turn_timeout, None);
+        assert_eq!(t.retry, RetryPolicy::never());
+        let same = CallOptions::new().apply(&base);
+        assert_eq!(same.request_timeout, base.request_timeout);
+        assert_eq!(same.retry, base.retry);
+    }
+
+    #[test]
+    fn request_ids_are_bounded() {
+        let mut headers = HeaderMap::new();
+        headers.insert("request-id", "r-2".parse().unwrap());
+        assert_eq!(request_id(&headers).as_deref(), Some("r-2"));
+        headers.insert("x-request-id", "a".repeat(1000).parse().unwrap());
+        assert_eq!(request_id(&headers).unwrap().len(), MAX_REQUEST_ID_LEN);
+    }
+}
