@@ -210,12 +210,10 @@ async fn work(args: &Args) -> Result<ExitCode, String> {
         match event.map_err(|e| e.to_string())? {
             QueryEvent::Created { query_id, .. } => eprintln!("worker: turn {query_id}"),
             QueryEvent::Step(step) => eprintln!("· {}", step.commentary),
-            QueryEvent::TextDelta { delta } => {
-                if !print(&delta) {
-                    // Nobody reads the answer any more: stop the turn too.
-                    let _ = turn.cancel().await;
-                    return Ok(ExitCode::SUCCESS);
-                }
+            QueryEvent::TextDelta { delta } if !print(&delta) => {
+                // Nobody reads the answer any more: stop the turn too.
+                let _ = turn.cancel().await;
+                return Ok(ExitCode::SUCCESS);
             }
             _ => {}
         }

@@ -104,7 +104,7 @@ pub use query::{
     QueryEvent, QueryHandle, QueryTurn, Session, SessionBuilder, StreamConfig, TextStream,
     TurnBuilder, WhenBusy,
 };
-pub use status::{QueryStatus, Rating, TaskStatus};
+pub use status::{QueryStatus, Rating, TaskStatus, ThinkingLevel, Workflow};
 
 /// The README's code blocks compile as doctests.
 #[cfg(doctest)]

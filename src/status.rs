@@ -1,10 +1,12 @@
-//! Typed statuses, and the helpers on the generated types that read them.
+//! Typed statuses and other enumerated words of the API, and the helpers on
+//! the generated types that read them.
 //!
 //! The API sends a turn's `status` and a task's `state` as plain strings
 //! (the spec lists their values only as an extension), so the generated
-//! fields are `String`s. [`QueryStatus`] and [`TaskStatus`] name the values
-//! this version knows; a value added later arrives as `Other`, never as an
-//! error. This file is the only place the status words are spelled.
+//! fields are `String`s. [`QueryStatus`], [`TaskStatus`], [`Workflow`] and
+//! [`ThinkingLevel`] name the values this version knows; a value added
+//! later arrives as `Other`, never as an error, and `Other` sends any word
+//! as it is. This file is the only place these words are spelled.
 
 use std::fmt;
 
@@ -44,6 +46,12 @@ macro_rules! string_status {
                     $($text => $name::$variant,)+
                     other => $name::Other(other.to_owned()),
                 }
+            }
+        }
+
+        impl From<&String> for $name {
+            fn from(s: &String) -> Self {
+                $name::from(s.as_str())
             }
         }
 
@@ -164,6 +172,90 @@ string_status! {
     }
 }
 
+string_status! {
+    /// A workflow (the spec's `Workflow`): what a task runs, and for a turn
+    /// ([`TurnBuilder::workflow`](crate::TurnBuilder::workflow)) one of
+    /// `search`, `search_cc` and `search_rag`.
+    ///
+    /// ```
+    /// use nexus_knowql::Workflow;
+    /// assert_eq!(Workflow::from("search_rag"), Workflow::SearchRag);
+    /// assert_eq!(Workflow::SearchCc.as_str(), "search_cc");
+    /// assert_eq!(Workflow::from("distill"), Workflow::Other("distill".into()));
+    /// ```
+    Workflow {
+        /// `optimize`
+        Optimize = "optimize",
+        /// `curate`: curation of a context's sources.
+        Curate = "curate",
+        /// `search`: a turn's workflow.
+        Search = "search",
+        /// `search_cc`: a turn's workflow.
+        SearchCc = "search_cc",
+        /// `search_rag`: a turn's workflow.
+        SearchRag = "search_rag",
+        /// `work`
+        Work = "work",
+        /// `explore`
+        Explore = "explore",
+        /// `profile`
+        Profile = "profile",
+        /// `import`: an import of sources.
+        Import = "import",
+        /// `pack`
+        Pack = "pack",
+        /// `restore`
+        Restore = "restore",
+        /// `groom`
+        Groom = "groom",
+    }
+}
+
+impl From<Workflow> for types::Workflow {
+    fn from(w: Workflow) -> Self {
+        match w {
+            Workflow::Other(s) => types::Workflow(s),
+            known => types::Workflow(known.as_str().to_owned()),
+        }
+    }
+}
+
+string_status! {
+    /// How much the model thinks in a turn
+    /// ([`TurnBuilder::thinking_level`](crate::TurnBuilder::thinking_level)).
+    ///
+    /// ```
+    /// use nexus_knowql::ThinkingLevel;
+    /// assert_eq!(ThinkingLevel::from("high"), ThinkingLevel::High);
+    /// assert_eq!(ThinkingLevel::Minimal.to_string(), "minimal");
+    /// ```
+    ThinkingLevel {
+        /// `minimal`
+        Minimal = "minimal",
+        /// `low`
+        Low = "low",
+        /// `medium`
+        Medium = "medium",
+        /// `high`
+        High = "high",
+    }
+}
+
+impl From<ThinkingLevel> for String {
+    fn from(level: ThinkingLevel) -> Self {
+        match level {
+            ThinkingLevel::Other(s) => s,
+            known => known.as_str().to_owned(),
+        }
+    }
+}
+
+impl From<Workflow> for String {
+    fn from(w: Workflow) -> Self {
+        types::Workflow::from(w).0
+    }
+}
+
 impl types::Query {
     /// The turn's status, typed.
     pub fn status(&self) -> QueryStatus {
@@ -242,6 +334,11 @@ impl types::TaskResponse {
         TaskStatus::from(self.state.as_str())
     }
 
+    /// The task's workflow, typed.
+    pub fn workflow_kind(&self) -> Workflow {
+        Workflow::from(self.workflow.as_str())
+    }
+
     /// Whether the task has ended (`completed`, `cancelled` or `failed`).
     pub fn is_terminal(&self) -> bool {
         self.status().is_terminal()
@@ -285,5 +382,35 @@ mod tests {
         assert!(TaskStatus::from("failed").is_terminal());
         assert!(!TaskStatus::from("stopping").is_terminal());
         assert_eq!(Rating::Down.to_string(), "down");
+    }
+
+    #[test]
+    fn workflows_and_thinking_levels_keep_every_word() {
+        for w in [
+            "optimize",
+            "curate",
+            "search",
+            "search_cc",
+            "search_rag",
+            "work",
+            "explore",
+            "profile",
+            "import",
+            "pack",
+            "restore",
+            "groom",
+        ] {
+            let typed = Workflow::from(w);
+            assert!(!matches!(typed, Workflow::Other(_)), "{w}");
+            assert_eq!(String::from(typed), w);
+        }
+        for l in ["minimal", "low", "medium", "high"] {
+            let typed = ThinkingLevel::from(l);
+            assert!(!matches!(typed, ThinkingLevel::Other(_)), "{l}");
+            assert_eq!(String::from(typed), l);
+        }
+        assert_eq!(String::from(Workflow::from("distill")), "distill");
+        assert_eq!(types::Workflow::from(Workflow::from("x")).0, "x");
+        assert_eq!(String::from(ThinkingLevel::from(&"max".to_owned())), "max");
     }
 }

@@ -14,6 +14,7 @@ use super::stream::{EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, expect_
 use super::turn::QueryTurn;
 use crate::client::Poller;
 use crate::error::{Error, Result};
+use crate::status::{ThinkingLevel, Workflow};
 use crate::types;
 
 /// The most seconds a turn may run (the service's cap); `timeout_seconds` may only lower it.
@@ -82,10 +83,23 @@ impl TurnBuilder {
         }
     }
 
-    /// The workflow to run, by a name the server lists for the context
-    /// (the request's `workflow`); left out, the server picks.
-    pub fn workflow(mut self, workflow: impl Into<String>) -> Self {
-        self.request.workflow = Some(workflow.into());
+    /// The workflow to run (the request's `workflow`: [`Workflow::Search`],
+    /// [`Workflow::SearchCc`] or [`Workflow::SearchRag`] in 2026-07; a name
+    /// as `&str` works too); left out, the server picks.
+    ///
+    /// ```no_run
+    /// # async fn run(session: nexus_knowql::Session) -> nexus_knowql::Result<()> {
+    /// use nexus_knowql::{ThinkingLevel, Workflow};
+    /// let query = session
+    ///     .ask("Who approves travel?")
+    ///     .workflow(Workflow::SearchRag)
+    ///     .thinking_level(ThinkingLevel::Low)
+    ///     .send()
+    ///     .await?;
+    /// # drop(query); Ok(()) }
+    /// ```
+    pub fn workflow(mut self, workflow: impl Into<Workflow>) -> Self {
+        self.request.workflow = Some(String::from(workflow.into()));
         self
     }
 
@@ -102,9 +116,9 @@ impl TurnBuilder {
         self
     }
 
-    /// How much the model thinks (for example `low`, `high`).
-    pub fn thinking_level(mut self, level: impl Into<String>) -> Self {
-        self.request.thinking_level = Some(level.into());
+    /// How much the model thinks ([`ThinkingLevel`], or its name as `&str`).
+    pub fn thinking_level(mut self, level: impl Into<ThinkingLevel>) -> Self {
+        self.request.thinking_level = Some(String::from(level.into()));
         self
     }
 

@@ -35,6 +35,7 @@
 //! `config` (StreamConfig), `fetch` (the events and stored-turn requests),
 //! `stream` (the resumable connection), `session` (Session and its
 //! builder), `slot` (the one-turn-at-a-time slot), `turn` (QueryTurn),
+//! `sequenced` (`QueryTurn::sequenced`: events with their ids),
 //! `background` (QueryHandle, `QueryTurn::detach`), `builder` (TurnBuilder,
 //! `Session::ask`).
 
@@ -47,6 +48,7 @@ mod checkpoint_store;
 mod config;
 mod event;
 mod fetch;
+mod sequenced;
 mod session;
 mod slot;
 mod span;
@@ -62,6 +64,7 @@ pub use checkpoint_store::{
 };
 pub use config::StreamConfig;
 pub use event::{QueryEvent, names};
+pub use sequenced::{SequencedEvent, SequencedTurn};
 pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};
 pub use sse::DEFAULT_MAX_FRAME_BYTES;
 pub use turn::{QueryTurn, TextStream};

@@ -14,7 +14,7 @@ mod tasks;
 
 pub use contexts::{Contexts, CurateOptions};
 pub use knowledge::Knowledge;
-pub use pages::{DEFAULT_MAX_ITEMS, DEFAULT_PAGE_SIZE, ListFiles, Page, Pages};
+pub use pages::{DEFAULT_MAX_ITEMS, DEFAULT_PAGE_SIZE, Items, ListFiles, Page, Pages};
 pub use queries::Queries;
 pub use sessions::{ListSessions, Sessions};
 pub use sources::{ImportProgress, Sources, UploadProgress};

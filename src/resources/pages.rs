@@ -3,8 +3,9 @@
 //! `list()` on [`Sessions`](super::Sessions), [`Tasks`](super::Tasks),
 //! [`Sources`](super::Sources) and [`Knowledge`](super::Knowledge) returns a
 //! builder: set its filters, then `.await` it for every item, or call
-//! `.pages()` for a [`Stream`](futures::Stream) of [`Page`]s and stop reading
-//! when you have enough (no further page is fetched).
+//! `.items()` for a [`Stream`](futures::Stream) of items or `.pages()` for
+//! one of [`Page`]s, and stop reading when you have enough (no further page
+//! is fetched).
 //!
 //! The pages are checked as they come: a server that answers a different
 //! page than the one asked for, points back to a page already read, or sends
@@ -47,6 +48,21 @@ pub struct Page<T> {
 
 /// A stream of pages. Dropping it stops the listing.
 pub type Pages<'a, T> = BoxStream<'a, Result<Page<T>>>;
+
+/// A stream of a listing's items, fetched page by page as they are read.
+/// Dropping it stops the listing; an error ends it.
+pub type Items<'a, T> = BoxStream<'a, Result<T>>;
+
+/// The items of `pages`, one by one, then the error that ended them, if any.
+pub(crate) fn items<'a, T: Send + 'a>(pages: Pages<'a, T>) -> Items<'a, T> {
+    use futures::future::Either;
+    pages
+        .flat_map(|page| match page {
+            Ok(page) => Either::Left(futures::stream::iter(page.items.into_iter().map(Ok))),
+            Err(e) => Either::Right(futures::stream::once(async { Err(e) })),
+        })
+        .boxed()
+}
 
 /// What one request of a listing brought back.
 pub(crate) struct Fetched<T> {
@@ -331,6 +347,27 @@ fn dir_page(
         total: Some(total),
         next,
     })
+}
+
+impl<'c> ListFiles<'c> {
+    /// The entries one by one, each page fetched when the one before is
+    /// read; the errors of [`ListFiles::pages`] end it.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
+    /// use futures::TryStreamExt;
+    /// let mut entries = client.knowledge("docs").list().items();
+    /// while let Some(entry) = entries.try_next().await? {
+    ///     if entry.name.ends_with(".md") {
+    ///         println!("first page of notes: {}", entry.name);
+    ///         break; // no further page is fetched
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn items(self) -> Items<'c, crate::types::DirListingEntriesItem> {
+        items(self.pages())
+    }
 }
 
 impl<'c> std::future::IntoFuture for ListFiles<'c> {

@@ -123,6 +123,23 @@ fn zero_limit(op: &'static str) -> crate::Error {
     crate::Error::InvalidRequest(format!("{op}: page_size must be at least 1"))
 }
 
+impl<'c> ListSessions<'c> {
+    /// The sessions one by one; the errors of [`ListSessions::pages`] end it.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
+    /// use futures::TryStreamExt;
+    /// let mut sessions = client.sessions().list().items();
+    /// while let Some(session) = sessions.try_next().await? {
+    ///     println!("{}", session.id);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn items(self) -> pages::Items<'c, types::Session> {
+        pages::items(self.pages())
+    }
+}
+
 impl<'c> std::future::IntoFuture for ListSessions<'c> {
     type Output = Result<Vec<types::Session>>;
     type IntoFuture = BoxFuture<'c, Self::Output>;

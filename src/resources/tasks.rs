@@ -197,9 +197,10 @@ impl<'c> ListTasks<'c> {
         self
     }
 
-    /// Only tasks of this workflow (`import`, `curate`, ...).
-    pub fn workflow(mut self, workflow: impl Into<String>) -> Self {
-        self.workflow = Some(types::Workflow(workflow.into()));
+    /// Only tasks of this workflow ([`Workflow`](crate::Workflow), or its
+    /// name as `&str`: `import`, `curate`, ...).
+    pub fn workflow(mut self, workflow: impl Into<crate::Workflow>) -> Self {
+        self.workflow = Some(types::Workflow::from(workflow.into()));
         self
     }
 
@@ -303,6 +304,24 @@ fn tasks_page(
         total: Some(total),
         next,
     })
+}
+
+impl<'c> ListTasks<'c> {
+    /// The tasks one by one, each page fetched when the one before is read;
+    /// the errors of [`ListTasks::pages`] end it.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
+    /// use futures::TryStreamExt;
+    /// let mut running = client.tasks().list().state("running").items();
+    /// while let Some(task) = running.try_next().await? {
+    ///     println!("{} {:?}", task.id, task.state);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn items(self) -> pages::Items<'c, types::TaskResponse> {
+        pages::items(self.pages())
+    }
 }
 
 impl<'c> std::future::IntoFuture for ListTasks<'c> {

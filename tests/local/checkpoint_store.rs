@@ -167,3 +167,24 @@ fn the_file_store_refuses_bad_keys_and_files_that_are_not_checkpoints() {
         Err(Error::Io { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_cancelled_checkpointed_turn_stops_on_the_server_and_leaves_nothing_to_resume() {
+    let (_nexus, client) = local().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileCheckpointStore::new(dir.path()).unwrap();
+    let session = client.session(["docs"]).build().unwrap();
+    let turn = session
+        .ask("How do I resume a broken stream?")
+        .stream()
+        .await
+        .unwrap();
+    let mut turn = CheckpointedTurn::new(turn, store.clone(), "job-3");
+    turn.next().await.unwrap().unwrap();
+    turn.next().await.unwrap().unwrap();
+    let saved = store.load("job-3").unwrap().expect("a saved checkpoint");
+    let query = turn.cancel().await.unwrap();
+    assert_eq!(query.id, saved.query_id);
+    assert_eq!(query.status, "cancelled");
+    assert_eq!(store.load("job-3").unwrap(), None);
+}

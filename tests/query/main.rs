@@ -11,6 +11,7 @@ mod hostile_model;
 mod integrity;
 mod integrity_prop;
 mod resume_prop;
+mod sequenced;
 mod session;
 mod stream;
 mod turn_edges;

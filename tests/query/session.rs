@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use nexus_knowql::{Client, Error, Session, WaitPolicy};
+use nexus_knowql::{Client, Error, Session, ThinkingLevel, WaitPolicy, Workflow};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
@@ -91,6 +91,37 @@ async fn first_turn_sends_scope_and_config_later_turns_send_session_id() {
     for pinned in ["scope", "system_prompt", "guardrails", "model", "tools"] {
         assert!(sent[1].get(pinned).is_none(), "{pinned} sent again");
     }
+}
+
+#[tokio::test]
+async fn typed_workflows_and_thinking_levels_are_sent_as_the_api_spells_them() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/query"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(query("q1", "sess_a", "completed")))
+        .mount(&server)
+        .await;
+    let session = client(&server).session(["handbook"]).build().unwrap();
+    session
+        .ask("one")
+        .workflow(Workflow::SearchCc)
+        .thinking_level(ThinkingLevel::Minimal)
+        .send()
+        .await
+        .unwrap();
+    // A word this version does not know goes as it is.
+    session
+        .ask("two")
+        .workflow(Workflow::from("search_graph"))
+        .thinking_level("max")
+        .send()
+        .await
+        .unwrap();
+    let sent = bodies(&server.received_requests().await.unwrap(), "/query");
+    assert_eq!(sent[0]["workflow"], "search_cc");
+    assert_eq!(sent[0]["thinking_level"], "minimal");
+    assert_eq!(sent[1]["workflow"], "search_graph");
+    assert_eq!(sent[1]["thinking_level"], "max");
 }
 
 #[tokio::test]

@@ -147,6 +147,51 @@ async fn pages_stop_when_the_caller_stops() {
 }
 
 #[tokio::test]
+async fn items_stream_one_by_one_and_fetch_a_page_only_when_reached() {
+    let server = MockServer::start().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    Mock::given(method("GET"))
+        .and(path("/api/tasks"))
+        .respond_with(TaskPages {
+            n: 25,
+            calls: calls.clone(),
+        })
+        .mount(&server)
+        .await;
+    let c = client(&server);
+    let mut items = c.tasks().list().page_size(10).items();
+    let mut ids = Vec::new();
+    for _ in 0..11 {
+        ids.push(items.next().await.unwrap().unwrap().id);
+    }
+    assert_eq!(ids[10], "task_0010");
+    // The eleventh item needed the second page, and nothing more.
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let rest: Vec<_> = items.map(|t| t.unwrap().id).collect().await;
+    assert_eq!(rest.len(), 14);
+    assert_eq!(rest.last().map(String::as_str), Some("task_0024"));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn items_end_with_the_error_that_ends_the_pages() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/tasks"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "items": [task(0), task(1)], "total": 10, "limit": 2, "offset": 0,
+            "page": 1, "pages": 5
+        })))
+        .mount(&server)
+        .await;
+    let c = client(&server);
+    let got: Vec<_> = c.tasks().list().page_size(2).items().collect().await;
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got[1].as_ref().unwrap().id, "task_0001");
+    assert!(matches!(got[2], Err(Error::Paging { .. })), "{:?}", got[2]);
+}
+
+#[tokio::test]
 async fn a_server_that_ignores_the_page_ends_with_an_error_not_a_loop() {
     let server = MockServer::start().await;
     // Always the first page, with a page count that promises more.
