@@ -148,23 +148,25 @@ async fn orchestrate(args: &Args) -> Result<ExitCode, String> {
     };
     let crash_after = args.crash_after.unwrap_or(8);
     eprintln!("worker: worker 1 starts the turn and crashes after {crash_after} events");
-    let first = worker(Some(crash_after)).status().await;
-    eprintln!("worker: worker 1 ended with {}", status_text(first)?);
-    eprintln!("worker: worker 2 continues from the store");
-    let second = worker(None).status().await;
+    let cannot_run = |e: std::io::Error| format!("cannot run a worker: {e}");
+    let first = worker(Some(crash_after)).status().await.map_err(cannot_run);
+    // A supervisor's rule: restart a worker that crashed, not one that
+    // finished (or stopped because nobody reads its answer).
+    let last = match first {
+        Ok(first) if !first.success() => {
+            eprintln!("worker: worker 1 ended with {first}");
+            eprintln!("worker: worker 2 continues from the store");
+            worker(None).status().await.map_err(cannot_run)
+        }
+        done => done,
+    };
     if own_store {
         let _ = std::fs::remove_dir_all(&store);
     }
-    match second {
-        Ok(status) if status.success() => Ok(ExitCode::SUCCESS),
-        second => Err(format!("worker 2 ended with {}", status_text(second)?)),
+    match last? {
+        status if status.success() => Ok(ExitCode::SUCCESS),
+        status => Err(format!("the last worker ended with {status}")),
     }
-}
-
-fn status_text(status: std::io::Result<std::process::ExitStatus>) -> Result<String, String> {
-    status
-        .map(|s| s.to_string())
-        .map_err(|e| format!("cannot run a worker: {e}"))
 }
 
 /// One worker process: continues the stored turn, or starts one, and prints

@@ -115,3 +115,58 @@ fn worker_crashes_mid_answer_and_a_restarted_worker_prints_the_rest() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_worker_whose_stdout_closes_cancels_its_turn_and_forgets_it() {
+    use std::io::Read;
+    let rt = runtime();
+    let server = rt
+        .block_on(
+            LocalNexus::builder()
+                .context("docs", corpus())
+                .frame_delay(Duration::from_millis(100))
+                .start(),
+        )
+        .unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let mut child = example(
+        "worker",
+        &[
+            "--once",
+            "--base-url",
+            server.base_url(),
+            "--store",
+            &store.path().display().to_string(),
+        ],
+    )
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    // `head -c 5`: five bytes, then the pipe is closed.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 5];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let query_id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("worker: turn "))
+        .expect("the worker names its turn")
+        .to_owned();
+    let stored = rt
+        .block_on(server.client().unwrap().queries().get(&query_id))
+        .unwrap();
+    assert_eq!(stored.status, "cancelled", "{stderr}");
+    assert_eq!(std::fs::read_dir(store.path()).unwrap().count(), 0);
+}
