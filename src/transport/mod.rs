@@ -8,13 +8,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Request, Response, StatusCode};
 use secrecy::ExposeSecret;
 use tracing::Instrument;
 
 pub(crate) mod auth;
+mod bodies;
 pub(crate) mod observe;
 pub(crate) mod redirect;
 pub(crate) mod retry;
@@ -22,21 +22,20 @@ pub(crate) mod tuning;
 pub(crate) mod version;
 
 use self::auth::{API_KEY_HEADER, Auth};
+pub(crate) use self::bodies::read_limited;
+use self::bodies::{
+    ERROR_BODY_LIMIT, RAW_BODY_MARKER, bounded, envelope_bytes, http_response,
+    normalize_error_body, parse_envelope, too_large,
+};
 use self::redirect::RedirectRefused;
 use self::tuning::{CallOptions, LastRequestId, Tuning, request_id};
 use self::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
-use crate::error::{Error, Result, millis, snippet};
-
-/// Marks a rewritten error response whose body was not the JSON envelope.
-const RAW_BODY_MARKER: &str = "x-nexus-knowql-raw-error-body";
+use crate::error::{Error, Result, millis};
 
 /// Marks a response rewritten because of a redirect to another origin (one
 /// a custom client followed, or one that reached the crate unfollowed); its
 /// value is [`RedirectRefused::to_marker`].
 const REDIRECT_MARKER: &str = "x-nexus-knowql-redirect-refused";
-
-/// The most bytes of an error body that are read.
-const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// Makes a fresh copy of a request whose body cannot be cloned.
 pub(crate) type Rebuild<'a> = dyn Fn() -> Option<Request> + Send + Sync + 'a;
@@ -79,64 +78,6 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The default bound on one response body.
 pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
-
-/// A response body cut off at the client's size limit.
-#[derive(Debug)]
-pub(crate) struct BodyTooLarge {
-    pub(crate) limit: usize,
-}
-
-impl fmt::Display for BodyTooLarge {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the answer is larger than the limit of {} bytes",
-            self.limit
-        )
-    }
-}
-
-impl std::error::Error for BodyTooLarge {}
-
-/// The limit a body error was cut at, when it is one.
-fn too_large(err: &(dyn std::error::Error + 'static)) -> Option<usize> {
-    let mut next = Some(err);
-    while let Some(e) = next {
-        if let Some(t) = e.downcast_ref::<BodyTooLarge>() {
-            return Some(t.limit);
-        }
-        next = e.source();
-    }
-    None
-}
-
-/// `resp` with a body that fails once it grows past `limit` (at once when
-/// its declared length does).
-fn bounded(resp: Response, limit: usize) -> Response {
-    use futures::StreamExt;
-    let declared_over = resp
-        .content_length()
-        .is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX));
-    let mut builder = http::Response::builder()
-        .status(resp.status())
-        .version(resp.version());
-    if let Some(h) = builder.headers_mut() {
-        *h = resp.headers().clone();
-    }
-    let mut seen = 0usize;
-    let body = resp.bytes_stream().map(move |chunk| {
-        let chunk = chunk.map_err(|e| Box::new(e) as crate::error::BoxError)?;
-        seen = seen.saturating_add(chunk.len());
-        if declared_over || seen > limit {
-            return Err(Box::new(BodyTooLarge { limit }) as crate::error::BoxError);
-        }
-        Ok(chunk)
-    });
-    match builder.body(reqwest::Body::wrap_stream(body)) {
-        Ok(r) => Response::from(r),
-        Err(_) => Response::from(http::Response::new(Bytes::new())),
-    }
-}
 
 /// The settings of the built-in `reqwest::Client`.
 #[derive(Debug, Clone)]
@@ -736,94 +677,6 @@ pub(crate) fn map_reqwest(
     Error::transport(operation, err.without_url(), connect)
 }
 
-/// `(code, message, raw body if not the envelope)`.
-fn parse_envelope(headers: &HeaderMap, body: &[u8]) -> (Option<String>, String, Option<String>) {
-    #[derive(serde::Deserialize)]
-    struct Envelope {
-        message: String,
-        #[serde(default)]
-        code: Option<String>,
-    }
-    match serde_json::from_slice::<Envelope>(body) {
-        Ok(e) if headers.contains_key(RAW_BODY_MARKER) => {
-            (None, e.message.clone(), Some(e.message))
-        }
-        Ok(e) => (e.code, e.message, None),
-        Err(_) => {
-            let raw = snippet(body);
-            let message = if raw.trim().is_empty() {
-                "(empty body)".to_owned()
-            } else {
-                raw.clone()
-            };
-            (None, message, Some(raw))
-        }
-    }
-}
-
-/// Reads at most `limit` bytes of a body, for at most `time` (what arrived
-/// by then is kept).
-pub(crate) async fn read_limited(
-    mut resp: Response,
-    limit: usize,
-    time: Option<Duration>,
-) -> reqwest::Result<Vec<u8>> {
-    let deadline = time.and_then(|t| tokio::time::Instant::now().checked_add(t));
-    let mut out = Vec::new();
-    loop {
-        let chunk = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, resp.chunk()).await {
-                Ok(chunk) => chunk?,
-                Err(_) => {
-                    tracing::debug!(
-                        read = out.len(),
-                        "an error body took too long; keeping what arrived"
-                    );
-                    break;
-                }
-            },
-            None => resp.chunk().await?,
-        };
-        let Some(chunk) = chunk else { break };
-        let room = limit.saturating_sub(out.len());
-        out.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if out.len() >= limit {
-            break;
-        }
-    }
-    Ok(out)
-}
-
-fn envelope_bytes(message: &str, code: Option<&str>) -> Bytes {
-    let v = match code {
-        Some(c) => serde_json::json!({ "message": message, "code": c }),
-        None => serde_json::json!({ "message": message }),
-    };
-    Bytes::from(v.to_string())
-}
-
-fn http_response(status: StatusCode, headers: &HeaderMap, body: Bytes, raw: bool) -> Response {
-    let mut builder = http::Response::builder().status(status);
-    if let Some(h) = builder.headers_mut() {
-        for (k, v) in headers {
-            if k != reqwest::header::CONTENT_LENGTH && k != reqwest::header::CONTENT_TYPE {
-                h.append(k.clone(), v.clone());
-            }
-        }
-        h.insert(
-            reqwest::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if raw {
-            h.insert(RAW_BODY_MARKER, HeaderValue::from_static("1"));
-        }
-    }
-    match builder.body(body) {
-        Ok(r) => Response::from(r),
-        Err(_) => Response::from(http::Response::new(Bytes::new())),
-    }
-}
-
 /// Where a redirect answer points, resolved against the URL it came from.
 fn redirect_target(resp: &Response) -> Option<url::Url> {
     if !resp.status().is_redirection() {
@@ -851,28 +704,4 @@ fn redirect_refused_response(refused: RedirectRefused) -> Response {
         envelope_bytes(&refused.to_string(), None),
         false,
     )
-}
-
-/// Makes an error answer's body the JSON envelope so that the generated
-/// client keeps the status even when the server sent text or HTML.
-async fn normalize_error_body(resp: Response, read_timeout: Option<Duration>) -> Response {
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let body = read_limited(resp, ERROR_BODY_LIMIT, read_timeout)
-        .await
-        .unwrap_or_default();
-    let is_envelope = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .is_some_and(|v| v.get("message").is_some_and(|m| m.is_string()));
-    if is_envelope {
-        http_response(status, &headers, Bytes::from(body), false)
-    } else {
-        let raw = snippet(&body);
-        let text = if raw.trim().is_empty() {
-            status.canonical_reason().unwrap_or("error").to_owned()
-        } else {
-            raw
-        };
-        http_response(status, &headers, envelope_bytes(&text, None), true)
-    }
 }
