@@ -509,6 +509,7 @@ impl NexusMcp {
         // its peer), rather than a clone of its whole context.
         let requested_level = context.meta.log_level();
         let peer = context.peer.clone();
+        let call = context.id.clone();
         let ((family, result), retries) = counting_retries(self.route_call(request, context)).await;
         let outcome = outcome(&result);
         let took = start.elapsed();
@@ -541,7 +542,7 @@ impl NexusMcp {
             // The session's level as it is when the notes go out: a
             // `logging/setLevel` during a long call applies to them.
             let minimum = self.log_level.minimum(requested_level);
-            Box::pin(logging::send(notes, minimum, &peer)).await;
+            Box::pin(logging::send(notes, minimum, &peer, &call)).await;
         }
         if let Some(owner) = owner
             && let Some(task) = tasks::task_for(&self.tasks, owner, &response)

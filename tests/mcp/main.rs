@@ -6,6 +6,7 @@
 mod support;
 
 mod availability;
+mod call_notes;
 mod callers;
 #[cfg(feature = "local")]
 mod catalog;
