@@ -91,7 +91,7 @@ pub(super) struct QueryArgs {
     /// `fast`, `detailed` or `full` (default).
     #[serde(default)]
     pub preset: Option<Preset>,
-    /// Rerank the results (default true; ignored by `fast`).
+    /// Rerank the results (default: when the source has a reranking model; ignored by `fast`).
     #[serde(default)]
     pub use_reranking: Option<bool>,
 }
