@@ -575,7 +575,7 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
         status = status.as_u16(),
         duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         caller = %caller,
-        peer = %peer.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+        peer = %super::refusals::shown_peer(peer),
         "request"
     );
     let mut response = with_deadline(response, deadline, peer);
