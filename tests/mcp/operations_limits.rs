@@ -3,7 +3,8 @@
 //! the listener closed as soon as shutdown begins; log lines that name the
 //! JSON-RPC method and a bare peer address; a flood of keyless requests
 //! that stays a handful of log lines; and the binary under a small
-//! open-file limit, where the connection cap answers instead of `accept`.
+//! open-file limit, where the connection cap answers instead of `accept`,
+//! and whose `accept` backs off when the limit is lowered under it.
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -178,7 +179,7 @@ async fn shutdown_closes_the_listener_before_the_requests_in_flight_end() {
 /// `nexus-mcp --transport http` on a free port, run through `wrapper`
 /// (for example `prlimit`), its stderr collected; killed on drop.
 struct Binary {
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
     base: String,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -226,7 +227,7 @@ impl Binary {
             }
         });
         Binary {
-            _child: child,
+            child,
             base: format!("http://{addr}"),
             log,
         }
@@ -282,11 +283,7 @@ async fn log_lines_name_the_method_and_a_bare_peer_and_keyless_floods_stay_quiet
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn under_a_small_open_file_limit_the_connection_cap_answers_not_accept() {
-    if std::process::Command::new("prlimit")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !has_prlimit() {
         eprintln!("prlimit is not installed: skipped");
         return;
     }
@@ -331,4 +328,66 @@ async fn under_a_small_open_file_limit_the_connection_cap_answers_not_accept() {
     })
     .await;
     assert!(served.is_ok(), "not served after the connections closed");
+}
+
+/// `prlimit` is there to run (util-linux).
+#[cfg(target_os = "linux")]
+fn has_prlimit() -> bool {
+    std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_failing_accept_backs_off_instead_of_spinning() {
+    if !has_prlimit() {
+        eprintln!("prlimit is not installed: skipped");
+        return;
+    }
+    let nexus = fake_nexus(0).await;
+    let binary = Binary::start(&[], &nexus.uri(), &["--max-connections", "1000"]).await;
+    let pid = binary.child.id().expect("running").to_string();
+    // The soft limit drops under the running server, past its startup check:
+    // from now on `accept` fails with EMFILE while clients queue.
+    let lowered = std::process::Command::new("prlimit")
+        .args(["--pid", &pid, "--nofile=32:"])
+        .status()
+        .expect("prlimit runs");
+    assert!(lowered.success());
+    let addr = binary.base.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..80 {
+        if let Ok(tcp) = tokio::net::TcpStream::connect(&addr).await {
+            held.push(tcp);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(held);
+    let raised = std::process::Command::new("prlimit")
+        .args(["--pid", &pid, "--nofile=1024:"])
+        .status()
+        .expect("prlimit runs");
+    assert!(raised.success());
+    // It serves again, and counted a few failures, not a spin's thousands.
+    let metrics = format!("{}/metrics", binary.base);
+    let text = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Ok(r) = reqwest::get(&metrics).await
+                && r.status() == 200
+            {
+                return r.text().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("served again after the limit was raised");
+    let failures = sample(&text, r#"nexus_mcp_refusals_total{reason="accept_failed"}"#);
+    eprintln!("failed accepts while the limit was low: {failures}");
+    assert!(failures >= 1.0, "accept never failed: {text}");
+    assert!(failures <= 100.0, "{failures} failed accepts in about 2 s");
+    let log = binary.log().join("\n");
+    assert!(log.contains("accept failed"), "{log}");
 }
