@@ -62,6 +62,17 @@ async fn one_source_an_unknown_source_names_it() {
     assert_eq!(e["code"], "VALIDATION", "{e}");
     assert!(!e.to_string().contains("list_sources"), "{e}");
     assert!(e["message"].as_str().unwrap().contains("one source"), "{e}");
+    // No argument sends the model to `list_sources`, which is not served.
+    let tools = client.list_all_tools().await.expect("tools/list");
+    assert!(tools.iter().all(|t| t.name != "list_sources"));
+    for tool in &tools {
+        let schema = serde_json::to_string(&tool.input_schema).unwrap();
+        assert!(
+            !schema.contains("from `list_sources`"),
+            "{}: {schema}",
+            tool.name
+        );
+    }
 }
 
 fn params(tool: &str, args: Value) -> CallToolRequestParams {

@@ -10,7 +10,7 @@ pub(super) type MetadataFilter = Map<String, Value>;
 /// `list_namespaces` arguments.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub(super) struct ListNamespacesArgs {
-    /// Source name from `list_sources`; omit to list every source.
+    /// Source name (with several sources, `list_sources` names them); omit to list every source.
     #[serde(default)]
     pub source: Option<String>,
 }
