@@ -18,7 +18,9 @@
 //! request; such clients set the level per request in `_meta`.
 //!
 //! Every text is passed through [`redact`]: no key
-//! reaches a notification.
+//! reaches a notification. The notes travel on the call's own stream (the
+//! POST response over Streamable HTTP), so a client without a GET stream
+//! sees them too.
 
 // rmcp marks the logging types deprecated (SEP-2577 drops logging after the
 // 2025-11-25 revision); the revisions served here still define it.
@@ -28,7 +30,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use rmcp::model::{CallToolResponse, LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::model::{
+    CallToolResponse, LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
+    RequestId, ServerNotification,
+};
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 
@@ -183,19 +188,28 @@ fn degradation(tool: &str, experimental: &Value) -> Option<Note> {
     })
 }
 
+/// Marks a note as being about request `.0`: over Streamable HTTP with
+/// sessions it travels on that request's response stream (stdio and
+/// stateless HTTP have one stream per request anyway). Never on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CallStream(pub(crate) RequestId);
+
 /// Sends `notes` at or above `minimum` (see [`SessionLevel::minimum`]) to
-/// the client behind `peer`.
-pub(crate) async fn send(notes: Vec<Note>, minimum: u8, peer: &Peer<RoleServer>) {
+/// the client behind `peer`, on the stream of request `call`.
+pub(crate) async fn send(notes: Vec<Note>, minimum: u8, peer: &Peer<RoleServer>, call: &RequestId) {
     for note in notes.into_iter().filter(|n| rank(n.level) >= minimum) {
-        send_one(peer, note).await;
+        send_one(peer, note, call).await;
     }
 }
 
-async fn send_one(peer: &Peer<RoleServer>, note: Note) {
+async fn send_one(peer: &Peer<RoleServer>, note: Note, call: &RequestId) {
     let mut param = LoggingMessageNotificationParam::new(note.level, note.data);
     param.logger = Some(LOGGER.to_owned());
+    let mut notification = LoggingMessageNotification::new(param);
+    notification.extensions.insert(CallStream(call.clone()));
+    let notification = ServerNotification::LoggingMessageNotification(notification);
     // A client that went away cannot be told; the result still goes back.
-    if let Err(e) = peer.notify_logging_message(param).await {
+    if let Err(e) = peer.send_notification(notification).await {
         tracing::debug!(error = %e, "could not send a log notification");
     }
 }

@@ -12,7 +12,10 @@
 //!   `enum` lists, and a field that may be null is written as its non-null
 //!   type (an optional field is simply left out; `null` is still accepted).
 //!
-//! Output schemas keep their shape otherwise: only their formats change.
+//! Output schemas keep their `$defs` and their nullable fields, but lose
+//! non-standard formats and type arrays: a field that may be null is
+//! written `anyOf` of its type and `null` (the spelling portable schema
+//! checkers such as the MCP Inspector's ask for).
 
 use std::sync::Arc;
 
@@ -71,6 +74,7 @@ pub(crate) fn portable(mut tool: Tool) -> Tool {
     if let Some(output) = tool.output_schema.take() {
         let mut value = Value::Object((*output).clone());
         strip_formats(&mut value);
+        split_type_arrays(&mut value);
         if let Value::Object(map) = value {
             tool.output_schema = Some(Arc::new(map));
         }
@@ -300,10 +304,111 @@ fn strip_formats(schema: &mut Value) {
     }
 }
 
+/// Keys that stay on a schema whose type array is split: they describe the
+/// value whatever its type.
+const ANNOTATION_KEYS: &[&str] = &[
+    "description",
+    "title",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$comment",
+];
+
+/// Rewrites every `"type": [A, B, …]` into `anyOf` of one-type branches;
+/// the keys that constrain a value (properties, items, formats, bounds…)
+/// go to each non-null branch, annotations stay where they were.
+fn split_type_arrays(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match (key.as_str(), value) {
+                    // Maps of names to subschemas: a property may be
+                    // called `description` or `default`.
+                    (
+                        "properties" | "patternProperties" | "$defs" | "definitions",
+                        Value::Object(named),
+                    ) => named.values_mut().for_each(split_type_arrays),
+                    (key, _) if DATA_KEYS.contains(&key) => {}
+                    (_, value) => split_type_arrays(value),
+                }
+            }
+            let Some(Value::Array(kinds)) = map.get("type") else {
+                return;
+            };
+            let kinds = kinds.clone();
+            map.remove("type");
+            if let [only] = kinds.as_slice() {
+                map.insert("type".to_owned(), only.clone());
+                return;
+            }
+            let constraints: Vec<String> = map
+                .keys()
+                .filter(|k| !ANNOTATION_KEYS.contains(&k.as_str()))
+                .cloned()
+                .collect();
+            let mut moved = Map::new();
+            for key in constraints {
+                if let Some(value) = map.remove(&key) {
+                    moved.insert(key, value);
+                }
+            }
+            let branches: Vec<Value> = kinds
+                .into_iter()
+                .map(|kind| {
+                    let mut branch = Map::new();
+                    if kind.as_str() != Some("null") {
+                        branch.extend(moved.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    }
+                    branch.insert("type".to_owned(), kind);
+                    Value::Object(branch)
+                })
+                .collect();
+            map.insert("anyOf".to_owned(), Value::Array(branches));
+        }
+        Value::Array(items) => items.iter_mut().for_each(split_type_arrays),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn output_type_arrays_become_any_of_with_constraints_on_the_typed_branch() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "answer": {"type": ["string", "null"], "description": "text", "maxLength": 5},
+                "rows": {"type": ["array", "null"], "items": {"type": ["integer", "null"]}},
+                "plain": {"type": ["string"]},
+                "description": {"type": ["string", "null"]}
+            },
+            "$defs": {"Row": {"type": ["object", "null"], "properties": {"a": {"type": "string"}}}}
+        });
+        split_type_arrays(&mut schema);
+        assert_eq!(
+            schema["properties"]["answer"],
+            json!({"description": "text", "anyOf": [
+                {"type": "string", "maxLength": 5}, {"type": "null"}
+            ]})
+        );
+        assert_eq!(
+            schema["properties"]["rows"]["anyOf"][0]["items"],
+            json!({"anyOf": [{"type": "integer"}, {"type": "null"}]})
+        );
+        assert_eq!(schema["properties"]["plain"], json!({"type": "string"}));
+        assert!(schema["properties"]["description"]["anyOf"].is_array());
+        assert_eq!(
+            schema["$defs"]["Row"]["anyOf"][0]["properties"]["a"],
+            json!({"type": "string"})
+        );
+        assert!(!schema.to_string().contains(r#""type":["#), "{schema}");
+    }
 
     fn object(v: Value) -> JsonObject {
         v.as_object().cloned().unwrap()

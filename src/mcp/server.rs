@@ -188,6 +188,7 @@ impl NexusMcp {
         Families {
             nexus: self.nexus.as_deref(),
             pinecone: self.pinecone.as_deref(),
+            metrics: &self.metrics,
         }
     }
 
@@ -388,9 +389,7 @@ impl ServerHandler for NexusMcp {
         // Boxed, as every handler that calls upstream: rmcp's request future
         // is as large as its largest handler's, and it is moved into a
         // spawned task for every request, tool calls included.
-        let result = Box::pin(catalog::list_resources(self.families(), request, &context)).await;
-        self.count_catalog_error(result.as_ref().err());
-        result
+        Box::pin(catalog::list_resources(self.families(), request, &context)).await
     }
 
     async fn list_resource_templates(
@@ -407,9 +406,9 @@ impl ServerHandler for NexusMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let result = Box::pin(catalog::read_resource(self.families(), request, &context)).await;
-        self.count_catalog_error(result.as_ref().err());
-        result.map(Into::into)
+        Box::pin(catalog::read_resource(self.families(), request, &context))
+            .await
+            .map(Into::into)
     }
 
     async fn list_prompts(
@@ -426,9 +425,9 @@ impl ServerHandler for NexusMcp {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let result = Box::pin(catalog::get_prompt(self.families(), request, &context)).await;
-        self.count_catalog_error(result.as_ref().err());
-        result.map(Into::into)
+        Box::pin(catalog::get_prompt(self.families(), request, &context))
+            .await
+            .map(Into::into)
     }
 
     async fn complete(
@@ -465,16 +464,6 @@ impl ServerHandler for NexusMcp {
 }
 
 impl NexusMcp {
-    /// Counts a failed upstream read of resources or prompts (an internal
-    /// error: the upstream failed or timed out) in `upstream_errors`.
-    fn count_catalog_error(&self, error: Option<&ErrorData>) {
-        if let Some(e) = error
-            && e.code == rmcp::model::ErrorCode::INTERNAL_ERROR
-        {
-            self.metrics.upstream_error("catalog", "UPSTREAM_ERROR");
-        }
-    }
-
     /// A tool call with its metrics, access-log line and log notes.
     async fn accounted_call(
         &self,
@@ -509,6 +498,7 @@ impl NexusMcp {
         // its peer), rather than a clone of its whole context.
         let requested_level = context.meta.log_level();
         let peer = context.peer.clone();
+        let call = context.id.clone();
         let ((family, result), retries) = counting_retries(self.route_call(request, context)).await;
         let outcome = outcome(&result);
         let took = start.elapsed();
@@ -541,7 +531,7 @@ impl NexusMcp {
             // The session's level as it is when the notes go out: a
             // `logging/setLevel` during a long call applies to them.
             let minimum = self.log_level.minimum(requested_level);
-            Box::pin(logging::send(notes, minimum, &peer)).await;
+            Box::pin(logging::send(notes, minimum, &peer, &call)).await;
         }
         if let Some(owner) = owner
             && let Some(task) = tasks::task_for(&self.tasks, owner, &response)

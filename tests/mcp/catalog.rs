@@ -472,3 +472,53 @@ async fn http_callers_see_only_their_own_resources_and_completions() {
     assert_eq!(lists, 2 * (2 * 2 + 2 + 2), "{lists}");
     tokio::time::sleep(Duration::ZERO).await;
 }
+
+#[tokio::test]
+async fn knowledge_files_are_listed_and_their_paths_complete() {
+    let nexus = local_nexus().await;
+    let sdk = nexus_client(nexus.base_url());
+    let known = some_knowledge_file(&sdk, "docs").await;
+    let client = connect(NexusMcp::new().with_nexus(NexusServer::new(sdk))).await;
+
+    let resources = client.list_all_resources().await.expect("resources/list");
+    let files: Vec<&str> = resources
+        .iter()
+        .map(|r| r.uri.as_str())
+        .filter(|u| u.starts_with("nexus://contexts/docs/knowledge/"))
+        .collect();
+    assert!(!files.is_empty(), "knowledge files listed: {resources:?}");
+    let read = client
+        .read_resource(ReadResourceRequestParams::new(files[0]))
+        .await
+        .expect("a listed file reads");
+    assert!(!texts(&read.contents)[0].0.is_empty());
+
+    // `{path}` completes one directory at a time, directories ending in `/`.
+    let docs = CompletionContext::with_arguments([("slug".to_owned(), "docs".to_owned())].into());
+    let template = "nexus://contexts/{slug}/knowledge/{path}";
+    let root = client
+        .complete_resource_argument(template, "path", "", Some(docs.clone()))
+        .await
+        .expect("complete path");
+    assert!(!root.values.is_empty(), "{root:?}");
+    let first = known.split('/').next().unwrap();
+    assert!(
+        root.values
+            .iter()
+            .any(|v| v == first || v == &format!("{first}/")),
+        "{first} in {root:?}"
+    );
+    if let Some((dir, _)) = known.rsplit_once('/') {
+        let inner = client
+            .complete_resource_argument(template, "path", &format!("{dir}/"), Some(docs))
+            .await
+            .expect("complete inner path");
+        assert!(inner.values.contains(&known), "{known} in {inner:?}");
+    }
+    // Without the context there is nothing to complete.
+    let none = client
+        .complete_resource_argument(template, "path", "", None)
+        .await
+        .expect("complete without slug");
+    assert!(none.values.is_empty(), "{none:?}");
+}

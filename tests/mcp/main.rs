@@ -6,6 +6,7 @@
 mod support;
 
 mod availability;
+mod call_notes;
 mod callers;
 #[cfg(feature = "local")]
 mod catalog;
@@ -16,6 +17,7 @@ mod http_service;
 mod local;
 mod operations;
 mod operations_honest;
+mod operations_limits;
 mod pinecone_check;
 mod pinecone_tools;
 #[cfg(feature = "local")]

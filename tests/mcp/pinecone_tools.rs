@@ -382,7 +382,7 @@ async fn missing_rerank_model_is_reported_not_degraded() {
     let q = h
         .ok(
             "query",
-            json!({"query_text": "coroutines", "namespace": "wg21-papers"}),
+            json!({"query_text": "coroutines", "namespace": "wg21-papers", "use_reranking": true}),
         )
         .await;
     assert_eq!(q["results"][0]["reranked"], false);

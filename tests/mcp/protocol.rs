@@ -375,7 +375,7 @@ async fn stateless_http_logs_per_request_level() {
 }
 
 #[tokio::test]
-async fn session_http_logs_on_the_sessions_stream_after_set_level() {
+async fn session_http_logs_on_the_calls_stream_after_set_level() {
     let fake = PineconeFake::start().await;
     let server = NexusMcp::new()
         .with_pinecone(pinecone_with_rerank(&fake).with_key_policy(caller_keys(false)));
@@ -383,24 +383,13 @@ async fn session_http_logs_on_the_sessions_stream_after_set_level() {
     let mut mcp = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", KEY_A);
     let init = mcp.initialize().await;
     assert!(init["capabilities"]["logging"].is_object(), "{init}");
-    // Messages not tied to a request travel on the session's GET stream.
-    let mut stream = mcp
-        .http
-        .get(&served.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", mcp.session.clone().unwrap())
-        .header("mcp-protocol-version", mcp.protocol.clone().unwrap())
-        .header("X-Pinecone-Api-Key", KEY_A)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stream.status(), 200);
     let args = json!({"query_text": "coroutines", "namespace": "wg21-papers", "top_k": 2});
     // Another session's level is its own.
     let mut other = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", KEY_A);
     other.initialize().await;
-    // The rerank fails with 503 at `error`, with 500 at `warning`.
-    for (level, status) in [("error", 503), ("warning", 500)] {
+    // The rerank fails with 503 at `error`, with 500 at `warning`: a call's
+    // messages travel on its own response stream, before its result.
+    for (level, status, expected) in [("error", 503, 0), ("warning", 500, 1)] {
         let (id, answer) = mcp
             .request("logging/setLevel", json!({"level": level}))
             .await;
@@ -410,32 +399,19 @@ async fn session_http_logs_on_the_sessions_stream_after_set_level() {
             .await;
         assert!(answer.response(id)["result"].is_object(), "{answer:?}");
         fake.fail("rerank", status, 3);
-        mcp.call("query", args.clone()).await;
-    }
-    // The first message on the stream is the second call's: the first call,
-    // at `error`, sent none.
-    let mut seen = String::new();
-    let log = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let chunk = stream.chunk().await.unwrap().expect("stream open");
-            seen.push_str(&String::from_utf8_lossy(&chunk));
-            let messages: Vec<Value> = seen
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .filter_map(|d| serde_json::from_str(d.trim()).ok())
-                .filter(|m: &Value| m["method"] == "notifications/message")
-                .collect();
-            if let Some(first) = messages.first() {
-                return first.clone();
-            }
+        let (id, answer) = mcp
+            .request("tools/call", json!({"name": "query", "arguments": args}))
+            .await;
+        assert!(answer.response(id)["result"].is_object(), "{answer:?}");
+        let logs = answer.notifications("notifications/message");
+        assert_eq!(logs.len(), expected, "at {level}: {answer:?}");
+        for log in logs {
+            assert_eq!(log["params"]["level"], "warning");
+            let reason = log["params"]["data"]["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("HTTP 500"), "the second call's: {log}");
+            assert!(!log.to_string().contains(KEY_A));
         }
-    })
-    .await
-    .expect("a log message arrives");
-    assert_eq!(log["params"]["level"], "warning");
-    let reason = log["params"]["data"]["reason"].as_str().unwrap_or_default();
-    assert!(reason.contains("HTTP 500"), "the second call's: {log}");
-    assert!(!log.to_string().contains(KEY_A));
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -167,7 +167,15 @@ async fn tools_resources_prompts_and_completions(stateless: bool) {
 
     let resources = client.list_all_resources().await.expect("resources/list");
     let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
-    assert_eq!(uris, ["nexus://contexts/docs"]);
+    // The context, then its knowledge files.
+    assert_eq!(uris[0], "nexus://contexts/docs");
+    assert!(uris.len() > 1, "{uris:?}");
+    assert!(
+        uris[1..]
+            .iter()
+            .all(|u| u.starts_with("nexus://contexts/docs/knowledge/")),
+        "{uris:?}"
+    );
     let read = client
         .read_resource(ReadResourceRequestParams::new("nexus://contexts/docs"))
         .await

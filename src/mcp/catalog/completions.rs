@@ -1,6 +1,8 @@
-//! `completion/complete`: context slugs, index and namespace names and
-//! metadata field names, from the caller's own data, kept briefly in a
-//! per-caller cache bounded by entries and bytes.
+//! `completion/complete`: context slugs, knowledge file paths, source,
+//! index and namespace names and metadata field names, from the caller's
+//! own data; listings of contexts and namespaces are kept briefly in a
+//! per-caller cache bounded by entries and bytes (a knowledge directory is
+//! listed for each completion: it is one small upstream call).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,7 +15,10 @@ use tokio::time::Instant;
 
 use super::Families;
 use super::prompts::{ASK_CONTEXT, RESEARCH_NAMESPACE};
-use super::uri::{CONTEXT_TEMPLATE, KNOWLEDGE_TEMPLATE, NAMESPACE_TEMPLATE};
+use super::resources::{KNOWLEDGE_DIR_PAGE, uri_source};
+use super::uri::{
+    CONTEXT_TEMPLATE, KNOWLEDGE_TEMPLATE, NAMESPACE_TEMPLATE, SOURCE_NAMESPACE_TEMPLATE,
+};
 use crate::mcp::caller::{CallKey, call_key, key_digest};
 
 /// How long a caller's listing serves completions.
@@ -35,6 +40,8 @@ enum Kind {
 /// One namespace as completions need it.
 #[derive(Debug, Clone)]
 struct Namespace {
+    /// The source, with several.
+    source: Option<String>,
     index: String,
     name: String,
     fields: Vec<String>,
@@ -53,7 +60,10 @@ impl Listing {
             Listing::Namespaces(rows) => rows
                 .iter()
                 .map(|r| {
-                    r.index.len() + r.name.len() + r.fields.iter().map(String::len).sum::<usize>()
+                    r.source.as_ref().map_or(0, String::len)
+                        + r.index.len()
+                        + r.name.len()
+                        + r.fields.iter().map(String::len).sum::<usize>()
                 })
                 .sum(),
         }
@@ -134,6 +144,8 @@ impl CompletionCache {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Target {
     Contexts,
+    KnowledgePaths,
+    Sources,
     Indexes,
     Namespaces,
     Fields,
@@ -143,6 +155,7 @@ enum Target {
 fn target(reference: &Reference, argument: &str) -> Target {
     match (reference, argument) {
         (Reference::Prompt(p), "context") if p.name == ASK_CONTEXT => Target::Contexts,
+        (Reference::Prompt(p), "source") if p.name == RESEARCH_NAMESPACE => Target::Sources,
         (Reference::Prompt(p), "index") if p.name == RESEARCH_NAMESPACE => Target::Indexes,
         (Reference::Prompt(p), "namespace") if p.name == RESEARCH_NAMESPACE => Target::Namespaces,
         (Reference::Prompt(p), "topic") if p.name == RESEARCH_NAMESPACE => Target::Fields,
@@ -151,8 +164,18 @@ fn target(reference: &Reference, argument: &str) -> Target {
         {
             Target::Contexts
         }
-        (Reference::Resource(r), "index") if r.uri == NAMESPACE_TEMPLATE => Target::Indexes,
-        (Reference::Resource(r), "namespace") if r.uri == NAMESPACE_TEMPLATE => Target::Namespaces,
+        (Reference::Resource(r), "path") if r.uri == KNOWLEDGE_TEMPLATE => Target::KnowledgePaths,
+        (Reference::Resource(r), "source") if r.uri == SOURCE_NAMESPACE_TEMPLATE => Target::Sources,
+        (Reference::Resource(r), "index")
+            if r.uri == NAMESPACE_TEMPLATE || r.uri == SOURCE_NAMESPACE_TEMPLATE =>
+        {
+            Target::Indexes
+        }
+        (Reference::Resource(r), "namespace")
+            if r.uri == NAMESPACE_TEMPLATE || r.uri == SOURCE_NAMESPACE_TEMPLATE =>
+        {
+            Target::Namespaces
+        }
         _ => Target::Nothing,
     }
 }
@@ -179,18 +202,25 @@ async fn listing(
     }
     let fresh = match kind {
         Kind::Contexts => {
-            let contexts = families.nexus?.caller_contexts(ctx).await.ok()?;
+            let contexts = families
+                .nexus?
+                .caller_contexts(ctx)
+                .await
+                .inspect_err(|e| families.count_failure("nexus", e))
+                .ok()?;
             Listing::Contexts(contexts.into_iter().map(|c| c.slug).collect())
         }
         Kind::Namespaces => {
-            let rows = families
-                .pinecone?
+            let pinecone = families.pinecone?;
+            let rows = pinecone
                 .caller_namespaces(&ctx.extensions)
                 .await
+                .inspect_err(|e| families.count_failure("pinecone", e))
                 .ok()?;
             Listing::Namespaces(
                 rows.into_iter()
                     .map(|(index, row)| Namespace {
+                        source: uri_source(pinecone, &row).map(str::to_owned),
                         index,
                         fields: row.metadata_fields.keys().cloned().collect(),
                         name: row.name,
@@ -230,16 +260,26 @@ pub(super) async fn complete(
             Some(Listing::Contexts(slugs)) => slugs,
             _ => Vec::new(),
         },
-        Target::Indexes | Target::Namespaces | Target::Fields => {
+        Target::KnowledgePaths => match (families.nexus, given("slug")) {
+            (Some(nexus), Some(slug)) => {
+                knowledge_paths(families, nexus, &slug, &request.argument.value, ctx).await
+            }
+            _ => Vec::new(),
+        },
+        Target::Sources | Target::Indexes | Target::Namespaces | Target::Fields => {
             let rows = match listing(families, cache, Kind::Namespaces, ctx).await {
                 Some(Listing::Namespaces(rows)) => rows,
                 _ => Vec::new(),
             };
-            let (index, namespace) = (given("index"), given("namespace"));
-            let rows = rows
-                .into_iter()
-                .filter(|r| index.as_deref().is_none_or(|i| i == r.index));
+            let (source, index, namespace) = (given("source"), given("index"), given("namespace"));
+            let rows = rows.into_iter().filter(|r| {
+                index.as_deref().is_none_or(|i| i == r.index)
+                    && (target == Target::Sources
+                        || source.is_none()
+                        || source.as_deref() == r.source.as_deref())
+            });
             match target {
+                Target::Sources => rows.filter_map(|r| r.source).collect(),
                 Target::Indexes => rows.map(|r| r.index).collect(),
                 Target::Namespaces => rows.map(|r| r.name).collect(),
                 _ => rows
@@ -253,6 +293,39 @@ pub(super) async fn complete(
         candidates,
         &request.argument.value,
     )))
+}
+
+/// The entries of the knowledge directory `typed` is in (up to its last
+/// `/`): files by path, directories by path and `/`. Nothing when the
+/// listing fails.
+async fn knowledge_paths(
+    families: Families<'_>,
+    nexus: &crate::mcp::nexus::NexusServer,
+    slug: &str,
+    typed: &str,
+    ctx: &RequestContext<RoleServer>,
+) -> Vec<String> {
+    let dir = typed.rsplit_once('/').map_or("", |(dir, _)| dir);
+    if dir.split('/').any(|seg| seg == "." || seg == "..") {
+        return Vec::new();
+    }
+    nexus
+        .caller_knowledge_dir(ctx, slug, dir, KNOWLEDGE_DIR_PAGE)
+        .await
+        .inspect_err(|e| families.count_failure("nexus", e))
+        .map(|entries| {
+            entries
+                .into_iter()
+                .map(|e| {
+                    if e.dir {
+                        format!("{}/", e.path)
+                    } else {
+                        e.path
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The candidates starting with `typed`, sorted and deduplicated, cut to

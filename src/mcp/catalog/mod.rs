@@ -26,6 +26,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 
+use super::metrics::Metrics;
 use super::nexus::NexusServer;
 use super::pinecone::PineconeServer;
 use super::tool_error::{ToolError, ToolErrorCode};
@@ -38,17 +39,32 @@ pub const MAX_KNOWLEDGE_READ_BYTES: usize = 256 * 1024;
 /// The most resources in one `resources/list` page.
 pub const RESOURCE_PAGE_SIZE: usize = 50;
 
-/// The tool families a request may reach.
+/// The tool families a request may reach, and where their upstream
+/// failures are counted.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Families<'a> {
     pub(crate) nexus: Option<&'a NexusServer>,
     pub(crate) pinecone: Option<&'a PineconeServer>,
+    pub(crate) metrics: &'a Metrics,
 }
 
 impl Families<'_> {
     /// Whether any family is configured.
     fn any(&self) -> bool {
         self.nexus.is_some() || self.pinecone.is_some()
+    }
+
+    /// Counts `e` in `upstream_errors_total` when the upstream of `family`
+    /// (`nexus` or `pinecone`) failed or timed out, as a tool call's
+    /// failure is counted; a refused key or a missing name is not one.
+    fn count_failure(&self, family: &'static str, e: &ToolError) {
+        let code = match e.code {
+            ToolErrorCode::NexusError => "NEXUS_ERROR",
+            ToolErrorCode::PineconeError => "PINECONE_ERROR",
+            ToolErrorCode::Timeout => "TIMEOUT",
+            _ => return,
+        };
+        self.metrics.upstream_error(family, code);
     }
 }
 

@@ -10,6 +10,7 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
 use super::Families;
+use super::resources::uri_source;
 use super::uri;
 use crate::mcp::nexus::MAX_QUESTION_CHARS;
 
@@ -46,7 +47,23 @@ pub(super) fn list(families: Families<'_>) -> ListPromptsResult {
             .with_title("Ask a Nexus context"),
         );
     }
-    if families.pinecone.is_some() {
+    if let Some(pinecone) = families.pinecone {
+        let mut arguments = vec![
+            argument("index", "The Pinecone index holding the namespace."),
+            argument("namespace", "The namespace to research."),
+            argument("topic", "What to research."),
+        ];
+        if pinecone.state.config.is_multi_source() {
+            arguments.insert(
+                0,
+                PromptArgument::new("source")
+                    .with_description(
+                        "The source holding the index (list_sources); may be omitted when \
+                         only one source has this index and namespace.",
+                    )
+                    .with_required(false),
+            );
+        }
         prompts.push(
             Prompt::new(
                 RESEARCH_NAMESPACE,
@@ -54,11 +71,7 @@ pub(super) fn list(families: Families<'_>) -> ListPromptsResult {
                     "Research a topic in one Pinecone namespace with the retrieval tools, \
                      using its metadata fields to narrow the search.",
                 ),
-                Some(vec![
-                    argument("index", "The Pinecone index holding the namespace."),
-                    argument("namespace", "The namespace to research."),
-                    argument("topic", "What to research."),
-                ]),
+                Some(arguments),
             )
             .with_title("Research a Pinecone namespace"),
         );
@@ -139,23 +152,48 @@ pub(super) async fn get(
             let Some(pinecone) = families.pinecone else {
                 return Err(unknown(&request.name));
             };
+            let multi = pinecone.state.config.is_multi_source();
+            let asked_source = match args.and_then(|a| a.get("source")) {
+                Some(_) if multi => Some(required_name(args, "source")?),
+                _ => None,
+            };
             let index = required_name(args, "index")?;
             let namespace = required_name(args, "namespace")?;
             let topic = required(args, "topic", MAX_QUESTION_CHARS)?;
             // What the caller's key sees of the namespace, when it answers.
-            let known = pinecone
-                .caller_namespaces(&ctx.extensions)
-                .await
-                .ok()
-                .and_then(|rows| {
-                    rows.into_iter()
-                        .find(|(i, r)| i == index && r.name == namespace)
-                        .map(|(_, r)| r)
-                });
+            let rows = pinecone.caller_namespaces(&ctx.extensions).await;
+            if let Err(e) = &rows {
+                families.count_failure("pinecone", e);
+            }
+            let known = rows.ok().and_then(|rows| {
+                rows.into_iter()
+                    .find(|(i, r)| {
+                        i == index
+                            && r.name == namespace
+                            && asked_source.is_none_or(|s| uri_source(pinecone, r) == Some(s))
+                    })
+                    .map(|(_, r)| r)
+            });
+            // With several sources the tools need the source: the one asked
+            // for, else the one that holds this namespace.
+            let source = asked_source.map(str::to_owned).or_else(|| {
+                known
+                    .as_ref()
+                    .and_then(|r| uri_source(pinecone, r))
+                    .map(str::to_owned)
+            });
+            let target = match &source {
+                Some(source) => format!("namespace=\"{namespace}\", source=\"{source}\""),
+                None => format!("namespace=\"{namespace}\""),
+            };
             let mut text = format!(
                 "Research \"{topic}\" in the Pinecone namespace `{namespace}` of index \
-                 `{index}` (resource {uri}).\n\n",
-                uri = uri::namespace_uri(index, namespace),
+                 `{index}`{of} (resource {uri}).\n\n",
+                of = source
+                    .as_deref()
+                    .map(|s| format!(" of source `{s}`"))
+                    .unwrap_or_default(),
+                uri = uri::namespace_uri(source.as_deref(), index, namespace),
             );
             if let Some(row) = &known {
                 let fields: Vec<String> = row
@@ -174,9 +212,9 @@ pub(super) async fn get(
                 ));
             }
             text.push_str(&format!(
-                "1. Call suggest_query_params with namespace=\"{namespace}\" and the topic as \
-                 user_query to pick fields and a filter.\n\
-                 2. Run query (or keyword_search for exact terms) on that namespace; narrow with \
+                "1. Call suggest_query_params with {target} and the topic as user_query to pick \
+                 fields and a filter.\n\
+                 2. Run query (or keyword_search for exact terms) with {target}; narrow with \
                  metadata filters and vary the wording.\n\
                  3. Summarise what the records say about the topic, citing each record you use, \
                  and say what the namespace does not cover."

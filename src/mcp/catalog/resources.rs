@@ -13,10 +13,18 @@ use super::uri::{self, ResourceUri};
 use super::{
     Families, MAX_KNOWLEDGE_READ_BYTES, RESOURCE_PAGE_SIZE, not_found, truncate, upstream_error,
 };
+use crate::mcp::nexus::reads::KnowledgeEntry;
 use crate::mcp::pinecone::NamespaceRow;
 use crate::types;
 
 const JSON: &str = "application/json";
+/// The most knowledge files one `resources/list` names (the `{path}`
+/// completion of the knowledge template finds any other).
+pub(super) const MAX_KNOWLEDGE_LISTED: usize = 200;
+/// The most knowledge directory listings one `resources/list` makes.
+const MAX_KNOWLEDGE_LISTINGS: usize = 16;
+/// The most entries read of one knowledge directory.
+pub(super) const KNOWLEDGE_DIR_PAGE: i64 = 100;
 const MARKDOWN: &str = "text/markdown";
 
 /// A context's state in one word.
@@ -57,7 +65,19 @@ fn field_names(row: &NamespaceRow) -> Vec<&str> {
     row.metadata_fields.keys().map(String::as_str).collect()
 }
 
-fn namespace_resource(index: &str, row: &NamespaceRow) -> Resource {
+/// The source a namespace URI names: with several sources only.
+pub(super) fn uri_source<'a>(
+    pinecone: &crate::mcp::pinecone::PineconeServer,
+    row: &'a NamespaceRow,
+) -> Option<&'a str> {
+    if pinecone.state.config.is_multi_source() {
+        row.source.as_deref()
+    } else {
+        None
+    }
+}
+
+fn namespace_resource(source: Option<&str>, index: &str, row: &NamespaceRow) -> Resource {
     let mut text = format!(
         "Pinecone namespace with {} records; metadata fields: {}",
         row.record_count,
@@ -69,16 +89,72 @@ fn namespace_resource(index: &str, row: &NamespaceRow) -> Resource {
     if let Some(d) = row.description.as_deref().filter(|d| !d.trim().is_empty()) {
         text = format!("{}. {text}", truncate(d.trim(), 1024));
     }
-    Resource::new(
-        uri::namespace_uri(index, &row.name),
-        format!("{index}/{}", row.name),
-    )
-    .with_description(text)
-    .with_mime_type(JSON)
+    let name = match source {
+        Some(source) => format!("{source}/{index}/{}", row.name),
+        None => format!("{index}/{}", row.name),
+    };
+    Resource::new(uri::namespace_uri(source, index, &row.name), name)
+        .with_description(text)
+        .with_mime_type(JSON)
 }
 
-/// Every resource the caller sees, in a stable order: contexts, then
-/// namespaces. A family whose upstream fails contributes nothing; the
+fn knowledge_resource(slug: &str, entry: &KnowledgeEntry) -> Resource {
+    Resource::new(
+        uri::knowledge_uri(slug, &entry.path),
+        format!("{slug}/{}", entry.path),
+    )
+    .with_description(format!(
+        "Knowledge file of the Nexus context `{slug}` ({} bytes)",
+        entry.size.max(0)
+    ))
+    .with_mime_type(mime_of(&entry.path))
+}
+
+/// The knowledge files of the curated contexts, directories breadth first,
+/// within [`MAX_KNOWLEDGE_LISTED`] files and [`MAX_KNOWLEDGE_LISTINGS`]
+/// upstream listings; a context whose listing fails contributes nothing.
+async fn knowledge_files(
+    families: Families<'_>,
+    nexus: &crate::mcp::nexus::NexusServer,
+    ctx: &RequestContext<RoleServer>,
+    contexts: &[types::ContextResponse],
+) -> Vec<Resource> {
+    let mut out = Vec::new();
+    let mut listings = 0;
+    let curated = contexts
+        .iter()
+        .filter(|c| c.last_curated_at.is_some() || c.is_queryable());
+    for context in curated {
+        let mut dirs = std::collections::VecDeque::from([String::new()]);
+        while let Some(dir) = dirs.pop_front() {
+            if listings >= MAX_KNOWLEDGE_LISTINGS || out.len() >= MAX_KNOWLEDGE_LISTED {
+                return out;
+            }
+            listings += 1;
+            let entries = match nexus
+                .caller_knowledge_dir(ctx, &context.slug, &dir, KNOWLEDGE_DIR_PAGE)
+                .await
+            {
+                Ok(entries) => entries,
+                Err(e) => {
+                    families.count_failure("nexus", &e);
+                    break;
+                }
+            };
+            for entry in entries {
+                if entry.dir {
+                    dirs.push_back(entry.path);
+                } else if out.len() < MAX_KNOWLEDGE_LISTED {
+                    out.push(knowledge_resource(&context.slug, &entry));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every resource the caller sees, in a stable order: contexts, their
+/// knowledge files, then namespaces. A family whose upstream fails contributes nothing; the
 /// page's `_meta` names it.
 pub(super) async fn list(
     families: Families<'_>,
@@ -95,8 +171,12 @@ pub(super) async fn list(
     let mut failed = Vec::new();
     if let Some(nexus) = families.nexus {
         match nexus.caller_contexts(ctx).await {
-            Ok(contexts) => all.extend(contexts.iter().map(context_resource)),
+            Ok(contexts) => {
+                all.extend(contexts.iter().map(context_resource));
+                all.extend(knowledge_files(families, nexus, ctx, &contexts).await);
+            }
             Err(e) => {
+                families.count_failure("nexus", &e);
                 tracing::warn!(code = ?e.code, "resources/list: contexts unavailable");
                 failed.push(json!({"family": "nexus", "code": e.to_json()["code"]}));
             }
@@ -104,8 +184,12 @@ pub(super) async fn list(
     }
     if let Some(pinecone) = families.pinecone {
         match pinecone.caller_namespaces(&ctx.extensions).await {
-            Ok(rows) => all.extend(rows.iter().map(|(i, r)| namespace_resource(i, r))),
+            Ok(rows) => all.extend(
+                rows.iter()
+                    .map(|(i, r)| namespace_resource(uri_source(pinecone, r), i, r)),
+            ),
             Err(e) => {
+                families.count_failure("pinecone", &e);
                 tracing::warn!(code = ?e.code, "resources/list: namespaces unavailable");
                 failed.push(json!({"family": "pinecone", "code": e.to_json()["code"]}));
             }
@@ -147,22 +231,40 @@ pub(super) fn templates(families: Families<'_>) -> ListResourceTemplatesResult {
                 .with_title("Nexus knowledge file")
                 .with_description(format!(
                     "A curated knowledge file of a context (path relative to the knowledge \
-                     root). At most {MAX_KNOWLEDGE_READ_BYTES} bytes are returned; a longer \
-                     file is cut and says so."
+                     root; resources/list names up to {MAX_KNOWLEDGE_LISTED}, and completing \
+                     `path` lists a directory). At most {MAX_KNOWLEDGE_READ_BYTES} bytes are \
+                     returned; a longer file is cut and says so."
                 )),
         );
     }
-    if families.pinecone.is_some() {
+    if let Some(pinecone) = families.pinecone {
+        let template = if pinecone.state.config.is_multi_source() {
+            uri::SOURCE_NAMESPACE_TEMPLATE
+        } else {
+            uri::NAMESPACE_TEMPLATE
+        };
         out.push(
-            ResourceTemplate::new(uri::NAMESPACE_TEMPLATE, "namespace")
+            ResourceTemplate::new(template, "namespace")
                 .with_title("Pinecone namespace")
                 .with_description(
-                    "A namespace of a Pinecone index: record count and metadata fields.",
+                    "A namespace of a Pinecone index (of a source, with several): record \
+                     count and metadata fields.",
                 )
                 .with_mime_type(JSON),
         );
     }
     ListResourceTemplatesResult::with_all_items(out)
+}
+
+/// A failed read: counted, and answered as a protocol error.
+fn failed(
+    families: Families<'_>,
+    family: &'static str,
+    e: &crate::mcp::ToolError,
+    raw: &str,
+) -> ErrorData {
+    families.count_failure(family, e);
+    upstream_error(e, Some(raw))
 }
 
 /// Reads one resource; a URI this server does not serve, or that names
@@ -183,7 +285,7 @@ pub(super) async fn read(
             let (context, sources) = nexus
                 .caller_context(ctx, &slug)
                 .await
-                .map_err(|e| upstream_error(&e, Some(raw)))?;
+                .map_err(|e| failed(families, "nexus", &e, raw))?;
             Ok(context_contents(raw, &context, sources))
         }
         ResourceUri::Knowledge { slug, path } => {
@@ -193,20 +295,28 @@ pub(super) async fn read(
             let head = nexus
                 .caller_knowledge(ctx, &slug, &path, MAX_KNOWLEDGE_READ_BYTES)
                 .await
-                .map_err(|e| upstream_error(&e, Some(raw)))?;
+                .map_err(|e| failed(families, "nexus", &e, raw))?;
             Ok(knowledge_contents(raw, &path, head))
         }
-        ResourceUri::Namespace { index, namespace } => {
+        ResourceUri::Namespace {
+            source,
+            index,
+            namespace,
+        } => {
             let Some(pinecone) = families.pinecone else {
                 return Err(not_found(raw));
             };
             let rows = pinecone
                 .caller_namespaces(&ctx.extensions)
                 .await
-                .map_err(|e| upstream_error(&e, Some(raw)))?;
+                .map_err(|e| failed(families, "pinecone", &e, raw))?;
             let (_, row) = rows
                 .iter()
-                .find(|(i, r)| *i == index && r.name == namespace)
+                .find(|(i, r)| {
+                    *i == index
+                        && r.name == namespace
+                        && (source.is_none() || uri_source(pinecone, r) == source.as_deref())
+                })
                 .ok_or_else(|| not_found(raw))?;
             let body = json!({
                 "index": index,

@@ -1,6 +1,8 @@
 //! The resource URIs `nexus-mcp` serves, written and parsed:
 //! `nexus://contexts/{slug}`, `nexus://contexts/{slug}/knowledge/{path}`
-//! and `pinecone://{index}/{namespace}`.
+//! and `pinecone://{index}/{namespace}` (with several Pinecone sources,
+//! which may share index and namespace names,
+//! `pinecone://{source}/{index}/{namespace}`).
 
 /// The template of a context resource.
 pub(crate) const CONTEXT_TEMPLATE: &str = "nexus://contexts/{slug}";
@@ -8,6 +10,8 @@ pub(crate) const CONTEXT_TEMPLATE: &str = "nexus://contexts/{slug}";
 pub(crate) const KNOWLEDGE_TEMPLATE: &str = "nexus://contexts/{slug}/knowledge/{path}";
 /// The template of a Pinecone namespace resource.
 pub(crate) const NAMESPACE_TEMPLATE: &str = "pinecone://{index}/{namespace}";
+/// The template of a Pinecone namespace resource with several sources.
+pub(crate) const SOURCE_NAMESPACE_TEMPLATE: &str = "pinecone://{source}/{index}/{namespace}";
 
 const CONTEXTS_PREFIX: &str = "nexus://contexts/";
 const PINECONE_PREFIX: &str = "pinecone://";
@@ -23,8 +27,12 @@ pub(crate) enum ResourceUri {
     Context { slug: String },
     /// A curated file of a context's knowledge.
     Knowledge { slug: String, path: String },
-    /// A Pinecone namespace.
-    Namespace { index: String, namespace: String },
+    /// A Pinecone namespace (of a named source, with several).
+    Namespace {
+        source: Option<String>,
+        index: String,
+        namespace: String,
+    },
 }
 
 /// The URI of context `slug`.
@@ -32,17 +40,20 @@ pub(crate) fn context_uri(slug: &str) -> String {
     format!("{CONTEXTS_PREFIX}{}", encode(slug, false))
 }
 
-/// The URI of namespace `namespace` of index `index`.
-pub(crate) fn namespace_uri(index: &str, namespace: &str) -> String {
+/// The URI of namespace `namespace` of index `index` (of `source`, when
+/// several sources are served).
+pub(crate) fn namespace_uri(source: Option<&str>, index: &str, namespace: &str) -> String {
+    let source = source
+        .map(|s| format!("{}/", encode(s, false)))
+        .unwrap_or_default();
     format!(
-        "{PINECONE_PREFIX}{}/{}",
+        "{PINECONE_PREFIX}{source}{}/{}",
         encode(index, false),
         encode(namespace, false)
     )
 }
 
 /// The URI of the knowledge file `path` of context `slug`.
-#[cfg(test)]
 pub(crate) fn knowledge_uri(slug: &str, path: &str) -> String {
     format!(
         "{CONTEXTS_PREFIX}{}/knowledge/{}",
@@ -69,13 +80,22 @@ pub(crate) fn parse(uri: &str) -> Option<ResourceUri> {
         };
     }
     let rest = uri.strip_prefix(PINECONE_PREFIX)?;
-    let (index, namespace) = rest.split_once('/')?;
+    let segments: Vec<&str> = rest.split('/').collect();
+    let (source, index, namespace) = match segments.as_slice() {
+        [index, namespace] => (None, *index, *namespace),
+        [source, index, namespace] => (Some(name(source)?), *index, *namespace),
+        _ => return None,
+    };
     let index = name(index)?;
     let namespace = decode(namespace)?;
     if namespace.is_empty() || namespace.len() > MAX_NAME_BYTES || namespace.contains('/') {
         return None;
     }
-    Some(ResourceUri::Namespace { index, namespace })
+    Some(ResourceUri::Namespace {
+        source,
+        index,
+        namespace,
+    })
 }
 
 /// A decoded, non-empty name without `/`, control characters or space.
@@ -158,15 +178,24 @@ mod tests {
             })
         );
         assert_eq!(
-            parse(&namespace_uri("idx", "ns/with slash")),
+            parse(&namespace_uri(None, "idx", "ns/with slash")),
             None,
             "a namespace holding / is not addressable"
         );
         assert_eq!(
-            parse(&namespace_uri("idx", "news 2024")),
+            parse(&namespace_uri(None, "idx", "news 2024")),
             Some(ResourceUri::Namespace {
+                source: None,
                 index: "idx".into(),
                 namespace: "news 2024".into()
+            })
+        );
+        assert_eq!(
+            parse(&namespace_uri(Some("team-b"), "idx", "news")),
+            Some(ResourceUri::Namespace {
+                source: Some("team-b".into()),
+                index: "idx".into(),
+                namespace: "news".into()
             })
         );
         for bad in [
@@ -178,6 +207,8 @@ mod tests {
             "nexus://contexts/a%FF",
             "pinecone://idx",
             "pinecone://idx/",
+            "pinecone://a/b/c/d",
+            "pinecone:///idx/ns",
             "file:///etc/passwd",
             "",
         ] {

@@ -1,6 +1,7 @@
 //! Shaping answers: a session's lone answer sent as JSON, and response
 //! streams ended at the request deadline.
 
+use super::refusals::shown_peer;
 use std::net::SocketAddr;
 
 use axum::body::Body;
@@ -168,7 +169,7 @@ pub(super) fn with_deadline(
     }
     let (parts, body) = response.into_parts();
     let cut = tokio::time::sleep_until(deadline).map(move |()| {
-        tracing::warn!(peer = ?peer, "request deadline passed: response stream ended");
+        tracing::warn!(peer = %shown_peer(peer), "request deadline passed: response stream ended");
     });
     let body = Body::from_stream(body.into_data_stream().take_until(cut));
     Response::from_parts(parts, body)

@@ -21,7 +21,6 @@ use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -68,7 +67,9 @@ pub(super) struct Guard {
 /// itself (its whole configuration, host and origin lists included) in
 /// each `call`, where this calls it by reference.
 #[derive(Clone)]
-pub(super) struct McpService(pub(super) Arc<StreamableHttpService<NexusMcp, LocalSessionManager>>);
+pub(super) struct McpService(
+    pub(super) Arc<StreamableHttpService<NexusMcp, super::call_streams::CallStreams>>,
+);
 
 impl std::fmt::Debug for McpService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -574,7 +575,7 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
         status = status.as_u16(),
         duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         caller = %caller,
-        peer = %peer.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+        peer = %super::refusals::shown_peer(peer),
         "request"
     );
     let mut response = with_deadline(response, deadline, peer);

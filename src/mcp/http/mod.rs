@@ -36,6 +36,7 @@
 
 mod answer;
 mod budget;
+mod call_streams;
 mod connections;
 mod cors;
 mod guard;
@@ -124,7 +125,7 @@ fn build(
     let proofs = Arc::new(proof::Proofs::new(server.clone()));
     let mcp = McpService(Arc::new(StreamableHttpService::new(
         move || Ok(server.for_session()),
-        Arc::clone(&manager),
+        Arc::new(call_streams::CallStreams::new(Arc::clone(&manager))),
         config,
     )));
     let budgets = Arc::new(Budgets::new(

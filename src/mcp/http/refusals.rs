@@ -21,6 +21,12 @@ const WARNINGS_PER_WINDOW: u32 = 10;
 /// The rate limit's window.
 const WINDOW: Duration = Duration::from_secs(10);
 
+/// A peer address as a log field: `127.0.0.1:5000`, or `-` when unknown
+/// (never `Some(…)`).
+pub(super) fn shown_peer(peer: Option<SocketAddr>) -> String {
+    peer.map_or_else(|| "-".to_owned(), |p| p.to_string())
+}
+
 /// Why a connection or request was refused (a metrics label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Reason {
@@ -133,7 +139,7 @@ impl Refusals {
     ) -> Response {
         if let Some(unlogged) = self.note(reason) {
             tracing::warn!(
-                peer = ?peer,
+                peer = %shown_peer(peer),
                 %method,
                 status = status.as_u16(),
                 reason = reason.label(),
@@ -161,7 +167,7 @@ impl Refusals {
     pub(super) fn refused(&self, reason: Reason, peer: Option<SocketAddr>, status: StatusCode) {
         if let Some(unlogged) = self.note(reason) {
             tracing::warn!(
-                peer = ?peer,
+                peer = %shown_peer(peer),
                 status = status.as_u16(),
                 reason = reason.label(),
                 unlogged_before = unlogged,

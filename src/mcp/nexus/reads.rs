@@ -1,6 +1,6 @@
 //! Reads made for the server's resources, prompts and completions: the
 //! caller's contexts, one context with its source count, and the first
-//! bytes of a knowledge file. Each runs with the key the caller's tool calls
+//! bytes of a knowledge file, one directory of a context's knowledge. Each runs with the key the caller's tool calls
 //! would run with, under the call deadline.
 
 use futures::StreamExt;
@@ -21,7 +21,54 @@ pub(crate) struct KnowledgeHead {
     pub(crate) truncated: bool,
 }
 
+/// One entry of a knowledge directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KnowledgeEntry {
+    /// The path relative to the knowledge root.
+    pub(crate) path: String,
+    /// Whether it is a directory.
+    pub(crate) dir: bool,
+    /// Its size in bytes, as the API reports it.
+    pub(crate) size: i64,
+}
+
 impl NexusServer {
+    /// The first `limit` entries of the knowledge directory `dir` of context
+    /// `slug` (`""`: the root).
+    pub(crate) async fn caller_knowledge_dir(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        slug: &str,
+        dir: &str,
+        limit: i64,
+    ) -> Result<Vec<KnowledgeEntry>, ToolError> {
+        let mut call = self.client_for(ctx)?;
+        let page = self
+            .nexus(
+                Subject::Context(slug),
+                call.client
+                    .knowledge(slug)
+                    .list_page(Some(dir), Some(0), Some(limit)),
+            )
+            .await?;
+        self.caller_http.accepted(&mut call);
+        let dir = dir.trim_matches('/');
+        Ok(page
+            .entries
+            .into_iter()
+            .filter(|e| !e.name.is_empty() && !e.name.contains('/'))
+            .map(|e| KnowledgeEntry {
+                path: if dir.is_empty() {
+                    e.name
+                } else {
+                    format!("{dir}/{}", e.name)
+                },
+                dir: e.kind == "dir",
+                size: e.size,
+            })
+            .collect())
+    }
+
     /// Every context the caller's key sees.
     pub(crate) async fn caller_contexts(
         &self,

@@ -10,7 +10,7 @@ pub(super) type MetadataFilter = Map<String, Value>;
 /// `list_namespaces` arguments.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub(super) struct ListNamespacesArgs {
-    /// Source name from `list_sources`; omit to list every source.
+    /// Source name (with several sources, `list_sources` names them); omit to list every source.
     #[serde(default)]
     pub source: Option<String>,
 }
@@ -91,7 +91,7 @@ pub(super) struct QueryArgs {
     /// `fast`, `detailed` or `full` (default).
     #[serde(default)]
     pub preset: Option<Preset>,
-    /// Rerank the results (default true; ignored by `fast`).
+    /// Rerank the results (default: when the source has a reranking model; ignored by `fast`).
     #[serde(default)]
     pub use_reranking: Option<bool>,
 }

@@ -45,6 +45,8 @@ const MAX_DOCUMENT_CHUNKS: u32 = 500;
 /// Router rows shown in the `guided_query` trace.
 const TRACE_ROWS: usize = 3;
 
+/// The most namespace names a "does not exist" hint lists.
+const MAX_NAMES_IN_HINT: usize = 20;
 const NAMESPACE_SUGGESTION: &str = "Use a namespace name from list_namespaces (trimmed).";
 
 /// A failed tool call, as returned by the tool functions.
@@ -179,6 +181,33 @@ impl PineconeServer {
             .map_err(Failure::from)
     }
 
+    /// When nothing matched: a hint if `namespace` is not one discovery
+    /// knows on `source` (with one key any name is accepted and simply
+    /// finds nothing), naming the namespaces that exist.
+    async fn missing_namespace(&self, source: &Source, namespace: &str) -> Option<String> {
+        let view = self.state.registry.namespaces(Some(source)).await.ok()?;
+        if view.rows.iter().any(|r| r.name.trim() == namespace) {
+            return None;
+        }
+        let mut names: Vec<&str> = view.rows.iter().map(|r| r.name.trim()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let shown = names.len().min(MAX_NAMES_IN_HINT);
+        let more = if names.len() > shown {
+            format!(" (and {} more; see list_namespaces)", names.len() - shown)
+        } else {
+            String::new()
+        };
+        Some(if names.is_empty() {
+            format!("Namespace \"{namespace}\" does not exist: this index has no namespaces.")
+        } else {
+            format!(
+                "Namespace \"{namespace}\" does not exist, so nothing matched. Existing namespaces: {}{more}.",
+                names[..shown].join(", ")
+            )
+        })
+    }
+
     fn shown(&self, source: &Source) -> Option<String> {
         self.state.registry.shown(source).map(str::to_owned)
     }
@@ -303,6 +332,11 @@ impl PineconeServer {
             fields: None,
         };
         let counted = search::count(source.indexes(), &spec).await?;
+        let hint = if counted.count == 0 {
+            self.missing_namespace(source, &namespace).await
+        } else {
+            None
+        };
         Ok(CountOutput {
             status: Status::Success,
             count: counted.count,
@@ -310,6 +344,7 @@ impl PineconeServer {
             namespace,
             source: self.shown(source),
             metadata_filter: args.metadata_filter,
+            hint,
         })
     }
 
@@ -327,6 +362,9 @@ impl PineconeServer {
         self.gate(source, &namespace)?;
         self.audit("query", source);
         let preset = args.preset.unwrap_or(Preset::Full);
+        // Reranked by default only where the source has a model: a call
+        // that did not ask is not told about a model nobody configured.
+        let rerank_default = source.indexes().rerank_model.is_some();
         let (mode, fields, rerank) = match preset {
             Preset::Fast => (
                 Mode::QueryFast,
@@ -339,12 +377,12 @@ impl PineconeServer {
             Preset::Detailed => (
                 Mode::QueryDetailed,
                 non_empty(&args.fields),
-                args.use_reranking.unwrap_or(true),
+                args.use_reranking.unwrap_or(rerank_default),
             ),
             Preset::Full => (
                 Mode::Query,
                 non_empty(&args.fields),
-                args.use_reranking.unwrap_or(true),
+                args.use_reranking.unwrap_or(rerank_default),
             ),
         };
         let spec = SearchSpec {
@@ -361,6 +399,11 @@ impl PineconeServer {
             .iter()
             .map(|h| row(h, outcome.reranked, shown.as_deref(), None))
             .collect();
+        let hint = if results.is_empty() {
+            self.missing_namespace(source, &namespace).await
+        } else {
+            None
+        };
         Ok(QueryOutput {
             status: Status::Success,
             mode,
@@ -372,6 +415,7 @@ impl PineconeServer {
             fields,
             results,
             experimental: Experimental::of(&outcome),
+            hint,
         })
     }
 
@@ -617,6 +661,7 @@ impl PineconeServer {
                 fields,
                 results,
                 experimental: Experimental::of(&outcome),
+                hint: None,
             });
             (result, status)
         };

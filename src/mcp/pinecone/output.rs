@@ -143,6 +143,10 @@ pub(super) struct CountOutput {
     /// The filter used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata_filter: Option<MetadataFilter>,
+    /// Present when nothing matched because the namespace does not exist:
+    /// the namespaces that do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 /// Which query preset ran.
@@ -169,7 +173,7 @@ pub(super) struct Experimental {
     /// `dense` or `sparse` when one hybrid leg failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hybrid_leg_failed: Option<Leg>,
-    /// `no_model` when reranking was asked for without a model.
+    /// `no_model` when reranking was asked for and this source has no model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rerank_skipped_reason: Option<String>,
 }
@@ -218,6 +222,10 @@ pub(super) struct QueryOutput {
     /// Degradation details.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub experimental: Option<Experimental>,
+    /// Present when nothing matched because the namespace does not exist:
+    /// the namespaces that do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 /// `keyword_search` payload.

@@ -17,8 +17,11 @@ pub(super) const RERANK_BATCH: usize = 100;
 pub(super) const COUNT_TOP_K: u32 = 10_000;
 /// Identifier fields `count` groups by, in priority order.
 pub(super) const COUNT_FIELDS: [&str; 3] = ["document_number", "url", "doc_id"];
-/// Reason given when reranking was asked for but no model is configured.
-pub(super) const NO_MODEL_REASON: &str = "rerank_skipped_no_model: set PINECONE_RERANK_MODEL or --rerank-model (or rerankModel of the source in the config file).";
+/// Reason given when reranking was asked for but the source has no model:
+/// what happened, for the model reading it (how to configure one is the
+/// operator's business, in the documentation).
+pub(super) const NO_MODEL_REASON: &str =
+    "rerank_skipped_no_model: this source has no reranking model; results are in fused order.";
 
 /// The indexes of one source.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,393 @@
+//! Honest operations at the edges: failed resource, prompt and completion
+//! reads counted as upstream errors; `open_sessions` after sessions expire;
+//! the listener closed as soon as shutdown begins; log lines that name the
+//! JSON-RPC method and a bare peer address; a flood of keyless requests
+//! that stays a handful of log lines; and the binary under a small
+//! open-file limit, where the connection cap answers instead of `accept`,
+//! and whose `accept` backs off when the limit is lowered under it.
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::mcp::{HttpMcp, SERVER_KEY, connect, fake_nexus, nexus_client};
+use crate::support::pinecone_fake::PineconeFake;
+use nexus_knowql::mcp::http::{self, HttpOptions};
+use nexus_knowql::mcp::pinecone::PineconeServer;
+use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
+use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+use wiremock::matchers::{method, path_regex};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const KEY: &str = "pcsk_operations_limits_key_0123456789ab";
+
+/// The value of the first sample whose line starts with `series`.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn failed_resource_prompt_and_completion_reads_count_as_upstream_errors() {
+    let nexus = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path_regex("contexts"))
+        .respond_with(ResponseTemplate::new(500).set_body_json(json!({"message": "down"})))
+        .mount(&nexus)
+        .await;
+    let sdk = nexus_knowql::Client::builder()
+        .base_url(nexus.uri())
+        .api_key(SERVER_KEY)
+        .retry(nexus_knowql::RetryPolicy::default().max_retries(0))
+        .build()
+        .unwrap();
+    let fake = PineconeFake::start().await;
+    fake.fail("stats:kb", 500, 100);
+    let server = NexusMcp::new()
+        .with_nexus(NexusServer::new(sdk))
+        .with_pinecone(PineconeServer::new(fake.config()).unwrap());
+    let metrics = Arc::clone(server.metrics());
+    let client = connect(server).await;
+    let nexus_errors = r#"nexus_mcp_upstream_errors_total{family="nexus",code="NEXUS_ERROR"}"#;
+    let pinecone_errors =
+        r#"nexus_mcp_upstream_errors_total{family="pinecone",code="PINECONE_ERROR"}"#;
+
+    // resources/list answers what it can, and counts both failures.
+    client.list_all_resources().await.expect("resources/list");
+    let text = metrics.render();
+    assert_eq!(sample(&text, nexus_errors), 1.0, "{text}");
+    assert_eq!(sample(&text, pinecone_errors), 1.0, "{text}");
+    // A failed read.
+    let read = client
+        .read_resource(ReadResourceRequestParams::new("nexus://contexts/docs"))
+        .await;
+    assert!(read.is_err(), "{read:?}");
+    assert_eq!(sample(&metrics.render(), nexus_errors), 2.0);
+    // A prompt whose namespace details could not be read still answers.
+    let mut args = serde_json::Map::new();
+    for (k, v) in [
+        ("index", "kb"),
+        ("namespace", "wg21-papers"),
+        ("topic", "x"),
+    ] {
+        args.insert(k.into(), Value::from(v));
+    }
+    client
+        .get_prompt(GetPromptRequestParams::new("research_namespace").with_arguments(args))
+        .await
+        .expect("prompts/get");
+    assert_eq!(sample(&metrics.render(), pinecone_errors), 2.0);
+    // A completion answers nothing, and counts the failure.
+    let got = client
+        .complete_prompt_simple("ask_context", "context", "")
+        .await
+        .expect("completion");
+    assert!(got.is_empty());
+    let text = metrics.render();
+    assert_eq!(sample(&text, nexus_errors), 3.0, "{text}");
+}
+
+/// `server` on a free port with `options`, and its shutdown token.
+async fn serve_until(
+    server: NexusMcp,
+    options: HttpOptions,
+) -> (
+    std::net::SocketAddr,
+    CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let done = tokio::spawn(async move {
+        http::serve(listener, server, &options, token)
+            .await
+            .expect("serve");
+    });
+    (addr, shutdown, done)
+}
+
+fn keyed_nexus(url: &str) -> NexusMcp {
+    NexusMcp::new().with_nexus(NexusServer::new(nexus_client(url)).with_key_policy(
+        KeyPolicy::Caller {
+            fallback_to_configured: false,
+        },
+    ))
+}
+
+#[tokio::test]
+async fn open_sessions_falls_when_sessions_expire() {
+    let nexus = fake_nexus(0).await;
+    let options = HttpOptions::default().session_idle_timeout(Duration::from_millis(500));
+    let (addr, shutdown, _done) = serve_until(keyed_nexus(&nexus.uri()), options).await;
+    let url = format!("http://{addr}{}", http::MCP_PATH);
+    let metrics = format!("http://{addr}{}", http::METRICS_PATH);
+    for _ in 0..2 {
+        HttpMcp::new(&url)
+            .header("X-Pinecone-Api-Key", KEY)
+            .initialize()
+            .await;
+    }
+    let scrape = || async {
+        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        sample(&text, "nexus_mcp_open_sessions")
+    };
+    assert_eq!(scrape().await, 2.0);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(scrape().await, 0.0, "expired sessions are not open");
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn shutdown_closes_the_listener_before_the_requests_in_flight_end() {
+    let nexus = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path_regex("contexts"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!([]))
+                .set_delay(Duration::from_millis(1500)),
+        )
+        .mount(&nexus)
+        .await;
+    let (addr, shutdown, done) =
+        serve_until(keyed_nexus(&nexus.uri()), HttpOptions::default()).await;
+    let url = format!("http://{addr}{}", http::MCP_PATH);
+    let mut mcp = HttpMcp::new(&url).header("X-Pinecone-Api-Key", KEY);
+    mcp.initialize().await;
+    let call = tokio::spawn(async move { mcp.call("list_contexts", json!({})).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The slow call is still running, and nobody new gets in.
+    assert!(!call.is_finished());
+    let refused = tokio::net::TcpStream::connect(addr).await;
+    assert!(refused.is_err(), "connected during shutdown: {refused:?}");
+    let result = call.await.expect("the call's task");
+    assert_eq!(result["isError"], false, "{result}");
+    tokio::time::timeout(Duration::from_secs(10), done)
+        .await
+        .expect("serving ends")
+        .expect("cleanly");
+}
+
+/// `nexus-mcp --transport http` on a free port, run through `wrapper`
+/// (for example `prlimit`), its stderr collected; killed on drop.
+struct Binary {
+    child: tokio::process::Child,
+    base: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Binary {
+    async fn start(wrapper: &[&str], nexus_url: &str, extra: &[&str]) -> Binary {
+        let exe = env!("CARGO_BIN_EXE_nexus-mcp");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = tokio::process::Command::new(program);
+                c.args(args).arg(exe);
+                c
+            }
+            None => tokio::process::Command::new(exe),
+        };
+        let mut child = command
+            .args(["--transport", "http", "--bind", "127.0.0.1:0"])
+            .args(extra)
+            .env_clear()
+            .env("NEXUS_BASE_URL", nexus_url)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("nexus-mcp starts");
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let addr = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                log.lock().unwrap().push(line.clone());
+                if let Some(rest) = line.split("local_addr=").nth(1) {
+                    return rest.split_whitespace().next().unwrap().to_owned();
+                }
+            }
+            panic!("nexus-mcp exited: {:?}", log.lock().unwrap());
+        })
+        .await
+        .expect("nexus-mcp serves within 20 s");
+        let sink = Arc::clone(&log);
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Binary {
+            child,
+            base: format!("http://{addr}"),
+            log,
+        }
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn log_lines_name_the_method_and_a_bare_peer_and_keyless_floods_stay_quiet() {
+    let nexus = fake_nexus(0).await;
+    let binary = Binary::start(&[], &nexus.uri(), &[]).await;
+    let url = format!("{}/mcp", binary.base);
+    let mut mcp = HttpMcp::new(&url).header("X-Pinecone-Api-Key", KEY);
+    mcp.initialize().await;
+    mcp.call("list_contexts", json!({})).await;
+    // 200 keyless requests in a burst: refused, counted, hardly logged.
+    let http = reqwest::Client::new();
+    let keyless = (0..200).map(|_| {
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"0"}}}"#,
+            )
+            .send()
+    });
+    for answer in futures::future::join_all(keyless).await {
+        assert_eq!(answer.unwrap().status(), 401);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = binary.log();
+    let call = log
+        .iter()
+        .find(|l| l.contains("nexus_mcp::access") && l.contains("tools/call"))
+        .unwrap_or_else(|| panic!("an access line naming tools/call: {log:#?}"));
+    assert!(call.contains("rpc_method="), "{call}");
+    assert!(call.contains("peer=127.0.0.1:"), "{call}");
+    assert!(
+        log.iter().all(|l| !l.contains("Some(")),
+        "a peer printed as Some(…): {log:#?}"
+    );
+    let warnings = log.iter().filter(|l| l.contains("WARN")).count();
+    assert!(warnings <= 12, "{warnings} warning lines for 200 refusals");
+    assert!(
+        !log.iter().any(|l| l.contains("WARN") && l.contains("rmcp")),
+        "{log:#?}"
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn under_a_small_open_file_limit_the_connection_cap_answers_not_accept() {
+    if !has_prlimit() {
+        eprintln!("prlimit is not installed: skipped");
+        return;
+    }
+    let nexus = fake_nexus(0).await;
+    let binary = Binary::start(&["prlimit", "--nofile=100:100", "--"], &nexus.uri(), &[]).await;
+    let log = binary.log().join("\n");
+    assert!(
+        log.contains("open-file limit") && log.contains("capped_at=36"),
+        "the startup check lowers --max-connections: {log}"
+    );
+    let addr = binary.base.trim_start_matches("http://").to_owned();
+    // Far more connections than the limit could hold, all at once.
+    let mut held = Vec::new();
+    for _ in 0..150 {
+        if let Ok(tcp) = tokio::net::TcpStream::connect(&addr).await {
+            held.push(tcp);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = binary.log().join("\n");
+    assert!(
+        log.contains("refused connection: too many open connections"),
+        "{log}"
+    );
+    let accept_failures = log.matches("accept failed").count();
+    assert!(
+        accept_failures <= 1,
+        "{accept_failures} accept failures: {log}"
+    );
+    // Once they go, the server serves again.
+    drop(held);
+    let health = format!("{}/healthz", binary.base);
+    let served = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Ok(r) = reqwest::get(&health).await
+                && r.status() == 200
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(served.is_ok(), "not served after the connections closed");
+}
+
+/// `prlimit` is there to run (util-linux).
+#[cfg(target_os = "linux")]
+fn has_prlimit() -> bool {
+    std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_failing_accept_backs_off_instead_of_spinning() {
+    if !has_prlimit() {
+        eprintln!("prlimit is not installed: skipped");
+        return;
+    }
+    let nexus = fake_nexus(0).await;
+    let binary = Binary::start(&[], &nexus.uri(), &["--max-connections", "1000"]).await;
+    let pid = binary.child.id().expect("running").to_string();
+    // The soft limit drops under the running server, past its startup check:
+    // from now on `accept` fails with EMFILE while clients queue.
+    let lowered = std::process::Command::new("prlimit")
+        .args(["--pid", &pid, "--nofile=32:"])
+        .status()
+        .expect("prlimit runs");
+    assert!(lowered.success());
+    let addr = binary.base.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..80 {
+        if let Ok(tcp) = tokio::net::TcpStream::connect(&addr).await {
+            held.push(tcp);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(held);
+    let raised = std::process::Command::new("prlimit")
+        .args(["--pid", &pid, "--nofile=1024:"])
+        .status()
+        .expect("prlimit runs");
+    assert!(raised.success());
+    // It serves again, and counted a few failures, not a spin's thousands.
+    let metrics = format!("{}/metrics", binary.base);
+    let text = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Ok(r) = reqwest::get(&metrics).await
+                && r.status() == 200
+            {
+                return r.text().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("served again after the limit was raised");
+    let failures = sample(&text, r#"nexus_mcp_refusals_total{reason="accept_failed"}"#);
+    eprintln!("failed accepts while the limit was low: {failures}");
+    assert!(failures >= 1.0, "accept never failed: {text}");
+    assert!(failures <= 100.0, "{failures} failed accepts in about 2 s");
+    let log = binary.log().join("\n");
+    assert!(log.contains("accept failed"), "{log}");
+}
