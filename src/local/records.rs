@@ -29,8 +29,6 @@ pub(crate) const LOCAL_PROJECT_NAME: &str = "nexus-local";
 const MAX_TASKS: usize = 10_000;
 /// Most sessions kept; the oldest idle ones are forgotten first.
 const MAX_SESSIONS: usize = 10_000;
-/// Most turns one session lists (the oldest are left out of its list).
-pub(crate) const MAX_SESSION_QUERIES: usize = 1_000;
 /// Most contexts.
 const MAX_CONTEXTS: usize = 1_000;
 
@@ -153,7 +151,6 @@ pub(crate) struct SessionEntry {
     pub(crate) session: types::Session,
     /// The scoped contexts, by id (slugs may change).
     pub(crate) context_ids: Vec<String>,
-    pub(crate) query_ids: Vec<String>,
     /// The turn running now, if any.
     #[serde(skip)]
     pub(crate) in_flight: Option<String>,
@@ -383,10 +380,8 @@ impl Inner {
             return false;
         };
         self.dirty.sessions.insert(id.to_owned());
-        for q in &s.query_ids {
-            if let Some(entry) = self.queries.get(q) {
-                entry.cancel.cancel();
-            }
+        if let Some(entry) = s.in_flight.and_then(|q| self.queries.get(&q)) {
+            entry.cancel.cancel();
         }
         true
     }

@@ -10,7 +10,9 @@
 //!
 //! Contexts (with their sources), tasks and sessions are loaded at start;
 //! query turns are not: the running ones and the most recent ended ones
-//! are in memory, the others are read from the database when asked for.
+//! are in memory, the others are read from the database when asked for
+//! (see `turns`). A turn is a row tagged with its session; a session's
+//! document lists no turns.
 //!
 //! Layout of a data directory:
 //! - `.lock`: held exclusively by the server using the directory;
@@ -43,9 +45,12 @@ pub(crate) use super::records::*;
 
 mod recovery;
 mod task_files;
+mod tokens;
+mod turns;
 use crate::types;
 pub(crate) use recovery::MoveRecord;
 pub(crate) use task_files::lines_file;
+pub(crate) use turns::SessionPage;
 
 /// The name of the lock file in a data directory.
 const LOCK_FILE: &str = ".lock";
@@ -93,6 +98,8 @@ pub(crate) struct Store {
     files: PathBuf,
     /// Whether `files` is private to this store (removed on drop).
     private_files: bool,
+    /// Digests of the bearer tokens the database held at start.
+    saved_tokens: Mutex<Vec<Vec<u8>>>,
     /// Held for the store's lifetime: the exclusive lock on `files`.
     _lock: std::fs::File,
 }
@@ -157,6 +164,7 @@ impl Store {
             db,
             files,
             private_files: true,
+            saved_tokens: Mutex::default(),
             _lock: lock,
         })
     }
@@ -182,6 +190,7 @@ impl Store {
             db,
             files: dir.to_path_buf(),
             private_files: false,
+            saved_tokens: Mutex::default(),
             _lock: lock,
         };
         // Interrupted imports are finished from their staging directories
@@ -206,7 +215,9 @@ impl Store {
 
     /// Builds the records from what the database held and writes the
     /// repairs.
-    fn restore(&self, loaded: Loaded) {
+    fn restore(&self, mut loaded: Loaded) {
+        *self.saved_tokens.lock().unwrap_or_else(|p| p.into_inner()) =
+            std::mem::take(&mut loaded.tokens);
         let mut inner = self.lock();
         let mut repairs = Vec::new();
         for (id, doc) in loaded.contexts {
@@ -358,6 +369,7 @@ impl Store {
             q.error = Some("the server stopped while the turn ran".to_owned());
             repairs.push(Op::PutQuery {
                 id,
+                session_id: q.session_id.clone(),
                 terminal: true,
                 doc: to_json(&q),
                 trace: None,
@@ -475,68 +487,6 @@ impl Store {
     pub(crate) fn close(&self) {
         self.changed();
         self.db.close();
-    }
-
-    /// A turn by id: from memory, else from the database.
-    pub(crate) fn query(&self, id: &str) -> Option<QueryView> {
-        {
-            let inner = self.lock();
-            if let Some(q) = inner.queries.get(id) {
-                return Some(QueryView {
-                    query: q.query.clone(),
-                    trace: q.trace.clone(),
-                    log: q.log.clone(),
-                    cancel: Some(q.cancel.clone()),
-                });
-            }
-        }
-        let stored = self.db.query(id)?;
-        let query: types::Query = serde_json::from_str(&stored.doc).ok()?;
-        let trace = stored.trace.and_then(|t| serde_json::from_str(&t).ok());
-        let log = EventLog::restored(stored.events, &query);
-        Some(QueryView {
-            query,
-            trace,
-            log,
-            cancel: None,
-        })
-    }
-
-    /// A turn's document by id: from memory, else from the database.
-    pub(crate) fn query_doc(&self, id: &str) -> Option<types::Query> {
-        if let Some(q) = self.lock().queries.get(id) {
-            return Some(q.query.clone());
-        }
-        serde_json::from_str(&self.db.query_doc(id)?).ok()
-    }
-
-    /// A turn's document from the database only (callable under the lock).
-    pub(crate) fn stored_query_doc(&self, id: &str) -> Option<types::Query> {
-        serde_json::from_str(&self.db.query_doc(id)?).ok()
-    }
-
-    /// Records feedback on a turn (in memory or only in the database).
-    ///
-    /// # Errors
-    /// 404 when the turn is not kept.
-    pub(crate) fn set_feedback(&self, id: &str, feedback: types::QueryFeedback) -> LocalResult<()> {
-        let mut inner = self.lock();
-        if inner.queries.contains_key(id) {
-            return inner.set_feedback(id, feedback);
-        }
-        let not_found = || LocalError::not_found(format!("query {id:?} not found"));
-        let doc = self.db.query_doc(id).ok_or_else(not_found)?;
-        let mut q: types::Query = serde_json::from_str(&doc).map_err(|_| not_found())?;
-        q.feedback = Some(feedback);
-        let trace = self.db.query(id).and_then(|s| s.trace);
-        self.db.send([Op::PutQuery {
-            id: id.to_owned(),
-            terminal: q.is_terminal(),
-            doc: to_json(&q),
-            trace,
-            events: None,
-        }]);
-        Ok(())
     }
 
     /// Records that `files` are about to be moved into a context's source
@@ -672,6 +622,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
             None
         };
         ops.push(Op::PutQuery {
+            session_id: q.query.session_id.clone(),
             id,
             terminal,
             doc: to_json(&q.query),

@@ -22,6 +22,7 @@ mod restart_fidelity;
 mod safety;
 mod sdk;
 mod server;
+mod session_reads;
 mod turns_outlive_clients;
 #[cfg(feature = "schema")]
 mod typed_turns;
