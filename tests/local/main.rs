@@ -10,6 +10,7 @@ mod conformance;
 mod conformance_ops;
 mod connections;
 mod connectors;
+mod cross_site;
 mod durability;
 #[cfg(feature = "failpoints")]
 mod failpoints;

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde::Deserialize;
@@ -126,7 +126,7 @@ pub(super) async fn start_oauth(
     State(state): Shared,
     Path(provider): Path<String>,
     headers: HeaderMap,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     ApiQuery(params): ApiQuery<OauthParams>,
 ) -> LocalResult<axum::Json<types::StartConnectorOauthResponse>> {
     check_provider(&provider)?;
@@ -142,8 +142,11 @@ pub(super) async fn start_oauth(
         .oauth
         .start(params.return_to)
         .map_err(|e| LocalError::internal("no random source for an OAuth state", e))?;
+    // The callback beside this route, wherever the API is mounted.
+    let path = uri.path();
+    let base = path.strip_suffix("/start").unwrap_or(path);
     Ok(axum::Json(types::StartConnectorOauthResponse {
-        authorize_url: format!("http://{host}/connectors{OAUTH_CALLBACK_SUFFIX}?state={token}"),
+        authorize_url: format!("http://{host}{base}/callback?state={token}"),
     }))
 }
 

@@ -468,7 +468,7 @@ mod tests {
         let state = state();
         let req: types::QueryRequest =
             serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
-        let started = start(&state, req).unwrap();
+        let started = start(&state, req, None).unwrap();
         drop(started.query);
         tokio::time::timeout(Duration::from_secs(10), started.log.wait_finished())
             .await
