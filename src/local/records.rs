@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::connectors::ConnectorRecord;
 use super::error::{LocalError, LocalResult};
@@ -205,6 +207,9 @@ pub(crate) struct Inner {
     pub(crate) queries: HashMap<String, QueryEntry>,
     pub(crate) query_order: VecDeque<String>,
     pub(crate) connectors: BTreeMap<String, ConnectorRecord>,
+    /// The jobs working on each context's files (curations, imports,
+    /// workflows), by context id: a deletion waits for them to stop.
+    pub(crate) context_jobs: HashMap<String, TaskTracker>,
     pub(crate) dirty: Dirty,
 }
 
@@ -386,11 +391,23 @@ impl Inner {
         true
     }
 
-    /// Removes a context; returns it and the tokens of its running tasks.
+    /// A token for a job about to work on a context's files, held until
+    /// the job has ended: a deletion of the context waits for it. Take it
+    /// in the same lock as the check that the context exists.
+    pub(crate) fn context_job(&mut self, context_id: &str) -> TaskTrackerToken {
+        self.context_jobs
+            .entry(context_id.to_owned())
+            .or_default()
+            .token()
+    }
+
+    /// Removes a context; returns it, the tokens of its running tasks and
+    /// the tracker of its jobs (closed: wait on it before removing its
+    /// files).
     pub(crate) fn delete_context(
         &mut self,
         key: &str,
-    ) -> LocalResult<(ContextRecord, Vec<CancellationToken>)> {
+    ) -> LocalResult<(ContextRecord, Vec<CancellationToken>, TaskTracker)> {
         let id = self
             .context_id(key)
             .ok_or_else(|| LocalError::not_found(format!("context {key:?} not found")))?;
@@ -408,7 +425,9 @@ impl Inner {
             .filter(|t| !task_is_terminal(t.task.state.as_str()))
             .map(|t| t.cancel.clone())
             .collect();
-        Ok((rec, tokens))
+        let jobs = self.context_jobs.remove(&id).unwrap_or_default();
+        jobs.close();
+        Ok((rec, tokens, jobs))
     }
 
     /// Replaces the source list of a context (its files are already in place).

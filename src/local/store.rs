@@ -44,6 +44,7 @@ use super::paths::safe_join;
 pub(crate) use super::records::*;
 
 mod recovery;
+mod scratch;
 mod task_files;
 mod tokens;
 mod turns;
@@ -56,8 +57,6 @@ pub(crate) use turns::SessionPage;
 const LOCK_FILE: &str = ".lock";
 /// The directory of staged uploads, below the files root.
 const STAGING_DIR: &str = "staging";
-/// The name prefix of scratch directories under the temporary directory.
-const SCRATCH_PREFIX: &str = "nexus-local-";
 /// Longest wait of [`Store::flush`] for the writer.
 const FLUSH_WAIT: Duration = Duration::from_secs(30);
 /// Ended turns kept in memory besides the database.
@@ -133,42 +132,6 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, OpenError> {
 }
 
 impl Store {
-    /// A store in a fresh private scratch directory (mode 0700), for a
-    /// server without a data directory. Scratch directories left by
-    /// servers that crashed are removed first.
-    pub(crate) fn scratch(limits: QueryLimits) -> std::io::Result<Self> {
-        let tmp = std::env::temp_dir();
-        remove_stale_scratch(&tmp);
-        let files = tmp.join(format!("{SCRATCH_PREFIX}{}", new_secret_name()));
-        let mut builder = std::fs::DirBuilder::new();
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder.create(&files)?;
-        let opened = (|| {
-            let lock = lock_dir(&files).map_err(|e| match e {
-                OpenError::Io(e) => e,
-                OpenError::Locked(p) => std::io::Error::other(format!("{} is locked", p.display())),
-            })?;
-            let (db, loaded) = Db::open(&files.join(db::DB_FILE), Durability::Scratch, limits)?;
-            Ok::<_, std::io::Error>((lock, db, loaded))
-        })();
-        let (lock, db, _) = match opened {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&files);
-                return Err(e);
-            }
-        };
-        Ok(Store {
-            inner: Mutex::new(Inner::default()),
-            db,
-            files,
-            private_files: true,
-            saved_tokens: Mutex::default(),
-            _lock: lock,
-        })
-    }
-
     /// A store persisted in `dir`. Takes the directory's exclusive lock,
     /// migrates a `state.json` of earlier versions once, and loads the
     /// contexts, tasks and sessions. Work that was running when the
@@ -633,41 +596,8 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     ops
 }
 
-/// Removes scratch directories whose server is gone (their lock is free).
-fn remove_stale_scratch(tmp: &Path) {
-    let Ok(entries) = std::fs::read_dir(tmp) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(SCRATCH_PREFIX) else {
-            continue;
-        };
-        if rest.len() != 16 || !rest.bytes().all(|b| b.is_ascii_hexdigit()) {
-            continue;
-        }
-        let dir = e.path();
-        let Ok(meta) = std::fs::symlink_metadata(&dir) else {
-            continue;
-        };
-        if !meta.is_dir() {
-            continue;
-        }
-        // Only a directory whose lock file exists and is free: one without
-        // it may be a server starting, or not one of ours.
-        let stale = std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join(LOCK_FILE))
-            .is_ok_and(|lock| lock.try_lock().is_ok());
-        if stale {
-            tracing::info!(dir = %dir.display(), "removing the scratch directory of a server that stopped");
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-    }
-}
-
 /// A random name for a private file or directory.
-fn new_secret_name() -> String {
+pub(super) fn new_secret_name() -> String {
     let mut bytes = [0u8; 8];
     if getrandom::fill(&mut bytes).is_err() {
         return format!(

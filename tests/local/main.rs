@@ -11,6 +11,7 @@ mod conformance_ops;
 mod connections;
 mod connectors;
 mod cross_site;
+mod delete_during_work;
 mod durability;
 #[cfg(feature = "failpoints")]
 mod failpoints;
@@ -21,6 +22,7 @@ mod private;
 mod query;
 mod restart_fidelity;
 mod safety;
+mod scratch_starts;
 mod sdk;
 mod server;
 mod session_reads;
