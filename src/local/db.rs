@@ -30,7 +30,7 @@ pub(crate) const DB_FILE: &str = "state.db";
 /// Most ops one transaction takes (the rest wait for the next one).
 const MAX_BATCH: usize = 4096;
 /// Bytes the write-ahead log is truncated to once checkpointed.
-const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
+pub(crate) const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
 
 /// How long one statement waits for a write lock held by another
 /// connection (a `sqlite3` shell, say) before it fails.

@@ -441,6 +441,16 @@ impl Store {
         self.db.failed().await;
     }
 
+    /// Bytes of the state database and of its write-ahead log (0 when
+    /// absent; reads file sizes).
+    pub(crate) fn database_sizes(&self) -> (u64, u64) {
+        let size = |suffix: &str| {
+            std::fs::metadata(self.files.join(format!("{}{suffix}", db::DB_FILE)))
+                .map_or(0, |m| m.len())
+        };
+        (size(""), size("-wal"))
+    }
+
     /// Bytes of the writes sent to the database and not yet committed.
     pub(crate) fn write_backlog(&self) -> u64 {
         self.db.backlog_bytes()

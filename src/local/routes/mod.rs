@@ -108,6 +108,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             get(sessions::get_session).delete(sessions::delete_session),
         )
         .route("/project", get(project::get_project))
+        .route("/local/storage", get(project::storage))
         .route("/stats", get(project::project_task_stats))
         .route("/manifest/templates", get(project::manifest_templates))
         .route("/connectors", get(connectors::list))
