@@ -16,6 +16,8 @@ mod durability;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod limits;
+#[cfg(target_os = "linux")]
+mod memory_repros;
 mod ops;
 #[cfg(unix)]
 mod private;
