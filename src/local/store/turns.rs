@@ -77,12 +77,20 @@ impl Store {
         serde_json::from_str(&self.db.query_doc(id)?).ok()
     }
 
-    /// The newest `limit` turns of a session, oldest first (blocks): from
-    /// the database, with the documents of turns still in memory (which
-    /// may be newer). `None` when no such session exists.
-    pub(crate) fn newest_turns(&self, session_id: &str, limit: u32) -> Option<Vec<types::Query>> {
-        self.session_page_blocking(session_id, limit, 0)
-            .map(|p| p.queries)
+    /// The newest `limit` turns of a session but `except`, oldest first
+    /// (blocks): from the database, with the documents of turns still in
+    /// memory (which may be newer). `None` when no such session exists.
+    pub(crate) fn newest_turns(
+        &self,
+        session_id: &str,
+        limit: u32,
+        except: &str,
+    ) -> Option<Vec<types::Query>> {
+        let mut page = self.page(session_id, limit.saturating_add(1), 0, Some(except))?;
+        page.queries.retain(|q| q.id != except);
+        let excess = page.queries.len().saturating_sub(limit as usize);
+        page.queries.drain(..excess);
+        Some(page.queries)
     }
 
     /// One page of a session's turns (blocks): the `limit` turns before the
@@ -93,7 +101,19 @@ impl Store {
         limit: u32,
         skip: u32,
     ) -> Option<SessionPage> {
-        let (session, pending) = self.session_snapshot(session_id)?;
+        self.page(session_id, limit, skip, None)
+    }
+
+    /// A page, after waiting (at most `PAGE_WAIT`) for the rows of the
+    /// session's turns in memory, `except` one, to be written.
+    fn page(
+        &self,
+        session_id: &str,
+        limit: u32,
+        skip: u32,
+        except: Option<&str>,
+    ) -> Option<SessionPage> {
+        let (session, pending) = self.session_snapshot(session_id, except)?;
         let waited = pending == 0
             || self.db.saved() >= pending
             || self.db.wait_saved_blocking(pending, PAGE_WAIT);
@@ -105,14 +125,19 @@ impl Store {
     }
 
     /// A session's document and the newest write of its turns held in
-    /// memory (0: none).
-    fn session_snapshot(&self, session_id: &str) -> Option<(types::Session, u64)> {
+    /// memory, `except` one (0: none).
+    fn session_snapshot(
+        &self,
+        session_id: &str,
+        except: Option<&str>,
+    ) -> Option<(types::Session, u64)> {
         let inner = self.lock();
         let session = inner.sessions.get(session_id)?.session.clone();
         let pending = inner
             .queries
             .values()
             .filter(|q| q.query.session_id == session_id)
+            .filter(|q| except != Some(q.query.id.as_str()))
             .map(|q| q.saved_seq)
             .max()
             .unwrap_or(0);

@@ -67,7 +67,7 @@ async fn earlier_asks(state: &Arc<AppState>, plan: &TurnPlan) -> Vec<String> {
     let query_id = plan.query_id.clone();
     let newest = state
         .store
-        .blocking(move |s| s.newest_turns(&session_id, EARLIER_TURNS as u32 + 1))
+        .blocking(move |s| s.newest_turns(&session_id, EARLIER_TURNS as u32, &query_id))
         .await;
     newest
         .ok()
@@ -75,7 +75,6 @@ async fn earlier_asks(state: &Arc<AppState>, plan: &TurnPlan) -> Vec<String> {
         .unwrap_or_default()
         .into_iter()
         .rev()
-        .filter(|q| q.id != query_id)
         .take(EARLIER_TURNS)
         .filter_map(|q| q.input.first().map(|i| i.content.clone()))
         .collect()
