@@ -12,7 +12,9 @@
 //! when it is not, 2 when it could not be checked.
 //!
 //! Requests whose `Host` is not loopback, the bound address or an allowed
-//! host, and browser requests from other origins, get 403. A data directory
+//! host, and browser requests from other origins, get 403; a request that
+//! changes state must come from the server's own page or an allowed
+//! origin, never one a browser marks cross-site. A data directory
 //! is locked: a second server on it exits with status 1 and one line on
 //! stderr.
 //!
@@ -56,7 +58,9 @@ struct Args {
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_hosts: Vec<String>,
     /// Also accept browser requests from this origin (`scheme://host:port`,
-    /// `:*` for any port; repeatable). Local pages are always accepted.
+    /// `:*` for any port; repeatable), writes included. Other local pages
+    /// may always read; only the server's own page may write unless named
+    /// here.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allow_origins: Vec<String>,
     /// Largest accepted upload, in MiB.

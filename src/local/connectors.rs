@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod oauth;
+
 use super::durable;
 use super::error::{LocalError, LocalResult};
 use super::paths::{safe_join, safe_path};

@@ -32,7 +32,7 @@ pub(crate) fn start(
     internal: bool,
 ) -> LocalResult<types::TaskResponse> {
     let cancel = state.shutdown.child_token();
-    let (task, context_id) = {
+    let (task, context_id, job) = {
         let mut inner = state.store.lock();
         let ctx = inner.context(context)?;
         if ctx.kind == "work" && !internal {
@@ -70,11 +70,15 @@ pub(crate) fn start(
         ctx.curating = true;
         ctx.curate_task_id = Some(task.id.clone());
         inner.dirty.contexts.insert(context_id.clone());
-        (task, context_id)
+        let job = inner.context_job(&context_id);
+        (task, context_id, job)
     };
     let job_state = state.clone();
     let task_id = task.id.clone();
-    state.spawn(async move { run(job_state, context_id, task_id, cancel).await });
+    state.spawn(async move {
+        run(job_state, context_id, task_id, cancel).await;
+        drop(job);
+    });
     Ok(task)
 }
 

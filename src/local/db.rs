@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 use super::events::Frame;
 
@@ -30,7 +30,7 @@ pub(crate) const DB_FILE: &str = "state.db";
 /// Most ops one transaction takes (the rest wait for the next one).
 const MAX_BATCH: usize = 4096;
 /// Bytes the write-ahead log is truncated to once checkpointed.
-const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
+pub(crate) const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
 
 /// How long one statement waits for a write lock held by another
 /// connection (a `sqlite3` shell, say) before it fails.
@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS queries (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
-    terminal INTEGER NOT NULL, bytes INTEGER NOT NULL, doc TEXT NOT NULL, trace TEXT);
+    terminal INTEGER NOT NULL, bytes INTEGER NOT NULL, doc TEXT NOT NULL, trace TEXT,
+    session_id TEXT);
 CREATE TABLE IF NOT EXISTS events (
     query_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL,
     PRIMARY KEY (query_id, seq)) WITHOUT ROWID;
@@ -55,6 +56,8 @@ CREATE TABLE IF NOT EXISTS connectors (id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS task_files (
     task_id TEXT NOT NULL, path TEXT NOT NULL, mtime TEXT NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (task_id, path)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tokens (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, digest BLOB NOT NULL UNIQUE);
 ";
 
 /// How durable a commit is.
@@ -108,13 +111,21 @@ pub(crate) enum Op {
     DeleteSession {
         id: String,
     },
-    /// Upserts a turn; `events` (once it has ended) replace its event rows.
+    /// Upserts a turn (one row of its session); `events` (once it has
+    /// ended) replace its event rows.
     PutQuery {
         id: String,
+        session_id: String,
         terminal: bool,
         doc: String,
         trace: Option<String>,
         events: Option<Vec<Arc<Frame>>>,
+    },
+    /// Replaces the document of a stored turn only (its trace and events
+    /// stay): feedback on a turn no longer in memory.
+    PutQueryDoc {
+        id: String,
+        doc: String,
     },
     /// Records files about to be moved into a context (`files` is JSON).
     BeginMove {
@@ -144,6 +155,14 @@ pub(crate) enum Op {
         task_id: String,
         path: String,
     },
+    /// Remembers a bearer token by its digest (never the token).
+    PutToken {
+        digest: Vec<u8>,
+    },
+    /// Forgets a bearer token.
+    DeleteToken {
+        digest: Vec<u8>,
+    },
     /// Runs after the commit of everything sent before it; `true` when
     /// that commit succeeded.
     Then(Box<dyn FnOnce(bool) + Send>),
@@ -160,12 +179,15 @@ impl std::fmt::Debug for Op {
             Op::PutSession { .. } => "PutSession",
             Op::DeleteSession { .. } => "DeleteSession",
             Op::PutQuery { .. } => "PutQuery",
+            Op::PutQueryDoc { .. } => "PutQueryDoc",
             Op::BeginMove { .. } => "BeginMove",
             Op::EndMove { .. } => "EndMove",
             Op::PutConnector { .. } => "PutConnector",
             Op::DeleteConnector { .. } => "DeleteConnector",
             Op::PutTaskFile { .. } => "PutTaskFile",
             Op::DeleteTaskFile { .. } => "DeleteTaskFile",
+            Op::PutToken { .. } => "PutToken",
+            Op::DeleteToken { .. } => "DeleteToken",
             Op::Then(_) => "Then",
         })
     }
@@ -191,6 +213,8 @@ pub(crate) struct Loaded {
     pub(crate) moves: Vec<(u64, String, String)>,
     /// Turns that were running: `(id, doc)`.
     pub(crate) running_queries: Vec<(String, String)>,
+    /// Digests of the bearer tokens issued, oldest first.
+    pub(crate) tokens: Vec<Vec<u8>>,
 }
 
 /// The batch that could not be written: its first and last op numbers, and
@@ -251,11 +275,11 @@ struct Sent {
     ops: Vec<Op>,
 }
 
-/// The database: a channel to its writer and a reading connection.
+/// The database: a channel to its writer and a few reading connections.
 #[derive(Debug)]
 pub(crate) struct Db {
     tx: Mutex<Option<mpsc::Sender<Sent>>>,
-    reader: Mutex<Connection>,
+    readers: reads::Readers,
     progress: Arc<Progress>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -312,8 +336,9 @@ impl Db {
         make_private(path)?;
         let mut conn = connect(path, durability).map_err(sql_err)?;
         conn.execute_batch(SCHEMA).map_err(sql_err)?;
+        add_session_column(&conn).map_err(sql_err)?;
         let loaded = load(&mut conn).map_err(sql_err)?;
-        let reader = connect(path, durability).map_err(sql_err)?;
+        let readers = reads::Readers::open(path, durability).map_err(sql_err)?;
         let progress = Arc::new(Progress {
             sent: AtomicU64::new(0),
             backlog: AtomicU64::new(0),
@@ -327,7 +352,7 @@ impl Db {
         Ok((
             Db {
                 tx: Mutex::new(Some(tx)),
-                reader: Mutex::new(reader),
+                readers,
                 progress,
                 writer: Mutex::new(Some(writer)),
             },
@@ -448,87 +473,28 @@ impl Db {
         }
     }
 
+    /// Like [`Db::wait_saved`], blocking the thread: `true` once op `n` is
+    /// committed, `false` when it failed or `wait` passed first.
+    pub(crate) fn wait_saved_blocking(&self, n: u64, wait: Duration) -> bool {
+        let end = std::time::Instant::now() + wait;
+        loop {
+            let mark = *self.progress.mark.borrow();
+            if mark.saved >= n {
+                return true;
+            }
+            if mark.failed.is_some() || std::time::Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Stops the writer after it has written everything sent so far.
     pub(crate) fn close(&self) {
         self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(w) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = w.join();
         }
-    }
-
-    fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Option<T> {
-        let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        match f(&conn) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::error!(error = %e, "reading the state database failed");
-                None
-            }
-        }
-    }
-
-    /// A stored turn with its events, if kept.
-    pub(crate) fn query(&self, id: &str) -> Option<StoredQuery> {
-        self.read(|c| {
-            let row: Option<(String, Option<String>)> = c
-                .query_row("SELECT doc, trace FROM queries WHERE id = ?1", [id], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .optional()?;
-            let Some((doc, trace)) = row else {
-                return Ok(None);
-            };
-            let mut stmt = c.prepare_cached(
-                "SELECT seq, event, data FROM events WHERE query_id = ?1 ORDER BY seq",
-            )?;
-            let events = stmt
-                .query_map([id], |r| {
-                    Ok(Frame {
-                        seq: Some(r.get::<_, i64>(0)?.max(0) as u64),
-                        event: r.get(1)?,
-                        data: r.get(2)?,
-                    })
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(Some(StoredQuery { doc, trace, events }))
-        })
-        .flatten()
-    }
-
-    /// The files a task produced: `(path, size, mtime)`, by path; `None`
-    /// when the database could not be read.
-    pub(crate) fn task_files(&self, task_id: &str) -> Option<Vec<(String, u64, String)>> {
-        self.read(|c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT path, LENGTH(data), mtime FROM task_files WHERE task_id = ?1 ORDER BY path",
-            )?;
-            let rows = stmt.query_map([task_id], |r| {
-                Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64, r.get(2)?))
-            })?;
-            rows.collect()
-        })
-    }
-
-    /// One file a task produced, if kept.
-    pub(crate) fn task_file(&self, task_id: &str, path: &str) -> Option<Vec<u8>> {
-        self.read(|c| {
-            c.query_row(
-                "SELECT data FROM task_files WHERE task_id = ?1 AND path = ?2",
-                [task_id, path],
-                |r| r.get(0),
-            )
-            .optional()
-        })
-        .flatten()
-    }
-
-    /// A stored turn's document only, if kept.
-    pub(crate) fn query_doc(&self, id: &str) -> Option<String> {
-        self.read(|c| {
-            c.query_row("SELECT doc FROM queries WHERE id = ?1", [id], |r| r.get(0))
-                .optional()
-        })
-        .flatten()
     }
 }
 
@@ -545,7 +511,8 @@ impl Op {
             Op::PutContext { doc, .. }
             | Op::PutTask { doc, .. }
             | Op::PutSession { doc, .. }
-            | Op::PutConnector { doc, .. } => doc.len(),
+            | Op::PutConnector { doc, .. }
+            | Op::PutQueryDoc { doc, .. } => doc.len(),
             Op::PutSources { rows, .. } => rows.iter().fold(0usize, |n, (p, _, m)| {
                 n.saturating_add(p.len() + m.len() + 8)
             }),
@@ -572,6 +539,24 @@ fn fail_callbacks(ops: Vec<Op>) {
             f(false);
         }
     }
+}
+
+/// Gives a database of earlier versions the `session_id` column of its
+/// turns (filled from their documents) and the index that pages a
+/// session's turns.
+fn add_session_column(conn: &Connection) -> rusqlite::Result<()> {
+    let has_column = conn
+        .prepare("SELECT 1 FROM pragma_table_info('queries') WHERE name = 'session_id'")?
+        .exists([])?;
+    if !has_column {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE queries ADD COLUMN session_id TEXT;
+             UPDATE queries SET session_id = json_extract(doc, '$.session_id');
+             COMMIT;",
+        )?;
+    }
+    conn.execute_batch("CREATE INDEX IF NOT EXISTS queries_by_session ON queries (session_id, seq)")
 }
 
 fn load(conn: &mut Connection) -> rusqlite::Result<Loaded> {
@@ -610,6 +595,11 @@ fn load(conn: &mut Connection) -> rusqlite::Result<Loaded> {
         out.sources = rows.collect::<rusqlite::Result<_>>()?;
     }
     {
+        let mut stmt = conn.prepare("SELECT digest FROM tokens ORDER BY seq")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        out.tokens = rows.collect::<rusqlite::Result<_>>()?;
+    }
+    {
         let mut stmt = conn.prepare("SELECT id, context_id, files FROM moves ORDER BY id")?;
         let rows = stmt.query_map([], |r| {
             Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?, r.get(2)?))
@@ -638,6 +628,7 @@ pub(crate) fn create_with(path: &Path, ops: Vec<Op>) -> std::io::Result<()> {
     std::fs::File::open(path)?.sync_all()
 }
 
+mod reads;
 #[cfg(test)]
 pub(crate) mod tests;
 mod writer;

@@ -8,6 +8,13 @@
 //! (`scheme://host:port`, `:*` for any port). Requests without `Origin`
 //! (non-browser clients) pass. Everything here is a pure function over the
 //! header values and an allow-list, so any HTTP server can share it.
+//!
+//! A request that changes state is held to more ([`HostPolicy::check_write`]):
+//! a browser that says it is `Sec-Fetch-Site: cross-site` is refused, and
+//! an `Origin` must be the server's own or one allowed explicitly — other
+//! local pages (another `localhost` port) may read, not write. A form or an
+//! `<img>` on another page thus changes nothing, multipart uploads
+//! included.
 
 use std::net::SocketAddr;
 
@@ -33,6 +40,9 @@ pub(crate) enum Refusal {
     ForeignHost(String),
     /// The `Origin` is malformed or not allowed.
     ForeignOrigin(String),
+    /// A request that changes state came from another site or another
+    /// local page (its `Origin`, or `Sec-Fetch-Site: cross-site`).
+    CrossSiteWrite(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -46,6 +56,10 @@ impl std::fmt::Display for Refusal {
             Refusal::ForeignOrigin(o) => write!(
                 f,
                 "Origin {o:?} is not allowed (cross-site request); start the server with --allow-origin to accept it"
+            ),
+            Refusal::CrossSiteWrite(o) => write!(
+                f,
+                "a request from {o} may not change anything here (only this server's own pages may); start the server with --allow-origin to accept it"
             ),
         }
     }
@@ -82,6 +96,8 @@ struct AllowedOrigin {
 pub(crate) struct HostPolicy {
     hosts: Vec<Authority>,
     origins: Vec<AllowedOrigin>,
+    /// The origins allowed explicitly (not the local pages): they may write.
+    explicit: Vec<AllowedOrigin>,
 }
 
 impl HostPolicy {
@@ -104,19 +120,80 @@ impl HostPolicy {
                 parsed
             })
             .collect();
-        let origins = LOCAL_ORIGINS
+        let explicit: Vec<AllowedOrigin> = extra_origins
             .iter()
-            .map(|o| (*o).to_owned())
-            .chain(extra_origins.iter().cloned())
             .filter_map(|o| {
-                let parsed = parse_allowed_origin(&o);
+                let parsed = parse_allowed_origin(o);
                 if parsed.is_none() {
                     tracing::warn!(origin = %o, "ignoring an unparsable allowed origin");
                 }
                 parsed
             })
             .collect();
-        HostPolicy { hosts, origins }
+        let origins = LOCAL_ORIGINS
+            .iter()
+            .filter_map(|o| parse_allowed_origin(o))
+            .chain(explicit.iter().cloned())
+            .collect();
+        HostPolicy {
+            hosts,
+            origins,
+            explicit,
+        }
+    }
+
+    /// Checks a request that changes state (after [`HostPolicy::check`]
+    /// passed): refused when the browser calls it `cross-site`, or when
+    /// its `Origin` is neither this server (the `Host` it was sent to) nor
+    /// allowed explicitly. Without `Origin` and `Sec-Fetch-Site` (not a
+    /// browser) it passes.
+    pub(crate) fn check_write(
+        &self,
+        host: &[u8],
+        origin: Option<&[u8]>,
+        fetch_site: Option<&[u8]>,
+    ) -> Result<(), Refusal> {
+        let shown = |v: &[u8]| {
+            String::from_utf8_lossy(v)
+                .chars()
+                .take(200)
+                .collect::<String>()
+        };
+        let parsed = origin.map(|o| std::str::from_utf8(o).ok().and_then(parse_origin));
+        if let Some(Some(o)) = &parsed
+            && allowed(&self.explicit, o)
+        {
+            return Ok(());
+        }
+        if fetch_site.is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"cross-site")) {
+            return Err(Refusal::CrossSiteWrite(match origin {
+                Some(o) => format!("Origin {:?}", shown(o)),
+                None => "another site".to_owned(),
+            }));
+        }
+        let Some(origin) = origin else {
+            return Ok(());
+        };
+        let own = std::str::from_utf8(host).ok().and_then(parse_authority);
+        let same = match (parsed.flatten(), own) {
+            (Some(o), Some(h)) => {
+                let port = |scheme: &str, p: Option<u16>| p.or_else(|| default_port(scheme));
+                // This server speaks plain HTTP.
+                o.scheme == "http"
+                    && o.host == h.host
+                    && port(&o.scheme, o.port).is_some()
+                    && port(&o.scheme, o.port) == port(&o.scheme, h.port)
+            }
+            _ => false,
+        };
+        if same {
+            Ok(())
+        } else {
+            Err(Refusal::CrossSiteWrite(format!(
+                "Origin {:?}",
+                shown(origin)
+            )))
+        }
     }
 
     /// Checks a request's `Host` (or HTTP/2 authority) and `Origin` values.
@@ -150,17 +227,20 @@ impl HostPolicy {
     }
 
     fn origin_allowed(&self, origin: &Origin) -> bool {
-        self.origins.iter().any(|a| {
-            a.scheme == origin.scheme
-                && a.host == origin.host
-                && match a.port {
-                    Port::Any => true,
-                    Port::Exact(p) => {
-                        origin.port.or_else(|| default_port(&origin.scheme)) == Some(p)
-                    }
-                }
-        })
+        allowed(&self.origins, origin)
     }
+}
+
+/// Whether `origin` is one of `list`.
+fn allowed(list: &[AllowedOrigin], origin: &Origin) -> bool {
+    list.iter().any(|a| {
+        a.scheme == origin.scheme
+            && a.host == origin.host
+            && match a.port {
+                Port::Any => true,
+                Port::Exact(p) => origin.port.or_else(|| default_port(&origin.scheme)) == Some(p),
+            }
+    })
 }
 
 fn normalize_host(host: &str) -> String {
@@ -333,6 +413,54 @@ mod tests {
                     Err(Refusal::ForeignOrigin(_))
                 ),
                 "{bad}"
+            );
+        }
+    }
+
+    /// Catches writes trusted from any local page or from a browser that
+    /// says the request is cross-site.
+    #[test]
+    fn writes_come_only_from_this_server_or_allowed_origins() {
+        let p = policy(&[], &["https://app.example:443"]);
+        let write = |host: &str, origin: Option<&str>, site: Option<&str>| {
+            p.check_write(
+                host.as_bytes(),
+                origin.map(str::as_bytes),
+                site.map(str::as_bytes),
+            )
+        };
+        assert_eq!(write("127.0.0.1:8808", None, None), Ok(()));
+        assert_eq!(
+            write("127.0.0.1:8808", Some("http://127.0.0.1:8808"), None),
+            Ok(())
+        );
+        assert_eq!(
+            write("localhost", Some("http://localhost"), Some("same-origin")),
+            Ok(())
+        );
+        assert_eq!(
+            write(
+                "127.0.0.1:8808",
+                Some("https://app.example"),
+                Some("cross-site")
+            ),
+            Ok(())
+        );
+        for (origin, site) in [
+            (Some("http://localhost:3000"), None),
+            (Some("http://127.0.0.1:3000"), Some("same-site")),
+            (Some("http://localhost:8808"), None),
+            (Some("https://127.0.0.1:8808"), None),
+            (Some("null"), None),
+            (None, Some("cross-site")),
+            (Some("http://127.0.0.1:8808"), Some("cross-site")),
+        ] {
+            assert!(
+                matches!(
+                    write("127.0.0.1:8808", origin, site),
+                    Err(Refusal::CrossSiteWrite(_))
+                ),
+                "{origin:?} {site:?}"
             );
         }
     }

@@ -31,7 +31,7 @@ pub(crate) async fn start(
     staged: Staged,
 ) -> LocalResult<types::WorkflowTriggerResponse> {
     let cancel = state.shutdown.child_token();
-    let (task, context_id) = {
+    let (task, context_id, job) = {
         let mut inner = state.store.lock();
         let ctx = inner.context(context)?;
         if ctx.importing {
@@ -52,7 +52,8 @@ pub(crate) async fn start(
         ctx.importing = true;
         ctx.import_task_id = Some(task.id.clone());
         inner.dirty.contexts.insert(context_id.clone());
-        (task, context_id)
+        let job = inner.context_job(&context_id);
+        (task, context_id, job)
     };
     state.store.changed();
     let (applied_tx, applied_rx) = tokio::sync::oneshot::channel();
@@ -60,6 +61,7 @@ pub(crate) async fn start(
     let task_id = task.id.clone();
     state.spawn(async move {
         run(job_state, context_id, task_id, staged, cancel, applied_tx).await;
+        drop(job);
     });
     match applied_rx.await {
         Ok(Ok(())) => Ok(types::WorkflowTriggerResponse {

@@ -119,6 +119,7 @@ fn ops(snap: Snapshot) -> Vec<Op> {
     for q in &snap.queries {
         out.push(Op::PutQuery {
             id: q.query.id.clone(),
+            session_id: q.query.session_id.clone(),
             terminal: q.query.is_terminal(),
             doc: to_json(&q.query),
             trace: q.trace.as_ref().map(to_json),

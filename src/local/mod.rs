@@ -372,9 +372,9 @@ impl LocalNexusBuilder {
         self
     }
 
-    /// Also answers browser requests from these origins (`scheme://host:port`,
-    /// `:*` for any port). Pages on `localhost`, `127.0.0.1` and `[::1]` are
-    /// always accepted; a request with any other `Origin` gets 403.
+    /// Also answers browser requests from these origins, writes included
+    /// (`scheme://host:port`, `:*` for any port). Other local pages may only
+    /// read; a request with any other `Origin` gets 403.
     pub fn allow_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.allowed_origins
             .extend(origins.into_iter().map(Into::into));

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::connectors::ConnectorRecord;
 use super::error::{LocalError, LocalResult};
@@ -29,8 +31,6 @@ pub(crate) const LOCAL_PROJECT_NAME: &str = "nexus-local";
 const MAX_TASKS: usize = 10_000;
 /// Most sessions kept; the oldest idle ones are forgotten first.
 const MAX_SESSIONS: usize = 10_000;
-/// Most turns one session lists (the oldest are left out of its list).
-pub(crate) const MAX_SESSION_QUERIES: usize = 1_000;
 /// Most contexts.
 const MAX_CONTEXTS: usize = 1_000;
 
@@ -153,7 +153,6 @@ pub(crate) struct SessionEntry {
     pub(crate) session: types::Session,
     /// The scoped contexts, by id (slugs may change).
     pub(crate) context_ids: Vec<String>,
-    pub(crate) query_ids: Vec<String>,
     /// The turn running now, if any.
     #[serde(skip)]
     pub(crate) in_flight: Option<String>,
@@ -208,6 +207,9 @@ pub(crate) struct Inner {
     pub(crate) queries: HashMap<String, QueryEntry>,
     pub(crate) query_order: VecDeque<String>,
     pub(crate) connectors: BTreeMap<String, ConnectorRecord>,
+    /// The jobs working on each context's files (curations, imports,
+    /// workflows), by context id: a deletion waits for them to stop.
+    pub(crate) context_jobs: HashMap<String, TaskTracker>,
     pub(crate) dirty: Dirty,
 }
 
@@ -383,19 +385,29 @@ impl Inner {
             return false;
         };
         self.dirty.sessions.insert(id.to_owned());
-        for q in &s.query_ids {
-            if let Some(entry) = self.queries.get(q) {
-                entry.cancel.cancel();
-            }
+        if let Some(entry) = s.in_flight.and_then(|q| self.queries.get(&q)) {
+            entry.cancel.cancel();
         }
         true
     }
 
-    /// Removes a context; returns it and the tokens of its running tasks.
+    /// A token for a job about to work on a context's files, held until
+    /// the job has ended: a deletion of the context waits for it. Take it
+    /// in the same lock as the check that the context exists.
+    pub(crate) fn context_job(&mut self, context_id: &str) -> TaskTrackerToken {
+        self.context_jobs
+            .entry(context_id.to_owned())
+            .or_default()
+            .token()
+    }
+
+    /// Removes a context; returns it, the tokens of its running tasks and
+    /// the tracker of its jobs (closed: wait on it before removing its
+    /// files).
     pub(crate) fn delete_context(
         &mut self,
         key: &str,
-    ) -> LocalResult<(ContextRecord, Vec<CancellationToken>)> {
+    ) -> LocalResult<(ContextRecord, Vec<CancellationToken>, TaskTracker)> {
         let id = self
             .context_id(key)
             .ok_or_else(|| LocalError::not_found(format!("context {key:?} not found")))?;
@@ -413,7 +425,9 @@ impl Inner {
             .filter(|t| !task_is_terminal(t.task.state.as_str()))
             .map(|t| t.cancel.clone())
             .collect();
-        Ok((rec, tokens))
+        let jobs = self.context_jobs.remove(&id).unwrap_or_default();
+        jobs.close();
+        Ok((rec, tokens, jobs))
     }
 
     /// Replaces the source list of a context (its files are already in place).

@@ -1,14 +1,16 @@
 //! What every handler shares: configuration, the store, faults, auth tokens
 //! and the supervisor of background work.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasher;
+use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::connectors::oauth::OauthStates;
+use super::error::{LocalError, LocalResult};
 use super::faults::Faults;
 use super::guard::HostPolicy;
 use super::store::Store;
@@ -66,6 +68,8 @@ pub(crate) struct AppState {
     /// Uploads being staged at once (each may expand to the context
     /// limit on disk and in work); past it an upload gets 503 `busy`.
     pub(crate) staging_slots: Arc<tokio::sync::Semaphore>,
+    /// Connector OAuth flows started and not yet completed.
+    pub(crate) oauth: OauthStates,
     tokens: Mutex<TokenSet>,
 }
 
@@ -78,13 +82,14 @@ impl AppState {
     ) -> Arc<Self> {
         Arc::new(AppState {
             config,
-            store: Arc::new(store),
             faults,
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             policy,
             staging_slots: Arc::new(tokio::sync::Semaphore::new(STAGING_SLOTS)),
-            tokens: Mutex::new(TokenSet::default()),
+            oauth: OauthStates::default(),
+            tokens: Mutex::new(TokenSet::restored(store.take_saved_tokens())),
+            store: Arc::new(store),
         })
     }
 
@@ -98,32 +103,59 @@ impl AppState {
     }
 
     /// Issues a bearer token: `nlt_` and 128 random bits as 32 hex digits,
-    /// remembered until `MAX_TOKENS` newer ones exist.
+    /// remembered (by its digest) until `MAX_TOKENS` newer ones exist, and
+    /// saved so it outlives a restart; the login answers it once it is
+    /// saved.
     ///
     /// # Errors
-    /// The system's random source failed.
-    pub(crate) fn issue_token(&self) -> Result<String, getrandom::Error> {
-        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            let mut secret = [0u8; 16];
-            getrandom::fill(&mut secret)?;
-            if tokens.insert(secret) {
-                let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-                return Ok(format!("{TOKEN_PREFIX}{hex}"));
+    /// 500 when the system's random source failed; 503 or 500 when it
+    /// could not be saved.
+    pub(crate) async fn issue_token(&self) -> LocalResult<String> {
+        let (token, digest, forgotten) = {
+            let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                let mut secret = [0u8; 16];
+                getrandom::fill(&mut secret)
+                    .map_err(|e| LocalError::internal("no random source for a token", e))?;
+                let digest = self.token_digest(&secret);
+                if let Some(forgotten) = tokens.insert(digest) {
+                    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+                    break (format!("{TOKEN_PREFIX}{hex}"), digest, forgotten);
+                }
             }
-        }
+        };
+        self.store.save_token(digest, forgotten).await?;
+        Ok(token)
     }
 
-    /// Whether a bearer token was issued by this server (compared in
-    /// constant time).
+    /// Whether a bearer token was issued by this server, now or before a
+    /// restart with the same API key.
     pub(crate) fn knows_token(&self, token: &str) -> bool {
         let Some(secret) = parse_token(token) else {
             return false;
         };
+        let digest = self.token_digest(&secret);
         self.tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&secret)
+            .contains(&digest)
+    }
+
+    /// What is kept of a token: SHA-256 over the API key and its secret,
+    /// so the stored digests neither give the tokens away nor admit them
+    /// under another key.
+    fn token_digest(&self, secret: &[u8; 16]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        let key = self
+            .config
+            .api_key
+            .as_deref()
+            .unwrap_or_default()
+            .as_bytes();
+        h.update((key.len() as u64).to_le_bytes());
+        h.update(key);
+        h.update(secret);
+        h.finalize().into()
     }
 }
 
@@ -141,38 +173,46 @@ fn parse_token(token: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-/// Issued token secrets, looked up by a keyed hash (its key is random per
-/// process, so lookup timing tells nothing about a secret) and confirmed
-/// with a constant-time comparison.
+/// The digests of the tokens issued, oldest first. A digest is SHA-256 of
+/// a 128-bit random secret: looking one up tells nothing about a secret.
 #[derive(Debug, Default)]
 struct TokenSet {
-    hasher: std::collections::hash_map::RandomState,
-    by_hash: HashMap<u64, [u8; 16]>,
-    order: VecDeque<u64>,
+    known: HashSet<[u8; 32]>,
+    order: VecDeque<[u8; 32]>,
 }
 
 impl TokenSet {
-    /// Adds a secret; false when its hash is taken (the caller draws again).
-    fn insert(&mut self, secret: [u8; 16]) -> bool {
-        let h = self.hasher.hash_one(secret);
-        if self.by_hash.contains_key(&h) {
-            return false;
+    /// Digests as saved (oldest first); malformed ones are skipped.
+    fn restored(saved: Vec<Vec<u8>>) -> Self {
+        let mut set = TokenSet::default();
+        for d in saved {
+            if let Ok(d) = <[u8; 32]>::try_from(d.as_slice()) {
+                set.insert(d);
+            }
         }
+        set
+    }
+
+    /// Adds a digest: `None` when it is known (the caller draws again),
+    /// else the digest forgotten to make room, if any.
+    #[allow(clippy::option_option)]
+    fn insert(&mut self, digest: [u8; 32]) -> Option<Option<[u8; 32]>> {
+        if !self.known.insert(digest) {
+            return None;
+        }
+        let mut forgotten = None;
         if self.order.len() >= MAX_TOKENS
             && let Some(old) = self.order.pop_front()
         {
-            self.by_hash.remove(&old);
+            self.known.remove(&old);
+            forgotten = Some(old);
         }
-        self.by_hash.insert(h, secret);
-        self.order.push_back(h);
-        true
+        self.order.push_back(digest);
+        Some(forgotten)
     }
 
-    fn contains(&self, secret: &[u8; 16]) -> bool {
-        let h = self.hasher.hash_one(secret);
-        self.by_hash
-            .get(&h)
-            .is_some_and(|known| constant_time_eq(known, secret))
+    fn contains(&self, digest: &[u8; 32]) -> bool {
+        self.known.contains(digest)
     }
 }
 
@@ -194,10 +234,10 @@ mod tests {
     #[test]
     fn tokens_round_trip_and_forgeries_fail() {
         let mut set = TokenSet::default();
-        assert!(set.insert([7; 16]));
-        assert!(!set.insert([7; 16]));
-        assert!(set.contains(&[7; 16]));
-        assert!(!set.contains(&[8; 16]));
+        assert_eq!(set.insert([7; 32]), Some(None));
+        assert_eq!(set.insert([7; 32]), None);
+        assert!(set.contains(&[7; 32]));
+        assert!(!set.contains(&[8; 32]));
         let hex = "07".repeat(16);
         assert_eq!(parse_token(&format!("nlt_{hex}")), Some([7; 16]));
         assert_eq!(parse_token(&format!("nlt_{hex}0")), None);

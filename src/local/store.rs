@@ -10,7 +10,9 @@
 //!
 //! Contexts (with their sources), tasks and sessions are loaded at start;
 //! query turns are not: the running ones and the most recent ended ones
-//! are in memory, the others are read from the database when asked for.
+//! are in memory, the others are read from the database when asked for
+//! (see `turns`). A turn is a row tagged with its session; a session's
+//! document lists no turns.
 //!
 //! Layout of a data directory:
 //! - `.lock`: held exclusively by the server using the directory;
@@ -42,17 +44,19 @@ use super::paths::safe_join;
 pub(crate) use super::records::*;
 
 mod recovery;
+mod scratch;
 mod task_files;
+mod tokens;
+mod turns;
 use crate::types;
 pub(crate) use recovery::MoveRecord;
 pub(crate) use task_files::lines_file;
+pub(crate) use turns::SessionPage;
 
 /// The name of the lock file in a data directory.
 const LOCK_FILE: &str = ".lock";
 /// The directory of staged uploads, below the files root.
 const STAGING_DIR: &str = "staging";
-/// The name prefix of scratch directories under the temporary directory.
-const SCRATCH_PREFIX: &str = "nexus-local-";
 /// Longest wait of [`Store::flush`] for the writer.
 const FLUSH_WAIT: Duration = Duration::from_secs(30);
 /// Ended turns kept in memory besides the database.
@@ -93,6 +97,8 @@ pub(crate) struct Store {
     files: PathBuf,
     /// Whether `files` is private to this store (removed on drop).
     private_files: bool,
+    /// Digests of the bearer tokens the database held at start.
+    saved_tokens: Mutex<Vec<Vec<u8>>>,
     /// Held for the store's lifetime: the exclusive lock on `files`.
     _lock: std::fs::File,
 }
@@ -126,41 +132,6 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, OpenError> {
 }
 
 impl Store {
-    /// A store in a fresh private scratch directory (mode 0700), for a
-    /// server without a data directory. Scratch directories left by
-    /// servers that crashed are removed first.
-    pub(crate) fn scratch(limits: QueryLimits) -> std::io::Result<Self> {
-        let tmp = std::env::temp_dir();
-        remove_stale_scratch(&tmp);
-        let files = tmp.join(format!("{SCRATCH_PREFIX}{}", new_secret_name()));
-        let mut builder = std::fs::DirBuilder::new();
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder.create(&files)?;
-        let opened = (|| {
-            let lock = lock_dir(&files).map_err(|e| match e {
-                OpenError::Io(e) => e,
-                OpenError::Locked(p) => std::io::Error::other(format!("{} is locked", p.display())),
-            })?;
-            let (db, loaded) = Db::open(&files.join(db::DB_FILE), Durability::Scratch, limits)?;
-            Ok::<_, std::io::Error>((lock, db, loaded))
-        })();
-        let (lock, db, _) = match opened {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&files);
-                return Err(e);
-            }
-        };
-        Ok(Store {
-            inner: Mutex::new(Inner::default()),
-            db,
-            files,
-            private_files: true,
-            _lock: lock,
-        })
-    }
-
     /// A store persisted in `dir`. Takes the directory's exclusive lock,
     /// migrates a `state.json` of earlier versions once, and loads the
     /// contexts, tasks and sessions. Work that was running when the
@@ -182,6 +153,7 @@ impl Store {
             db,
             files: dir.to_path_buf(),
             private_files: false,
+            saved_tokens: Mutex::default(),
             _lock: lock,
         };
         // Interrupted imports are finished from their staging directories
@@ -206,7 +178,9 @@ impl Store {
 
     /// Builds the records from what the database held and writes the
     /// repairs.
-    fn restore(&self, loaded: Loaded) {
+    fn restore(&self, mut loaded: Loaded) {
+        *self.saved_tokens.lock().unwrap_or_else(|p| p.into_inner()) =
+            std::mem::take(&mut loaded.tokens);
         let mut inner = self.lock();
         let mut repairs = Vec::new();
         for (id, doc) in loaded.contexts {
@@ -358,6 +332,7 @@ impl Store {
             q.error = Some("the server stopped while the turn ran".to_owned());
             repairs.push(Op::PutQuery {
                 id,
+                session_id: q.session_id.clone(),
                 terminal: true,
                 doc: to_json(&q),
                 trace: None,
@@ -466,6 +441,16 @@ impl Store {
         self.db.failed().await;
     }
 
+    /// Bytes of the state database and of its write-ahead log (0 when
+    /// absent; reads file sizes).
+    pub(crate) fn database_sizes(&self) -> (u64, u64) {
+        let size = |suffix: &str| {
+            std::fs::metadata(self.files.join(format!("{}{suffix}", db::DB_FILE)))
+                .map_or(0, |m| m.len())
+        };
+        (size(""), size("-wal"))
+    }
+
     /// Bytes of the writes sent to the database and not yet committed.
     pub(crate) fn write_backlog(&self) -> u64 {
         self.db.backlog_bytes()
@@ -475,68 +460,6 @@ impl Store {
     pub(crate) fn close(&self) {
         self.changed();
         self.db.close();
-    }
-
-    /// A turn by id: from memory, else from the database.
-    pub(crate) fn query(&self, id: &str) -> Option<QueryView> {
-        {
-            let inner = self.lock();
-            if let Some(q) = inner.queries.get(id) {
-                return Some(QueryView {
-                    query: q.query.clone(),
-                    trace: q.trace.clone(),
-                    log: q.log.clone(),
-                    cancel: Some(q.cancel.clone()),
-                });
-            }
-        }
-        let stored = self.db.query(id)?;
-        let query: types::Query = serde_json::from_str(&stored.doc).ok()?;
-        let trace = stored.trace.and_then(|t| serde_json::from_str(&t).ok());
-        let log = EventLog::restored(stored.events, &query);
-        Some(QueryView {
-            query,
-            trace,
-            log,
-            cancel: None,
-        })
-    }
-
-    /// A turn's document by id: from memory, else from the database.
-    pub(crate) fn query_doc(&self, id: &str) -> Option<types::Query> {
-        if let Some(q) = self.lock().queries.get(id) {
-            return Some(q.query.clone());
-        }
-        serde_json::from_str(&self.db.query_doc(id)?).ok()
-    }
-
-    /// A turn's document from the database only (callable under the lock).
-    pub(crate) fn stored_query_doc(&self, id: &str) -> Option<types::Query> {
-        serde_json::from_str(&self.db.query_doc(id)?).ok()
-    }
-
-    /// Records feedback on a turn (in memory or only in the database).
-    ///
-    /// # Errors
-    /// 404 when the turn is not kept.
-    pub(crate) fn set_feedback(&self, id: &str, feedback: types::QueryFeedback) -> LocalResult<()> {
-        let mut inner = self.lock();
-        if inner.queries.contains_key(id) {
-            return inner.set_feedback(id, feedback);
-        }
-        let not_found = || LocalError::not_found(format!("query {id:?} not found"));
-        let doc = self.db.query_doc(id).ok_or_else(not_found)?;
-        let mut q: types::Query = serde_json::from_str(&doc).map_err(|_| not_found())?;
-        q.feedback = Some(feedback);
-        let trace = self.db.query(id).and_then(|s| s.trace);
-        self.db.send([Op::PutQuery {
-            id: id.to_owned(),
-            terminal: q.is_terminal(),
-            doc: to_json(&q),
-            trace,
-            events: None,
-        }]);
-        Ok(())
     }
 
     /// Records that `files` are about to be moved into a context's source
@@ -672,6 +595,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
             None
         };
         ops.push(Op::PutQuery {
+            session_id: q.query.session_id.clone(),
             id,
             terminal,
             doc: to_json(&q.query),
@@ -682,41 +606,8 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     ops
 }
 
-/// Removes scratch directories whose server is gone (their lock is free).
-fn remove_stale_scratch(tmp: &Path) {
-    let Ok(entries) = std::fs::read_dir(tmp) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(SCRATCH_PREFIX) else {
-            continue;
-        };
-        if rest.len() != 16 || !rest.bytes().all(|b| b.is_ascii_hexdigit()) {
-            continue;
-        }
-        let dir = e.path();
-        let Ok(meta) = std::fs::symlink_metadata(&dir) else {
-            continue;
-        };
-        if !meta.is_dir() {
-            continue;
-        }
-        // Only a directory whose lock file exists and is free: one without
-        // it may be a server starting, or not one of ours.
-        let stale = std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join(LOCK_FILE))
-            .is_ok_and(|lock| lock.try_lock().is_ok());
-        if stale {
-            tracing::info!(dir = %dir.display(), "removing the scratch directory of a server that stopped");
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-    }
-}
-
 /// A random name for a private file or directory.
-fn new_secret_name() -> String {
+pub(super) fn new_secret_name() -> String {
     let mut bytes = [0u8; 8];
     if getrandom::fill(&mut bytes).is_err() {
         return format!(

@@ -59,10 +59,11 @@ fn start(
     let input: types::TaskInput =
         serde_json::from_value(input).map_err(|e| LocalError::internal("a task's input", e))?;
     let cancel = state.shutdown.child_token();
-    let task = state
-        .store
-        .lock()
-        .new_task(workflow, Some(context_id), None, input, cancel.clone());
+    let (task, files_in_use) = {
+        let mut inner = state.store.lock();
+        let task = inner.new_task(workflow, Some(context_id), None, input, cancel.clone());
+        (task, inner.context_job(context_id))
+    };
     state.store.changed();
     let job_state = state.clone();
     let task_id = task.id.clone();
@@ -96,6 +97,7 @@ fn start(
         };
         job_state.store.lock().end_task(&task_id, how, None, error);
         job_state.store.changed();
+        drop(files_in_use);
     });
     Ok(task)
 }

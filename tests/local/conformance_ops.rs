@@ -362,7 +362,7 @@ async fn new_operations_match_the_spec() {
         oauth["authorize_url"]
             .as_str()
             .unwrap()
-            .starts_with("nexus-local://")
+            .contains("/connectors/oauth/local/callback?state=")
     );
     c.call(
         "list_context_connectors",

@@ -10,18 +10,24 @@ mod conformance;
 mod conformance_ops;
 mod connections;
 mod connectors;
+mod cross_site;
+mod delete_during_work;
 mod durability;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod limits;
+#[cfg(target_os = "linux")]
+mod memory_repros;
 mod ops;
 #[cfg(unix)]
 mod private;
 mod query;
 mod restart_fidelity;
 mod safety;
+mod scratch_starts;
 mod sdk;
 mod server;
+mod session_reads;
 mod turns_outlive_clients;
 #[cfg(feature = "schema")]
 mod typed_turns;

@@ -70,8 +70,23 @@ async fn the_log_shrinks_once_a_reader_leaves() {
     let wal = data.path().join("state.db-wal");
     let grown = std::fs::metadata(&wal).unwrap().len();
     assert!(grown > 8 << 20, "the log did not grow: {grown}");
+    // The operator sees it.
+    let storage = || async {
+        let url = format!("{}/local/storage", server.base_url());
+        let (status, body) = get_json(&url).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let shown = storage().await;
+    assert!(
+        shown["wal_bytes"].as_u64().unwrap() > 8 << 20,
+        "GET /local/storage: {shown}"
+    );
+    assert_eq!(shown["wal_limit_bytes"], 4 << 20);
+    assert_eq!(shown["persistent"], true);
     drop(reader);
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(15);
     loop {
         let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
         if size < 4 << 20 {
@@ -80,5 +95,15 @@ async fn the_log_shrinks_once_a_reader_leaves() {
         assert!(Instant::now() < deadline, "the log is still {size} bytes");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let shown = storage().await;
+    assert!(
+        shown["wal_bytes"].as_u64().unwrap() < 4 << 20,
+        "GET /local/storage: {shown}"
+    );
+    eprintln!(
+        "log grown to {grown} bytes under a reader; {} bytes {:?} after it left",
+        shown["wal_bytes"],
+        started.elapsed()
+    );
     server.shutdown().await;
 }

@@ -241,3 +241,50 @@ fn sends_that_wait_are_committed_together() {
     db.close();
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Catches a database of earlier versions (turns without a `session_id`
+/// column) left unpaged: opening it adds the column, fills it from the
+/// turns' documents, and a session's page lists its turns newest first.
+#[test]
+fn an_older_database_gets_its_turns_tagged_with_their_session() {
+    let dir = scratch("older");
+    let path = dir.join(DB_FILE);
+    {
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE queries (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+                terminal INTEGER NOT NULL, bytes INTEGER NOT NULL, doc TEXT NOT NULL, trace TEXT);
+             INSERT INTO queries (id, terminal, bytes, doc) VALUES
+                ('q1', 1, 2, '{\"id\":\"q1\",\"session_id\":\"s1\"}'),
+                ('q2', 1, 2, '{\"id\":\"q2\",\"session_id\":\"s2\"}'),
+                ('q3', 1, 2, '{\"id\":\"q3\",\"session_id\":\"s1\"}');",
+        )
+        .unwrap();
+    }
+    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    let ids = |rows: Option<Vec<(String, String)>>| -> Vec<String> {
+        rows.unwrap().into_iter().map(|(id, _)| id).collect()
+    };
+    assert_eq!(ids(db.session_turns("s1", 10, 0)), ["q3", "q1"]);
+    assert_eq!(ids(db.session_turns("s1", 1, 1)), ["q1"]);
+    assert_eq!(ids(db.session_turns("s2", 10, 0)), ["q2"]);
+    // New turns carry their session.
+    let n = db.send([Op::PutQuery {
+        id: "q4".to_owned(),
+        session_id: "s2".to_owned(),
+        terminal: true,
+        doc: "{}".to_owned(),
+        trace: None,
+        events: None,
+    }]);
+    assert!(db.wait_saved_blocking(n, Duration::from_secs(10)));
+    assert_eq!(ids(db.session_turns("s2", 10, 0)), ["q4", "q2"]);
+    db.close();
+    drop(db);
+    // Opening again changes nothing.
+    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    assert_eq!(ids(db.session_turns("s1", 10, 0)), ["q3", "q1"]);
+    db.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}

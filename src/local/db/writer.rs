@@ -292,6 +292,7 @@ pub(super) fn apply(
         }
         Op::PutQuery {
             id,
+            session_id,
             terminal,
             doc,
             trace,
@@ -327,15 +328,37 @@ pub(super) fn apply(
             }
             let size_i = i64::try_from(size).unwrap_or(i64::MAX);
             tx.prepare_cached(
-                "INSERT INTO queries (id, terminal, bytes, doc, trace) VALUES (?1, ?2, ?3, ?4, ?5)
+                "INSERT INTO queries (id, terminal, bytes, doc, trace, session_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT(id) DO UPDATE SET terminal = ?2, bytes = ?3, doc = ?4, trace = ?5",
             )?
-            .execute(params![id, terminal, size_i, doc, trace])?;
+            .execute(params![id, terminal, size_i, doc, trace, session_id])?;
             match old {
                 Some(o) => *bytes = bytes.saturating_sub(o.max(0) as u64),
                 None => *count = count.saturating_add(1),
             }
             *bytes = bytes.saturating_add(size);
+        }
+        Op::PutQueryDoc { id, doc } => {
+            let old: Option<i64> = tx
+                .prepare_cached("SELECT LENGTH(CAST(doc AS BLOB)) FROM queries WHERE id = ?1")?
+                .query_row([id], |r| r.get(0))
+                .optional()?;
+            // Gone meanwhile (forgotten): nothing to change.
+            if let Some(old) = old {
+                let new = doc.len() as u64;
+                let old = old.max(0) as u64;
+                tx.prepare_cached(
+                    "UPDATE queries SET doc = ?2, bytes = MAX(bytes - ?3 + ?4, 0) WHERE id = ?1",
+                )?
+                .execute(params![
+                    id,
+                    doc,
+                    i64::try_from(old).unwrap_or(i64::MAX),
+                    i64::try_from(new).unwrap_or(i64::MAX)
+                ])?;
+                *bytes = bytes.saturating_sub(old).saturating_add(new);
+            }
         }
         Op::BeginMove {
             id,
@@ -373,6 +396,14 @@ pub(super) fn apply(
         Op::DeleteTaskFile { task_id, path } => {
             tx.prepare_cached("DELETE FROM task_files WHERE task_id = ?1 AND path = ?2")?
                 .execute([task_id, path])?;
+        }
+        Op::PutToken { digest } => {
+            tx.prepare_cached("INSERT OR IGNORE INTO tokens (digest) VALUES (?1)")?
+                .execute([digest])?;
+        }
+        Op::DeleteToken { digest } => {
+            tx.prepare_cached("DELETE FROM tokens WHERE digest = ?1")?
+                .execute([digest])?;
         }
         Op::Then(_) => {}
     }

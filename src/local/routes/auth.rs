@@ -22,9 +22,7 @@ pub(super) async fn login(
         principal: LOCAL_PRINCIPAL.to_owned(),
         project_id: LOCAL_PROJECT.to_owned(),
         project_name: LOCAL_PROJECT_NAME.to_owned(),
-        token: state
-            .issue_token()
-            .map_err(|e| LocalError::internal("no random source for a token", e))?,
+        token: state.issue_token().await?,
     }))
 }
 

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use axum::extract::{Path, State};
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde::Deserialize;
 
@@ -108,28 +110,71 @@ pub(super) async fn create(
     Ok(axum::Json(add(&state, root, label).await?.to_view()))
 }
 
+/// The path ending of the OAuth callback (a GET that changes state, held
+/// to the rules of writes).
+pub(super) const OAUTH_CALLBACK_SUFFIX: &str = "/oauth/local/callback";
+
 #[derive(Debug, Deserialize)]
 pub(super) struct OauthParams {
     return_to: Option<String>,
 }
 
-/// The local OAuth flow: completes at once, without the network, with a
-/// connector on the first connector root (the one already there, if any);
-/// the authorize URL names it (a `nexus-local:` URL, nothing to open).
+/// The local OAuth flow, first step: changes nothing. Checks that a
+/// connector root exists and answers an authorize URL on this server —
+/// its callback with a one-time `state` token, which makes the connector.
 pub(super) async fn start_oauth(
     State(state): Shared,
     Path(provider): Path<String>,
+    headers: HeaderMap,
+    OriginalUri(uri): OriginalUri,
     ApiQuery(params): ApiQuery<OauthParams>,
 ) -> LocalResult<axum::Json<types::StartConnectorOauthResponse>> {
     check_provider(&provider)?;
-    let first = state
-        .config
-        .connector_roots
-        .first()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    let root = resolve(&state, first).await?;
-    // Completing the flow again reuses the connector it made.
+    resolve(&state, first_root(&state)).await?;
+    // The Host was checked against the policy before this handler ran.
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| uri.authority().map(|a| a.to_string()))
+        .ok_or_else(|| LocalError::bad_request("the request names no Host"))?;
+    let token = state
+        .oauth
+        .start(params.return_to)
+        .map_err(|e| LocalError::internal("no random source for an OAuth state", e))?;
+    // The callback beside this route, wherever the API is mounted.
+    let path = uri.path();
+    let base = path.strip_suffix("/start").unwrap_or(path);
+    Ok(axum::Json(types::StartConnectorOauthResponse {
+        authorize_url: format!("http://{host}{base}/callback?state={token}"),
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CallbackParams {
+    state: Option<String>,
+}
+
+/// The local OAuth flow, second step: with a `state` handed out by the
+/// start (once), connects the first connector root (reusing a connector
+/// already on it). Answers the connector, or with a `return_to` given at
+/// the start, 303 to it with `connector_id` added.
+pub(super) async fn oauth_callback(
+    State(state): Shared,
+    Path(provider): Path<String>,
+    ApiQuery(params): ApiQuery<CallbackParams>,
+) -> LocalResult<Response> {
+    check_provider(&provider)?;
+    let return_to = params
+        .state
+        .as_deref()
+        .and_then(|s| state.oauth.complete(s))
+        .ok_or_else(|| {
+            LocalError::bad_request(
+                "unknown, expired or used OAuth state: start the flow again with GET /connectors/oauth/local/start",
+            )
+        })?;
+    let root = resolve(&state, first_root(&state)).await?;
     let existing = {
         let inner = state.store.lock();
         inner.connectors.values().find(|c| c.root == root).cloned()
@@ -138,17 +183,27 @@ pub(super) async fn start_oauth(
         Some(rec) => rec,
         None => add(&state, root, None).await?,
     };
-    let mut url = format!(
-        "nexus-local://oauth/complete?provider={LOCAL_PROVIDER}&connector_id={}",
-        rec.id
-    );
-    if let Some(r) = params.return_to {
-        url.push_str("&return_to=");
-        url.extend(url::form_urlencoded::byte_serialize(r.as_bytes()));
-    }
-    Ok(axum::Json(types::StartConnectorOauthResponse {
-        authorize_url: url,
-    }))
+    Ok(match return_to {
+        Some(to) => {
+            let sep = if to.contains('?') { '&' } else { '?' };
+            let target = format!("{to}{sep}connector_id={}", rec.id);
+            match HeaderValue::try_from(target) {
+                Ok(v) => (StatusCode::SEE_OTHER, [(header::LOCATION, v)]).into_response(),
+                Err(_) => axum::Json(rec.to_view()).into_response(),
+            }
+        }
+        None => axum::Json(rec.to_view()).into_response(),
+    })
+}
+
+/// The first connector root as configured (empty without one).
+fn first_root(state: &AppState) -> String {
+    state
+        .config
+        .connector_roots
+        .first()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Deserialize)]

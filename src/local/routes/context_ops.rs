@@ -97,7 +97,9 @@ pub(super) async fn fork(
                 r.map(|_| ())
             }
             Err(e) => {
-                let _ = inner.delete_context(&to_id);
+                let _ = inner
+                    .delete_context(&to_id)
+                    .map(|(_, _, jobs)| jobs.close());
                 Err(e)
             }
         }

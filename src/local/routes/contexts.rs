@@ -4,6 +4,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
 use super::Shared;
+
+/// Longest wait of a context's deletion for its jobs to stop.
+const JOBS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 use crate::local::curate;
 use crate::local::error::{ApiJson, LocalError, LocalResult};
 use crate::local::store::LOCAL_MODEL;
@@ -40,15 +43,21 @@ pub(super) async fn update_context(
     Ok(axum::Json(resp))
 }
 
+/// Deletes a context: cancels its running tasks, waits (at most
+/// `JOBS_WAIT`) for every job on its files to stop, then removes its
+/// files, so none is written after they are gone.
 pub(super) async fn delete_context(
     State(state): Shared,
     Path(slug): Path<String>,
 ) -> LocalResult<StatusCode> {
-    let (rec, tokens) = state.store.lock().delete_context(&slug)?;
+    let (rec, tokens, jobs) = state.store.lock().delete_context(&slug)?;
     for t in tokens {
         t.cancel();
     }
     state.store.flush().await?;
+    if tokio::time::timeout(JOBS_WAIT, jobs.wait()).await.is_err() {
+        tracing::warn!(context = %rec.slug, "the jobs of a deleted context did not stop in time; removing its files anyway (the next start sweeps what they leave)");
+    }
     let dir = state.store.context_dir(&rec.id);
     if let Err(e) = tokio::fs::remove_dir_all(dir).await
         && e.kind() != std::io::ErrorKind::NotFound

@@ -108,6 +108,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             get(sessions::get_session).delete(sessions::delete_session),
         )
         .route("/project", get(project::get_project))
+        .route("/local/storage", get(project::storage))
         .route("/stats", get(project::project_task_stats))
         .route("/manifest/templates", get(project::manifest_templates))
         .route("/connectors", get(connectors::list))
@@ -119,6 +120,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route(
             "/connectors/oauth/{provider}/start",
             get(connectors::start_oauth),
+        )
+        .route(
+            "/connectors/oauth/{provider}/callback",
+            get(connectors::oauth_callback),
         )
         .route("/connectors/keys/{provider}", post(connectors::create))
         .route(
@@ -242,6 +247,24 @@ fn check(state: &AppState, req: &Request, asked: Option<&str>) -> LocalResult<()
         tracing::warn!(%refusal, "request refused");
         return Err(LocalError::forbidden(refusal.to_string()));
     }
+    // What changes state must come from this server's own pages (or an
+    // origin allowed explicitly); the OAuth callback changes state too.
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let changes = !reads
+        || req
+            .uri()
+            .path()
+            .ends_with(connectors::OAUTH_CALLBACK_SUFFIX);
+    if changes
+        && let Err(refusal) = state.policy.check_write(
+            host.unwrap_or_default(),
+            origin,
+            headers.get("sec-fetch-site").map(HeaderValue::as_bytes),
+        )
+    {
+        tracing::warn!(%refusal, "request refused");
+        return Err(LocalError::forbidden(refusal.to_string()));
+    }
     if let Some(secs) = state.faults.take_503() {
         return Err(LocalError::unavailable(secs));
     }
@@ -252,7 +275,6 @@ fn check(state: &AppState, req: &Request, asked: Option<&str>) -> LocalResult<()
     }
     // A write is refused before it changes anything while the database
     // writer is behind by more than its backlog limit.
-    let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if !reads && state.store.write_backlog() > state.config.write_backlog_limit {
         return Err(LocalError::write_backlog_full());
     }

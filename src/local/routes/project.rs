@@ -1,5 +1,6 @@
-//! The project and its statistics, counted from the local state, and the
-//! built-in manifest templates.
+//! The project and its statistics, counted from the local state, the
+//! built-in manifest templates, and the storage figures an operator
+//! watches (`GET /local/storage`, outside the API).
 
 use std::collections::HashMap;
 
@@ -154,4 +155,35 @@ pub(super) async fn manifest_templates(
     State(state): Shared,
 ) -> axum::Json<types::ManifestTemplateCatalog> {
     axum::Json(ledger::templates(state.config.chunk_chars))
+}
+
+/// `GET /local/storage` (local only, not an API operation): the sizes an
+/// operator watches. The write-ahead log stays under its 4 MiB cap unless
+/// another program keeps a read open on `state.db`.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct StorageStatus {
+    /// Whether state persists (`--data`).
+    persistent: bool,
+    /// Bytes of `state.db`.
+    database_bytes: u64,
+    /// Bytes of `state.db-wal`, the write-ahead log.
+    wal_bytes: u64,
+    /// The size the log is cut back to once checkpointed.
+    wal_limit_bytes: u64,
+    /// Bytes of writes sent to the database and not yet committed.
+    write_backlog_bytes: u64,
+    /// The backlog past which writes get 503 `busy`.
+    write_backlog_limit_bytes: u64,
+}
+
+pub(super) async fn storage(State(state): Shared) -> LocalResult<axum::Json<StorageStatus>> {
+    let (database_bytes, wal_bytes) = state.store.blocking(|s| s.database_sizes()).await?;
+    Ok(axum::Json(StorageStatus {
+        persistent: state.store.is_persistent(),
+        database_bytes,
+        wal_bytes,
+        wal_limit_bytes: crate::local::db::WAL_SIZE_LIMIT as u64,
+        write_backlog_bytes: state.store.write_backlog(),
+        write_backlog_limit_bytes: state.config.write_backlog_limit,
+    }))
 }

@@ -15,7 +15,7 @@ use super::Shared;
 use crate::local::error::{ApiJson, LocalError, LocalResult};
 use crate::local::events::{EventLog, Frame};
 use crate::local::state::AppState;
-use crate::local::store::LOCAL_MODEL;
+use crate::local::store::{LOCAL_MODEL, QueryView};
 use crate::local::turn;
 use crate::types;
 
@@ -47,7 +47,8 @@ pub(super) async fn post_query(
     let background = req.background == Some(true);
     // From here the turn runs on its own task: whatever happens to this
     // request, it ends, closes its log and frees its session.
-    let started = turn::start(&state, req)?;
+    let previous_session = turn::previous_session(&state, &req).await?;
+    let started = turn::start(&state, req, previous_session)?;
     let log = started.log;
     let query_id = started.query.id.clone();
     if stream {
@@ -62,7 +63,7 @@ pub(super) async fn post_query(
     if !log.saved() {
         return Err(LocalError::not_saved());
     }
-    let query = current_query(&state, &query_id)?;
+    let query = current_query(&state, &query_id).await?;
     if query.status == crate::status::word::FAILED
         && query
             .error
@@ -77,10 +78,24 @@ pub(super) async fn post_query(
     Ok(axum::Json(query).into_response())
 }
 
-pub(super) fn current_query(state: &AppState, id: &str) -> LocalResult<types::Query> {
+/// A turn's document, read on the blocking pool (it may be only in the
+/// database).
+pub(super) async fn current_query(state: &AppState, id: &str) -> LocalResult<types::Query> {
+    let owned = id.to_owned();
     state
         .store
-        .query_doc(id)
+        .blocking(move |s| s.query_doc(&owned))
+        .await?
+        .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))
+}
+
+/// A turn with its trace and log, read on the blocking pool.
+async fn stored_query(state: &AppState, id: &str) -> LocalResult<QueryView> {
+    let owned = id.to_owned();
+    state
+        .store
+        .blocking(move |s| s.query(&owned))
+        .await?
         .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))
 }
 
@@ -129,17 +144,14 @@ pub(super) async fn get_query(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::Query>> {
-    current_query(&state, &id).map(axum::Json)
+    current_query(&state, &id).await.map(axum::Json)
 }
 
 pub(super) async fn cancel_query(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::Query>> {
-    let q = state
-        .store
-        .query(&id)
-        .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
+    let q = stored_query(&state, &id).await?;
     if !q.query.is_terminal()
         && let Some(cancel) = q.cancel
     {
@@ -147,7 +159,7 @@ pub(super) async fn cancel_query(
         cancel.cancel();
         let _ = tokio::time::timeout(CANCEL_WAIT, q.log.wait_finished()).await;
     }
-    current_query(&state, &id).map(axum::Json)
+    current_query(&state, &id).await.map(axum::Json)
 }
 
 pub(super) async fn query_events(
@@ -165,11 +177,7 @@ pub(super) async fn query_events(
                 LocalError::bad_request("Last-Event-ID must be an event sequence number")
             })?,
     };
-    let log = state
-        .store
-        .query(&id)
-        .map(|q| q.log)
-        .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
+    let log = stored_query(&state, &id).await?.log;
     Ok(sse(&state, log, from))
 }
 
@@ -177,10 +185,7 @@ pub(super) async fn query_trace(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::Trace>> {
-    let q = state
-        .store
-        .query(&id)
-        .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))?;
+    let q = stored_query(&state, &id).await?;
     q.trace
         .map(axum::Json)
         .ok_or_else(|| LocalError::not_found("the trace is available once the turn has ended"))
@@ -209,13 +214,14 @@ pub(super) async fn query_feedback(
             "comment must be at most 2000 characters",
         ));
     }
-    state.store.set_feedback(
-        &id,
-        types::QueryFeedback {
-            comment: body.comment,
-            rating: body.rating,
-        },
-    )?;
+    let feedback = types::QueryFeedback {
+        comment: body.comment,
+        rating: body.rating,
+    };
+    state
+        .store
+        .blocking(move |s| s.set_feedback(&id, feedback))
+        .await??;
     state.store.flush().await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -9,12 +9,14 @@ use crate::local::error::{ApiQuery, LocalError, LocalResult};
 use crate::local::state::AppState;
 use crate::types;
 
-/// The files of a task (404 for an unknown task).
-fn files_of(state: &AppState, id: &str) -> LocalResult<FileList> {
+/// The files of a task (404 for an unknown task), read on the blocking
+/// pool.
+async fn files_of(state: &AppState, id: &str) -> LocalResult<FileList> {
     if !state.store.lock().tasks.contains_key(id) {
         return Err(LocalError::not_found(format!("task {id:?} not found")));
     }
-    state.store.task_files(id)
+    let id = id.to_owned();
+    state.store.blocking(move |s| s.task_files(&id)).await?
 }
 
 fn task_listing(
@@ -47,7 +49,7 @@ pub(super) async fn list(
     Path(id): Path<String>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> LocalResult<axum::Json<types::TaskFileListing>> {
-    let files = files_of(&state, &id)?;
+    let files = files_of(&state, &id).await?;
     Ok(axum::Json(task_listing(&files, "", &page)?))
 }
 
@@ -56,7 +58,7 @@ pub(super) async fn list_at(
     Path((id, path)): Path<(String, String)>,
     ApiQuery(page): ApiQuery<PageParams>,
 ) -> LocalResult<axum::Json<types::TaskFileListing>> {
-    let files = files_of(&state, &id)?;
+    let files = files_of(&state, &id).await?;
     Ok(axum::Json(task_listing(&files, &path, &page)?))
 }
 
@@ -68,9 +70,11 @@ pub(super) async fn read(
     if !state.store.lock().tasks.contains_key(&id) {
         return Err(LocalError::not_found(format!("task {id:?} not found")));
     }
+    let owned = path.to_owned();
     let data = state
         .store
-        .task_file(&id, path)
+        .blocking(move |s| s.task_file(&id, &owned))
+        .await?
         .ok_or_else(|| LocalError::not_found(format!("no task file {path:?}")))?;
     Ok(octets(data.into()))
 }
@@ -79,7 +83,7 @@ pub(super) async fn metadata(
     State(state): Shared,
     Path((id, path)): Path<(String, String)>,
 ) -> LocalResult<axum::Json<types::TaskFileMetadata>> {
-    let files = files_of(&state, &id)?;
+    let files = files_of(&state, &id).await?;
     let path = path.trim_matches('/');
     let live = |kind: &str, mode: &str, size: u64, mtime: chrono::DateTime<chrono::Utc>| {
         types::TaskFileMetadata::Live {
@@ -113,7 +117,7 @@ pub(super) async fn delete(
     State(state): Shared,
     Path((id, path)): Path<(String, String)>,
 ) -> LocalResult<axum::Json<types::DeleteTaskFileResponse>> {
-    let files = files_of(&state, &id)?;
+    let files = files_of(&state, &id).await?;
     let path = path.trim_matches('/').to_owned();
     if !files.iter().any(|(p, _, _)| *p == path) {
         return Err(LocalError::not_found(format!("no task file {path:?}")));

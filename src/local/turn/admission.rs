@@ -2,9 +2,31 @@
 
 use super::*;
 
+/// The session of a request's `previous_query_id`, read on the blocking
+/// pool (the turn may be only in the database).
+///
+/// # Errors
+/// 404 when that turn is not kept.
+pub(crate) async fn previous_session(
+    state: &AppState,
+    req: &types::QueryRequest,
+) -> LocalResult<Option<String>> {
+    let Some(p) = req.previous_query_id.clone() else {
+        return Ok(None);
+    };
+    let not_found = LocalError::not_found(format!("query {p:?} not found"));
+    let doc = state.store.blocking(move |s| s.query_doc(&p)).await?;
+    Ok(Some(doc.ok_or(not_found)?.session_id))
+}
+
 /// Checks a request, creates or continues its session and registers the
-/// turn as `in_progress`.
-pub(crate) fn accept(state: &AppState, req: types::QueryRequest) -> LocalResult<Accepted> {
+/// turn as `in_progress`. `previous_session` is the session of its
+/// `previous_query_id` ([`previous_session`]).
+pub(crate) fn accept(
+    state: &AppState,
+    req: types::QueryRequest,
+    previous_session: Option<String>,
+) -> LocalResult<Accepted> {
     let ask = req.ask.trim().to_owned();
     if ask.is_empty() {
         return Err(LocalError::bad_request("`ask` must not be empty"));
@@ -57,18 +79,6 @@ pub(crate) fn accept(state: &AppState, req: types::QueryRequest) -> LocalResult<
     };
     let retrieval = retrieval_mode(&req)?;
 
-    // The session of `previous_query_id`, read before the lock (it may
-    // come from the database).
-    let previous_session = match &req.previous_query_id {
-        Some(p) => Some(
-            state
-                .store
-                .query_doc(p)
-                .ok_or_else(|| LocalError::not_found(format!("query {p:?} not found")))?
-                .session_id,
-        ),
-        None => None,
-    };
     let mut inner = state.store.lock();
     // Which session: continued by id or by a previous turn, or a new one.
     let continued = match (&req.session_id, previous_session) {
@@ -96,7 +106,7 @@ pub(crate) fn accept(state: &AppState, req: types::QueryRequest) -> LocalResult<
     };
 
     let now = Utc::now();
-    let (session_id, contexts, earlier_asks, previous_query_id) = match continued {
+    let (session_id, contexts, previous_query_id) = match continued {
         Some(sid) => {
             let s = &inner.sessions[&sid];
             if let Some(running) = &s.in_flight {
@@ -111,19 +121,8 @@ pub(crate) fn accept(state: &AppState, req: types::QueryRequest) -> LocalResult<
                 })?;
                 contexts.push((ctx.id.clone(), ctx.slug.clone()));
             }
-            let earlier: Vec<String> = s
-                .query_ids
-                .iter()
-                .rev()
-                .take(EARLIER_TURNS)
-                .filter_map(|q| match inner.queries.get(q) {
-                    Some(q) => Some(q.query.clone()),
-                    None => state.store.stored_query_doc(q),
-                })
-                .filter_map(|q| q.input.first().map(|i| i.content.clone()))
-                .collect();
             let prev = s.session.last_query_id.clone();
-            (sid, contexts, earlier, prev)
+            (sid, contexts, prev)
         }
         None => {
             if req.scope.is_empty() || req.scope.len() > 10 {
@@ -172,10 +171,9 @@ pub(crate) fn accept(state: &AppState, req: types::QueryRequest) -> LocalResult<
             inner.insert_session(SessionEntry {
                 session,
                 context_ids: contexts.iter().map(|(id, _)| id.clone()).collect(),
-                query_ids: Vec::new(),
                 in_flight: None,
             });
-            (sid, contexts, Vec::new(), None)
+            (sid, contexts, None)
         }
     };
 
@@ -220,9 +218,6 @@ pub(crate) fn accept(state: &AppState, req: types::QueryRequest) -> LocalResult<
     });
     if let Some(s) = inner.sessions.get_mut(&session_id) {
         s.in_flight = Some(query_id.clone());
-        s.query_ids.push(query_id.clone());
-        let excess = s.query_ids.len().saturating_sub(MAX_SESSION_QUERIES);
-        s.query_ids.drain(..excess);
         s.session.last_query_id = Some(query_id.clone());
         s.session.updated_at = now;
         inner.dirty.sessions.insert(session_id.clone());
@@ -232,7 +227,6 @@ pub(crate) fn accept(state: &AppState, req: types::QueryRequest) -> LocalResult<
             query_id,
             session_id,
             ask,
-            earlier_asks,
             contexts,
             retrieval,
             shape,

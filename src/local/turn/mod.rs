@@ -12,7 +12,7 @@
 mod admission;
 mod work;
 
-pub(crate) use admission::accept;
+pub(crate) use admission::{accept, previous_session};
 #[cfg(test)]
 use work::deltas;
 use work::produce;
@@ -33,8 +33,8 @@ use super::events::EventLog;
 use super::search::{WeightedTerm, weigh};
 use super::state::AppState;
 use super::store::{
-    LOCAL_MODEL, LOCAL_PRINCIPAL, LOCAL_PROJECT, MAX_SESSION_QUERIES, QueryEntry, SessionEntry,
-    new_query_id, new_session_id,
+    LOCAL_MODEL, LOCAL_PRINCIPAL, LOCAL_PROJECT, QueryEntry, SessionEntry, new_query_id,
+    new_session_id,
 };
 use crate::types;
 
@@ -62,7 +62,6 @@ pub(crate) struct TurnPlan {
     pub(crate) query_id: String,
     pub(crate) session_id: String,
     pub(crate) ask: String,
-    pub(crate) earlier_asks: Vec<String>,
     /// `(id, slug)` of the scoped contexts.
     pub(crate) contexts: Vec<(String, String)>,
     pub(crate) retrieval: Option<(RetrievalMode, usize, usize)>,
@@ -149,8 +148,15 @@ pub(crate) struct Started {
 /// Accepts a turn and starts its runner on a task of its own, in one step
 /// with no `.await` between: once accepted, a turn always runs to a
 /// terminal state whatever happens to the request that asked for it.
-pub(crate) fn start(state: &Arc<AppState>, req: types::QueryRequest) -> LocalResult<Started> {
-    let accepted = accept(state, req)?;
+///
+/// `previous_session` is the session of the request's
+/// `previous_query_id` ([`previous_session`]).
+pub(crate) fn start(
+    state: &Arc<AppState>,
+    req: types::QueryRequest,
+    previous_session: Option<String>,
+) -> LocalResult<Started> {
+    let accepted = accept(state, req, previous_session)?;
     let guard = TurnGuard {
         state: state.clone(),
         plan: accepted.plan.clone(),
@@ -429,7 +435,7 @@ mod tests {
         let state = state();
         let req: types::QueryRequest =
             serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
-        let accepted = accept(&state, req).unwrap();
+        let accepted = accept(&state, req, None).unwrap();
         let sid = accepted.plan.session_id.clone();
         assert!(state.store.lock().sessions[&sid].in_flight.is_some());
         let guard = TurnGuard {
@@ -462,7 +468,7 @@ mod tests {
         let state = state();
         let req: types::QueryRequest =
             serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
-        let started = start(&state, req).unwrap();
+        let started = start(&state, req, None).unwrap();
         drop(started.query);
         tokio::time::timeout(Duration::from_secs(10), started.log.wait_finished())
             .await

@@ -60,6 +60,26 @@ fn query_step(
     }
 }
 
+/// The questions of the session's turns before this one, newest first
+/// (read on the blocking pool: they may be only in the database).
+async fn earlier_asks(state: &Arc<AppState>, plan: &TurnPlan) -> Vec<String> {
+    let session_id = plan.session_id.clone();
+    let query_id = plan.query_id.clone();
+    let newest = state
+        .store
+        .blocking(move |s| s.newest_turns(&session_id, EARLIER_TURNS as u32, &query_id))
+        .await;
+    newest
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+        .into_iter()
+        .rev()
+        .take(EARLIER_TURNS)
+        .filter_map(|q| q.input.first().map(|i| i.content.clone()))
+        .collect()
+}
+
 /// The turn's work: retrieval, composition, events.
 pub(super) async fn produce(
     state: &Arc<AppState>,
@@ -70,7 +90,8 @@ pub(super) async fn produce(
     emit(state, log, &blank_event("response.created", plan)).await?;
 
     let mut groups: Vec<(&str, f32)> = vec![(plan.ask.as_str(), 1.0)];
-    for earlier in &plan.earlier_asks {
+    let earlier_asks = earlier_asks(state, plan).await;
+    for earlier in &earlier_asks {
         groups.push((earlier.as_str(), EARLIER_TURN_WEIGHT));
     }
     let question = weigh(&groups);
