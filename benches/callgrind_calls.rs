@@ -35,7 +35,6 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 #[path = "../tests/support/local.rs"]
-#[allow(dead_code, unreachable_pub)]
 mod local_support;
 #[path = "../tests/support/pinecone_fake.rs"]
 mod pinecone_fake;
