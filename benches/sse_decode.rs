@@ -1,8 +1,9 @@
 //! Parse + decode cost of a recorded stream of 10,000
 //! `response.output_text.delta` frames, fed from memory in 64 B, 1 KiB and
 //! 16 KiB chunks: the SDK's decoder against the naive baseline
-//! (eventsource-stream + serde_json into the owned generated `QueryEvent`),
-//! in the same run.
+//! (eventsource-stream + serde_json into the owned generated `QueryEvent`)
+//! and a raw read (the same chunks copied into a buffer and split at frame
+//! ends, nothing decoded), in the same run.
 //!
 //! `cargo bench --bench sse_decode -- --warm-up-time 1 --measurement-time 3`
 
@@ -37,6 +38,25 @@ fn ours(chunks: &[Bytes]) -> usize {
     n
 }
 
+/// The raw-read baseline: each chunk appended to a buffer, frames split at
+/// their blank line with memchr's `memmem`, nothing parsed or decoded.
+fn raw(chunks: &[Bytes]) -> usize {
+    let frame_end = memchr::memmem::Finder::new(b"\n\n");
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut frames = 0;
+    for chunk in chunks {
+        buf.extend_from_slice(chunk);
+        let mut start = 0;
+        while let Some(i) = frame_end.find(&buf[start..]) {
+            frames += 1;
+            black_box(&buf[start..start + i]);
+            start += i + 2;
+        }
+        buf.drain(..start);
+    }
+    frames
+}
+
 fn naive(chunks: &[Bytes]) -> usize {
     let input = futures::stream::iter(chunks.iter().cloned().map(Ok::<_, Infallible>));
     let mut events = input.eventsource();
@@ -59,6 +79,7 @@ fn decode(c: &mut Criterion) {
         ours(&[Bytes::from(recorded.clone())]),
         naive(&[Bytes::from(recorded.clone())])
     );
+    assert_eq!(raw(&[Bytes::from(recorded.clone())]), support::DELTAS);
     for size in [64usize, 1024, 16 * 1024] {
         let chunks: Vec<Bytes> = recorded.chunks(size).map(Bytes::copy_from_slice).collect();
         let mut group = c.benchmark_group(format!("decode_10k_deltas/{size}B_chunks"));
@@ -67,6 +88,7 @@ fn decode(c: &mut Criterion) {
         group.bench_function("naive_eventsource_serde", |b| {
             b.iter(|| naive(black_box(&chunks)))
         });
+        group.bench_function("raw_read", |b| b.iter(|| raw(black_box(&chunks))));
         group.finish();
     }
 }

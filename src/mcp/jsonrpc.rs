@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
+use rmcp::model::ClientJsonRpcMessage;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
@@ -99,6 +100,15 @@ fn method_label(method: Option<&str>, answers: bool) -> &'static str {
 /// [`PARSE_ERROR`] for bytes that are not JSON; [`INVALID_REQUEST`] for a
 /// batch or any JSON that is not one JSON-RPC 2.0 message.
 pub(crate) fn classify(body: &[u8]) -> Result<(Message, &'static str), Invalid> {
+    classify_keeping(body).map(|(message, label, _)| (message, label))
+}
+
+/// [`classify`], also returning the message as rmcp's type when the checks
+/// decoded it (requests of the methods whose parameters are checked), so
+/// that it is not decoded twice.
+pub(crate) fn classify_keeping(
+    body: &[u8],
+) -> Result<(Message, &'static str, Option<ClientJsonRpcMessage>), Invalid> {
     let invalid = |message: &str| Invalid {
         code: INVALID_REQUEST,
         message: message.to_owned(),
@@ -141,10 +151,11 @@ pub(crate) fn classify(body: &[u8]) -> Result<(Message, &'static str), Invalid> 
             "invalid request: a message is a request, a notification, a result or an error",
         ));
     }
+    let mut kept = None;
     if let (Some(method), Some(id)) = (probe.method.as_deref(), &probe.id)
         && TYPED_METHODS.contains(&method)
     {
-        check_params(body, method, id)?;
+        kept = Some(check_params(body, method, id)?);
     }
     let label = method_label(probe.method.as_deref(), answers);
     let message = match (probe.method.as_deref(), &probe.id) {
@@ -163,7 +174,7 @@ pub(crate) fn classify(body: &[u8]) -> Result<(Message, &'static str), Invalid> 
         (None, Some(_)) if probe.result.is_some() || probe.error.is_some() => Message::Other,
         (None, _) => return Err(invalid("invalid request: no `method`")),
     };
-    Ok((message, label))
+    Ok((message, label, kept))
 }
 
 fn parse_error(e: serde_json::Error) -> Invalid {
@@ -176,24 +187,60 @@ fn parse_error(e: serde_json::Error) -> Invalid {
 
 /// `-32602` when request `body` of a known `method` does not decode as
 /// that method's request (rmcp would take it for an unknown method).
-fn check_params(body: &[u8], method: &str, id: &serde_json::Value) -> Result<(), Invalid> {
-    use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
-    let typed = serde_json::from_slice::<ClientJsonRpcMessage>(body);
-    let custom = match &typed {
-        Ok(JsonRpcMessage::Request(request)) => {
-            matches!(request.request, ClientRequest::CustomRequest(_))
-        }
-        Ok(_) => false,
-        Err(_) => true,
-    };
-    if custom {
-        return Err(Invalid {
-            code: INVALID_PARAMS,
-            message: format!("invalid params: malformed parameters for `{method}`"),
-            id: id.clone(),
-        });
+/// Returns the request decoded.
+fn check_params(
+    body: &[u8],
+    method: &str,
+    id: &serde_json::Value,
+) -> Result<ClientJsonRpcMessage, Invalid> {
+    use rmcp::model::{ClientRequest, JsonRpcMessage};
+    if method == "tools/call"
+        && let Some(call) = tool_call(body)
+    {
+        return Ok(call);
     }
-    Ok(())
+    match serde_json::from_slice::<ClientJsonRpcMessage>(body) {
+        Ok(JsonRpcMessage::Request(request))
+            if matches!(request.request, ClientRequest::CustomRequest(_)) => {}
+        Ok(typed) => return Ok(typed),
+        Err(_) => {}
+    }
+    Err(Invalid {
+        code: INVALID_PARAMS,
+        message: format!("invalid params: malformed parameters for `{method}`"),
+        id: id.clone(),
+    })
+}
+
+/// A `tools/call` request decoded straight into rmcp's type, as rmcp's own
+/// decoding makes it (the parameters' `_meta` in the request's extensions),
+/// without first trying every other message shape; `None` when it does not
+/// decode this way (the general decoding then decides).
+fn tool_call(body: &[u8]) -> Option<ClientJsonRpcMessage> {
+    use rmcp::model::{
+        CallToolRequest, CallToolRequestParams, ClientRequest, JsonRpcMessage, JsonRpcRequest,
+        RequestId,
+    };
+    /// The request; `jsonrpc` was checked by [`classify_keeping`].
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        id: RequestId,
+        #[serde(borrow)]
+        method: Cow<'a, str>,
+        params: CallToolRequestParams,
+    }
+    let call: Call<'_> = serde_json::from_slice(body).ok()?;
+    if call.method != "tools/call" {
+        return None;
+    }
+    let mut request = CallToolRequest::new(call.params);
+    if let Some(meta) = request.params.meta.take() {
+        request.extensions.insert(meta);
+    }
+    Some(JsonRpcMessage::Request(JsonRpcRequest::new(
+        call.id,
+        ClientRequest::CallToolRequest(request),
+    )))
 }
 
 /// The JSON type of `params`, read without keeping its contents.
@@ -372,6 +419,35 @@ mod tests {
         ] {
             assert_eq!(kind(body), Err(INVALID_REQUEST), "{body}");
         }
+    }
+
+    #[test]
+    fn a_tool_call_decodes_as_rmcp_decodes_it() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"query","arguments":{"a":[1,{"b":null}]}}}"#,
+            r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"q","_meta":{"progressToken":3,"k":"v"},"extra":1}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"params":{"_meta":null,"name":"q"},"method":"tools/call"}"#,
+        ] {
+            let fast = tool_call(body.as_bytes()).expect("decodes");
+            let general: ClientJsonRpcMessage = serde_json::from_slice(body.as_bytes()).unwrap();
+            assert_eq!(
+                serde_json::to_value(&fast).unwrap(),
+                serde_json::to_value(&general).unwrap(),
+                "{body}"
+            );
+            let meta = |m: &ClientJsonRpcMessage| match m {
+                rmcp::model::JsonRpcMessage::Request(rmcp::model::JsonRpcRequest {
+                    request: rmcp::model::ClientRequest::CallToolRequest(r),
+                    ..
+                }) => r
+                    .extensions
+                    .get::<rmcp::model::RequestMetaObject>()
+                    .cloned(),
+                _ => None,
+            };
+            assert_eq!(meta(&fast), meta(&general), "{body}");
+        }
+        assert!(tool_call(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":[1]}}"#).is_none());
     }
 
     #[test]

@@ -108,12 +108,9 @@ pub(crate) fn notes_for(
 ) -> Vec<Note> {
     let mut notes = Vec::new();
     if let CallToolResponse::Complete(r) = result
-        && let Some(experimental) = r
-            .structured_content
-            .as_ref()
-            .and_then(|v| v.get("experimental"))
+        && let Some(experimental) = super::structured::structured_field(r, "experimental")
     {
-        notes.extend(degradation(tool, experimental));
+        notes.extend(degradation(tool, &experimental));
     }
     if took >= slow {
         let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);

@@ -22,6 +22,7 @@ pub mod redact;
 mod schema;
 pub mod server;
 pub mod stdio;
+mod structured;
 pub mod tasks;
 pub mod tool_error;
 

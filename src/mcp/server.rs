@@ -200,11 +200,17 @@ impl NexusMcp {
     ) -> (&'static str, Result<CallToolResponse, ErrorData>) {
         // Results, error results included, pass through as each family made
         // them: their structured content matches the tool's outputSchema.
+        // Each family's call boxed: the future of every call is then small,
+        // and moving it (as rmcp and `call_tool` do) copies a few bytes, not
+        // the largest family's whole state.
         if let Some(nexus) = self.nexus.as_ref().filter(|n| n.has_tool(&request.name)) {
-            ("nexus", nexus.call_tool(request, context).await)
+            ("nexus", Box::pin(nexus.call_tool(request, context)).await)
         } else if let Some(pinecone) = self.pinecone.as_ref().filter(|p| p.has_tool(&request.name))
         {
-            ("pinecone", pinecone.call_tool(request, context).await)
+            (
+                "pinecone",
+                Box::pin(pinecone.call_tool(request, context)).await,
+            )
         } else {
             (
                 "none",
@@ -499,7 +505,12 @@ impl NexusMcp {
         let requested_level = context.meta.log_level();
         let peer = context.peer.clone();
         let call = context.id.clone();
-        let ((family, result), retries) = counting_retries(self.route_call(request, context)).await;
+        let from_text = super::structured::writes_from_text(&context.extensions);
+        let ((family, result), retries) = counting_retries(super::structured::scoped(
+            from_text,
+            self.route_call(request, context),
+        ))
+        .await;
         let outcome = outcome(&result);
         let took = start.elapsed();
         let seconds = took.as_secs_f64();

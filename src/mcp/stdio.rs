@@ -1,16 +1,32 @@
 //! The stdio transport with its input checked first: each line is at most
 //! [`MAX_LINE_BYTES`], and a line that is not one JSON-RPC message is
 //! answered with a JSON-RPC error (-32700 or -32600) instead of being
-//! dropped. Valid lines go on to the MCP service unchanged.
+//! dropped. Valid lines go on to the MCP service.
+//!
+//! Each line is read into one reused buffer and decoded once: the checks
+//! keep the message they decoded. Each answer is written to `output` as one
+//! line, serialized once into a buffer sized by the answers before it; a
+//! tool result's `structuredContent` is written from its text (see
+//! `structured`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::ServiceExt;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::Transport;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
 
-use super::jsonrpc::{INVALID_REQUEST, Invalid, classify, error_json};
+use super::jsonrpc::{INVALID_REQUEST, Invalid, classify_keeping, error_json};
 use super::server::NexusMcp;
+use super::structured::{WritesStructuredFromText, splice_structured};
 
 /// The longest input line (one message) accepted.
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// The largest answer buffer size remembered as the next one's first guess.
+const MAX_SIZE_HINT: usize = 64 * 1024;
 
 /// Why serving stopped.
 pub type StdioError = Box<dyn std::error::Error + Send + Sync>;
@@ -25,94 +41,215 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (service_in, mut to_service) = tokio::io::duplex(64 * 1024);
-    let (from_service, service_out) = tokio::io::duplex(64 * 1024);
-    let (lines, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
-    // One writer owns `output`, so answers and error lines never interleave.
-    let writer = tokio::spawn(async move {
-        let mut output = output;
-        while let Some(line) = queued.recv().await {
-            output.write_all(&line).await?;
-            output.flush().await?;
-        }
-        Ok::<(), std::io::Error>(())
-    });
-    let answers = lines.clone();
-    let forward = tokio::spawn(async move {
-        let mut from_service = BufReader::new(from_service);
-        loop {
-            let mut line = Vec::new();
-            if from_service.read_until(b'\n', &mut line).await? == 0 {
-                return Ok::<(), std::io::Error>(());
-            }
-            if answers.send(line).await.is_err() {
-                return Ok(());
-            }
-        }
-    });
-    let reader = tokio::spawn(async move {
-        let mut input = BufReader::new(input);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            let limit = u64::try_from(MAX_LINE_BYTES)
-                .unwrap_or(u64::MAX)
-                .saturating_add(1);
-            let n = (&mut input)
-                .take(limit)
-                .read_until(b'\n', &mut line)
-                .await?;
-            if n == 0 {
-                return Ok::<(), std::io::Error>(());
-            }
-            if line.len() > MAX_LINE_BYTES && line.last() != Some(&b'\n') {
-                // Skip the rest of the line, in bounded pieces.
-                loop {
-                    let mut rest = Vec::new();
-                    let n = (&mut input)
-                        .take(64 * 1024)
-                        .read_until(b'\n', &mut rest)
-                        .await?;
-                    if n == 0 || rest.last() == Some(&b'\n') {
-                        break;
-                    }
-                }
-                let invalid = Invalid {
-                    code: INVALID_REQUEST,
-                    message: format!("invalid request: message longer than {MAX_LINE_BYTES} bytes"),
-                    id: serde_json::Value::Null,
-                };
-                tracing::warn!("stdio: refused a message longer than {MAX_LINE_BYTES} bytes");
-                send_error(&lines, &invalid).await;
-                continue;
-            }
-            let text = line.trim_ascii();
-            if text.is_empty() {
-                continue;
-            }
-            match classify(text) {
-                Ok(_) => {
-                    to_service.write_all(text).await?;
-                    to_service.write_all(b"\n").await?;
-                }
-                Err(invalid) => {
-                    tracing::warn!(code = invalid.code, "stdio: answered an invalid message");
-                    send_error(&lines, &invalid).await;
-                }
-            }
-        }
-    });
-    let running = server.serve((service_in, service_out)).await?;
-    let waited = running.waiting().await;
-    reader.abort();
-    let _ = forward.await;
-    let _ = writer.await;
-    waited?;
+    let running = server.serve(LineTransport::new(input, output)).await?;
+    running.waiting().await?;
     Ok(())
 }
 
-async fn send_error(lines: &tokio::sync::mpsc::Sender<Vec<u8>>, invalid: &Invalid) {
-    let mut line = error_json(invalid).to_string().into_bytes();
-    line.push(b'\n');
-    let _ = lines.send(line).await;
+/// What one read of the input found.
+enum Read {
+    /// A whole line is in the buffer.
+    Line,
+    /// A line longer than [`MAX_LINE_BYTES`] was skipped.
+    TooLong,
+    /// The input ended.
+    End,
+}
+
+/// Line-delimited JSON-RPC over a reader and a writer.
+struct LineTransport<R, W> {
+    input: BufReader<R>,
+    /// The line being read; kept across cancelled reads.
+    line: Vec<u8>,
+    /// Skipping the rest of a line longer than the limit.
+    skipping: bool,
+    /// One writer, so that lines never interleave; `None` once closed.
+    output: Arc<Mutex<Option<W>>>,
+    /// The size of the last answer, the next buffer's first capacity.
+    size_hint: Arc<AtomicUsize>,
+}
+
+impl<R, W> LineTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    fn new(input: R, output: W) -> Self {
+        LineTransport {
+            input: BufReader::new(input),
+            line: Vec::new(),
+            skipping: false,
+            output: Arc::new(Mutex::new(Some(output))),
+            size_hint: Arc::new(AtomicUsize::new(256)),
+        }
+    }
+
+    /// Reads up to the end of the next line, in bounded pieces.
+    ///
+    /// Cancel safe: what was read stays in `self.line` for the next call.
+    async fn read_line(&mut self) -> std::io::Result<Read> {
+        loop {
+            let available = self.input.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(Read::End);
+            }
+            let newline = memchr::memchr(b'\n', available);
+            let take = newline.map_or(available.len(), |i| i + 1);
+            let mut outcome = None;
+            if self.skipping {
+                if newline.is_some() {
+                    self.skipping = false;
+                    outcome = Some(Read::TooLong);
+                }
+            } else if self.line.len().saturating_add(take) > MAX_LINE_BYTES.saturating_add(1) {
+                self.line.clear();
+                if newline.is_some() {
+                    outcome = Some(Read::TooLong);
+                } else {
+                    self.skipping = true;
+                }
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+                if newline.is_some() {
+                    outcome = Some(Read::Line);
+                }
+            }
+            self.input.consume(take);
+            if let Some(outcome) = outcome {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// Writes the JSON-RPC error for `invalid` in the background: a
+    /// cancelled `receive` never leaves half a line behind.
+    fn answer_invalid(&self, invalid: &Invalid) {
+        let mut line = error_json(invalid).to_string().into_bytes();
+        line.push(b'\n');
+        let output = Arc::clone(&self.output);
+        tokio::spawn(async move {
+            if let Some(out) = output.lock().await.as_mut() {
+                let _ = write_line(out, &line).await;
+            }
+        });
+    }
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(out: &mut W, line: &[u8]) -> std::io::Result<()> {
+    out.write_all(line).await?;
+    out.flush().await
+}
+
+impl<R, W> Transport<rmcp::RoleServer> for LineTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // Serialized here, once, into a buffer the size of the last answer.
+        let hint = self.size_hint.load(Ordering::Relaxed);
+        let mut line = Vec::with_capacity(hint);
+        let written = splice_structured(&item, &mut line);
+        line.push(b'\n');
+        self.size_hint
+            .store(line.len().min(MAX_SIZE_HINT), Ordering::Relaxed);
+        let output = Arc::clone(&self.output);
+        async move {
+            written.map_err(std::io::Error::other)?;
+            match output.lock().await.as_mut() {
+                Some(out) => write_line(out, &line).await,
+                None => Err(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the output is closed",
+                )),
+            }
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            match self.read_line().await {
+                Ok(Read::Line) => {}
+                Ok(Read::TooLong) => {
+                    tracing::warn!("stdio: refused a message longer than {MAX_LINE_BYTES} bytes");
+                    self.answer_invalid(&Invalid {
+                        code: INVALID_REQUEST,
+                        message: format!(
+                            "invalid request: message longer than {MAX_LINE_BYTES} bytes"
+                        ),
+                        id: serde_json::Value::Null,
+                    });
+                    continue;
+                }
+                Ok(Read::End) => return None,
+                Err(e) => {
+                    tracing::error!("stdio: reading failed: {e}");
+                    return None;
+                }
+            }
+            let decoded = {
+                let text = self.line.trim_ascii();
+                (!text.is_empty()).then(|| decode(text))
+            };
+            self.line.clear();
+            match decoded {
+                None | Some(Ok(None)) => {}
+                Some(Ok(Some(mut message))) => {
+                    // This transport writes tool results itself: their
+                    // structured content is written from their text.
+                    if let JsonRpcMessage::Request(request) = &mut message
+                        && let ClientRequest::CallToolRequest(call) = &mut request.request
+                    {
+                        call.extensions.insert(WritesStructuredFromText);
+                    }
+                    return Some(message);
+                }
+                Some(Err(invalid)) => {
+                    tracing::warn!(code = invalid.code, "stdio: answered an invalid message");
+                    self.answer_invalid(&invalid);
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        if let Some(mut out) = self.output.lock().await.take() {
+            out.flush().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks one line and decodes it as a client message: `Ok(None)` for a
+/// message the service does not take (a notification of another protocol).
+fn decode(text: &[u8]) -> Result<Option<ClientJsonRpcMessage>, Invalid> {
+    let (_, _, kept) = classify_keeping(text)?;
+    if let Some(message) = kept {
+        return Ok(Some(message));
+    }
+    match serde_json::from_slice::<ClientJsonRpcMessage>(text) {
+        Ok(message) => Ok(Some(message)),
+        Err(e) => {
+            // A well-formed notification the service has no type for (of
+            // another protocol, or a non-standard one) is ignored; any other
+            // message that does not decode is an invalid request.
+            let notification = serde_json::from_slice::<serde_json::Value>(text)
+                .ok()
+                .is_some_and(|v| v.get("id").is_none() && v.get("method").is_some());
+            if notification {
+                tracing::debug!("stdio: ignored a notification that does not decode: {e}");
+                return Ok(None);
+            }
+            Err(Invalid {
+                code: INVALID_REQUEST,
+                message: "Invalid request".to_owned(),
+                id: serde_json::Value::Null,
+            })
+        }
+    }
 }

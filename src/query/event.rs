@@ -162,10 +162,16 @@ impl QueryEvent {
     fn decode_known(event: &str, data: &str) -> Option<QueryEvent> {
         Some(match event {
             names::TEXT_DELTA => {
-                let w: DeltaWire<'_> = serde_json::from_str(data).ok()?;
-                QueryEvent::TextDelta {
-                    delta: w.delta.into_owned(),
-                }
+                // The plain shape without a JSON tree; anything else through
+                // serde, with the same answer.
+                let delta = match super::delta::text_delta(data) {
+                    Some(delta) => delta,
+                    None => serde_json::from_str::<DeltaWire<'_>>(data)
+                        .ok()?
+                        .delta
+                        .into_owned(),
+                };
+                QueryEvent::TextDelta { delta }
             }
             names::CREATED => {
                 let w: CreatedWire = serde_json::from_str(data).ok()?;

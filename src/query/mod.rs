@@ -46,6 +46,7 @@ mod builder;
 mod checkpoint;
 mod checkpoint_store;
 mod config;
+mod delta;
 mod event;
 mod fetch;
 mod sequenced;

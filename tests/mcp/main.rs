@@ -26,6 +26,7 @@ mod protocol_errors;
 #[cfg(feature = "local")]
 mod rmcp_http;
 mod stdio;
+mod stdio_results;
 mod tasks;
 mod tools;
 mod usefulness;

@@ -3,7 +3,7 @@
 //! cancellation.
 
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::{Json, tool, tool_router};
+use rmcp::{tool, tool_router};
 use tokio_util::sync::CancellationToken;
 
 use super::args::{
@@ -17,6 +17,7 @@ use super::output::{
     Status, SuggestQueryParamsOutput,
 };
 use super::server::PineconeServer;
+use crate::mcp::structured::Structured;
 use crate::mcp::{ToolError, ToolErrorCode};
 
 #[tool_router(router = tool_router, vis = "pub(crate)")]
@@ -32,7 +33,7 @@ impl PineconeServer {
             open_world_hint = false
         )
     )]
-    async fn list_sources(&self) -> Result<Json<ListSourcesOutput>, Failed> {
+    async fn list_sources(&self) -> Result<Structured<ListSourcesOutput>, Failed> {
         let registry = &self.state.registry;
         if !registry.is_multi() {
             return Err(Failed(ToolError::new(
@@ -41,7 +42,7 @@ impl PineconeServer {
                 false,
             )));
         }
-        Ok(Json(ListSourcesOutput {
+        Ok(Structured(ListSourcesOutput {
             status: Status::Success,
             sources: registry
                 .all()
@@ -73,10 +74,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<ListNamespacesArgs>,
         ct: CancellationToken,
-    ) -> Result<Json<ListNamespacesOutput>, Failed> {
+    ) -> Result<Structured<ListNamespacesOutput>, Failed> {
         until_cancelled(&ct, self.do_list_namespaces(args))
             .await
-            .map(Json)
+            .map(Structured)
             .map_err(|f| self.failed(f, "list_namespaces", "Failed to list namespaces"))
     }
 
@@ -95,10 +96,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<NamespaceRouterArgs>,
         ct: CancellationToken,
-    ) -> Result<Json<NamespaceRouterOutput>, Failed> {
+    ) -> Result<Structured<NamespaceRouterOutput>, Failed> {
         until_cancelled(&ct, self.do_namespace_router(args))
             .await
-            .map(Json)
+            .map(Structured)
             .map_err(|f| self.failed(f, "namespace_router", "Failed to route namespace"))
     }
 
@@ -117,10 +118,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<SuggestQueryParamsArgs>,
         ct: CancellationToken,
-    ) -> Result<Json<SuggestQueryParamsOutput>, Failed> {
+    ) -> Result<Structured<SuggestQueryParamsOutput>, Failed> {
         until_cancelled(&ct, self.do_suggest(args))
             .await
-            .map(Json)
+            .map(Structured)
             .map_err(|f| self.failed(f, "suggest_query_params", "Failed to suggest query params"))
     }
 
@@ -139,10 +140,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<CountArgs>,
         ct: CancellationToken,
-    ) -> Result<Json<CountOutput>, Failed> {
+    ) -> Result<Structured<CountOutput>, Failed> {
         until_cancelled(&ct, self.do_count(args))
             .await
-            .map(Json)
+            .map(Structured)
             .map_err(|f| self.failed(f, "count", "Failed to get count"))
     }
 
@@ -161,10 +162,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<QueryArgs>,
         ct: CancellationToken,
-    ) -> Result<Json<QueryOutput>, Failed> {
+    ) -> Result<Structured<QueryOutput>, Failed> {
         until_cancelled(&ct, self.do_query(args))
             .await
-            .map(Json)
+            .map(Structured)
             .map_err(|f| self.failed(f, "query", "An error occurred while processing your query"))
     }
 
@@ -183,10 +184,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<KeywordSearchArgs>,
         ct: CancellationToken,
-    ) -> Result<Json<KeywordSearchOutput>, Failed> {
+    ) -> Result<Structured<KeywordSearchOutput>, Failed> {
         until_cancelled(&ct, self.do_keyword(args))
             .await
-            .map(Json)
+            .map(Structured)
             .map_err(|f| self.failed(f, "keyword_search", "Keyword search failed"))
     }
 
@@ -205,10 +206,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<QueryDocumentsArgs>,
         ct: CancellationToken,
-    ) -> Result<Json<QueryDocumentsOutput>, Failed> {
+    ) -> Result<Structured<QueryDocumentsOutput>, Failed> {
         until_cancelled(&ct, self.do_query_documents(args))
             .await
-            .map(Json)
+            .map(Structured)
             .map_err(|f| {
                 self.failed(
                     f,
@@ -233,10 +234,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<GuidedQueryArgs>,
         ct: CancellationToken,
-    ) -> Result<Json<GuidedQueryOutput>, Failed> {
+    ) -> Result<Structured<GuidedQueryOutput>, Failed> {
         until_cancelled(&ct, self.do_guided(args))
             .await
-            .map(Json)
+            .map(Structured)
             .map_err(|f| self.failed(f, "guided_query", "Failed to execute guided query"))
     }
 
@@ -255,10 +256,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<GenerateUrlsArgs>,
         ct: CancellationToken,
-    ) -> Result<Json<GenerateUrlsOutput>, Failed> {
+    ) -> Result<Structured<GenerateUrlsOutput>, Failed> {
         until_cancelled(&ct, self.do_generate_urls(args))
             .await
-            .map(Json)
+            .map(Structured)
             .map_err(|f| self.failed(f, "generate_urls", "Failed to generate URLs"))
     }
 }
