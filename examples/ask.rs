@@ -332,7 +332,8 @@ fn reason(e: &Error, scope: &[String], base_url: &str, pending: Option<&str>) ->
         // The request reached the server (or may have): the turn may run.
         Error::Timeout { elapsed_ms, .. } if e.may_have_started() => format!(
             "No answer in {} s; the turn may still be running{named}",
-            elapsed_ms.div_ceil(1000)
+            // A timer fires a little after its deadline: the nearest second.
+            elapsed_ms.saturating_add(500) / 1000
         ),
         Error::Transport { .. } | Error::Stream { .. } if e.may_have_started() => {
             format!(
