@@ -95,25 +95,52 @@ fn placeholder() -> &'static str {
 #[derive(Debug)]
 pub(crate) struct Structured<T>(pub(crate) T);
 
+/// A tool's output already written as its JSON text (or the error that
+/// stopped writing it), returned like [`Structured`].
+#[derive(Debug)]
+pub(crate) struct StructuredText(pub(crate) serde_json::Result<String>);
+
+fn encode_failure(e: serde_json::Error) -> rmcp::ErrorData {
+    rmcp::ErrorData::internal_error(format!("Failed to serialize structured content: {e}"), None)
+}
+
+fn from_text() -> bool {
+    FROM_TEXT.try_with(|_| ()).is_ok()
+}
+
+fn placeholder_value() -> Value {
+    let mut map = serde_json::Map::with_capacity(1);
+    map.insert(placeholder().to_owned(), Value::Bool(true));
+    Value::Object(map)
+}
+
+fn text_result(text: String, structured: Value) -> CallToolResponse {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result.into()
+}
+
 impl<T: Serialize> IntoCallToolResult for Structured<T> {
     fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
-        let encode = |e: serde_json::Error| {
-            rmcp::ErrorData::internal_error(
-                format!("Failed to serialize structured content: {e}"),
-                None,
-            )
-        };
-        let text = serde_json::to_string(&self.0).map_err(encode)?;
-        let structured = if FROM_TEXT.try_with(|_| ()).is_ok() {
-            let mut map = serde_json::Map::with_capacity(1);
-            map.insert(placeholder().to_owned(), Value::Bool(true));
-            Value::Object(map)
+        let text = serde_json::to_string(&self.0).map_err(encode_failure)?;
+        let structured = if from_text() {
+            placeholder_value()
         } else {
-            serde_json::to_value(&self.0).map_err(encode)?
+            serde_json::to_value(&self.0).map_err(encode_failure)?
         };
-        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-        result.structured_content = Some(structured);
-        Ok(result.into())
+        Ok(text_result(text, structured))
+    }
+}
+
+impl IntoCallToolResult for StructuredText {
+    fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
+        let text = self.0.map_err(encode_failure)?;
+        let structured = if from_text() {
+            placeholder_value()
+        } else {
+            serde_json::from_str(&text).map_err(encode_failure)?
+        };
+        Ok(text_result(text, structured))
     }
 }
 
