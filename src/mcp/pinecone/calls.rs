@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::mcp::structured::expect_suffix;
 use crate::mcp::tool_error::with_error_branch;
 use crate::mcp::{ToolError, ToolErrorCode};
 
@@ -238,7 +239,11 @@ impl PineconeServer {
             .cached()
             .and_then(|cached| cached.listing(|| listing::tail(&output)));
         Ok(match tail {
-            Some(tail) => listing::text(&output, tail),
+            Some(tail) => {
+                // Over stdio the kept part is written with its kept escaping.
+                expect_suffix(tail);
+                listing::text(&output, tail.raw())
+            }
             None => serde_json::to_string(&output),
         })
     }

@@ -9,6 +9,7 @@ use serde_json::Map;
 
 use crate::mcp::ToolError;
 use crate::mcp::redact::redact_with;
+use crate::mcp::structured::EscapedSuffix;
 
 use super::cache::TtlCell;
 use super::client::{PineconeClient, PineconeError};
@@ -44,8 +45,9 @@ impl Source {
     }
 }
 
-/// The longest `list_namespaces` text kept beside a cached discovery.
-const MAX_LISTING_BYTES: usize = 1024 * 1024;
+/// The most bytes of `list_namespaces` text (with its escaping) kept
+/// beside a cached discovery.
+const MAX_LISTING_BYTES: usize = 2 * 1024 * 1024;
 
 /// One source's discovery as its cache holds it, shared by every call that
 /// reads it until it expires, with the `list_namespaces` text written from
@@ -54,8 +56,9 @@ const MAX_LISTING_BYTES: usize = 1024 * 1024;
 pub(super) struct CachedDiscovery {
     /// What discovery found.
     pub(super) discovery: Discovery,
-    /// The text, or `None` when it is longer than [`MAX_LISTING_BYTES`].
-    listing: OnceLock<Option<Box<str>>>,
+    /// The text with its escaping, or `None` when they are longer than
+    /// [`MAX_LISTING_BYTES`].
+    listing: OnceLock<Option<Arc<EscapedSuffix>>>,
 }
 
 impl CachedDiscovery {
@@ -66,17 +69,20 @@ impl CachedDiscovery {
         }
     }
 
-    /// The text `write` makes from this discovery, written on the first
-    /// call and kept when at most [`MAX_LISTING_BYTES`]; `None` when it is
-    /// longer or `write` fails.
-    pub(super) fn listing(&self, write: impl FnOnce() -> Option<String>) -> Option<&str> {
+    /// The text `write` makes from this discovery, written (and escaped)
+    /// on the first call and kept when both are at most
+    /// [`MAX_LISTING_BYTES`]; `None` when longer or `write` fails.
+    pub(super) fn listing(
+        &self,
+        write: impl FnOnce() -> Option<String>,
+    ) -> Option<&Arc<EscapedSuffix>> {
         self.listing
             .get_or_init(|| {
-                write()
-                    .filter(|text| text.len() <= MAX_LISTING_BYTES)
-                    .map(String::into_boxed_str)
+                let text = write().filter(|text| text.len() <= MAX_LISTING_BYTES)?;
+                let kept = EscapedSuffix::new(text).ok()?;
+                (kept.len() <= MAX_LISTING_BYTES).then(|| Arc::new(kept))
             })
-            .as_deref()
+            .as_ref()
     }
 }
 
