@@ -154,7 +154,7 @@ where
         // Serialized here, once, into a buffer the size of the last answer.
         let hint = self.size_hint.load(Ordering::Relaxed);
         let mut line = Vec::with_capacity(hint);
-        let written = splice_structured(&item, &mut line);
+        let written = splice_structured(item, &mut line);
         line.push(b'\n');
         self.size_hint
             .store(line.len().min(MAX_SIZE_HINT), Ordering::Relaxed);

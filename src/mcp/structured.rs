@@ -11,7 +11,7 @@
 //! is walked once. Elsewhere (HTTP, in-process clients) `structuredContent`
 //! is the value as a tree, as rmcp's `Json` makes it.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock, Weak};
 
 use rmcp::handler::server::tool::IntoCallToolResult;
 use rmcp::model::{
@@ -95,39 +95,66 @@ fn placeholder() -> &'static str {
 #[derive(Debug)]
 pub(crate) struct Structured<T>(pub(crate) T);
 
+/// A tool's output already written as its JSON text (or the error that
+/// stopped writing it), returned like [`Structured`].
+#[derive(Debug)]
+pub(crate) struct StructuredText(pub(crate) serde_json::Result<String>);
+
+fn encode_failure(e: serde_json::Error) -> rmcp::ErrorData {
+    rmcp::ErrorData::internal_error(format!("Failed to serialize structured content: {e}"), None)
+}
+
+fn from_text() -> bool {
+    FROM_TEXT.try_with(|_| ()).is_ok()
+}
+
+fn placeholder_value() -> Value {
+    let mut map = serde_json::Map::with_capacity(1);
+    map.insert(placeholder().to_owned(), Value::Bool(true));
+    Value::Object(map)
+}
+
+fn text_result(text: String, structured: Value) -> CallToolResponse {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result.into()
+}
+
 impl<T: Serialize> IntoCallToolResult for Structured<T> {
     fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
-        let encode = |e: serde_json::Error| {
-            rmcp::ErrorData::internal_error(
-                format!("Failed to serialize structured content: {e}"),
-                None,
-            )
-        };
-        let text = serde_json::to_string(&self.0).map_err(encode)?;
-        let structured = if FROM_TEXT.try_with(|_| ()).is_ok() {
-            let mut map = serde_json::Map::with_capacity(1);
-            map.insert(placeholder().to_owned(), Value::Bool(true));
-            Value::Object(map)
+        let text = serde_json::to_string(&self.0).map_err(encode_failure)?;
+        let structured = if from_text() {
+            placeholder_value()
         } else {
-            serde_json::to_value(&self.0).map_err(encode)?
+            serde_json::to_value(&self.0).map_err(encode_failure)?
         };
-        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-        result.structured_content = Some(structured);
-        Ok(result.into())
+        Ok(text_result(text, structured))
     }
 }
 
-/// The text of `message` when it is a tool result whose `structuredContent`
-/// is the placeholder: the bytes that belong in its place.
-fn text_for_placeholder(message: &ServerJsonRpcMessage) -> Option<&str> {
+impl IntoCallToolResult for StructuredText {
+    fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
+        let text = self.0.map_err(encode_failure)?;
+        let structured = if from_text() {
+            placeholder_value()
+        } else {
+            serde_json::from_str(&text).map_err(encode_failure)?
+        };
+        Ok(text_result(text, structured))
+    }
+}
+
+/// The text content of `message` when it is a tool result whose
+/// `structuredContent` is the placeholder.
+fn placeholder_text(message: &mut ServerJsonRpcMessage) -> Option<&mut String> {
     let JsonRpcMessage::Response(response) = message else {
         return None;
     };
-    let ServerResult::CallToolResult(result) = &response.result else {
+    let ServerResult::CallToolResult(result) = &mut response.result else {
         return None;
     };
-    match (&result.structured_content, result.content.as_slice()) {
-        (Some(value), [ContentBlock::Text(text)]) if is_placeholder(value) => Some(&text.text),
+    match (&result.structured_content, result.content.as_mut_slice()) {
+        (Some(value), [ContentBlock::Text(text)]) if is_placeholder(value) => Some(&mut text.text),
         _ => None,
     }
 }
@@ -139,37 +166,144 @@ fn is_placeholder(value: &Value) -> bool {
         .is_some_and(|map| map.len() == 1 && map.get(placeholder()) == Some(&Value::Bool(true)))
 }
 
+/// How the answer around a placeholder result is found.
+struct Markers {
+    /// The text that stands in for the text content while the rest of the
+    /// answer is written.
+    text: String,
+    /// That text as serialized (quoted).
+    quoted_text: memchr::memmem::Finder<'static>,
+    /// The placeholder `structuredContent` as serialized.
+    structured: memchr::memmem::Finder<'static>,
+}
+
+/// The markers, with their searchers built once.
+fn markers() -> &'static Markers {
+    static MARKERS: OnceLock<Markers> = OnceLock::new();
+    MARKERS.get_or_init(|| {
+        let key = placeholder();
+        let text = format!("{key}:text");
+        let quoted = format!("\"{text}\"");
+        let structured = format!("{{\"{key}\":true}}");
+        Markers {
+            quoted_text: memchr::memmem::Finder::new(quoted.as_bytes()).into_owned(),
+            structured: memchr::memmem::Finder::new(structured.as_bytes()).into_owned(),
+            text,
+        }
+    })
+}
+
+/// A text suffix with its JSON escaping written ahead: a text content that
+/// ends with it is escaped only up to it (see [`expect_suffix`]).
+#[derive(Debug)]
+pub(crate) struct EscapedSuffix {
+    raw: Box<str>,
+    escaped: Box<str>,
+}
+
+impl EscapedSuffix {
+    /// `raw` with its escaping.
+    ///
+    /// # Errors
+    /// `raw` does not serialize (never for a string).
+    pub(crate) fn new(raw: String) -> serde_json::Result<Self> {
+        let quoted = serde_json::to_string(&raw)?;
+        let escaped = quoted
+            .get(1..quoted.len().saturating_sub(1))
+            .unwrap_or_default()
+            .into();
+        Ok(EscapedSuffix {
+            raw: raw.into_boxed_str(),
+            escaped,
+        })
+    }
+
+    /// The suffix.
+    pub(crate) fn raw(&self) -> &str {
+        &self.raw
+    }
+
+    /// Bytes held: the suffix and its escaping.
+    pub(crate) fn len(&self) -> usize {
+        self.raw.len().saturating_add(self.escaped.len())
+    }
+}
+
+/// The suffix most recently expected, held weakly: it lives as long as
+/// its owner keeps it.
+static EXPECTED_SUFFIX: std::sync::Mutex<Weak<EscapedSuffix>> = std::sync::Mutex::new(Weak::new());
+
+/// Tells the writer that text contents will likely end with `suffix`: it
+/// then escapes only what precedes it. Any text is still written exactly.
+/// Only the latest suffix is remembered, and only while `suffix` lives.
+pub(crate) fn expect_suffix(suffix: &Arc<EscapedSuffix>) {
+    if let Ok(mut slot) = EXPECTED_SUFFIX.lock()
+        && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(suffix))
+    {
+        *slot = Arc::downgrade(suffix);
+    }
+}
+
+/// Writes `text` as a JSON string.
+fn write_escaped(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    let expected = EXPECTED_SUFFIX.lock().ok().and_then(|slot| slot.upgrade());
+    if let Some(suffix) = expected
+        && let Some(head) = text.strip_suffix(&*suffix.raw)
+    {
+        serde_json::to_writer(&mut *out, head)?;
+        out.pop();
+        out.extend_from_slice(suffix.escaped.as_bytes());
+        out.push(b'"');
+        return Ok(());
+    }
+    serde_json::to_writer(out, text)
+}
+
 /// Serializes `message` into `out`, writing a placeholder
 /// `structuredContent` as the result's text, unescaped.
 ///
 /// # Errors
 /// The message does not serialize.
 pub(crate) fn splice_structured(
-    message: &ServerJsonRpcMessage,
+    mut message: ServerJsonRpcMessage,
     out: &mut Vec<u8>,
 ) -> serde_json::Result<()> {
-    let start = out.len();
-    serde_json::to_writer(&mut *out, message)?;
-    let Some(text) = text_for_placeholder(message) else {
-        return Ok(());
+    let markers = markers();
+    let Some(slot) = placeholder_text(&mut message) else {
+        return serde_json::to_writer(out, &message);
     };
-    // The placeholder as serialized: `{"<key>":true}`. In the escaped text
-    // content a quote is always `\"`, so it appears once, after the text
-    // content.
-    let key = placeholder();
-    let mut quoted = Vec::with_capacity(key.len() + 9);
-    quoted.extend_from_slice(b"{\"");
-    quoted.extend_from_slice(key.as_bytes());
-    quoted.extend_from_slice(b"\":true}");
-    if let Some(at) = memchr::memmem::rfind(&out[start..], &quoted) {
-        let at = start + at;
-        // What follows the placeholder is a few bytes (`isError`, the
-        // closing braces): copied aside, not shifted byte by byte.
-        let tail = out.split_off(at + quoted.len());
-        out.truncate(at);
-        out.extend_from_slice(text.as_bytes());
-        out.extend_from_slice(&tail);
+    // The answer is written around the text: with a marker in its place,
+    // it is a short envelope in which both markers are found quickly.
+    let text = std::mem::replace(slot, markers.text.clone());
+    let mut envelope = Vec::with_capacity(256);
+    serde_json::to_writer(&mut envelope, &message)?;
+    let at_text = markers.quoted_text.find(&envelope);
+    let at_structured = markers.structured.find(&envelope);
+    let (Some(at_text), Some(at_structured)) = (at_text, at_structured) else {
+        // Not written as expected: the text goes back in, escaped in place,
+        // and the structured content stays the placeholder.
+        if let Some(slot) = placeholder_text(&mut message) {
+            *slot = text;
+        }
+        return serde_json::to_writer(out, &message);
+    };
+    out.reserve(envelope.len() + text.len().saturating_mul(2));
+    let mut rest = 0;
+    let mut pieces = [
+        (at_text, markers.quoted_text.needle().len(), true),
+        (at_structured, markers.structured.needle().len(), false),
+    ];
+    pieces.sort_unstable_by_key(|p| p.0);
+    for (at, len, escaped) in pieces {
+        out.extend_from_slice(envelope.get(rest..at).unwrap_or_default());
+        if escaped {
+            write_escaped(&text, out)?;
+        } else {
+            out.extend_from_slice(text.as_bytes());
+        }
+        rest = at + len;
     }
+    out.extend_from_slice(envelope.get(rest..).unwrap_or_default());
     Ok(())
 }
 
@@ -208,13 +342,13 @@ mod tests {
     async fn the_spliced_answer_is_the_answer_with_the_value_tree() {
         let with_tree = Structured(output()).into_call_tool_result().unwrap();
         let mut expected = Vec::new();
-        splice_structured(&message(with_tree), &mut expected).unwrap();
+        splice_structured(message(with_tree), &mut expected).unwrap();
         let from_text = FROM_TEXT
             .scope((), async { Structured(output()).into_call_tool_result() })
             .await
             .unwrap();
         let mut spliced = b"earlier bytes".to_vec();
-        splice_structured(&message(from_text), &mut spliced).unwrap();
+        splice_structured(message(from_text), &mut spliced).unwrap();
         assert_eq!(&spliced[..13], b"earlier bytes");
         assert_eq!(
             std::str::from_utf8(&spliced[13..]).unwrap(),
@@ -222,6 +356,30 @@ mod tests {
         );
         let value: Value = serde_json::from_slice(&spliced[13..]).unwrap();
         assert_eq!(value["result"]["structuredContent"]["count"], 3);
+    }
+
+    #[tokio::test]
+    async fn a_text_ending_with_the_expected_suffix_is_written_the_same() {
+        let with_tree = Structured(output()).into_call_tool_result().unwrap();
+        let mut expected = Vec::new();
+        splice_structured(message(with_tree), &mut expected).unwrap();
+        let text = serde_json::to_string(&output()).unwrap();
+        let at = text.find("\"quote\"").unwrap();
+        for suffix in [&text[at..], &text[..], "}", "not a suffix \"\n"] {
+            let kept = Arc::new(EscapedSuffix::new(suffix.to_owned()).unwrap());
+            expect_suffix(&kept);
+            let from_text = FROM_TEXT
+                .scope((), async { Structured(output()).into_call_tool_result() })
+                .await
+                .unwrap();
+            let mut spliced = Vec::new();
+            splice_structured(message(from_text), &mut spliced).unwrap();
+            assert_eq!(
+                std::str::from_utf8(&spliced).unwrap(),
+                std::str::from_utf8(&expected).unwrap(),
+                "suffix {suffix:?}"
+            );
+        }
     }
 
     #[tokio::test]

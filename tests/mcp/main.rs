@@ -15,6 +15,7 @@ mod http;
 mod http_service;
 #[cfg(feature = "local")]
 mod local;
+mod namespace_listing;
 mod operations;
 mod operations_honest;
 mod operations_limits;

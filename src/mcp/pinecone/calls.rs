@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::redact::redact;
+use crate::mcp::structured::expect_suffix;
 use crate::mcp::tool_error::with_error_branch;
 use crate::mcp::{ToolError, ToolErrorCode};
 
@@ -24,11 +24,12 @@ use super::documents::reassemble;
 use super::failure::Failure;
 use super::filter::validate_filter;
 use super::format::{Enrich, row};
+use super::listing;
 use super::output::{
     CountOutput, CountTool, DecisionTrace, Experimental, GenerateUrlsOutput, GuidedCount,
     GuidedExperimental, GuidedQueryOutput, GuidedResult, KeywordSearchOutput, ListNamespacesOutput,
-    Mode, NamespaceEntry, NamespaceRouterOutput, QueryDocumentsOutput, QueryOutput, RerankStatus,
-    Status, SuggestQueryParamsOutput, UrlRow,
+    Mode, NamespaceRouterOutput, QueryDocumentsOutput, QueryOutput, RerankStatus, Status,
+    SuggestQueryParamsOutput, UrlRow,
 };
 use super::router::{rank, recommend};
 use super::search::{self, SearchSpec};
@@ -186,10 +187,10 @@ impl PineconeServer {
     /// finds nothing), naming the namespaces that exist.
     async fn missing_namespace(&self, source: &Source, namespace: &str) -> Option<String> {
         let view = self.state.registry.namespaces(Some(source)).await.ok()?;
-        if view.rows.iter().any(|r| r.name.trim() == namespace) {
+        if view.rows().iter().any(|r| r.name.trim() == namespace) {
             return None;
         }
-        let mut names: Vec<&str> = view.rows.iter().map(|r| r.name.trim()).collect();
+        let mut names: Vec<&str> = view.rows().iter().map(|r| r.name.trim()).collect();
         names.sort_unstable();
         names.dedup();
         let shown = names.len().min(MAX_NAMES_IN_HINT);
@@ -212,37 +213,38 @@ impl PineconeServer {
         self.state.registry.shown(source).map(str::to_owned)
     }
 
+    /// The `list_namespaces` output as its JSON text. Of one source, what
+    /// follows the expiry (`"count"` on) depends only on the cache entry:
+    /// it is written once per entry and reused while the entry lives.
     pub(super) async fn do_list_namespaces(
         &self,
         args: ListNamespacesArgs,
-    ) -> Result<ListNamespacesOutput, Failure> {
+    ) -> Result<serde_json::Result<String>, Failure> {
         let source = self.state.registry.named(args.source.as_deref())?;
         if let Some(s) = source {
             tracing::info!("list_namespaces [source={}]", s.name());
         }
         let view = self.state.registry.namespaces(source).await?;
-        let namespaces: Vec<NamespaceEntry> = view
-            .rows
-            .into_iter()
-            .map(|r| NamespaceEntry {
-                name: r.name,
-                source: r.source,
-                record_count: r.record_count,
-                metadata_fields: r.metadata_fields,
-                schema_source: r.schema_source,
-                description: r.description,
-            })
-            .collect();
-        Ok(ListNamespacesOutput {
+        let output = ListNamespacesOutput {
             status: Status::Success,
             cache_hit: view.cache_hit,
             cache_ttl_seconds: view.remaining.as_secs(),
             expires_at_iso: expires_at_iso(view.remaining),
-            count: namespaces.len(),
-            source_errors: (!view.source_errors.is_empty()).then_some(view.source_errors),
-            config_warnings: (!view.warnings.is_empty())
-                .then(|| view.warnings.iter().map(|w| redact(w)).collect()),
-            namespaces,
+            count: view.rows().len(),
+            source_errors: (!view.source_errors.is_empty()).then_some(&view.source_errors),
+            config_warnings: listing::config_warnings(view.warnings()),
+            namespaces: view.rows(),
+        };
+        let tail = view
+            .cached()
+            .and_then(|cached| cached.listing(|| listing::tail(&output)));
+        Ok(match tail {
+            Some(tail) => {
+                // Over stdio the kept part is written with its kept escaping.
+                expect_suffix(tail);
+                listing::text(&output, tail.raw())
+            }
+            None => serde_json::to_string(&output),
         })
     }
 
@@ -262,7 +264,7 @@ impl PineconeServer {
             tracing::info!("namespace_router [source={}]", s.name());
         }
         let view = self.state.registry.namespaces(source).await?;
-        let mut ranked = rank(&user_query, &view.rows);
+        let mut ranked = rank(&user_query, view.rows());
         let recommended = recommend(&ranked).cloned();
         ranked.truncate(top_n);
         Ok(NamespaceRouterOutput {
@@ -293,7 +295,7 @@ impl PineconeServer {
             registry.named(args.source.as_deref())?
         };
         let view = registry.namespaces(resolved).await?;
-        let row = find_row(&view.rows, &namespace, resolved);
+        let row = find_row(view.rows(), &namespace, resolved);
         let suggestion = suggest(row.map(|r| &r.metadata_fields), &user_query);
         if suggestion.namespace_found
             && let Some(source) = resolved.or_else(|| registry.default_source())
@@ -525,7 +527,7 @@ impl PineconeServer {
         let registry = &self.state.registry;
         let named = registry.named(args.source.as_deref())?;
         let view = registry.namespaces(named).await?;
-        let ranked = rank(&text, &view.rows);
+        let ranked = rank(&text, view.rows());
         let routed = recommend(&ranked).cloned();
         let (namespace, source) = match args.namespace.as_deref() {
             Some(raw) => {
@@ -540,7 +542,7 @@ impl PineconeServer {
             }
             None => {
                 let Some(pick) = routed.as_ref() else {
-                    if view.rows.is_empty() {
+                    if view.rows().is_empty() {
                         return Err(ToolError::new(
                             ToolErrorCode::PineconeError,
                             "No namespace available. Please run list_namespaces and verify index data.",
@@ -575,7 +577,7 @@ impl PineconeServer {
                 (pick.namespace.trim().to_owned(), source)
             }
         };
-        let Some(found) = find_row(&view.rows, &namespace, Some(source)) else {
+        let Some(found) = find_row(view.rows(), &namespace, Some(source)) else {
             return Err(ToolError::validation(
                 "namespace",
                 format!("Namespace \"{namespace}\" not found in cached namespaces. Call list_namespaces and retry."),

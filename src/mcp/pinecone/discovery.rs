@@ -26,20 +26,24 @@ pub(crate) enum SchemaSource {
     Sampled,
 }
 
-/// One discovered namespace.
-#[derive(Debug, Clone, PartialEq)]
+/// One namespace, as discovered and as `list_namespaces` writes it (the
+/// doc comments below are the output schema's descriptions).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+#[schemars(rename = "NamespaceEntry", description = "One namespace.")]
 pub(crate) struct NamespaceRow {
-    /// Namespace name.
+    /// Name.
     pub name: String,
-    /// Source name (sources mode only).
+    /// Source (sources mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// Records in the namespace.
+    /// Records.
     pub record_count: u64,
-    /// Field name to type name, in first-seen order.
+    /// Field name to type name.
     pub metadata_fields: Map<String, Value>,
-    /// Where `metadata_fields` came from.
+    /// `declared` or `sampled`.
     pub schema_source: SchemaSource,
-    /// Declared description.
+    /// Declared hint.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 }
 

@@ -23,8 +23,9 @@
 //!   their cache, source resolution.
 //! - `search`, `fusion`, `documents`, `format`: retrieval and result shaping.
 //! - `router`, `suggest`, `gate`, `urls`: routing, suggestions, suggest-flow, URLs.
-//! - `args`, `output`, `calls`, `tools`, `server`: the MCP surface (`calls`
-//!   does each tool's work, `tools` defines the tools).
+//! - `args`, `output`, `listing`, `calls`, `tools`, `server`: the MCP surface
+//!   (`calls` does each tool's work, `tools` defines the tools, `listing`
+//!   writes the `list_namespaces` text once per cache entry).
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod args;
@@ -40,6 +41,7 @@ mod filter;
 mod format;
 mod fusion;
 mod gate;
+mod listing;
 mod manifest;
 mod output;
 mod router;

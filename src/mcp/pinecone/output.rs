@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::args::MetadataFilter;
-use super::discovery::SchemaSource;
+use super::discovery::NamespaceRow;
 use super::documents::Document;
 use super::format::ResultRow;
 use super::router::RouteSuggestion;
@@ -44,9 +44,9 @@ pub(super) struct SourceEntry {
     pub description: Option<String>,
 }
 
-/// `list_namespaces` payload.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub(super) struct ListNamespacesOutput {
+/// `list_namespaces` payload, borrowing the discovered rows.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(super) struct ListNamespacesOutput<'a> {
     /// `success`.
     pub status: Status,
     /// Whether the list came from the cache.
@@ -59,31 +59,12 @@ pub(super) struct ListNamespacesOutput {
     pub count: usize,
     /// Sources whose discovery failed, with the (redacted) error.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub source_errors: Option<Map<String, Value>>,
+    pub source_errors: Option<&'a Map<String, Value>>,
     /// Configuration warnings (stale declarations).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_warnings: Option<Vec<String>>,
     /// The namespaces.
-    pub namespaces: Vec<NamespaceEntry>,
-}
-
-/// One namespace.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub(super) struct NamespaceEntry {
-    /// Name.
-    pub name: String,
-    /// Source (sources mode).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-    /// Records.
-    pub record_count: u64,
-    /// Field name to type name.
-    pub metadata_fields: Map<String, Value>,
-    /// `declared` or `sampled`.
-    pub schema_source: SchemaSource,
-    /// Declared hint.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+    pub namespaces: &'a [NamespaceRow],
 }
 
 /// `namespace_router` payload.

@@ -372,9 +372,9 @@ impl PineconeServer {
         for source in state.registry.all() {
             match state.registry.namespaces(Some(source)).await {
                 Ok(view) => rows.extend(
-                    view.rows
-                        .into_iter()
-                        .map(|row| (source.config.index_name.clone(), row)),
+                    view.rows()
+                        .iter()
+                        .map(|row| (source.config.index_name.clone(), row.clone())),
                 ),
                 Err(failure) => {
                     failed.get_or_insert(failure.into_tool_error(

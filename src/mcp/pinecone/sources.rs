@@ -1,6 +1,7 @@
 //! The configured sources: clients, per-source namespace caches, aggregated
 //! discovery and resolution of `source`/`namespace` arguments.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use secrecy::ExposeSecret;
@@ -8,6 +9,7 @@ use serde_json::Map;
 
 use crate::mcp::ToolError;
 use crate::mcp::redact::redact_with;
+use crate::mcp::structured::EscapedSuffix;
 
 use super::cache::TtlCell;
 use super::client::{PineconeClient, PineconeError};
@@ -23,7 +25,7 @@ pub(crate) struct Source {
     pub config: SourceConfig,
     /// Its client.
     pub client: PineconeClient,
-    cache: TtlCell<Discovery>,
+    cache: TtlCell<Arc<CachedDiscovery>>,
 }
 
 impl Source {
@@ -43,19 +45,91 @@ impl Source {
     }
 }
 
+/// The most bytes of `list_namespaces` text (with its escaping) kept
+/// beside a cached discovery.
+const MAX_LISTING_BYTES: usize = 2 * 1024 * 1024;
+
+/// One source's discovery as its cache holds it, shared by every call that
+/// reads it until it expires, with the `list_namespaces` text written from
+/// it on first use (dropped with the entry).
+#[derive(Debug)]
+pub(super) struct CachedDiscovery {
+    /// What discovery found.
+    pub(super) discovery: Discovery,
+    /// The text with its escaping, or `None` when they are longer than
+    /// [`MAX_LISTING_BYTES`].
+    listing: OnceLock<Option<Arc<EscapedSuffix>>>,
+}
+
+impl CachedDiscovery {
+    fn new(discovery: Discovery) -> Self {
+        CachedDiscovery {
+            discovery,
+            listing: OnceLock::new(),
+        }
+    }
+
+    /// The text `write` makes from this discovery, written (and escaped)
+    /// on the first call and kept when both are at most
+    /// [`MAX_LISTING_BYTES`]; `None` when longer or `write` fails.
+    pub(super) fn listing(
+        &self,
+        write: impl FnOnce() -> Option<String>,
+    ) -> Option<&Arc<EscapedSuffix>> {
+        self.listing
+            .get_or_init(|| {
+                let text = write().filter(|text| text.len() <= MAX_LISTING_BYTES)?;
+                let kept = EscapedSuffix::new(text).ok()?;
+                (kept.len() <= MAX_LISTING_BYTES).then(|| Arc::new(kept))
+            })
+            .as_ref()
+    }
+}
+
+/// What a view found: one source's cache entry, or several merged.
+#[derive(Debug, Clone)]
+enum Found {
+    One(Arc<CachedDiscovery>),
+    Merged(Discovery),
+}
+
 /// Discovery as a tool reports it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct NamespaceView {
-    /// Rows of every answering source.
-    pub rows: Vec<NamespaceRow>,
-    /// Configuration warnings.
-    pub warnings: Vec<String>,
+    found: Found,
     /// True when every source answered from its cache.
     pub cache_hit: bool,
     /// Time until the first answering source's entry expires.
     pub remaining: Duration,
     /// Source name to redacted error, for sources that failed.
     pub source_errors: Map<String, serde_json::Value>,
+}
+
+impl NamespaceView {
+    fn discovery(&self) -> &Discovery {
+        match &self.found {
+            Found::One(cached) => &cached.discovery,
+            Found::Merged(discovery) => discovery,
+        }
+    }
+
+    /// Rows of every answering source.
+    pub(crate) fn rows(&self) -> &[NamespaceRow] {
+        &self.discovery().rows
+    }
+
+    /// Configuration warnings.
+    pub(crate) fn warnings(&self) -> &[String] {
+        &self.discovery().warnings
+    }
+
+    /// The one source's cache entry, when the view is of one source.
+    pub(super) fn cached(&self) -> Option<&CachedDiscovery> {
+        match &self.found {
+            Found::One(cached) => Some(cached),
+            Found::Merged(_) => None,
+        }
+    }
 }
 
 /// Every configured source.
@@ -159,11 +233,15 @@ impl Registry {
     async fn discover(
         &self,
         source: &Source,
-    ) -> Result<(Discovery, bool, Duration), PineconeError> {
+    ) -> Result<(Arc<CachedDiscovery>, bool, Duration), PineconeError> {
         let tag = self.mode == SourceMode::Sources;
         let cached = source
             .cache
-            .get_or_refresh(|| discover(&source.client, &source.config, tag, self.remote_schema))
+            .get_or_refresh(|| async {
+                discover(&source.client, &source.config, tag, self.remote_schema)
+                    .await
+                    .map(|d| Arc::new(CachedDiscovery::new(d)))
+            })
             .await?;
         Ok((cached.value, cached.hit, cached.remaining))
     }
@@ -184,25 +262,26 @@ impl Registry {
         if let [only] = targets.as_slice() {
             let (d, hit, remaining) = self.discover(only).await?;
             return Ok(NamespaceView {
-                rows: d.rows,
-                warnings: d.warnings,
+                found: Found::One(d),
                 cache_hit: hit,
                 remaining,
                 source_errors: Map::new(),
             });
         }
         let results = futures::future::join_all(targets.iter().map(|s| self.discover(s))).await;
+        let mut merged = Discovery::default();
         let mut view = NamespaceView {
+            found: Found::Merged(Discovery::default()),
             cache_hit: true,
             remaining: self.ttl,
-            ..NamespaceView::default()
+            source_errors: Map::new(),
         };
         let mut answered = false;
         for (s, result) in targets.iter().zip(results) {
             match result {
                 Ok((d, hit, remaining)) => {
-                    view.rows.extend(d.rows);
-                    view.warnings.extend(d.warnings);
+                    merged.rows.extend_from_slice(&d.discovery.rows);
+                    merged.warnings.extend_from_slice(&d.discovery.warnings);
                     view.cache_hit &= hit;
                     view.remaining = if answered {
                         view.remaining.max(remaining)
@@ -219,6 +298,7 @@ impl Registry {
                 }
             }
         }
+        view.found = Found::Merged(merged);
         Ok(view)
     }
 
@@ -242,7 +322,7 @@ impl Registry {
         }
         if let Some(s) = named {
             let (d, _, _) = self.discover(s).await?;
-            if d.rows.iter().any(|r| r.name.trim() == namespace) {
+            if d.discovery.rows.iter().any(|r| r.name.trim() == namespace) {
                 return Ok(s);
             }
             return Err(validation(
@@ -263,7 +343,7 @@ impl Registry {
             ));
         }
         let matches: Vec<&NamespaceRow> = view
-            .rows
+            .rows()
             .iter()
             .filter(|r| r.name.trim() == namespace)
             .collect();

@@ -17,7 +17,7 @@ use super::output::{
     Status, SuggestQueryParamsOutput,
 };
 use super::server::PineconeServer;
-use crate::mcp::structured::Structured;
+use crate::mcp::structured::{Structured, StructuredText};
 use crate::mcp::{ToolError, ToolErrorCode};
 
 #[tool_router(router = tool_router, vis = "pub(crate)")]
@@ -62,7 +62,7 @@ impl PineconeServer {
     /// Lists namespaces with record counts and metadata fields.
     #[tool(
         description = "List the namespaces of the index with record counts and metadata field types (cached; see expires_at_iso). Call this first to learn valid namespace names and filterable fields.",
-        output_schema = output_schema::<ListNamespacesOutput>(),
+        output_schema = output_schema::<ListNamespacesOutput<'static>>(),
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -74,10 +74,10 @@ impl PineconeServer {
         &self,
         Parameters(args): Parameters<ListNamespacesArgs>,
         ct: CancellationToken,
-    ) -> Result<Structured<ListNamespacesOutput>, Failed> {
+    ) -> Result<StructuredText, Failed> {
         until_cancelled(&ct, self.do_list_namespaces(args))
             .await
-            .map(Structured)
+            .map(StructuredText)
             .map_err(|f| self.failed(f, "list_namespaces", "Failed to list namespaces"))
     }
 
