@@ -1,0 +1,199 @@
+//! Contexts seeded from directories at start: the tree read, copied into
+//! the context's sources and curated before the server reports ready.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::StartError;
+use super::state::AppState;
+use super::store::SourceMeta;
+use super::{curate, durable, import};
+
+/// A file of a tree: `(relative path, path, size)`.
+type TreeFile = (String, PathBuf, u64);
+/// What could not be read, and why.
+type TreeError = (PathBuf, std::io::Error);
+
+/// Files below `dir` (hidden ones skipped, links not followed) as
+/// `(relative path, path, size)`; blocking. A failure names the path that
+/// could not be read; more than `limit` bytes in all is an error of kind
+/// `FileTooLarge` naming `dir`.
+pub(super) fn read_tree(dir: &Path, limit: u64) -> Result<Vec<TreeFile>, TreeError> {
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| (d.clone(), e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| (d.clone(), e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            let meta = entry.metadata().map_err(|e| (path.clone(), e))?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                total = total.saturating_add(meta.len());
+                if total > limit {
+                    let e = std::io::Error::new(
+                        std::io::ErrorKind::FileTooLarge,
+                        format!("more than {limit} bytes"),
+                    );
+                    return Err((dir.to_path_buf(), e));
+                }
+                let Ok(rel) = path.strip_prefix(dir) else {
+                    continue;
+                };
+                let rel = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let Some(rel) = import::safe_path(&rel) else {
+                    tracing::warn!(path = %path.display(), "skipping a file whose name is unsafe");
+                    continue;
+                };
+                out.push((rel, path, meta.len()));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Copies the files of a tree into a context's source directory (durably),
+/// replacing what it held.
+fn copy_tree(files: &[(String, PathBuf, u64)], ctx_dir: &Path, sync: bool) -> std::io::Result<()> {
+    let src = ctx_dir.join("sources");
+    if src.exists() {
+        std::fs::remove_dir_all(&src)?;
+    }
+    for (rel, path, _) in files {
+        let target = src.join(rel);
+        if sync {
+            durable::write_file(&target, &std::fs::read(path)?)?;
+        } else {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::copy(path, &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// How long seeding a context at start waits for its curation.
+const SEED_CURATION_LIMIT: Duration = Duration::from_secs(600);
+
+pub(super) async fn seed_context(
+    state: &Arc<AppState>,
+    slug: &str,
+    dir: &Path,
+) -> Result<(), StartError> {
+    let fail = |message: String| StartError::Context {
+        slug: slug.to_owned(),
+        message,
+    };
+    let limit = state.config.context_bytes_limit;
+    let dir_owned = dir.to_path_buf();
+    let files = tokio::task::spawn_blocking(move || read_tree(&dir_owned, limit))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|(path, source)| StartError::ContextFiles {
+            slug: slug.to_owned(),
+            action: "read",
+            path,
+            source,
+        })?;
+    if files.is_empty() {
+        return Err(fail(format!("{} holds no files", dir.display())));
+    }
+    let context_id = {
+        let mut inner = state.store.lock();
+        match inner.context_id(slug) {
+            Some(id) => id,
+            None => {
+                let req = crate::types::CreateContextRequest {
+                    description: Some(format!("Files of {}", dir.display())),
+                    guide: None,
+                    kind: None,
+                    manifest: None,
+                    name: slug.to_owned(),
+                    slug: slug.to_owned(),
+                };
+                inner.create_context(req).map_err(|e| fail(e.message))?.id
+            }
+        }
+    };
+    let ctx_dir = state.store.context_dir(&context_id);
+    let copied = files.clone();
+    let sync = state.store.is_persistent();
+    let target = ctx_dir.join("sources");
+    tokio::task::spawn_blocking(move || copy_tree(&copied, &ctx_dir, sync))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|source| StartError::ContextFiles {
+            slug: slug.to_owned(),
+            action: "store the sources in",
+            path: target,
+            source,
+        })?;
+    {
+        let now = Utc::now();
+        let mut inner = state.store.lock();
+        let sources = files
+            .iter()
+            .map(|(rel, _, size)| {
+                (
+                    rel.clone(),
+                    SourceMeta {
+                        size: *size,
+                        mtime: now,
+                    },
+                )
+            })
+            .collect();
+        inner
+            .replace_sources(&context_id, sources, now)
+            .map_err(|e| fail(e.message))?;
+    }
+    state.store.changed();
+    let is_work = state
+        .store
+        .lock()
+        .contexts
+        .get(&context_id)
+        .is_some_and(|c| c.kind == "work");
+    let task =
+        curate::start(state, &context_id, true, None, is_work).map_err(|e| fail(e.message))?;
+    let deadline = tokio::time::Instant::now() + SEED_CURATION_LIMIT;
+    loop {
+        let (st, err) = {
+            let inner = state.store.lock();
+            match inner.tasks.get(&task.id) {
+                Some(t) => (t.task.state.0.clone(), t.task.error.clone()),
+                None => return Err(fail("the curate task vanished".to_owned())),
+            }
+        };
+        match st.as_str() {
+            crate::status::word::COMPLETED => break,
+            crate::status::word::FAILED | crate::status::word::CANCELLED => {
+                return Err(fail(format!("curation {st}: {}", err.unwrap_or_default())));
+            }
+            _ if tokio::time::Instant::now() >= deadline => {
+                return Err(fail(format!(
+                    "curation did not finish within {} s",
+                    SEED_CURATION_LIMIT.as_secs()
+                )));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    state.store.flush().await.map_err(|e| fail(e.message))?;
+    Ok(())
+}
