@@ -45,6 +45,7 @@ mod options;
 mod proof;
 mod refusals;
 mod sessions;
+mod splice;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
