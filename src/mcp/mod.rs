@@ -11,6 +11,7 @@
 
 pub mod caller;
 mod catalog;
+mod edge_structured;
 pub mod http;
 mod jsonrpc;
 pub mod logging;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::{Response, StatusCode};
+use reqwest::{Response, ResponseBuilderExt, StatusCode};
 
 use crate::error::snippet;
 
@@ -50,14 +50,24 @@ pub(super) fn too_large(err: &(dyn std::error::Error + 'static)) -> Option<usize
 /// its declared length does).
 pub(super) fn bounded(resp: Response, limit: usize) -> Response {
     use futures::StreamExt;
-    let declared_over = resp
-        .content_length()
-        .is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX));
+    let limit_bytes = u64::try_from(limit).unwrap_or(u64::MAX);
+    // A body of a known length ends there (the HTTP layer reads no byte
+    // past it; a decompressed body has no known length): within the limit
+    // it needs no counting, nor a new response.
+    if resp.content_length().is_some_and(|n| n <= limit_bytes) {
+        return resp;
+    }
+    let declared_over = resp.content_length().is_some_and(|n| n > limit_bytes);
+    // The headers move to the new response, and its URL is the answer's
+    // (not parsed again).
+    let mut resp = resp;
+    let headers = std::mem::take(resp.headers_mut());
     let mut builder = http::Response::builder()
         .status(resp.status())
-        .version(resp.version());
+        .version(resp.version())
+        .url(resp.url().clone());
     if let Some(h) = builder.headers_mut() {
-        *h = resp.headers().clone();
+        *h = headers;
     }
     let mut seen = 0usize;
     let body = resp.bytes_stream().map(move |chunk| {

@@ -21,7 +21,7 @@ pub(crate) mod retry;
 pub(crate) mod tuning;
 pub(crate) mod version;
 
-use self::auth::{API_KEY_HEADER, Auth};
+use self::auth::Auth;
 pub(crate) use self::bodies::read_limited;
 use self::bodies::{
     ERROR_BODY_LIMIT, RAW_BODY_MARKER, bounded, envelope_bytes, http_response,
@@ -36,6 +36,15 @@ use crate::error::{Error, Result, millis};
 /// a custom client followed, or one that reached the crate unfollowed); its
 /// value is [`RedirectRefused::to_marker`].
 const REDIRECT_MARKER: &str = "x-nexus-knowql-redirect-refused";
+
+/// The header names of every request, parsed once (`HeaderMap` lookups by
+/// `&str` parse the name each time).
+const API_VERSION_NAME: reqwest::header::HeaderName =
+    reqwest::header::HeaderName::from_static("x-pinecone-api-version");
+const API_KEY_NAME: reqwest::header::HeaderName =
+    reqwest::header::HeaderName::from_static("x-pinecone-api-key");
+const PROGENITOR_VERSION_NAME: reqwest::header::HeaderName =
+    reqwest::header::HeaderName::from_static("api-version");
 
 /// Makes a fresh copy of a request whose body cannot be cloned.
 pub(crate) type Rebuild<'a> = dyn Fn() -> Option<Request> + Send + Sync + 'a;
@@ -213,10 +222,10 @@ impl Transport {
         let inner = &*self.inner;
         // progenitor adds an `api-version` header of its own; the API reads
         // only `X-Pinecone-Api-Version`.
-        req.headers_mut().remove("api-version");
-        if !req.headers().contains_key(API_VERSION_HEADER) {
+        req.headers_mut().remove(PROGENITOR_VERSION_NAME);
+        if !req.headers().contains_key(API_VERSION_NAME) {
             req.headers_mut()
-                .insert(API_VERSION_HEADER, inner.version_value.clone());
+                .insert(API_VERSION_NAME, inner.version_value.clone());
         }
         if let Some(ua) = &inner.user_agent {
             req.headers_mut()
@@ -227,7 +236,7 @@ impl Transport {
         }
         let sent_version = req
             .headers()
-            .get(API_VERSION_HEADER)
+            .get(API_VERSION_NAME)
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
@@ -391,7 +400,7 @@ impl Transport {
             Auth::ApiKey(key) => {
                 if let Ok(mut v) = HeaderValue::from_str(key.expose_secret()) {
                     v.set_sensitive(true);
-                    req.headers_mut().insert(API_KEY_HEADER, v);
+                    req.headers_mut().insert(API_KEY_NAME, v);
                 }
                 Ok(Ok(None))
             }
@@ -469,10 +478,7 @@ impl Transport {
     }
 
     fn observe_version(&self, sent: &str, headers: &HeaderMap) {
-        if let Some(echoed) = headers
-            .get(API_VERSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-        {
+        if let Some(echoed) = headers.get(API_VERSION_NAME).and_then(|v| v.to_str().ok()) {
             self.inner.tracker.observe(sent, echoed);
         }
     }

@@ -107,8 +107,11 @@ impl CallOptions {
 }
 
 /// Header names that may carry the server's request id, in order of preference.
-pub(crate) const REQUEST_ID_HEADERS: &[&str] =
-    &["x-request-id", "x-pinecone-request-id", "request-id"];
+const REQUEST_ID_NAMES: [http::HeaderName; 3] = [
+    http::HeaderName::from_static("x-request-id"),
+    http::HeaderName::from_static("x-pinecone-request-id"),
+    http::HeaderName::from_static("request-id"),
+];
 
 /// The longest request id kept (a longer header value is cut).
 pub(crate) const MAX_REQUEST_ID_LEN: usize = 256;
@@ -116,9 +119,9 @@ pub(crate) const MAX_REQUEST_ID_LEN: usize = 256;
 /// The server's request id in `headers`, if any (cut at
 /// [`MAX_REQUEST_ID_LEN`] bytes).
 pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
-    let id = REQUEST_ID_HEADERS
+    let id = REQUEST_ID_NAMES
         .iter()
-        .find_map(|h| headers.get(*h))
+        .find_map(|h| headers.get(h))
         .and_then(|v| v.to_str().ok())?;
     // `to_str` let only visible ASCII through: any byte is a boundary.
     Some(id[..id.len().min(MAX_REQUEST_ID_LEN)].to_owned())

@@ -13,6 +13,7 @@ mod catalog;
 mod hostile_callers;
 mod http;
 mod http_service;
+mod http_spliced;
 #[cfg(feature = "local")]
 mod local;
 mod namespace_listing;

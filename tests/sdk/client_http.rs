@@ -691,3 +691,59 @@ async fn retry_policy_never_sends_one_request() {
     // Catches never() that keeps the default three retries.
     assert_eq!(requests(&server).await.len(), 1);
 }
+
+/// A server that answers every request with `head` then `body`, then closes.
+async fn raw_answer(head: &'static str, body: &'static str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = vec![0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(body.as_bytes()).await;
+        }
+    });
+    format!("http://127.0.0.1:{port}/api")
+}
+
+#[tokio::test]
+async fn a_body_of_declared_length_is_bounded_and_a_cut_one_is_a_transport_error() {
+    let build = |url: &str, limit: usize| {
+        Client::builder()
+            .base_url(url)
+            .retry(RetryPolicy::never())
+            .max_response_bytes(limit)
+            .build()
+            .unwrap()
+    };
+    // Whole and within the limit.
+    let whole = raw_answer(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n",
+        "[]",
+    )
+    .await;
+    assert!(build(&whole, 2).contexts().list().await.unwrap().is_empty());
+    // Declared over the limit: refused before it is read.
+    match build(&whole, 1).contexts().list().await {
+        Err(Error::ResponseTooLarge { operation, limit }) => {
+            assert_eq!((operation, limit), ("list_contexts", 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Declared within the limit, cut short: the connection's fault.
+    let cut = raw_answer(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 400\r\nconnection: close\r\n\r\n",
+        "[{\"slug\":",
+    )
+    .await;
+    let err = build(&cut, 1000).contexts().list().await.unwrap_err();
+    assert!(
+        matches!(err, Error::Transport { connect: false, .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("list_contexts"), "{text}");
+    assert!(!text.contains("decod"), "{text}");
+}

@@ -31,10 +31,12 @@ use super::options::MAX_REQUEST_BODY_BYTES;
 use super::proof::{Proofs, Standing};
 use super::refusals::{Reason, Refusals};
 use super::sessions::{Full, Sessions};
+use super::splice::write_held;
 use crate::mcp::caller::{
     CallerKey, CallerTag, Identified, LogIdentity, REQUEST_ID_HEADER, RequestId, key_digest,
     key_from_headers, tag_of,
 };
+use crate::mcp::edge_structured::EdgeSlot;
 use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
 use crate::mcp::metrics::{HttpMethod, Metrics};
 use crate::mcp::server::NexusMcp;
@@ -477,6 +479,13 @@ impl Guard {
                 let Some(Message::Request(Some(id))) = message else {
                     return (self.mcp.run(request).await, tag);
                 };
+                // A tool call's structured content is written here from its
+                // text, not built and serialized as a tree by rmcp.
+                let slot = (rpc_method.get() == Some(&"tools/call")).then(EdgeSlot::default);
+                let mut request = request;
+                if let Some(slot) = &slot {
+                    request.extensions_mut().insert(slot.clone());
+                }
                 let token = CancellationToken::new();
                 let key = (caller, peer, id.clone());
                 self.running().insert(key.clone(), token.clone());
@@ -487,6 +496,10 @@ impl Guard {
                 let response = tokio::select! {
                     response = self.mcp.run(request) => response,
                     () = token.cancelled() => cancelled_response(&id),
+                };
+                let response = match &slot {
+                    Some(slot) => write_held(response, slot).await,
+                    None => response,
                 };
                 let response = cut_when_cancelled(response, token);
                 hold_until_end(response, (slot, running))

@@ -29,7 +29,9 @@
 //! Module map: [`options`](HttpOptions) (limits), `connections`
 //! (accepting, connection deadlines, shutdown), `guard` (admission of each
 //! request), `budget` (in-flight slots), `sessions` (ownership and caps),
-//! `answer` (shaping responses), `refusals`, `ops` (operator endpoints).
+//! `answer` (shaping responses), `splice` (a stateless tool result's
+//! structured content written into its answer), `refusals`, `ops`
+//! (operator endpoints).
 //!
 //! With [`HttpOptions::stateless`] no session state is kept: any number of
 //! processes can serve the same clients behind a plain load balancer.
@@ -45,6 +47,7 @@ mod options;
 mod proof;
 mod refusals;
 mod sessions;
+mod splice;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

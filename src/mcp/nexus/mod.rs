@@ -56,8 +56,12 @@ use self::checks::{optional_wait, required_id, required_str};
 use self::errors::{Subject, nexus_error, not_queryable};
 use self::pool::{CallClient, CallerHttp};
 use self::progress::StepProgress;
-use self::shapes::{GetQueryArgs, QueryContextArgs, failure, input_schema, output_schema, success};
+use self::shapes::{
+    GetQueryArgs, QueryContextArgs, context_list, failure, input_schema, output_schema,
+    success_same,
+};
 use super::caller::{CallKey, call_key};
+use super::edge_structured::EdgeSlot;
 use super::tool_error::ToolError;
 use crate::Client;
 use crate::client::{Poller, WaitPolicy};
@@ -127,7 +131,7 @@ impl NexusServer {
     )]
     async fn list_contexts(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
         match until_cancelled(&ctx.ct, self.run_list_contexts(&ctx)).await {
-            Ok(list) => success(&list.contexts, &list),
+            Ok(list) => context_list(EdgeSlot::of(&ctx.extensions), &list),
             Err(e) => failure(e),
         }
     }
@@ -157,7 +161,12 @@ impl NexusServer {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         match self.run_query_context(&args, &ctx).await {
-            Ok(started) => success(&started, &started),
+            // A task's result is kept for `tasks/result`: it stays whole.
+            Ok(started) => {
+                let slot = EdgeSlot::of(&ctx.extensions)
+                    .filter(|_| !crate::mcp::tasks::asked_for(&ctx.meta));
+                success_same(slot, &started)
+            }
             Err(e) => failure(e),
         }
     }
@@ -182,7 +191,7 @@ impl NexusServer {
     )]
     async fn get_query(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> CallToolResult {
         match until_cancelled(&ctx.ct, self.run_get_query(&args, &ctx)).await {
-            Ok(outcome) => success(&outcome, &outcome),
+            Ok(outcome) => success_same(EdgeSlot::of(&ctx.extensions), &outcome),
             Err(e) => failure(e),
         }
     }

@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::mcp::edge_structured::EdgeSlot;
 use crate::mcp::tool_error::{ToolError, ToolErrorCode, with_error_branch};
 use crate::types;
 
@@ -185,15 +186,65 @@ pub(super) fn success<T: Serialize>(text: &impl Serialize, structured: &T) -> Ca
         serde_json::to_string(text),
         serde_json::to_value(structured),
     ) {
-        (Ok(text), Ok(value)) => {
-            let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-            result.structured_content = Some(value);
-            result
-        }
-        _ => failure(ToolError::new(
-            ToolErrorCode::NexusError,
-            "could not encode the result",
-            false,
-        )),
+        (Ok(text), Ok(value)) => with_structured(text, value),
+        _ => encode_failure(),
     }
+}
+
+/// [`success`] for an output whose text is its structured content, with
+/// the structured content left to the transport when the request carries
+/// an [`EdgeSlot`].
+pub(super) fn success_same<T: Serialize>(slot: Option<&EdgeSlot>, output: &T) -> CallToolResult {
+    let Some(slot) = slot else {
+        return success(output, output);
+    };
+    match serde_json::to_string(output) {
+        Ok(text) => at_edge(slot, text.clone(), text),
+        Err(_) => encode_failure(),
+    }
+}
+
+/// `list_contexts`' result: the bare array as text, wrapped in
+/// [`ContextList`] as structured content; with an [`EdgeSlot`], that
+/// wrapping is written from the array's text.
+pub(super) fn context_list(slot: Option<&EdgeSlot>, list: &ContextList) -> CallToolResult {
+    let Some(slot) = slot else {
+        return success(&list.contexts, list);
+    };
+    match serde_json::to_string(&list.contexts) {
+        Ok(text) => {
+            // `ContextList` serializes as its one field.
+            let mut structured = String::with_capacity(text.len() + 14);
+            structured.push_str("{\"contexts\":");
+            structured.push_str(&text);
+            structured.push('}');
+            at_edge(slot, text, structured)
+        }
+        Err(_) => encode_failure(),
+    }
+}
+
+fn at_edge(slot: &EdgeSlot, text: String, structured: String) -> CallToolResult {
+    match slot.hold(structured) {
+        Ok(placeholder) => with_structured(text, placeholder),
+        // A slot holds one text: any further result is a tree.
+        Err(structured) => match serde_json::from_str(&structured) {
+            Ok(value) => with_structured(text, value),
+            Err(_) => encode_failure(),
+        },
+    }
+}
+
+fn with_structured(text: String, structured: Value) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result
+}
+
+fn encode_failure() -> CallToolResult {
+    failure(ToolError::new(
+        ToolErrorCode::NexusError,
+        "could not encode the result",
+        false,
+    ))
 }
