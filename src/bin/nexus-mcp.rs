@@ -22,6 +22,12 @@ use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc serves the many small allocations of a call from per-thread
+/// pages and keeps freed memory for the next call, where the system
+/// allocator trims and regrows its heap between calls.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Serve the Pinecone Nexus tools (list_contexts, query_context, get_query) to
 /// MCP clients such as Claude Desktop or Cursor.
 #[derive(Debug, Parser)]
