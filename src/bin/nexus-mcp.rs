@@ -22,6 +22,12 @@ use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc serves the many small allocations of a call from per-thread
+/// pages and keeps freed memory for the next call, where the system
+/// allocator trims and regrows its heap between calls.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Serve the Pinecone Nexus tools (list_contexts, query_context, get_query) to
 /// MCP clients such as Claude Desktop or Cursor.
 #[derive(Debug, Parser)]
@@ -353,11 +359,10 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     match args.transport {
         Transport::Stdio => {
             tracing::info!("serving MCP over stdio");
-            match stdio_pipes() {
-                Some((input, output)) => stdio::serve(server, input, output).await,
-                None => stdio::serve(server, tokio::io::stdin(), tokio::io::stdout()).await,
-            }
-            .map_err(|e| format!("MCP server stopped: {e}"))?;
+            let (input, output) = stdio_ends();
+            stdio::serve(server, input, output)
+                .await
+                .map_err(|e| format!("MCP server stopped: {e}"))?;
             Ok(ExitCode::SUCCESS)
         }
         Transport::Http => {
@@ -442,40 +447,106 @@ fn open_file_limit() -> Option<usize> {
         .ok()
 }
 
-/// Stdin and stdout as non-blocking pipes on the runtime's reactor, when
-/// both are pipes (as when an MCP client starts this process): each message
-/// then costs no hand-off to a blocking thread. `None` otherwise (a terminal,
-/// a file, a socket), and tokio's thread-backed stdio is used.
+/// The reading end of stdio.
+type StdinEnd = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+/// The writing end of stdio.
+type StdoutEnd = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
+/// Stdin and stdout, each read or written on the runtime's own thread when
+/// it is a pipe (as when a client starts this process with pipes) or a Unix
+/// socket (as Node-based clients, whose child stdio is a socket pair):
+/// each message then costs no hand-off to a blocking thread and back.
+/// Anything else (a terminal, a file) goes through tokio's thread-backed
+/// stdio.
+fn stdio_ends() -> (StdinEnd, StdoutEnd) {
+    let input = reactor_stdin().unwrap_or_else(|| Box::new(tokio::io::stdin()));
+    let output = reactor_stdout().unwrap_or_else(|| Box::new(tokio::io::stdout()));
+    (input, output)
+}
+
+/// What kind of stream a standard descriptor is.
 #[cfg(unix)]
-fn stdio_pipes() -> Option<(
-    tokio::net::unix::pipe::Receiver,
-    tokio::net::unix::pipe::Sender,
-)> {
-    use std::os::fd::AsFd;
-    let is_fifo = |fd: std::os::fd::BorrowedFd<'_>| {
-        use std::os::unix::fs::FileTypeExt;
-        std::fs::File::from(fd.try_clone_to_owned().ok()?)
-            .metadata()
-            .ok()
-            .map(|m| m.file_type().is_fifo())
-    };
-    let stdin = std::io::stdin();
-    let stdout = std::io::stdout();
-    if is_fifo(stdin.as_fd()) != Some(true) || is_fifo(stdout.as_fd()) != Some(true) {
-        return None;
+enum StdioKind {
+    Pipe,
+    UnixSocket,
+}
+
+/// A non-blocking copy of `fd` with its kind, when it is a pipe or a Unix
+/// stream socket.
+#[cfg(unix)]
+fn reactor_fd(fd: std::os::fd::BorrowedFd<'_>) -> Option<(std::os::fd::OwnedFd, StdioKind)> {
+    use std::os::unix::fs::FileTypeExt;
+    let owned = fd.try_clone_to_owned().ok()?;
+    let file_type = std::fs::File::from(owned.try_clone().ok()?)
+        .metadata()
+        .ok()?
+        .file_type();
+    if file_type.is_fifo() {
+        return Some((owned, StdioKind::Pipe));
     }
-    let rx =
-        tokio::net::unix::pipe::Receiver::from_owned_fd(stdin.as_fd().try_clone_to_owned().ok()?);
-    let tx =
-        tokio::net::unix::pipe::Sender::from_owned_fd(stdout.as_fd().try_clone_to_owned().ok()?);
-    match (rx, tx) {
-        (Ok(rx), Ok(tx)) => Some((rx, tx)),
-        _ => None,
+    if file_type.is_socket() {
+        // `local_addr` fails for a socket that is not a Unix one.
+        let socket = std::os::unix::net::UnixStream::from(owned);
+        socket.local_addr().ok()?;
+        socket.set_nonblocking(true).ok()?;
+        return Some((socket.into(), StdioKind::UnixSocket));
+    }
+    None
+}
+
+#[cfg(unix)]
+fn reactor_stdin() -> Option<StdinEnd> {
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    let end: Option<StdinEnd> = match reactor_fd(stdin.as_fd())? {
+        (fd, StdioKind::Pipe) => tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+            .ok()
+            .map(|r| Box::new(r) as StdinEnd),
+        (fd, StdioKind::UnixSocket) => tokio::net::UnixStream::from_std(fd.into())
+            .ok()
+            .map(|s| Box::new(s) as StdinEnd),
+    };
+    if end.is_none() {
+        blocking_again(stdin.as_fd());
+    }
+    end
+}
+
+#[cfg(unix)]
+fn reactor_stdout() -> Option<StdoutEnd> {
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let end: Option<StdoutEnd> = match reactor_fd(stdout.as_fd())? {
+        (fd, StdioKind::Pipe) => tokio::net::unix::pipe::Sender::from_owned_fd(fd)
+            .ok()
+            .map(|w| Box::new(w) as StdoutEnd),
+        (fd, StdioKind::UnixSocket) => tokio::net::UnixStream::from_std(fd.into())
+            .ok()
+            .map(|s| Box::new(s) as StdoutEnd),
+    };
+    if end.is_none() {
+        blocking_again(stdout.as_fd());
+    }
+    end
+}
+
+/// Puts `fd` back in blocking mode, for tokio's thread-backed stdio, when
+/// it could not be served on the reactor after all.
+#[cfg(unix)]
+fn blocking_again(fd: std::os::fd::BorrowedFd<'_>) {
+    if let Ok(copy) = fd.try_clone_to_owned() {
+        // Sets the mode of the shared open file, whatever its type.
+        let _ = std::os::unix::net::UnixStream::from(copy).set_nonblocking(false);
     }
 }
 
 #[cfg(not(unix))]
-fn stdio_pipes() -> Option<(tokio::io::Stdin, tokio::io::Stdout)> {
+fn reactor_stdin() -> Option<StdinEnd> {
+    None
+}
+
+#[cfg(not(unix))]
+fn reactor_stdout() -> Option<StdoutEnd> {
     None
 }
 

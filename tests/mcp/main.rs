@@ -28,6 +28,8 @@ mod protocol_errors;
 #[cfg(feature = "local")]
 mod rmcp_http;
 mod stdio;
+#[cfg(target_os = "linux")]
+mod stdio_ends;
 mod stdio_results;
 mod tasks;
 mod tools;

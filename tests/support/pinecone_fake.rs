@@ -207,6 +207,10 @@ impl PineconeFake {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         *state.base.lock().unwrap() = url.clone();
+        // Answers leave at once, not after the client's delayed ACK.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -429,10 +433,17 @@ async fn search(
     let fields: Option<Vec<String>> = body
         .get("fields")
         .and_then(|f| serde_json::from_value(f.clone()).ok());
-    let records = state.records.lock().unwrap().clone();
+    // Only the namespace's matching records are copied out of the lock.
+    let records: Vec<Record> = state
+        .records
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.index == fam && r.namespace == ns && filter_matches(&r.fields, &filter))
+        .cloned()
+        .collect();
     let mut hits: Vec<(f64, Record)> = records
         .into_iter()
-        .filter(|r| r.index == fam && r.namespace == ns && filter_matches(&r.fields, &filter))
         .map(|r| {
             let text = format!(
                 "{} {}",
