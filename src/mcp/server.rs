@@ -69,6 +69,9 @@ pub struct NexusMcp {
     info: Arc<OnceLock<ServerConfig>>,
     /// Whether this session answered `initialize`: a second one is refused.
     initialized: Arc<AtomicBool>,
+    /// The tools whose output schema has an `experimental` member (where
+    /// degradation is reported), worked out once for these families.
+    degradable: Arc<OnceLock<Box<[Box<str>]>>>,
 }
 
 impl Default for NexusMcp {
@@ -83,6 +86,7 @@ impl Default for NexusMcp {
             tasks: Arc::new(TaskSeal::random()),
             info: Arc::default(),
             initialized: Arc::default(),
+            degradable: Arc::default(),
         }
     }
 }
@@ -121,6 +125,7 @@ impl NexusMcp {
     pub fn with_nexus(mut self, nexus: NexusServer) -> Self {
         self.nexus = Some(Arc::new(nexus));
         self.info = Arc::default();
+        self.degradable = Arc::default();
         self
     }
 
@@ -128,6 +133,7 @@ impl NexusMcp {
     pub fn with_pinecone(mut self, pinecone: PineconeServer) -> Self {
         self.pinecone = Some(Arc::new(pinecone));
         self.info = Arc::default();
+        self.degradable = Arc::default();
         self
     }
 
@@ -220,6 +226,32 @@ impl NexusMcp {
                 )),
             )
         }
+    }
+
+    /// Whether `tool`'s output can report degradation (its output schema
+    /// has an `experimental` member): only those results are read for it.
+    fn degradable(&self, tool: &str) -> bool {
+        let names = self.degradable.get_or_init(|| {
+            let mut tools = Vec::new();
+            if let Some(nexus) = &self.nexus {
+                tools.extend(nexus.tools());
+            }
+            if let Some(pinecone) = &self.pinecone {
+                tools.extend(pinecone.tools());
+            }
+            tools
+                .into_iter()
+                .filter(|t| {
+                    t.output_schema
+                        .as_ref()
+                        .and_then(|s| s.get("properties"))
+                        .and_then(serde_json::Value::as_object)
+                        .is_some_and(|p| p.contains_key("experimental"))
+                })
+                .map(|t| Box::from(&*t.name))
+                .collect()
+        });
+        names.iter().any(|name| &**name == tool)
     }
 
     /// The capabilities, server info and instructions of these families.
@@ -536,7 +568,8 @@ impl NexusMcp {
         } else {
             self.slow_call
         };
-        let mut notes = logging::notes_for(tool.name(), &response, took, slow);
+        let degradable = self.degradable(tool.name());
+        let mut notes = logging::notes_for(tool.name(), degradable, &response, took, slow);
         notes.extend(logging::retried(tool.name(), family, retries));
         if !notes.is_empty() {
             // The session's level as it is when the notes go out: a

@@ -109,9 +109,15 @@ fn from_text() -> bool {
 }
 
 fn placeholder_value() -> Value {
-    let mut map = serde_json::Map::with_capacity(1);
-    map.insert(placeholder().to_owned(), Value::Bool(true));
-    Value::Object(map)
+    // Built once: a clone copies it without hashing its key again.
+    static VALUE: OnceLock<Value> = OnceLock::new();
+    VALUE
+        .get_or_init(|| {
+            let mut map = serde_json::Map::with_capacity(1);
+            map.insert(placeholder().to_owned(), Value::Bool(true));
+            Value::Object(map)
+        })
+        .clone()
 }
 
 fn text_result(text: String, structured: Value) -> CallToolResponse {
@@ -161,9 +167,14 @@ fn placeholder_text(message: &mut ServerJsonRpcMessage) -> Option<&mut String> {
 
 /// Whether `value` is the placeholder `structuredContent`.
 fn is_placeholder(value: &Value) -> bool {
-    value
-        .as_object()
-        .is_some_and(|map| map.len() == 1 && map.get(placeholder()) == Some(&Value::Bool(true)))
+    // Its one entry compared in place: no hashing of the long key.
+    value.as_object().is_some_and(|map| {
+        map.len() == 1
+            && map
+                .iter()
+                .next()
+                .is_some_and(|(k, v)| k == placeholder() && *v == Value::Bool(true))
+    })
 }
 
 /// How the answer around a placeholder result is found.
@@ -259,6 +270,56 @@ fn write_escaped(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
     serde_json::to_writer(out, text)
 }
 
+/// Writes `message` into `out` when it is a tool result with the
+/// placeholder `structuredContent` and only the fields written here: the
+/// envelope as rmcp's types serialize it (the same bytes; see the tests),
+/// the text escaped once and copied once as the structured content.
+/// `false`, with nothing written, for any other message.
+fn write_tool_answer(
+    message: &ServerJsonRpcMessage,
+    out: &mut Vec<u8>,
+) -> serde_json::Result<bool> {
+    let JsonRpcMessage::Response(response) = message else {
+        return Ok(false);
+    };
+    let ServerResult::CallToolResult(result) = &response.result else {
+        return Ok(false);
+    };
+    let (Some(structured), [ContentBlock::Text(text)]) =
+        (&result.structured_content, result.content.as_slice())
+    else {
+        return Ok(false);
+    };
+    if result.meta.is_some()
+        || text.meta.is_some()
+        || text.annotations.is_some()
+        || !is_placeholder(structured)
+    {
+        return Ok(false);
+    }
+    let text = text.text.as_str();
+    out.reserve(text.len().saturating_mul(2).saturating_add(128));
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    serde_json::to_writer(&mut *out, &response.id)?;
+    out.extend_from_slice(b",\"result\":{");
+    if let Some(kind) = &result.result_type {
+        out.extend_from_slice(b"\"resultType\":");
+        serde_json::to_writer(&mut *out, kind)?;
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"content\":[{\"type\":\"text\",\"text\":");
+    write_escaped(text, out)?;
+    out.extend_from_slice(b"}],\"structuredContent\":");
+    out.extend_from_slice(text.as_bytes());
+    match result.is_error {
+        Some(true) => out.extend_from_slice(b",\"isError\":true"),
+        Some(false) => out.extend_from_slice(b",\"isError\":false"),
+        None => {}
+    }
+    out.extend_from_slice(b"}}");
+    Ok(true)
+}
+
 /// Serializes `message` into `out`, writing a placeholder
 /// `structuredContent` as the result's text, unescaped.
 ///
@@ -268,6 +329,9 @@ pub(crate) fn splice_structured(
     mut message: ServerJsonRpcMessage,
     out: &mut Vec<u8>,
 ) -> serde_json::Result<()> {
+    if write_tool_answer(&message, out)? {
+        return Ok(());
+    }
     let markers = markers();
     let Some(slot) = placeholder_text(&mut message) else {
         return serde_json::to_writer(out, &message);
@@ -356,6 +420,64 @@ mod tests {
         );
         let value: Value = serde_json::from_slice(&spliced[13..]).unwrap();
         assert_eq!(value["result"]["structuredContent"]["count"], 3);
+    }
+
+    /// `result` answered to request `id`, with its type discriminator,
+    /// error flag and text annotations set as given.
+    fn variant(
+        result: CallToolResponse,
+        id: RequestId,
+        kind: Option<rmcp::model::ResultType>,
+        is_error: Option<bool>,
+        annotated: bool,
+    ) -> ServerJsonRpcMessage {
+        let mut message = message(result);
+        if let JsonRpcMessage::Response(response) = &mut message {
+            response.id = id;
+            if let ServerResult::CallToolResult(result) = &mut response.result {
+                result.result_type = kind;
+                result.is_error = is_error;
+                if annotated && let [ContentBlock::Text(text)] = result.content.as_mut_slice() {
+                    text.annotations = Some(rmcp::model::Annotations::default());
+                }
+            }
+        }
+        message
+    }
+
+    #[tokio::test]
+    async fn every_envelope_is_written_as_rmcp_writes_it() {
+        let ids = [
+            RequestId::Number(0),
+            RequestId::Number(-12),
+            RequestId::String("a \"quoted\" id".into()),
+        ];
+        let kinds = [None, Some(rmcp::model::ResultType::COMPLETE)];
+        for id in ids {
+            for kind in &kinds {
+                for is_error in [None, Some(false), Some(true)] {
+                    for annotated in [false, true] {
+                        let with_tree = Structured(output()).into_call_tool_result().unwrap();
+                        let tree =
+                            variant(with_tree, id.clone(), kind.clone(), is_error, annotated);
+                        let expected = serde_json::to_string(&tree).unwrap();
+                        let from_text = FROM_TEXT
+                            .scope((), async { Structured(output()).into_call_tool_result() })
+                            .await
+                            .unwrap();
+                        let placed =
+                            variant(from_text, id.clone(), kind.clone(), is_error, annotated);
+                        let mut spliced = Vec::new();
+                        splice_structured(placed, &mut spliced).unwrap();
+                        assert_eq!(
+                            std::str::from_utf8(&spliced).unwrap(),
+                            expected,
+                            "{id:?} {kind:?} {is_error:?} {annotated}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[tokio::test]
