@@ -198,9 +198,21 @@ impl NexusMcp {
         }
     }
 
-    /// Hands a call to the family that serves its tool.
+    /// The family that serves tool `name`, if any.
+    fn family_of(&self, name: &str) -> Option<Family<'_>> {
+        if let Some(nexus) = self.nexus.as_deref().filter(|n| n.has_tool(name)) {
+            Some(Family::Nexus(nexus))
+        } else {
+            self.pinecone
+                .as_deref()
+                .filter(|p| p.has_tool(name))
+                .map(Family::Pinecone)
+        }
+    }
+
+    /// Hands a call to `family`, the one that serves its tool.
     async fn route_call(
-        &self,
+        family: Option<Family<'_>>,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> (&'static str, Result<CallToolResponse, ErrorData>) {
@@ -209,22 +221,21 @@ impl NexusMcp {
         // Each family's call boxed: the future of every call is then small,
         // and moving it (as rmcp and `call_tool` do) copies a few bytes, not
         // the largest family's whole state.
-        if let Some(nexus) = self.nexus.as_ref().filter(|n| n.has_tool(&request.name)) {
-            ("nexus", Box::pin(nexus.call_tool(request, context)).await)
-        } else if let Some(pinecone) = self.pinecone.as_ref().filter(|p| p.has_tool(&request.name))
-        {
-            (
+        match family {
+            Some(Family::Nexus(nexus)) => {
+                ("nexus", Box::pin(nexus.call_tool(request, context)).await)
+            }
+            Some(Family::Pinecone(pinecone)) => (
                 "pinecone",
                 Box::pin(pinecone.call_tool(request, context)).await,
-            )
-        } else {
-            (
+            ),
+            None => (
                 "none",
                 Err(ErrorData::invalid_params(
                     format!("unknown tool `{}`", request.name),
                     None,
                 )),
-            )
+            ),
         }
     }
 
@@ -293,6 +304,13 @@ impl NexusMcp {
         }
         text
     }
+}
+
+/// The tool family a call goes to.
+#[derive(Clone, Copy)]
+enum Family<'a> {
+    Nexus(&'a NexusServer),
+    Pinecone(&'a PineconeServer),
 }
 
 /// Refuses a cursor on a list that has one page: no cursor this server
@@ -510,14 +528,8 @@ impl NexusMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let start = std::time::Instant::now();
         // Only names this server serves become labels or log fields.
-        let served = self
-            .nexus
-            .as_ref()
-            .is_some_and(|n| n.has_tool(&request.name))
-            || self
-                .pinecone
-                .as_ref()
-                .is_some_and(|p| p.has_tool(&request.name));
+        let family = self.family_of(&request.name);
+        let served = family.is_some();
         let tool = self
             .metrics
             .tool(if served { &request.name } else { "unknown" });
@@ -540,7 +552,7 @@ impl NexusMcp {
         let from_text = super::structured::writes_from_text(&context.extensions);
         let ((family, result), retries) = counting_retries(super::structured::scoped(
             from_text,
-            self.route_call(request, context),
+            Self::route_call(family, request, context),
         ))
         .await;
         let outcome = outcome(&result);

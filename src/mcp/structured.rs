@@ -255,19 +255,64 @@ pub(crate) fn expect_suffix(suffix: &Arc<EscapedSuffix>) {
     }
 }
 
+/// The longest string [`write_string`] escapes byte by byte; longer ones
+/// go through serde_json, which copies the runs between escapes.
+const SHORT_STRING: usize = 256;
+
+/// Writes `text` as a JSON string, escaped exactly as serde_json escapes
+/// it (`\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00xx` for other
+/// control characters; everything else as it is).
+fn write_string(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    if text.len() > SHORT_STRING {
+        return serde_json::to_writer(out, text);
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    // Room for the longest escaping (`\u00xx`, six bytes a byte) and quotes.
+    out.reserve(text.len().saturating_mul(6).saturating_add(2));
+    out.push(b'"');
+    for &b in text.as_bytes() {
+        let escape = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            0x08 => b'b',
+            0x0c => b'f',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x00..=0x1f => b'u',
+            _ => {
+                out.push(b);
+                continue;
+            }
+        };
+        out.push(b'\\');
+        out.push(escape);
+        if escape == b'u' {
+            out.extend_from_slice(&[
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ]);
+        }
+    }
+    out.push(b'"');
+    Ok(())
+}
+
 /// Writes `text` as a JSON string.
 fn write_escaped(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
     let expected = EXPECTED_SUFFIX.lock().ok().and_then(|slot| slot.upgrade());
     if let Some(suffix) = expected
         && let Some(head) = text.strip_suffix(&*suffix.raw)
     {
-        serde_json::to_writer(&mut *out, head)?;
+        write_string(head, out)?;
         out.pop();
         out.extend_from_slice(suffix.escaped.as_bytes());
         out.push(b'"');
         return Ok(());
     }
-    serde_json::to_writer(out, text)
+    write_string(text, out)
 }
 
 /// Writes `message` into `out` when it is a tool result with the
@@ -501,6 +546,36 @@ mod tests {
                 std::str::from_utf8(&expected).unwrap(),
                 "suffix {suffix:?}"
             );
+        }
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let mut every_ascii: String = (0u8..0x80).map(char::from).collect();
+        every_ascii.push_str("é \u{2028} \u{1F600} \u{7f}");
+        let long = every_ascii.repeat(4);
+        for text in [
+            "",
+            "plain",
+            "a \"b\" \\ c",
+            every_ascii.as_str(),
+            long.as_str(),
+        ] {
+            for cut in [0, 1, 7, text.len()] {
+                let Some(text) = text.get(..cut.min(text.len())).or(Some(text)) else {
+                    continue;
+                };
+                let mut out = Vec::new();
+                write_string(text, &mut out).unwrap();
+                assert_eq!(
+                    std::str::from_utf8(&out).unwrap(),
+                    serde_json::to_string(text).unwrap(),
+                    "{text:?}"
+                );
+            }
+            let mut out = b"kept".to_vec();
+            write_string(text, &mut out).unwrap();
+            assert_eq!(out[4..], *serde_json::to_string(text).unwrap().as_bytes());
         }
     }
 

@@ -255,11 +255,12 @@ impl Registry {
         &self,
         source: Option<&Source>,
     ) -> Result<NamespaceView, Failure> {
-        let targets: Vec<&Source> = match source {
-            Some(s) => vec![s],
-            None => self.sources.iter().collect(),
+        // One source (the common case) is read without gathering targets.
+        let only = match (source, self.sources.as_slice()) {
+            (Some(s), _) | (None, [s]) => Some(s),
+            _ => None,
         };
-        if let [only] = targets.as_slice() {
+        if let Some(only) = only {
             let (d, hit, remaining) = self.discover(only).await?;
             return Ok(NamespaceView {
                 found: Found::One(d),
@@ -268,6 +269,7 @@ impl Registry {
                 source_errors: Map::new(),
             });
         }
+        let targets = &self.sources;
         let results = futures::future::join_all(targets.iter().map(|s| self.discover(s))).await;
         let mut merged = Discovery::default();
         let mut view = NamespaceView {
