@@ -56,15 +56,65 @@ pub(crate) fn structured_field<'a>(
     use std::borrow::Cow;
     match (&result.structured_content, result.content.as_slice()) {
         (Some(value), [ContentBlock::Text(text)]) if is_placeholder(value) => {
-            // Parsed only when the key is there at all.
+            // Parsed only when the key is there at all, and then only the
+            // key's value is built: the rest is skipped.
             let quoted = format!("\"{key}\"");
             memchr::memmem::find(text.text.as_bytes(), quoted.as_bytes())?;
-            let mut value: Value = serde_json::from_str(&text.text).ok()?;
-            value.get_mut(key).map(|v| Cow::Owned(v.take()))
+            field_of_text(&text.text, key).map(Cow::Owned)
         }
         (Some(value), _) => value.get(key).map(Cow::Borrowed),
         _ => None,
     }
+}
+
+/// Member `key` of the JSON object `text` (the last one, as a whole parse
+/// keeps), with every other member skipped rather than built.
+fn field_of_text(text: &str, key: &str) -> Option<Value> {
+    use serde::Deserializer as _;
+    use serde::de::{IgnoredAny, MapAccess, Visitor};
+
+    /// Whether a map key is the one wanted.
+    struct IsKey<'k>(&'k str);
+    impl<'de> serde::de::DeserializeSeed<'de> for IsKey<'_> {
+        type Value = bool;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl Visitor<'_> for IsKey<'_> {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a key")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
+            Ok(v == self.0)
+        }
+    }
+
+    /// The wanted member of an object.
+    struct Member<'k>(&'k str);
+    impl<'de> Visitor<'de> for Member<'_> {
+        type Value = Option<Value>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            while let Some(wanted) = map.next_key_seed(IsKey(self.0))? {
+                if wanted {
+                    found = Some(map.next_value::<Value>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_str(text);
+    let found = (&mut de).deserialize_map(Member(key)).ok()?;
+    de.end().ok()?;
+    found
 }
 
 /// The key of the placeholder `structuredContent` (`{"<key>":true}`) of a
@@ -546,6 +596,25 @@ mod tests {
                 std::str::from_utf8(&expected).unwrap(),
                 "suffix {suffix:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_member_read_from_text_is_the_member_of_the_whole_parse() {
+        for text in [
+            r#"{"a":1,"experimental":{"x":[1,{"y":"z"}]},"b":"\"experimental\""}"#,
+            r#"{"experimental":1,"experimental":{"last":true}}"#,
+            r#"{"exp\u0065rimental":"escaped key","n":null}"#,
+            r#"{"other":{"experimental":"nested only"}}"#,
+            r#"{"experimental":null}"#,
+            r#"[1,2]"#,
+            r#"{"experimental":1} trailing"#,
+            "not json",
+        ] {
+            let whole: Option<Value> = serde_json::from_str::<Value>(text)
+                .ok()
+                .and_then(|v| v.get("experimental").cloned());
+            assert_eq!(field_of_text(text, "experimental"), whole, "{text}");
         }
     }
 
