@@ -305,47 +305,64 @@ pub(crate) fn expect_suffix(suffix: &Arc<EscapedSuffix>) {
     }
 }
 
-/// The longest string [`write_string`] escapes byte by byte; longer ones
-/// go through serde_json, which copies the runs between escapes.
+/// The longest string [`write_string`] escapes itself; longer ones go
+/// through serde_json.
 const SHORT_STRING: usize = 256;
+
+/// What each byte is written as inside a JSON string: `0` as itself, `u`
+/// as `\u00xx`, any other as a backslash and that byte.
+static ESCAPES: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[0x08] = b'b';
+    table[0x0c] = b'f';
+    table[b'\n' as usize] = b'n';
+    table[b'\r' as usize] = b'r';
+    table[b'\t' as usize] = b't';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
 
 /// Writes `text` as a JSON string, escaped exactly as serde_json escapes
 /// it (`\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00xx` for other
-/// control characters; everything else as it is).
+/// control characters; everything else as it is): runs of plain bytes are
+/// copied whole.
 fn write_string(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
     if text.len() > SHORT_STRING {
         return serde_json::to_writer(out, text);
     }
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
     // Room for the longest escaping (`\u00xx`, six bytes a byte) and quotes.
-    out.reserve(text.len().saturating_mul(6).saturating_add(2));
+    out.reserve(bytes.len().saturating_mul(6).saturating_add(2));
     out.push(b'"');
-    for &b in text.as_bytes() {
-        let escape = match b {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            0x08 => b'b',
-            0x0c => b'f',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            b'\t' => b't',
-            0x00..=0x1f => b'u',
-            _ => {
-                out.push(b);
-                continue;
-            }
-        };
-        out.push(b'\\');
-        out.push(escape);
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape = ESCAPES[usize::from(b)];
+        if escape == 0 {
+            continue;
+        }
+        out.extend_from_slice(bytes.get(run..i).unwrap_or_default());
+        run = i + 1;
         if escape == b'u' {
             out.extend_from_slice(&[
+                b'\\',
+                b'u',
                 b'0',
                 b'0',
                 HEX[usize::from(b >> 4)],
                 HEX[usize::from(b & 0xf)],
             ]);
+        } else {
+            out.extend_from_slice(&[b'\\', escape]);
         }
     }
+    out.extend_from_slice(bytes.get(run..).unwrap_or_default());
     out.push(b'"');
     Ok(())
 }

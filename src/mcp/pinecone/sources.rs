@@ -59,6 +59,8 @@ pub(super) struct CachedDiscovery {
     /// The text with its escaping, or `None` when they are longer than
     /// [`MAX_LISTING_BYTES`].
     listing: OnceLock<Option<Arc<EscapedSuffix>>>,
+    /// When this entry expires, as `expires_at_iso` writes it.
+    expiry: OnceLock<String>,
 }
 
 impl CachedDiscovery {
@@ -66,7 +68,14 @@ impl CachedDiscovery {
         CachedDiscovery {
             discovery,
             listing: OnceLock::new(),
+            expiry: OnceLock::new(),
         }
+    }
+
+    /// When this entry expires, written by `write` on the first call: the
+    /// entry's expiry is one instant, whenever it is asked for.
+    pub(super) fn expiry(&self, write: impl FnOnce() -> String) -> &str {
+        self.expiry.get_or_init(write)
     }
 
     /// The text `write` makes from this discovery, written (and escaped)
