@@ -175,7 +175,8 @@ async fn list_namespaces_reports_fields_hides_reserved_namespace_and_caches() {
     let second = h.ok("list_namespaces", json!({})).await;
     assert_eq!(second["cache_hit"], true);
     assert_eq!(h.fake.count("stats:kb"), 1);
-    // One cache entry expires at one instant, whenever it is asked.
+    // One cache entry expires at one instant, whenever it is asked (its
+    // text is written once per entry).
     assert_eq!(second["expires_at_iso"], first["expires_at_iso"]);
 }
 

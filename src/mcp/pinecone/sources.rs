@@ -399,3 +399,19 @@ impl Registry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_writes_its_expiry_once() {
+        let entry = CachedDiscovery::new(Discovery::default());
+        assert_eq!(
+            entry.expiry(|| "2026-12-02T17:00:00.000Z".to_owned()),
+            "2026-12-02T17:00:00.000Z"
+        );
+        let later = entry.expiry(|| unreachable!("written once"));
+        assert_eq!(later, "2026-12-02T17:00:00.000Z");
+    }
+}
