@@ -99,15 +99,18 @@ pub(crate) struct Note {
 }
 
 /// The messages a finished call deserves: degradation found in its
-/// structured result, and slowness.
+/// structured result (looked for only when the tool's output can hold an
+/// `experimental` member: `degradable`), and slowness.
 pub(crate) fn notes_for(
     tool: &str,
+    degradable: bool,
     result: &CallToolResponse,
     took: Duration,
     slow: Duration,
 ) -> Vec<Note> {
     let mut notes = Vec::new();
-    if let CallToolResponse::Complete(r) = result
+    if degradable
+        && let CallToolResponse::Complete(r) = result
         && let Some(experimental) = super::structured::structured_field(r, "experimental")
     {
         notes.extend(degradation(tool, &experimental));
@@ -227,25 +230,37 @@ mod tests {
             "degraded": true,
             "degradation_reason": format!("rerank_failed: api_key={key}")
         }}));
-        let notes = notes_for("query", &degraded, Duration::ZERO, DEFAULT_SLOW_CALL);
+        let notes = notes_for("query", true, &degraded, Duration::ZERO, DEFAULT_SLOW_CALL);
         assert_eq!(notes.len(), 1);
         assert_eq!(notes[0].level, LoggingLevel::Warning);
         assert!(!notes[0].data.to_string().contains(key), "{:?}", notes[0]);
 
         let leg = result(json!({"experimental": {"hybrid_leg_failed": "sparse"}}));
-        let notes = notes_for("query", &leg, Duration::ZERO, DEFAULT_SLOW_CALL);
+        let notes = notes_for("query", true, &leg, Duration::ZERO, DEFAULT_SLOW_CALL);
         assert_eq!(notes[0].level, LoggingLevel::Notice);
 
         let plain = result(json!({"results": []}));
-        assert!(notes_for("query", &plain, Duration::ZERO, DEFAULT_SLOW_CALL).is_empty());
+        assert!(notes_for("query", true, &plain, Duration::ZERO, DEFAULT_SLOW_CALL).is_empty());
         let slow = notes_for(
             "query",
+            true,
             &plain,
             Duration::from_secs(3),
             Duration::from_secs(2),
         );
         assert_eq!(slow[0].level, LoggingLevel::Notice);
         assert_eq!(slow[0].data["duration_ms"], 3000);
+        // A tool whose output has no `experimental` is not read for it.
+        assert!(
+            notes_for(
+                "list_namespaces",
+                false,
+                &degraded,
+                Duration::ZERO,
+                DEFAULT_SLOW_CALL
+            )
+            .is_empty()
+        );
     }
 
     #[test]

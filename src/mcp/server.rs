@@ -69,6 +69,9 @@ pub struct NexusMcp {
     info: Arc<OnceLock<ServerConfig>>,
     /// Whether this session answered `initialize`: a second one is refused.
     initialized: Arc<AtomicBool>,
+    /// The tools whose output schema has an `experimental` member (where
+    /// degradation is reported), worked out once for these families.
+    degradable: Arc<OnceLock<Box<[Box<str>]>>>,
 }
 
 impl Default for NexusMcp {
@@ -83,6 +86,7 @@ impl Default for NexusMcp {
             tasks: Arc::new(TaskSeal::random()),
             info: Arc::default(),
             initialized: Arc::default(),
+            degradable: Arc::default(),
         }
     }
 }
@@ -121,6 +125,7 @@ impl NexusMcp {
     pub fn with_nexus(mut self, nexus: NexusServer) -> Self {
         self.nexus = Some(Arc::new(nexus));
         self.info = Arc::default();
+        self.degradable = Arc::default();
         self
     }
 
@@ -128,6 +133,7 @@ impl NexusMcp {
     pub fn with_pinecone(mut self, pinecone: PineconeServer) -> Self {
         self.pinecone = Some(Arc::new(pinecone));
         self.info = Arc::default();
+        self.degradable = Arc::default();
         self
     }
 
@@ -192,9 +198,21 @@ impl NexusMcp {
         }
     }
 
-    /// Hands a call to the family that serves its tool.
+    /// The family that serves tool `name`, if any.
+    fn family_of(&self, name: &str) -> Option<Family<'_>> {
+        if let Some(nexus) = self.nexus.as_deref().filter(|n| n.has_tool(name)) {
+            Some(Family::Nexus(nexus))
+        } else {
+            self.pinecone
+                .as_deref()
+                .filter(|p| p.has_tool(name))
+                .map(Family::Pinecone)
+        }
+    }
+
+    /// Hands a call to `family`, the one that serves its tool.
     async fn route_call(
-        &self,
+        family: Option<Family<'_>>,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> (&'static str, Result<CallToolResponse, ErrorData>) {
@@ -203,23 +221,48 @@ impl NexusMcp {
         // Each family's call boxed: the future of every call is then small,
         // and moving it (as rmcp and `call_tool` do) copies a few bytes, not
         // the largest family's whole state.
-        if let Some(nexus) = self.nexus.as_ref().filter(|n| n.has_tool(&request.name)) {
-            ("nexus", Box::pin(nexus.call_tool(request, context)).await)
-        } else if let Some(pinecone) = self.pinecone.as_ref().filter(|p| p.has_tool(&request.name))
-        {
-            (
+        match family {
+            Some(Family::Nexus(nexus)) => {
+                ("nexus", Box::pin(nexus.call_tool(request, context)).await)
+            }
+            Some(Family::Pinecone(pinecone)) => (
                 "pinecone",
                 Box::pin(pinecone.call_tool(request, context)).await,
-            )
-        } else {
-            (
+            ),
+            None => (
                 "none",
                 Err(ErrorData::invalid_params(
                     format!("unknown tool `{}`", request.name),
                     None,
                 )),
-            )
+            ),
         }
+    }
+
+    /// Whether `tool`'s output can report degradation (its output schema
+    /// has an `experimental` member): only those results are read for it.
+    fn degradable(&self, tool: &str) -> bool {
+        let names = self.degradable.get_or_init(|| {
+            let mut tools = Vec::new();
+            if let Some(nexus) = &self.nexus {
+                tools.extend(nexus.tools());
+            }
+            if let Some(pinecone) = &self.pinecone {
+                tools.extend(pinecone.tools());
+            }
+            tools
+                .into_iter()
+                .filter(|t| {
+                    t.output_schema
+                        .as_ref()
+                        .and_then(|s| s.get("properties"))
+                        .and_then(serde_json::Value::as_object)
+                        .is_some_and(|p| p.contains_key("experimental"))
+                })
+                .map(|t| Box::from(&*t.name))
+                .collect()
+        });
+        names.iter().any(|name| &**name == tool)
     }
 
     /// The capabilities, server info and instructions of these families.
@@ -261,6 +304,13 @@ impl NexusMcp {
         }
         text
     }
+}
+
+/// The tool family a call goes to.
+#[derive(Clone, Copy)]
+enum Family<'a> {
+    Nexus(&'a NexusServer),
+    Pinecone(&'a PineconeServer),
 }
 
 /// Refuses a cursor on a list that has one page: no cursor this server
@@ -478,14 +528,8 @@ impl NexusMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let start = std::time::Instant::now();
         // Only names this server serves become labels or log fields.
-        let served = self
-            .nexus
-            .as_ref()
-            .is_some_and(|n| n.has_tool(&request.name))
-            || self
-                .pinecone
-                .as_ref()
-                .is_some_and(|p| p.has_tool(&request.name));
+        let family = self.family_of(&request.name);
+        let served = family.is_some();
         let tool = self
             .metrics
             .tool(if served { &request.name } else { "unknown" });
@@ -508,7 +552,7 @@ impl NexusMcp {
         let from_text = super::structured::writes_from_text(&context.extensions);
         let ((family, result), retries) = counting_retries(super::structured::scoped(
             from_text,
-            self.route_call(request, context),
+            Self::route_call(family, request, context),
         ))
         .await;
         let outcome = outcome(&result);
@@ -536,7 +580,8 @@ impl NexusMcp {
         } else {
             self.slow_call
         };
-        let mut notes = logging::notes_for(tool.name(), &response, took, slow);
+        let degradable = self.degradable(tool.name());
+        let mut notes = logging::notes_for(tool.name(), degradable, &response, took, slow);
         notes.extend(logging::retried(tool.name(), family, retries));
         if !notes.is_empty() {
             // The session's level as it is when the notes go out: a

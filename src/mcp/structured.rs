@@ -56,15 +56,65 @@ pub(crate) fn structured_field<'a>(
     use std::borrow::Cow;
     match (&result.structured_content, result.content.as_slice()) {
         (Some(value), [ContentBlock::Text(text)]) if is_placeholder(value) => {
-            // Parsed only when the key is there at all.
+            // Parsed only when the key is there at all, and then only the
+            // key's value is built: the rest is skipped.
             let quoted = format!("\"{key}\"");
             memchr::memmem::find(text.text.as_bytes(), quoted.as_bytes())?;
-            let mut value: Value = serde_json::from_str(&text.text).ok()?;
-            value.get_mut(key).map(|v| Cow::Owned(v.take()))
+            field_of_text(&text.text, key).map(Cow::Owned)
         }
         (Some(value), _) => value.get(key).map(Cow::Borrowed),
         _ => None,
     }
+}
+
+/// Member `key` of the JSON object `text` (the last one, as a whole parse
+/// keeps), with every other member skipped rather than built.
+fn field_of_text(text: &str, key: &str) -> Option<Value> {
+    use serde::Deserializer as _;
+    use serde::de::{IgnoredAny, MapAccess, Visitor};
+
+    /// Whether a map key is the one wanted.
+    struct IsKey<'k>(&'k str);
+    impl<'de> serde::de::DeserializeSeed<'de> for IsKey<'_> {
+        type Value = bool;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl Visitor<'_> for IsKey<'_> {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a key")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
+            Ok(v == self.0)
+        }
+    }
+
+    /// The wanted member of an object.
+    struct Member<'k>(&'k str);
+    impl<'de> Visitor<'de> for Member<'_> {
+        type Value = Option<Value>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            while let Some(wanted) = map.next_key_seed(IsKey(self.0))? {
+                if wanted {
+                    found = Some(map.next_value::<Value>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_str(text);
+    let found = (&mut de).deserialize_map(Member(key)).ok()?;
+    de.end().ok()?;
+    found
 }
 
 /// The key of the placeholder `structuredContent` (`{"<key>":true}`) of a
@@ -109,9 +159,15 @@ fn from_text() -> bool {
 }
 
 fn placeholder_value() -> Value {
-    let mut map = serde_json::Map::with_capacity(1);
-    map.insert(placeholder().to_owned(), Value::Bool(true));
-    Value::Object(map)
+    // Built once: a clone copies it without hashing its key again.
+    static VALUE: OnceLock<Value> = OnceLock::new();
+    VALUE
+        .get_or_init(|| {
+            let mut map = serde_json::Map::with_capacity(1);
+            map.insert(placeholder().to_owned(), Value::Bool(true));
+            Value::Object(map)
+        })
+        .clone()
 }
 
 fn text_result(text: String, structured: Value) -> CallToolResponse {
@@ -161,9 +217,14 @@ fn placeholder_text(message: &mut ServerJsonRpcMessage) -> Option<&mut String> {
 
 /// Whether `value` is the placeholder `structuredContent`.
 fn is_placeholder(value: &Value) -> bool {
-    value
-        .as_object()
-        .is_some_and(|map| map.len() == 1 && map.get(placeholder()) == Some(&Value::Bool(true)))
+    // Its one entry compared in place: no hashing of the long key.
+    value.as_object().is_some_and(|map| {
+        map.len() == 1
+            && map
+                .iter()
+                .next()
+                .is_some_and(|(k, v)| k == placeholder() && *v == Value::Bool(true))
+    })
 }
 
 /// How the answer around a placeholder result is found.
@@ -244,19 +305,131 @@ pub(crate) fn expect_suffix(suffix: &Arc<EscapedSuffix>) {
     }
 }
 
+/// The longest string [`write_string`] escapes itself; longer ones go
+/// through serde_json.
+const SHORT_STRING: usize = 256;
+
+/// What each byte is written as inside a JSON string: `0` as itself, `u`
+/// as `\u00xx`, any other as a backslash and that byte.
+static ESCAPES: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[0x08] = b'b';
+    table[0x0c] = b'f';
+    table[b'\n' as usize] = b'n';
+    table[b'\r' as usize] = b'r';
+    table[b'\t' as usize] = b't';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+/// Writes `text` as a JSON string, escaped exactly as serde_json escapes
+/// it (`\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00xx` for other
+/// control characters; everything else as it is): runs of plain bytes are
+/// copied whole.
+fn write_string(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    if text.len() > SHORT_STRING {
+        return serde_json::to_writer(out, text);
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
+    // Room for the longest escaping (`\u00xx`, six bytes a byte) and quotes.
+    out.reserve(bytes.len().saturating_mul(6).saturating_add(2));
+    out.push(b'"');
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape = ESCAPES[usize::from(b)];
+        if escape == 0 {
+            continue;
+        }
+        out.extend_from_slice(bytes.get(run..i).unwrap_or_default());
+        run = i + 1;
+        if escape == b'u' {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', escape]);
+        }
+    }
+    out.extend_from_slice(bytes.get(run..).unwrap_or_default());
+    out.push(b'"');
+    Ok(())
+}
+
 /// Writes `text` as a JSON string.
 fn write_escaped(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
     let expected = EXPECTED_SUFFIX.lock().ok().and_then(|slot| slot.upgrade());
     if let Some(suffix) = expected
         && let Some(head) = text.strip_suffix(&*suffix.raw)
     {
-        serde_json::to_writer(&mut *out, head)?;
+        write_string(head, out)?;
         out.pop();
         out.extend_from_slice(suffix.escaped.as_bytes());
         out.push(b'"');
         return Ok(());
     }
-    serde_json::to_writer(out, text)
+    write_string(text, out)
+}
+
+/// Writes `message` into `out` when it is a tool result with the
+/// placeholder `structuredContent` and only the fields written here: the
+/// envelope as rmcp's types serialize it (the same bytes; see the tests),
+/// the text escaped once and copied once as the structured content.
+/// `false`, with nothing written, for any other message.
+fn write_tool_answer(
+    message: &ServerJsonRpcMessage,
+    out: &mut Vec<u8>,
+) -> serde_json::Result<bool> {
+    let JsonRpcMessage::Response(response) = message else {
+        return Ok(false);
+    };
+    let ServerResult::CallToolResult(result) = &response.result else {
+        return Ok(false);
+    };
+    let (Some(structured), [ContentBlock::Text(text)]) =
+        (&result.structured_content, result.content.as_slice())
+    else {
+        return Ok(false);
+    };
+    if result.meta.is_some()
+        || text.meta.is_some()
+        || text.annotations.is_some()
+        || !is_placeholder(structured)
+    {
+        return Ok(false);
+    }
+    let text = text.text.as_str();
+    out.reserve(text.len().saturating_mul(2).saturating_add(128));
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    serde_json::to_writer(&mut *out, &response.id)?;
+    out.extend_from_slice(b",\"result\":{");
+    if let Some(kind) = &result.result_type {
+        out.extend_from_slice(b"\"resultType\":");
+        serde_json::to_writer(&mut *out, kind)?;
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"content\":[{\"type\":\"text\",\"text\":");
+    write_escaped(text, out)?;
+    out.extend_from_slice(b"}],\"structuredContent\":");
+    out.extend_from_slice(text.as_bytes());
+    match result.is_error {
+        Some(true) => out.extend_from_slice(b",\"isError\":true"),
+        Some(false) => out.extend_from_slice(b",\"isError\":false"),
+        None => {}
+    }
+    out.extend_from_slice(b"}}");
+    Ok(true)
 }
 
 /// Serializes `message` into `out`, writing a placeholder
@@ -268,6 +441,9 @@ pub(crate) fn splice_structured(
     mut message: ServerJsonRpcMessage,
     out: &mut Vec<u8>,
 ) -> serde_json::Result<()> {
+    if write_tool_answer(&message, out)? {
+        return Ok(());
+    }
     let markers = markers();
     let Some(slot) = placeholder_text(&mut message) else {
         return serde_json::to_writer(out, &message);
@@ -358,6 +534,64 @@ mod tests {
         assert_eq!(value["result"]["structuredContent"]["count"], 3);
     }
 
+    /// `result` answered to request `id`, with its type discriminator,
+    /// error flag and text annotations set as given.
+    fn variant(
+        result: CallToolResponse,
+        id: RequestId,
+        kind: Option<rmcp::model::ResultType>,
+        is_error: Option<bool>,
+        annotated: bool,
+    ) -> ServerJsonRpcMessage {
+        let mut message = message(result);
+        if let JsonRpcMessage::Response(response) = &mut message {
+            response.id = id;
+            if let ServerResult::CallToolResult(result) = &mut response.result {
+                result.result_type = kind;
+                result.is_error = is_error;
+                if annotated && let [ContentBlock::Text(text)] = result.content.as_mut_slice() {
+                    text.annotations = Some(rmcp::model::Annotations::default());
+                }
+            }
+        }
+        message
+    }
+
+    #[tokio::test]
+    async fn every_envelope_is_written_as_rmcp_writes_it() {
+        let ids = [
+            RequestId::Number(0),
+            RequestId::Number(-12),
+            RequestId::String("a \"quoted\" id".into()),
+        ];
+        let kinds = [None, Some(rmcp::model::ResultType::COMPLETE)];
+        for id in ids {
+            for kind in &kinds {
+                for is_error in [None, Some(false), Some(true)] {
+                    for annotated in [false, true] {
+                        let with_tree = Structured(output()).into_call_tool_result().unwrap();
+                        let tree =
+                            variant(with_tree, id.clone(), kind.clone(), is_error, annotated);
+                        let expected = serde_json::to_string(&tree).unwrap();
+                        let from_text = FROM_TEXT
+                            .scope((), async { Structured(output()).into_call_tool_result() })
+                            .await
+                            .unwrap();
+                        let placed =
+                            variant(from_text, id.clone(), kind.clone(), is_error, annotated);
+                        let mut spliced = Vec::new();
+                        splice_structured(placed, &mut spliced).unwrap();
+                        assert_eq!(
+                            std::str::from_utf8(&spliced).unwrap(),
+                            expected,
+                            "{id:?} {kind:?} {is_error:?} {annotated}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[tokio::test]
     async fn a_text_ending_with_the_expected_suffix_is_written_the_same() {
         let with_tree = Structured(output()).into_call_tool_result().unwrap();
@@ -379,6 +613,55 @@ mod tests {
                 std::str::from_utf8(&expected).unwrap(),
                 "suffix {suffix:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_member_read_from_text_is_the_member_of_the_whole_parse() {
+        for text in [
+            r#"{"a":1,"experimental":{"x":[1,{"y":"z"}]},"b":"\"experimental\""}"#,
+            r#"{"experimental":1,"experimental":{"last":true}}"#,
+            r#"{"exp\u0065rimental":"escaped key","n":null}"#,
+            r#"{"other":{"experimental":"nested only"}}"#,
+            r#"{"experimental":null}"#,
+            r#"[1,2]"#,
+            r#"{"experimental":1} trailing"#,
+            "not json",
+        ] {
+            let whole: Option<Value> = serde_json::from_str::<Value>(text)
+                .ok()
+                .and_then(|v| v.get("experimental").cloned());
+            assert_eq!(field_of_text(text, "experimental"), whole, "{text}");
+        }
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let mut every_ascii: String = (0u8..0x80).map(char::from).collect();
+        every_ascii.push_str("é \u{2028} \u{1F600} \u{7f}");
+        let long = every_ascii.repeat(4);
+        for text in [
+            "",
+            "plain",
+            "a \"b\" \\ c",
+            every_ascii.as_str(),
+            long.as_str(),
+        ] {
+            for cut in [0, 1, 7, text.len()] {
+                let Some(text) = text.get(..cut.min(text.len())).or(Some(text)) else {
+                    continue;
+                };
+                let mut out = Vec::new();
+                write_string(text, &mut out).unwrap();
+                assert_eq!(
+                    std::str::from_utf8(&out).unwrap(),
+                    serde_json::to_string(text).unwrap(),
+                    "{text:?}"
+                );
+            }
+            let mut out = b"kept".to_vec();
+            write_string(text, &mut out).unwrap();
+            assert_eq!(out[4..], *serde_json::to_string(text).unwrap().as_bytes());
         }
     }
 

@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask,
-    Extensions, JsonObject, ProtocolVersion, RequestMetaObject, Task, TaskPayload, TaskStatus,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult,
+    DetailedTask, Extensions, JsonObject, ProtocolVersion, RequestMetaObject, Task, TaskPayload,
+    TaskStatus,
 };
 use secrecy::{ExposeSecret, SecretSlice};
 use serde_json::{Value, json};
@@ -373,6 +374,40 @@ fn complete(response: CallToolResponse) -> Result<CallToolResult, ErrorData> {
     }
 }
 
+/// `result` as the JSON object a completed task carries, the same as its
+/// serialization: its structured content and texts are moved into the
+/// object, not copied into a second tree.
+fn result_object(mut result: CallToolResult) -> Option<JsonObject> {
+    // Stand-ins keep each member's place; the values go in afterwards.
+    let structured = result
+        .structured_content
+        .as_mut()
+        .map(|v| std::mem::replace(v, Value::Null));
+    let texts: Vec<Option<String>> = result
+        .content
+        .iter_mut()
+        .map(|block| match block {
+            ContentBlock::Text(text) => Some(std::mem::take(&mut text.text)),
+            _ => None,
+        })
+        .collect();
+    let Ok(Value::Object(mut map)) = serde_json::to_value(&result) else {
+        return None;
+    };
+    if let Some(structured) = structured {
+        *map.get_mut("structuredContent")? = structured;
+    }
+    if texts.iter().any(Option::is_some) {
+        let blocks = map.get_mut("content")?.as_array_mut()?;
+        for (block, text) in blocks.iter_mut().zip(texts) {
+            if let Some(text) = text {
+                *block.get_mut("text")? = Value::String(text);
+            }
+        }
+    }
+    Some(map)
+}
+
 /// `tasks/get`'s answer for task `sealed` from `get_query`'s result.
 pub(crate) fn detailed(
     handle: &str,
@@ -383,9 +418,8 @@ pub(crate) fn detailed(
     let status = read_status(&result)?;
     let payload = match status {
         QueryStatus::Completed => {
-            let result = match serde_json::to_value(&result) {
-                Ok(Value::Object(map)) => map,
-                _ => return Err(ErrorData::internal_error("unencodable result", None)),
+            let Some(result) = result_object(result) else {
+                return Err(ErrorData::internal_error("unencodable result", None));
             };
             TaskPayload::Completed { result }
         }
@@ -480,6 +514,32 @@ mod tests {
         assert!(seal.open(a, &other_query, 2_000).is_none());
         assert!(seal.open(a, "qry_1", 2_000).is_none());
         assert!(TaskSeal::new(b"short").is_err());
+    }
+
+    #[test]
+    fn a_completed_result_is_the_object_of_its_serialization() {
+        let body = json!({"status": "completed", "answer": "a \"quoted\" answer", "n": 2});
+        let mut plain = CallToolResult::success(vec![
+            ContentBlock::text(body.to_string()),
+            ContentBlock::text("second"),
+        ]);
+        plain.structured_content = Some(body.clone());
+        let mut bare = CallToolResult::success(vec![ContentBlock::text("only text")]);
+        bare.is_error = None;
+        bare.result_type = None;
+        let mut with_meta = plain.clone();
+        with_meta.meta = Some(rmcp::model::MetaObject(JsonObject::from_iter([(
+            "k".to_owned(),
+            json!(1),
+        )])));
+        let mut null_structured = bare.clone();
+        null_structured.structured_content = Some(Value::Null);
+        let empty = CallToolResult::success(Vec::new());
+        for result in [plain, bare, with_meta, null_structured, empty] {
+            let expected = serde_json::to_string(&result).unwrap();
+            let object = result_object(result).expect("an object");
+            assert_eq!(serde_json::to_string(&object).unwrap(), expected);
+        }
     }
 
     #[test]

@@ -70,6 +70,14 @@ impl Binary {
     }
 
     async fn request(&mut self, method: &str, params: Value) -> Value {
+        let line = self.request_line(method, params).await;
+        let answer: Value = serde_json::from_str(&line).expect("one JSON message a line");
+        assert!(answer.get("error").is_none(), "{answer}");
+        answer["result"].clone()
+    }
+
+    /// The answer's line, as written.
+    async fn request_line(&mut self, method: &str, params: Value) -> String {
         let id = self.next_id;
         self.next_id += 1;
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
@@ -83,16 +91,14 @@ impl Binary {
                 );
                 let message: Value = serde_json::from_str(&line).expect("one JSON message a line");
                 if message["id"] == id {
-                    return message;
+                    return line.trim_end_matches('\n').to_owned();
                 }
                 self.notes.push(message);
             }
         };
-        let answer = tokio::time::timeout(Duration::from_secs(20), read)
+        tokio::time::timeout(Duration::from_secs(20), read)
             .await
-            .expect("an answer in time");
-        assert!(answer.get("error").is_none(), "{answer}");
-        answer["result"].clone()
+            .expect("an answer in time")
     }
 }
 
@@ -193,4 +199,74 @@ async fn a_degraded_result_over_stdio_still_sends_its_note() {
         n["method"] == "notifications/message" && n["params"]["data"]["event"] == "fallback"
     });
     assert!(fallback.is_some(), "{:?}", binary.notes);
+}
+
+/// The keys of a JSON object, in the order written.
+fn keys(value: &Value) -> Vec<&str> {
+    value
+        .as_object()
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn resources_and_prompts_over_stdio_are_written_as_before() {
+    let fake = PineconeFake::start().await;
+    let mut binary = Binary::start(&fake, "2025-11-25").await;
+    let reads = [
+        (
+            "resources/read",
+            json!({"uri": "pinecone://kb/wg21-papers"}),
+        ),
+        (
+            "prompts/get",
+            json!({"name": "research_namespace", "arguments": {
+                "index": "kb", "namespace": "wg21-papers", "topic": "coroutines \"safety\""
+            }}),
+        ),
+        ("resources/list", json!({})),
+        ("prompts/list", json!({})),
+        ("resources/templates/list", json!({})),
+    ];
+    for (method, params) in reads {
+        let line = binary.request_line(method, params).await;
+        // Written compactly, keys in their declared order: the bytes are
+        // those of the message's own serialization.
+        let answer: Value = serde_json::from_str(&line).expect("JSON");
+        assert!(answer.get("error").is_none(), "{line}");
+        assert_eq!(answer.to_string(), line, "{method}");
+        if method == "resources/read" {
+            let contents = &answer["result"]["contents"];
+            assert_eq!(contents.as_array().map(Vec::len), Some(1), "{line}");
+            let text = contents[0]["text"].as_str().expect("a text");
+            let body: Value = serde_json::from_str(text).expect("a JSON body");
+            // The body as the JSON object it always was: these keys, in
+            // this order, null where unknown, written compactly.
+            assert_eq!(
+                keys(&body),
+                [
+                    "index",
+                    "namespace",
+                    "source",
+                    "record_count",
+                    "metadata_fields",
+                    "schema_source",
+                    "description"
+                ],
+                "{text}"
+            );
+            let expected = json!({
+                "index": "kb",
+                "namespace": "wg21-papers",
+                "source": null,
+                "record_count": body["record_count"],
+                "metadata_fields": body["metadata_fields"],
+                "schema_source": body["schema_source"],
+                "description": body["description"],
+            });
+            assert_eq!(text, expected.to_string());
+            assert_eq!(body["record_count"], 4, "{text}");
+            assert!(body["metadata_fields"]["title"].is_string(), "{text}");
+        }
+    }
 }

@@ -7,6 +7,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::uri::{self, ResourceUri};
@@ -286,7 +287,7 @@ pub(super) async fn read(
                 .caller_context(ctx, &slug)
                 .await
                 .map_err(|e| failed(families, "nexus", &e, raw))?;
-            Ok(context_contents(raw, &context, sources))
+            context_contents(raw, &context, sources)
         }
         ResourceUri::Knowledge { slug, path } => {
             let Some(nexus) = families.nexus else {
@@ -318,40 +319,81 @@ pub(super) async fn read(
                         && (source.is_none() || uri_source(pinecone, r) == source.as_deref())
                 })
                 .ok_or_else(|| not_found(raw))?;
-            let body = json!({
-                "index": index,
-                "namespace": row.name,
-                "source": row.source,
-                "record_count": row.record_count,
-                "metadata_fields": row.metadata_fields,
-                "schema_source": row.schema_source,
-                "description": row.description,
-            });
+            let body = NamespaceBody {
+                index: &index,
+                namespace: &row.name,
+                source: row.source.as_deref(),
+                record_count: row.record_count,
+                metadata_fields: &row.metadata_fields,
+                schema_source: row.schema_source,
+                description: row.description.as_deref(),
+            };
             Ok(ReadResourceResult::new(vec![
-                ResourceContents::text(body.to_string(), raw).with_mime_type(JSON),
+                ResourceContents::text(json_text(&body, raw)?, raw).with_mime_type(JSON),
             ]))
         }
     }
+}
+
+/// The JSON text of a namespace resource, written from the row in place.
+#[derive(Serialize)]
+struct NamespaceBody<'a> {
+    index: &'a str,
+    namespace: &'a str,
+    source: Option<&'a str>,
+    record_count: u64,
+    metadata_fields: &'a serde_json::Map<String, Value>,
+    schema_source: crate::mcp::pinecone::SchemaSource,
+    description: Option<&'a str>,
+}
+
+/// The JSON text of a context resource, written from the context in place.
+#[derive(Serialize)]
+struct ContextBody<'a> {
+    slug: &'a str,
+    name: &'a str,
+    id: &'a str,
+    kind: &'a str,
+    description: Option<&'a str>,
+    status: &'static str,
+    queryable: bool,
+    last_curated_at: Option<&'a str>,
+    last_optimized_at: Option<String>,
+    source_count: Option<i64>,
+}
+
+/// `body`'s JSON text, written once from its typed fields.
+fn json_text<T: Serialize>(body: &T, uri: &str) -> Result<String, ErrorData> {
+    serde_json::to_string(body).map_err(|e| {
+        tracing::error!("resources/read: a body did not serialize: {e}");
+        ErrorData::internal_error(
+            "the resource did not serialize",
+            Some(json!({ "uri": truncate(uri, 256) })),
+        )
+    })
 }
 
 fn context_contents(
     uri: &str,
     c: &types::ContextResponse,
     sources: Option<i64>,
-) -> ReadResourceResult {
+) -> Result<ReadResourceResult, ErrorData> {
     let curated = iso(c.last_curated_at.as_ref());
-    let body = json!({
-        "slug": c.slug,
-        "name": c.name,
-        "id": c.id,
-        "kind": c.kind.as_str(),
-        "description": c.description,
-        "status": status(c),
-        "queryable": c.is_queryable(),
-        "last_curated_at": curated,
-        "last_optimized_at": iso(c.last_optimized_at.as_ref()),
-        "source_count": sources,
-    });
+    let body = json_text(
+        &ContextBody {
+            slug: &c.slug,
+            name: &c.name,
+            id: &c.id,
+            kind: c.kind.as_str(),
+            description: c.description.as_deref(),
+            status: status(c),
+            queryable: c.is_queryable(),
+            last_curated_at: curated.as_deref(),
+            last_optimized_at: iso(c.last_optimized_at.as_ref()),
+            source_count: sources,
+        },
+        uri,
+    )?;
     let mut md = format!("# {}\n\n", c.name);
     if let Some(d) = c.description.as_deref().filter(|d| !d.trim().is_empty()) {
         md.push_str(d.trim());
@@ -365,10 +407,10 @@ fn context_contents(
         curated.as_deref().unwrap_or("never"),
         sources.map_or_else(|| "unknown".to_owned(), |n| n.to_string()),
     ));
-    ReadResourceResult::new(vec![
-        ResourceContents::text(body.to_string(), uri).with_mime_type(JSON),
+    Ok(ReadResourceResult::new(vec![
+        ResourceContents::text(body, uri).with_mime_type(JSON),
         ResourceContents::text(md, uri).with_mime_type(MARKDOWN),
-    ])
+    ]))
 }
 
 /// The MIME type of a knowledge file, by its extension.

@@ -229,7 +229,11 @@ impl PineconeServer {
             status: Status::Success,
             cache_hit: view.cache_hit,
             cache_ttl_seconds: view.remaining.as_secs(),
-            expires_at_iso: expires_at_iso(view.remaining),
+            // Of one cache entry, its expiry is written once.
+            expires_at_iso: match view.cached() {
+                Some(cached) => cached.expiry(|| expires_at_iso(view.remaining)).to_owned(),
+                None => expires_at_iso(view.remaining),
+            },
             count: view.rows().len(),
             source_errors: (!view.source_errors.is_empty()).then_some(&view.source_errors),
             config_warnings: listing::config_warnings(view.warnings()),

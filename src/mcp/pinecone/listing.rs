@@ -48,10 +48,12 @@ pub(super) fn text(output: &ListNamespacesOutput<'_>, tail: &str) -> serde_json:
         cache_ttl_seconds: output.cache_ttl_seconds,
         expires_at_iso: &output.expires_at_iso,
     };
-    let mut text = serde_json::to_string(&head)?;
-    // `{...}` becomes `{...,` followed by the tail.
-    text.reserve_exact(tail.len());
-    text.pop();
+    let head = serde_json::to_string(&head)?;
+    // `{...}` becomes `{...,` followed by the tail, in one buffer sized
+    // for both: no regrowth.
+    let head = head.strip_suffix('}').unwrap_or(&head);
+    let mut text = String::with_capacity(head.len().saturating_add(1).saturating_add(tail.len()));
+    text.push_str(head);
     text.push(',');
     text.push_str(tail);
     Ok(text)

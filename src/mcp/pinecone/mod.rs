@@ -60,6 +60,6 @@ pub use client::{PineconeError, http_client, same_origin_redirects};
 pub use config::{
     ConfigError, NamespaceDecl, PineconeArgs, PineconeConfig, Profile, SourceConfig, SourceMode,
 };
-pub(crate) use discovery::NamespaceRow;
+pub(crate) use discovery::{NamespaceRow, SchemaSource};
 pub use server::PineconeServer;
 pub use urls::{UrlGenerator, UrlMethod, UrlResolution};

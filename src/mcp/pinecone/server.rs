@@ -12,7 +12,6 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::mcp::caller::{CallKey, CallerKey, CallerPool, call_key};
 use crate::mcp::{KeyPolicy, ToolError};
@@ -396,9 +395,9 @@ impl PineconeServer {
 }
 
 /// Deserializes the arguments the way the tool will, to report a bad one as
-/// `VALIDATION` with its path.
+/// `VALIDATION` with its path. Read in place: the arguments are not copied.
 fn check<T: DeserializeOwned>(args: &JsonObject) -> Result<(), ToolError> {
-    match serde_path_to_error::deserialize::<_, T>(Value::Object(args.clone())) {
+    match serde_path_to_error::deserialize::<_, T>(args) {
         Ok(_) => Ok(()),
         Err(e) => {
             let path = e.path().to_string();
@@ -488,6 +487,38 @@ impl PineconeServer {
             }
             Err(e) if matches!(e.status(), Some(401 | 403)) => KeyProof::Refused,
             Err(_) => KeyProof::Undecided,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_read_in_place_fail_as_a_copy_of_them_fails() {
+        let bad = [
+            serde_json::json!({"query_text": 3, "namespace": "ns"}),
+            serde_json::json!({"namespace": "ns"}),
+            serde_json::json!({"query_text": "q", "namespace": "ns", "top_k": "ten"}),
+            serde_json::json!({"query_text": "q", "namespace": "ns", "fields": [1, "a"]}),
+            serde_json::json!({"query_text": "q", "namespace": "ns", "preset": "fastest"}),
+            serde_json::json!({"query_text": "q", "namespace": "ns", "metadata_filter": 7}),
+        ];
+        for args in bad {
+            let args = args.as_object().cloned().unwrap_or_default();
+            let copied = serde_path_to_error::deserialize::<_, QueryArgs>(
+                serde_json::Value::Object(args.clone()),
+            )
+            .map(|_| ())
+            .map_err(|e| (e.path().to_string(), e.into_inner().to_string()));
+            let in_place = serde_path_to_error::deserialize::<_, QueryArgs>(&args)
+                .map(|_| ())
+                .map_err(|e| (e.path().to_string(), e.into_inner().to_string()));
+            assert_eq!(in_place, copied, "{args:?}");
+            assert!(copied.is_err(), "{args:?}");
+            let checked = check::<QueryArgs>(&args).expect_err("a bad argument");
+            assert_eq!(checked.code, crate::mcp::ToolErrorCode::Validation);
         }
     }
 }

@@ -59,6 +59,8 @@ pub(super) struct CachedDiscovery {
     /// The text with its escaping, or `None` when they are longer than
     /// [`MAX_LISTING_BYTES`].
     listing: OnceLock<Option<Arc<EscapedSuffix>>>,
+    /// When this entry expires, as `expires_at_iso` writes it.
+    expiry: OnceLock<String>,
 }
 
 impl CachedDiscovery {
@@ -66,7 +68,14 @@ impl CachedDiscovery {
         CachedDiscovery {
             discovery,
             listing: OnceLock::new(),
+            expiry: OnceLock::new(),
         }
+    }
+
+    /// When this entry expires, written by `write` on the first call: the
+    /// entry's expiry is one instant, whenever it is asked for.
+    pub(super) fn expiry(&self, write: impl FnOnce() -> String) -> &str {
+        self.expiry.get_or_init(write)
     }
 
     /// The text `write` makes from this discovery, written (and escaped)
@@ -255,11 +264,12 @@ impl Registry {
         &self,
         source: Option<&Source>,
     ) -> Result<NamespaceView, Failure> {
-        let targets: Vec<&Source> = match source {
-            Some(s) => vec![s],
-            None => self.sources.iter().collect(),
+        // One source (the common case) is read without gathering targets.
+        let only = match (source, self.sources.as_slice()) {
+            (Some(s), _) | (None, [s]) => Some(s),
+            _ => None,
         };
-        if let [only] = targets.as_slice() {
+        if let Some(only) = only {
             let (d, hit, remaining) = self.discover(only).await?;
             return Ok(NamespaceView {
                 found: Found::One(d),
@@ -268,6 +278,7 @@ impl Registry {
                 source_errors: Map::new(),
             });
         }
+        let targets = &self.sources;
         let results = futures::future::join_all(targets.iter().map(|s| self.discover(s))).await;
         let mut merged = Discovery::default();
         let mut view = NamespaceView {
@@ -386,5 +397,21 @@ impl Registry {
         for s in &self.sources {
             s.cache.clear().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_writes_its_expiry_once() {
+        let entry = CachedDiscovery::new(Discovery::default());
+        assert_eq!(
+            entry.expiry(|| "2026-12-02T17:00:00.000Z".to_owned()),
+            "2026-12-02T17:00:00.000Z"
+        );
+        let later = entry.expiry(|| unreachable!("written once"));
+        assert_eq!(later, "2026-12-02T17:00:00.000Z");
     }
 }
