@@ -89,6 +89,7 @@ pub(crate) mod point {
     /// A new index generation written, before it is swapped in.
     pub(crate) const INDEX_SWAP: &str = "index.swap";
     /// Every point, for tests and the documentation.
+    #[cfg(any(test, feature = "failpoints"))]
     pub(crate) const ALL: [&str; 6] = [
         DB_COMMIT,
         DB_COMMITTED,
@@ -100,6 +101,7 @@ pub(crate) mod point {
 }
 
 /// What an armed failpoint does.
+#[cfg(any(test, feature = "failpoints"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
     Crash,
@@ -109,6 +111,7 @@ enum Action {
 }
 
 /// One armed failpoint: its action, from which hit, and the hits so far.
+#[cfg(any(test, feature = "failpoints"))]
 #[derive(Debug)]
 struct Armed {
     action: Action,
@@ -118,6 +121,7 @@ struct Armed {
 
 /// Parses `name=action[@N];...`; an unknown point or action is an error
 /// that names it.
+#[cfg(any(test, feature = "failpoints"))]
 fn parse_failpoints(spec: &str) -> Result<Vec<(String, Armed)>, String> {
     let mut out = Vec::new();
     for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
