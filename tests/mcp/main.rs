@@ -21,6 +21,8 @@ mod operations;
 mod operations_honest;
 mod operations_limits;
 mod pinecone_check;
+mod pinecone_harness;
+mod pinecone_sources;
 mod pinecone_tools;
 #[cfg(feature = "local")]
 mod protocol;
