@@ -47,23 +47,7 @@ impl EdgeSlot {
 /// The placeholder's key: random per process, so no data can imitate it.
 fn token() -> &'static str {
     static TOKEN: OnceLock<String> = OnceLock::new();
-    TOKEN.get_or_init(|| {
-        let mut bytes = [0u8; 16];
-        if getrandom::fill(&mut bytes).is_err() {
-            // Without randomness the token is still unlike any text the
-            // tools write (they never write this prefix).
-            let pid = std::process::id().to_le_bytes();
-            for (i, b) in bytes.iter_mut().enumerate() {
-                *b = pid[i % pid.len()];
-            }
-        }
-        let mut token = String::from("nexus-mcp:structured-content-at-edge:");
-        for b in bytes {
-            use std::fmt::Write as _;
-            let _ = write!(token, "{b:02x}");
-        }
-        token
-    })
+    TOKEN.get_or_init(|| super::structured::process_token("nexus-mcp:structured-content-at-edge:"))
 }
 
 /// The placeholder as serialized, with its searcher built once.

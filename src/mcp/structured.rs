@@ -122,23 +122,28 @@ fn field_of_text(text: &str, key: &str) -> Option<Value> {
 /// data can imitate it.
 fn placeholder() -> &'static str {
     static TOKEN: OnceLock<String> = OnceLock::new();
-    TOKEN.get_or_init(|| {
-        let mut bytes = [0u8; 16];
-        if getrandom::fill(&mut bytes).is_err() {
-            // Without randomness the token is still unlike any output text
-            // the tools write (they never write this prefix).
-            let pid = std::process::id().to_le_bytes();
-            for (i, b) in bytes.iter_mut().enumerate() {
-                *b = pid[i % pid.len()];
-            }
+    TOKEN.get_or_init(|| process_token("nexus-mcp:structured-content-is-text:"))
+}
+
+/// `prefix` followed by 32 random hex digits, made once per process by its
+/// caller: a key no output text imitates. Without randomness the digits
+/// come from the process id, still unlike any text the tools write (they
+/// never write these prefixes).
+pub(crate) fn process_token(prefix: &str) -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        let pid = std::process::id().to_le_bytes();
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = pid[i % pid.len()];
         }
-        let mut token = String::from("nexus-mcp:structured-content-is-text:");
-        for b in bytes {
-            use std::fmt::Write as _;
-            let _ = write!(token, "{b:02x}");
-        }
-        token
-    })
+    }
+    let mut token = String::with_capacity(prefix.len() + 32);
+    token.push_str(prefix);
+    for b in bytes {
+        use std::fmt::Write as _;
+        let _ = write!(token, "{b:02x}");
+    }
+    token
 }
 
 /// A tool's output, returned as its JSON text and as `structuredContent`.
