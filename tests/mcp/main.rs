@@ -12,6 +12,7 @@ mod callers;
 mod catalog;
 mod hostile_callers;
 mod http;
+mod http_direct;
 mod http_service;
 mod http_spliced;
 #[cfg(feature = "local")]

@@ -63,6 +63,8 @@ pub(super) struct Guard {
     pub(super) running: Mutex<HashMap<RunningKey, CancellationToken>>,
     /// The MCP service a request reaches once admitted.
     pub(super) mcp: McpService,
+    /// Plain stateless tool calls answered in place; `None` with sessions.
+    pub(super) direct: Option<super::direct::Direct>,
 }
 
 /// rmcp's Streamable HTTP service behind an `Arc`: rmcp's service clones
@@ -237,7 +239,7 @@ impl Guard {
             Some(hash) => CallerId::Key(hash),
             None => CallerId::Addr(peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip())),
         };
-        let (request, message) = if *method == Method::POST {
+        let (request, message, body) = if *method == Method::POST {
             let (parts, body) = request.into_parts();
             let read = tokio::time::timeout(
                 self.body_read_timeout,
@@ -279,9 +281,14 @@ impl Guard {
                     return (error_response(&invalid), tag);
                 }
             };
-            (Request::from_parts(parts, Body::from(bytes)), Some(message))
+            let body = bytes.clone();
+            (
+                Request::from_parts(parts, Body::from(bytes)),
+                Some(message),
+                Some(body),
+            )
         } else {
-            (request, None)
+            (request, None, None)
         };
         if message == Some(Message::Initialize) && hash.is_none() && !self.keyless {
             let response = self.refuse(
@@ -493,8 +500,24 @@ impl Guard {
                     guard: Arc::clone(self),
                     key,
                 };
+                // A plain call is answered here, anything else by rmcp.
+                let plain = match (&self.direct, &slot, &body) {
+                    (Some(direct), Some(_), Some(body)) => direct
+                        .plain(request.headers(), body)
+                        .map(|call| (direct, call)),
+                    _ => None,
+                };
+                let answer = async {
+                    match plain {
+                        Some((direct, call)) => {
+                            let (parts, _) = request.into_parts();
+                            direct.answer(parts, call).await
+                        }
+                        None => self.mcp.run(request).await,
+                    }
+                };
                 let response = tokio::select! {
-                    response = self.mcp.run(request) => response,
+                    response = answer => response,
                     () = token.cancelled() => cancelled_response(&id),
                 };
                 let response = match &slot {

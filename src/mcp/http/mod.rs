@@ -29,7 +29,8 @@
 //! Module map: [`options`](HttpOptions) (limits), `connections`
 //! (accepting, connection deadlines, shutdown), `guard` (admission of each
 //! request), `budget` (in-flight slots), `sessions` (ownership and caps),
-//! `answer` (shaping responses), `splice` (a stateless tool result's
+//! `answer` (shaping responses), `direct` (plain stateless tool calls
+//! answered without rmcp's per-request service), `splice` (a stateless tool result's
 //! structured content written into its answer), `refusals`, `ops`
 //! (operator endpoints).
 //!
@@ -41,6 +42,7 @@ mod budget;
 mod call_streams;
 mod connections;
 mod cors;
+mod direct;
 mod guard;
 mod ops;
 mod options;
@@ -109,6 +111,9 @@ fn build(
         .chain(options.allowed_origins.iter().cloned())
         .collect();
     let host_origin = cors::HostOrigin::new(hosts.iter().cloned(), origins.iter().cloned());
+    let direct = options
+        .stateless
+        .then(|| direct::Direct::new(server.clone(), &hosts, shutdown.clone()));
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
@@ -156,6 +161,7 @@ fn build(
         keyless,
         running: Mutex::new(HashMap::new()),
         mcp,
+        direct,
     });
     let mcp = axum::Router::new().route_service(MCP_PATH, Guarded(guard));
     let ops = Arc::new(ops::Ops {

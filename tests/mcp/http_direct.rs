@@ -1,0 +1,374 @@
+//! A plain stateless `tools/call` is answered without rmcp's per-request
+//! service: its answer (status, the headers rmcp sets, every byte of a JSON
+//! body, every event of a stream) is the one the same call gets through
+//! rmcp, which an allowed `Origin` header (or `_meta`) sends it to.
+
+use std::time::Duration;
+
+use crate::support::mcp as mcp_support;
+use mcp_support::*;
+use nexus_knowql::mcp::http::HttpOptions;
+use nexus_knowql::mcp::{NexusMcp, NexusServer};
+use serde_json::{Value, json};
+
+const CALLER_KEY: &str = "pcsk_caller_key_abcdefghijklmnopqrstuv";
+
+#[derive(Debug, PartialEq)]
+struct Raw {
+    status: u16,
+    content_type: Option<String>,
+    cache_control: Option<String>,
+    accel_buffering: Option<String>,
+    body: String,
+}
+
+async fn post(url: &str, message: &Value, extra: &[(&str, &str)]) -> Raw {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("x-pinecone-api-key", CALLER_KEY)
+        .body(message.to_string());
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    Raw {
+        status: response.status().as_u16(),
+        content_type: header("content-type"),
+        cache_control: header("cache-control"),
+        accel_buffering: header("x-accel-buffering"),
+        body: response.text().await.unwrap(),
+    }
+}
+
+/// The events of an event stream, as their data; a log note's data with
+/// its text taken out (a slow-call note names the duration).
+fn events(body: &str) -> Vec<String> {
+    assert!(body.ends_with("\n\n"), "{body:?}");
+    body.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|event| {
+            let data = event
+                .strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("one data line: {event:?}"));
+            assert!(!data.contains('\n'), "{event:?}");
+            let mut message: Value = serde_json::from_str(data).unwrap();
+            if message["method"] == "notifications/message" {
+                message["params"]["data"] = Value::Null;
+                return message.to_string();
+            }
+            data.to_owned()
+        })
+        .collect()
+}
+
+async fn compare(slow_call: Option<Duration>) {
+    let nexus = fake_nexus(2).await;
+    let mut server = NexusMcp::new().with_nexus(
+        NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(caller_keys(false)),
+    );
+    if let Some(threshold) = slow_call {
+        server = server.with_slow_call_threshold(threshold);
+    }
+    let served = serve(server, HttpOptions::default().stateless(true)).await;
+    let origin = format!("http://localhost:{}", served.addr.port());
+    let calls = [
+        json!({"name": "list_contexts", "arguments": {}}),
+        json!({"name": "list_contexts"}),
+        json!({"name": "query_context", "arguments": {"context": "papers", "question": "What is new?"}}),
+        json!({"name": "get_query", "arguments": {"query_id": "q_1"}}),
+        json!({"name": "get_query", "arguments": {"query_id": "q_unknown"}}),
+        json!({"name": "get_query", "arguments": {"query_id": 7}}),
+        json!({"name": "no_such_tool", "arguments": {}}),
+        json!({"name": "list_contexts", "arguments": {"limit": "many"}, "extra": true}),
+    ];
+    for (n, params) in calls.iter().enumerate() {
+        for id in [json!(n), json!(format!("call-{n}"))] {
+            let message =
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+            let direct = post(&served.url, &message, &[]).await;
+            let through_rmcp = post(&served.url, &message, &[("origin", &origin)]).await;
+            assert_eq!(direct.status, 200, "{params}: {direct:?}");
+            let streamed = direct
+                .content_type
+                .as_deref()
+                .is_some_and(|t| t.starts_with("text/event-stream"));
+            // A tool's answer comes after its note when every call is slow
+            // (a protocol error sends no note).
+            if n == 0 {
+                assert_eq!(streamed, slow_call.is_some(), "{params}: {direct:?}");
+            }
+            if streamed {
+                assert_eq!(
+                    (
+                        &direct.status,
+                        &direct.content_type,
+                        &direct.cache_control,
+                        &direct.accel_buffering
+                    ),
+                    (
+                        &through_rmcp.status,
+                        &through_rmcp.content_type,
+                        &through_rmcp.cache_control,
+                        &through_rmcp.accel_buffering
+                    ),
+                    "{params}"
+                );
+                let (a, b) = (events(&direct.body), events(&through_rmcp.body));
+                assert_eq!(a, b, "{params}");
+                assert_eq!(a.len(), 2, "a note, then the answer: {a:?}");
+            } else {
+                assert_eq!(direct, through_rmcp, "{params}");
+            }
+        }
+    }
+    // A call with `_meta` goes through rmcp: the same answer as the plain one.
+    let plain = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "list_contexts", "arguments": {}}});
+    let with_meta = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "list_contexts", "arguments": {}, "_meta": {}}});
+    let (a, b) = (
+        post(&served.url, &plain, &[]).await,
+        post(&served.url, &with_meta, &[]).await,
+    );
+    if slow_call.is_none() {
+        assert_eq!(a, b);
+    } else {
+        assert_eq!(events(&a.body), events(&b.body));
+    }
+}
+
+#[tokio::test]
+async fn a_plain_stateless_call_gets_the_answer_rmcp_gives() {
+    compare(None).await;
+}
+
+/// Every call slow: a log note comes first, so both answers are streams.
+#[tokio::test]
+async fn a_plain_stateless_call_with_a_note_gets_the_stream_rmcp_gives() {
+    compare(Some(Duration::ZERO)).await;
+}
+
+/// One generated request: headers and a body written as text (so keys can
+/// repeat and values can be of any type).
+#[derive(Debug, Clone)]
+struct Generated {
+    accept: Option<&'static str>,
+    content_type: Option<&'static str>,
+    protocol: Option<&'static str>,
+    body: String,
+}
+
+fn generated() -> impl proptest::strategy::Strategy<Value = Generated> {
+    use proptest::prelude::*;
+    let accept = proptest::option::of(proptest::sample::select(vec![
+        "application/json, text/event-stream",
+        "text/event-stream, application/json",
+        "Application/JSON;q=0.5, TEXT/event-stream",
+        "application/json",
+        "text/event-stream",
+        "*/*",
+    ]));
+    let content_type = proptest::option::of(proptest::sample::select(vec![
+        "application/json",
+        "application/json; charset=utf-8",
+        "APPLICATION/JSON",
+        "text/plain",
+    ]));
+    let protocol = proptest::option::of(proptest::sample::select(vec![
+        "2024-11-05",
+        "2025-03-26",
+        "2025-06-18",
+        "2025-11-25",
+        "2026-07-28",
+        "2099-01-01",
+        "garbage",
+    ]));
+    let jsonrpc =
+        proptest::sample::select(vec![r#""2.0""#, r#""2.0""#, r#""2.0""#, r#""1.0""#, "2"]);
+    let id = proptest::sample::select(vec![
+        Some("1"),
+        Some(r#""s-1""#),
+        Some("null"),
+        Some("1.5"),
+        Some("-3"),
+        None,
+    ]);
+    let method = proptest::sample::select(vec![
+        r#""tools/call""#,
+        r#""tools/call""#,
+        r#""tools/call""#,
+        r#""tools/list""#,
+    ]);
+    let params = proptest::option::of(proptest::sample::select(vec![
+        r#"{"name":"list_contexts"}"#,
+        r#"{"name":"list_contexts","arguments":{}}"#,
+        r#"{"name":"list_contexts","arguments":null}"#,
+        r#"{"name":"list_contexts","arguments":{},"_meta":{}}"#,
+        r#"{"name":"list_contexts","_meta":{"progressToken":1}}"#,
+        r#"{"name":"list_contexts","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+        r#"{"name":"list_contexts","arguments":{},"other":[1,2]}"#,
+        r#"{"name":"get_query","arguments":{"query_id":"q_unknown"}}"#,
+        r#"{"name":"get_query","arguments":{"query_id":5}}"#,
+        r#"{"name":"query_context","arguments":{"context":"papers","question":"Why?"}}"#,
+        r#"{"name":"nope"}"#,
+        r#"{"name":7}"#,
+        r#"{"arguments":{}}"#,
+        r#"["list_contexts"]"#,
+        r#"{"name":"list_contexts","name":"get_query"}"#,
+    ]));
+    let extra = proptest::sample::select(vec!["", "", "", r#","extra":{"a":1}"#, r#","id":2"#]);
+    (
+        accept,
+        content_type,
+        protocol,
+        jsonrpc,
+        id,
+        method,
+        params,
+        extra,
+    )
+        .prop_map(
+            |(accept, content_type, protocol, jsonrpc, id, method, params, extra)| {
+                let mut body = format!(r#"{{"jsonrpc":{jsonrpc}"#);
+                if let Some(id) = id {
+                    body.push_str(&format!(r#","id":{id}"#));
+                }
+                body.push_str(&format!(r#","method":{method}"#));
+                if let Some(params) = params {
+                    body.push_str(&format!(r#","params":{params}"#));
+                }
+                body.push_str(extra);
+                body.push('}');
+                Generated {
+                    accept,
+                    content_type,
+                    protocol,
+                    body,
+                }
+            },
+        )
+}
+
+async fn send(url: &str, request: &Generated, origin: Option<&str>) -> Raw {
+    let mut builder = reqwest::Client::new()
+        .post(url)
+        .header("x-pinecone-api-key", CALLER_KEY)
+        .body(request.body.clone());
+    for (name, value) in [
+        ("accept", request.accept),
+        ("content-type", request.content_type),
+        ("mcp-protocol-version", request.protocol),
+        ("origin", origin),
+    ] {
+        if let Some(value) = value {
+            builder = builder.header(name, value);
+        }
+    }
+    let response = builder.send().await.unwrap();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    Raw {
+        status: response.status().as_u16(),
+        content_type: header("content-type"),
+        cache_control: header("cache-control"),
+        accel_buffering: header("x-accel-buffering"),
+        body: response.text().await.unwrap(),
+    }
+}
+
+/// Generated requests, plain or not, get the same answer as when an
+/// allowed `Origin` sends them through rmcp.
+#[test]
+fn generated_requests_get_the_answer_rmcp_gives() {
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (served, _nexus) = runtime.block_on(async {
+        let nexus = fake_nexus(2).await;
+        let server = NexusMcp::new().with_nexus(
+            NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(caller_keys(false)),
+        );
+        (
+            serve(server, HttpOptions::default().stateless(true)).await,
+            nexus,
+        )
+    });
+    let origin = format!("http://localhost:{}", served.addr.port());
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96);
+    let config = Config {
+        source_file: Some(file!()),
+        ..crate::support::props::regressions_beside_source(Config::with_cases(cases))
+    };
+    // The edges named, then generated requests around them.
+    let named = [
+        (
+            None,
+            r#"{"name":"list_contexts","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+        ),
+        (
+            Some("2025-06-18"),
+            r#"{"name":"list_contexts","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+        ),
+        (Some("2026-07-28"), r#"{"name":"list_contexts"}"#),
+        (
+            Some("2026-07-28"),
+            r#"{"name":"list_contexts","arguments":{},"_meta":{}}"#,
+        ),
+        (
+            Some("2025-06-18"),
+            r#"{"name":"list_contexts","_meta":{"progressToken":"p"}}"#,
+        ),
+    ];
+    for (protocol, params) in named {
+        let request = Generated {
+            accept: Some("application/json, text/event-stream"),
+            content_type: Some("application/json"),
+            protocol,
+            body: format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#),
+        };
+        let (direct, through_rmcp) = runtime.block_on(async {
+            (
+                send(&served.url, &request, None).await,
+                send(&served.url, &request, Some(&origin)).await,
+            )
+        });
+        assert_eq!(direct, through_rmcp, "{request:?}");
+    }
+    let mut runner = TestRunner::new(config);
+    let result = runner.run(&generated(), |request| {
+        let (direct, through_rmcp) = runtime.block_on(async {
+            (
+                send(&served.url, &request, None).await,
+                send(&served.url, &request, Some(&origin)).await,
+            )
+        });
+        if direct == through_rmcp {
+            Ok(())
+        } else {
+            Err(TestCaseError::fail(format!(
+                "{direct:?} != {through_rmcp:?}"
+            )))
+        }
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
