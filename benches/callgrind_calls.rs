@@ -19,8 +19,9 @@
 //! - `list_namespaces_stdio`: a cached `list_namespaces` over stdio against
 //!   the in-process fake Pinecone of the tests;
 //! - `query_fast_stdio`: `query` with `preset: fast` over stdio, same fake;
-//! - `list_contexts_http_stateless`: Nexus `list_contexts` over HTTP
-//!   `--stateless` against `nexus-local` serving the shipped corpus.
+//! - `list_contexts_stdio` and `list_contexts_http_stateless`: Nexus
+//!   `list_contexts` over stdio and over HTTP `--stateless` against
+//!   `nexus-local` serving the shipped corpus.
 //!
 //! `CALLGRIND_OUT_DIR=<dir>` keeps the callgrind files (`<scenario>.<calls>.out`)
 //! for `callgrind_annotate`. `NEXUS_MCP_BIN` names another binary (default `target/release/nexus-mcp`).
@@ -366,8 +367,8 @@ fn main() {
             let high = run_stdio(&pinecone, call, many, &out(many)).await;
             report(name, low, high, many - few);
         }
-        let name = "list_contexts_http_stateless";
-        if wanted(name) {
+        let nexus_names = ["list_contexts_stdio", "list_contexts_http_stateless"];
+        if nexus_names.iter().any(|n| wanted(n)) {
             let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
             let nexus = LocalBinary::start(
                 &["--context", &format!("docs={corpus}")],
@@ -377,10 +378,23 @@ fn main() {
                 ("NEXUS_BASE_URL", nexus.url.clone()),
                 ("PINECONE_API_KEY", NEXUS_KEY.to_owned()),
             ];
-            let out = |n: usize| dir.join(format!("{name}.{n}.out"));
-            let low = run_http(&envs, few, &out(few)).await;
-            let high = run_http(&envs, many, &out(many)).await;
-            report(name, low, high, many - few);
+            let [stdio_name, http_name] = nexus_names;
+            if wanted(stdio_name) {
+                let call = StdioCall {
+                    tool: "list_contexts",
+                    arguments: json!({}),
+                };
+                let out = |n: usize| dir.join(format!("{stdio_name}.{n}.out"));
+                let low = run_stdio(&envs, &call, few, &out(few)).await;
+                let high = run_stdio(&envs, &call, many, &out(many)).await;
+                report(stdio_name, low, high, many - few);
+            }
+            if wanted(http_name) {
+                let out = |n: usize| dir.join(format!("{http_name}.{n}.out"));
+                let low = run_http(&envs, few, &out(few)).await;
+                let high = run_http(&envs, many, &out(many)).await;
+                report(http_name, low, high, many - few);
+            }
         }
     });
 }

@@ -610,6 +610,7 @@ async fn one_worker_thread_serves_sessions_and_stateless_calls() {
         &["--worker-threads", "1"][..],
         &["--stateless", "--worker-threads", "1"][..],
         &["--worker-threads", "2"][..],
+        &["--stateless", "--worker-threads", "2"][..],
     ] {
         let process = nexus_mcp_process(&nexus_fake.uri(), extra).await;
         let answers = flow_through_proxy(vec![process.base.clone()]).await;
