@@ -1,0 +1,331 @@
+//! The scripts of the hostile-server model: how a generated server bends
+//! the contract, the strategies that generate it, and the frames it sends.
+
+use super::*;
+
+/// How a streamed body (the answer to `POST /query` or an events request)
+/// goes wrong, applied to the true turn's frames.
+#[derive(Debug, Clone)]
+pub(super) struct Body {
+    /// The true frames sent (ids `1..=prefix`), before the ending.
+    pub(super) prefix: usize,
+    /// Per frame: 0 as is, 1 dropped (a gap), 2 twice, 3 without its id.
+    pub(super) mutations: Vec<u8>,
+    /// An unknown event inserted after this many frames, if any.
+    pub(super) unknown_at: Option<usize>,
+    pub(super) ending: Ending,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Ending {
+    /// Closed cleanly.
+    Close,
+    /// Reset after this fraction (per mille) of the body.
+    Cut(u16),
+    /// The final `query` frame (terminal, the true answer), then a close.
+    Final,
+    /// The final frame, then the connection stays open.
+    FinalThenStall,
+    /// A final frame that says `in_progress` with part of the answer.
+    FinalNotTerminal,
+    /// A stall of this many seconds mid-body, then a close.
+    Stall(u64),
+    /// A frame past the frame limit.
+    Oversize,
+    /// Deltas without end (until the client goes).
+    EndlessDeltas,
+    /// Steps with fresh ids without end.
+    EndlessSteps,
+    /// Keep-alive comments, one a second, without end.
+    EndlessKeepAlives,
+}
+
+/// The answer to `POST /query`.
+#[derive(Debug, Clone)]
+pub(super) enum Post {
+    Sse(Body),
+    /// `200 application/json` with the Query (status, the true answer?);
+    /// stalls after half the body when `stall`.
+    Json {
+        status: &'static str,
+        stall: bool,
+    },
+    /// An error status (with `Retry-After` seconds when given).
+    Status(u16, Option<u64>),
+    /// `200 text/html`.
+    Html,
+    /// No headers for this many seconds, then the event stream.
+    StallHeaders(u64, Body),
+}
+
+/// The answer to `GET /queries/{id}/events`, by connection.
+#[derive(Debug, Clone)]
+pub(super) enum Events {
+    /// From `Last-Event-ID` inclusively, as the contract says.
+    Faithful(Body),
+    /// Starting this many events late.
+    Late(u64),
+    /// Starting this many events early.
+    Early(u64),
+    Gone(u16),
+    Status(u16),
+    StallHeaders,
+}
+
+/// The stored turn (`GET /queries/{id}`).
+#[derive(Debug, Clone)]
+pub(super) struct Stored {
+    /// Polls that answer `in_progress` before the final status.
+    pub(super) running_polls: usize,
+    /// The final status: completed, failed, cancelled, or in_progress forever.
+    pub(super) status: &'static str,
+    /// Whether the stored answer is the streamed one (else it differs).
+    pub(super) agrees: bool,
+    /// Answers 404 instead.
+    pub(super) missing: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Mode {
+    /// `stream()`, `next()` to the end, `finish()`.
+    Stream,
+    /// `send()`.
+    Send,
+    /// `stream()` read for this many events, dropped, then `attach` and
+    /// `events_from` its checkpoint from a fresh client.
+    Resume(usize),
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Script {
+    pub(super) deltas: Vec<String>,
+    /// 429s before the real answer, each with this `Retry-After`.
+    pub(super) throttles: Vec<u64>,
+    pub(super) post: Post,
+    pub(super) events: Vec<Events>,
+    pub(super) stored: Stored,
+    pub(super) keep_text: bool,
+    pub(super) mode: Mode,
+}
+
+pub(super) fn body_strategy() -> impl Strategy<Value = Body> {
+    (
+        0usize..12,
+        proptest::collection::vec(
+            prop_oneof![6 => Just(0u8), 1 => Just(1), 1 => Just(2), 1 => Just(3)],
+            12,
+        ),
+        proptest::option::weighted(0.15, 0usize..12),
+        prop_oneof![
+            3 => Just(Ending::Final),
+            1 => Just(Ending::Close),
+            2 => (0u16..1000).prop_map(Ending::Cut),
+            1 => Just(Ending::FinalThenStall),
+            2 => Just(Ending::FinalNotTerminal),
+            1 => (1u64..400).prop_map(Ending::Stall),
+            1 => Just(Ending::Oversize),
+            1 => Just(Ending::EndlessDeltas),
+            1 => Just(Ending::EndlessSteps),
+            1 => Just(Ending::EndlessKeepAlives),
+        ],
+    )
+        .prop_map(|(prefix, mutations, unknown_at, ending)| Body {
+            prefix,
+            mutations,
+            unknown_at,
+            ending,
+        })
+}
+
+pub(super) fn script_strategy() -> impl Strategy<Value = Script> {
+    let deltas = proptest::collection::vec("[a-zé ]{1,12}", 1..5);
+    let post = prop_oneof![
+        6 => body_strategy().prop_map(Post::Sse),
+        2 => (prop_oneof![Just("completed"), Just("in_progress"), Just("failed")], any::<bool>())
+            .prop_map(|(status, stall)| Post::Json { status, stall }),
+        1 => (prop_oneof![Just(400u16), Just(404), Just(500), Just(502), Just(503), Just(504)],
+              proptest::option::of(0u64..4))
+            .prop_map(|(s, r)| Post::Status(s, r)),
+        1 => Just(Post::Html),
+        1 => ((1u64..20), body_strategy()).prop_map(|(s, b)| Post::StallHeaders(s, b)),
+    ];
+    let events = proptest::collection::vec(
+        prop_oneof![
+            4 => body_strategy().prop_map(Events::Faithful),
+            1 => (1u64..4).prop_map(Events::Late),
+            1 => (1u64..4).prop_map(Events::Early),
+            1 => prop_oneof![Just(404u16), Just(410)].prop_map(Events::Gone),
+            1 => prop_oneof![Just(500u16), Just(503), Just(403)].prop_map(Events::Status),
+            1 => Just(Events::StallHeaders),
+        ],
+        0..4,
+    );
+    let stored = (
+        0usize..4,
+        prop_oneof![
+            4 => Just("completed"),
+            1 => Just("failed"),
+            1 => Just("cancelled"),
+            1 => Just("in_progress"),
+        ],
+        prop_oneof![3 => Just(true), 1 => Just(false)],
+        prop_oneof![9 => Just(false), 1 => Just(true)],
+    )
+        .prop_map(|(running_polls, status, agrees, missing)| Stored {
+            running_polls,
+            status,
+            agrees,
+            missing,
+        });
+    let mode = prop_oneof![
+        4 => Just(Mode::Stream),
+        2 => Just(Mode::Send),
+        2 => (0usize..8).prop_map(Mode::Resume),
+    ];
+    (
+        deltas,
+        proptest::collection::vec(0u64..3, 0..3),
+        post,
+        events,
+        stored,
+        any::<bool>(),
+        mode,
+    )
+        .prop_map(
+            |(deltas, throttles, post, events, stored, keep_text, mode)| Script {
+                deltas,
+                throttles,
+                post,
+                events,
+                stored,
+                keep_text,
+                mode,
+            },
+        )
+}
+
+/// The true turn of a script, and the answer its stored turn holds.
+pub(super) fn truth(script: &Script) -> (Turn, String) {
+    let refs: Vec<&str> = script.deltas.iter().map(String::as_str).collect();
+    let turn = Turn::completed(Q, S, &refs);
+    let stored = if script.stored.agrees {
+        turn.answer.clone()
+    } else {
+        format!("Not {}", turn.answer)
+    };
+    (turn, stored)
+}
+
+pub(super) fn delta_frame(id: u64, text: &str) -> String {
+    frame(
+        Some(id),
+        "response.output_text.delta",
+        &serde_json::json!({"type": "response.output_text.delta", "query_id": Q, "delta": text}),
+    )
+}
+
+/// The bytes of a streamed body: the true frames from `from` (exclusive
+/// of none: `from` is the first id sent) mutated and ended as `body` says.
+pub(super) fn render(turn: &Turn, stored_answer: &str, from: u64, body: &Body) -> Vec<Step> {
+    let progress: Vec<&(Option<u64>, String)> = turn
+        .frames
+        .iter()
+        .filter(|(id, _)| id.is_some_and(|id| id >= from))
+        .collect();
+    let mut out = String::new();
+    for (i, (id, text)) in progress.iter().take(body.prefix).enumerate() {
+        if body.unknown_at == Some(i) {
+            out.push_str(&frame(
+                None,
+                "response.mystery",
+                &serde_json::json!({"query_id": Q, "x": 1}),
+            ));
+        }
+        match body.mutations.get(i).copied().unwrap_or(0) {
+            1 => {}
+            2 => {
+                out.push_str(text);
+                out.push_str(text);
+            }
+            3 => {
+                let prefix = format!("id: {}\n", id.unwrap_or_default());
+                out.push_str(text.strip_prefix(&prefix).unwrap_or(text));
+            }
+            _ => out.push_str(text),
+        }
+    }
+    let next_id = progress
+        .iter()
+        .take(body.prefix)
+        .filter_map(|(id, _)| *id)
+        .max()
+        .map_or(from, |m| m + 1);
+    let final_frame =
+        |status: &str, answer: &str| frame(None, "query", &query_json(Q, S, status, answer));
+    let mut steps = Vec::new();
+    match &body.ending {
+        Ending::Close => steps.push(Step::Write(out.into_bytes())),
+        Ending::Cut(per_mille) => {
+            let bytes = out.into_bytes();
+            let at = bytes.len() * usize::from(*per_mille) / 1000;
+            steps.push(Step::Write(bytes[..at].to_vec()));
+            steps.push(Step::Reset);
+        }
+        Ending::Final | Ending::FinalThenStall => {
+            out.push_str(&final_frame("completed", stored_answer));
+            steps.push(Step::Write(out.into_bytes()));
+            if matches!(body.ending, Ending::FinalThenStall) {
+                steps.push(Step::Sleep(Duration::from_secs(3600)));
+            }
+        }
+        Ending::FinalNotTerminal => {
+            let half: String = stored_answer
+                .chars()
+                .take(stored_answer.chars().count() / 2)
+                .collect();
+            out.push_str(&final_frame("in_progress", &half));
+            steps.push(Step::Write(out.into_bytes()));
+        }
+        Ending::Stall(secs) => {
+            steps.push(Step::Write(out.into_bytes()));
+            steps.push(Step::Sleep(Duration::from_secs(*secs)));
+        }
+        Ending::Oversize => {
+            out.push_str(&delta_frame(next_id, &"x".repeat(MAX_FRAME + 10)));
+            steps.push(Step::Write(out.into_bytes()));
+        }
+        Ending::EndlessDeltas => {
+            steps.push(Step::Write(out.into_bytes()));
+            let chunk: String = (0..64)
+                .map(|i| delta_frame(next_id + i, &"y".repeat(60)))
+                .collect();
+            // "Endless": far past every bound, then held open.
+            steps.push(Step::Write(chunk.into_bytes()));
+            steps.push(Step::Sleep(Duration::from_secs(3600)));
+        }
+        Ending::EndlessSteps => {
+            steps.push(Step::Write(out.into_bytes()));
+            let chunk: String = (0..64)
+                .map(|i| {
+                    frame(
+                        Some(next_id + i),
+                        "response.step",
+                        &serde_json::json!({"type": "response.step", "query_id": Q,
+                            "step_id": format!("fresh{i}"), "status": "running",
+                            "commentary": "z".repeat(60)}),
+                    )
+                })
+                .collect();
+            steps.push(Step::Write(chunk.into_bytes()));
+            steps.push(Step::Sleep(Duration::from_secs(3600)));
+        }
+        Ending::EndlessKeepAlives => {
+            steps.push(Step::Write(out.into_bytes()));
+            for _ in 0..300 {
+                steps.push(Step::Write(b": keep-alive\n\n".to_vec()));
+                steps.push(Step::Sleep(Duration::from_secs(1)));
+            }
+        }
+    }
+    steps
+}
