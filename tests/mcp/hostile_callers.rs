@@ -3,7 +3,9 @@
 //! sessions, hold GET streams, poll made-up tasks, send cancellations and
 //! trickle request bodies, all at once and from other client addresses,
 //! an honest caller's tool calls keep succeeding, each within
-//! [`HONEST_LATENCY`]. Runs for about [`ATTACK`] (CI-bounded).
+//! [`HONEST_LATENCY`]. Runs for about [`ATTACK`] (CI-bounded). The same
+//! with `--stateless`, where plain tool calls are answered in place and
+//! cancellations come from callers who know the honest ids (and key).
 use crate::support::mcp::{HttpMcp, nexus_client};
 
 use std::net::SocketAddr;
@@ -32,11 +34,21 @@ const HONEST_LATENCY: Duration = Duration::from_secs(5);
 
 /// A Nexus that accepts only the honest caller's key.
 async fn nexus() -> MockServer {
+    nexus_answering_after(Duration::ZERO).await
+}
+
+/// A Nexus that accepts only the honest caller's key and answers it after
+/// `delay` (so its calls stay in flight where cancellations can reach).
+async fn nexus_answering_after(delay: Duration) -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path("/contexts"))
         .and(header("x-pinecone-api-key", HONEST))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!([]))
+                .set_delay(delay),
+        )
         .with_priority(1)
         .mount(&server)
         .await;
@@ -262,5 +274,124 @@ async fn an_honest_caller_is_served_throughout_an_attack() {
         })
         .count();
     assert!(probes <= 16, "{probes} upstream calls with made-up keys");
+    shutdown.cancel();
+}
+
+/// One stateless attacker: plain tool calls (answered in place, without
+/// rmcp's service) with a made-up key, the honest key or none, large
+/// arguments, and cancellations naming the ids the honest caller uses,
+/// until `stop`.
+async fn stateless_attacker(
+    url: String,
+    ip: [u8; 4],
+    key: Option<String>,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+) {
+    let client = client_from(ip);
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        sent.fetch_add(1, Ordering::Relaxed);
+        let filler = "x".repeat(usize::try_from(n % 4).unwrap_or(0) * 100_000);
+        let call = json!({"jsonrpc": "2.0", "id": n % 8, "method": "tools/call",
+            "params": {"name": "list_contexts", "arguments": {"filler": filler}}});
+        let _ = post(&client, &url, key.as_deref(), None, call.to_string()).await;
+        for id in 0..8 {
+            let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": n % 16 + id}});
+            let _ = post(&client, &url, key.as_deref(), None, cancel.to_string()).await;
+        }
+        tokio::time::sleep(PACE).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_stateless_caller_is_served_throughout_an_attack() {
+    let nexus = nexus_answering_after(Duration::from_millis(150)).await;
+    let server = NexusMcp::new().with_nexus(
+        NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(KeyPolicy::Caller {
+            fallback_to_configured: false,
+        }),
+    );
+    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = format!("http://{addr}{}", http::MCP_PATH);
+    let shutdown = CancellationToken::new();
+    let options = HttpOptions::default()
+        .stateless(true)
+        .max_connections(200)
+        .max_concurrent_requests(64)
+        .body_read_timeout(Duration::from_secs(2));
+    let token = shutdown.clone();
+    tokio::spawn(async move { http::serve(listener, server, &options, token).await });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut attackers = Vec::new();
+    for i in 0..12u8 {
+        let ip = [127, 0, 0, 2 + i % 6];
+        let key = match i % 4 {
+            0 => Some(format!("pcsk_refused_made_up_{i:03}_0123456789")),
+            // Even the honest key, from another connection, cancels
+            // nothing of the honest caller's.
+            1 => Some(HONEST.to_owned()),
+            2 => Some(format!("pcsk_another_made_up_{i:03}_0123456789")),
+            _ => None,
+        };
+        attackers.push(tokio::spawn(stateless_attacker(
+            url.clone(),
+            ip,
+            key,
+            Arc::clone(&stop),
+            Arc::clone(&sent),
+        )));
+    }
+    attackers.push(tokio::spawn(slow_bodies(addr, Arc::clone(&stop))));
+
+    let mut honest = HttpMcp::new(&url).header("X-Pinecone-Api-Key", HONEST);
+    let start = Instant::now();
+    let mut calls = 0;
+    let mut slowest = Duration::ZERO;
+    while start.elapsed() < ATTACK {
+        let began = Instant::now();
+        let result =
+            tokio::time::timeout(HONEST_LATENCY * 2, honest.call("list_contexts", json!({})))
+                .await
+                .expect("the honest call answers");
+        let took = began.elapsed();
+        slowest = slowest.max(took);
+        assert_eq!(result["isError"], false, "{result}");
+        assert_eq!(
+            result["structuredContent"]["contexts"],
+            json!([]),
+            "{result}"
+        );
+        calls += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        a.abort();
+    }
+    assert!(calls >= 3, "{calls} honest calls");
+    assert!(
+        slowest <= HONEST_LATENCY,
+        "slowest honest call {slowest:?} ({calls} calls, {} attacker requests)",
+        sent.load(Ordering::Relaxed)
+    );
+    assert!(sent.load(Ordering::Relaxed) > 30, "the attack ran");
+    let probes = nexus
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r.headers
+                .get("x-pinecone-api-key")
+                .is_some_and(|k| k.to_str().unwrap_or_default().contains("made_up"))
+        })
+        .count();
+    assert!(probes <= 12, "{probes} upstream calls with made-up keys");
     shutdown.cancel();
 }
