@@ -191,9 +191,12 @@ async fn slow_bodies(addr: SocketAddr, stop: Arc<AtomicBool>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_honest_caller_is_served_throughout_an_attack() {
-    let nexus = nexus().await;
+/// A server of the Nexus tools in front of `nexus`, each caller with its
+/// own key, serving with `options`: its MCP URL, address and shutdown.
+async fn serve_for(
+    nexus: &MockServer,
+    options: HttpOptions,
+) -> (String, SocketAddr, CancellationToken) {
     let server = NexusMcp::new().with_nexus(
         NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(KeyPolicy::Caller {
             fallback_to_configured: false,
@@ -203,13 +206,73 @@ async fn an_honest_caller_is_served_throughout_an_attack() {
     let addr = listener.local_addr().unwrap();
     let url = format!("http://{addr}{}", http::MCP_PATH);
     let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    tokio::spawn(async move { http::serve(listener, server, &options, token).await });
+    (url, addr, shutdown)
+}
+
+/// The honest caller's `list_contexts` calls for [`ATTACK`], each result
+/// passed to `check`; then the attack stops. Asserts the calls were made
+/// and each answered within [`HONEST_LATENCY`].
+async fn honest_calls_through(
+    honest: &mut HttpMcp,
+    check: impl Fn(&serde_json::Value),
+    stop: &AtomicBool,
+    attackers: Vec<tokio::task::JoinHandle<()>>,
+    sent: &AtomicUsize,
+) {
+    let start = Instant::now();
+    let mut calls = 0;
+    let mut slowest = Duration::ZERO;
+    while start.elapsed() < ATTACK {
+        let began = Instant::now();
+        let result =
+            tokio::time::timeout(HONEST_LATENCY * 2, honest.call("list_contexts", json!({})))
+                .await
+                .expect("the honest call answers");
+        let took = began.elapsed();
+        slowest = slowest.max(took);
+        check(&result);
+        calls += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        a.abort();
+    }
+    assert!(calls >= 3, "{calls} honest calls");
+    assert!(
+        slowest <= HONEST_LATENCY,
+        "slowest honest call {slowest:?} ({calls} calls, {} attacker requests)",
+        sent.load(Ordering::Relaxed)
+    );
+    assert!(sent.load(Ordering::Relaxed) > 30, "the attack ran");
+}
+
+/// How many requests reached `nexus` with a made-up key.
+async fn made_up_key_probes(nexus: &MockServer) -> usize {
+    nexus
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r.headers
+                .get("x-pinecone-api-key")
+                .is_some_and(|k| k.to_str().unwrap_or_default().contains("made_up"))
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_caller_is_served_throughout_an_attack() {
+    let nexus = nexus().await;
     let options = HttpOptions::default()
         .max_connections(200)
         .max_sessions(40)
         .max_concurrent_requests(64)
         .body_read_timeout(Duration::from_secs(2));
-    let token = shutdown.clone();
-    tokio::spawn(async move { http::serve(listener, server, &options, token).await });
+    let (url, addr, shutdown) = serve_for(&nexus, options).await;
 
     // The honest caller's session first.
     let mut honest = HttpMcp::new(&url).header("X-Pinecone-Api-Key", HONEST);
@@ -235,44 +298,16 @@ async fn an_honest_caller_is_served_throughout_an_attack() {
     }
     attackers.push(tokio::spawn(slow_bodies(addr, Arc::clone(&stop))));
 
-    let start = Instant::now();
-    let mut calls = 0;
-    let mut slowest = Duration::ZERO;
-    while start.elapsed() < ATTACK {
-        let began = Instant::now();
-        let result =
-            tokio::time::timeout(HONEST_LATENCY * 2, honest.call("list_contexts", json!({})))
-                .await
-                .expect("the honest call answers");
-        let took = began.elapsed();
-        slowest = slowest.max(took);
-        assert_eq!(result["isError"], false, "{result}");
-        calls += 1;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    stop.store(true, Ordering::Relaxed);
-    for a in attackers {
-        a.abort();
-    }
-    assert!(calls >= 3, "{calls} honest calls");
-    assert!(
-        slowest <= HONEST_LATENCY,
-        "slowest honest call {slowest:?} ({calls} calls, {} attacker requests)",
-        sent.load(Ordering::Relaxed)
-    );
-    assert!(sent.load(Ordering::Relaxed) > 30, "the attack ran");
+    honest_calls_through(
+        &mut honest,
+        |result| assert_eq!(result["isError"], false, "{result}"),
+        &stop,
+        attackers,
+        &sent,
+    )
+    .await;
     // Made-up keys reached the upstream at most once each.
-    let probes = nexus
-        .received_requests()
-        .await
-        .unwrap()
-        .iter()
-        .filter(|r| {
-            r.headers
-                .get("x-pinecone-api-key")
-                .is_some_and(|k| k.to_str().unwrap_or_default().contains("made_up"))
-        })
-        .count();
+    let probes = made_up_key_probes(&nexus).await;
     assert!(probes <= 16, "{probes} upstream calls with made-up keys");
     shutdown.cancel();
 }
@@ -309,22 +344,12 @@ async fn stateless_attacker(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_honest_stateless_caller_is_served_throughout_an_attack() {
     let nexus = nexus_answering_after(Duration::from_millis(150)).await;
-    let server = NexusMcp::new().with_nexus(
-        NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(KeyPolicy::Caller {
-            fallback_to_configured: false,
-        }),
-    );
-    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let url = format!("http://{addr}{}", http::MCP_PATH);
-    let shutdown = CancellationToken::new();
     let options = HttpOptions::default()
         .stateless(true)
         .max_connections(200)
         .max_concurrent_requests(64)
         .body_read_timeout(Duration::from_secs(2));
-    let token = shutdown.clone();
-    tokio::spawn(async move { http::serve(listener, server, &options, token).await });
+    let (url, addr, shutdown) = serve_for(&nexus, options).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicUsize::new(0));
@@ -350,48 +375,22 @@ async fn an_honest_stateless_caller_is_served_throughout_an_attack() {
     attackers.push(tokio::spawn(slow_bodies(addr, Arc::clone(&stop))));
 
     let mut honest = HttpMcp::new(&url).header("X-Pinecone-Api-Key", HONEST);
-    let start = Instant::now();
-    let mut calls = 0;
-    let mut slowest = Duration::ZERO;
-    while start.elapsed() < ATTACK {
-        let began = Instant::now();
-        let result =
-            tokio::time::timeout(HONEST_LATENCY * 2, honest.call("list_contexts", json!({})))
-                .await
-                .expect("the honest call answers");
-        let took = began.elapsed();
-        slowest = slowest.max(took);
-        assert_eq!(result["isError"], false, "{result}");
-        assert_eq!(
-            result["structuredContent"]["contexts"],
-            json!([]),
-            "{result}"
-        );
-        calls += 1;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    stop.store(true, Ordering::Relaxed);
-    for a in attackers {
-        a.abort();
-    }
-    assert!(calls >= 3, "{calls} honest calls");
-    assert!(
-        slowest <= HONEST_LATENCY,
-        "slowest honest call {slowest:?} ({calls} calls, {} attacker requests)",
-        sent.load(Ordering::Relaxed)
-    );
-    assert!(sent.load(Ordering::Relaxed) > 30, "the attack ran");
-    let probes = nexus
-        .received_requests()
-        .await
-        .unwrap()
-        .iter()
-        .filter(|r| {
-            r.headers
-                .get("x-pinecone-api-key")
-                .is_some_and(|k| k.to_str().unwrap_or_default().contains("made_up"))
-        })
-        .count();
+    honest_calls_through(
+        &mut honest,
+        |result| {
+            assert_eq!(result["isError"], false, "{result}");
+            assert_eq!(
+                result["structuredContent"]["contexts"],
+                json!([]),
+                "{result}"
+            );
+        },
+        &stop,
+        attackers,
+        &sent,
+    )
+    .await;
+    let probes = made_up_key_probes(&nexus).await;
     assert!(probes <= 12, "{probes} upstream calls with made-up keys");
     shutdown.cancel();
 }

@@ -22,16 +22,17 @@ struct Raw {
     body: String,
 }
 
-async fn post(url: &str, message: &Value, extra: &[(&str, &str)]) -> Raw {
+/// Posts `body` with the caller's key and `headers` (absent values left
+/// out), and reads the answer.
+async fn post_raw(url: &str, body: String, headers: &[(&str, Option<&str>)]) -> Raw {
     let mut request = reqwest::Client::new()
         .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
         .header("x-pinecone-api-key", CALLER_KEY)
-        .body(message.to_string());
-    for (name, value) in extra {
-        request = request.header(*name, *value);
+        .body(body);
+    for (name, value) in headers {
+        if let Some(value) = value {
+            request = request.header(*name, *value);
+        }
     }
     let response = request.send().await.unwrap();
     let header = |name: &str| {
@@ -47,6 +48,17 @@ async fn post(url: &str, message: &Value, extra: &[(&str, &str)]) -> Raw {
         accel_buffering: header("x-accel-buffering"),
         body: response.text().await.unwrap(),
     }
+}
+
+/// Posts `message` as a plain client does, with `origin` if any.
+async fn post(url: &str, message: &Value, origin: Option<&str>) -> Raw {
+    let headers = [
+        ("content-type", Some("application/json")),
+        ("accept", Some("application/json, text/event-stream")),
+        ("mcp-protocol-version", Some("2025-06-18")),
+        ("origin", origin),
+    ];
+    post_raw(url, message.to_string(), &headers).await
 }
 
 /// The events of an event stream, as their data; a log note's data with
@@ -94,8 +106,8 @@ async fn compare(slow_call: Option<Duration>) {
         for id in [json!(n), json!(format!("call-{n}"))] {
             let message =
                 json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-            let direct = post(&served.url, &message, &[]).await;
-            let through_rmcp = post(&served.url, &message, &[("origin", &origin)]).await;
+            let direct = post(&served.url, &message, None).await;
+            let through_rmcp = post(&served.url, &message, Some(&origin)).await;
             assert_eq!(direct.status, 200, "{params}: {direct:?}");
             let streamed = direct
                 .content_type
@@ -136,8 +148,8 @@ async fn compare(slow_call: Option<Duration>) {
     let with_meta = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "list_contexts", "arguments": {}, "_meta": {}}});
     let (a, b) = (
-        post(&served.url, &plain, &[]).await,
-        post(&served.url, &with_meta, &[]).await,
+        post(&served.url, &plain, None).await,
+        post(&served.url, &with_meta, None).await,
     );
     if slow_call.is_none() {
         assert_eq!(a, b);
@@ -259,34 +271,13 @@ fn generated() -> impl proptest::strategy::Strategy<Value = Generated> {
 }
 
 async fn send(url: &str, request: &Generated, origin: Option<&str>) -> Raw {
-    let mut builder = reqwest::Client::new()
-        .post(url)
-        .header("x-pinecone-api-key", CALLER_KEY)
-        .body(request.body.clone());
-    for (name, value) in [
+    let headers = [
         ("accept", request.accept),
         ("content-type", request.content_type),
         ("mcp-protocol-version", request.protocol),
         ("origin", origin),
-    ] {
-        if let Some(value) = value {
-            builder = builder.header(name, value);
-        }
-    }
-    let response = builder.send().await.unwrap();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    };
-    Raw {
-        status: response.status().as_u16(),
-        content_type: header("content-type"),
-        cache_control: header("cache-control"),
-        accel_buffering: header("x-accel-buffering"),
-        body: response.text().await.unwrap(),
-    }
+    ];
+    post_raw(url, request.body.clone(), &headers).await
 }
 
 /// Generated requests, plain or not, get the same answer as when an

@@ -113,6 +113,23 @@ impl HostOrigin {
         self.hosts.iter().any(|h| *h == name || *h == host)
     }
 
+    /// Whether `Host` is present, parses as an authority and names a host
+    /// served, read as rmcp reads it (an allowed host with a port never
+    /// matches here: such requests take rmcp's own check).
+    pub(super) fn authority_served(&self, headers: &HeaderMap) -> bool {
+        let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+            return false;
+        };
+        let Ok(authority) = http::uri::Authority::try_from(host) else {
+            return false;
+        };
+        let name = authority
+            .host()
+            .trim_matches(|c| c == '[' || c == ']')
+            .to_ascii_lowercase();
+        self.hosts.contains(&name)
+    }
+
     fn origin_allowed(&self, origin: &str) -> bool {
         let Some((scheme, host, port)) = split_origin(origin) else {
             return false;

@@ -36,14 +36,15 @@ use rmcp::transport::common::http_header::HEADER_MCP_PROTOCOL_VERSION;
 use rmcp::{Peer, RoleServer};
 use tokio_util::sync::CancellationToken;
 
+use super::cors::HostOrigin;
 use crate::mcp::logging::NotesKept;
 use crate::mcp::server::NexusMcp;
 
 /// Answers plain stateless tool calls (see the module docs).
 pub(super) struct Direct {
     server: NexusMcp,
-    /// The hosts served, lowercase, as the guard's `Host` check has them.
-    hosts: Vec<String>,
+    /// The hosts served (and origins, not used here).
+    host_origin: HostOrigin,
     /// One idle service per protocol revision: its peer stands in each
     /// call's context for the client (rmcp makes peers only for services).
     peers: Mutex<Vec<Revision>>,
@@ -84,16 +85,14 @@ struct Message {
 }
 
 impl Direct {
-    pub(super) fn new(server: NexusMcp, hosts: &[String], shutdown: CancellationToken) -> Self {
+    pub(super) fn new(
+        server: NexusMcp,
+        host_origin: HostOrigin,
+        shutdown: CancellationToken,
+    ) -> Self {
         Direct {
             server,
-            hosts: hosts
-                .iter()
-                .map(|h| {
-                    h.trim_matches(|c| c == '[' || c == ']')
-                        .to_ascii_lowercase()
-                })
-                .collect(),
+            host_origin,
             peers: Mutex::new(Vec::new()),
             shutdown,
         }
@@ -102,7 +101,7 @@ impl Direct {
     /// `body` decoded when the request it came with is a plain call.
     pub(super) fn plain(&self, headers: &HeaderMap, body: &[u8]) -> Option<PlainCall> {
         if headers.contains_key(header::ORIGIN)
-            || !self.host_served(headers)
+            || !self.host_origin.authority_served(headers)
             || !json_content(headers)
             || !accepts_both(headers)
         {
@@ -118,21 +117,6 @@ impl Direct {
             params: message.params,
             version,
         })
-    }
-
-    /// A `Host` header that rmcp reads as a served host.
-    fn host_served(&self, headers: &HeaderMap) -> bool {
-        let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
-            return false;
-        };
-        let Ok(authority) = http::uri::Authority::try_from(host) else {
-            return false;
-        };
-        let name = authority
-            .host()
-            .trim_matches(|c| c == '[' || c == ']')
-            .to_ascii_lowercase();
-        self.hosts.contains(&name)
     }
 
     /// The peer standing for clients of `version`.
@@ -373,7 +357,10 @@ mod tests {
     fn direct() -> Direct {
         Direct::new(
             NexusMcp::default(),
-            &["127.0.0.1".to_owned(), "localhost".to_owned()],
+            HostOrigin::new(
+                ["127.0.0.1".to_owned(), "localhost".to_owned()],
+                std::iter::empty(),
+            ),
             CancellationToken::new(),
         )
     }

@@ -113,7 +113,7 @@ fn build(
     let host_origin = cors::HostOrigin::new(hosts.iter().cloned(), origins.iter().cloned());
     let direct = options
         .stateless
-        .then(|| direct::Direct::new(server.clone(), &hosts, shutdown.clone()));
+        .then(|| direct::Direct::new(server.clone(), host_origin.clone(), shutdown.clone()));
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
