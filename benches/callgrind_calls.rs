@@ -309,7 +309,7 @@ fn main() {
     }
     assert!(
         server_binary().exists(),
-        "{} is missing: cargo build --release --features mcp --bin nexus-mcp",
+        "{} is missing: cargo build --release --features mcp,cli --bin nexus-mcp",
         server_binary().display()
     );
     let few = env_count("CALLGRIND_FEW", 20);

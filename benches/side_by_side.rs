@@ -269,7 +269,7 @@ fn main() {
     let nexus = nexus_binary();
     assert!(
         nexus.exists(),
-        "{} is missing: cargo build --release --features mcp --bin nexus-mcp",
+        "{} is missing: cargo build --release --features mcp,cli --bin nexus-mcp",
         nexus.display()
     );
     let typescript = std::env::var_os("TS_MCP_DIR").map(|d| PathBuf::from(d).join("dist/index.js"));

@@ -7,7 +7,7 @@ set -eu
 cd "$(dirname "$0")/../.."
 command -v valgrind >/dev/null || { echo "valgrind is required" >&2; exit 1; }
 if [ -z "${NEXUS_MCP_BIN:-}" ]; then
-    cargo build --release --features mcp --bin nexus-mcp
+    cargo build --release --features mcp,cli --bin nexus-mcp
 fi
 # The driver's own speed does not matter: only the server is counted.
 cargo bench --profile dev --features mcp,local --bench callgrind_calls

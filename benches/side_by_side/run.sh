@@ -15,7 +15,7 @@ if [ -n "${TS_MCP_DIR:-}" ]; then
     }
 fi
 if [ -z "${NEXUS_MCP_BIN:-}" ]; then
-    cargo build --release --features mcp --bin nexus-mcp
+    cargo build --release --features mcp,cli --bin nexus-mcp
 fi
 # Optimised, so that the in-process fake answers both servers quickly.
 cargo bench --features mcp --bench side_by_side

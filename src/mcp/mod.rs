@@ -27,6 +27,11 @@ mod structured;
 pub mod tasks;
 pub mod tool_error;
 
+/// The MCP SDK whose types this module's servers implement and return
+/// ([`rmcp::ServerHandler`], [`rmcp::model::Tool`]), so an application names
+/// them at the same version.
+pub use rmcp;
+
 pub use catalog::{COMPLETION_TTL, MAX_KNOWLEDGE_READ_BYTES, RESOURCE_PAGE_SIZE};
 pub use nexus::{KeyPolicy, NexusServer};
 pub use server::NexusMcp;

@@ -29,7 +29,8 @@ pub(super) const DEFAULT_TOP_K: u32 = 10;
 pub(super) const DEFAULT_SOURCE_NAME: &str = "default";
 
 /// Which defaults apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Profile {
     /// Index required, no rerank unless configured, suggest-flow gate off,
     /// no built-in URL generators.
@@ -41,59 +42,84 @@ pub enum Profile {
 }
 
 /// Every Pinecone flag, each with its environment variable.
-#[derive(clap::Args, Clone, Default)]
+#[derive(Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct PineconeArgs {
     /// Pinecone API key (single-key mode). Shared with the Nexus tools.
-    #[arg(long = "pinecone-api-key", env = "PINECONE_API_KEY", hide_env_values = true, value_parser = secret)]
+    #[cfg_attr(feature = "cli", arg(long = "pinecone-api-key", env = "PINECONE_API_KEY", hide_env_values = true, value_parser = secret))]
     pub api_key: Option<SecretString>,
     /// Dense integrated-embedding index; enables the Pinecone tools.
-    #[arg(long, env = "PINECONE_INDEX_NAME")]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_INDEX_NAME"))]
     pub index_name: Option<String>,
     /// Sparse index (default `<index>-sparse`).
-    #[arg(long, env = "PINECONE_SPARSE_INDEX_NAME")]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_SPARSE_INDEX_NAME"))]
     pub sparse_index_name: Option<String>,
     /// Rerank model; empty disables reranking.
-    #[arg(long, env = "PINECONE_RERANK_MODEL")]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_RERANK_MODEL"))]
     pub rerank_model: Option<String>,
     /// `top_k` of the query tools when the caller omits it (1..=100).
-    #[arg(long, env = "PINECONE_TOP_K", value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_TOP_K", value_parser = clap::value_parser!(u32).range(1..=100)))]
     pub top_k: Option<u32>,
     /// Lifetime of the namespace cache and of suggest-flow entries, in seconds.
-    #[arg(long, env = "PINECONE_CACHE_TTL_SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_CACHE_TTL_SECONDS", value_parser = clap::value_parser!(u64).range(1..)))]
     pub cache_ttl_seconds: Option<u64>,
     /// Deadline of one Pinecone call, retries included, in milliseconds.
-    #[arg(long = "pinecone-request-timeout-ms", env = "PINECONE_REQUEST_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[cfg_attr(feature = "cli", arg(long = "pinecone-request-timeout-ms", env = "PINECONE_REQUEST_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..)))]
     pub request_timeout_ms: Option<u64>,
     /// Sources `name:apiKey:indexName[;...]` (multi-source mode).
-    #[arg(long = "sources", env = "PINECONE_SOURCES", hide_env_values = true, value_parser = secret)]
+    #[cfg_attr(feature = "cli", arg(long = "sources", env = "PINECONE_SOURCES", hide_env_values = true, value_parser = secret))]
     pub sources: Option<SecretString>,
     /// JSON file with named sources (wins over `--sources`).
-    #[arg(long, env = "PINECONE_CONFIG_FILE")]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_CONFIG_FILE"))]
     pub config_file: Option<PathBuf>,
     /// Skip the `suggest_query_params` step before `query`/`count`/`query_documents`.
-    #[arg(long, env = "PINECONE_DISABLE_SUGGEST_FLOW", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_DISABLE_SUGGEST_FLOW", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new()))]
     pub disable_suggest_flow: Option<bool>,
     /// Control-plane and inference host; index hosts come from describe-index.
     /// Must be https, except on loopback.
-    #[arg(long = "pinecone-controller-host", env = "PINECONE_CONTROLLER_HOST", default_value = DEFAULT_CONTROLLER_HOST)]
+    #[cfg_attr(feature = "cli", arg(long = "pinecone-controller-host", env = "PINECONE_CONTROLLER_HOST", default_value = DEFAULT_CONTROLLER_HOST))]
     pub controller_host: String,
     /// Defaults to apply.
-    #[arg(long, env = "PINECONE_MCP_PROFILE", value_enum, default_value_t = Profile::Core)]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_MCP_PROFILE", value_enum, default_value_t = Profile::Core))]
     pub profile: Profile,
     /// Probe each source's dense and sparse index once (no retries), print one
     /// line per index to stderr and exit 0 when all answer, 1 otherwise,
     /// instead of serving.
-    #[arg(long, env = "PINECONE_CHECK_INDEXES", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_CHECK_INDEXES", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new()))]
     pub check_indexes: Option<bool>,
     /// Do not read namespace declarations from the index's `_mcp_config` manifest.
-    #[arg(long, env = "PINECONE_DISABLE_REMOTE_SCHEMA", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_DISABLE_REMOTE_SCHEMA", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new()))]
     pub disable_remote_schema: Option<bool>,
     /// Put the (redacted) cause of Pinecone failures in tool errors instead of
     /// a fixed per-tool message.
-    #[arg(long = "pinecone-error-details", env = "PINECONE_ERROR_DETAILS", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    #[cfg_attr(feature = "cli", arg(long = "pinecone-error-details", env = "PINECONE_ERROR_DETAILS", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new()))]
     pub error_details: Option<bool>,
 }
 
+/// Nothing configured, with the defaults `nexus-mcp` applies to absent flags.
+impl Default for PineconeArgs {
+    fn default() -> Self {
+        PineconeArgs {
+            api_key: None,
+            index_name: None,
+            sparse_index_name: None,
+            rerank_model: None,
+            top_k: None,
+            cache_ttl_seconds: None,
+            request_timeout_ms: None,
+            sources: None,
+            config_file: None,
+            disable_suggest_flow: None,
+            controller_host: DEFAULT_CONTROLLER_HOST.to_owned(),
+            profile: Profile::Core,
+            check_indexes: None,
+            disable_remote_schema: None,
+            error_details: None,
+        }
+    }
+}
+
+#[cfg(feature = "cli")]
 fn secret(s: &str) -> Result<SecretString, String> {
     Ok(SecretString::from(s.to_owned()))
 }

@@ -52,7 +52,8 @@ mod suggest;
 mod tools;
 mod urls;
 
-#[cfg(test)]
+// The tests parse flags as `nexus-mcp` does, with the binaries' `cli` feature.
+#[cfg(all(test, feature = "cli"))]
 mod tests;
 
 pub use check::{IndexKind, IndexProbe, check_indexes};
