@@ -183,7 +183,7 @@ pub(crate) fn stage(
     let dir = folder_dir(root, &plan.folder).ok_or_else(|| {
         LocalError::not_found(format!("no folder {:?} in the connector", plan.folder))
     })?;
-    let mut files = super::seed::read_tree(&dir, plan.limit).map_err(|(path, e)| {
+    let mut files = super::paths::read_tree(&dir, plan.limit).map_err(|(path, e)| {
         if e.kind() == std::io::ErrorKind::FileTooLarge {
             LocalError::bad_request(format!(
                 "the folder {:?} holds more than {} bytes",

@@ -55,6 +55,7 @@
 
 mod answer;
 mod connectors;
+mod constant_time;
 mod curate;
 mod db;
 mod durable;

@@ -61,3 +61,56 @@ pub(crate) fn safe_join(root: &Path, rel: &str) -> Option<PathBuf> {
     let path = root.join(checked);
     path.starts_with(root).then_some(path)
 }
+/// A file of a tree: `(relative path, path, size)`.
+pub(crate) type TreeFile = (String, PathBuf, u64);
+/// What could not be read, and why.
+pub(crate) type TreeError = (PathBuf, std::io::Error);
+
+/// Files below `dir` (hidden ones skipped, links not followed) as
+/// `(relative path, path, size)`; blocking. A failure names the path that
+/// could not be read; more than `limit` bytes in all is an error of kind
+/// `FileTooLarge` naming `dir`.
+pub(crate) fn read_tree(dir: &Path, limit: u64) -> Result<Vec<TreeFile>, TreeError> {
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| (d.clone(), e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| (d.clone(), e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            let meta = entry.metadata().map_err(|e| (path.clone(), e))?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                total = total.saturating_add(meta.len());
+                if total > limit {
+                    let e = std::io::Error::new(
+                        std::io::ErrorKind::FileTooLarge,
+                        format!("more than {limit} bytes"),
+                    );
+                    return Err((dir.to_path_buf(), e));
+                }
+                let Ok(rel) = path.strip_prefix(dir) else {
+                    continue;
+                };
+                let rel = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let Some(rel) = safe_path(&rel) else {
+                    tracing::warn!(path = %path.display(), "skipping a file whose name is unsafe");
+                    continue;
+                };
+                out.push((rel, path, meta.len()));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}

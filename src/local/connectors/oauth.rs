@@ -60,7 +60,7 @@ impl OauthStates {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         pending.retain(|p| p.started.elapsed() < STATE_LIFETIME);
         let i = pending.iter().position(|p| {
-            crate::local::state::constant_time_eq(p.state.as_bytes(), state.as_bytes())
+            crate::local::constant_time::constant_time_eq(p.state.as_bytes(), state.as_bytes())
         })?;
         pending.remove(i).map(|p| p.return_to)
     }

@@ -3,8 +3,8 @@
 use axum::extract::State;
 
 use super::Shared;
+use crate::local::constant_time::constant_time_eq;
 use crate::local::error::{ApiJson, LocalError, LocalResult};
-use crate::local::state::constant_time_eq;
 use crate::local::store::{LOCAL_PRINCIPAL, LOCAL_PROJECT, LOCAL_PROJECT_NAME};
 use crate::types;
 

@@ -27,8 +27,9 @@ use axum::routing::{delete, get, post, put};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+use super::constant_time::constant_time_eq;
 use super::error::{LocalError, LocalResult};
-use super::state::{AppState, constant_time_eq};
+use super::state::AppState;
 use crate::types;
 
 /// The `X-Pinecone-Api-Version` header.
