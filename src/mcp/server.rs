@@ -27,7 +27,7 @@ use super::metrics::Metrics;
 use super::nexus::{INSTRUCTIONS, KeyProof, NexusServer};
 use super::pinecone::PineconeServer;
 use super::tasks::{self, TaskSeal};
-use crate::transport::observe::counting_retries;
+use crate::transport::for_servers::counting_retries;
 
 pub use super::{SERVER_NAME, implementation};
 

@@ -21,6 +21,18 @@ pub(crate) mod retry;
 pub(crate) mod tuning;
 pub(crate) mod version;
 
+/// What the servers (`mcp`, `local`, `web`) may use of the transport, and
+/// nothing else: the backoff arithmetic, the same-origin rule of redirects,
+/// the retry count of a scope and the mapping of reqwest's errors. A test
+/// (`tests/sdk/module_graph.rs`) keeps every other path out of their code.
+#[cfg(feature = "mcp")]
+pub(crate) mod for_servers {
+    pub(crate) use super::map_reqwest;
+    pub(crate) use super::observe::counting_retries;
+    pub(crate) use super::redirect::same_origin;
+    pub(crate) use super::retry::Backoff;
+}
+
 use self::auth::Auth;
 pub(crate) use self::bodies::read_limited;
 use self::bodies::{

@@ -202,6 +202,43 @@ fn the_modules_of_src_import_one_way() {
     }
 }
 
+/// The servers reach the transport only through `transport::for_servers`.
+#[test]
+fn the_servers_use_the_transport_through_its_interface() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: BTreeSet<Module> = files.iter().map(|f| module_of(&src, f)).collect();
+    let transport: Module = vec!["transport".to_owned()];
+    let mut wrong = Vec::new();
+    for file in &files {
+        let module = module_of(&src, file);
+        if !matches!(
+            module.first().map(String::as_str),
+            Some("mcp" | "local" | "web")
+        ) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("a source file");
+        for path in paths_in(&code_of(&text)) {
+            let Some(target) = resolve(&module, &path, &modules) else {
+                continue;
+            };
+            let through = path.iter().position(|s| s == "transport");
+            if is_prefix(&transport, &target)
+                && through.and_then(|at| path.get(at + 1)).map(String::as_str)
+                    != Some("for_servers")
+            {
+                wrong.push(format!("{}: {}", name(&module), path.join("::")));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "transport internals reached directly: {wrong:#?}"
+    );
+}
+
 #[test]
 fn the_reader_sees_a_cycle() {
     let module = |s: &str| -> Module { s.split("::").map(str::to_owned).collect() };

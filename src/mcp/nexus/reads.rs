@@ -126,8 +126,9 @@ impl NexusServer {
             let mut body = stream.into_inner();
             let mut bytes = Vec::new();
             while let Some(chunk) = body.next().await {
-                let chunk = chunk
-                    .map_err(|e| crate::transport::map_reqwest("read_knowledge_file", e, None))?;
+                let chunk = chunk.map_err(|e| {
+                    crate::transport::for_servers::map_reqwest("read_knowledge_file", e, None)
+                })?;
                 let room = cap.saturating_sub(bytes.len());
                 if chunk.len() > room {
                     bytes.extend_from_slice(&chunk[..room]);

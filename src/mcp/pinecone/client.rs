@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::mcp::redact::redact_with;
-use crate::transport::retry::Backoff;
+use crate::transport::for_servers::Backoff;
 
 /// The Pinecone API version sent with every request.
 pub(super) const PINECONE_API_VERSION: &str = "2026-04";
@@ -323,7 +323,7 @@ pub fn same_origin_redirects() -> reqwest::redirect::Policy {
 /// True when `a` and `b` have the same scheme, host and port (the SDK's
 /// rule, shared so both clients agree on what an origin is).
 pub(super) fn same_origin(a: &url::Url, b: &url::Url) -> bool {
-    crate::transport::redirect::same_origin(a, b)
+    crate::transport::for_servers::same_origin(a, b)
 }
 
 /// True for `localhost`, 127.0.0.0/8 and `::1`.
