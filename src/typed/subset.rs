@@ -51,13 +51,7 @@ fn convert(
     budget: &mut usize,
     stack: &mut Vec<String>,
 ) -> Result<(Value, bool), String> {
-    let here = || {
-        if at.is_empty() {
-            "the root".to_owned()
-        } else {
-            format!("`{at}`")
-        }
-    };
+    let here = || place(at);
     if stack.len() > MAX_DEPTH {
         return Err(format!("{} nests deeper than {MAX_DEPTH} levels", here()));
     }
@@ -65,36 +59,7 @@ fn convert(
         return Err(format!("{}: not a schema the subset can carry", here()));
     };
     if let Some(reference) = obj.get("$ref").and_then(Value::as_str) {
-        if reference == "#" {
-            return Err(format!(
-                "{}: the root type refers to itself; the subset has no recursion",
-                here()
-            ));
-        }
-        let name = reference
-            .strip_prefix("#/$defs/")
-            .or_else(|| reference.strip_prefix("#/definitions/"))
-            .ok_or_else(|| format!("{}: cannot inline `$ref` {reference:?}", here()))?;
-        if stack.iter().any(|s| s == name) {
-            return Err(format!(
-                "{}: type {name} refers to itself; the subset has no recursion",
-                here()
-            ));
-        }
-        *budget = budget
-            .checked_sub(1)
-            .ok_or_else(|| format!("{}: too many `$ref`s", here()))?;
-        let target = defs
-            .get(name)
-            .ok_or_else(|| format!("{}: `$ref` to a missing definition {name:?}", here()))?;
-        stack.push(name.to_owned());
-        let result = convert(target, defs, at, budget, stack);
-        stack.pop();
-        let (mut value, nullable) = result?;
-        if let (Some(d), Value::Object(m)) = (obj.get("description"), &mut value) {
-            m.insert("description".into(), d.clone());
-        }
-        return Ok((value, nullable));
+        return convert_ref(obj, reference, defs, at, budget, stack);
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(options)) = obj.get(key) {
@@ -107,6 +72,84 @@ fn convert(
             here()
         ));
     }
+    let (ty, nullable) = type_of(obj, at)?;
+    let mut out = Map::new();
+    out.insert("type".into(), Value::from(ty.clone()));
+    if let Some(d) = obj.get("description").filter(|d| d.is_string()) {
+        out.insert("description".into(), d.clone());
+    }
+    if let Some(options) = enum_of(obj, at)? {
+        out.insert("enum".into(), Value::Array(options));
+    }
+    match ty.as_str() {
+        "object" => convert_properties(obj, &mut out, defs, at, budget, stack)?,
+        "array" => {
+            let items = obj
+                .get("items")
+                .ok_or_else(|| format!("{}: an array without `items`", here()))?;
+            let (value, _) = convert(items, defs, &format!("{at}[]"), budget, stack)?;
+            out.insert("items".into(), value);
+        }
+        _ => {}
+    }
+    Ok((Value::Object(out), nullable))
+}
+
+/// Where a schema sits, for messages: the root, or its path in backticks.
+fn place(at: &str) -> String {
+    if at.is_empty() {
+        "the root".to_owned()
+    } else {
+        format!("`{at}`")
+    }
+}
+
+/// A `$ref` inlined: the definition it names, with the referring schema's
+/// description; recursion and an exhausted budget are refused.
+fn convert_ref(
+    obj: &Map<String, Value>,
+    reference: &str,
+    defs: &Map<String, Value>,
+    at: &str,
+    budget: &mut usize,
+    stack: &mut Vec<String>,
+) -> Result<(Value, bool), String> {
+    let here = || place(at);
+    if reference == "#" {
+        return Err(format!(
+            "{}: the root type refers to itself; the subset has no recursion",
+            here()
+        ));
+    }
+    let name = reference
+        .strip_prefix("#/$defs/")
+        .or_else(|| reference.strip_prefix("#/definitions/"))
+        .ok_or_else(|| format!("{}: cannot inline `$ref` {reference:?}", here()))?;
+    if stack.iter().any(|s| s == name) {
+        return Err(format!(
+            "{}: type {name} refers to itself; the subset has no recursion",
+            here()
+        ));
+    }
+    *budget = budget
+        .checked_sub(1)
+        .ok_or_else(|| format!("{}: too many `$ref`s", here()))?;
+    let target = defs
+        .get(name)
+        .ok_or_else(|| format!("{}: `$ref` to a missing definition {name:?}", here()))?;
+    stack.push(name.to_owned());
+    let result = convert(target, defs, at, budget, stack);
+    stack.pop();
+    let (mut value, nullable) = result?;
+    if let (Some(d), Value::Object(m)) = (obj.get("description"), &mut value) {
+        m.insert("description".into(), d.clone());
+    }
+    Ok((value, nullable))
+}
+
+/// The one type a schema names, and whether it also admits `null`.
+fn type_of(obj: &Map<String, Value>, at: &str) -> Result<(String, bool), String> {
+    let here = || place(at);
     let (ty, nullable) = match obj.get("type") {
         Some(Value::String(t)) => (t.clone(), false),
         Some(Value::Array(ts)) => {
@@ -136,70 +179,76 @@ fn convert(
             here()
         ));
     }
-    let mut out = Map::new();
-    out.insert("type".into(), Value::from(ty.clone()));
-    if let Some(d) = obj.get("description").filter(|d| d.is_string()) {
-        out.insert("description".into(), d.clone());
-    }
+    Ok((ty, nullable))
+}
+
+/// The string options of an `enum` or `const`, if the schema has either.
+fn enum_of(obj: &Map<String, Value>, at: &str) -> Result<Option<Vec<Value>>, String> {
     if let Some(options) = obj.get("enum").and_then(Value::as_array) {
         let strings: Vec<Value> = options.iter().filter(|o| o.is_string()).cloned().collect();
         if strings.is_empty()
             || strings.len() + usize::from(options.contains(&Value::Null)) < options.len()
         {
-            return Err(format!("{}: only enums of strings fit the subset", here()));
+            return Err(format!(
+                "{}: only enums of strings fit the subset",
+                place(at)
+            ));
         }
-        out.insert("enum".into(), Value::Array(strings));
-    } else if let Some(c) = obj.get("const") {
-        if !c.is_string() {
-            return Err(format!("{}: only string constants fit the subset", here()));
-        }
-        out.insert("enum".into(), Value::Array(vec![c.clone()]));
+        return Ok(Some(strings));
     }
-    match ty.as_str() {
-        "object" => {
-            let props = obj
-                .get("properties")
-                .and_then(Value::as_object)
-                .ok_or_else(|| {
-                    format!(
-                        "{}: an object without `properties` (a map) has no place in the subset",
-                        here()
-                    )
-                })?;
-            let required: Vec<&str> = obj
-                .get("required")
-                .and_then(Value::as_array)
-                .map(|r| r.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let mut properties = Map::new();
-            let mut still_required = Vec::new();
-            for (name, prop) in props {
-                let path = if at.is_empty() {
-                    name.clone()
-                } else {
-                    format!("{at}.{name}")
-                };
-                let (value, nullable) = convert(prop, defs, &path, budget, stack)?;
-                if required.contains(&name.as_str()) && !nullable {
-                    still_required.push(Value::from(name.clone()));
-                }
-                properties.insert(name.clone(), value);
-            }
-            out.insert("properties".into(), Value::Object(properties));
-            if !still_required.is_empty() {
-                out.insert("required".into(), Value::Array(still_required));
-            }
-        }
-        "array" => {
-            let items = obj
-                .get("items")
-                .ok_or_else(|| format!("{}: an array without `items`", here()))?;
-            let (value, _) = convert(items, defs, &format!("{at}[]"), budget, stack)?;
-            out.insert("items".into(), value);
-        }
-        _ => {}
+    match obj.get("const") {
+        Some(c) if !c.is_string() => Err(format!(
+            "{}: only string constants fit the subset",
+            place(at)
+        )),
+        Some(c) => Ok(Some(vec![c.clone()])),
+        None => Ok(None),
     }
-    Ok((Value::Object(out), nullable))
+}
+
+/// An object's `properties`, each converted, and the `required` names
+/// that stay required (a nullable property is optional in the subset).
+fn convert_properties(
+    obj: &Map<String, Value>,
+    out: &mut Map<String, Value>,
+    defs: &Map<String, Value>,
+    at: &str,
+    budget: &mut usize,
+    stack: &mut Vec<String>,
+) -> Result<(), String> {
+    let props = obj
+        .get("properties")
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            format!(
+                "{}: an object without `properties` (a map) has no place in the subset",
+                place(at)
+            )
+        })?;
+    let required: Vec<&str> = obj
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut properties = Map::new();
+    let mut still_required = Vec::new();
+    for (name, prop) in props {
+        let path = if at.is_empty() {
+            name.clone()
+        } else {
+            format!("{at}.{name}")
+        };
+        let (value, nullable) = convert(prop, defs, &path, budget, stack)?;
+        if required.contains(&name.as_str()) && !nullable {
+            still_required.push(Value::from(name.clone()));
+        }
+        properties.insert(name.clone(), value);
+    }
+    out.insert("properties".into(), Value::Object(properties));
+    if !still_required.is_empty() {
+        out.insert("required".into(), Value::Array(still_required));
+    }
+    Ok(())
 }
 
 /// `anyOf` / `oneOf`: `[T, null]` is an optional `T`; string constants are an enum.
