@@ -4,22 +4,22 @@
 //! ```sh
 //! cargo run --example background_turn --features local
 //! ```
+//!
+//! `NEXUS_BASE_URL` (with `PINECONE_API_KEY`, `NEXUS_CONTEXT`) points it at
+//! a Nexus of your own; without it an embedded local Nexus serves the docs.
 
 use std::io::Write;
 use std::time::Duration;
 
-use nexus_knowql::local::LocalNexus;
 use nexus_knowql::{QueryStatus, WaitPolicy};
+
+#[path = "common/nexus_or_local.rs"]
+mod nexus_or_local;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
-    let server = LocalNexus::builder()
-        .context("docs", corpus)
-        .start()
-        .await?;
-    let client = server.client()?;
-    let session = client.session(["docs"]).build()?;
+    let nexus = nexus_or_local::Nexus::connect(|local| local).await?;
+    let session = nexus.client.session([nexus.context.as_str()]).build()?;
 
     // The server runs the turn; the handle polls only when asked.
     let mut handle = session.ask("What is a context?").background().await?;
@@ -51,6 +51,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         query.answer_text()
     );
 
-    server.shutdown().await;
+    nexus.shutdown().await;
     Ok(())
 }

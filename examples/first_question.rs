@@ -1,32 +1,28 @@
 //! The shortest complete program: ask one question and watch the answer
 //! stream in.
 //!
-//! It starts the embedded local Nexus over the project's docs, so it runs
-//! offline with no account:
+//! With `NEXUS_BASE_URL` (and `PINECONE_API_KEY`) it asks that Nexus's
+//! context `NEXUS_CONTEXT` (default `docs`); without it, an embedded local
+//! Nexus over the project's docs, offline with no account:
 //!
 //! ```sh
 //! cargo run --example first_question --features local
 //! ```
-//!
-//! Against a real Nexus, build the client with `Client::from_env()` instead.
 
 use std::io::Write;
 
 use futures::StreamExt;
 use nexus_knowql::QueryEvent;
-use nexus_knowql::local::LocalNexus;
+
+#[path = "common/nexus_or_local.rs"]
+mod nexus_or_local;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
-    let server = LocalNexus::builder()
-        .context("docs", corpus)
-        .start()
-        .await?;
-    let client = server.client()?;
+    let nexus = nexus_or_local::Nexus::connect(|local| local).await?;
 
     // A session pins the contexts; each `ask` is one turn.
-    let session = client.session(["docs"]).build()?;
+    let session = nexus.client.session([nexus.context.as_str()]).build()?;
     let mut turn = session.ask("How do I resume a stream?").stream().await?;
     while let Some(event) = turn.next().await {
         if let QueryEvent::TextDelta { delta } = event? {
@@ -51,6 +47,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         query.citations.len()
     );
 
-    server.shutdown().await;
+    nexus.shutdown().await;
     Ok(())
 }

@@ -4,12 +4,17 @@
 //! ```sh
 //! cargo run --example typed --features local,schema
 //! ```
+//!
+//! `NEXUS_BASE_URL` (with `PINECONE_API_KEY`, `NEXUS_CONTEXT`) points it at
+//! a Nexus of your own; without it an embedded local Nexus serves the docs.
 
-use nexus_knowql::local::LocalNexus;
 use nexus_knowql::typed::ShapeOf;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::io::Write;
+
+#[path = "common/nexus_or_local.rs"]
+mod nexus_or_local;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -30,12 +35,8 @@ struct Resume {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
-    let server = LocalNexus::builder()
-        .context("docs", corpus)
-        .start()
-        .await?;
-    let session = server.client()?.session(["docs"]).build()?;
+    let nexus = nexus_or_local::Nexus::connect(|local| local).await?;
+    let session = nexus.client.session([nexus.context.as_str()]).build()?;
     let answer = session
         .ask("How do I resume a broken stream?")
         .shape_of::<Resume>()
@@ -44,6 +45,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let Resume { how, header, mode } = answer.value;
     let text = format!("{how}\nheader: {header:?}\nmode: {mode:?}");
     let _ = writeln!(std::io::stdout(), "{text}"); // a closed stdout is fine here
-    server.shutdown().await;
+    nexus.shutdown().await;
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! Ask in a browser and watch the answer stream: an axum server on the
-//! embedded local Nexus serves one page, starts turns and relays them to
+//! Ask in a browser and watch the answer stream: an axum server serves one
+//! page, starts turns on a Nexus and relays them to
 //! the page's `EventSource` with `nexus_knowql::web::TurnRelay`. A
 //! reconnect mid-answer (the network, a laptop lid, `--cut-after`) neither
 //! loses nor repeats text.
@@ -10,16 +10,19 @@
 //! ```
 //!
 //! It binds 127.0.0.1 and prints the page's address on stderr.
+//! `NEXUS_BASE_URL` (with `PINECONE_API_KEY`, `NEXUS_CONTEXT`) points it at
+//! a Nexus of your own; without it an embedded local Nexus serves the docs.
 
 #[path = "web/app.rs"]
 mod app;
+#[path = "common/nexus_or_local.rs"]
+mod nexus_or_local;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use nexus_knowql::local::LocalNexus;
 use nexus_knowql::web::{RelayConfig, TurnRelay};
 
 /// Serve a page that asks the project's docs.
@@ -31,7 +34,7 @@ struct Args {
     /// End each event connection after this many frames (the browser reconnects).
     #[arg(long)]
     cut_after: Option<usize>,
-    /// The pause between events of the local server, in milliseconds.
+    /// The pause between events of the embedded local server, in milliseconds.
     #[arg(long, default_value_t = 30)]
     frame_delay_ms: u64,
 }
@@ -43,15 +46,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
     let args = Args::parse();
-    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
-    let nexus = LocalNexus::builder()
-        .context("docs", corpus)
-        .frame_delay(Duration::from_millis(args.frame_delay_ms))
-        .start()
-        .await?;
+    let frame_delay = Duration::from_millis(args.frame_delay_ms);
+    let nexus = nexus_or_local::Nexus::connect(|local| local.frame_delay(frame_delay)).await?;
     let app = Arc::new(app::App {
-        client: nexus.client()?,
-        context: "docs".into(),
+        client: nexus.client.clone(),
+        context: nexus.context.clone(),
         relay: TurnRelay::new(RelayConfig::default().retry(Duration::from_millis(200))),
         cut_after: args.cut_after,
     });
