@@ -39,6 +39,11 @@ pub type UploadProgress = ImportProgress;
 #[cfg(feature = "import-dir")]
 const ARCHIVE_LIMIT: u64 = 256 * 1024 * 1024;
 
+/// The media type of an uploaded file's part: the default the spec's
+/// `format: binary` field has in `multipart/form-data` (RFC 7578 asks for
+/// one on every file part).
+const FILE_MEDIA_TYPE: &str = "application/octet-stream";
+
 /// How long a 409 (import in flight) is waited out before giving up.
 const BUSY_WAIT: Duration = Duration::from_secs(600);
 
@@ -110,7 +115,10 @@ impl<'c> Sources<'c> {
         let op = "upload_context_source";
         let path = format!("/contexts/{}/import/upload", encode_segment(self.slug));
         let build = || -> Result<reqwest::Request> {
-            let form = reqwest::multipart::Form::new().part("file", part()?);
+            let file = part()?
+                .mime_str(FILE_MEDIA_TYPE)
+                .map_err(|e| Error::InvalidRequest(format!("{op}: {e}")))?;
+            let form = reqwest::multipart::Form::new().part("file", file);
             let mut req = self
                 .client
                 .request(reqwest::Method::POST, &path)

@@ -88,8 +88,10 @@ async fn upload_file_sends_multipart_with_the_file() {
     assert!(ct.starts_with("multipart/form-data; boundary="), "{ct}");
     let body = String::from_utf8_lossy(&req.body);
     assert!(
-        body.contains("name=\"file\"; filename=\"README.md\""),
-        "{body}"
+        body.contains(
+            "name=\"file\"; filename=\"README.md\"\r\nContent-Type: application/octet-stream\r\n"
+        ),
+        "the file part names its media type: {body}"
     );
     assert!(body.contains("# Readme"));
 }
