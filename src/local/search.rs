@@ -263,6 +263,9 @@ fn undouble(b: &str) -> String {
 /// A term of a question with its weight (earlier turns weigh less).
 pub(crate) type WeightedTerm = (String, f32);
 
+/// The weight of a question's own terms; earlier turns' terms weigh less.
+pub(crate) const OWN_TERM_WEIGHT: f32 = 1.0;
+
 /// Merges terms, keeping each term's highest weight.
 pub(crate) fn weigh(groups: &[(&str, f32)]) -> Vec<WeightedTerm> {
     let mut weights: HashMap<String, f32> = HashMap::new();
@@ -427,6 +430,14 @@ impl ContextIndex {
     }
 
     /// The best `limit` chunks for the weighted terms: `(score, chunk index)`.
+    ///
+    /// Terms of weight [`OWN_TERM_WEIGHT`] or more are the question's own;
+    /// lighter ones come from earlier turns of its session. When the question
+    /// has terms of its own, a chunk must match one of them, and the earlier
+    /// turns' terms only rank the chunks that do: a follow-up that names a new
+    /// subject ("What is a context?" after a question on streams) is answered
+    /// about that subject. A follow-up with no term of its own ("Why?") is
+    /// answered from the earlier turns' terms alone.
     pub(crate) fn search(
         &self,
         terms: &[WeightedTerm],
@@ -435,7 +446,36 @@ impl ContextIndex {
         if terms.is_empty() || limit == 0 || self.chunks.is_empty() {
             return Ok(Vec::new());
         }
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let (own, earlier): (Vec<&WeightedTerm>, Vec<&WeightedTerm>) =
+            terms.iter().partition(|(_, w)| *w >= OWN_TERM_WEIGHT);
+        let query: Box<dyn Query> = if own.is_empty() {
+            Box::new(BooleanQuery::new(self.term_clauses(&earlier)))
+        } else {
+            let mut clauses = self.term_clauses(&earlier);
+            clauses.push((
+                Occur::Must,
+                Box::new(BooleanQuery::new(self.term_clauses(&own))),
+            ));
+            Box::new(BooleanQuery::new(clauses))
+        };
+        let searcher = self.reader.searcher();
+        let top = searcher.search(query.as_ref(), &TopDocs::with_limit(limit).order_by_score())?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, addr) in top {
+            let doc: TantivyDocument = searcher.doc(addr)?;
+            if let Some(i) = doc.get_first(self.ord).and_then(|v| v.as_u64())
+                && (i as usize) < self.chunks.len()
+            {
+                out.push((score, i as usize));
+            }
+        }
+        Ok(out)
+    }
+
+    /// One optional clause per term and field (text, and headings at 0.6),
+    /// boosted by the term's weight.
+    fn term_clauses(&self, terms: &[&WeightedTerm]) -> Vec<(Occur, Box<dyn Query>)> {
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(terms.len() * 2);
         for (term, weight) in terms {
             for (field, boost) in [(self.text, 1.0f32), (self.heading, 0.6)] {
                 let q = TermQuery::new(
@@ -448,19 +488,7 @@ impl ContextIndex {
                 ));
             }
         }
-        let query = BooleanQuery::new(clauses);
-        let searcher = self.reader.searcher();
-        let top = searcher.search(&query, &TopDocs::with_limit(limit).order_by_score())?;
-        let mut out = Vec::with_capacity(top.len());
-        for (score, addr) in top {
-            let doc: TantivyDocument = searcher.doc(addr)?;
-            if let Some(i) = doc.get_first(self.ord).and_then(|v| v.as_u64())
-                && (i as usize) < self.chunks.len()
-            {
-                out.push((score, i as usize));
-            }
-        }
-        Ok(out)
+        clauses
     }
 
     /// Number of documents tantivy holds (equals the chunk count).

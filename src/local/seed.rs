@@ -13,6 +13,21 @@ use super::state::AppState;
 use super::store::SourceMeta;
 use super::{curate, durable};
 
+/// A seeded directory as a context's description names it: relative to the
+/// working directory when it lies below it, otherwise by its last component,
+/// so no absolute path of the machine reaches a client.
+fn shown_dir(dir: &Path) -> String {
+    let below_cwd = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| dir.strip_prefix(cwd).ok().map(Path::to_path_buf));
+    let shown = match below_cwd {
+        Some(rel) if !rel.as_os_str().is_empty() => rel,
+        _ if dir.is_absolute() => dir.file_name().map(PathBuf::from).unwrap_or_default(),
+        _ => dir.to_path_buf(),
+    };
+    shown.display().to_string()
+}
+
 /// Copies the files of a tree into a context's source directory (durably),
 /// replacing what it held.
 fn copy_tree(files: &[(String, PathBuf, u64)], ctx_dir: &Path, sync: bool) -> std::io::Result<()> {
@@ -66,7 +81,7 @@ pub(super) async fn seed_context(
             Some(id) => id,
             None => {
                 let req = crate::types::CreateContextRequest {
-                    description: Some(format!("Files of {}", dir.display())),
+                    description: Some(format!("Files of {}", shown_dir(dir))),
                     guide: None,
                     kind: None,
                     manifest: None,

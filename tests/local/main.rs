@@ -15,6 +15,7 @@ mod delete_during_work;
 mod durability;
 #[cfg(feature = "failpoints")]
 mod failpoints;
+mod follow_ups;
 mod limits;
 #[cfg(target_os = "linux")]
 mod memory_repros;

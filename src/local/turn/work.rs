@@ -80,6 +80,15 @@ async fn earlier_asks(state: &Arc<AppState>, plan: &TurnPlan) -> Vec<String> {
         .collect()
 }
 
+/// The question as a progress line shows it: one line, at most 80 characters.
+fn shown_ask(ask: &str) -> String {
+    let line: String = ask.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(79) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line,
+    }
+}
+
 /// The turn's work: retrieval, composition, events.
 pub(super) async fn produce(
     state: &Arc<AppState>,
@@ -112,9 +121,9 @@ pub(super) async fn produce(
             "step_1",
             crate::status::word::IN_PROGRESS,
             format!(
-                "Searching {} for: {}",
+                "Searching {} for \"{}\"",
                 slugs.join(", "),
-                key_terms.join(" ")
+                shown_ask(&plan.ask)
             ),
             Some(code.clone()),
         ),
