@@ -16,10 +16,16 @@
 //! (exit code 0). `NEXUS_API_VERSION` picks the API version, as for the
 //! other examples.
 
+#[path = "common/answer_text.rs"]
+mod answer_text;
+#[path = "common/citation.rs"]
+mod citation;
+
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use answer_text::AnswerText;
 use clap::Parser;
 use futures::StreamExt;
 use nexus_knowql::client::DEFAULT_HEADER_TIMEOUT;
@@ -237,16 +243,12 @@ async fn run(args: Args) -> Result<(), Failure> {
         let text = serde_json::to_string_pretty(&query).map_err(|e| e.to_string())?;
         out(&format!("{text}\n"))?;
     } else if args.background || args.no_stream {
-        out(&format!("{}\n", query.answer_text()))?;
+        let mut text = AnswerText::new(std::io::stdout(), answer_text::Mode::for_stdout());
+        text.push(&query.answer_text())
+            .and_then(|()| text.finish())
+            .map_err(written)?;
     }
-    for (i, c) in query.citations.iter().enumerate() {
-        let sections: Vec<String> = c.section_paths.iter().map(|p| p.join(" > ")).collect();
-        if sections.is_empty() {
-            eprintln!("[{}] {}", i + 1, c.source);
-        } else {
-            eprintln!("[{}] {} ({})", i + 1, c.source, sections.join("; "));
-        }
-    }
+    eprint!("{}", citation::footnotes(&query.citations));
     Ok(())
 }
 
@@ -264,19 +266,25 @@ enum Streamed {
 /// [`Failure::StdoutClosed`] (never a panic, as `print!` would be).
 fn out(text: &str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
-    match stdout
+    stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
-    {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::StdoutClosed),
-        Err(e) => Err(Failure::Reason(format!("cannot write the answer: {e}"))),
+        .map_err(written)
+}
+
+/// A failed write to stdout: a closed stdout ends the program quietly.
+fn written(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::StdoutClosed
+    } else {
+        Failure::Reason(format!("cannot write the answer: {e}"))
     }
 }
 
 /// Streams a turn: text deltas to stdout (when `print`), steps to stderr.
 async fn stream(mut turn: nexus_knowql::QueryTurn, print: bool) -> nexus_knowql::Result<Streamed> {
     let mut printed = false;
+    let mut text = AnswerText::new(std::io::stdout(), answer_text::Mode::for_stdout());
     let closed = |turn: nexus_knowql::QueryTurn| {
         let id = turn.query_id().map(str::to_owned);
         drop(turn);
@@ -287,7 +295,7 @@ async fn stream(mut turn: nexus_knowql::QueryTurn, print: bool) -> nexus_knowql:
             event = turn.next() => event,
             () = ctrl_c() => {
                 if printed {
-                    let _ = out("\n");
+                    let _ = text.finish();
                 }
                 let id = turn.query_id().map(str::to_owned);
                 // Closing the stream first; the caller cancels on the server.
@@ -298,7 +306,7 @@ async fn stream(mut turn: nexus_knowql::QueryTurn, print: bool) -> nexus_knowql:
         let Some(event) = event else { break };
         match event {
             Ok(QueryEvent::TextDelta { delta }) if print => {
-                if let Err(Failure::StdoutClosed) = out(&delta) {
+                if let Err(Failure::StdoutClosed) = text.push(&delta).map_err(written) {
                     return closed(turn);
                 }
                 printed = true;
@@ -307,13 +315,13 @@ async fn stream(mut turn: nexus_knowql::QueryTurn, print: bool) -> nexus_knowql:
             Ok(_) => {}
             Err(e) => {
                 if printed {
-                    let _ = out("\n");
+                    let _ = text.finish();
                 }
                 return Ok(Streamed::Done(Box::new(Err(e))));
             }
         }
     }
-    if printed && let Err(Failure::StdoutClosed) = out("\n") {
+    if printed && let Err(Failure::StdoutClosed) = text.finish().map_err(written) {
         return closed(turn);
     }
     Ok(Streamed::Done(Box::new(turn.finish().await)))

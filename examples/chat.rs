@@ -302,7 +302,7 @@ impl Chat {
                     self.last_query_id = Some(handle.id().to_owned());
                     let outcome = common::wait_background(handle, interrupts.next()).await;
                     if let Ok(Outcome::Completed(q)) = &outcome {
-                        println!("{}", q.answer_text().trim_end());
+                        common::print_answer(&q.answer_text());
                     }
                     outcome
                 }

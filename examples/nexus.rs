@@ -618,7 +618,7 @@ async fn ask(
     };
     let print_answer = |q: &types::Query| {
         if !json {
-            println!("{}", q.answer_text().trim_end());
+            common::print_answer(&q.answer_text());
         }
     };
     let outcome = if background {
@@ -736,7 +736,7 @@ async fn query(client: &Client, json: bool, id: &str) -> Result<ExitCode, String
             println!("{} {e}", style("error:").red());
         }
     } else {
-        println!("{}", answer.trim_end());
+        common::print_answer(&answer);
     }
     if !q.citations.is_empty() {
         println!();

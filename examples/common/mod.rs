@@ -277,38 +277,23 @@ fn strip_template_styles(template: &str) -> String {
     out
 }
 
-/// One citation as a footnote body: `source § Section › Sub (p. 3)`.
-pub(crate) fn citation_text(citation: &types::Citation) -> String {
-    let mut text = citation.source.clone();
-    let sections: Vec<String> = citation
-        .section_paths
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| p.join(" › "))
-        .collect();
-    if !sections.is_empty() {
-        let _ = write!(text, " § {}", sections.join("; "));
-    }
-    match citation.pages.as_slice() {
-        [] => {}
-        [page] => {
-            let _ = write!(text, " (p. {page})");
-        }
-        pages => {
-            let pages: Vec<String> = pages.iter().map(i64::to_string).collect();
-            let _ = write!(text, " (pp. {})", pages.join(", "));
-        }
-    }
-    text
-}
+#[path = "answer_text.rs"]
+mod answer_text;
+#[path = "citation.rs"]
+mod citation;
+pub(crate) use citation::footnotes;
 
-/// Citations as numbered footnotes, one per line (empty when there are none).
-pub(crate) fn footnotes(citations: &[types::Citation]) -> String {
-    let mut out = String::new();
-    for (i, c) in citations.iter().enumerate() {
-        let _ = writeln!(out, "[{}] {}", i + 1, citation_text(c));
+/// Prints a whole answer as a streamed one is printed: wrapped and rendered
+/// on a terminal, exactly as sent elsewhere, and ended by a line break.
+pub(crate) fn print_answer(answer: &str) {
+    let mut text = answer_text::AnswerText::new(std::io::stdout(), answer_text::Mode::for_stdout());
+    if let Err(e) = text.push(answer.trim_end()).and_then(|()| text.finish()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("cannot write to stdout: {e}");
+        std::process::exit(1);
     }
-    out
 }
 
 /// A duration in milliseconds, short and human.
@@ -356,9 +341,8 @@ pub(crate) async fn stream_answer(
     interrupt: impl Future<Output = ()>,
 ) -> Result<Outcome, Error> {
     let mut activity = Activity::start("thinking");
-    let mut stdout = std::io::stdout();
+    let mut text = answer_text::AnswerText::new(std::io::stdout(), answer_text::Mode::for_stdout());
     let mut wrote_text = false;
-    let mut ends_with_newline = true;
     let mut failure = None;
     tokio::pin!(interrupt);
     let interrupted = loop {
@@ -376,15 +360,12 @@ pub(crate) async fn stream_answer(
                     // A closed stdout (`| head`, a pager quit early): nobody reads
                     // the answer any more, so the turn is cancelled and the
                     // program ends quietly.
-                    if let Err(e) = stdout.write_all(delta.as_bytes()).and_then(|()| stdout.flush())
+                    if let Err(e) = text.push(&delta)
                         && e.kind() == std::io::ErrorKind::BrokenPipe
                     {
                         activity.clear();
                         let _ = turn.cancel().await;
                         std::process::exit(0);
-                    }
-                    if let Some(last) = delta.chars().last() {
-                        ends_with_newline = last == '\n';
                     }
                 }
                 Some(Ok(_)) => {}
@@ -395,8 +376,8 @@ pub(crate) async fn stream_answer(
         }
     };
     activity.clear();
-    if wrote_text && !ends_with_newline {
-        println!();
+    if wrote_text {
+        let _ = text.finish();
     }
     if interrupted {
         let query_id = turn.query_id().map(str::to_owned);

@@ -28,30 +28,31 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Serve the Pinecone Nexus tools (list_contexts, query_context, get_query) to
-/// MCP clients such as Claude Desktop or Cursor.
+/// An MCP server for Claude Desktop, Cursor and other MCP clients: the Nexus
+/// tools (list_contexts, query_context, get_query) and the Pinecone retrieval
+/// tools, over stdio or Streamable HTTP.
 #[derive(Debug, Parser)]
-#[command(name = "nexus-mcp", version, about, long_about = None)]
+#[command(name = "nexus-mcp", version)]
 struct Args {
     /// How MCP clients connect: `stdio` (the client starts this process) or
     /// `http` (Streamable HTTP at /mcp).
-    #[arg(long, value_enum, default_value_t = Transport::Stdio)]
+    #[arg(long, value_enum, default_value_t = Transport::Stdio, help_heading = "Transport")]
     transport: Transport,
 
     /// Address to listen on with `--transport http`. Loopback by default;
     /// any other address logs a warning.
-    #[arg(long, default_value = http::DEFAULT_BIND)]
+    #[arg(long, default_value = http::DEFAULT_BIND, help_heading = "Transport")]
     bind: SocketAddr,
 
     /// Nexus API base URL, for example https://HOST/api; enables the Nexus
     /// tools. Keys follow one rule for every tool family: over stdio the
     /// configured Pinecone key serves every call; over HTTP each call uses
     /// the caller's X-Pinecone-Api-Key (see --allow-server-key).
-    #[arg(long, env = ENV_BASE_URL)]
+    #[arg(long, env = ENV_BASE_URL, help_heading = "Nexus tools")]
     base_url: Option<String>,
 
     /// Nexus API version to request.
-    #[arg(long, env = ENV_API_VERSION, default_value = "2026-07")]
+    #[arg(long, env = ENV_API_VERSION, default_value = "2026-07", help_heading = "Nexus tools")]
     api_version: String,
 
     /// Over HTTP, serve requests that carry no X-Pinecone-Api-Key with this
@@ -59,13 +60,13 @@ struct Args {
     /// Without it such calls fail with UNAUTHORIZED. Anyone who can reach
     /// the server then acts as the server's project. A request whose header
     /// is present but empty or malformed is always refused (401).
-    #[arg(long)]
+    #[arg(long, help_heading = "Nexus tools")]
     allow_server_key: bool,
 
     /// Over HTTP, keep no session state, so that several nexus-mcp
     /// processes can serve the same clients behind a load balancer. The
     /// suggest-flow gate of the Pinecone tools is off in this mode.
-    #[arg(long)]
+    #[arg(long, help_heading = "Transport")]
     stateless: bool,
 
     /// Over HTTP, threads serving connections (default 1). Each thread
@@ -75,115 +76,129 @@ struct Args {
     /// call takes about 0.3 ms of a thread's CPU besides its wait for Nexus,
     /// so more threads help only past a few thousand calls a second, and
     /// hand a session's calls to the thread that created the session.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024), help_heading = "Transport")]
     worker_threads: Option<u16>,
 
     /// Seconds a connection has to send a complete request head.
-    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10")]
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10", help_heading = "HTTP limits and deadlines")]
     header_read_timeout: Duration,
 
     /// Seconds a request has to send its whole body once its head is in
     /// (408 past it); a request takes a concurrency slot only after that.
-    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10")]
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10", help_heading = "HTTP limits and deadlines")]
     body_read_timeout: Duration,
 
     /// Seconds an open connection may stay without a request in flight
     /// before it is closed (HTTP/1 keep-alive and HTTP/2; HTTP/2 peers are
     /// pinged at this interval too).
-    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "60")]
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "60", help_heading = "HTTP limits and deadlines")]
     idle_timeout: Duration,
 
     /// Seconds requests in flight have to finish at shutdown (SIGTERM or
     /// Ctrl-C) before sessions end and connections are cut.
-    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "30")]
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "30", help_heading = "HTTP limits and deadlines")]
     shutdown_grace: Duration,
 
     /// Seconds a request has until the end of its response (longer than
     /// get_query's longest wait).
-    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "120")]
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "120", help_heading = "HTTP limits and deadlines")]
     request_timeout: Duration,
 
     /// Open connections; more are closed at once.
-    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONNECTIONS)]
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONNECTIONS, help_heading = "HTTP limits and deadlines")]
     max_connections: usize,
 
     /// Open connections from one client address; more are closed at once
     /// (default: a quarter of --max-connections). Behind a reverse proxy
     /// every client has the proxy's address: set it to --max-connections.
-    #[arg(long, value_name = "N", env = "NEXUS_MCP_MAX_CONNECTIONS_PER_PEER")]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "NEXUS_MCP_MAX_CONNECTIONS_PER_PEER",
+        help_heading = "HTTP limits and deadlines"
+    )]
     max_connections_per_peer: Option<usize>,
 
     /// Requests handled at once; more get 503.
-    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONCURRENT_REQUESTS)]
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONCURRENT_REQUESTS, help_heading = "HTTP limits and deadlines")]
     max_concurrent_requests: usize,
 
     /// Requests handled at once on one connection; more get 503.
-    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_REQUESTS_PER_CONNECTION)]
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_REQUESTS_PER_CONNECTION, help_heading = "HTTP limits and deadlines")]
     max_requests_per_connection: usize,
 
     /// Requests handled at once for one caller (one key, or one client
     /// address without a key); more get 429.
-    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_REQUESTS_PER_CALLER)]
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_REQUESTS_PER_CALLER, help_heading = "HTTP limits and deadlines")]
     max_requests_per_caller: usize,
 
     /// Live MCP sessions. At the cap, an initialize closes the least
     /// recently used idle session; when all are busy it gets 503.
-    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_SESSIONS)]
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_SESSIONS, help_heading = "HTTP limits and deadlines")]
     max_sessions: usize,
 
     /// Live MCP sessions of one caller (key, or client address without a
     /// key); an initialize past it gets 429.
-    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_SESSIONS_PER_CALLER)]
+    #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_SESSIONS_PER_CALLER, help_heading = "HTTP limits and deadlines")]
     max_sessions_per_caller: usize,
 
     /// Seconds without a message after which a session is closed.
-    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "600")]
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "600", help_heading = "HTTP limits and deadlines")]
     session_idle_timeout: Duration,
 
     /// Also accept requests from this browser Origin (scheme://host:port, or
     /// :* for any port). Localhost origins are always accepted. Repeatable.
-    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    #[arg(
+        long = "allow-origin",
+        value_name = "ORIGIN",
+        help_heading = "HTTP access"
+    )]
     allow_origins: Vec<String>,
 
     /// Also accept this Host header value (a DNS name clients use to reach
     /// the server). Loopback names and the bind address are always accepted.
     /// Repeatable.
-    #[arg(long = "allow-host", value_name = "HOST")]
+    #[arg(long = "allow-host", value_name = "HOST", help_heading = "HTTP access")]
     allow_hosts: Vec<String>,
 
     /// Deadline of each Nexus call a tool makes, in milliseconds (`get_query`
     /// may take this plus its `wait_seconds`); a passed deadline is a
     /// `TIMEOUT` tool error.
-    #[arg(long, env = "NEXUS_MCP_CALL_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "NEXUS_MCP_CALL_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Nexus tools")]
     nexus_call_timeout_ms: u64,
 
     /// A tool call that takes this many milliseconds or longer is reported
     /// to its client as an MCP log message at `notice` (`get_query` waits
     /// excepted).
-    #[arg(long, env = "NEXUS_MCP_SLOW_CALL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "NEXUS_MCP_SLOW_CALL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Nexus tools")]
     slow_call_ms: u64,
 
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
-    #[arg(long, env = "NEXUS_MCP_LOG_LEVEL", default_value = "info")]
+    #[arg(
+        long,
+        env = "NEXUS_MCP_LOG_LEVEL",
+        default_value = "info",
+        help_heading = "Logging"
+    )]
     log_level: String,
 
     /// Secret that seals MCP task handles (at least 16 bytes). Replicas
     /// given the same secret serve each other's tasks (`tasks/get`,
     /// `tasks/cancel`), so tasks work behind a load balancer with
     /// --stateless. Without it, a random secret: this process only.
-    #[arg(long, env = "NEXUS_MCP_TASK_SECRET", hide_env_values = true, value_name = "SECRET", value_parser = secret_text)]
+    #[arg(long, env = "NEXUS_MCP_TASK_SECRET", hide_env_values = true, value_name = "SECRET", value_parser = secret_text, help_heading = "Tasks")]
     task_secret: Option<secrecy::SecretString>,
 
     /// Seconds a task handle is honoured after the task started (its
     /// `ttlMs`).
-    #[arg(long, env = "NEXUS_MCP_TASK_TTL", value_name = "SECS", value_parser = seconds, default_value = "3600")]
+    #[arg(long, env = "NEXUS_MCP_TASK_TTL", value_name = "SECS", value_parser = seconds, default_value = "3600", help_heading = "Tasks")]
     task_ttl: Duration,
 
     #[command(flatten)]
     pinecone: PineconeArgs,
 
     /// Log format on stderr.
-    #[arg(long, value_enum, env = "NEXUS_MCP_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    #[arg(long, value_enum, env = "NEXUS_MCP_LOG_FORMAT", default_value_t = LogFormat::Text, help_heading = "Logging")]
     log_format: LogFormat,
 }
 

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod answer_text;
 mod ask;
 mod ask_integrity;
 mod chat;

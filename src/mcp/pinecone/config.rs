@@ -44,6 +44,7 @@ pub enum Profile {
 /// Every Pinecone flag, each with its environment variable.
 #[derive(Clone)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", command(next_help_heading = "Pinecone tools"))]
 pub struct PineconeArgs {
     /// Pinecone API key (single-key mode). Shared with the Nexus tools.
     #[cfg_attr(feature = "cli", arg(long = "pinecone-api-key", env = "PINECONE_API_KEY", hide_env_values = true, value_parser = secret))]
