@@ -35,6 +35,10 @@
 //! terminal cannot be cut back, so the event in hand at a crash may be
 //! printed again (one event at most). Progress goes to stderr.
 //!
+//! A worker that finished leaves the job's final checkpoint in the store:
+//! started again, it writes nothing more and exits 0 (never a second turn).
+//! The supervisor forgets the job once it has its answer.
+//!
 //! A closed stdout (`worker | head -c 5`) cancels the turn and ends quietly.
 //! A turn that failed verification is recorded as failed under the job's
 //! key, never resumed: the worker says so, exits 1, and the way out is to
@@ -51,7 +55,7 @@ use std::time::Duration;
 use clap::Parser;
 use futures::StreamExt;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::query::{Checkpoint, CheckpointedTurn, FileCheckpointStore};
+use nexus_knowql::query::{Checkpoint, CheckpointStore, CheckpointedTurn, FileCheckpointStore};
 use nexus_knowql::{Client, QueryEvent};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -181,12 +185,21 @@ async fn orchestrate(args: &Args) -> Result<ExitCode, String> {
         }
         done => done,
     };
+    let last = last?;
+    if last.success() {
+        // The job is done and its answer handed on: forget it. (A worker
+        // does not: killed after that, its restart would start the job's
+        // turn again.)
+        let forget = FileCheckpointStore::new(&store).and_then(|s| s.clear(&args.key));
+        forget.map_err(|e| format!("cannot forget the finished job: {e}"))?;
+    }
     if own_store {
         let _ = std::fs::remove_dir_all(&store);
     }
-    match last? {
-        status if status.success() => Ok(ExitCode::SUCCESS),
-        status => Err(format!("the last worker ended with {status}")),
+    if last.success() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(format!("the last worker ended with {last}"))
     }
 }
 

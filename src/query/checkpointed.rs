@@ -34,7 +34,9 @@ use crate::types;
 /// [`Error::AnswerMismatch`], [`Error::ReplayGap`] or
 /// [`Error::TurnTooLarge`] the key records the failure instead of a
 /// position, and a later `resume` is [`CheckpointError::Failed`].
-/// [`CheckpointedTurn::finish`] clears the key once the turn has ended.
+/// After [`CheckpointedTurn::finish`] the key keeps the final checkpoint,
+/// so that resuming a finished job reads nothing more: clear it once the
+/// job's result was handed on.
 ///
 /// [`CheckpointedTurn::start_or_resume`] also makes a crash between
 /// `POST /query` and the first checkpoint safe: it records its intent
@@ -297,8 +299,12 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     }
 
     /// Reads (and checkpoints) the rest of the turn and returns the final
-    /// Query, as [`QueryTurn::finish`]; clears the key once the turn has
-    /// ended, completed or not, and verified.
+    /// Query, as [`QueryTurn::finish`].
+    ///
+    /// The key keeps the turn's last checkpoint: a process that dies after
+    /// `finish` and resumes the job reads nothing more and gets the same
+    /// outcome, instead of starting the job's turn again. Clear the key
+    /// ([`CheckpointStore::clear`]) once the job's result was handed on.
     ///
     /// # Errors
     /// The store's errors (the checkpoint stays at the last one saved);
@@ -324,10 +330,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
             Err(e) if is_verification_failure(e) && !self.failed => {
                 save_failure(&self.store, &self.key, e, query_id.as_deref());
             }
-            Ok(_) | Err(Error::TurnFailed { .. } | Error::TurnCancelled { .. }) => {
-                self.store.clear(&self.key)?;
-            }
-            Err(_) => {}
+            _ => {}
         }
         result
     }

@@ -104,8 +104,20 @@ async fn a_turn_resumed_from_its_store_finishes_with_the_exact_answer() {
     }
     let query = second.finish().await.unwrap();
     assert_eq!(format!("{handled}{rest}"), query.answer_text());
-    // The turn ended: nothing to resume any more.
-    assert_eq!(store.load("job-1").unwrap(), None);
+    // The key keeps the final checkpoint, which proves the whole answer: a
+    // process that died after `finish` resumes to nothing more.
+    let last = at(&store, "job-1").unwrap();
+    assert_eq!(last.text_len, query.answer_text().len() as u64);
+    assert!(last.proves_prefix_of(query.answer_text()));
+    let mut again = CheckpointedTurn::resume(&client, store.clone(), "job-1")
+        .await
+        .unwrap()
+        .unwrap();
+    let (more, error) = drain(&mut again).await;
+    assert!(more.is_empty() && error.is_none(), "{more:?} {error:?}");
+    assert_eq!(again.finish().await.unwrap().id, query.id);
+    // Once the job's result is handed on, the key is cleared.
+    store.clear("job-1").unwrap();
     assert!(
         CheckpointedTurn::resume(&client, store, "job-1")
             .await
@@ -240,7 +252,12 @@ async fn a_job_that_died_before_its_first_checkpoint_finds_its_turn_again() {
     // Two turns on the server: the earlier job's and this job's one.
     let sessions = client.sessions().list().await.unwrap();
     assert_eq!(sessions.len(), 2, "{sessions:?}");
-    assert_eq!(store.load("job-s").unwrap(), None);
+    // A finished job resumes to its own turn, never a new one.
+    let done = CheckpointedTurn::start_or_resume(&client, store.clone(), "job-s", ask())
+        .await
+        .unwrap();
+    assert_eq!(done.finish().await.unwrap().id, query.id);
+    assert_eq!(client.sessions().list().await.unwrap().len(), 2);
 }
 
 /// A store whose saves fail from the `fail_from`-th on.
