@@ -82,6 +82,10 @@ struct Args {
     /// The job's key in the store.
     #[arg(long, default_value = "worker-job")]
     key: String,
+    /// Pause after writing each part, as a slow sink would (a wider window
+    /// between a write and its checkpoint, for crash tests).
+    #[arg(long, hide = true, default_value_t = 0)]
+    slow_sink_ms: u64,
     /// Events handled before the (first) worker crashes.
     #[arg(long)]
     crash_after: Option<usize>,
@@ -242,10 +246,15 @@ async fn work(args: &Args) -> Result<ExitCode, String> {
         match event.map_err(|e| e.to_string())? {
             QueryEvent::Created { query_id, .. } => eprintln!("worker: turn {query_id}"),
             QueryEvent::Step(step) => eprintln!("· {}", step.commentary),
-            QueryEvent::TextDelta { delta } if !sink.write(&delta)? => {
-                // Nobody reads the answer any more: stop the turn too.
-                let _ = turn.cancel().await;
-                return Ok(ExitCode::SUCCESS);
+            QueryEvent::TextDelta { delta } => {
+                if !sink.write(&delta)? {
+                    // Nobody reads the answer any more: stop the turn too.
+                    let _ = turn.cancel().await;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                if args.slow_sink_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(args.slow_sink_ms)).await;
+                }
             }
             _ => {}
         }

@@ -65,6 +65,10 @@ fn spawn_worker(url: &str, store: &Path, output: &Path, key: &str) -> Child {
             &output,
             "--key",
             key,
+            // Half of a worker's time between writing a part and saving
+            // the checkpoint after it: where a kill would duplicate text.
+            "--slow-sink-ms",
+            "10",
             "How do I resume a broken stream?",
         ],
     )
@@ -117,7 +121,7 @@ fn killed_workers_write_each_answer_exactly_once_with_one_turn_per_job() {
         .block_on(
             LocalNexus::builder()
                 .context("docs", corpus())
-                .frame_delay(Duration::from_millis(5))
+                .frame_delay(Duration::from_millis(10))
                 .start(),
         )
         .unwrap();
@@ -127,21 +131,33 @@ fn killed_workers_write_each_answer_exactly_once_with_one_turn_per_job() {
     let store = FileCheckpointStore::new(&store_dir).unwrap();
     let started = Instant::now();
     let (mut kills, mut runs) = (0u32, 0u32);
+    let mut kill_window = Duration::from_millis(500);
     let (mut duplicated, mut missing, mut second_turns) = (0, 0, 0);
     for job in 0..jobs {
         let key = format!("job-{job}");
         let output = dir.path().join(format!("{key}.txt"));
         let before = rt.block_on(client.sessions().list().into_future()).unwrap();
         // Kill the job's worker at random instants, then let one finish.
-        let kills_here = rng.below(u64::from(MAX_KILLS_PER_JOB) + 1) as u32;
+        // The first two jobs run whole, to learn how long a worker takes
+        // (the first one also warms the machine up).
+        let kills_here = if job < 2 {
+            0
+        } else {
+            1 + rng.below(u64::from(MAX_KILLS_PER_JOB)) as u32
+        };
+        let job_started = Instant::now();
         let mut stderr = String::new();
         let mut done = false;
         for attempt in 0..=kills_here {
             runs += 1;
             let mut child = spawn_worker(server.base_url(), &store_dir, &output, &key);
             let limit = if attempt < kills_here {
-                // Anywhere from the process start to past its usual end.
-                Duration::from_millis(rng.below(900))
+                // Anywhere from the process start to past its usual end;
+                // half of the kills in its first quarter, where it posts
+                // the job's turn.
+                let window = kill_window.as_micros() as u64;
+                let window = if rng.below(2) == 0 { window } else { window / 4 };
+                Duration::from_micros(rng.below(window))
             } else {
                 WORKER_LIMIT
             };
@@ -161,6 +177,9 @@ fn killed_workers_write_each_answer_exactly_once_with_one_turn_per_job() {
             }
         }
         assert!(done, "job {job} never finished\n{stderr}");
+        if job < 2 {
+            kill_window = job_started.elapsed().mul_f32(1.2);
+        }
         // The turn the job finished, and the sessions it started.
         let query_id = stderr
             .lines()
@@ -209,8 +228,9 @@ fn killed_workers_write_each_answer_exactly_once_with_one_turn_per_job() {
         assert!(left.is_empty(), "job {job}: {left:?}");
     }
     eprintln!(
-        "kill_anywhere: {jobs} jobs, {runs} worker runs, {kills} kill -9s in {:.1?}: \
-         {duplicated} duplicated, {missing} missing, {second_turns} with a second turn",
+        "kill_anywhere: {jobs} jobs, {runs} worker runs, {kills} kill -9s (within {kill_window:.0?} \
+         of a start) in {:.1?}: {duplicated} duplicated, {missing} missing, {second_turns} \
+         with a second turn",
         started.elapsed()
     );
     assert_eq!(
