@@ -158,9 +158,16 @@ async fn orchestrate(args: &Args) -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let worker = |crash_after: Option<usize>| {
         let mut cmd = tokio::process::Command::new(&exe);
-        cmd.args(["--once", "--base-url", &base_url, "--key", &args.key, "--store"])
-            .arg(&store)
-            .arg(&args.question);
+        cmd.args([
+            "--once",
+            "--base-url",
+            &base_url,
+            "--key",
+            &args.key,
+            "--store",
+        ])
+        .arg(&store)
+        .arg(&args.question);
         if let Some(output) = &args.output {
             cmd.arg("--output").arg(output);
         }

@@ -103,10 +103,7 @@ impl TextDigest {
     /// Keys a running hash with the turn's id.
     pub(crate) fn seal(query_id: &str, text: RollingText) -> Self {
         let key = key_of(query_id);
-        TextDigest([
-            reduce(text.0[0] + key[0]),
-            reduce(text.0[1] + key[1]),
-        ])
+        TextDigest([reduce(text.0[0] + key[0]), reduce(text.0[1] + key[1])])
     }
 
     /// The running hash this digest seals for turn `query_id` (what a
@@ -250,9 +247,7 @@ impl FromStr for Checkpoint {
     /// from a file that is not a checkpoint).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || {
-            Error::InvalidRequest(
-                "not a checkpoint (query_id:event_id:text_len:digest)".to_owned(),
-            )
+            Error::InvalidRequest("not a checkpoint (query_id:event_id:text_len:digest)".to_owned())
         };
         let mut parts = s.rsplitn(4, ':');
         let digest = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;

@@ -11,11 +11,11 @@ use futures::{Stream, StreamExt};
 use super::builder::TurnBuilder;
 use super::checkpoint::Checkpoint;
 use super::checkpoint_record::{CheckpointRecord, FailedTurn, StartIntent};
-use crate::error::CheckpointError;
 use super::checkpoint_start::{find_started, intent};
 use super::checkpoint_store::CheckpointStore;
 use super::event::QueryEvent;
 use super::turn::QueryTurn;
+use crate::error::CheckpointError;
 use crate::error::{Error, Result};
 use crate::types;
 
@@ -147,10 +147,12 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
         store: S,
         key: impl Into<String>,
     ) -> Result<Option<Self>> {
-        Ok(match Self::resume_or_give_back(client, store, key.into()).await? {
-            Resumed::Turn(turn) => Some(turn),
-            Resumed::Nothing(_) => None,
-        })
+        Ok(
+            match Self::resume_or_give_back(client, store, key.into()).await? {
+                Resumed::Turn(turn) => Some(turn),
+                Resumed::Nothing(_) => None,
+            },
+        )
     }
 
     async fn resume_or_give_back(

@@ -63,13 +63,13 @@ mod sse;
 mod stream;
 mod turn;
 
+pub use crate::error::CheckpointError;
 pub use background::QueryHandle;
 pub use builder::{MAX_TURN_SECONDS, TurnBuilder};
 pub use checkpoint::{Checkpoint, END_OF_TURN, TextDigest};
 pub use checkpoint_record::{
     CheckpointRecord, FailedTurn, MAX_REASON_CHARS, SessionMark, StartIntent,
 };
-pub use crate::error::CheckpointError;
 pub use checkpoint_store::{
     CheckpointStore, FileCheckpointStore, MAX_CHECKPOINT_BYTES, MAX_KEY_LEN,
 };

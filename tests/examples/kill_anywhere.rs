@@ -156,7 +156,11 @@ fn killed_workers_write_each_answer_exactly_once_with_one_turn_per_job() {
                 // half of the kills in its first quarter, where it posts
                 // the job's turn.
                 let window = kill_window.as_micros() as u64;
-                let window = if rng.below(2) == 0 { window } else { window / 4 };
+                let window = if rng.below(2) == 0 {
+                    window
+                } else {
+                    window / 4
+                };
                 Duration::from_micros(rng.below(window))
             } else {
                 WORKER_LIMIT

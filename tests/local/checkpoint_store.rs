@@ -178,7 +178,10 @@ async fn a_checkpoint_that_does_not_prove_the_answer_is_a_recorded_failure() {
     }
     let again = CheckpointedTurn::resume(&client, store.clone(), "job-f").await;
     assert!(
-        matches!(again, Err(Error::Checkpoint(CheckpointError::Failed { .. }))),
+        matches!(
+            again,
+            Err(Error::Checkpoint(CheckpointError::Failed { .. }))
+        ),
         "{again:?}"
     );
 
@@ -241,7 +244,10 @@ async fn a_job_that_died_before_its_first_checkpoint_finds_its_turn_again() {
     let mut second = CheckpointedTurn::start_or_resume(&client, store.clone(), "job-s", ask())
         .await
         .unwrap();
-    let resumed = second.resumed_from().cloned().expect("attached, not started");
+    let resumed = second
+        .resumed_from()
+        .cloned()
+        .expect("attached, not started");
     assert_ne!(resumed.query_id, earlier.id);
     assert_eq!(resumed.text_len, 0);
     let (text, error) = drain(&mut second).await;
@@ -332,7 +338,10 @@ fn the_file_store_refuses_bad_keys_and_files_that_are_not_records() {
     };
     std::fs::write(dir.path().join("junk.checkpoint"), "SECRET-JUNK").unwrap();
     let e = unreadable("junk");
-    assert!(e.contains("junk.checkpoint") && e.contains("remove it"), "{e}");
+    assert!(
+        e.contains("junk.checkpoint") && e.contains("remove it"),
+        "{e}"
+    );
     assert!(!e.contains("SECRET"), "{e}");
     let big = "9".repeat(MAX_CHECKPOINT_BYTES as usize + 10);
     std::fs::write(dir.path().join("big.checkpoint"), big).unwrap();
@@ -355,7 +364,10 @@ fn the_file_store_refuses_bad_keys_and_files_that_are_not_records() {
         std::fs::write(&secret, "nexus-checkpoint 1 link TOP-SECRET\n").unwrap();
         std::os::unix::fs::symlink(&secret, dir.path().join("link.checkpoint")).unwrap();
         let e = unreadable("link");
-        assert!(e.contains("symbolic link") && !e.contains("TOP-SECRET"), "{e}");
+        assert!(
+            e.contains("symbolic link") && !e.contains("TOP-SECRET"),
+            "{e}"
+        );
     }
     // Saves leave no temporary file; a crashed save's leftovers of the key
     // go with its next load, others' stay.
