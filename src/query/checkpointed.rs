@@ -91,7 +91,7 @@ impl<S> fmt::Debug for CheckpointedTurn<S> {
 
 /// A resumed job, or the store back when there was nothing to resume.
 enum Resumed<S> {
-    Turn(CheckpointedTurn<S>),
+    Turn(Box<CheckpointedTurn<S>>),
     Nothing(S),
 }
 
@@ -149,7 +149,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     ) -> Result<Option<Self>> {
         Ok(
             match Self::resume_or_give_back(client, store, key.into()).await? {
-                Resumed::Turn(turn) => Some(turn),
+                Resumed::Turn(turn) => Some(*turn),
                 Resumed::Nothing(_) => None,
             },
         )
@@ -195,7 +195,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
         let mut turn = CheckpointedTurn::new(turn, store, key);
         turn.saved = Some(checkpoint.clone());
         turn.resumed_from = Some(checkpoint);
-        Ok(Resumed::Turn(turn))
+        Ok(Resumed::Turn(Box::new(turn)))
     }
 
     /// The job under `key`: resumed as by [`CheckpointedTurn::resume`], or
@@ -230,7 +230,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
             )));
         }
         let store = match Self::resume_or_give_back(client, store, key.clone()).await? {
-            Resumed::Turn(turn) => return Ok(turn),
+            Resumed::Turn(turn) => return Ok(*turn),
             Resumed::Nothing(store) => store,
         };
         let intent = intent(ask.client(), ask.ask_text()).await?;
