@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --example worker --features local
 //! cargo run --example worker --features local -- --crash-after 10 "How do I resume a stream?"
+//! cargo run --example worker --features local -- --output answer.txt
 //! RUST_LOG=nexus_knowql=debug cargo run --example worker --features local
 //! ```
 //!
@@ -14,29 +15,47 @@
 //! runs the same worker twice as child processes (`worker --once`), sharing
 //! one `FileCheckpointStore` directory:
 //!
-//! 1. The first finds nothing stored, starts the turn and prints the answer
-//!    as it streams, through a `CheckpointedTurn`: each event's checkpoint
-//!    is saved (temp file, fsync, rename) before the next one is read.
-//!    After handling `--crash-after` events it exits at once with code 3.
-//! 2. The second finds the checkpoint, `CheckpointedTurn::resume`s the turn
-//!    and prints the rest: the events after the last one handled, checked
-//!    against the stored answer (or taken from the stored turn when the
-//!    event log is gone). Once the turn has ended the store forgets it.
+//! 1. The first finds nothing stored and starts the job's turn with
+//!    `CheckpointedTurn::start_or_resume`, which records its intent before
+//!    `POST /query`. It writes the answer as it streams; each event's
+//!    checkpoint (with the digest of the text up to it) is saved (temp
+//!    file, fsync, rename) before the next one is read. After handling
+//!    `--crash-after` events it exits at once with code 3.
+//! 2. The second finds the checkpoint (or, had the first died before its
+//!    first checkpoint, the turn the first started: never a second turn)
+//!    and writes the rest: the events after the last one handled, checked
+//!    against the stored answer, whose beginning must be the text the
+//!    checkpoint proves. Once the turn has ended the store forgets it.
 //!
-//! stdout carries only the answer, each part once; progress goes to stderr.
+//! With `--output FILE` the answer is written to FILE exactly once, whenever
+//! a worker is killed (even with `kill -9`): a restarted worker first checks
+//! that FILE begins with the text its checkpoint proves and cuts it back to
+//! that length, and each part is synced to FILE before the checkpoint after
+//! it is saved. Without it the answer goes to stdout at least once: a
+//! terminal cannot be cut back, so the event in hand at a crash may be
+//! printed again (one event at most). Progress goes to stderr.
+//!
+//! A worker that finished leaves the job's final checkpoint in the store:
+//! started again, it writes nothing more and exits 0 (never a second turn).
+//! The supervisor forgets the job once it has its answer.
+//!
 //! A closed stdout (`worker | head -c 5`) cancels the turn and ends quietly.
-//! Logs use the `tracing-subscriber` fmt layer on stderr; each turn is a
-//! `query_turn` span. The exit code is 0 when the turn completed.
+//! A turn that failed verification is recorded as failed under the job's
+//! key, never resumed: the worker says so, exits 1, and the way out is to
+//! remove the record and the output. Logs use the `tracing-subscriber` fmt
+//! layer on stderr; each turn is a `query_turn` span. The exit code is 0
+//! when the turn completed.
 
-use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use futures::StreamExt;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::query::{CheckpointedTurn, FileCheckpointStore};
+use nexus_knowql::query::{Checkpoint, CheckpointStore, CheckpointedTurn, FileCheckpointStore};
 use nexus_knowql::{Client, QueryEvent};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -57,6 +76,16 @@ struct Args {
     /// Be one worker process: continue the stored turn, or start one.
     #[arg(long)]
     once: bool,
+    /// Write the answer to this file, exactly once across crashes (default: stdout, at least once).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// The job's key in the store.
+    #[arg(long, default_value = "worker-job")]
+    key: String,
+    /// Pause after writing each part, as a slow sink would (a wider window
+    /// between a write and its checkpoint, for crash tests).
+    #[arg(long, hide = true, default_value_t = 0)]
+    slow_sink_ms: u64,
     /// Events handled before the (first) worker crashes.
     #[arg(long)]
     crash_after: Option<usize>,
@@ -67,9 +96,6 @@ struct Args {
     #[arg(default_value = "How do I resume a broken stream?")]
     question: String,
 }
-
-/// The store key of this worker's job.
-const JOB: &str = "worker-job";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -132,9 +158,19 @@ async fn orchestrate(args: &Args) -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let worker = |crash_after: Option<usize>| {
         let mut cmd = tokio::process::Command::new(&exe);
-        cmd.args(["--once", "--base-url", &base_url, "--store"])
-            .arg(&store)
-            .arg(&args.question);
+        cmd.args([
+            "--once",
+            "--base-url",
+            &base_url,
+            "--key",
+            &args.key,
+            "--store",
+        ])
+        .arg(&store)
+        .arg(&args.question);
+        if let Some(output) = &args.output {
+            cmd.arg("--output").arg(output);
+        }
         if let Some(context) = &args.context {
             cmd.args(["--context", context]);
         }
@@ -160,17 +196,26 @@ async fn orchestrate(args: &Args) -> Result<ExitCode, String> {
         }
         done => done,
     };
+    let last = last?;
+    if last.success() {
+        // The job is done and its answer handed on: forget it. (A worker
+        // does not: killed after that, its restart would start the job's
+        // turn again.)
+        let forget = FileCheckpointStore::new(&store).and_then(|s| s.clear(&args.key));
+        forget.map_err(|e| format!("cannot forget the finished job: {e}"))?;
+    }
     if own_store {
         let _ = std::fs::remove_dir_all(&store);
     }
-    match last? {
-        status if status.success() => Ok(ExitCode::SUCCESS),
-        status => Err(format!("the last worker ended with {status}")),
+    if last.success() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(format!("the last worker ended with {last}"))
     }
 }
 
-/// One worker process: continues the stored turn, or starts one, and prints
-/// the answer text it handles.
+/// One worker process: continues the stored turn, or starts one, and
+/// writes the answer text it handles.
 async fn work(args: &Args) -> Result<ExitCode, String> {
     let url = args
         .base_url
@@ -179,27 +224,23 @@ async fn work(args: &Args) -> Result<ExitCode, String> {
     let client = client(url, args.api_key.as_deref())?;
     let dir = args.store.clone().ok_or("no --store")?;
     let store = FileCheckpointStore::new(dir).map_err(|e| e.to_string())?;
-    let resumed = CheckpointedTurn::resume(&client, store.clone(), JOB).await;
-    let mut turn = match resumed.map_err(|e| e.to_string())? {
-        Some(turn) => {
-            if let Some(cp) = turn.saved() {
-                eprintln!(
-                    "worker: resuming {} after event {} ({} bytes of text)",
-                    cp.query_id, cp.event_id, cp.text_len
-                );
-            }
-            turn
-        }
-        None => {
-            let context = match &args.context {
-                Some(c) => c.clone(),
-                None => only_queryable_context(&client).await?,
-            };
-            let session = client.session([context]).build();
-            let ask = session.map_err(|e| e.to_string())?.ask(&args.question);
-            let turn = ask.stream().await.map_err(|e| e.to_string())?;
-            CheckpointedTurn::new(turn, store, JOB)
-        }
+    let context = match &args.context {
+        Some(c) => c.clone(),
+        None => only_queryable_context(&client).await?,
+    };
+    let session = client.session([context]).build();
+    let ask = session.map_err(|e| e.to_string())?.ask(&args.question);
+    let started = CheckpointedTurn::start_or_resume(&client, store, &args.key, ask).await;
+    let mut turn = started.map_err(|e| e.to_string())?;
+    if let Some(cp) = turn.resumed_from() {
+        eprintln!(
+            "worker: resuming {} after event {} ({} bytes of text)",
+            cp.query_id, cp.event_id, cp.text_len
+        );
+    }
+    let mut sink = match &args.output {
+        Some(path) => Sink::File(positioned(path, turn.resumed_from())?),
+        None => Sink::Stdout,
     };
     let mut handled = 0;
     while let Some(event) = turn.next().await {
@@ -212,23 +253,88 @@ async fn work(args: &Args) -> Result<ExitCode, String> {
         match event.map_err(|e| e.to_string())? {
             QueryEvent::Created { query_id, .. } => eprintln!("worker: turn {query_id}"),
             QueryEvent::Step(step) => eprintln!("· {}", step.commentary),
-            QueryEvent::TextDelta { delta } if !print(&delta) => {
-                // Nobody reads the answer any more: stop the turn too.
-                let _ = turn.cancel().await;
-                return Ok(ExitCode::SUCCESS);
+            QueryEvent::TextDelta { delta } => {
+                if !sink.write(&delta)? {
+                    // Nobody reads the answer any more: stop the turn too.
+                    let _ = turn.cancel().await;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                if args.slow_sink_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(args.slow_sink_ms)).await;
+                }
             }
             _ => {}
         }
         handled += 1;
     }
     let query = turn.finish().await.map_err(|e| e.to_string())?;
-    print("\n");
+    if let Sink::Stdout = sink {
+        print("\n");
+    }
     eprintln!(
         "worker: {} completed, {} citations",
         query.id,
         query.citations.len()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the answer goes.
+enum Sink {
+    /// A terminal or pipe: at least once.
+    Stdout,
+    /// A file, cut back to the checkpoint: exactly once.
+    File(File),
+}
+
+impl Sink {
+    /// Writes `text`; false once stdout is closed. A file's part is synced
+    /// before this returns, so before the checkpoint after it is saved.
+    fn write(&mut self, text: &str) -> Result<bool, String> {
+        match self {
+            Sink::Stdout => Ok(print(text)),
+            Sink::File(file) => {
+                file.write_all(text.as_bytes())
+                    .and_then(|()| file.sync_data())
+                    .map_err(|e| format!("cannot write the output: {e}"))?;
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// Opens the output file at the checkpoint: it must begin with the text the
+/// checkpoint proves (else it is not this job's output), and is cut back to
+/// it; with no checkpoint, it is emptied.
+fn positioned(path: &Path, from: Option<&Checkpoint>) -> Result<File, String> {
+    let mut file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let keep = from.map_or(0, |cp| cp.text_len);
+    if let Some(cp) = from {
+        let mut head = Vec::new();
+        (&mut file)
+            .take(keep)
+            .read_to_end(&mut head)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if !cp.proves_prefix_of(&head) {
+            return Err(format!(
+                "{} does not begin with the {keep} bytes the checkpoint of {} proves; \
+                 remove it and the job's record to start afresh",
+                path.display(),
+                cp.query_id
+            ));
+        }
+    }
+    file.set_len(keep)
+        .and_then(|()| file.seek(SeekFrom::Start(keep)).map(drop))
+        .and_then(|()| file.sync_data())
+        .map_err(|e| format!("cannot cut {} back: {e}", path.display()))?;
+    Ok(file)
 }
 
 /// Writes to stdout; false once stdout is closed.

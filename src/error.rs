@@ -7,6 +7,9 @@
 
 use std::fmt;
 
+mod checkpoint;
+pub use checkpoint::CheckpointError;
+
 /// A `Result` whose error defaults to [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -241,6 +244,12 @@ pub enum Error {
         /// The first byte offset (in the final answer) where they differ.
         first_difference: u64,
     },
+
+    /// A job's stored checkpoint record cannot be used; the
+    /// [`CheckpointError`] says why and
+    /// names the way out.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
 }
 
 /// An error answer from the Nexus API: the HTTP status plus the `Error` envelope.

@@ -1,6 +1,7 @@
 //! What a turn has delivered so far, and how it compares with the final
 //! answer.
 
+use super::checkpoint::RollingText;
 use super::event::QueryEvent;
 use crate::error::Error;
 use crate::types;
@@ -48,6 +49,11 @@ pub(super) struct DeliveredText {
     len: usize,
     keys: std::hash::RandomState,
     hash: std::hash::DefaultHasher,
+    /// The running hash of all the text delivered, the text before a
+    /// checkpoint this turn continues included (what its checkpoints prove).
+    rolling: RollingText,
+    /// The running hash of the text before that checkpoint.
+    before: Option<RollingText>,
 }
 
 impl std::fmt::Debug for DeliveredText {
@@ -76,12 +82,34 @@ impl DeliveredText {
             len: 0,
             keys,
             hash,
+            rolling: RollingText::default(),
+            before: None,
         }
+    }
+
+    /// Continues the text before a checkpoint: its running hash goes on
+    /// from `before`, and the final answer must begin with text that has it.
+    pub(super) fn continue_after(&mut self, before: RollingText) {
+        self.rolling = before;
+        self.before = Some(before);
+    }
+
+    /// The running hash of all the text delivered (see [`continue_after`](Self::continue_after)).
+    pub(super) fn rolling(&self) -> RollingText {
+        self.rolling
+    }
+
+    /// Whether `head` (the final answer's bytes before the checkpoint this
+    /// turn continues) is the text that checkpoint proves; true for a turn
+    /// that continues none.
+    pub(super) fn proves_before(&self, head: &[u8]) -> bool {
+        self.before.is_none_or(|b| RollingText::of(head) == b)
     }
 
     fn push(&mut self, delta: &str) {
         use std::hash::Hasher;
         self.len = self.len.saturating_add(delta.len());
+        self.rolling.push(delta.as_bytes());
         if self.keep {
             self.text.push_str(delta);
         } else {

@@ -4,7 +4,7 @@
 use std::fmt;
 use tracing::Instrument;
 
-use super::checkpoint::{Checkpoint, END_OF_TURN};
+use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText};
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
 use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
@@ -221,7 +221,7 @@ impl QueryHandle {
     /// # Errors
     /// Any error answer to the events request.
     pub async fn events(self) -> Result<QueryTurn> {
-        self.subscribe(None, 0).await
+        self.subscribe(None, 0, RollingText::default()).await
     }
 
     /// The same handle with another [`StreamConfig`] for the streams it
@@ -239,9 +239,12 @@ impl QueryHandle {
     /// It asks `GET /queries/{id}/events` with `Last-Event-ID` set to the
     /// checkpoint's event and checks the replay: the server replays from it
     /// inclusively, so the first event with an id must be exactly that one
-    /// (it is dropped as already seen). Because the checkpoint carries the
-    /// length of the text delivered before it, the rest is checked against
-    /// the final answer like any streamed turn's, and a replay that cannot
+    /// (it is dropped as already seen). The checkpoint carries the length
+    /// and the [`TextDigest`](crate::query::TextDigest) of the text
+    /// delivered before it: the final answer must begin with exactly that
+    /// text ([`Error::AnswerMismatch`] otherwise, already here when the
+    /// stored turn has completed), the rest is checked against what follows
+    /// like any streamed turn's, and a replay that cannot
     /// be trusted, or an event log that is gone (404/410), is made up for
     /// from the stored turn (the text after the checkpoint as one delta)
     /// instead of failing. A checkpoint at event 0 reads from the start.
@@ -264,12 +267,28 @@ impl QueryHandle {
                 checkpoint.query_id, self.query.id
             )));
         }
+        if self.query.status() == crate::status::QueryStatus::Completed
+            && !checkpoint.proves_prefix_of(self.query.answer_text())
+        {
+            let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+            return Err(Error::AnswerMismatch {
+                query_id: self.query.id.clone(),
+                delivered_len: checkpoint.text_len,
+                final_len: n(self.query.answer_text().len()),
+                first_difference: 0,
+            });
+        }
         let prefix = usize::try_from(checkpoint.text_len).unwrap_or(usize::MAX);
         let after = Some(checkpoint.event_id).filter(|&s| s > 0);
-        self.subscribe(after, prefix).await
+        self.subscribe(after, prefix, checkpoint.rolling()).await
     }
 
-    async fn subscribe(mut self, after: Option<u64>, prefix_len: usize) -> Result<QueryTurn> {
+    async fn subscribe(
+        mut self,
+        after: Option<u64>,
+        prefix_len: usize,
+        before: RollingText,
+    ) -> Result<QueryTurn> {
         self.named().await?;
         let QueryHandle {
             client,
@@ -299,7 +318,7 @@ impl QueryHandle {
         let mut turn = QueryTurn::new(conn, slot, span, &stream_config);
         turn.set_session_id(&query.session_id);
         if after.is_some() || prefix_len > 0 {
-            turn.mark_after_checkpoint(prefix_len);
+            turn.mark_after_checkpoint(prefix_len, before);
         }
         Ok(turn)
     }

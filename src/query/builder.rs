@@ -207,6 +207,25 @@ impl TurnBuilder {
         Ok(())
     }
 
+    /// The question this turn asks.
+    pub(crate) fn ask_text(&self) -> &str {
+        &self.request.ask
+    }
+
+    /// Whether this turn starts a new session (its session has no id, no
+    /// earlier turn and continues none).
+    pub(crate) fn starts_session(&self) -> bool {
+        let start = self.session.shared.lock();
+        start.session_id.is_none()
+            && start.previous_query_id.is_none()
+            && start.last_query_id.is_none()
+    }
+
+    /// The client the turn is sent with.
+    pub(crate) fn client(&self) -> &crate::Client {
+        &self.session.client
+    }
+
     /// Takes the session's slot and fills in the session's part of the request.
     async fn prepare(&mut self, span: &TurnSpan) -> Result<TurnSlot> {
         let slot = TurnSlot::acquire(&self.session, &self.when_busy).await?;

@@ -1,40 +1,34 @@
-//! [`CheckpointStore`] and [`FileCheckpointStore`]: where a turn's
-//! [`Checkpoint`] lives between processes, and [`CheckpointedTurn`], a
-//! turn that advances its stored checkpoint as its events are handled.
+//! [`CheckpointStore`] and [`FileCheckpointStore`]: where a job's
+//! [`CheckpointRecord`] lives between processes.
 
-use std::fmt;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
-use futures::{Stream, StreamExt};
-
-use super::checkpoint::Checkpoint;
-use super::event::QueryEvent;
-use super::turn::QueryTurn;
+use super::checkpoint_record::CheckpointRecord;
+use crate::error::CheckpointError;
 use crate::error::{Error, Result};
-use crate::types;
 
-/// Where checkpoints are kept, by key (one turn per key at a time).
+/// Where jobs' records are kept, by key (one job, so one turn, per key at
+/// a time).
 ///
 /// `save` must be durable when it returns `Ok`, and must never leave half a
-/// checkpoint behind: after a crash, `load` gives the last saved one or the
+/// record behind: after a crash, `load` gives the last saved one or the
 /// one before it.
 pub trait CheckpointStore {
-    /// The checkpoint saved under `key`, if any.
+    /// The record saved under `key`, if any.
     ///
     /// # Errors
-    /// The store could not be read, or holds something that is not a checkpoint.
-    fn load(&self, key: &str) -> Result<Option<Checkpoint>>;
-    /// Replaces the checkpoint under `key`.
+    /// The store could not be read; [`Error::Checkpoint`] when it holds
+    /// something that is not a usable record.
+    fn load(&self, key: &str) -> Result<Option<CheckpointRecord>>;
+    /// Replaces the record under `key`.
     ///
     /// # Errors
-    /// The checkpoint could not be made durable; the previous one stays.
-    fn save(&self, key: &str, checkpoint: &Checkpoint) -> Result<()>;
-    /// Removes the checkpoint under `key` (no error when there is none).
+    /// The record could not be made durable; the previous one stays.
+    fn save(&self, key: &str, record: &CheckpointRecord) -> Result<()>;
+    /// Removes the record under `key` (no error when there is none).
     ///
     /// # Errors
     /// The store could not remove it.
@@ -42,11 +36,11 @@ pub trait CheckpointStore {
 }
 
 impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
-    fn load(&self, key: &str) -> Result<Option<Checkpoint>> {
+    fn load(&self, key: &str) -> Result<Option<CheckpointRecord>> {
         (**self).load(key)
     }
-    fn save(&self, key: &str, checkpoint: &Checkpoint) -> Result<()> {
-        (**self).save(key, checkpoint)
+    fn save(&self, key: &str, record: &CheckpointRecord) -> Result<()> {
+        (**self).save(key, record)
     }
     fn clear(&self, key: &str) -> Result<()> {
         (**self).clear(key)
@@ -54,11 +48,11 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
 }
 
 impl<S: CheckpointStore + ?Sized> CheckpointStore for &S {
-    fn load(&self, key: &str) -> Result<Option<Checkpoint>> {
+    fn load(&self, key: &str) -> Result<Option<CheckpointRecord>> {
         (**self).load(key)
     }
-    fn save(&self, key: &str, checkpoint: &Checkpoint) -> Result<()> {
-        (**self).save(key, checkpoint)
+    fn save(&self, key: &str, record: &CheckpointRecord) -> Result<()> {
+        (**self).save(key, record)
     }
     fn clear(&self, key: &str) -> Result<()> {
         (**self).clear(key)
@@ -70,21 +64,30 @@ pub const MAX_KEY_LEN: usize = 128;
 /// The largest checkpoint file a [`FileCheckpointStore`] reads.
 pub const MAX_CHECKPOINT_BYTES: u64 = 4096;
 
+/// What every file of a [`FileCheckpointStore`] begins with (then the key
+/// and the record).
+const FILE_TAG: &str = "nexus-checkpoint 1";
+
 /// A [`CheckpointStore`] of one small file per key in a directory,
-/// `<key>.checkpoint`, holding the checkpoint's text form. A save writes a
-/// temporary file, syncs it, renames it over the old one and syncs the
-/// directory, so a crash leaves the old checkpoint or the new one.
+/// `<key>.checkpoint`, holding one line: a tag, the key and the record's
+/// text form. A save writes a temporary file, syncs it, renames it over the
+/// old one and syncs the directory, so a crash leaves the old record or the
+/// new one; the temporary files a crash leaves are removed by the next
+/// `load`, `save` or `clear` of their key.
 ///
 /// Keys are 1 to [`MAX_KEY_LEN`] ASCII letters, digits, `-`, `_` and `.`,
-/// not starting with `.`; a file over [`MAX_CHECKPOINT_BYTES`] is refused.
+/// not starting with `.`. A file that is over [`MAX_CHECKPOINT_BYTES`], not
+/// a record, written for another key, or not a regular file (a symbolic
+/// link is never followed) is [`CheckpointError::Unreadable`], which never
+/// repeats the file's content: remove the file to start the job afresh.
 ///
 /// ```
-/// use nexus_knowql::query::{Checkpoint, CheckpointStore, FileCheckpointStore};
+/// use nexus_knowql::query::{Checkpoint, CheckpointRecord, CheckpointStore, FileCheckpointStore};
 /// let dir = std::env::temp_dir().join(format!("cp-doc-{}", std::process::id()));
 /// let store = FileCheckpointStore::new(&dir)?;
-/// let cp: Checkpoint = "q_123:42:1031".parse()?;
-/// store.save("job-7", &cp)?;
-/// assert_eq!(store.load("job-7")?, Some(cp));
+/// let at = CheckpointRecord::At(Checkpoint::after_text("q_123", 42, "Travel"));
+/// store.save("job-7", &at)?;
+/// assert_eq!(store.load("job-7")?, Some(at));
 /// store.clear("job-7")?;
 /// assert_eq!(store.load("job-7")?, None);
 /// # std::fs::remove_dir_all(&dir)?;
@@ -121,7 +124,7 @@ impl FileCheckpointStore {
         Ok(FileCheckpointStore { dir })
     }
 
-    /// The file that holds `key`'s checkpoint.
+    /// The file that holds `key`'s record.
     ///
     /// # Errors
     /// [`Error::InvalidRequest`] for a key outside the allowed form.
@@ -140,49 +143,134 @@ impl FileCheckpointStore {
         }
         Ok(self.dir.join(format!("{key}.checkpoint")))
     }
+
+    /// Removes the temporary files that saves of `key` left behind (a
+    /// process that died mid-save). One job per key at a time: none of them
+    /// is in flight.
+    fn remove_leftovers(&self, key: &str) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let prefix = format!(".{key}.");
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let is_ours = name
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.strip_suffix(".tmp"))
+                .and_then(|rest| rest.split_once('.'))
+                .is_some_and(|(pid, n)| {
+                    [pid, n]
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                });
+            if is_ours {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// Reads the regular file at `path` (never through a symbolic link), up to
+/// [`MAX_CHECKPOINT_BYTES`]; `Ok(None)` when there is none.
+fn read_record_file(key: &str, path: &Path) -> Result<Option<String>> {
+    let unreadable = |problem| {
+        Error::Checkpoint(CheckpointError::Unreadable {
+            key: key.to_owned(),
+            path: path.to_owned(),
+            problem,
+        })
+    };
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("open", path)(e)),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(unreadable("a symbolic link, which is not followed"));
+    }
+    if !meta.is_file() {
+        return Err(unreadable("not a regular file"));
+    }
+    if meta.len() > MAX_CHECKPOINT_BYTES {
+        return Err(unreadable("larger than a checkpoint record can be"));
+    }
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("open", path)(e)),
+    };
+    #[cfg(unix)]
+    {
+        // The file opened is the one looked at, not a link put in its place.
+        use std::os::unix::fs::MetadataExt;
+        let opened = file.metadata().map_err(io("read", path))?;
+        if (opened.dev(), opened.ino()) != (meta.dev(), meta.ino()) {
+            return Err(unreadable("replaced while being opened"));
+        }
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CHECKPOINT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io("read", path))?;
+    if bytes.len() as u64 > MAX_CHECKPOINT_BYTES {
+        return Err(unreadable("larger than a checkpoint record can be"));
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| unreadable("not a checkpoint record"))
 }
 
 impl CheckpointStore for FileCheckpointStore {
-    fn load(&self, key: &str) -> Result<Option<Checkpoint>> {
+    fn load(&self, key: &str) -> Result<Option<CheckpointRecord>> {
         let path = self.path(key)?;
-        let file = match std::fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io("open", &path)(e)),
+        self.remove_leftovers(key);
+        let Some(text) = read_record_file(key, &path)? else {
+            return Ok(None);
         };
-        let mut text = String::new();
-        file.take(MAX_CHECKPOINT_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(io("read", &path))?;
-        if text.len() as u64 > MAX_CHECKPOINT_BYTES {
-            return Err(io("read", &path)(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("larger than {MAX_CHECKPOINT_BYTES} bytes: not a checkpoint"),
-            )));
+        let unreadable = |problem| {
+            Error::Checkpoint(CheckpointError::Unreadable {
+                key: key.to_owned(),
+                path: path.clone(),
+                problem,
+            })
+        };
+        let line = text
+            .strip_suffix('\n')
+            .filter(|l| !l.contains('\n'))
+            .ok_or_else(|| unreadable("not a checkpoint record"))?;
+        let rest = line
+            .strip_prefix(FILE_TAG)
+            .and_then(|r| r.strip_prefix(' '))
+            .ok_or_else(|| unreadable("not a checkpoint record"))?;
+        let (owner, record) = rest
+            .split_once(' ')
+            .ok_or_else(|| unreadable("not a checkpoint record"))?;
+        if owner != key {
+            return Err(unreadable("written for another key"));
         }
-        text.trim_end().parse().map(Some).map_err(|e: Error| {
-            io("read", &path)(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                e.to_string(),
-            ))
-        })
+        record
+            .parse()
+            .map(Some)
+            .map_err(|_| unreadable("not a checkpoint record"))
     }
 
-    fn save(&self, key: &str, checkpoint: &Checkpoint) -> Result<()> {
+    fn save(&self, key: &str, record: &CheckpointRecord) -> Result<()> {
         let path = self.path(key)?;
-        let text = format!("{checkpoint}\n");
-        if text.len() as u64 > MAX_CHECKPOINT_BYTES {
+        let text = format!("{FILE_TAG} {key} {record}\n");
+        if text.len() as u64 > MAX_CHECKPOINT_BYTES || text.matches('\n').count() != 1 {
             return Err(Error::InvalidRequest(format!(
-                "checkpoint of {} bytes is over the limit of {MAX_CHECKPOINT_BYTES}",
+                "a checkpoint record of {} bytes is not one line under the limit of {MAX_CHECKPOINT_BYTES}",
                 text.len()
             )));
         }
+        self.remove_leftovers(key);
         let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = self
             .dir
             .join(format!(".{key}.{}.{n}.tmp", std::process::id()));
         let written = (|| {
-            let mut file = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+            let mut file = std::fs::File::create_new(&tmp).map_err(io("create", &tmp))?;
             file.write_all(text.as_bytes()).map_err(io("write", &tmp))?;
             file.sync_all().map_err(io("sync", &tmp))?;
             std::fs::rename(&tmp, &path).map_err(io("rename", &path))
@@ -196,6 +284,7 @@ impl CheckpointStore for FileCheckpointStore {
 
     fn clear(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
+        self.remove_leftovers(key);
         match std::fs::remove_file(&path) {
             Ok(()) => sync_dir(&self.dir),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -210,194 +299,5 @@ fn sync_dir(dir: &Path) -> Result<()> {
     match std::fs::File::open(dir) {
         Ok(d) => d.sync_all().map_err(io("sync", dir)),
         Err(_) => Ok(()),
-    }
-}
-
-/// A [`QueryTurn`] that keeps its [`Checkpoint`] in a [`CheckpointStore`]
-/// under a key: an event counts as handled when the next one is asked for
-/// (or the stream ends), and its checkpoint is saved then, before anything
-/// more is read. After a crash, [`CheckpointedTurn::resume`] continues from
-/// the store with [`QueryHandle::events_from`](crate::QueryHandle::events_from):
-/// every event after the last handled one arrives exactly once, the one in
-/// hand at the crash again. [`CheckpointedTurn::finish`] clears the key once
-/// the turn has ended.
-///
-/// ```no_run
-/// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
-/// use futures::StreamExt;
-/// use nexus_knowql::QueryEvent;
-/// use nexus_knowql::query::{CheckpointedTurn, FileCheckpointStore};
-///
-/// let store = FileCheckpointStore::new("/var/lib/app/checkpoints")?;
-/// let mut turn = match CheckpointedTurn::resume(&client, store.clone(), "job-7").await? {
-///     Some(turn) => turn,
-///     None => {
-///         let session = client.session(["handbook"]).build()?;
-///         let turn = session.ask("Summarize the travel policy").stream().await?;
-///         CheckpointedTurn::new(turn, store, "job-7")
-///     }
-/// };
-/// while let Some(event) = turn.next().await {
-///     if let QueryEvent::TextDelta { delta } = event? {
-///         print!("{delta}");
-///     }
-/// }
-/// let query = turn.finish().await?;
-/// # drop(query);
-/// # Ok(()) }
-/// ```
-pub struct CheckpointedTurn<S> {
-    turn: QueryTurn,
-    store: S,
-    key: String,
-    /// The checkpoint of the last event handed out, saved when the next
-    /// one is asked for.
-    unsaved: Option<Checkpoint>,
-    saved: Option<Checkpoint>,
-    /// The last item handed out was the store's error.
-    store_failed: bool,
-}
-
-impl<S> fmt::Debug for CheckpointedTurn<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CheckpointedTurn")
-            .field("key", &self.key)
-            .field("saved", &self.saved)
-            .field("turn", &self.turn)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
-    /// Keeps `turn`'s checkpoint under `key` in `store` from now on.
-    pub fn new(turn: QueryTurn, store: S, key: impl Into<String>) -> Self {
-        CheckpointedTurn {
-            turn,
-            store,
-            key: key.into(),
-            unsaved: None,
-            saved: None,
-            store_failed: false,
-        }
-    }
-
-    /// Continues the turn whose checkpoint is stored under `key`: attaches
-    /// to it and reads the events after the checkpoint (verified as by
-    /// [`QueryHandle::events_from`](crate::QueryHandle::events_from)).
-    /// `Ok(None)` when no checkpoint is stored.
-    ///
-    /// # Errors
-    /// The store's errors; those of attaching to the turn and of
-    /// `events_from`.
-    pub async fn resume(
-        client: &crate::Client,
-        store: S,
-        key: impl Into<String>,
-    ) -> Result<Option<Self>> {
-        let key = key.into();
-        let Some(checkpoint) = store.load(&key)? else {
-            return Ok(None);
-        };
-        let handle = client.queries().attach(&checkpoint.query_id).await?;
-        let turn = handle.events_from(&checkpoint).await?;
-        let mut turn = CheckpointedTurn::new(turn, store, key);
-        turn.saved = Some(checkpoint);
-        Ok(Some(turn))
-    }
-
-    /// The turn, with what it accumulated (after the checkpoint, for a
-    /// resumed one).
-    pub fn turn(&self) -> &QueryTurn {
-        &self.turn
-    }
-
-    /// The checkpoint last saved.
-    pub fn saved(&self) -> Option<&Checkpoint> {
-        self.saved.as_ref()
-    }
-
-    /// Saves the checkpoint of the last event handed out, if not saved yet.
-    fn save_pending(&mut self) -> Result<()> {
-        if let Some(cp) = self.unsaved.take() {
-            if let Err(e) = self.store.save(&self.key, &cp) {
-                tracing::warn!(key = self.key, error = %e, "could not save the turn's checkpoint");
-                self.unsaved = Some(cp);
-                self.store_failed = true;
-                return Err(e);
-            }
-            self.saved = Some(cp);
-        }
-        Ok(())
-    }
-
-    /// Stops the turn on the server, as [`QueryTurn::cancel`], and clears
-    /// the key: a cancelled turn has nothing left to resume.
-    ///
-    /// # Errors
-    /// Those of [`QueryTurn::cancel`] (the key stays then); the store's.
-    pub async fn cancel(self) -> Result<types::Query> {
-        let CheckpointedTurn {
-            turn, store, key, ..
-        } = self;
-        let query = turn.cancel().await?;
-        store.clear(&key)?;
-        Ok(query)
-    }
-
-    /// Reads (and checkpoints) the rest of the turn and returns the final
-    /// Query, as [`QueryTurn::finish`]; clears the key once the turn has
-    /// ended, completed or not.
-    ///
-    /// # Errors
-    /// The store's errors (the checkpoint stays at the last one saved);
-    /// those of [`QueryTurn::finish`].
-    pub async fn finish(mut self) -> Result<types::Query> {
-        let mut first_error = None;
-        while let Some(item) = self.next().await {
-            match item {
-                Err(e) if self.store_failed => return Err(e),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-                Ok(_) => {}
-            }
-        }
-        let result = match first_error {
-            Some(e) => Err(e),
-            None => self.turn.finish().await,
-        };
-        if matches!(
-            result,
-            Ok(_) | Err(Error::TurnFailed { .. } | Error::TurnCancelled { .. })
-        ) {
-            self.store.clear(&self.key)?;
-        }
-        result
-    }
-}
-
-impl<S: CheckpointStore + Unpin> Stream for CheckpointedTurn<S> {
-    type Item = Result<QueryEvent>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if let Err(e) = this.save_pending() {
-            return Poll::Ready(Some(Err(e)));
-        }
-        this.store_failed = false;
-        match futures::ready!(this.turn.poll_next_unpin(cx)) {
-            Some(item) => {
-                if let Some(cp) = this.turn.checkpoint()
-                    && this.saved.as_ref() != Some(&cp)
-                {
-                    this.unsaved = Some(cp);
-                }
-                Poll::Ready(Some(item))
-            }
-            None => match this.save_pending() {
-                Err(e) => Poll::Ready(Some(Err(e))),
-                Ok(()) => Poll::Ready(None),
-            },
-        }
     }
 }

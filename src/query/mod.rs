@@ -29,7 +29,8 @@
 //! ```
 //!
 //! Layout, from the bottom up (each file imports only from those before
-//! it): `checkpoint` (Checkpoint), `event` (QueryEvent), `sse` (the SSE
+//! it): `checkpoint` (Checkpoint, TextDigest), `checkpoint_record` (what
+//! a CheckpointStore keeps), `event` (QueryEvent), `sse` (the SSE
 //! parser), `span` (a turn's tracing span),
 //! `accumulated` (what a turn delivered, checked against the final answer),
 //! `config` (StreamConfig), `fetch` (the events and stored-turn requests),
@@ -37,14 +38,19 @@
 //! builder), `slot` (the one-turn-at-a-time slot), `turn` (QueryTurn),
 //! `sequenced` (`QueryTurn::sequenced`: events with their ids),
 //! `background` (QueryHandle, `QueryTurn::detach`), `builder` (TurnBuilder,
-//! `Session::ask`).
+//! `Session::ask`), `checkpoint_store` (CheckpointStore,
+//! FileCheckpointStore), `checkpoint_start` (finding the turn a job
+//! started), `checkpointed` (CheckpointedTurn).
 
 // Alphabetical (rustfmt); the layering is in the module documentation.
 mod accumulated;
 mod background;
 mod builder;
 mod checkpoint;
+mod checkpoint_record;
+mod checkpoint_start;
 mod checkpoint_store;
+mod checkpointed;
 mod config;
 mod delta;
 mod event;
@@ -57,12 +63,17 @@ mod sse;
 mod stream;
 mod turn;
 
+pub use crate::error::CheckpointError;
 pub use background::QueryHandle;
 pub use builder::{MAX_TURN_SECONDS, TurnBuilder};
-pub use checkpoint::{Checkpoint, END_OF_TURN};
-pub use checkpoint_store::{
-    CheckpointStore, CheckpointedTurn, FileCheckpointStore, MAX_CHECKPOINT_BYTES, MAX_KEY_LEN,
+pub use checkpoint::{Checkpoint, END_OF_TURN, TextDigest};
+pub use checkpoint_record::{
+    CheckpointRecord, FailedTurn, MAX_REASON_CHARS, SessionMark, StartIntent,
 };
+pub use checkpoint_store::{
+    CheckpointStore, FileCheckpointStore, MAX_CHECKPOINT_BYTES, MAX_KEY_LEN,
+};
+pub use checkpointed::CheckpointedTurn;
 pub use config::StreamConfig;
 pub use event::{QueryEvent, names};
 pub use sequenced::{SequencedEvent, SequencedTurn};

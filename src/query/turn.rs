@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::accumulated::{Accumulated, Mismatch, Over};
-use super::checkpoint::{Checkpoint, END_OF_TURN};
+use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText, TextDigest};
 use super::event::QueryEvent;
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
@@ -180,10 +180,11 @@ impl QueryTurn {
     }
 
     /// This turn continues after a checkpoint stored elsewhere, after
-    /// `prefix_len` bytes of answer text.
-    pub(crate) fn mark_after_checkpoint(&mut self, prefix_len: usize) {
+    /// `prefix_len` bytes of answer text whose running hash is `before`.
+    pub(crate) fn mark_after_checkpoint(&mut self, prefix_len: usize, before: RollingText) {
         self.after_checkpoint = true;
         self.prefix_len = prefix_len;
+        self.acc.text.continue_after(before);
     }
 
     /// Compares the delivered text with the final Query's answer: `Ok(None)`
@@ -202,6 +203,20 @@ impl QueryTurn {
             0
         };
         let delivered = &self.acc.text;
+        // The text before the checkpoint was delivered elsewhere: the
+        // answer must begin with exactly the text the checkpoint proves.
+        if !answer
+            .as_bytes()
+            .get(..offset)
+            .is_some_and(|head| delivered.proves_before(head))
+        {
+            return Err(Mismatch {
+                query_id: query.id.clone(),
+                delivered_len: offset.saturating_add(delivered.len()),
+                final_len: answer.len(),
+                first_difference: 0,
+            });
+        }
         let base = answer.get(offset..);
         if let Some(base) = base
             && let Some(head) = base.get(..delivered.len())
@@ -342,6 +357,7 @@ impl QueryTurn {
         };
         let text_len = before.saturating_add(self.acc.text.len());
         Some(Checkpoint {
+            digest: TextDigest::seal(&query_id, self.acc.text.rolling()),
             query_id,
             event_id: self.last_event_id().unwrap_or(0),
             text_len: u64::try_from(text_len).unwrap_or(u64::MAX),

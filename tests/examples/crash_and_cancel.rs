@@ -170,3 +170,32 @@ fn a_worker_whose_stdout_closes_cancels_its_turn_and_forgets_it() {
     assert_eq!(stored.status, "cancelled", "{stderr}");
     assert_eq!(std::fs::read_dir(store.path()).unwrap().count(), 0);
 }
+
+#[cfg(unix)]
+#[test]
+fn a_worker_refuses_a_symlinked_checkpoint_without_showing_its_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "nexus-checkpoint 1 worker-job TOP-SECRET\n").unwrap();
+    std::os::unix::fs::symlink(&secret, store.join("worker-job.checkpoint")).unwrap();
+    // Nothing is sent before the store is read: any URL will do.
+    let out = run(example(
+        "worker",
+        &[
+            "--once",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--context",
+            "docs",
+            "--store",
+            &store.display().to_string(),
+        ],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    assert!(stderr.contains("remove it"), "{stderr}");
+    assert!(!stderr.contains("TOP-SECRET"), "{stderr}");
+}

@@ -73,6 +73,10 @@ async fn server(
             Reply::json(200, &[], &stored)
         } else if req.is("POST", &format!("/queries/{Q}/cancel")) {
             Reply::json(200, &[], &query_json(Q, S, "cancelled", ""))
+        } else if req.method == "GET" && req.path.split('?').next() == Some("/sessions") {
+            // No sessions before the turn: what a worker records as its
+            // intent before posting.
+            Reply::json(200, &[], &serde_json::json!({"sessions": []}))
         } else {
             Reply::json(404, &[], &serde_json::json!({"message": "no route"}))
         }
@@ -424,9 +428,18 @@ async fn a_worker_finishes_a_turn_whose_event_log_expired_after_its_crash() {
     let store = dir.path().join("store").display().to_string();
     let url = s.url.clone();
     let (first, second) = tokio::task::spawn_blocking(move || {
-        let worker = ["--once", "--base-url", &url, "--store", &store];
+        let worker = [
+            "--once",
+            "--base-url",
+            &url,
+            "--store",
+            &store,
+            "--context",
+            "handbook",
+            "q?",
+        ];
         let mut crashing = worker.to_vec();
-        crashing.extend(["--crash-after", "3", "--context", "handbook", "q?"]);
+        crashing.extend(["--crash-after", "3"]);
         let first = run(example("worker", &crashing));
         let second = run(example("worker", &worker));
         (first, second)

@@ -11,5 +11,6 @@ mod ask_integrity;
 mod chat;
 mod crash_and_cancel;
 mod hostile_servers;
+mod kill_anywhere;
 mod nexus;
 mod tasks_json;

@@ -473,7 +473,7 @@ async fn a_persisted_checkpoint_lets_another_process_finish_across_a_broken_repl
     .await;
     // What a worker persisted after event 4 ("Travel is approved ").
     let before = "Travel is approved ";
-    let saved = format!("q_c2:4:{}", before.len());
+    let saved = nexus_knowql::query::Checkpoint::after_text("q_c2", 4, before).to_string();
     let checkpoint: nexus_knowql::query::Checkpoint = saved.parse().unwrap();
     let client = server.client();
     let mut rest = client

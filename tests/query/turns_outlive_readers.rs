@@ -43,23 +43,19 @@ async fn drain(turn: &mut QueryTurn) -> (Delivered, Option<Error>) {
 /// frame), read from the script's own frames rather than through the SSE
 /// parser under test: a framing bug (a lost event name, id or frame) shows
 /// up as a difference instead of being expected.
-/// The checkpoint after event `k` of `turn`: the bytes of text up to it.
+/// The checkpoint after event `k` of `turn`: the text up to it.
 fn checkpoint_of(turn: &Turn, k: u64) -> nexus_knowql::query::Checkpoint {
-    let text_len: usize = turn
+    let text: String = turn
         .frames
         .iter()
         .filter(|(id, _)| id.is_some_and(|id| id <= k))
         .filter_map(|(_, f)| {
             let data = f.lines().find_map(|l| l.strip_prefix("data: "))?;
             let v: serde_json::Value = serde_json::from_str(data).ok()?;
-            Some(v.get("delta")?.as_str()?.len())
+            Some(v.get("delta")?.as_str()?.to_owned())
         })
-        .sum();
-    nexus_knowql::query::Checkpoint {
-        query_id: turn.query_id.clone(),
-        event_id: k,
-        text_len: text_len as u64,
-    }
+        .collect();
+    nexus_knowql::query::Checkpoint::after_text(turn.query_id.clone(), k, &text)
 }
 
 fn uncut(turn: &Turn) -> Delivered {
