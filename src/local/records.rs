@@ -80,6 +80,10 @@ pub(crate) struct ContextRecord {
     pub(crate) curating: bool,
     #[serde(skip)]
     pub(crate) importing: bool,
+    /// Jobs that need the source tree to stay as it is (a fork copying
+    /// it, a removal deleting files): no import starts while any runs.
+    #[serde(skip)]
+    pub(crate) sources_held: u32,
     pub(crate) sample_queries: Vec<String>,
     /// Bumped by every curation; names the index directory.
     pub(crate) index_generation: u64,
@@ -307,6 +311,7 @@ impl Inner {
             import_task_id: None,
             curating: false,
             importing: false,
+            sources_held: 0,
             sample_queries: Vec::new(),
             index_generation: 0,
             sources: BTreeMap::new(),
