@@ -126,7 +126,8 @@ fn ops(snap: Snapshot) -> Vec<Op> {
             terminal: q.query.is_terminal(),
             doc: to_json(&q.query),
             trace: q.trace.as_ref().map(to_json),
-            events: None,
+            // No events were kept; the row is new.
+            events: Some(Vec::new()),
         });
     }
     out

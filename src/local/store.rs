@@ -353,8 +353,16 @@ impl Store {
     }
 
     /// Locks the records. Never hold the guard across an `.await`.
+    /// Turns the database forgot (past `--max-queries` or the bytes
+    /// limit) leave memory at the next lock, so none is served once its
+    /// eviction is committed.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let evicted = self.db.take_evicted();
+        if !evicted.is_empty() {
+            inner.forget_queries(&evicted);
+        }
+        inner
     }
 
     /// Whether the state lives in a data directory (files are flushed to
