@@ -162,6 +162,10 @@ async fn run(
     let files_dir = Staged::files_dir(&staged.root);
     let to_move: Vec<(String, u64)> = staged.files.clone();
     let sync = state.store.is_persistent();
+    // From here until the move's end is saved, the staging directory is
+    // what the next start finishes the import from: a stop that drops
+    // this task (the move itself runs on) leaves it, as a crash would.
+    staging.1 = sync;
     let (moved, error) = tokio::task::spawn_blocking(move || {
         move_into_place(&files_dir, &sources_dir, &to_move, sync)
     })
@@ -232,6 +236,7 @@ async fn run(
         .wait_saved(recorded_at)
         .await
         .map_err(unknown_if_not_saved);
+    staging.1 = saved.is_err();
     // The answer follows the task's saved end, so an acknowledged import
     // is `completed` after any crash. An injected frame delay (a test
     // fault) answers first and keeps the task open meanwhile, to test

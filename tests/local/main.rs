@@ -19,6 +19,7 @@ mod limits;
 #[cfg(target_os = "linux")]
 mod memory_repros;
 mod ops;
+mod ownership;
 #[cfg(unix)]
 mod private;
 mod query;
@@ -28,6 +29,8 @@ mod scratch_starts;
 mod sdk;
 mod server;
 mod session_reads;
+#[cfg(feature = "failpoints")]
+mod stops;
 mod turns_outlive_clients;
 #[cfg(feature = "schema")]
 mod typed_turns;
