@@ -90,7 +90,7 @@ fn sigterm_mid_import_keeps_every_file_or_does_not_report_completed() {
     let dir = data.path().to_str().unwrap().to_owned();
     let mut server = LocalBinary::start(
         &["--data", &dir],
-        &[(nexus_knowql::local::ENV_FAILPOINTS, "file.move=delay(30)")],
+        &[(nexus_knowql::local::ENV_FAILPOINTS, "file.move=delay(70)")],
     );
     let base = server.url.clone();
     let (status, ctx) = rt.block_on(post_json(
