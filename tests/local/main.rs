@@ -6,6 +6,8 @@
 mod support;
 
 mod checkpoint_store;
+#[cfg(feature = "failpoints")]
+mod concurrent_model;
 mod conformance;
 mod conformance_ops;
 mod connections;
