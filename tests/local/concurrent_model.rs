@@ -579,7 +579,11 @@ async fn check(base: &str, model: &Shared, why: &str) {
 
 /// How a round ends.
 fn pick_fault(rng: &mut Rng) -> Option<String> {
-    const SPECS: [&str; 10] = [
+    const SPECS: [&str; 13] = [
+        // Slow steps widen races and keep moves running into a stop.
+        "db.commit=delay(60)",
+        "file.move=delay(40)",
+        "file.write=delay(40)",
         "db.commit=crash",
         "db.committed=crash",
         "file.write=crash",
