@@ -132,10 +132,10 @@ pub(crate) fn sweep<'a>(
         let recorded: std::collections::HashSet<&str> = sources.iter().copied().collect();
         let src = dir.join("sources");
         for path in super::super::verify::files_below(&src) {
-            if !recorded.contains(path.as_str()) {
-                if let Some(p) = safe_join(&src, &path) {
-                    ownership::set_aside(data_dir, &quarantine, &p, "a source file no row records");
-                }
+            if !recorded.contains(path.as_str())
+                && let Some(p) = safe_join(&src, &path)
+            {
+                ownership::set_aside(data_dir, &quarantine, &p, "a source file no row records");
             }
         }
     }
