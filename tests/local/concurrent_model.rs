@@ -15,7 +15,7 @@
 //!
 //! `NEXUS_MODEL_OPS` (default 250) and `NEXUS_MODEL_SEED` set the run; the
 //! short default runs in CI, a long run is done by hand with e.g.
-//! `NEXUS_MODEL_OPS=10000`.
+//! `NEXUS_MODEL_OPS=10000` (`NEXUS_MODEL_PROGRESS=1` prints each round).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -725,6 +725,18 @@ fn run(total_ops: usize, seed: u64) {
         terminate(&mut clean, Duration::from_secs(60));
         let (ok, report) = verify(&dir);
         assert!(ok, "{why}: verify found problems:\n{report}");
+        if std::env::var_os("NEXUS_MODEL_PROGRESS").is_some() {
+            let m = lock(&model);
+            eprintln!(
+                "round {}: {} operations ({} acknowledged); stops {} SIGKILL, {} SIGTERM, {} by failpoint",
+                figures.rounds,
+                m.ops,
+                m.acked,
+                figures.sigkill,
+                figures.sigterm,
+                figures.failpoint_stops
+            );
+        }
     }
     let m = lock(&model);
     eprintln!(
