@@ -26,6 +26,9 @@ pub(crate) const MARKER_FILE: &str = ".nexus-local";
 const MARKER_TEXT: &[u8] = b"nexus-local data directory: written by nexus-local only\n";
 /// Where start-up repairs set aside what they do not delete.
 pub(crate) const QUARANTINE_DIR: &str = "quarantine";
+/// How a marker's temporary file was named by builds that wrote it
+/// through a rename.
+const MARKER_TEMP_PREFIX: &str = "..nexus-local.tmp-";
 /// Foreign entries named in a refusal.
 const NAMED_ENTRIES: usize = 3;
 
@@ -49,7 +52,7 @@ fn is_own_entry(name: &str) -> bool {
     ) || name.starts_with("state.json.torn-")
         || name.starts_with(".state.db.tmp-")
         || name.starts_with(".state.json.tmp-")
-        || name.starts_with("..nexus-local.tmp-")
+        || name.starts_with(MARKER_TEMP_PREFIX)
 }
 
 /// Makes sure `dir` is the server's own: creates it (with its marker) when
@@ -82,8 +85,12 @@ pub(crate) fn claim(dir: &Path) -> Result<(), OpenError> {
     let has_state = names
         .iter()
         .any(|n| matches!(n.as_str(), "state.db" | "state.json" | "state.json.prev"));
-    let only_lock = names.iter().all(|n| n == ".lock");
-    if foreign.is_empty() && (has_state || only_lock) {
+    // What a start that stopped before its first state leaves: the lock
+    // and a marker being written.
+    let only_started = names
+        .iter()
+        .all(|n| n == ".lock" || n.starts_with(MARKER_TEMP_PREFIX));
+    if foreign.is_empty() && (has_state || only_started) {
         if !names.is_empty() {
             tracing::info!(dir = %dir.display(), "adopting a data directory written by an earlier version");
         }
@@ -114,8 +121,13 @@ pub(crate) fn claim(dir: &Path) -> Result<(), OpenError> {
     })
 }
 
+/// Writes the marker in place (its presence is what counts, not its
+/// text, so a torn one still marks the directory).
 fn mark(dir: &Path) -> Result<(), OpenError> {
-    durable::write_file(&dir.join(MARKER_FILE), MARKER_TEXT)?;
+    let mut file = std::fs::File::create(dir.join(MARKER_FILE))?;
+    std::io::Write::write_all(&mut file, MARKER_TEXT)?;
+    file.sync_all()?;
+    durable::sync_dir(dir)?;
     Ok(())
 }
 
