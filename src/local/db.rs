@@ -243,11 +243,29 @@ struct Progress {
     /// Bytes of the ops sent and not yet written (or given up).
     backlog: AtomicU64,
     mark: tokio::sync::watch::Sender<Mark>,
+    /// Turns the writer forgot (`--max-queries`, bytes) in a committed
+    /// batch, not yet dropped from memory; filled before the batch is
+    /// marked saved.
+    evicted: std::sync::Mutex<Vec<String>>,
+    /// Whether `evicted` holds any (a cheap check on every records lock).
+    has_evicted: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
     fn has_failed(&self) -> bool {
         self.mark.borrow().failed.is_some()
+    }
+
+    /// Notes turns forgotten by a committed batch.
+    fn forgot(&self, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        self.evicted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(ids);
+        self.has_evicted.store(true, Ordering::SeqCst);
     }
 }
 
@@ -343,6 +361,8 @@ impl Db {
             sent: AtomicU64::new(0),
             backlog: AtomicU64::new(0),
             mark: tokio::sync::watch::Sender::new(Mark::default()),
+            evicted: std::sync::Mutex::default(),
+            has_evicted: std::sync::atomic::AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel();
         let writer_progress = progress.clone();
@@ -445,6 +465,21 @@ impl Db {
     }
 
     /// The number of the newest op committed (never past a lost one).
+    /// The turns forgotten on disk since the last call (oldest ended
+    /// turns past the limits), for memory to forget them too.
+    pub(crate) fn take_evicted(&self) -> Vec<String> {
+        if !self.progress.has_evicted.swap(false, Ordering::SeqCst) {
+            return Vec::new();
+        }
+        std::mem::take(
+            &mut *self
+                .progress
+                .evicted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
     pub(crate) fn saved(&self) -> u64 {
         self.progress.mark.borrow().saved
     }

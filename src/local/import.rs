@@ -40,6 +40,12 @@ pub(crate) async fn start(
                 ctx.slug
             )));
         }
+        if ctx.sources_held > 0 {
+            return Err(LocalError::conflict(format!(
+                "sources of context {:?} are being removed or forked; upload after that ends",
+                ctx.slug
+            )));
+        }
         check_fits(ctx, &staged, state.config.context_bytes_limit)?;
         let context_id = ctx.id.clone();
         let input: types::TaskInput = serde_json::from_value(serde_json::json!({
@@ -156,6 +162,10 @@ async fn run(
     let files_dir = Staged::files_dir(&staged.root);
     let to_move: Vec<(String, u64)> = staged.files.clone();
     let sync = state.store.is_persistent();
+    // From here until the move's end is saved, the staging directory is
+    // what the next start finishes the import from: a stop that drops
+    // this task (the move itself runs on) leaves it, as a crash would.
+    staging.1 = sync;
     let (moved, error) = tokio::task::spawn_blocking(move || {
         move_into_place(&files_dir, &sources_dir, &to_move, sync)
     })
@@ -214,16 +224,29 @@ async fn run(
     // The move's record is on disk: should its end not be saved, the next
     // start finishes the import, so its outcome is unknown, not "not
     // applied".
-    let saved = state.store.wait_saved(recorded_at).await.map_err(|e| {
+    let unknown_if_not_saved = |e: LocalError| {
         if e.code == LocalError::not_saved().code {
             LocalError::outcome_unknown()
         } else {
             e
         }
-    });
-    let _ = applied.send(saved);
+    };
+    let saved = state
+        .store
+        .wait_saved(recorded_at)
+        .await
+        .map_err(unknown_if_not_saved);
+    staging.1 = saved.is_err();
+    // The answer follows the task's saved end, so an acknowledged import
+    // is `completed` after any crash. An injected frame delay (a test
+    // fault) answers first and keeps the task open meanwhile, to test
+    // overlapping imports and late cancels.
     let delay = state.faults.frame_delay();
-    if !delay.is_zero() {
+    let mut applied = Some(applied);
+    if saved.is_err() || !delay.is_zero() {
+        if let Some(tx) = applied.take() {
+            let _ = tx.send(saved);
+        }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = cancel.cancelled() => {}
@@ -241,7 +264,10 @@ async fn run(
     };
     let output = (end == crate::status::word::COMPLETED).then_some(output);
     finish(&state, &context_id, &task_id, end, output, error);
-    state.store.changed();
+    let ended = state.store.flush().await.map_err(unknown_if_not_saved);
+    if let Some(tx) = applied {
+        let _ = tx.send(ended);
+    }
     if is_work {
         // Work contexts are queryable at once: index what was imported.
         if let Err(e) = super::curate::start(&state, &context_id, false, None, true) {

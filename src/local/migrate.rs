@@ -17,6 +17,8 @@ use crate::types;
 const STATE_FILE: &str = "state.json";
 /// What `state.json` is renamed to once migrated.
 const MIGRATED_FILE: &str = "state.json.migrated";
+/// What `state.json.prev` is renamed to once migrated.
+const PREV_MIGRATED_FILE: &str = "state.json.prev.migrated";
 
 #[derive(Debug, Deserialize)]
 struct StoredQuery {
@@ -74,7 +76,8 @@ pub(crate) fn migrate(dir: &Path) -> std::io::Result<bool> {
     Ok(true)
 }
 
-/// Renames `state.json` aside and removes its previous version.
+/// Renames `state.json` and its previous version aside (never deleted:
+/// an unreadable one may still be worth reading by hand).
 fn set_aside(dir: &Path) -> std::io::Result<()> {
     let json = dir.join(STATE_FILE);
     let prev = durable::previous(&json);
@@ -82,7 +85,7 @@ fn set_aside(dir: &Path) -> std::io::Result<()> {
         std::fs::rename(&json, dir.join(MIGRATED_FILE))?;
     }
     if prev.exists() {
-        std::fs::remove_file(&prev)?;
+        std::fs::rename(&prev, dir.join(PREV_MIGRATED_FILE))?;
     }
     durable::sync_dir(dir)
 }
@@ -123,7 +126,8 @@ fn ops(snap: Snapshot) -> Vec<Op> {
             terminal: q.query.is_terminal(),
             doc: to_json(&q.query),
             trace: q.trace.as_ref().map(to_json),
-            events: None,
+            // No events were kept; the row is new.
+            events: Some(Vec::new()),
         });
     }
     out
@@ -174,7 +178,7 @@ fn read_state(dir: &Path) -> Option<Snapshot> {
         Err(e) => {
             tracing::error!(
                 error = %e,
-                "neither state.json nor state.json.prev is readable; starting empty (contexts, tasks, sessions and queries are lost; their files stay on disk)"
+                "neither state.json nor state.json.prev is readable; starting empty (both kept; the contexts' files are set aside in quarantine/)"
             );
             None
         }

@@ -133,6 +133,15 @@ pub enum StartError {
         /// Its lock file.
         lock: PathBuf,
     },
+    /// The directory is not a nexus-local data directory (it holds files
+    /// the server did not make); nothing in it was changed.
+    #[error("refusing the data directory {path}: {why}; use an empty or new directory", path = .path.display())]
+    DataDirForeign {
+        /// The directory.
+        path: PathBuf,
+        /// What makes it foreign.
+        why: String,
+    },
     /// The files of a context could not be read or stored.
     #[error("context {slug:?}: cannot {action} {path}", path = .path.display())]
     ContextFiles {
@@ -357,9 +366,11 @@ impl LocalNexusBuilder {
     }
 
     /// Keeps contexts, sources, indexes, sessions and turns in `dir` across
-    /// restarts (default: memory only). The server locks the directory: a
-    /// second server on it fails to start with
-    /// [`StartError::DataDirLocked`].
+    /// restarts (default: memory only). The directory must be new, empty
+    /// or one the server made (it keeps a `.nexus-local` marker there); any
+    /// other folder is refused untouched with [`StartError::DataDirForeign`].
+    /// The server locks the directory: a second server on it fails to
+    /// start with [`StartError::DataDirLocked`].
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
@@ -529,6 +540,9 @@ impl LocalNexusBuilder {
                             path: dir.clone(),
                             lock,
                         },
+                        store::OpenError::Foreign { path, why } => {
+                            StartError::DataDirForeign { path, why }
+                        }
                         store::OpenError::Io(source) => StartError::DataDir {
                             path: dir.clone(),
                             source,

@@ -2,7 +2,7 @@
 //! query turns) as kept in memory, and the rules that change them. Every
 //! change marks the rows it touched, for the store to write.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,6 +80,10 @@ pub(crate) struct ContextRecord {
     pub(crate) curating: bool,
     #[serde(skip)]
     pub(crate) importing: bool,
+    /// Jobs that need the source tree to stay as it is (a fork copying
+    /// it, a removal deleting files): no import starts while any runs.
+    #[serde(skip)]
+    pub(crate) sources_held: u32,
     pub(crate) sample_queries: Vec<String>,
     /// Bumped by every curation; names the index directory.
     pub(crate) index_generation: u64,
@@ -307,6 +311,7 @@ impl Inner {
             import_task_id: None,
             curating: false,
             importing: false,
+            sources_held: 0,
             sample_queries: Vec::new(),
             index_generation: 0,
             sources: BTreeMap::new(),
@@ -652,6 +657,23 @@ impl Inner {
         self.query_order.push_back(id.clone());
         self.dirty.queries.insert(id.clone());
         self.queries.insert(id, entry);
+    }
+
+    /// Forgets ended turns the database no longer has.
+    pub(crate) fn forget_queries(&mut self, ids: &[String]) {
+        let gone: HashSet<&str> = ids
+            .iter()
+            .map(String::as_str)
+            .filter(|id| self.queries.get(*id).is_some_and(|q| q.query.is_terminal()))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        self.query_order.retain(|id| !gone.contains(id.as_str()));
+        for id in gone {
+            self.queries.remove(id);
+            self.dirty.queries.remove(id);
+        }
     }
 
     /// Forgets from memory the oldest ended turns whose last write is on

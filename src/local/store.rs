@@ -36,13 +36,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::connectors::ConnectorRecord;
 use super::db::{self, Db, Durability, Loaded, Op, QueryLimits, Saved};
-use super::durable;
 use super::error::{LocalError, LocalResult};
 use super::events::EventLog;
 use super::migrate;
 use super::paths::safe_join;
 pub(crate) use super::records::*;
 
+mod ownership;
 mod recovery;
 mod scratch;
 mod task_files;
@@ -67,6 +67,13 @@ const CACHED_QUERIES: usize = 32;
 pub(crate) enum OpenError {
     /// Another server holds the directory's lock.
     Locked(PathBuf),
+    /// The directory is not one the server made: it is left untouched.
+    Foreign {
+        /// The directory.
+        path: PathBuf,
+        /// Why it is not taken for a data directory.
+        why: String,
+    },
     /// An I/O failure.
     Io(std::io::Error),
 }
@@ -106,12 +113,11 @@ pub(crate) struct Store {
 impl Drop for Store {
     fn drop(&mut self) {
         self.db.close();
+        // A data directory's staged uploads stay: an import may still be
+        // moving files from them (a stop behaves like a crash), and the
+        // next start finishes or clears them.
         if self.private_files {
             let _ = std::fs::remove_dir_all(&self.files);
-        } else if !self.db.has_failed() {
-            // After a failure, staged uploads may be needed by the next
-            // start to finish an interrupted import.
-            let _ = std::fs::remove_dir_all(self.files.join(STAGING_DIR));
         }
     }
 }
@@ -132,13 +138,15 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, OpenError> {
 }
 
 impl Store {
-    /// A store persisted in `dir`. Takes the directory's exclusive lock,
+    /// A store persisted in `dir`, which must be the server's own (see
+    /// `ownership`): a foreign folder is refused untouched. Takes the
+    /// directory's exclusive lock,
     /// migrates a `state.json` of earlier versions once, and loads the
     /// contexts, tasks and sessions. Work that was running when the
     /// previous server stopped is marked failed; file moves that were not
     /// recorded are recorded from what is on disk.
     pub(crate) fn open(dir: &Path, limits: QueryLimits) -> Result<Self, OpenError> {
-        durable::create_dir_all(dir)?;
+        ownership::claim(dir)?;
         // Private: every question and answer is in here.
         #[cfg(unix)]
         std::fs::set_permissions(
@@ -345,8 +353,16 @@ impl Store {
     }
 
     /// Locks the records. Never hold the guard across an `.await`.
+    /// Turns the database forgot (past `--max-queries` or the bytes
+    /// limit) leave memory at the next lock, so none is served once its
+    /// eviction is committed.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let evicted = self.db.take_evicted();
+        if !evicted.is_empty() {
+            inner.forget_queries(&evicted);
+        }
+        inner
     }
 
     /// Whether the state lives in a data directory (files are flushed to

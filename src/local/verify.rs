@@ -19,12 +19,15 @@ use super::records::{ContextRecord, open_index, task_is_terminal};
 /// The lock file a server holds on its data directory.
 const LOCK_FILE: &str = ".lock";
 /// Names a data directory may hold at its top.
-const KNOWN_TOP: [&str; 7] = [
+const KNOWN_TOP: [&str; 10] = [
     LOCK_FILE,
     DB_FILE,
     "state.db-wal",
     "state.db-shm",
     "state.json.migrated",
+    "state.json.prev.migrated",
+    ".nexus-local",
+    "quarantine",
     "staging",
     "contexts",
 ];

@@ -6,6 +6,8 @@
 mod support;
 
 mod checkpoint_store;
+#[cfg(feature = "failpoints")]
+mod concurrent_model;
 mod conformance;
 mod conformance_ops;
 mod connections;
@@ -20,6 +22,7 @@ mod limits;
 #[cfg(target_os = "linux")]
 mod memory_repros;
 mod ops;
+mod ownership;
 #[cfg(unix)]
 mod private;
 mod query;
@@ -29,6 +32,8 @@ mod scratch_starts;
 mod sdk;
 mod server;
 mod session_reads;
+#[cfg(feature = "failpoints")]
+mod stops;
 mod turns_outlive_clients;
 #[cfg(feature = "schema")]
 mod typed_turns;

@@ -195,7 +195,11 @@ impl Writer {
         for attempt in 1..=WRITE_TRIES {
             let (count, bytes) = (self.count, self.bytes);
             match self.commit(ops) {
-                Ok(()) => return Ok(()),
+                Ok(evicted) => {
+                    // Known before the batch is marked saved.
+                    self.progress.forgot(evicted);
+                    return Ok(());
+                }
                 Err(e) => {
                     (self.count, self.bytes) = (count, bytes);
                     maybe_applied |= e.maybe_applied;
@@ -210,12 +214,20 @@ impl Writer {
         Err(maybe_applied)
     }
 
-    fn commit(&mut self, ops: &[Op]) -> Result<(), TryError> {
+    /// One try of a batch; returns the turns it forgot.
+    fn commit(&mut self, ops: &[Op]) -> Result<Vec<String>, TryError> {
         let tx = self.conn.transaction()?;
         for op in ops {
             apply(&tx, op, &mut self.count, &mut self.bytes)?;
         }
-        evict(&tx, self.limits, &mut self.count, &mut self.bytes)?;
+        let mut evicted = Vec::new();
+        evict(
+            &tx,
+            self.limits,
+            &mut self.count,
+            &mut self.bytes,
+            &mut evicted,
+        )?;
         failpoint(point::DB_COMMIT).map_err(injected)?;
         tx.commit().map_err(|error| {
             // An I/O error while committing may leave the batch on disk
@@ -234,7 +246,7 @@ impl Writer {
         if let Err(e) = failpoint(point::DB_COMMITTED) {
             tracing::warn!(error = %e, "failpoint after a commit ignored");
         }
-        Ok(())
+        Ok(evicted)
     }
 }
 
@@ -302,6 +314,12 @@ pub(super) fn apply(
                 .prepare_cached("SELECT bytes FROM queries WHERE id = ?1")?
                 .query_row([id], |r| r.get(0))
                 .optional()?;
+            if old.is_none() && *terminal && events.is_none() {
+                // A change to an ended turn whose row is gone (forgotten
+                // past the limits, or its session deleted): nothing to
+                // change, and no turn comes back without its events.
+                return Ok(());
+            }
             let mut size = doc.len() as u64 + trace.as_ref().map_or(0, |t| t.len() as u64);
             match events {
                 Some(frames) => {
@@ -411,12 +429,13 @@ pub(super) fn apply(
 }
 
 /// Forgets the oldest ended turns (and their events) while more than
-/// `limits` are kept.
+/// `limits` are kept; adds their ids to `forgotten`.
 fn evict(
     tx: &rusqlite::Transaction<'_>,
     limits: QueryLimits,
     count: &mut u64,
     bytes: &mut u64,
+    forgotten: &mut Vec<String>,
 ) -> rusqlite::Result<()> {
     while *count > limits.count || *bytes > limits.bytes {
         let victims: Vec<(String, i64)> = {
@@ -439,6 +458,7 @@ fn evict(
                 .execute([&id])?;
             *count = count.saturating_sub(1);
             *bytes = bytes.saturating_sub(size.max(0) as u64);
+            forgotten.push(id);
         }
     }
     Ok(())

@@ -29,7 +29,7 @@ fn copy_sources(
 ) -> std::io::Result<Vec<(String, u64)>> {
     let mut copied = Vec::with_capacity(sources.len());
     let mut dirs = std::collections::BTreeSet::new();
-    for (path, meta) in sources {
+    for path in sources.keys() {
         let (Some(src), Some(dst)) = (safe_join(from, path), safe_join(to, path)) else {
             continue;
         };
@@ -44,7 +44,8 @@ fn copy_sources(
             std::fs::copy(&src, &dst)?;
         }
         dirs.insert(parent.to_path_buf());
-        copied.push((path.clone(), meta.size));
+        // The size of what was copied, not of the record taken before.
+        copied.push((path.clone(), std::fs::metadata(&dst)?.len()));
     }
     if sync {
         for d in &dirs {
@@ -52,6 +53,21 @@ fn copy_sources(
         }
     }
     Ok(copied)
+}
+
+/// Ends a hold on a context's source tree when dropped (also when the
+/// request goes away mid-copy).
+struct SourcesHold {
+    state: std::sync::Arc<crate::local::state::AppState>,
+    context_id: String,
+}
+
+impl Drop for SourcesHold {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.state.store.lock().contexts.get_mut(&self.context_id) {
+            ctx.sources_held = ctx.sources_held.saturating_sub(1);
+        }
+    }
 }
 
 /// Forks a context: a new context `target_slug` with the same name, kind,
@@ -64,6 +80,12 @@ pub(super) async fn fork(
     let (from_id, to_id, sources) = {
         let mut inner = state.store.lock();
         let src = inner.context(&slug)?;
+        if src.importing {
+            return Err(LocalError::conflict(format!(
+                "an import is running on context {:?}; fork it after the import ends",
+                src.slug
+            )));
+        }
         let from_id = src.id.clone();
         let sources = src.sources.clone();
         let req = types::CreateContextRequest {
@@ -75,9 +97,16 @@ pub(super) async fn fork(
             slug: body.target_slug,
         };
         let rec = inner.create_context(req)?;
-        // No import runs on the fork while its sources are copied.
+        // No import runs on the fork while its sources are copied, nor on
+        // the context they are copied from.
         inner.context_mut(&rec.id)?.importing = true;
+        let src = inner.context_mut(&from_id)?;
+        src.sources_held = src.sources_held.saturating_add(1);
         (from_id, rec.id, sources)
+    };
+    let hold = SourcesHold {
+        state: state.clone(),
+        context_id: from_id.clone(),
     };
     let from = state.store.context_dir(&from_id).join("sources");
     let to = state.store.context_dir(&to_id).join("sources");
@@ -87,6 +116,7 @@ pub(super) async fn fork(
         .map_err(|e| LocalError::internal("copying the sources of a fork", e))
         .and_then(|r| r.map_err(|e| LocalError::internal("copying the sources of a fork", e)));
     let recorded = {
+        drop(hold);
         let mut inner = state.store.lock();
         match copied {
             Ok(files) => {

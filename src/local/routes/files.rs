@@ -2,6 +2,8 @@
 
 use std::collections::BTreeSet;
 use std::ops::Bound;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use chrono::Utc;
@@ -79,14 +81,16 @@ pub(super) async fn knowledge_stats(
 }
 
 /// Removes sources of a context: the named files, and every file below a
-/// named directory. The removal is saved before the files go; the curated
-/// index keeps them until the next curation. Returns what was removed.
+/// named directory. The removal is saved before the files go, and no
+/// import starts on the context until they are gone, so a file an upload
+/// puts back is never removed after it was acknowledged. The curated index
+/// keeps them until the next curation. Returns what was removed.
 pub(super) async fn remove_sources(
-    state: &AppState,
+    state: &Arc<AppState>,
     slug: &str,
     paths: &[String],
 ) -> LocalResult<Vec<String>> {
-    let (removed, dir) = {
+    let (removed, id, dir) = {
         let mut inner = state.store.lock();
         let ctx = inner.context_mut(slug)?;
         if ctx.importing {
@@ -119,16 +123,41 @@ pub(super) async fn remove_sources(
         let id = ctx.id.clone();
         if !removed.is_empty() {
             ctx.updated_at = Utc::now();
+            ctx.sources_held = ctx.sources_held.saturating_add(1);
             inner.dirty.contexts.insert(id.clone());
             inner.dirty.sources.insert(id.clone(), None);
         }
-        (removed, state.store.context_dir(&id).join("sources"))
+        (
+            removed,
+            id.clone(),
+            state.store.context_dir(&id).join("sources"),
+        )
     };
     if removed.is_empty() {
         return Ok(removed);
     }
-    state.store.flush().await?;
+    // On a task of its own, so the files go (and the hold ends) even when
+    // this request goes away.
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let job_state = state.clone();
     let gone = removed.clone();
+    state.spawn(async move {
+        let result = remove_files(&job_state, dir, gone).await;
+        if let Some(ctx) = job_state.store.lock().contexts.get_mut(&id) {
+            ctx.sources_held = ctx.sources_held.saturating_sub(1);
+        }
+        let _ = done_tx.send(result);
+    });
+    match done_rx.await {
+        Ok(result) => result.map(|()| removed),
+        Err(_) => Err(LocalError::outcome_unknown()),
+    }
+}
+
+/// Saves the removal, then deletes the files (a removal that was not saved
+/// leaves them: the rows still name them).
+async fn remove_files(state: &AppState, dir: PathBuf, gone: Vec<String>) -> LocalResult<()> {
+    state.store.flush().await?;
     let result = tokio::task::spawn_blocking(move || {
         for p in &gone {
             if let Some(file) = safe_join(&dir, p)
@@ -146,7 +175,7 @@ pub(super) async fn remove_sources(
         Ok(Err(e)) => tracing::warn!(error = %e, "a removed source file could not be deleted"),
         Err(e) => tracing::warn!(error = %e, "deleting removed source files stopped"),
     }
-    Ok(removed)
+    Ok(())
 }
 
 pub(super) async fn delete_source_file(

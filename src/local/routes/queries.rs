@@ -155,11 +155,32 @@ pub(super) async fn cancel_query(
     if !q.query.is_terminal()
         && let Some(cancel) = q.cancel
     {
-        // The turn's end (cancelled) is on disk once its log is closed.
+        // The turn's end is on disk once its log is closed as saved; the
+        // answer never shows an end that is not.
         cancel.cancel();
         let _ = tokio::time::timeout(CANCEL_WAIT, q.log.wait_finished()).await;
+        if !q.log.is_finished() {
+            return Err(cancel_pending());
+        }
+        if !q.log.saved() {
+            return Err(LocalError::not_saved());
+        }
     }
     current_query(&state, &id).await.map(axum::Json)
+}
+
+/// A cancel whose turn has not ended within [`CANCEL_WAIT`] (its end is
+/// not on disk yet): 503, code `cancel_pending`, with `Retry-After`. The
+/// turn stops; read it, or cancel again, to learn how it ended.
+fn cancel_pending() -> LocalError {
+    LocalError {
+        code: Some("cancel_pending"),
+        retry_after: Some(1),
+        ..LocalError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the turn is stopping but its end is not saved yet; read the turn or cancel again",
+        )
+    }
 }
 
 pub(super) async fn query_events(

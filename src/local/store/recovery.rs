@@ -1,13 +1,15 @@
 //! What a start repairs after a crash: imports that were moving files are
 //! finished from their staging directory (rolled forward, so an import is
-//! all or nothing), and files no row names are swept (context directories
-//! of deleted contexts, unused index generations, sources never recorded).
+//! all or nothing), and files no row names are swept: unused index
+//! generations (derived data) are removed; context directories of contexts
+//! that do not exist and source files no row records are user-visible, so
+//! they are set aside in `quarantine/`, never deleted.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::STAGING_DIR;
+use super::{STAGING_DIR, ownership};
 use crate::local::paths::safe_join;
 
 /// The record of a move, as the `moves` table keeps it (JSON).
@@ -35,7 +37,8 @@ impl MoveRecord {
 }
 
 /// Moves the files of an unfinished move still in its staging directory
-/// into `sources_dir`. Returns how many could not be moved.
+/// into `sources_dir`. Returns how many are in neither place (with their
+/// recorded size in place), so the import cannot be reported whole.
 pub(crate) fn roll_forward(data_dir: &Path, record: &MoveRecord, sources_dir: &Path) -> usize {
     let Some(staging) = record.staging.as_deref() else {
         return 0;
@@ -45,13 +48,19 @@ pub(crate) fn roll_forward(data_dir: &Path, record: &MoveRecord, sources_dir: &P
         return record.files.len();
     };
     let mut failed = 0;
-    for (path, _) in &record.files {
+    for (path, size) in &record.files {
         let (Some(from), Some(to)) = (safe_join(&staged, path), safe_join(sources_dir, path))
         else {
             failed += 1;
             continue;
         };
         if !from.is_file() {
+            // Moved before the stop, or lost: only the first is whole.
+            let in_place = std::fs::metadata(&to).is_ok_and(|m| m.is_file() && m.len() == *size);
+            if !in_place {
+                tracing::error!(path, "a file of an interrupted import is missing");
+                failed += 1;
+            }
             continue;
         }
         let moved = (|| {
@@ -72,15 +81,17 @@ pub(crate) fn roll_forward(data_dir: &Path, record: &MoveRecord, sources_dir: &P
     failed
 }
 
-/// Removes what no row names below `data_dir/contexts`: directories of
-/// contexts that do not exist, index generations not in use and source
-/// files that are not recorded. `contexts` gives each context's id, its
+/// Sweeps what no row names below `data_dir/contexts`: directories of
+/// contexts that do not exist and source files that are not recorded are
+/// set aside in `quarantine/` (logged); index generations not in use are
+/// removed. `contexts` gives each context's id, its
 /// index generation in use (if curated) and its recorded source paths.
 pub(crate) fn sweep<'a>(
     data_dir: &Path,
     contexts: impl Iterator<Item = (&'a str, Option<u64>, Vec<&'a str>)>,
 ) {
     let root = data_dir.join("contexts");
+    let quarantine = ownership::quarantine_dir(data_dir);
     let mut known = std::collections::HashMap::new();
     for (id, generation, sources) in contexts {
         known.insert(id.to_owned(), (generation, sources));
@@ -89,8 +100,12 @@ pub(crate) fn sweep<'a>(
         let name = entry.file_name().to_string_lossy().into_owned();
         let dir = entry.path();
         let Some((generation, sources)) = known.get(&name) else {
-            tracing::info!(context = %name, "removing the files of a context that does not exist");
-            let _ = std::fs::remove_dir_all(&dir);
+            ownership::set_aside(
+                data_dir,
+                &quarantine,
+                &dir,
+                "the files of a context that does not exist",
+            );
             continue;
         };
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -117,11 +132,10 @@ pub(crate) fn sweep<'a>(
         let recorded: std::collections::HashSet<&str> = sources.iter().copied().collect();
         let src = dir.join("sources");
         for path in super::super::verify::files_below(&src) {
-            if !recorded.contains(path.as_str()) {
-                tracing::info!(context = %name, path, "removing a source file no row records");
-                if let Some(p) = safe_join(&src, &path) {
-                    let _ = std::fs::remove_file(p);
-                }
+            if !recorded.contains(path.as_str())
+                && let Some(p) = safe_join(&src, &path)
+            {
+                ownership::set_aside(data_dir, &quarantine, &p, "a source file no row records");
             }
         }
     }
