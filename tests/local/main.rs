@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod archive_bounds;
 mod checkpoint_store;
 mod conformance;
 mod conformance_ops;
