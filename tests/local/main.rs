@@ -32,6 +32,7 @@ mod session_reads;
 mod turns_outlive_clients;
 #[cfg(feature = "schema")]
 mod typed_turns;
+mod verify_leftovers;
 #[cfg(feature = "web")]
 mod web_relay;
 mod write_faults;
