@@ -27,6 +27,32 @@ pub(crate) struct LocalError {
 /// supervisor takes to restart the server.
 const NOT_SAVED_RETRY_SECS: u64 = 5;
 
+/// The `Retry-After` seconds of a `resource_exhausted` answer: time for
+/// descriptors to be closed or space to be freed.
+const EXHAUSTED_RETRY_SECS: u64 = 5;
+
+/// `EMFILE` and `ENFILE` (the same numbers on Linux and macOS).
+#[cfg(unix)]
+const OUT_OF_DESCRIPTORS: [i32; 2] = [24, 23];
+#[cfg(not(unix))]
+const OUT_OF_DESCRIPTORS: [i32; 0] = [];
+
+/// What an I/O error says the server ran out of, if it ran out of something
+/// (disk space, a quota, file descriptors, memory), rather than what a
+/// request did wrong.
+pub(crate) fn exhaustion(e: &std::io::Error) -> Option<&'static str> {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::StorageFull => return Some("the disk is full"),
+        ErrorKind::QuotaExceeded => return Some("the disk quota is exceeded"),
+        ErrorKind::OutOfMemory => return Some("the server is out of memory"),
+        _ => {}
+    }
+    e.raw_os_error()
+        .filter(|code| OUT_OF_DESCRIPTORS.contains(code))
+        .map(|_| "the server has too many open files")
+}
+
 /// Result of a handler or a store operation.
 pub(crate) type LocalResult<T> = Result<T, LocalError>;
 
@@ -142,6 +168,30 @@ impl LocalError {
         }
     }
 
+    /// The server ran out of a resource (`cause`: disk space, descriptors,
+    /// memory) while serving a request that is itself fine: 503, code
+    /// `resource_exhausted`, with `Retry-After`. Nothing was applied.
+    pub(crate) fn exhausted(cause: impl std::fmt::Display) -> Self {
+        tracing::warn!(%cause, "a request failed for want of a resource");
+        LocalError {
+            code: Some("resource_exhausted"),
+            retry_after: Some(EXHAUSTED_RETRY_SECS),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{cause}; nothing of this request was applied, retry later"),
+            )
+        }
+    }
+
+    /// An I/O failure while `context`: [`LocalError::exhausted`] when the
+    /// server ran out of a resource, else [`LocalError::internal`].
+    pub(crate) fn io(context: &str, e: &std::io::Error) -> Self {
+        match exhaustion(e) {
+            Some(cause) => Self::exhausted(cause),
+            None => Self::internal(context, e),
+        }
+    }
+
     /// An unexpected internal failure: logged in full, answered briefly.
     pub(crate) fn internal(context: &str, err: impl std::fmt::Display) -> Self {
         tracing::error!(error = %err, "{context}");
@@ -233,6 +283,28 @@ mod tests {
         let err: types::Error = serde_json::from_slice(&body).unwrap();
         assert!(err.message.contains("unavailable"));
         assert_eq!(err.code, None);
+    }
+
+    /// Catches exhaustion answered as the request's fault or as an uncoded
+    /// 500: out of descriptors or space is 503 `resource_exhausted` with
+    /// `Retry-After`; another failure stays an internal error.
+    #[tokio::test]
+    async fn running_out_of_a_resource_is_503_with_a_code() {
+        let cases = [
+            std::io::Error::from_raw_os_error(24),
+            std::io::Error::from_raw_os_error(23),
+            std::io::Error::from(std::io::ErrorKind::StorageFull),
+        ];
+        for e in cases {
+            let resp = LocalError::io("staging the upload", &e).into_response();
+            assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "{e}");
+            assert_eq!(resp.headers()[header::RETRY_AFTER], "5");
+            let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
+            let err: types::Error = serde_json::from_slice(&body).unwrap();
+            assert_eq!(err.code.as_deref(), Some("resource_exhausted"), "{e}");
+        }
+        let other = LocalError::io("staging the upload", &std::io::Error::other("bad sector"));
+        assert_eq!(other.status, StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[tokio::test]

@@ -34,6 +34,9 @@ const MAX_REPORTED_NAME: usize = 256;
 pub(crate) const MAX_TAR_NAME_RECORD: u64 = 64 * 1024;
 /// Bytes counted for each zip entry besides its content (its headers).
 const ZIP_ENTRY_OVERHEAD: u64 = 76;
+/// Largest zip central directory parsed (640 bytes for each of the
+/// [`MAX_ARCHIVE_ENTRIES`]); one declared larger is refused before it is read.
+const MAX_ZIP_DIRECTORY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// An upload staged on disk: the uploaded file and its expansion.
 #[derive(Debug)]
@@ -65,6 +68,9 @@ pub(crate) enum StageError {
     TooLarge(String),
     /// The archive is unreadable or holds conflicting paths (400).
     Invalid(String),
+    /// The server ran out of a resource (disk space, file descriptors):
+    /// 503 with `Retry-After`; the request itself is fine.
+    Exhausted(String),
     /// The disk failed (500).
     Io(String),
     /// The upload's request went away.
@@ -76,8 +82,29 @@ impl From<StageError> for LocalError {
         match e {
             StageError::TooLarge(m) => LocalError::too_large(m),
             StageError::Invalid(m) => LocalError::bad_request(m),
+            StageError::Exhausted(m) => LocalError::exhausted(m),
             StageError::Io(m) => LocalError::internal("staging the upload", m),
             StageError::Cancelled => LocalError::bad_request("the upload was cancelled"),
+        }
+    }
+}
+
+impl StageError {
+    /// A failure of the disk or the process while staging, by cause: out of
+    /// space or descriptors is [`StageError::Exhausted`].
+    fn io(e: &std::io::Error) -> Self {
+        match super::error::exhaustion(e) {
+            Some(cause) => StageError::Exhausted(cause.to_owned()),
+            None => StageError::Io(e.to_string()),
+        }
+    }
+
+    /// A failure to create an entry's file or directory: a clash with
+    /// another entry (400), unless the server ran out of a resource.
+    fn creating(raw: &str, e: &std::io::Error) -> Self {
+        match super::error::exhaustion(e) {
+            Some(cause) => StageError::Exhausted(cause.to_owned()),
+            None => StageError::Invalid(format!("entry {raw:?} conflicts with another: {e}")),
         }
     }
 }
@@ -134,7 +161,7 @@ pub(crate) fn stage(
     root: &Path,
     caps: Caps,
 ) -> Result<Staged, StageError> {
-    let io = |e: std::io::Error| StageError::Io(e.to_string());
+    let io = |e: std::io::Error| StageError::io(&e);
     let uploaded = std::fs::metadata(upload).map_err(io)?.len();
     let lower = name.to_ascii_lowercase();
     let is_archive = lower.ends_with(".zip")
@@ -165,8 +192,9 @@ pub(crate) fn stage(
         cancel: caps.cancel.clone(),
     };
     if lower.ends_with(".zip") {
-        let file = std::fs::File::open(upload).map_err(io)?;
-        let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
+        let mut file = std::io::BufReader::new(std::fs::File::open(upload).map_err(io)?);
+        check_zip_directory(&mut file, uploaded, caps.entries)?;
+        let mut zip = zip::ZipArchive::new(file)
             .map_err(|e| StageError::Invalid(format!("not a readable zip archive: {e}")))?;
         if zip.len() > caps.entries {
             return Err(StageError::TooLarge(format!(
@@ -178,19 +206,24 @@ pub(crate) fn stage(
             let mut entry = zip
                 .by_index(i)
                 .map_err(|e| StageError::Invalid(format!("zip entry {i}: {e}")))?;
-            out.count_entry(ZIP_ENTRY_OVERHEAD.saturating_add(entry.name().len() as u64))?;
+            let raw = entry
+                .name()
+                .map_err(|e| StageError::Invalid(format!("zip entry {i}: {e}")))?
+                .into_owned();
+            out.count_entry(ZIP_ENTRY_OVERHEAD.saturating_add(raw.len() as u64))?;
             if entry.is_dir() {
                 continue;
             }
-            let raw = entry.name().to_owned();
             out.add(&raw, &mut entry)?;
         }
     } else if lower.ends_with(".tar") || lower.ends_with(".tar.gz") || lower.ends_with(".tgz") {
         let file = std::io::BufReader::new(std::fs::File::open(upload).map_err(io)?);
+        // A gzip file may hold several members (`cat a.tar.gz b.tar.gz`):
+        // all of them are read, as `gzip -d` does.
         let reader: Box<dyn Read> = if lower.ends_with(".tar") {
             Box::new(file)
         } else {
-            Box::new(flate2::read::GzDecoder::new(file))
+            Box::new(flate2::read::MultiGzDecoder::new(file))
         };
         // Every byte of the expanded stream counts (headers and padding
         // too), as it streams: refused at the first byte over the limit.
@@ -202,6 +235,10 @@ pub(crate) fn stage(
             cancel: caps.cancel.clone(),
         };
         let mut tar = tar::Archive::new(counted);
+        // Concatenated archives (`cat a.tar b.tar`, or the members above)
+        // hold an end-of-archive marker between them: read past it, so the
+        // whole upload is imported, never its first part alone.
+        tar.set_ignore_zeros(true);
         // Raw entries: long-name and PAX records come as entries of their
         // own, so their size is checked before any of them is read (the
         // tar crate would read them whole).
@@ -254,6 +291,43 @@ pub(crate) fn stage(
         skipped: out.skipped,
         skipped_count: out.skipped_count,
     })
+}
+
+/// Refuses a zip archive whose central directory, as its end records
+/// declare it, holds more than `max_entries` entries or more than
+/// [`MAX_ZIP_DIRECTORY_BYTES`]: checked before a parser reads (and holds)
+/// that directory.
+fn check_zip_directory<F: Read + std::io::Seek>(
+    file: &mut F,
+    size: u64,
+    max_entries: usize,
+) -> Result<(), StageError> {
+    let declared = zip_directory::declared_directory(file, size).map_err(|e| match e {
+        zip_directory::EndRecordError::Io(m) => StageError::Io(m),
+        e => StageError::Invalid(format!("not a readable zip archive: {e}")),
+    })?;
+    if declared.entries > max_entries as u64 {
+        return Err(StageError::TooLarge(format!(
+            "the archive declares {} entries; more than {max_entries} entries (the limit) are refused",
+            declared.entries
+        )));
+    }
+    if declared.bytes > MAX_ZIP_DIRECTORY_BYTES {
+        return Err(StageError::TooLarge(format!(
+            "the archive declares a central directory of {} bytes; at most {MAX_ZIP_DIRECTORY_BYTES} are accepted",
+            declared.bytes
+        )));
+    }
+    let smallest = declared
+        .entries
+        .saturating_mul(zip_directory::MIN_DIRECTORY_HEADER);
+    if declared.bytes > size || smallest > declared.bytes {
+        return Err(StageError::Invalid(format!(
+            "not a readable zip archive: its central directory of {} bytes cannot hold {} entries in a file of {size} bytes",
+            declared.bytes, declared.entries
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a raw tar entry is a metadata record: a GNU long name or link,
@@ -467,13 +541,9 @@ impl Expander {
         let target = safe_join(&self.files_dir, &full)
             .ok_or_else(|| StageError::Invalid(format!("unsafe path {raw:?}")))?;
         if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                StageError::Invalid(format!("entry {raw:?} conflicts with another: {e}"))
-            })?;
+            std::fs::create_dir_all(parent).map_err(|e| StageError::creating(raw, &e))?;
         }
-        let mut file = std::fs::File::create(&target).map_err(|e| {
-            StageError::Invalid(format!("entry {raw:?} conflicts with another: {e}"))
-        })?;
+        let mut file = std::fs::File::create(&target).map_err(|e| StageError::creating(raw, &e))?;
         let mut size = 0u64;
         loop {
             let n = reader
@@ -489,10 +559,10 @@ impl Expander {
             self.total = self.total.saturating_add(n as u64);
             self.check_total()?;
             file.write_all(&self.buffer[..n])
-                .map_err(|e| StageError::Io(e.to_string()))?;
+                .map_err(|e| StageError::io(&e))?;
         }
         if self.sync {
-            file.sync_all().map_err(|e| StageError::Io(e.to_string()))?;
+            file.sync_all().map_err(|e| StageError::io(&e))?;
         }
         if self.seen.insert(full.clone()) {
             self.files.push((full, size));
@@ -546,3 +616,4 @@ pub(crate) fn check_fits(ctx: &ContextRecord, staged: &Staged, limit: u64) -> Lo
 
 #[cfg(test)]
 mod tests;
+mod zip_directory;

@@ -1,12 +1,18 @@
 //! The HTTP server loop: hyper-util connections (HTTP/1.1 with a
 //! header-read timeout, or HTTP/2 with keep-alive pings), with
 //! `TCP_NODELAY`, until shutdown. At most `MAX_CONNECTIONS` are open at
-//! once (the next wait to be accepted); a connection that moves no byte
-//! either way for `IDLE_TIMEOUT` is closed, whatever its protocol; a
-//! request body must keep arriving (see [`paced_body`]).
+//! once; once fewer than `RECLAIM_BELOW` slots are free, each new
+//! connection asks the one that has gone longest without an open request
+//! (an idle keep-alive connection, or one that never sent a request) to
+//! close, so idle and silent connections cannot keep a caller out; only
+//! when every connection has a request open do new ones wait to be
+//! accepted. A connection that moves no byte either way for `IDLE_TIMEOUT`
+//! is closed, whatever its protocol; a request body must keep arriving
+//! (see [`paced_body`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -24,6 +30,11 @@ pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// Most connections open at once.
 pub(crate) const MAX_CONNECTIONS: usize = 256;
+/// Free connection slots under which each accepted connection reclaims
+/// the connection idle the longest.
+const RECLAIM_BELOW: usize = 16;
+/// How often a full server looks again for a connection to reclaim.
+const RECLAIM_CHECK: Duration = Duration::from_secs(1);
 /// A connection that moves no byte for this long is closed.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// HTTP/2 pings: sent after this much silence, the connection closed when
@@ -53,18 +64,28 @@ pub(crate) async fn serve(
         .timer(TokioTimer::new())
         .keep_alive_interval(H2_KEEP_ALIVE)
         .keep_alive_timeout(H2_KEEP_ALIVE);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let live = Arc::new(LiveConnections::default());
     let started = Instant::now();
     loop {
         // A free slot first: past the cap, connections wait in the
-        // listener's backlog instead of taking descriptors.
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-            () = stop.cancelled() => break,
+        // listener's backlog instead of taking descriptors, while one that
+        // falls idle is reclaimed (checked every `RECLAIM_CHECK`).
+        let slot = loop {
+            if slots.available_permits() == 0 {
+                live.reclaim_longest_idle();
+            }
+            tokio::select! {
+                slot = slots.clone().acquire_owned() => match slot {
+                    Ok(slot) => break Some(slot),
+                    Err(_) => break None,
+                },
+                () = tokio::time::sleep(RECLAIM_CHECK) => {}
+                () = stop.cancelled() => break None,
+            }
+        };
+        let Some(slot) = slot else {
+            break;
         };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -87,7 +108,12 @@ pub(crate) async fn serve(
             open_requests: AtomicU64::new(0),
             last_ended: AtomicU64::new(millis_since(started)),
             started,
+            close: stop.child_token(),
         });
+        let registered = live.add(use_state.clone());
+        if slots.available_permits() < RECLAIM_BELOW {
+            live.reclaim_longest_idle();
+        }
         let inner = TowerToHyperService::new(app.clone());
         let tagged = use_state.clone();
         let service =
@@ -98,9 +124,9 @@ pub(crate) async fn serve(
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(tcp), service)
             .into_owned();
-        let connection = graceful.watch(connection);
         tokio::spawn(async move {
             let _slot = slot;
+            let _registered = registered;
             let idle = async {
                 loop {
                     tokio::time::sleep(IDLE_TIMEOUT / 3).await;
@@ -109,11 +135,22 @@ pub(crate) async fn serve(
                     }
                 }
             };
-            let result = tokio::select! {
-                r = connection => r,
-                () = idle => {
-                    tracing::debug!(%peer, "idle connection closed");
-                    return;
+            let mut idle = std::pin::pin!(idle);
+            let mut connection = std::pin::pin!(connection);
+            let mut closing = false;
+            // Asked to close (reclaimed, or the server stops): the open
+            // request, if any, finishes; an idle connection closes now.
+            let result = loop {
+                tokio::select! {
+                    r = connection.as_mut() => break r,
+                    () = use_state.close.cancelled(), if !closing => {
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                    () = &mut idle => {
+                        tracing::debug!(%peer, "idle connection closed");
+                        return;
+                    }
                 }
             };
             if let Err(e) = result {
@@ -128,11 +165,60 @@ pub(crate) async fn serve(
             }
         });
     }
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(CLOSE_GRACE) => {
-            tracing::debug!("connections still open at shutdown");
+    // Every connection was asked to close with `stop`; each gives its slot
+    // back when it has.
+    let all = u32::try_from(MAX_CONNECTIONS).unwrap_or(u32::MAX);
+    if tokio::time::timeout(CLOSE_GRACE, slots.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::debug!("connections still open at shutdown");
+    }
+}
+
+/// The open connections, to find the one to reclaim near the cap.
+#[derive(Debug, Default)]
+struct LiveConnections {
+    next_id: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<ConnectionUse>>>,
+}
+
+impl LiveConnections {
+    /// Registers a connection until the returned guard is dropped.
+    fn add(self: &Arc<Self>, conn: Arc<ConnectionUse>) -> Registered {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, conn);
+        Registered(self.clone(), id)
+    }
+
+    /// Asks the connection that has gone longest without an open request
+    /// (and was not asked yet) to close.
+    fn reclaim_longest_idle(&self) {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let longest = open
+            .values()
+            .filter(|c| !c.close.is_cancelled() && c.open_requests.load(Ordering::SeqCst) == 0)
+            .max_by_key(|c| c.idle_for());
+        if let Some(conn) = longest {
+            tracing::debug!("near the connection cap: closing the connection idle the longest");
+            conn.close.cancel();
         }
+    }
+}
+
+/// A registered connection; unregistered on drop.
+struct Registered(Arc<LiveConnections>, u64);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.1);
     }
 }
 
@@ -146,6 +232,8 @@ pub(crate) struct ConnectionUse {
     /// Milliseconds after `started` when the last request ended.
     last_ended: AtomicU64,
     started: Instant,
+    /// Cancelled to ask the connection to close (reclaimed, or shutdown).
+    close: CancellationToken,
 }
 
 fn millis_since(started: Instant) -> u64 {

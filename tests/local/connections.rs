@@ -1,6 +1,7 @@
 //! Silent and slow peers hold no connection for long: an HTTP/2
 //! connection that sends nothing, and a request body trickled a byte a
-//! second, are both closed within 40 s.
+//! second, are both closed within 40 s; idle and silent connections at
+//! the connection cap are reclaimed rather than keeping a new client out.
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -69,5 +70,97 @@ async fn a_trickled_body_is_cut() {
     .await
     .unwrap();
     assert!(took < Duration::from_secs(40), "open for {took:?}");
+    server.shutdown().await;
+}
+
+/// Opens a connection and completes one keep-alive `GET` on it, leaving
+/// the connection open and idle.
+fn idle_keep_alive(addr: std::net::SocketAddr) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    keep_alive_get(&mut tcp, addr).unwrap();
+    tcp
+}
+
+/// One `GET /api/models` on an open connection, read to its end.
+fn keep_alive_get(tcp: &mut TcpStream, addr: std::net::SocketAddr) -> std::io::Result<()> {
+    tcp.write_all(format!("GET /api/models HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tcp.read(&mut buf)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).to_lowercase();
+        let Some(end) = text.find("\r\n\r\n") else {
+            continue;
+        };
+        let length = text
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        let complete = match length {
+            Some(length) => got.len() >= end + 4 + length,
+            // Chunked: the last chunk is empty.
+            None => text.ends_with("\r\n0\r\n\r\n"),
+        };
+        if complete {
+            return Ok(());
+        }
+    }
+}
+
+/// How long a fresh client takes to get `GET /api/models` answered.
+async fn fresh_request(addr: std::net::SocketAddr) -> Duration {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(90))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let resp = client
+        .get(format!("http://{addr}/api/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    start.elapsed()
+}
+
+/// Catches keep-alive connections locking other clients out: 256
+/// connections that each send a `GET` every 2 s (never idle long enough
+/// to time out) held every slot, and a new client was not answered
+/// within 90 s; between their requests they are idle, so the one idle the
+/// longest is reclaimed and the new client is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_connections_at_the_cap_keep_no_one_out() {
+    let server = LocalNexus::start().await.unwrap();
+    let addr = server.addr();
+    let held = tokio::task::spawn_blocking(move || {
+        (0..256).map(|_| idle_keep_alive(addr)).collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pinger = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = held;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                // A reclaimed connection is replaced, as a client would.
+                for tcp in &mut held {
+                    if keep_alive_get(tcp, addr).is_err() {
+                        *tcp = idle_keep_alive(addr);
+                    }
+                }
+                std::thread::sleep(Duration::from_secs(2));
+            }
+        })
+    };
+    let took = fresh_request(addr).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(took < Duration::from_secs(15), "answered after {took:?}");
+    pinger.join().unwrap();
     server.shutdown().await;
 }

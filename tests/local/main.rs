@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod archive_bounds;
 mod checkpoint_store;
 #[cfg(feature = "failpoints")]
 mod concurrent_model;
@@ -37,6 +38,7 @@ mod stops;
 mod turns_outlive_clients;
 #[cfg(feature = "schema")]
 mod typed_turns;
+mod verify_leftovers;
 #[cfg(feature = "web")]
 mod web_relay;
 mod write_faults;

@@ -111,3 +111,56 @@ async fn writes_past_the_backlog_limit_are_refused_before_they_apply() {
     assert_eq!(second.status(), 404, "a refused write was applied");
     server.shutdown().await;
 }
+
+/// Catches a backlog limit checked without the request's own bytes: while
+/// the writer is held up with a 700 KB create waiting, a second 700 KB
+/// create would take the backlog past the 1 MiB limit, so it is refused
+/// with 503 `busy` and not applied (it was admitted, because the backlog
+/// alone was under the limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_would_take_the_backlog_past_its_limit_is_refused() {
+    let data = TempDir::new("backlog-own");
+    let server = LocalNexus::builder()
+        .data_dir(data.path())
+        .write_backlog_limit(1 << 20)
+        .start()
+        .await
+        .unwrap();
+    let base = server.base_url().to_owned();
+    let big_create = |slug: &'static str| {
+        let base = base.clone();
+        async move {
+            let resp = reqwest::Client::new()
+                .post(format!("{base}/contexts"))
+                .json(&json!({"slug": slug, "name": slug, "description": "d".repeat(700_000)}))
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let release = hold_write_lock(data.path());
+    let first = tokio::spawn(big_create("first"));
+    // The signal: the first create's bytes wait in the backlog.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, storage) = get_json(&format!("{base}/local/storage")).await;
+        if storage["write_backlog_bytes"].as_u64().unwrap_or(0) >= 700_000 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{storage}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = big_create("second").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "busy");
+    release.send(()).unwrap();
+    let (status, body) = first.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let second = reqwest::get(format!("{base}/contexts/second"))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 404, "a refused write was applied");
+    server.shutdown().await;
+}

@@ -236,6 +236,26 @@ fn static_version(v: &str) -> &'static str {
     }
 }
 
+/// Bytes a write request may add to the state database's backlog: its
+/// announced body (`Content-Length`), except an upload's, which is staged
+/// on disk and never written to the database.
+fn database_bytes_of(req: &Request) -> u64 {
+    if req.uri().path().ends_with("/import/upload") {
+        return 0;
+    }
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// Whether a write of `own` bytes, on top of a `backlog` of bytes waiting
+/// to be written, passes `limit` while something already waits.
+fn backlog_would_overflow(backlog: u64, own: u64, limit: u64) -> bool {
+    backlog > 0 && backlog.saturating_add(own) > limit
+}
+
 fn check(state: &AppState, req: &Request, asked: Option<&str>) -> LocalResult<()> {
     let headers = req.headers();
     // HTTP/2 carries the host in the request's authority rather than `Host`.
@@ -274,9 +294,17 @@ fn check(state: &AppState, req: &Request, asked: Option<&str>) -> LocalResult<()
     if state.store.has_failed() {
         return Err(LocalError::not_saved());
     }
-    // A write is refused before it changes anything while the database
-    // writer is behind by more than its backlog limit.
-    if !reads && state.store.write_backlog() > state.config.write_backlog_limit {
+    // A write is refused before it changes anything when the database
+    // writer is behind and the request's own body would take its backlog
+    // past the limit (a write alone fits whatever its size: it can only be
+    // served once nothing waits).
+    if !reads
+        && backlog_would_overflow(
+            state.store.write_backlog(),
+            database_bytes_of(req),
+            state.config.write_backlog_limit,
+        )
+    {
         return Err(LocalError::write_backlog_full());
     }
     match asked {

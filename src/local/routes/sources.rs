@@ -85,14 +85,13 @@ pub(super) async fn upload(
             tokio::task::spawn_blocking(move || durable::create_dir_all(&create))
                 .await
                 .map_err(|e| LocalError::internal("staging the upload", e))?
-                .map_err(|e| LocalError::internal("staging the upload", e))?;
+                .map_err(|e| LocalError::io("staging the upload", &e))?;
             let mut file = tokio::fs::File::create(&upload)
                 .await
-                .map_err(|e| LocalError::internal("staging the upload", e))?;
+                .map_err(|e| LocalError::io("staging the upload", &e))?;
             let mut written = 0usize;
             while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
-                failpoint(point::STAGING)
-                    .map_err(|e| LocalError::internal("staging the upload", e))?;
+                failpoint(point::STAGING).map_err(|e| LocalError::io("staging the upload", &e))?;
                 written = written.saturating_add(chunk.len());
                 if written > limit {
                     return Err(LocalError::too_large(format!(
@@ -101,11 +100,11 @@ pub(super) async fn upload(
                 }
                 file.write_all(&chunk)
                     .await
-                    .map_err(|e| LocalError::internal("staging the upload", e))?;
+                    .map_err(|e| LocalError::io("staging the upload", &e))?;
             }
             file.flush()
                 .await
-                .map_err(|e| LocalError::internal("staging the upload", e))?;
+                .map_err(|e| LocalError::io("staging the upload", &e))?;
         }
         let caps = import::Caps::new(
             state.config.context_bytes_limit,
@@ -201,6 +200,9 @@ pub(super) async fn read_source(
         (file, meta.size)
     };
     let file = tokio::fs::File::open(&file).await.map_err(|e| {
+        if let Some(cause) = crate::local::error::exhaustion(&e) {
+            return LocalError::exhausted(cause);
+        }
         tracing::warn!(error = %e, "a listed source file could not be opened");
         LocalError::not_found(format!("no source file {path:?}"))
     })?;
