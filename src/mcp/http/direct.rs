@@ -164,15 +164,20 @@ impl Direct {
         let mut extensions = Extensions::new();
         std::mem::swap(&mut extensions, request.extensions_mut());
         let request_ct = CancellationToken::new();
-        // Whatever the call left running stops with its request.
+        // The call runs on a task of its own, as rmcp runs each request:
+        // when this answer is dropped (the request deadline, a client gone,
+        // a `notifications/cancelled`) or shutdown ends it, the call sees
+        // its token cancelled and still runs to its end, so a turn it has
+        // started upstream is cancelled there rather than left running.
         let _stop = request_ct.clone().drop_guard();
         let mut context = RequestContext::new(id.clone(), peer);
         context.ct = request_ct.child_token();
         context.meta = meta;
         context.extensions = extensions;
         let server = self.server.for_session();
+        let mut call = tokio::spawn(async move { server.handle_request(request, context).await });
         let handled = tokio::select! {
-            result = Box::pin(server.handle_request(request, context)) => Some(result),
+            joined = &mut call => joined.ok(),
             () = self.shutdown.cancelled() => None,
         };
         let Some(result) = handled else {

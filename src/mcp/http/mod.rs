@@ -51,7 +51,6 @@ mod refusals;
 mod sessions;
 mod splice;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -159,7 +158,7 @@ fn build(
         request_timeout: options.request_timeout,
         body_read_timeout: options.body_read_timeout,
         keyless,
-        running: Mutex::new(HashMap::new()),
+        running: Mutex::new(guard::RunningRequests::default()),
         mcp,
         direct,
     });
