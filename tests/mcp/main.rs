@@ -28,6 +28,7 @@ mod pinecone_tools;
 #[cfg(feature = "local")]
 mod protocol;
 mod protocol_errors;
+mod stateless_paths;
 #[cfg(feature = "local")]
 mod rmcp_http;
 mod stdio;

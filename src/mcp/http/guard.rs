@@ -252,9 +252,12 @@ impl Guard {
         let key = match key_from_headers(request.headers()) {
             Ok(key) => key,
             Err(e) => {
+                // 403, not 401: a key was sent and is refused. A 401 makes
+                // OAuth-capable clients (mcp-remote) start an authorization
+                // discovery instead of showing this text.
                 let response = self.refuse(
                     Reason::BadKey,
-                    StatusCode::UNAUTHORIZED,
+                    StatusCode::FORBIDDEN,
                     peer,
                     method,
                     &e.to_string(),
@@ -366,7 +369,7 @@ impl Guard {
                 if standing == Standing::Refused {
                     let response = self.refuse(
                         Reason::KeyRefused,
-                        StatusCode::UNAUTHORIZED,
+                        StatusCode::FORBIDDEN,
                         peer,
                         method,
                         "the upstream refused this X-Pinecone-Api-Key; send a valid Pinecone API key",
