@@ -28,9 +28,9 @@ mod pinecone_tools;
 #[cfg(feature = "local")]
 mod protocol;
 mod protocol_errors;
-mod stateless_paths;
 #[cfg(feature = "local")]
 mod rmcp_http;
+mod stateless_paths;
 mod stdio;
 #[cfg(target_os = "linux")]
 mod stdio_ends;

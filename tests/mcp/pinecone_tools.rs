@@ -414,7 +414,10 @@ async fn query_documents_reranks_only_when_asked_or_configured() {
             json!({"query_text": "coroutines", "namespace": "wg21-papers", "use_reranking": true}),
         )
         .await;
-    assert_eq!(d["experimental"]["rerank_skipped_reason"], "no_model", "{d}");
+    assert_eq!(
+        d["experimental"]["rerank_skipped_reason"], "no_model",
+        "{d}"
+    );
     assert_eq!(h.fake.requests("rerank").len(), 0);
     // A model configured: reranked unless declined.
     let h = harness_with(PineconeFake::start().await, with_rerank).await;

@@ -44,9 +44,12 @@ async fn turn_nexus(query_delay: Duration) -> MockServer {
         .await;
     Mock::given(method("POST"))
         .and(path("/queries/q_1/cancel"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(query_json("q_1", "cancelled", &[], None)),
-        )
+        .respond_with(ResponseTemplate::new(200).set_body_json(query_json(
+            "q_1",
+            "cancelled",
+            &[],
+            None,
+        )))
         .mount(&nexus)
         .await;
     nexus
@@ -135,7 +138,12 @@ async fn a_cancelled_query_context_cancels_its_turn_on_every_path() {
         assert_eq!(status, 200, "{name:?}: {body}");
         assert!(body.contains("-32800"), "{name:?}: {body}");
         assert!(
-            seen_within(&nexus, ("POST", "/queries/q_1/cancel"), Duration::from_secs(5)).await,
+            seen_within(
+                &nexus,
+                ("POST", "/queries/q_1/cancel"),
+                Duration::from_secs(5)
+            )
+            .await,
             "{name:?}: the turn is cancelled upstream"
         );
     }
@@ -156,7 +164,12 @@ async fn a_query_context_whose_client_goes_away_cancels_its_turn_on_every_path()
         // The client gives up: its connection closes.
         call.abort();
         assert!(
-            seen_within(&nexus, ("POST", "/queries/q_1/cancel"), Duration::from_secs(5)).await,
+            seen_within(
+                &nexus,
+                ("POST", "/queries/q_1/cancel"),
+                Duration::from_secs(5)
+            )
+            .await,
             "origin {origin:?}: the turn is cancelled upstream"
         );
     }
@@ -177,7 +190,12 @@ async fn a_query_context_past_its_deadline_cancels_its_turn_on_every_path() {
         let (status, body) = post(&url, KEY, origin.as_deref(), &query_context(9)).await;
         assert_eq!(status, 408, "origin {origin:?}: {body}");
         assert!(
-            seen_within(&nexus, ("POST", "/queries/q_1/cancel"), Duration::from_secs(5)).await,
+            seen_within(
+                &nexus,
+                ("POST", "/queries/q_1/cancel"),
+                Duration::from_secs(5)
+            )
+            .await,
             "origin {origin:?}: the turn is cancelled upstream"
         );
     }
@@ -256,5 +274,9 @@ async fn sigterm_gives_stateless_streams_the_shutdown_grace() {
         .await
         .expect("the stream ends")
         .unwrap_or_default();
-    assert!(body.contains("Install it with cargo."), "{body}\n{}", process.log());
+    assert!(
+        body.contains("Install it with cargo."),
+        "{body}\n{}",
+        process.log()
+    );
 }

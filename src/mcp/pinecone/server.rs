@@ -597,9 +597,15 @@ mod tests {
                 "invalid type: integer `7`, expected struct MetadataFilter",
                 "invalid type: integer `7`, expected object",
             ),
-            ("invalid type: unit value, expected f64", "invalid type: null, expected number"),
+            (
+                "invalid type: unit value, expected f64",
+                "invalid type: null, expected number",
+            ),
             ("missing field `namespace`", "missing field `namespace`"),
-            ("unknown variant `fastest`, expected one of `fast`", "unknown variant `fastest`, expected one of `fast`"),
+            (
+                "unknown variant `fastest`, expected one of `fast`",
+                "unknown variant `fastest`, expected one of `fast`",
+            ),
         ] {
             assert_eq!(json_type_names(cause), shown, "{cause}");
         }
