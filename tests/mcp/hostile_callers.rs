@@ -393,6 +393,8 @@ async fn an_honest_stateless_caller_is_served_throughout_an_attack() {
     )
     .await;
     let probes = made_up_key_probes(&nexus).await;
-    assert!(probes <= 12, "{probes} upstream calls with made-up keys");
+    // Nine made-up keys (three kinds of attacker), each probed at most
+    // about twice (two of its first requests may race to prove it).
+    assert!(probes <= 18, "{probes} upstream calls with made-up keys");
     shutdown.cancel();
 }
