@@ -322,7 +322,7 @@ async fn made_up_keys_cannot_push_out_a_real_callers_state() {
                 json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
             )
             .await;
-        assert_eq!(answer.status, 401, "{answer:?}");
+        assert_eq!(answer.status, 403, "{answer:?}");
     }
     // The real caller is served at once, its suggest-flow record (kept in
     // its per-key state) still there.

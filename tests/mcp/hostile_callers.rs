@@ -5,7 +5,9 @@
 //! an honest caller's tool calls keep succeeding, each within
 //! [`HONEST_LATENCY`]. Runs for about [`ATTACK`] (CI-bounded). The same
 //! with `--stateless`, where plain tool calls are answered in place and
-//! cancellations come from callers who know the honest ids (and key).
+//! cancellations come from callers who know the honest ids (not its key:
+//! whoever holds the key is that caller, and may cancel its requests from
+//! any connection).
 use crate::support::mcp::{HttpMcp, nexus_client};
 
 use std::net::SocketAddr;
@@ -313,7 +315,7 @@ async fn an_honest_caller_is_served_throughout_an_attack() {
 }
 
 /// One stateless attacker: plain tool calls (answered in place, without
-/// rmcp's service) with a made-up key, the honest key or none, large
+/// rmcp's service) with a made-up key or none, large
 /// arguments, and cancellations naming the ids the honest caller uses,
 /// until `stop`.
 async fn stateless_attacker(
@@ -358,9 +360,9 @@ async fn an_honest_stateless_caller_is_served_throughout_an_attack() {
         let ip = [127, 0, 0, 2 + i % 6];
         let key = match i % 4 {
             0 => Some(format!("pcsk_refused_made_up_{i:03}_0123456789")),
-            // Even the honest key, from another connection, cancels
-            // nothing of the honest caller's.
-            1 => Some(HONEST.to_owned()),
+            // Another key that knows the honest ids cancels nothing of
+            // the honest caller's.
+            1 => Some(format!("pcsk_knows_ids_made_up_{i:03}_0123456789")),
             2 => Some(format!("pcsk_another_made_up_{i:03}_0123456789")),
             _ => None,
         };
@@ -391,6 +393,8 @@ async fn an_honest_stateless_caller_is_served_throughout_an_attack() {
     )
     .await;
     let probes = made_up_key_probes(&nexus).await;
-    assert!(probes <= 12, "{probes} upstream calls with made-up keys");
+    // Nine made-up keys (three kinds of attacker), each probed at most
+    // about twice (two of its first requests may race to prove it).
+    assert!(probes <= 18, "{probes} upstream calls with made-up keys");
     shutdown.cancel();
 }

@@ -67,7 +67,7 @@ async fn pinecone_tools_search_with_the_callers_key_never_the_operators() {
     assert_eq!(fake.headers().len(), before);
 
     // A key Pinecone refuses is refused: the operator's key is not tried.
-    // It is proved once and refused at the door (401).
+    // It is proved once and refused at the door (403, naming the header).
     let mut stranger =
         HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", "pcsk_unknown_key_1234");
     let (_, answer) = stranger
@@ -76,7 +76,8 @@ async fn pinecone_tools_search_with_the_callers_key_never_the_operators() {
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
         )
         .await;
-    assert_eq!(answer.status, 401, "{answer:?}");
+    assert_eq!(answer.status, 403, "{answer:?}");
+    assert!(answer.body.contains("X-Pinecone-Api-Key"), "{answer:?}");
     assert!(!keys_seen(&fake).iter().any(|k| k == KEY_A));
     assert!(
         keys_seen(&fake)
@@ -145,7 +146,7 @@ async fn an_empty_or_malformed_key_header_is_an_authentication_error() {
                 json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
             )
             .await;
-        assert_eq!(answer.status, 401, "{bad:?}: {answer:?}");
+        assert_eq!(answer.status, 403, "{bad:?}: {answer:?}");
         assert!(answer.body.contains("X-Pinecone-Api-Key"), "{answer:?}");
     }
     // Sent twice.
@@ -153,7 +154,7 @@ async fn an_empty_or_malformed_key_header_is_an_authentication_error() {
         .header("X-Pinecone-Api-Key", KEY_A)
         .header("X-Pinecone-Api-Key", KEY_B);
     let (_, answer) = twice.request("ping", json!({})).await;
-    assert_eq!(answer.status, 401, "{answer:?}");
+    assert_eq!(answer.status, 403, "{answer:?}");
     // Neither backend was called with the server's key.
     assert!(fake.headers().is_empty());
     assert!(nexus_fake.received_requests().await.unwrap().is_empty());
@@ -211,7 +212,8 @@ async fn a_session_serves_only_the_key_that_created_it() {
         .send()
         .await
         .unwrap();
-    assert!(delete.status().is_success(), "{}", delete.status());
+    // 204, as clients expect of a session ended (not rmcp's 202).
+    assert_eq!(delete.status(), 204);
     let (_, answer) = owner.request("tools/list", json!({})).await;
     assert_eq!(answer.status, 404);
 }

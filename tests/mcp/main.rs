@@ -30,6 +30,7 @@ mod protocol;
 mod protocol_errors;
 #[cfg(feature = "local")]
 mod rmcp_http;
+mod stateless_paths;
 mod stdio;
 #[cfg(target_os = "linux")]
 mod stdio_ends;

@@ -15,19 +15,19 @@ const CALLER_KEY: &str = "pcsk_operations_caller_key_9876543210zyxw";
 
 /// A `nexus-mcp --transport http` process on a free port whose stderr is
 /// collected; killed on drop.
-struct Process {
-    child: tokio::process::Child,
-    base: String,
+pub(super) struct Process {
+    pub(super) child: tokio::process::Child,
+    pub(super) base: String,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Process {
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 }
 
-async fn nexus_mcp(nexus_url: &str, extra: &[&str]) -> Process {
+pub(super) async fn nexus_mcp(nexus_url: &str, extra: &[&str]) -> Process {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"))
         .args(["--transport", "http", "--bind", "127.0.0.1:0"])
         .args(extra)
@@ -217,8 +217,8 @@ async fn stateless_cancellation_stops_the_named_request() {
         .await;
     let process = nexus_mcp(&nexus_fake.uri(), &["--stateless"]).await;
     let url = format!("{}/mcp", process.base);
-    // A cancellation counts only on the connection that sent the request:
-    // both go over one HTTP/2 connection.
+    // Both go over one HTTP/2 connection (another connection of the same
+    // caller would do too).
     let h2 = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()

@@ -165,6 +165,19 @@ async fn argument_type_errors_are_validation_tool_errors_naming_the_field() {
         .await;
     assert_eq!(e["code"], "VALIDATION");
     assert_eq!(e["field"], "top_k");
+    // The caller is told the JSON type to send, not a Rust type.
+    let message = e["message"].as_str().unwrap();
+    assert!(message.ends_with("expected integer"), "{e}");
+    let e = h
+        .err(
+            "query",
+            json!({"query_text": "x", "namespace": "wg21-papers", "use_reranking": "yes"}),
+        )
+        .await;
+    assert!(
+        e["message"].as_str().unwrap().ends_with("expected boolean"),
+        "{e}"
+    );
     let e = h.err("query", json!({"query_text": "x"})).await;
     assert_eq!(e["code"], "VALIDATION");
     assert_eq!(e["field"], "namespace");
@@ -381,6 +394,40 @@ async fn a_passed_deadline_is_a_timeout_error() {
         e["suggestion"],
         "Retry the request, or increase --pinecone-request-timeout-ms."
     );
+}
+
+#[tokio::test]
+async fn query_documents_reranks_only_when_asked_or_configured() {
+    // No model configured: nothing is reranked and nothing is reported.
+    let h = harness().await;
+    let d = h
+        .ok(
+            "query_documents",
+            json!({"query_text": "coroutines", "namespace": "wg21-papers"}),
+        )
+        .await;
+    assert!(d.get("experimental").is_none(), "{d}");
+    // Asked for without a model: the skip is reported.
+    let d = h
+        .ok(
+            "query_documents",
+            json!({"query_text": "coroutines", "namespace": "wg21-papers", "use_reranking": true}),
+        )
+        .await;
+    assert_eq!(
+        d["experimental"]["rerank_skipped_reason"], "no_model",
+        "{d}"
+    );
+    assert_eq!(h.fake.requests("rerank").len(), 0);
+    // A model configured: reranked unless declined.
+    let h = harness_with(PineconeFake::start().await, with_rerank).await;
+    let q = json!({"query_text": "coroutines", "namespace": "wg21-papers"});
+    h.ok("query_documents", q.clone()).await;
+    assert_eq!(h.fake.requests("rerank").len(), 1);
+    let mut declined = q;
+    declined["use_reranking"] = json!(false);
+    h.ok("query_documents", declined).await;
+    assert_eq!(h.fake.requests("rerank").len(), 1);
 }
 
 #[tokio::test]

@@ -164,15 +164,20 @@ impl Direct {
         let mut extensions = Extensions::new();
         std::mem::swap(&mut extensions, request.extensions_mut());
         let request_ct = CancellationToken::new();
-        // Whatever the call left running stops with its request.
+        // The call runs on a task of its own, as rmcp runs each request:
+        // when this answer is dropped (the request deadline, a client gone,
+        // a `notifications/cancelled`) or shutdown ends it, the call sees
+        // its token cancelled and still runs to its end, so a turn it has
+        // started upstream is cancelled there rather than left running.
         let _stop = request_ct.clone().drop_guard();
         let mut context = RequestContext::new(id.clone(), peer);
         context.ct = request_ct.child_token();
         context.meta = meta;
         context.extensions = extensions;
         let server = self.server.for_session();
+        let mut call = tokio::spawn(async move { server.handle_request(request, context).await });
         let handled = tokio::select! {
-            result = Box::pin(server.handle_request(request, context)) => Some(result),
+            joined = &mut call => joined.ok(),
             () = self.shutdown.cancelled() => None,
         };
         let Some(result) = handled else {
@@ -268,7 +273,9 @@ fn json_content(headers: &HeaderMap) -> bool {
         })
 }
 
-/// An `Accept` naming both `application/json` and `text/event-stream`.
+/// An `Accept` naming both `application/json` and `text/event-stream`,
+/// with no parameters: a weight (`q=0` refuses a type) or a quoted value
+/// is weighed by rmcp, which answers 406 when it must.
 fn accepts_both(headers: &HeaderMap) -> bool {
     let (mut json, mut sse) = (false, false);
     let ranges = headers
@@ -277,7 +284,10 @@ fn accepts_both(headers: &HeaderMap) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','));
     for range in ranges {
-        let essence = range.split(';').next().unwrap_or_default().trim();
+        if range.contains(';') || range.contains('"') {
+            return false;
+        }
+        let essence = range.trim();
         json |= essence.eq_ignore_ascii_case("application/json");
         sse |= essence.eq_ignore_ascii_case("text/event-stream");
     }
@@ -307,9 +317,10 @@ fn legacy_revision(headers: &HeaderMap) -> Option<ProtocolVersion> {
         .cloned()
 }
 
-/// The transport of a revision's idle service: nothing arrives, and what
-/// its peer would send (nothing: a plain call's notes are kept with it)
-/// goes nowhere.
+/// The transport of a revision's idle service: nothing arrives, and its
+/// peer is never meant to send (a plain call's notes are kept with it).
+/// Anything it is given all the same (say, after an rmcp change) cannot
+/// reach the client: it is logged as an error, not dropped unseen.
 struct Idle(CancellationToken);
 
 impl Transport<RoleServer> for Idle {
@@ -317,8 +328,18 @@ impl Transport<RoleServer> for Idle {
 
     fn send(
         &mut self,
-        _item: ServerJsonRpcMessage,
+        item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let kind = match &item {
+            ServerJsonRpcMessage::Request(_) => "request",
+            ServerJsonRpcMessage::Notification(_) => "notification",
+            ServerJsonRpcMessage::Response(_) => "response",
+            ServerJsonRpcMessage::Error(_) => "error",
+        };
+        tracing::error!(
+            kind,
+            "a plain stateless call's message went to no client; its answer may lack it"
+        );
         std::future::ready(Ok(()))
     }
 
@@ -393,6 +414,9 @@ mod tests {
             with("content-type", "text/plain"),
             with("accept", "application/json"),
             with("accept", "text/event-stream"),
+            with("accept", "application/json;q=0, text/event-stream"),
+            with("accept", "application/json, text/event-stream;q=0"),
+            with("accept", "application/json, text/event-stream; x=\"a,b\""),
             with("mcp-protocol-version", "2026-07-28"),
             with("mcp-protocol-version", "2099-01-01"),
             with("mcp-protocol-version", "1999-01-01"),

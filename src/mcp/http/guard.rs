@@ -57,10 +57,11 @@ pub(super) struct Guard {
     pub(super) body_read_timeout: Duration,
     /// Whether calls without a key are served (with the server's key).
     pub(super) keyless: bool,
-    /// Stateless requests running, by caller, connection and JSON-RPC id,
-    /// so that a `notifications/cancelled` from the same caller on the same
-    /// connection can stop them (and nobody else's).
-    pub(super) running: Mutex<HashMap<RunningKey, CancellationToken>>,
+    /// Stateless requests running, by caller and JSON-RPC id, so that a
+    /// `notifications/cancelled` from the same caller can stop them (and
+    /// nobody else's), whichever connection it comes on: an HTTP/1.1
+    /// client sends it on another one while its request waits.
+    pub(super) running: Mutex<RunningRequests>,
     /// The MCP service a request reaches once admitted.
     pub(super) mcp: McpService,
     /// Plain stateless tool calls answered in place; `None` with sessions.
@@ -147,27 +148,73 @@ fn method_label(method: &Method) -> HttpMethod {
     }
 }
 
-/// What names a running stateless request: its caller, the connection it
-/// came on (the peer's address and port) and its JSON-RPC id.
-pub(super) type RunningKey = (CallerId, Option<SocketAddr>, String);
+/// What names a running stateless request: its caller and its JSON-RPC
+/// id (a caller reusing an id while the first request runs cancels both).
+type RunningKey = (CallerId, String);
+
+/// The stateless requests running: each key's requests, by a number of
+/// their own.
+#[derive(Debug, Default)]
+pub(super) struct RunningRequests {
+    by_key: HashMap<RunningKey, Vec<(u64, CancellationToken)>>,
+    next: u64,
+}
 
 /// A stateless request registered for cancellation; unregistered on drop.
 struct Running {
     guard: Arc<Guard>,
     key: RunningKey,
+    number: u64,
+    token: CancellationToken,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.guard.running().remove(&self.key);
+        let mut running = self.guard.running();
+        if let Some(tokens) = running.by_key.get_mut(&self.key) {
+            tokens.retain(|(number, _)| *number != self.number);
+            if tokens.is_empty() {
+                running.by_key.remove(&self.key);
+            }
+        }
     }
 }
 
 impl Guard {
-    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RunningKey, CancellationToken>> {
+    fn running(&self) -> std::sync::MutexGuard<'_, RunningRequests> {
         self.running
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers a stateless request of `caller` with JSON-RPC `id`.
+    fn register(self: &Arc<Self>, caller: CallerId, id: String) -> Running {
+        let token = CancellationToken::new();
+        let key = (caller, id);
+        let mut running = self.running();
+        let number = running.next;
+        running.next = running.next.wrapping_add(1);
+        running
+            .by_key
+            .entry(key.clone())
+            .or_default()
+            .push((number, token.clone()));
+        drop(running);
+        Running {
+            guard: Arc::clone(self),
+            key,
+            number,
+            token,
+        }
+    }
+
+    /// Cancels `caller`'s running stateless requests with JSON-RPC `id`.
+    fn cancel_running(&self, caller: CallerId, id: &str) {
+        if let Some(tokens) = self.running().by_key.get(&(caller, id.to_owned())) {
+            for (_, token) in tokens {
+                token.cancel();
+            }
+        }
     }
 
     fn refuse(
@@ -205,9 +252,12 @@ impl Guard {
         let key = match key_from_headers(request.headers()) {
             Ok(key) => key,
             Err(e) => {
+                // 403, not 401: a key was sent and is refused. A 401 makes
+                // OAuth-capable clients (mcp-remote) start an authorization
+                // discovery instead of showing this text.
                 let response = self.refuse(
                     Reason::BadKey,
-                    StatusCode::UNAUTHORIZED,
+                    StatusCode::FORBIDDEN,
                     peer,
                     method,
                     &e.to_string(),
@@ -319,7 +369,7 @@ impl Guard {
                 if standing == Standing::Refused {
                     let response = self.refuse(
                         Reason::KeyRefused,
-                        StatusCode::UNAUTHORIZED,
+                        StatusCode::FORBIDDEN,
                         peer,
                         method,
                         "the upstream refused this X-Pinecone-Api-Key; send a valid Pinecone API key",
@@ -335,9 +385,8 @@ impl Guard {
         }
         if self.sessions.is_none()
             && let Some(Message::Cancelled(Some(id))) = &message
-            && let Some(token) = self.running().get(&(caller, peer, id.clone()))
         {
-            token.cancel();
+            self.cancel_running(caller, id);
         }
         let slot = match self.budgets.admit(caller, proven) {
             Ok(slot) => slot,
@@ -411,6 +460,9 @@ impl Guard {
                 }
                 if *method == Method::DELETE && response.status().is_success() {
                     sessions.remove(&id);
+                    // rmcp answers 202; clients (the Python SDK among them)
+                    // take only 200 or 204 as a session ended.
+                    return (StatusCode::NO_CONTENT.into_response(), tag);
                 }
                 let response = if json_first {
                     coalesce_answer(response, deadline).await
@@ -488,20 +540,15 @@ impl Guard {
                 };
                 // A tool call's structured content is written here from its
                 // text, not built and serialized as a tree by rmcp.
-                let slot = (rpc_method.get() == Some(&"tools/call")).then(EdgeSlot::default);
+                let edge = (rpc_method.get() == Some(&"tools/call")).then(EdgeSlot::default);
                 let mut request = request;
-                if let Some(slot) = &slot {
-                    request.extensions_mut().insert(slot.clone());
+                if let Some(edge) = &edge {
+                    request.extensions_mut().insert(edge.clone());
                 }
-                let token = CancellationToken::new();
-                let key = (caller, peer, id.clone());
-                self.running().insert(key.clone(), token.clone());
-                let running = Running {
-                    guard: Arc::clone(self),
-                    key,
-                };
+                let running = self.register(caller, id.clone());
+                let token = running.token.clone();
                 // A plain call is answered here, anything else by rmcp.
-                let plain = match (&self.direct, &slot, &body) {
+                let plain = match (&self.direct, &edge, &body) {
                     (Some(direct), Some(_), Some(body)) => direct
                         .plain(request.headers(), body)
                         .map(|call| (direct, call)),
@@ -520,12 +567,14 @@ impl Guard {
                     response = answer => response,
                     () = token.cancelled() => cancelled_response(&id),
                 };
-                let response = match &slot {
-                    Some(slot) => write_held(response, slot).await,
+                let response = match &edge {
+                    Some(edge) => write_held(response, edge).await,
                     None => response,
                 };
                 let response = cut_when_cancelled(response, token);
-                hold_until_end(response, (slot, running))
+                // The budget slot is held until the answer's last byte, as
+                // a session's is: a streamed answer counts while it runs.
+                hold_until_end(response, (slot, edge, running))
             }
             _ => {
                 let response = self.mcp.run(request).await;

@@ -9,7 +9,8 @@
 //!   address, and any added with [`HttpOptions::allowed_hosts`]);
 //! - each request may carry `X-Pinecone-Api-Key`; every tool family acts
 //!   with that key for that request ([`KeyPolicy::Caller`](crate::mcp::KeyPolicy::Caller)); an empty,
-//!   repeated or malformed header is refused with 401;
+//!   repeated or malformed header is refused with 403 (a key the upstream
+//!   refuses too; 401 only for a missing key);
 //! - a session belongs to the key that created it: a request naming a
 //!   session with another key (or none) gets the same 404 as an unknown
 //!   session; `initialize` without a key is refused unless keyless calls
@@ -51,7 +52,6 @@ mod refusals;
 mod sessions;
 mod splice;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -159,7 +159,7 @@ fn build(
         request_timeout: options.request_timeout,
         body_read_timeout: options.body_read_timeout,
         keyless,
-        running: Mutex::new(HashMap::new()),
+        running: Mutex::new(guard::RunningRequests::default()),
         mcp,
         direct,
     });

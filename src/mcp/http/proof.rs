@@ -5,7 +5,7 @@
 //! A key is proven by one upstream call made with it (see
 //! `NexusMcp::prove_key`), at most one per key digest: the verdict is
 //! cached, accepted keys and refused keys in separate bounded tables, so
-//! made-up keys push out only each other. A refused key is answered 401
+//! made-up keys push out only each other. A refused key is answered 403
 //! until its verdict expires. Probes run a few at a time and each has a
 //! deadline; a key whose probe cannot run or decide stays unproven and is
 //! served from the quarantine (see `Sessions`).

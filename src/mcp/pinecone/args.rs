@@ -136,6 +136,9 @@ pub(super) struct QueryDocumentsArgs {
     #[serde(default)]
     #[schemars(range(min = 1, max = 500))]
     pub max_chunks_per_document: Option<i64>,
+    /// Rerank the chunks (default: when the source has a reranking model).
+    #[serde(default)]
+    pub use_reranking: Option<bool>,
     /// Source name; needed only when the namespace exists on several sources.
     #[serde(default)]
     pub source: Option<String>,

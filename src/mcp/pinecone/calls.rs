@@ -502,7 +502,12 @@ impl PineconeServer {
             filter: filter.as_ref(),
             fields: None,
         };
-        let outcome = search::hybrid(source.indexes(), &spec, true).await?;
+        // Reranked when asked, or by default when the source has a model:
+        // a source without one is not told so on every call.
+        let rerank = args
+            .use_reranking
+            .unwrap_or(source.indexes().rerank_model.is_some());
+        let outcome = search::hybrid(source.indexes(), &spec, rerank).await?;
         let documents = reassemble(&outcome.hits, top_k as usize, max_chunks as usize);
         Ok(QueryDocumentsOutput {
             status: Status::Success,

@@ -401,7 +401,7 @@ fn check<T: DeserializeOwned>(args: &JsonObject) -> Result<(), ToolError> {
         Ok(_) => Ok(()),
         Err(e) => {
             let path = e.path().to_string();
-            let cause = e.into_inner().to_string();
+            let cause = json_type_names(&e.into_inner().to_string());
             let field = if path == "." {
                 cause
                     .strip_prefix("missing field `")
@@ -417,6 +417,58 @@ fn check<T: DeserializeOwned>(args: &JsonObject) -> Result<(), ToolError> {
             ))
         }
     }
+}
+
+/// `cause` (a deserializer's message) with its Rust type names put as the
+/// JSON types a caller sends: "expected integer", not "expected i64".
+fn json_type_names(cause: &str) -> String {
+    const NAMES: &[(&str, &str)] = &[
+        ("floating point", "number"),
+        ("unit value", "null"),
+        ("a sequence", "array"),
+        ("sequence", "array"),
+        ("a boolean", "boolean"),
+        ("a string", "string"),
+        ("a map", "object"),
+        ("map", "object"),
+        ("f32", "number"),
+        ("f64", "number"),
+    ];
+    const INTEGERS: &[&str] = &[
+        "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32", "u64", "u128", "usize",
+    ];
+    let mut out = String::with_capacity(cause.len());
+    let mut rest = cause;
+    // The type names follow "invalid type: " and "expected ".
+    while let Some(at) = ["invalid type: ", "expected "]
+        .iter()
+        .filter_map(|lead| rest.find(lead).map(|i| i + lead.len()))
+        .min()
+    {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let word_end = rest
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(rest.len());
+        if INTEGERS.contains(&&rest[..word_end]) {
+            out.push_str("integer");
+            rest = &rest[word_end..];
+        } else if let Some((name, json)) = NAMES.iter().find(|(name, _)| {
+            rest.strip_prefix(name)
+                .is_some_and(|after| !after.starts_with(|c: char| c.is_ascii_alphanumeric()))
+        }) {
+            out.push_str(json);
+            rest = &rest[name.len()..];
+        } else if let Some(after) = rest.strip_prefix("struct ") {
+            out.push_str("object");
+            let end = after
+                .find(|c: char| !c.is_ascii_alphanumeric())
+                .unwrap_or(after.len());
+            rest = &after[end..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn check_arguments(tool: &str, args: &JsonObject) -> Result<(), ToolError> {
@@ -519,6 +571,43 @@ mod tests {
             assert!(copied.is_err(), "{args:?}");
             let checked = check::<QueryArgs>(&args).expect_err("a bad argument");
             assert_eq!(checked.code, crate::mcp::ToolErrorCode::Validation);
+        }
+    }
+
+    #[test]
+    fn argument_errors_name_json_types() {
+        for (cause, shown) in [
+            (
+                "invalid type: string \"ten\", expected i64",
+                "invalid type: string \"ten\", expected integer",
+            ),
+            (
+                "invalid type: floating point `1.5`, expected u32",
+                "invalid type: number `1.5`, expected integer",
+            ),
+            (
+                "invalid type: sequence, expected a string",
+                "invalid type: array, expected string",
+            ),
+            (
+                "invalid type: map, expected a boolean",
+                "invalid type: object, expected boolean",
+            ),
+            (
+                "invalid type: integer `7`, expected struct MetadataFilter",
+                "invalid type: integer `7`, expected object",
+            ),
+            (
+                "invalid type: unit value, expected f64",
+                "invalid type: null, expected number",
+            ),
+            ("missing field `namespace`", "missing field `namespace`"),
+            (
+                "unknown variant `fastest`, expected one of `fast`",
+                "unknown variant `fastest`, expected one of `fast`",
+            ),
+        ] {
+            assert_eq!(json_type_names(cause), shown, "{cause}");
         }
     }
 }
