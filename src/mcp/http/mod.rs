@@ -236,6 +236,7 @@ pub async fn serve(
         per_connection: options.max_requests_per_connection.max(1),
         header_read_timeout: options.header_read_timeout,
         idle_timeout: options.idle_timeout,
+        request_timeout: options.request_timeout,
         metrics,
         refusals: built.refusals,
     };
