@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::connectors::oauth::OauthStates;
 use super::error::{LocalError, LocalResult};
 use super::faults::Faults;
-use super::guard::HostPolicy;
+use crate::host_origin::HostPolicy;
 use super::store::Store;
 
 /// Most bearer tokens remembered; the oldest is forgotten first.

@@ -396,7 +396,7 @@ fn synthesis(plan: &TurnPlan, p: &Progress) -> types::QuerySynthesis {
 mod tests {
     use super::*;
     use crate::local::faults::Faults;
-    use crate::local::guard::HostPolicy;
+    use crate::host_origin::HostPolicy;
     use crate::local::state::Config;
     use crate::local::store::Store;
 
