@@ -238,7 +238,7 @@ fn static_version(v: &str) -> &'static str {
 fn check(state: &AppState, req: &Request, asked: Option<&str>) -> LocalResult<()> {
     let headers = req.headers();
     // HTTP/2 carries the host in the request's authority rather than `Host`.
-    let host = HostPolicy::request_host(req.uri(), headers);
+    let host = crate::host_origin::HostPolicy::request_host(req.uri(), headers);
     let origin = headers.get(header::ORIGIN).map(HeaderValue::as_bytes);
     if let Err(refusal) = state.policy.check_request(req.uri(), headers) {
         tracing::warn!(%refusal, "request refused");
