@@ -14,7 +14,8 @@
 //! /64) has at most one probe waiting or running, and probes wait for a
 //! slot in arrival order, so a never-seen key from another peer is probed
 //! after at most one probe of each peer ahead of it, however many made-up
-//! keys a flood sends. A key used inside a session opened while it was
+//! keys a flood sends. A request whose key is being probed waits for that
+//! probe's verdict. A key used inside a session opened while it was
 //! unproven is probed again on its next request.
 
 use std::collections::HashSet;
@@ -22,7 +23,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::mcp::caller::CallerKey;
@@ -67,8 +68,25 @@ pub(super) struct Proofs {
     refused: Mutex<Recent<[u8; 32], Instant>>,
     /// Probe slots, handed out in arrival order.
     probes: Arc<Semaphore>,
-    /// Peers with a probe waiting or running (one each).
-    probing: Mutex<HashSet<IpAddr>>,
+    /// Peers and keys with a probe waiting or running (one each).
+    probing: Mutex<Probing>,
+    /// Woken whenever a probe ends.
+    probe_ended: Notify,
+}
+
+/// The probes waiting or running: their peers and their keys' digests.
+#[derive(Default)]
+struct Probing {
+    peers: HashSet<IpAddr>,
+    keys: HashSet<[u8; 32]>,
+}
+
+/// Why a request does not probe its key itself.
+enum NoTurn {
+    /// Its key is being probed: the verdict is coming.
+    KeyInFlight,
+    /// Its peer already has a probe waiting or running.
+    PeerBusy,
 }
 
 /// The peer a probe is charged to: an IPv4 address, or the /64 of an IPv6
@@ -87,15 +105,21 @@ fn peer_group(peer: Option<IpAddr>) -> IpAddr {
     }
 }
 
-/// A peer's turn to probe: its place in line, given back on drop.
+/// A peer's turn to probe a key: its place in line, given back on drop
+/// (and the requests waiting for the key's verdict woken).
 struct Turn<'a> {
-    probing: &'a Mutex<HashSet<IpAddr>>,
+    proofs: &'a Proofs,
     group: IpAddr,
+    digest: [u8; 32],
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        locked(self.probing).remove(&self.group);
+        let mut probing = locked(&self.proofs.probing);
+        probing.peers.remove(&self.group);
+        probing.keys.remove(&self.digest);
+        drop(probing);
+        self.proofs.probe_ended.notify_waiters();
     }
 }
 
@@ -117,7 +141,8 @@ impl Proofs {
             proven: Mutex::new(Recent::new(PROVEN_CAPACITY)),
             refused: Mutex::new(Recent::new(REFUSED_CAPACITY)),
             probes: Arc::new(Semaphore::new(MAX_PROBES)),
-            probing: Mutex::new(HashSet::new()),
+            probing: Mutex::new(Probing::default()),
+            probe_ended: Notify::new(),
         }
     }
 
@@ -133,23 +158,46 @@ impl Proofs {
         Standing::Unproven
     }
 
-    /// `peer`'s turn to probe, unless it has a probe waiting or running.
-    fn turn(&self, peer: Option<IpAddr>) -> Option<Turn<'_>> {
+    /// `peer`'s turn to probe the key with `digest`, unless that key is
+    /// being probed or `peer` has a probe waiting or running.
+    fn turn(&self, peer: Option<IpAddr>, digest: &[u8; 32]) -> Result<Turn<'_>, NoTurn> {
         let group = peer_group(peer);
         let mut probing = locked(&self.probing);
-        if probing.len() >= MAX_PROBING_PEERS || !probing.insert(group) {
-            return None;
+        if probing.keys.contains(digest) {
+            return Err(NoTurn::KeyInFlight);
         }
-        Some(Turn {
-            probing: &self.probing,
+        if probing.peers.len() >= MAX_PROBING_PEERS || !probing.peers.insert(group) {
+            return Err(NoTurn::PeerBusy);
+        }
+        probing.keys.insert(*digest);
+        Ok(Turn {
+            proofs: self,
             group,
+            digest: *digest,
         })
+    }
+
+    /// The verdict of the probe of `digest` in flight, once it ends (or
+    /// unproven, when it takes longer than a probe may).
+    async fn verdict_in_flight(&self, digest: &[u8; 32]) -> Standing {
+        let until = crate::mcp::instant_after(Instant::now(), PROBE_WAIT.saturating_add(PROBE_TIMEOUT));
+        loop {
+            let ended = self.probe_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !locked(&self.probing).keys.contains(digest) {
+                return self.cached(digest);
+            }
+            if tokio::time::timeout_at(until, ended).await.is_err() {
+                return Standing::Unproven;
+            }
+        }
     }
 
     /// Where `key` (with `digest`, sent by `peer`) stands, probing the
     /// upstream once when nothing is known: unless `peer` already has a
     /// probe waiting or running, it waits in line for a probe slot (for
-    /// [`PROBE_WAIT`] at most).
+    /// [`PROBE_WAIT`] at most). A key being probed waits for that verdict.
     pub(super) async fn standing(
         &self,
         key: &CallerKey,
@@ -160,8 +208,10 @@ impl Proofs {
             Standing::Unproven => {}
             known => return known,
         }
-        let Some(_turn) = self.turn(peer) else {
-            return Standing::Unproven;
+        let _turn = match self.turn(peer, digest) {
+            Ok(turn) => turn,
+            Err(NoTurn::KeyInFlight) => return self.verdict_in_flight(digest).await,
+            Err(NoTurn::PeerBusy) => return Standing::Unproven,
         };
         let slot = tokio::time::timeout(PROBE_WAIT, Arc::clone(&self.probes).acquire_owned()).await;
         let Ok(Ok(_permit)) = slot else {
