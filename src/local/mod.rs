@@ -575,7 +575,11 @@ impl LocalNexusBuilder {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "serving on a non-loopback address: anyone who can reach it can use it; set an API key");
         }
-        let policy = crate::host_origin::HostPolicy::new(addr, &config.allowed_hosts, &config.allowed_origins);
+        let policy = crate::host_origin::HostPolicy::new(
+            addr,
+            &config.allowed_hosts,
+            &config.allowed_origins,
+        );
         let state = AppState::new(config, store, faults, policy);
         let stop = CancellationToken::new();
         let app = routes::router(state.clone());

@@ -209,7 +209,9 @@ async fn unread_http2_streams_of_two_keys_do_not_lock_out_an_honest_caller() {
             ("mcp-session-id", session.session.clone().unwrap()),
             ("mcp-protocol-version", session.protocol.clone().unwrap()),
         ];
-        let bodies = (0..STREAMS).map(|n| list_contexts(json!(100 + n))).collect();
+        let bodies = (0..STREAMS)
+            .map(|n| list_contexts(json!(100 + n)))
+            .collect();
         let (statuses, answers, task) = unread_h2(addr, ip, &headers, bodies).await;
         assert!(
             statuses.iter().all(|s| *s == 200),
@@ -373,7 +375,10 @@ async fn a_never_seen_valid_key_is_served_during_a_flood_of_made_up_keys() {
     let loops = usize::from(FLOOD_PEERS) * FLOOD_PER_PEER;
     let began = Instant::now();
     while sent.load(std::sync::atomic::Ordering::Relaxed) < 3 * loops {
-        assert!(began.elapsed() < Duration::from_secs(30), "the flood starts");
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "the flood starts"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -414,10 +419,7 @@ async fn a_never_seen_valid_key_is_served_during_a_flood_of_made_up_keys() {
         caller.abort();
     }
     let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(
-        sent > 3 * loops,
-        "the flood ran: {sent} calls"
-    );
+    assert!(sent > 3 * loops, "the flood ran: {sent} calls");
     let took = served.unwrap_or_else(|| {
         panic!("the never-seen key was not served within {NEVER_SEEN_WITHIN:?} ({sent} flood calls): {seen:?}")
     });

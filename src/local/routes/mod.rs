@@ -408,8 +408,8 @@ mod tests {
 
     use axum::http::HeaderMap;
 
-    use crate::local::faults::Faults;
     use crate::host_origin::HostPolicy;
+    use crate::local::faults::Faults;
     use crate::local::state::Config;
     use crate::local::store::Store;
 

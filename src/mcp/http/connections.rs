@@ -362,7 +362,8 @@ impl Acceptor {
         // read); once idle, the idle deadline of the last request. Between
         // those it fires at least every `check_every`, so that a request
         // started after the timer was armed is seen in time.
-        let check_every = (self.request_timeout / 4).clamp(Duration::from_millis(250), MAX_CHECK_INTERVAL);
+        let check_every =
+            (self.request_timeout / 4).clamp(Duration::from_millis(250), MAX_CHECK_INTERVAL);
         let header_deadline = crate::mcp::instant_after(opened, self.header_read_timeout);
         let timer = tokio::time::sleep_until(
             header_deadline

@@ -113,10 +113,17 @@ mod tests {
         let uri = http::Uri::from_static("/mcp");
         let ok = headers(&[("host", "mcp.example"), ("origin", "https://app.example")]);
         assert_eq!(
-            checks.check(&uri, &ok).unwrap().as_ref().map(HeaderValue::as_bytes),
+            checks
+                .check(&uri, &ok)
+                .unwrap()
+                .as_ref()
+                .map(HeaderValue::as_bytes),
             Some(&b"https://app.example"[..])
         );
-        assert_eq!(checks.check(&uri, &headers(&[("host", "localhost")])), Ok(None));
+        assert_eq!(
+            checks.check(&uri, &headers(&[("host", "localhost")])),
+            Ok(None)
+        );
         assert!(checks.check(&uri, &headers(&[])).is_err());
         assert!(checks.authority_served(&headers(&[("host", "localhost.:8080")])));
         assert!(!checks.authority_served(&headers(&[])));

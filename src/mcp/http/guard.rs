@@ -311,7 +311,10 @@ impl Guard {
         // operator's choice, and limited per address.
         let proven = match (&proving, &digest) {
             (Some(key), Some(digest)) => {
-                let standing = self.proofs.standing(key, digest, peer.map(|p| p.ip())).await;
+                let standing = self
+                    .proofs
+                    .standing(key, digest, peer.map(|p| p.ip()))
+                    .await;
                 if standing == Standing::Refused {
                     let response = self.refuse(
                         Reason::KeyRefused,

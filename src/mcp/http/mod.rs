@@ -66,8 +66,8 @@ use budget::Budgets;
 use connections::{Acceptor, spawn_acceptor};
 use guard::{Guard, Guarded, McpService};
 pub use ops::{HEALTH_PATH, METRICS_PATH, READY_PATH};
-pub use options::*;
 use options::MAX_REQUEST_BODY_BYTES;
+pub use options::*;
 use refusals::Refusals;
 use sessions::Sessions;
 

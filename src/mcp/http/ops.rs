@@ -132,11 +132,7 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(
-    State(ops): State<Arc<Ops>>,
-    uri: http::Uri,
-    headers: http::HeaderMap,
-) -> Response {
+async fn readyz(State(ops): State<Arc<Ops>>, uri: http::Uri, headers: http::HeaderMap) -> Response {
     if let Some(refused) = ops.refused(&uri, &headers) {
         return refused;
     }

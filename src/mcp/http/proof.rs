@@ -180,7 +180,8 @@ impl Proofs {
     /// The verdict of the probe of `digest` in flight, once it ends (or
     /// unproven, when it takes longer than a probe may).
     async fn verdict_in_flight(&self, digest: &[u8; 32]) -> Standing {
-        let until = crate::mcp::instant_after(Instant::now(), PROBE_WAIT.saturating_add(PROBE_TIMEOUT));
+        let until =
+            crate::mcp::instant_after(Instant::now(), PROBE_WAIT.saturating_add(PROBE_TIMEOUT));
         loop {
             let ended = self.probe_ended.notified();
             tokio::pin!(ended);
