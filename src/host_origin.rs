@@ -28,7 +28,7 @@
 use std::net::SocketAddr;
 
 /// Origins allowed by default: local pages on any port.
-pub const LOCAL_ORIGINS: &[&str] = &[
+pub(crate) const LOCAL_ORIGINS: &[&str] = &[
     "http://localhost:*",
     "https://localhost:*",
     "http://127.0.0.1:*",

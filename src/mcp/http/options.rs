@@ -10,7 +10,7 @@ pub const MCP_PATH: &str = "/mcp";
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 
 /// Origins allowed by default: local pages on any port.
-pub use crate::host_origin::LOCAL_ORIGINS;
+pub const LOCAL_ORIGINS: &[&str] = crate::host_origin::LOCAL_ORIGINS;
 
 /// The largest JSON-RPC request body accepted.
 pub(super) const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;
