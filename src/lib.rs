@@ -64,6 +64,10 @@ pub mod resources;
 pub mod status;
 mod transport;
 
+/// The `Host` and `Origin` rule every HTTP server of the crate applies.
+#[cfg(any(feature = "mcp", feature = "local"))]
+mod host_origin;
+
 #[cfg(feature = "local")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
 pub mod local;

@@ -63,7 +63,6 @@ mod error;
 mod events;
 mod expand;
 mod faults;
-mod guard;
 mod import;
 mod ledger;
 mod manifest_bounds;
@@ -591,7 +590,11 @@ impl LocalNexusBuilder {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "serving on a non-loopback address: anyone who can reach it can use it; set an API key");
         }
-        let policy = guard::HostPolicy::new(addr, &config.allowed_hosts, &config.allowed_origins);
+        let policy = crate::host_origin::HostPolicy::new(
+            addr,
+            &config.allowed_hosts,
+            &config.allowed_origins,
+        );
         let state = AppState::new(config, store, faults, policy);
         let stop = CancellationToken::new();
         let app = routes::router(state.clone());

@@ -12,8 +12,8 @@ use tokio_util::task::TaskTracker;
 use super::connectors::oauth::OauthStates;
 use super::error::{LocalError, LocalResult};
 use super::faults::Faults;
-use super::guard::HostPolicy;
 use super::store::Store;
+use crate::host_origin::HostPolicy;
 
 /// Most bearer tokens remembered; the oldest is forgotten first.
 const MAX_TOKENS: usize = 100_000;

@@ -11,6 +11,7 @@ mod callers;
 #[cfg(feature = "local")]
 mod catalog;
 mod hostile_callers;
+mod hostile_peers;
 mod http;
 mod http_direct;
 mod http_service;

@@ -259,12 +259,9 @@ fn backlog_would_overflow(backlog: u64, own: u64, limit: u64) -> bool {
 fn check(state: &AppState, req: &Request, asked: Option<&str>) -> LocalResult<()> {
     let headers = req.headers();
     // HTTP/2 carries the host in the request's authority rather than `Host`.
-    let host = headers
-        .get(header::HOST)
-        .map(HeaderValue::as_bytes)
-        .or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()));
+    let host = crate::host_origin::HostPolicy::request_host(req.uri(), headers);
     let origin = headers.get(header::ORIGIN).map(HeaderValue::as_bytes);
-    if let Err(refusal) = state.policy.check(host, origin) {
+    if let Err(refusal) = state.policy.check_request(req.uri(), headers) {
         tracing::warn!(%refusal, "request refused");
         return Err(LocalError::forbidden(refusal.to_string()));
     }
@@ -440,8 +437,8 @@ mod tests {
 
     use axum::http::HeaderMap;
 
+    use crate::host_origin::HostPolicy;
     use crate::local::faults::Faults;
-    use crate::local::guard::HostPolicy;
     use crate::local::state::Config;
     use crate::local::store::Store;
 

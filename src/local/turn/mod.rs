@@ -395,8 +395,8 @@ fn synthesis(plan: &TurnPlan, p: &Progress) -> types::QuerySynthesis {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host_origin::HostPolicy;
     use crate::local::faults::Faults;
-    use crate::local::guard::HostPolicy;
     use crate::local::state::Config;
     use crate::local::store::Store;
 

@@ -3,7 +3,7 @@
 //! connections, serving threads, and shutdown.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +33,15 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How long a connection that was asked to close (idle, or at shutdown
 /// once requests are done) may take before it is cut.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// How long past the request deadline a response may take to reach its
+/// peer (its last bytes after the deadline cut a stream) before the
+/// connection is cut.
+const UNREAD_GRACE: Duration = Duration::from_secs(2);
+
+/// The longest a connection's timer waits between checks while requests
+/// may start: a response left unread is cut within this much of being due.
+const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Answers a request shed by the per-connection concurrency limit.
 pub(super) async fn overloaded(error: BoxError) -> Response {
@@ -137,55 +146,82 @@ impl Drop for PeerPermit {
     }
 }
 
-/// What one connection is doing: whether a request head has come, how
-/// many requests are in flight, and since when none is.
+/// What one connection is doing: whether a request head has come, when
+/// each request in flight started, and since when none is.
 ///
 /// Requests only record what they do; nothing wakes the connection's task.
 /// Its one timer is re-armed lazily when it fires (as the event stream's
-/// idle timer is), so a request costs two atomic updates, not a timer
+/// idle timer is), so a request costs two short lock sections, not a timer
 /// reset and two extra polls of the connection.
 struct Activity {
     seen: AtomicBool,
-    busy: AtomicUsize,
-    idle_since: Mutex<Instant>,
+    state: Mutex<InFlight>,
+}
+
+/// The requests in flight on one connection.
+struct InFlight {
+    /// Start of each request in flight, by a number drawn from `next`.
+    started: std::collections::HashMap<u64, Instant>,
+    next: u64,
+    /// When the last request in flight ended (or the connection opened).
+    idle_since: Instant,
 }
 
 impl Activity {
     fn new() -> Self {
         Activity {
             seen: AtomicBool::new(false),
-            busy: AtomicUsize::new(0),
-            idle_since: Mutex::new(Instant::now()),
+            state: Mutex::new(InFlight {
+                started: std::collections::HashMap::new(),
+                next: 0,
+                idle_since: Instant::now(),
+            }),
         }
     }
 
-    /// A request head arrived: busy until the returned value is dropped
-    /// (with the response body).
-    fn start(self: &Arc<Self>) -> Busy {
-        self.seen.store(true, Ordering::Release);
-        self.busy.fetch_add(1, Ordering::AcqRel);
-        Busy(Arc::clone(self))
-    }
-
-    fn idle_since(&self) -> Instant {
-        *self
-            .idle_since
+    fn state(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A request head arrived: in flight until the returned value is
+    /// dropped (with the response body, sent or not).
+    fn start(self: &Arc<Self>) -> Busy {
+        self.seen.store(true, Ordering::Release);
+        let mut state = self.state();
+        let number = state.next;
+        state.next = state.next.wrapping_add(1);
+        state.started.insert(number, Instant::now());
+        Busy {
+            activity: Arc::clone(self),
+            number,
+        }
+    }
+
+    /// The start of the oldest request in flight, or (none in flight) the
+    /// time the connection has been idle since.
+    fn oldest(&self) -> Result<Instant, Instant> {
+        let state = self.state();
+        match state.started.values().min() {
+            Some(oldest) => Ok(*oldest),
+            None => Err(state.idle_since),
+        }
     }
 }
 
 /// One request in flight on a connection.
-struct Busy(Arc<Activity>);
+struct Busy {
+    activity: Arc<Activity>,
+    number: u64,
+}
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        if self.0.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
-            *self
-                .0
-                .idle_since
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+        let mut state = self.activity.state();
+        state.started.remove(&self.number);
+        if state.started.is_empty() {
+            state.idle_since = Instant::now();
         }
     }
 }
@@ -201,6 +237,10 @@ pub(super) struct Acceptor {
     pub(super) per_connection: usize,
     pub(super) header_read_timeout: Duration,
     pub(super) idle_timeout: Duration,
+    /// Time a request has from its head to the end of its response; a
+    /// response not sent by then (its peer does not read) cuts the
+    /// connection, so that no peer holds a slot by not reading.
+    pub(super) request_timeout: Duration,
     pub(super) metrics: Arc<Metrics>,
     pub(super) refusals: Arc<Refusals>,
 }
@@ -316,14 +356,19 @@ impl Acceptor {
             builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
         tokio::pin!(connection);
         // Checked each time the timer fires: before the first request head,
-        // the header deadline; while requests run, another idle period from
-        // now; once idle, the idle deadline of the last request. It first
-        // fires at the earlier of the header and idle deadlines, so a
-        // connection that goes idle after its first request is closed on
-        // time.
+        // the header deadline; while requests run, that the oldest one's
+        // response is out by its deadline (HTTP/2 flow control and pings
+        // keep a connection open, never a response its peer does not
+        // read); once idle, the idle deadline of the last request. Between
+        // those it fires at least every `check_every`, so that a request
+        // started after the timer was armed is seen in time.
+        let check_every =
+            (self.request_timeout / 4).clamp(Duration::from_millis(250), MAX_CHECK_INTERVAL);
         let header_deadline = crate::mcp::instant_after(opened, self.header_read_timeout);
         let timer = tokio::time::sleep_until(
-            header_deadline.min(crate::mcp::instant_after(opened, self.idle_timeout)),
+            header_deadline
+                .min(crate::mcp::instant_after(opened, self.idle_timeout))
+                .min(crate::mcp::instant_after(opened, check_every)),
         );
         tokio::pin!(timer);
         let stopped = stop.cancelled();
@@ -348,20 +393,31 @@ impl Acceptor {
                     let now = Instant::now();
                     if !activity.seen.load(Ordering::Acquire) {
                         if now < header_deadline {
-                            timer.as_mut().reset(header_deadline);
+                            timer.as_mut().reset(header_deadline.min(crate::mcp::instant_after(now, check_every)));
                             continue;
                         }
                         // Nothing earned yet: cut at once, whatever the protocol.
                         self.refusals.refuse_silent(peer);
                         break;
                     }
-                    let next = if activity.busy.load(Ordering::Acquire) > 0 {
-                        crate::mcp::instant_after(now, self.idle_timeout)
-                    } else {
-                        crate::mcp::instant_after(activity.idle_since(), self.idle_timeout)
+                    let due = match activity.oldest() {
+                        Ok(oldest) => {
+                            let cut = crate::mcp::instant_after(
+                                oldest,
+                                self.request_timeout.saturating_add(UNREAD_GRACE),
+                            );
+                            if cut <= now {
+                                // Dropping the connection resets its streams and
+                                // drops their bodies, and with them their slots.
+                                self.refusals.refuse_unread(peer);
+                                break;
+                            }
+                            cut
+                        }
+                        Err(idle_since) => crate::mcp::instant_after(idle_since, self.idle_timeout),
                     };
-                    if next > now {
-                        timer.as_mut().reset(next);
+                    if due > now {
+                        timer.as_mut().reset(due.min(crate::mcp::instant_after(now, check_every)));
                     } else {
                         tracing::debug!(%peer, "idle connection closed");
                         connection.as_mut().graceful_shutdown();

@@ -378,10 +378,7 @@ mod tests {
     fn direct() -> Direct {
         Direct::new(
             NexusMcp::default(),
-            HostOrigin::new(
-                ["127.0.0.1".to_owned(), "localhost".to_owned()],
-                std::iter::empty(),
-            ),
+            HostOrigin::new(([127, 0, 0, 1], 9000).into(), &[], &[]),
             CancellationToken::new(),
         )
     }

@@ -355,17 +355,16 @@ impl Guard {
             .get(HEADER_SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        // Where the key stands: the upstream is asked once per key, when it
-        // opens a session or sends a request outside one; requests inside a
-        // session use what is known. Keyless callers are served with the
-        // server's key by the operator's choice, and limited per address.
+        // Where the key stands: the upstream is asked once per key, until it
+        // decides (a session opened unproven is proven by a later request).
+        // Keyless callers are served with the server's key by the
+        // operator's choice, and limited per address.
         let proven = match (&proving, &digest) {
             (Some(key), Some(digest)) => {
-                let standing = if session.is_none() {
-                    self.proofs.standing(key, digest).await
-                } else {
-                    self.proofs.cached(digest)
-                };
+                let standing = self
+                    .proofs
+                    .standing(key, digest, peer.map(|p| p.ip()))
+                    .await;
                 if standing == Standing::Refused {
                     let response = self.refuse(
                         Reason::KeyRefused,
@@ -617,7 +616,7 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
         .map(|c| c.0);
     let method = request.method().clone();
     let id = request_id();
-    let checked = guard.host_origin.check(request.headers());
+    let checked = guard.host_origin.check(request.uri(), request.headers());
     let preflight = cors::is_preflight(&method, request.headers());
     let rpc_method = std::sync::OnceLock::new();
     let (response, caller) = match &checked {
@@ -627,7 +626,7 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
                 StatusCode::FORBIDDEN,
                 peer,
                 &method,
-                cors::refusal_text(*refused),
+                &refused.to_string(),
             ),
             CallerTag::Unknown,
         ),

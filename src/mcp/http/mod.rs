@@ -66,8 +66,8 @@ use budget::Budgets;
 use connections::{Acceptor, spawn_acceptor};
 use guard::{Guard, Guarded, McpService};
 pub use ops::{HEALTH_PATH, METRICS_PATH, READY_PATH};
+use options::MAX_REQUEST_BODY_BYTES;
 pub use options::*;
-use options::{LOOPBACK_HOSTS, MAX_REQUEST_BODY_BYTES};
 use refusals::Refusals;
 use sessions::Sessions;
 
@@ -100,24 +100,16 @@ fn build(
     options: &HttpOptions,
     shutdown: CancellationToken,
 ) -> Built {
-    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
-    if !local_addr.ip().is_unspecified() {
-        hosts.push(local_addr.ip().to_string());
-    }
-    hosts.extend(options.allowed_hosts.iter().cloned());
-    let origins: Vec<String> = LOCAL_ORIGINS
-        .iter()
-        .map(|o| (*o).to_owned())
-        .chain(options.allowed_origins.iter().cloned())
-        .collect();
-    let host_origin = cors::HostOrigin::new(hosts.iter().cloned(), origins.iter().cloned());
+    let host_origin =
+        cors::HostOrigin::new(local_addr, &options.allowed_hosts, &options.allowed_origins);
     let direct = options
         .stateless
         .then(|| direct::Direct::new(server.clone(), host_origin.clone(), shutdown.clone()));
+    // The guard applies the crate's one `Host`/`Origin` rule to every
+    // request before rmcp sees it; rmcp's own (which differs on a trailing
+    // dot and on ports) would only refuse some of what the rule serves.
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
-        .enforce_origin_validation()
+        .disable_allowed_hosts()
         .with_max_request_body_bytes(MAX_REQUEST_BODY_BYTES)
         .with_legacy_session_mode(!options.stateless)
         // Without sessions, a call whose first message is its result is one
@@ -236,6 +228,7 @@ pub async fn serve(
         per_connection: options.max_requests_per_connection.max(1),
         header_read_timeout: options.header_read_timeout,
         idle_timeout: options.idle_timeout,
+        request_timeout: options.request_timeout,
         metrics,
         refusals: built.refusals,
     };

@@ -116,14 +116,14 @@ pub(super) struct Ops {
 
 impl Ops {
     /// The 403 for a request whose `Host` or `Origin` is not served.
-    fn refused(&self, headers: &http::HeaderMap) -> Option<Response> {
-        let refused = self.host_origin.check(headers).err()?;
+    fn refused(&self, uri: &http::Uri, headers: &http::HeaderMap) -> Option<Response> {
+        let refused = self.host_origin.check(uri, headers).err()?;
         Some(self.refusals.refuse(
             super::refusals::Reason::HostOrigin,
             StatusCode::FORBIDDEN,
             None,
             &http::Method::GET,
-            super::cors::refusal_text(refused),
+            &refused.to_string(),
         ))
     }
 }
@@ -132,8 +132,8 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Response {
-    if let Some(refused) = ops.refused(&headers) {
+async fn readyz(State(ops): State<Arc<Ops>>, uri: http::Uri, headers: http::HeaderMap) -> Response {
+    if let Some(refused) = ops.refused(&uri, &headers) {
         return refused;
     }
     let unreachable = ops.readiness.unreachable().await;
@@ -145,8 +145,12 @@ async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respon
     }
 }
 
-async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Response {
-    if let Some(refused) = ops.refused(&headers) {
+async fn metrics(
+    State(ops): State<Arc<Ops>>,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+) -> Response {
+    if let Some(refused) = ops.refused(&uri, &headers) {
         return refused;
     }
     if let Some(sessions) = &ops.sessions {

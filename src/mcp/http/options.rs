@@ -10,17 +10,7 @@ pub const MCP_PATH: &str = "/mcp";
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 
 /// Origins allowed by default: local pages on any port.
-pub const LOCAL_ORIGINS: &[&str] = &[
-    "http://localhost:*",
-    "https://localhost:*",
-    "http://127.0.0.1:*",
-    "https://127.0.0.1:*",
-    "http://[::1]:*",
-    "https://[::1]:*",
-];
-
-/// Host names always allowed in the `Host` header.
-pub(super) const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1"];
+pub const LOCAL_ORIGINS: &[&str] = crate::host_origin::LOCAL_ORIGINS;
 
 /// The largest JSON-RPC request body accepted.
 pub(super) const MAX_REQUEST_BODY_BYTES: usize = 1024 * 1024;

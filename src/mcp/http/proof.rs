@@ -9,11 +9,21 @@
 //! until its verdict expires. Probes run a few at a time and each has a
 //! deadline; a key whose probe cannot run or decide stays unproven and is
 //! served from the quarantine (see `Sessions`).
+//!
+//! Strangers cannot starve the probes: each peer (an IPv4 address, an IPv6
+//! /64) has at most one probe waiting or running, and probes wait for a
+//! slot in arrival order, so a never-seen key from another peer is probed
+//! after at most one probe of each peer ahead of it, however many made-up
+//! keys a flood sends. A request whose key is being probed waits for that
+//! probe's verdict. A key used inside a session opened while it was
+//! unproven is probed again on its next request.
 
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::mcp::caller::CallerKey;
@@ -34,6 +44,11 @@ const PROVEN_FOR: Duration = Duration::from_secs(3600);
 const MAX_PROBES: usize = 4;
 /// A probe's deadline.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request waits in line for a probe slot.
+const PROBE_WAIT: Duration = Duration::from_secs(4);
+/// Peers with a probe waiting or running remembered at most (more are
+/// not probed until some finish).
+const MAX_PROBING_PEERS: usize = 4096;
 
 /// Where a key stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +66,61 @@ pub(super) struct Proofs {
     server: NexusMcp,
     proven: Mutex<Recent<[u8; 32], Instant>>,
     refused: Mutex<Recent<[u8; 32], Instant>>,
+    /// Probe slots, handed out in arrival order.
     probes: Arc<Semaphore>,
+    /// Peers and keys with a probe waiting or running (one each).
+    probing: Mutex<Probing>,
+    /// Woken whenever a probe ends.
+    probe_ended: Notify,
+}
+
+/// The probes waiting or running: their peers and their keys' digests.
+#[derive(Default)]
+struct Probing {
+    peers: HashSet<IpAddr>,
+    keys: HashSet<[u8; 32]>,
+}
+
+/// Why a request does not probe its key itself.
+enum NoTurn {
+    /// Its key is being probed: the verdict is coming.
+    KeyInFlight,
+    /// Its peer already has a probe waiting or running.
+    PeerBusy,
+}
+
+/// The peer a probe is charged to: an IPv4 address, or the /64 of an IPv6
+/// address (what one host usually holds); unknown peers are one peer.
+fn peer_group(peer: Option<IpAddr>) -> IpAddr {
+    match peer {
+        Some(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(bits.into())
+            }
+        },
+        Some(v4) => v4,
+        None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    }
+}
+
+/// A peer's turn to probe a key: its place in line, given back on drop
+/// (and the requests waiting for the key's verdict woken).
+struct Turn<'a> {
+    proofs: &'a Proofs,
+    group: IpAddr,
+    digest: [u8; 32],
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut probing = locked(&self.proofs.probing);
+        probing.peers.remove(&self.group);
+        probing.keys.remove(&self.digest);
+        drop(probing);
+        self.proofs.probe_ended.notify_waiters();
+    }
 }
 
 impl std::fmt::Debug for Proofs {
@@ -72,6 +141,8 @@ impl Proofs {
             proven: Mutex::new(Recent::new(PROVEN_CAPACITY)),
             refused: Mutex::new(Recent::new(REFUSED_CAPACITY)),
             probes: Arc::new(Semaphore::new(MAX_PROBES)),
+            probing: Mutex::new(Probing::default()),
+            probe_ended: Notify::new(),
         }
     }
 
@@ -87,14 +158,64 @@ impl Proofs {
         Standing::Unproven
     }
 
-    /// Where `key` (with `digest`) stands, probing the upstream once when
-    /// nothing is known and a probe slot is free.
-    pub(super) async fn standing(&self, key: &CallerKey, digest: &[u8; 32]) -> Standing {
+    /// `peer`'s turn to probe the key with `digest`, unless that key is
+    /// being probed or `peer` has a probe waiting or running.
+    fn turn(&self, peer: Option<IpAddr>, digest: &[u8; 32]) -> Result<Turn<'_>, NoTurn> {
+        let group = peer_group(peer);
+        let mut probing = locked(&self.probing);
+        if probing.keys.contains(digest) {
+            return Err(NoTurn::KeyInFlight);
+        }
+        if probing.peers.len() >= MAX_PROBING_PEERS || !probing.peers.insert(group) {
+            return Err(NoTurn::PeerBusy);
+        }
+        probing.keys.insert(*digest);
+        Ok(Turn {
+            proofs: self,
+            group,
+            digest: *digest,
+        })
+    }
+
+    /// The verdict of the probe of `digest` in flight, once it ends (or
+    /// unproven, when it takes longer than a probe may).
+    async fn verdict_in_flight(&self, digest: &[u8; 32]) -> Standing {
+        let until =
+            crate::mcp::instant_after(Instant::now(), PROBE_WAIT.saturating_add(PROBE_TIMEOUT));
+        loop {
+            let ended = self.probe_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !locked(&self.probing).keys.contains(digest) {
+                return self.cached(digest);
+            }
+            if tokio::time::timeout_at(until, ended).await.is_err() {
+                return Standing::Unproven;
+            }
+        }
+    }
+
+    /// Where `key` (with `digest`, sent by `peer`) stands, probing the
+    /// upstream once when nothing is known: unless `peer` already has a
+    /// probe waiting or running, it waits in line for a probe slot (for
+    /// [`PROBE_WAIT`] at most). A key being probed waits for that verdict.
+    pub(super) async fn standing(
+        &self,
+        key: &CallerKey,
+        digest: &[u8; 32],
+        peer: Option<IpAddr>,
+    ) -> Standing {
         match self.cached(digest) {
             Standing::Unproven => {}
             known => return known,
         }
-        let Ok(_permit) = Arc::clone(&self.probes).try_acquire_owned() else {
+        let _turn = match self.turn(peer, digest) {
+            Ok(turn) => turn,
+            Err(NoTurn::KeyInFlight) => return self.verdict_in_flight(digest).await,
+            Err(NoTurn::PeerBusy) => return Standing::Unproven,
+        };
+        let slot = tokio::time::timeout(PROBE_WAIT, Arc::clone(&self.probes).acquire_owned()).await;
+        let Ok(Ok(_permit)) = slot else {
             return Standing::Unproven;
         };
         // Another request may have decided it while this one waited.
@@ -118,5 +239,23 @@ impl Proofs {
             }
             KeyProof::Undecided => Standing::Unproven,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_is_an_ipv4_address_or_an_ipv6_64() {
+        let v4 = IpAddr::from([10, 0, 0, 7]);
+        assert_eq!(peer_group(Some(v4)), v4);
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(peer_group(Some(a)), peer_group(Some(b)));
+        assert_ne!(peer_group(Some(a)), peer_group(Some(c)));
+        let mapped: IpAddr = "::ffff:10.0.0.7".parse().unwrap();
+        assert_eq!(peer_group(Some(mapped)), v4);
     }
 }

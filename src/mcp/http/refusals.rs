@@ -32,6 +32,7 @@ pub(super) fn shown_peer(peer: Option<SocketAddr>) -> String {
 pub(super) enum Reason {
     ConnectionLimit,
     SilentConnection,
+    UnreadResponse,
     BadKey,
     KeylessSession,
     BodyTimeout,
@@ -55,6 +56,7 @@ impl Reason {
         match self {
             Reason::ConnectionLimit => "connection_limit",
             Reason::SilentConnection => "silent_connection",
+            Reason::UnreadResponse => "unread_response",
             Reason::BadKey => "bad_key",
             Reason::KeylessSession => "keyless_session",
             Reason::BodyTimeout => "body_timeout",
@@ -200,6 +202,14 @@ impl Refusals {
     pub(super) fn refuse_peer_connection(&self, peer: SocketAddr, limit: usize) {
         if let Some(unlogged) = self.note(Reason::PeerConnections) {
             tracing::warn!(%peer, limit, unlogged_before = unlogged, "refused connection: too many open connections from this address");
+        }
+    }
+
+    /// A connection with a response its peer did not read by the request
+    /// deadline, cut (with every request on it).
+    pub(super) fn refuse_unread(&self, peer: SocketAddr) {
+        if let Some(unlogged) = self.note(Reason::UnreadResponse) {
+            tracing::warn!(%peer, unlogged_before = unlogged, "connection cut: a response was not read by the request deadline");
         }
     }
 

@@ -1,20 +1,29 @@
-//! Browser and DNS-rebinding protection for a server on a developer's
-//! machine: which `Host` and `Origin` values it answers.
+//! The one `Host` and `Origin` rule of every HTTP server in the crate
+//! (`nexus-mcp` and `nexus-local`): browser and DNS-rebinding protection,
+//! on every route and every HTTP version.
 //!
-//! The rule is the MCP server's: the `Host` must name a loopback host, the
-//! bound address or an allowed host (entries without a port match any port);
-//! an `Origin`, when present, must be a local page (`localhost`,
-//! `127.0.0.1`, `[::1]` on any port, http or https) or an allowed origin
-//! (`scheme://host:port`, `:*` for any port). Requests without `Origin`
-//! (non-browser clients) pass. Everything here is a pure function over the
-//! header values and an allow-list, so any HTTP server can share it.
+//! - Every authority a request names must be served: its `Host` header
+//!   and, when present, the authority of its target (HTTP/2 `:authority`,
+//!   or an HTTP/1.1 absolute-form target). A request that names none
+//!   (HTTP/1.0 without `Host`, HTTP/2 without `:authority`) or repeats
+//!   `Host` is refused: without a name it cannot show which site it is for.
+//! - Served hosts: loopback names, the bound address (when specific) and
+//!   the allowed hosts; an entry without a port matches any port. Names
+//!   compare without case and without one trailing dot (`localhost.` is
+//!   `localhost`: the same name, fully qualified).
+//! - An `Origin`, when present, must be a local page (`localhost`,
+//!   `127.0.0.1`, `[::1]` on any port, http or https) or an allowed origin
+//!   (`scheme://host:port`, `:*` for any port); `null` never passes.
+//!   Requests without `Origin` (non-browser clients) pass.
 //!
-//! A request that changes state is held to more ([`HostPolicy::check_write`]):
-//! a browser that says it is `Sec-Fetch-Site: cross-site` is refused, and
-//! an `Origin` must be the server's own or one allowed explicitly — other
-//! local pages (another `localhost` port) may read, not write. A form or an
-//! `<img>` on another page thus changes nothing, multipart uploads
-//! included.
+//! A request that changes state may be held to more
+//! ([`HostPolicy::check_write`]): a browser that says it is
+//! `Sec-Fetch-Site: cross-site` is refused, and an `Origin` must be the
+//! server's own or one allowed explicitly — other local pages (another
+//! `localhost` port) may read, not write.
+//!
+//! Everything here is a pure function over header values and an
+//! allow-list; it imports nothing else of the crate, so any layer may use it.
 
 use std::net::SocketAddr;
 
@@ -36,19 +45,26 @@ pub(crate) const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1"];
 pub(crate) enum Refusal {
     /// No `Host` header (nor an HTTP/2 authority).
     MissingHost,
+    /// More than one `Host` header.
+    RepeatedHost,
     /// The `Host` is malformed or not allowed.
     ForeignHost(String),
     /// The `Origin` is malformed or not allowed.
     ForeignOrigin(String),
     /// A request that changes state came from another site or another
     /// local page (its `Origin`, or `Sec-Fetch-Site: cross-site`).
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     CrossSiteWrite(String),
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refusal::MissingHost => write!(f, "the request names no Host"),
+            Refusal::MissingHost => write!(
+                f,
+                "the request names no Host (send a Host header naming this server)"
+            ),
+            Refusal::RepeatedHost => write!(f, "the request names more than one Host"),
             Refusal::ForeignHost(h) => write!(
                 f,
                 "Host {h:?} is not allowed (possible DNS rebinding); start the server with --allow-host to accept it"
@@ -97,6 +113,7 @@ pub(crate) struct HostPolicy {
     hosts: Vec<Authority>,
     origins: Vec<AllowedOrigin>,
     /// The origins allowed explicitly (not the local pages): they may write.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     explicit: Vec<AllowedOrigin>,
 }
 
@@ -147,6 +164,7 @@ impl HostPolicy {
     /// its `Origin` is neither this server (the `Host` it was sent to) nor
     /// allowed explicitly. Without `Origin` and `Sec-Fetch-Site` (not a
     /// browser) it passes.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
     pub(crate) fn check_write(
         &self,
         host: &[u8],
@@ -220,6 +238,45 @@ impl HostPolicy {
         Ok(())
     }
 
+    /// Checks a whole request: every authority it names (its `Host`
+    /// header and its target's authority, HTTP/2 `:authority` included),
+    /// at least one, and its `Origin` (see the module docs).
+    pub(crate) fn check_request(
+        &self,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+    ) -> Result<(), Refusal> {
+        let mut hosts = headers.get_all(http::header::HOST).iter();
+        let host = hosts.next().map(http::HeaderValue::as_bytes);
+        if hosts.next().is_some() {
+            return Err(Refusal::RepeatedHost);
+        }
+        let origin = headers
+            .get(http::header::ORIGIN)
+            .map(http::HeaderValue::as_bytes);
+        let target = uri.authority().map(|a| a.as_str().as_bytes());
+        match (host, target) {
+            (Some(host), Some(target)) => {
+                self.check(Some(target), None)?;
+                self.check(Some(host), origin)
+            }
+            (host, target) => self.check(host.or(target), origin),
+        }
+    }
+
+    /// The host a request is addressed to, as [`HostPolicy::check_request`]
+    /// reads it: its `Host` header, else its target's authority.
+    #[cfg_attr(not(feature = "local"), allow(dead_code))]
+    pub(crate) fn request_host<'a>(
+        uri: &'a http::Uri,
+        headers: &'a http::HeaderMap,
+    ) -> Option<&'a [u8]> {
+        headers
+            .get(http::header::HOST)
+            .map(http::HeaderValue::as_bytes)
+            .or_else(|| uri.authority().map(|a| a.as_str().as_bytes()))
+    }
+
     fn host_allowed(&self, host: &Authority) -> bool {
         self.hosts
             .iter()
@@ -243,11 +300,10 @@ fn allowed(list: &[AllowedOrigin], origin: &Origin) -> bool {
     })
 }
 
+/// A host name as compared: without brackets, case, or one trailing dot.
 fn normalize_host(host: &str) -> String {
-    host.trim_start_matches('[')
-        .trim_end_matches(']')
-        .trim_end_matches('.')
-        .to_ascii_lowercase()
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
 }
 
 /// `host[:port]` as sent in a `Host` header.
@@ -368,6 +424,68 @@ mod tests {
             );
         }
         assert_eq!(check(&p, None, None), Err(Refusal::MissingHost));
+    }
+
+    fn request(target: &str, hosts: &[&str], origin: Option<&str>) -> (http::Uri, http::HeaderMap) {
+        let mut headers = http::HeaderMap::new();
+        for host in hosts {
+            headers.append(http::header::HOST, host.parse().unwrap());
+        }
+        if let Some(origin) = origin {
+            headers.insert(http::header::ORIGIN, origin.parse().unwrap());
+        }
+        (target.parse().unwrap(), headers)
+    }
+
+    /// Catches a request that escapes the rule by naming no `Host` (HTTP/1.0,
+    /// or HTTP/2 where only `:authority` is sent) or by naming two.
+    #[test]
+    fn every_authority_a_request_names_is_checked_and_one_is_needed() {
+        let p = policy(&[], &[]);
+        let check = |target: &str, hosts: &[&str], origin: Option<&str>| {
+            let (uri, headers) = request(target, hosts, origin);
+            p.check_request(&uri, &headers)
+        };
+        // HTTP/1.1: the Host header.
+        assert_eq!(check("/mcp", &["localhost:8808"], None), Ok(()));
+        // HTTP/2: the authority of the target, with no Host header.
+        assert_eq!(check("http://127.0.0.1:8808/metrics", &[], None), Ok(()));
+        assert!(matches!(
+            check("http://evil.example/metrics", &[], None),
+            Err(Refusal::ForeignHost(_))
+        ));
+        // Neither (HTTP/1.0 without Host): refused.
+        assert_eq!(check("/readyz", &[], None), Err(Refusal::MissingHost));
+        // Both: each must be served.
+        assert!(check("http://evil.example/mcp", &["localhost"], None).is_err());
+        assert!(check("http://localhost/mcp", &["evil.example"], None).is_err());
+        assert_eq!(
+            check("/mcp", &["localhost", "evil.example"], None),
+            Err(Refusal::RepeatedHost)
+        );
+        // The origin is checked on every version.
+        assert!(matches!(
+            check("http://localhost/mcp", &[], Some("https://evil.example")),
+            Err(Refusal::ForeignOrigin(_))
+        ));
+        assert_eq!(
+            check("http://localhost/mcp", &[], Some("http://localhost:3000")),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_trailing_dot_names_the_same_host() {
+        let p = policy(&["mcp.example"], &["https://app.example"]);
+        for host in ["localhost.", "mcp.example.", "MCP.Example.:9"] {
+            assert_eq!(check(&p, Some(host), None), Ok(()), "{host}");
+        }
+        assert_eq!(
+            check(&p, Some("localhost"), Some("https://app.example.")),
+            Ok(())
+        );
+        assert!(check(&p, Some("evil.example."), None).is_err());
+        assert!(check(&p, Some("localhost.."), None).is_err());
     }
 
     #[test]
