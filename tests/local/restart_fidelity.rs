@@ -130,7 +130,7 @@ fn without_closing_feedback(path: &str, body: &Value) -> Value {
                 .map(|line| match line.strip_prefix("data: ") {
                     Some(data) => {
                         let mut doc: Value = serde_json::from_str(data).unwrap();
-                        doc.as_object_mut().unwrap().shift_remove("feedback");
+                        doc.as_object_mut().unwrap().remove("feedback");
                         format!("data: {doc}")
                     }
                     None => line.to_owned(),
