@@ -130,7 +130,15 @@ fn without_closing_feedback(path: &str, body: &Value) -> Value {
                 .map(|line| match line.strip_prefix("data: ") {
                     Some(data) => {
                         let mut doc: Value = serde_json::from_str(data).unwrap();
-                        doc.as_object_mut().unwrap().remove("feedback");
+                        // Rebuilt without the field, so the other keys keep
+                        // their order with or without serde_json's
+                        // preserve_order (a plain remove would swap the last
+                        // key into its place).
+                        let object = doc.as_object_mut().unwrap();
+                        *object = std::mem::take(object)
+                            .into_iter()
+                            .filter(|(key, _)| key != "feedback")
+                            .collect();
                         format!("data: {doc}")
                     }
                     None => line.to_owned(),
