@@ -329,17 +329,23 @@ async fn a_thousand_readers_of_one_turn_each_get_the_stored_text() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_that_never_read_do_not_block_a_real_one() {
-    let served = serve(RelayConfig::default(), None, 10).await;
+    // A slow turn: the readers below connect while it runs.
+    let served = serve(RelayConfig::default(), None, 150).await;
     let asked = ask(&served.base).await;
     let http = reqwest::Client::new();
     let url = format!("{}/turns/{}/events", served.base, asked.relay_id);
     let mut idle = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..20 {
         // The answer's headers are read, its body never.
         let resp = http.get(&url).send().await.unwrap();
         assert_eq!(resp.status(), 200);
         idle.push(resp);
     }
+    let query = served.client.queries().get(&asked.query_id).await.unwrap();
+    assert_ne!(
+        query.status, "completed",
+        "the turn ended too soon for the test"
+    );
     let mut page = Page::default();
     let status = page.read(&served.base, &asked.relay_id, None).await;
     assert_eq!(status, 200);
