@@ -104,10 +104,7 @@ impl Reader {
     pub(crate) async fn next(mut self) -> Option<(Event, Reader)> {
         self.budget.give(std::mem::take(&mut self.in_flight));
         let entry = Arc::clone(&self.entry);
-        loop {
-            let Some(due) = self.next_beat else {
-                break;
-            };
+        while let Some(due) = self.next_beat {
             // Registered before looking, so a frame pushed in between wakes us.
             let changed = entry.changed.notified();
             tokio::pin!(changed);
