@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::StreamExt;
@@ -46,7 +46,8 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Starts a turn in a new session and answers with its id.
+/// Starts a turn in a new session and answers with its relay id (what the
+/// page reads it by) and its query id.
 async fn ask(State(app): State<Arc<App>>, Json(ask): Json<Ask>) -> Response {
     let question = ask.question.trim();
     if question.is_empty() || question.len() > 2000 {
@@ -64,23 +65,29 @@ async fn ask(State(app): State<Arc<App>>, Json(ask): Json<Ask>) -> Response {
         }
     };
     match app.relay.publish(turn).await {
-        Ok(id) => Json(serde_json::json!({ "id": id })).into_response(),
+        Ok(published) => Json(serde_json::json!({
+            "id": published.relay_id,
+            "query_id": published.query_id,
+        }))
+        .into_response(),
         Err(e) => e.into_response(),
     }
 }
 
-/// The turn's events after the browser's `Last-Event-ID`.
+/// The turn's events after the browser's `Last-Event-ID` (the header, or
+/// the `last_event_id` query parameter of a page that reconnects itself).
 async fn events(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
     headers: HeaderMap,
+    uri: Uri,
 ) -> Response {
-    let Some(cut_after) = app.cut_after else {
-        return app.relay.respond(&id, &headers);
-    };
-    let after = match last_event_id(&headers) {
+    let after = match last_event_id(&headers, &uri) {
         Ok(after) => after,
         Err(e) => return e.into_response(),
+    };
+    let Some(cut_after) = app.cut_after else {
+        return app.relay.respond(&id, after);
     };
     match app.relay.subscribe(&id, after) {
         Ok(frames) => axum::response::sse::Sse::new(frames.take(cut_after)).into_response(),

@@ -15,7 +15,7 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
-    fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.event.len().saturating_add(self.data.len())
     }
 }
