@@ -77,10 +77,13 @@ pub enum Error {
     },
 
     /// A response body could not be decoded.
-    #[error("{operation}: could not decode the response: {message} (body starts: {snippet:?})")]
+    #[error("{operation}{}: could not decode the response: {message} (body starts: {snippet:?})", query_suffix(.query_id))]
     Decode {
         /// The operation whose response failed to decode.
         operation: &'static str,
+        /// The query turn the answer was about, when known (for an answer
+        /// to `POST /query`, the id its body names, if it can be read).
+        query_id: Option<String>,
         /// What was wrong.
         message: String,
         /// The first bytes of the body (at most 512), lossily decoded.
@@ -136,8 +139,9 @@ pub enum Error {
     },
 
     /// A redirect to another origin (scheme, host or port, including `https`
-    /// to `http`) was refused, or there were too many redirects. Nothing was
-    /// sent to `location`; credentials go only to the configured origin.
+    /// to `http`) was refused, there were too many redirects, or a 307/308
+    /// would have sent `POST /query` again. Nothing was sent to `location`;
+    /// credentials go only to the configured origin.
     #[error("{operation}: {reason}: redirect to {location} not followed")]
     Redirect {
         /// The operation under way.
@@ -195,6 +199,39 @@ pub enum Error {
         /// What the server did, and why the stored turn did not help.
         message: String,
     },
+    /// The server answered about another turn (or another session) than
+    /// the one asked about: an event, the final `query` frame, the stored
+    /// turn or a poll named `got` where `expected` was due. Nothing of it
+    /// was taken as this turn's; it is never retried into success (a
+    /// misrouting proxy or cache would otherwise hand one caller's answer
+    /// to another).
+    #[error("query {query_id}: {place} names {kind} {got}, not {expected}")]
+    TurnMismatch {
+        /// The turn that was asked about.
+        query_id: String,
+        /// What named the other turn: `an event`, `the final query frame`,
+        /// `the stored turn`, `a poll`, `the answer to POST /query`.
+        place: &'static str,
+        /// Which id differs: `query` or `session`.
+        kind: &'static str,
+        /// The id this turn has.
+        expected: String,
+        /// The id the server sent.
+        got: String,
+    },
+
+    /// A turn's final `query` frame or stored state carries a status word
+    /// this client does not know (not `in_progress`, `completed`, `failed`
+    /// or `cancelled`): whether the turn ended cannot be told, so it is not
+    /// polled on. Read it with `client.queries().get(query_id)`.
+    #[error("query {query_id}: unknown status {status:?}")]
+    UnknownTurnStatus {
+        /// The turn.
+        query_id: String,
+        /// The status word as sent.
+        status: String,
+    },
+
     /// A response body was larger than the client's limit
     /// ([`ClientBuilder::max_response_bytes`](crate::ClientBuilder::max_response_bytes));
     /// it was not read to its end.
@@ -441,7 +478,9 @@ impl Error {
     /// although the call failed: a `create_query` answered 408 or 5xx (but
     /// not a 503 with `Retry-After`), cut after sending or timed out, and a
     /// streamed turn that broke, timed out, or whose events could not be
-    /// trusted. Asking again may start a second (billed) turn: attach to the
+    /// trusted (another turn's events, an unknown status), or whose accepted
+    /// `POST /query` answered a body that could not be decoded. Asking
+    /// again may start a second (billed) turn: attach to the
     /// turn by [`Error::query_id`] when known, or look at the session's
     /// turns (`Session::get`), instead.
     pub fn may_have_started(&self) -> bool {
@@ -457,9 +496,12 @@ impl Error {
                 query_id,
                 ..
             } => starts_turn(operation) || query_id.is_some(),
+            Error::Decode { operation, .. } => starts_turn(operation),
             Error::Stream { .. }
             | Error::ReplayGap { .. }
             | Error::AnswerMismatch { .. }
+            | Error::TurnMismatch { .. }
+            | Error::UnknownTurnStatus { .. }
             | Error::TurnTooLarge { .. } => true,
             _ => false,
         }
@@ -484,10 +526,13 @@ impl Error {
             Error::TurnFailed { query_id, .. }
             | Error::TurnCancelled { query_id, .. }
             | Error::ReplayGap { query_id, .. }
+            | Error::TurnMismatch { query_id, .. }
+            | Error::UnknownTurnStatus { query_id, .. }
             | Error::AnswerMismatch { query_id, .. } => Some(query_id),
             Error::SessionBusy { query_id } => Some(query_id.as_str()).filter(|q| !q.is_empty()),
             Error::Stream { query_id, .. }
             | Error::Timeout { query_id, .. }
+            | Error::Decode { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id.as_deref(),
             _ => None,
         }
@@ -511,6 +556,7 @@ impl Error {
             Error::Api(e) => &mut e.query_id,
             Error::Timeout { query_id, .. }
             | Error::Stream { query_id, .. }
+            | Error::Decode { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id,
             _ => return self,
         };
@@ -590,13 +636,13 @@ impl Error {
     pub(crate) fn decode(operation: &'static str, message: impl fmt::Display, body: &[u8]) -> Self {
         Error::Decode {
             operation,
+            query_id: None,
             message: message.to_string(),
             snippet: snippet(body),
         }
     }
 }
 
-/// Whether the operation starts a query turn when the server receives it.
 /// Whether an HTTP status is worth retrying (for a request that may be repeated).
 pub(crate) fn is_retryable_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500..=599)
@@ -607,7 +653,8 @@ pub(crate) fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn starts_turn(operation: &str) -> bool {
+/// Whether the operation starts a query turn when the server receives it.
+pub(crate) fn starts_turn(operation: &str) -> bool {
     matches!(operation, "create_query" | "query_turn")
 }
 

@@ -7,7 +7,7 @@ use tracing::Instrument;
 use super::checkpoint::{Checkpoint, END_OF_TURN};
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
-use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
+use super::stream::{Delivery, EventConnection, StreamConfig, check_identity, open_events};
 use super::turn::QueryTurn;
 use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
@@ -108,6 +108,14 @@ impl QueryHandle {
         &self.query
     }
 
+    /// Checks that `query` is this handle's turn, of its session.
+    fn check_identity(&self, query: &types::Query, place: &'static str) -> Result<()> {
+        let session = Some(self.query.session_id.as_str());
+        check_identity(query, &self.query.id, session, place).inspect_err(|e| {
+            tracing::warn!(error = %e, "the server answered about another turn");
+        })
+    }
+
     fn observe(&mut self, query: types::Query) {
         self.span.learn(Some(&query.id), Some(&query.session_id));
         self.query = query;
@@ -166,7 +174,8 @@ impl QueryHandle {
     /// `GET /queries/{id}`: the turn now, whatever its status.
     ///
     /// # Errors
-    /// Any error of the call.
+    /// [`Error::TurnMismatch`] when the answer is about another turn or
+    /// session (the handle keeps what it knew); any error of the call.
     pub async fn get(&mut self) -> Result<types::Query> {
         self.named().await?;
         let query = self
@@ -175,6 +184,7 @@ impl QueryHandle {
             .get(&self.query.id)
             .instrument(self.span.span())
             .await?;
+        self.check_identity(&query, "a poll")?;
         self.observe(query.clone());
         Ok(query)
     }
@@ -316,6 +326,7 @@ impl QueryHandle {
             .cancel(&self.query.id)
             .instrument(self.span.span())
             .await?;
+        self.check_identity(&query, "the answer to cancel")?;
         self.observe(query.clone());
         Ok(query)
     }
@@ -375,6 +386,7 @@ impl Queries<'_> {
             use tracing::Instrument;
             self.get(id).instrument(span.span()).await?
         };
+        check_identity(&query, id, None, "the stored turn")?;
         Ok(QueryHandle::new(
             self.client.clone(),
             query,

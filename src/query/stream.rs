@@ -97,6 +97,9 @@ pub(crate) struct EventConnection {
     state: State,
     parser: SseParser,
     query_id: Option<String>,
+    /// The turn's session, once known: every frame that names a session
+    /// must name this one.
+    session_id: Option<String>,
     /// The sequence number of the last delivered event.
     last_seq: Option<u64>,
     /// Whether any event was delivered (with or without an id).
@@ -162,17 +165,108 @@ impl std::fmt::Debug for EventConnection {
     }
 }
 
-/// The `query_id` every QueryEvent carries, read without decoding the rest.
-fn query_id_of(data: &str) -> Option<String> {
+/// The turn and session a frame names, read without decoding the rest:
+/// every event carries `query_id` (and `response.created` its
+/// `session_id`); the final `query` frame is the Query, named by `id`.
+fn identity_of(event: &str, data: &str) -> (Option<String>, Option<String>) {
     #[derive(serde::Deserialize)]
     struct Wire {
         #[serde(default)]
+        id: Option<String>,
+        #[serde(default)]
         query_id: Option<String>,
+        #[serde(default)]
+        session_id: Option<String>,
     }
-    serde_json::from_str::<Wire>(data)
-        .ok()
-        .and_then(|w| w.query_id)
-        .filter(|id| !id.is_empty())
+    let Ok(wire) = serde_json::from_str::<Wire>(data) else {
+        return (None, None);
+    };
+    let query_id = if event == super::event::names::QUERY {
+        wire.id
+    } else {
+        wire.query_id
+    };
+    let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
+    (non_empty(query_id), non_empty(wire.session_id))
+}
+
+/// Learns the turn and session a frame names into `known_query` and
+/// `known_session`, or the error when they are not the ones known.
+fn check_frame_identity(
+    known_query: &mut Option<String>,
+    known_session: &mut Option<String>,
+    event: &str,
+    data: &str,
+) -> Result<()> {
+    let (query_id, session_id) = identity_of(event, data);
+    let place = if event == super::event::names::QUERY {
+        "the final query frame"
+    } else {
+        "an event"
+    };
+    if let Some(got) = query_id {
+        match &*known_query {
+            None => *known_query = Some(got),
+            Some(expected) if *expected != got => {
+                return Err(turn_mismatch(expected, place, &got));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(got) = session_id {
+        match &*known_session {
+            None => *known_session = Some(got),
+            Some(expected) if *expected != got => {
+                return Err(Error::TurnMismatch {
+                    query_id: known_query.clone().unwrap_or_default(),
+                    place,
+                    kind: "session",
+                    expected: expected.clone(),
+                    got,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The error for a frame or document that names the turn `got` in place
+/// of `query_id`.
+pub(crate) fn turn_mismatch(query_id: &str, place: &'static str, got: &str) -> Error {
+    Error::TurnMismatch {
+        query_id: query_id.to_owned(),
+        place,
+        kind: "query",
+        expected: query_id.to_owned(),
+        got: got.to_owned(),
+    }
+}
+
+/// Checks that `query` (a final frame, a stored turn, a poll) is the turn
+/// `query_id` of the session `session_id` (when known).
+pub(crate) fn check_identity(
+    query: &types::Query,
+    query_id: &str,
+    session_id: Option<&str>,
+    place: &'static str,
+) -> Result<()> {
+    if !query_id.is_empty() && query.id != query_id {
+        return Err(turn_mismatch(query_id, place, &query.id));
+    }
+    if let Some(expected) = session_id.filter(|s| !s.is_empty())
+        && !query.session_id.is_empty()
+        && query.session_id != expected
+    {
+        return Err(Error::TurnMismatch {
+            query_id: query_id.to_owned(),
+            place,
+            kind: "session",
+            expected: expected.to_owned(),
+            got: query.session_id.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// What one parsed frame means for the connection.
@@ -184,6 +278,8 @@ enum Parsed {
     Broken(String),
     /// An id beyond the next one: events are missing.
     Jump(String),
+    /// The frame names another turn or session.
+    Foreign(Error),
 }
 
 impl EventConnection {
@@ -200,6 +296,7 @@ impl EventConnection {
             state,
             parser,
             query_id,
+            session_id: None,
             last_seq: None,
             delivered_any: false,
             verify: None,
@@ -240,6 +337,11 @@ impl EventConnection {
         self.started = at;
         self.deadline = None;
         self
+    }
+
+    /// When the turn's reading started (its deadline counts from here).
+    pub(crate) fn started(&self) -> Instant {
+        self.started
     }
 
     /// When [`StreamConfig::turn_deadline`] passes, if it is bounded.
@@ -293,6 +395,27 @@ impl EventConnection {
         self.query_id.as_deref()
     }
 
+    /// The turn's session, once known.
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// The session every frame of this turn must name (a session that
+    /// exists already, or the one the turn's first frame named).
+    pub(crate) fn expect_session(&mut self, session_id: &str) {
+        if !session_id.is_empty() && self.session_id.is_none() {
+            self.session_id = Some(session_id.to_owned());
+        }
+    }
+
+    /// Takes up the `retry:` the server sent, whenever it came.
+    fn note_retry(&mut self) {
+        if let Some(retry) = self.parser.retry() {
+            // A server number: never beyond the policy's cap.
+            self.retry = Some(retry.min(self.config.resume_max_delay));
+        }
+    }
+
     pub(crate) fn last_seq(&self) -> Option<u64> {
         self.last_seq
     }
@@ -338,8 +461,11 @@ impl EventConnection {
             Ok(None) => return None,
             Err(e) => return Some(Err(e)),
         };
-        if self.query_id.is_none() {
-            self.query_id = query_id_of(frame.data);
+        let (event, data, bad_id) = (frame.event, frame.data, frame.bad_id);
+        if let Err(e) =
+            check_frame_identity(&mut self.query_id, &mut self.session_id, event, data)
+        {
+            return Some(Ok(Parsed::Foreign(e)));
         }
         if let Some(expected) = self.verify {
             if frame.bad_id {
@@ -353,6 +479,14 @@ impl EventConnection {
                     self.verify = None;
                     self.conn_last = Some(id);
                     return Some(Ok(Parsed::Skip));
+                }
+                Some(id) if Some(id) == expected.checked_add(1) => {
+                    // The replay starts right after the id sent (SSE's
+                    // usual meaning of `Last-Event-ID`): nothing is
+                    // missing. The id-less frames before it were skipped.
+                    tracing::trace!(seq = id, "the replay starts after the last delivered event");
+                    self.verify = None;
+                    self.skip_idless = 0;
                 }
                 Some(id) if id > expected => {
                     return Some(Ok(Parsed::Broken(format!(
@@ -375,6 +509,12 @@ impl EventConnection {
                 // Part of the replayed prefix, delivered already.
                 None => return Some(Ok(Parsed::Skip)),
             }
+        }
+        if bad_id {
+            // Without an order, the frame cannot be told new from replayed.
+            return Some(Ok(Parsed::Broken(
+                "an event id is not a decimal number, so the events cannot be ordered".to_owned(),
+            )));
         }
         match (frame.id, self.last_seq) {
             (Some(id), Some(last)) if id <= last => {
@@ -440,9 +580,6 @@ impl EventConnection {
                                 // A final frame is the truth only when the
                                 // turn has ended: the stored turn, once it
                                 // has, stands in for it.
-                                if self.query_id.is_none() && !q.id.is_empty() {
-                                    self.query_id = Some(q.id.clone());
-                                }
                                 tracing::debug!(
                                     query_id = self.query_id.as_deref(),
                                     status = q.status,
@@ -451,10 +588,7 @@ impl EventConnection {
                                 self.fetch_final();
                                 continue;
                             }
-                            QueryEvent::Query(q) => {
-                                if self.query_id.is_none() {
-                                    self.query_id = Some(q.id.clone());
-                                }
+                            QueryEvent::Query(_) => {
                                 // The document is the last frame: close now.
                                 self.state = State::Done;
                             }
@@ -468,6 +602,13 @@ impl EventConnection {
                         return Poll::Ready(Some(Ok(Delivery::Event(id, event))));
                     }
                     Some(Ok(Parsed::Skip)) => continue,
+                    Some(Ok(Parsed::Foreign(e))) => {
+                        // Never retried or recovered: whatever else this
+                        // server says about the turn cannot be trusted.
+                        tracing::warn!(error = %e, "the server named another turn");
+                        self.fail(e);
+                        continue;
+                    }
                     Some(Ok(Parsed::Broken(cause))) => {
                         if self.terminal_seen {
                             // Only the final Query was missing; the stored
@@ -537,10 +678,7 @@ impl EventConnection {
                     Poll::Ready(Some(Ok(bytes))) => {
                         self.last_activity = Instant::now();
                         self.parser.feed(&bytes);
-                        if let Some(retry) = self.parser.retry() {
-                            // A server number: never beyond the policy's cap.
-                            self.retry = Some(retry.min(self.config.resume_max_delay));
-                        }
+                        self.note_retry();
                     }
                     Poll::Ready(Some(Err(e))) => {
                         let e = self.client.transport().map_reqwest(self.body_operation, e);

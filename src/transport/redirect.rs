@@ -49,6 +49,11 @@ pub fn redirect_policy() -> reqwest::redirect::Policy {
                 reason: Reason::OtherOrigin,
             });
         }
+        if matches!(attempt.status().as_u16(), 307 | 308) {
+            // These re-send the method and body: the client decides per
+            // operation (never for the request that starts a turn).
+            return attempt.stop();
+        }
         if attempt.previous().len() > MAX_REDIRECTS {
             let location = redacted(attempt.url());
             return attempt.error(RedirectRefused {
@@ -85,6 +90,7 @@ enum Reason {
     OtherOrigin,
     TooMany,
     Followed,
+    StartsTurn,
 }
 
 /// The error the policy hands to reqwest; [`super::map_reqwest`]
@@ -113,12 +119,21 @@ impl RedirectRefused {
         }
     }
 
+    /// A redirect that would send the request starting a turn again.
+    pub(crate) fn starts_turn(url: &Url) -> Self {
+        RedirectRefused {
+            location: redacted(url),
+            reason: Reason::StartsTurn,
+        }
+    }
+
     /// The value of the marker header of a rewritten answer.
     pub(crate) fn to_marker(&self) -> String {
         let code = match self.reason {
             Reason::OtherOrigin => "refused",
             Reason::TooMany => "too-many",
             Reason::Followed => "followed",
+            Reason::StartsTurn => "starts-turn",
         };
         format!("{code} {}", self.location)
     }
@@ -130,6 +145,7 @@ impl RedirectRefused {
             "refused" => Reason::OtherOrigin,
             "too-many" => Reason::TooMany,
             "followed" => Reason::Followed,
+            "starts-turn" => Reason::StartsTurn,
             _ => return None,
         };
         Some(RedirectRefused {
@@ -154,6 +170,9 @@ impl RedirectRefused {
                 "another origin (scheme, host or port) than the configured base URL"
             }
             Reason::TooMany => "too many redirects",
+            Reason::StartsTurn => {
+                "the request that starts a turn is never sent twice"
+            }
             Reason::Followed => {
                 "the custom HTTP client followed a redirect to another origin \
                  (build it with `client::redirect_policy()`); its answer was discarded"
@@ -241,6 +260,7 @@ mod tests {
         for r in [
             RedirectRefused::refused(&url),
             RedirectRefused::followed(&url),
+            RedirectRefused::starts_turn(&url),
             too_many,
         ] {
             let back = RedirectRefused::from_marker(&r.to_marker()).expect("read back");
