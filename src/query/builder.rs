@@ -606,27 +606,62 @@ pub(crate) async fn decode_query(
 }
 
 /// The turn id a Query body names, read leniently (the body may be cut or
-/// malformed): the first `"id": "..."` at the top of the document.
+/// malformed): the string value of the top-level `"id"` key, searched in
+/// the first [`SNIFF_BYTES`] bytes.
 fn id_of_partial(body: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct IdOnly {
-        id: String,
+    let body = &body[..body.len().min(SNIFF_BYTES)];
+    let mut depth = 0u32;
+    let mut i = 0;
+    // The last string read at the top level, when it may be a key.
+    let mut key: Option<(usize, usize)> = None;
+    while i < body.len() {
+        match body[i] {
+            b'{' | b'[' => {
+                depth = depth.saturating_add(1);
+                key = None;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                key = None;
+            }
+            b'"' => {
+                let end = string_end(body, i + 1)?;
+                if depth == 1 {
+                    if let Some((k0, k1)) = key.take()
+                        && &body[k0..k1] == b"id"
+                    {
+                        let value = std::str::from_utf8(&body[i + 1..end]).ok()?;
+                        let ok = !value.is_empty() && value.len() <= 256 && !value.contains('\\');
+                        return ok.then(|| value.to_owned());
+                    }
+                    key = Some((i + 1, end));
+                }
+                i = end;
+            }
+            b':' => {}
+            b',' => key = None,
+            _ => {}
+        }
+        i += 1;
     }
-    if let Ok(q) = serde_json::from_slice::<IdOnly>(body) {
-        return Some(q.id).filter(|id| !id.is_empty());
+    None
+}
+
+/// The index of the quote that ends the JSON string starting at `from`.
+fn string_end(body: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while i < body.len() {
+        match body[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i),
+            _ => i += 1,
+        }
     }
-    // A cut document: scan for the top-level key before the cut.
-    let text = std::str::from_utf8(body)
-        .ok()
-        .or_else(|| std::str::from_utf8(&body[..body.len().min(SNIFF_BYTES)]).ok())?;
-    let after = text.split_once("\"id\"")?.1.trim_start().strip_prefix(':')?;
-    let value = after.trim_start().strip_prefix('"')?;
-    let id = value.split_once('"')?.0;
-    (!id.is_empty() && id.len() <= 256 && !id.contains('\\')).then(|| id.to_owned())
+    None
 }
 
 /// How much of a malformed body is searched for its id.
-const SNIFF_BYTES: usize = 4096;
+const SNIFF_BYTES: usize = 64 * 1024;
 
 impl Session {
     /// Starts a turn: set per-turn controls on the builder, then run it with
