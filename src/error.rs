@@ -77,13 +77,14 @@ pub enum Error {
     },
 
     /// A response body could not be decoded.
-    #[error("{operation}{}: could not decode the response: {message} (body starts: {snippet:?})", query_suffix(.query_id))]
+    #[error("{operation}{}: could not decode the response: {message} (body starts: {snippet:?})", query_suffix(&.query_id.as_deref().map(str::to_owned)))]
     Decode {
         /// The operation whose response failed to decode.
         operation: &'static str,
         /// The query turn the answer was about, when known (for an answer
-        /// to `POST /query`, the id its body names, if it can be read).
-        query_id: Option<String>,
+        /// to `POST /query`, the id its body names, if it can be read;
+        /// boxed to keep the error small).
+        query_id: Option<Box<str>>,
         /// What was wrong.
         message: String,
         /// The first bytes of the body (at most 512), lossily decoded.
@@ -201,24 +202,12 @@ pub enum Error {
     },
     /// The server answered about another turn (or another session) than
     /// the one asked about: an event, the final `query` frame, the stored
-    /// turn or a poll named `got` where `expected` was due. Nothing of it
-    /// was taken as this turn's; it is never retried into success (a
-    /// misrouting proxy or cache would otherwise hand one caller's answer
-    /// to another).
-    #[error("query {query_id}: {place} names {kind} {got}, not {expected}")]
-    TurnMismatch {
-        /// The turn that was asked about.
-        query_id: String,
-        /// What named the other turn: `an event`, `the final query frame`,
-        /// `the stored turn`, `a poll`, `the answer to POST /query`.
-        place: &'static str,
-        /// Which id differs: `query` or `session`.
-        kind: &'static str,
-        /// The id this turn has.
-        expected: String,
-        /// The id the server sent.
-        got: String,
-    },
+    /// turn or a poll named another id than the turn's (see
+    /// [`TurnMismatch`]). Nothing of it was taken as this turn's; it is
+    /// never retried into success (a misrouting proxy or cache would
+    /// otherwise hand one caller's answer to another).
+    #[error("query {}: {} names {} {}, not {}", .0.query_id, .0.place, .0.kind, .0.got, .0.expected)]
+    TurnMismatch(Box<TurnMismatch>),
 
     /// A turn's final `query` frame or stored state carries a status word
     /// this client does not know (not `in_progress`, `completed`, `failed`
@@ -278,6 +267,25 @@ pub enum Error {
         /// The first byte offset (in the final answer) where they differ.
         first_difference: u64,
     },
+}
+
+/// What [`Error::TurnMismatch`] found: where the server named which id in
+/// place of the turn's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TurnMismatch {
+    /// The turn that was asked about.
+    pub query_id: String,
+    /// What named the other id: `an event`, `the final query frame`, `the
+    /// stored turn`, `a poll`, `the answer to cancel` or `the answer to POST
+    /// /query`.
+    pub place: &'static str,
+    /// Which id differs: `query` or `session`.
+    pub kind: &'static str,
+    /// The id the turn has.
+    pub expected: String,
+    /// The id the server sent.
+    pub got: String,
 }
 
 /// An error answer from the Nexus API: the HTTP status plus the `Error` envelope.
@@ -500,7 +508,7 @@ impl Error {
             Error::Stream { .. }
             | Error::ReplayGap { .. }
             | Error::AnswerMismatch { .. }
-            | Error::TurnMismatch { .. }
+            | Error::TurnMismatch(_)
             | Error::UnknownTurnStatus { .. }
             | Error::TurnTooLarge { .. } => true,
             _ => false,
@@ -526,14 +534,14 @@ impl Error {
             Error::TurnFailed { query_id, .. }
             | Error::TurnCancelled { query_id, .. }
             | Error::ReplayGap { query_id, .. }
-            | Error::TurnMismatch { query_id, .. }
             | Error::UnknownTurnStatus { query_id, .. }
             | Error::AnswerMismatch { query_id, .. } => Some(query_id),
+            Error::TurnMismatch(m) => Some(&m.query_id),
             Error::SessionBusy { query_id } => Some(query_id.as_str()).filter(|q| !q.is_empty()),
             Error::Stream { query_id, .. }
             | Error::Timeout { query_id, .. }
-            | Error::Decode { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id.as_deref(),
+            Error::Decode { query_id, .. } => query_id.as_deref(),
             _ => None,
         }
     }
@@ -556,8 +564,11 @@ impl Error {
             Error::Api(e) => &mut e.query_id,
             Error::Timeout { query_id, .. }
             | Error::Stream { query_id, .. }
-            | Error::Decode { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id,
+            Error::Decode { query_id, .. } => {
+                query_id.get_or_insert_with(|| id.into());
+                return self;
+            }
             _ => return self,
         };
         if slot.is_none() {

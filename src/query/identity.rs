@@ -2,7 +2,7 @@
 //! poll of a turn must name that turn (and its session, once known). A
 //! misrouting proxy or cache must never hand one turn's answer to another.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TurnMismatch};
 use crate::types;
 
 /// The turn and session a frame names, read without decoding the rest:
@@ -57,13 +57,8 @@ pub(crate) fn check_frame_identity(
         match &*known_session {
             None => *known_session = Some(got),
             Some(expected) if *expected != got => {
-                return Err(Error::TurnMismatch {
-                    query_id: known_query.clone().unwrap_or_default(),
-                    place,
-                    kind: "session",
-                    expected: expected.clone(),
-                    got,
-                });
+                let query_id = known_query.as_deref().unwrap_or_default();
+                return Err(mismatch(query_id, place, "session", expected, &got));
             }
             Some(_) => {}
         }
@@ -74,13 +69,18 @@ pub(crate) fn check_frame_identity(
 /// The error for a frame or document that names the turn `got` in place
 /// of `query_id`.
 pub(crate) fn turn_mismatch(query_id: &str, place: &'static str, got: &str) -> Error {
-    Error::TurnMismatch {
+    mismatch(query_id, place, "query", query_id, got)
+}
+
+/// [`Error::TurnMismatch`] with its parts.
+fn mismatch(query_id: &str, place: &'static str, kind: &'static str, expected: &str, got: &str) -> Error {
+    Error::TurnMismatch(Box::new(TurnMismatch {
         query_id: query_id.to_owned(),
         place,
-        kind: "query",
-        expected: query_id.to_owned(),
+        kind,
+        expected: expected.to_owned(),
         got: got.to_owned(),
-    }
+    }))
 }
 
 /// Checks that `query` (a final frame, a stored turn, a poll) is the turn
@@ -98,13 +98,7 @@ pub(crate) fn check_identity(
         && !query.session_id.is_empty()
         && query.session_id != expected
     {
-        return Err(Error::TurnMismatch {
-            query_id: query_id.to_owned(),
-            place,
-            kind: "session",
-            expected: expected.to_owned(),
-            got: query.session_id.clone(),
-        });
+        return Err(mismatch(query_id, place, "session", expected, &query.session_id));
     }
     Ok(())
 }

@@ -672,7 +672,7 @@ impl EventConnection {
                         // What the stored turn says about itself is the
                         // outcome, not a detail of the gap.
                         Err(
-                            e @ (Error::TurnMismatch { .. } | Error::UnknownTurnStatus { .. }),
+                            e @ (Error::TurnMismatch(_) | Error::UnknownTurnStatus { .. }),
                         ) => self.failed = Some(e),
                         Err(e) => {
                             let detail = format!("the stored turn could not be read: {e}");

@@ -295,7 +295,10 @@ impl Transport {
                                 &next,
                             )));
                         }
-                        if keeps_method && !last_chance && redirects < redirect::MAX_REDIRECTS {
+                        if keeps_method && redirects >= redirect::MAX_REDIRECTS {
+                            return Ok(redirect_refused_response(RedirectRefused::too_many(&next)));
+                        }
+                        if keeps_method && !last_chance {
                             redirects += 1;
                             *req.url_mut() = next;
                             continue;

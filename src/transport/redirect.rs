@@ -9,7 +9,8 @@
 //! at (so never from `https` to `http`), at most [`MAX_REDIRECTS`] times. Any
 //! other redirect fails with [`Error::Redirect`](crate::Error::Redirect),
 //! which names the target without its user info, query or fragment; nothing
-//! is sent there.
+//! is sent there. A 307 or 308 (which re-send the method and body) is never
+//! followed for `POST /query`: sending it again could start a second turn.
 
 use std::fmt;
 
@@ -116,6 +117,14 @@ impl RedirectRefused {
         RedirectRefused {
             location: redacted(url),
             reason: Reason::OtherOrigin,
+        }
+    }
+
+    /// One redirect more than [`MAX_REDIRECTS`].
+    pub(crate) fn too_many(url: &Url) -> Self {
+        RedirectRefused {
+            location: redacted(url),
+            reason: Reason::TooMany,
         }
     }
 
@@ -253,15 +262,11 @@ mod tests {
     #[test]
     fn every_marker_reads_back_and_the_message_names_place_and_reason() {
         let url = u("https://other.example/next");
-        let too_many = RedirectRefused {
-            location: redacted(&url),
-            reason: Reason::TooMany,
-        };
         for r in [
             RedirectRefused::refused(&url),
             RedirectRefused::followed(&url),
             RedirectRefused::starts_turn(&url),
-            too_many,
+            RedirectRefused::too_many(&url),
         ] {
             let back = RedirectRefused::from_marker(&r.to_marker()).expect("read back");
             assert_eq!(back.location, r.location);

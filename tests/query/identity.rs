@@ -95,14 +95,9 @@ async fn stream(client: &Client, cfg: StreamConfig) -> QueryTurn {
 /// `expected` (of `kind`) was due; it names the turn and may have started.
 fn assert_mismatch(e: &Error, place: &str, kind: &str, expected: &str, got: &str) {
     match e {
-        Error::TurnMismatch {
-            place: p,
-            kind: k,
-            expected: x,
-            got: g,
-            ..
-        } => {
-            assert_eq!((*p, *k, x.as_str(), g.as_str()), (place, kind, expected, got));
+        Error::TurnMismatch(m) => {
+            let found = (m.place, m.kind, m.expected.as_str(), m.got.as_str());
+            assert_eq!(found, (place, kind, expected, got));
         }
         other => panic!("expected a turn mismatch at {place}, got {other:?}"),
     }
