@@ -249,7 +249,8 @@ impl QueryHandle {
     /// It asks `GET /queries/{id}/events` with `Last-Event-ID` set to the
     /// checkpoint's event and checks the replay: the server replays from it
     /// inclusively, so the first event with an id must be exactly that one
-    /// (it is dropped as already seen). Because the checkpoint carries the
+    /// (it is dropped as already seen), or the one right after it (a server
+    /// that replays after the id, as SSE servers usually do). Because the checkpoint carries the
     /// length of the text delivered before it, the rest is checked against
     /// the final answer like any streamed turn's, and a replay that cannot
     /// be trusted, or an event log that is gone (404/410), is made up for

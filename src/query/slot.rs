@@ -234,8 +234,9 @@ impl Shared {
         };
         let ended = match &query_id {
             None => true,
+            // An answer about another turn tells nothing about this one.
             Some(id) => match client.queries().get(id).await {
-                Ok(q) => q.is_terminal(),
+                Ok(q) => q.id == *id && q.is_terminal(),
                 Err(e) => e.is_not_found(),
             },
         };
@@ -260,7 +261,7 @@ impl Shared {
     async fn check_held(&self, client: &Client, query_id: Option<String>) -> Option<Ended> {
         let ended = match &query_id {
             Some(id) => match client.queries().get(id).await {
-                Ok(q) => q.is_terminal(),
+                Ok(q) => q.id == *id && q.is_terminal(),
                 Err(e) => e.is_not_found(),
             },
             // Not named yet: the session's stored turns tell, once the

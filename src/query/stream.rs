@@ -4,20 +4,24 @@
 //!
 //! Exactly-once delivery rests on two facts of the API: every progress frame
 //! carries its sequence number as `id:`, and `GET /queries/{id}/events` with
-//! `Last-Event-ID: N` replays from N inclusively. So after a break the
-//! stream reconnects with the last sequence number it delivered and skips
-//! every frame whose id is not greater. The `POST /query` that started the
-//! turn is never sent again: that would start a second turn.
+//! `Last-Event-ID: N` replays from N inclusively (or, as SSE servers usually
+//! do, from the event after N). So after a break the stream reconnects with
+//! the last sequence number it delivered and skips every frame whose id is
+//! not greater. The `POST /query` that started the turn is never sent again:
+//! that would start a second turn.
 //!
-//! Both facts are checked, not trusted. Ids are checked on every frame: one
-//! not above the last delivered is a replay (dropped, so a replay that starts
-//! early is deduplicated), one beyond the next is a jump (the connection
-//! resumes at once from the last delivered event). A resumed connection must
-//! reach the id it sent: a replay that starts later or at a non-numeric id,
-//! a second jump at the same place, and an event log that is gone (404/410)
-//! end the reading; the connection then waits for the stored turn
-//! (`GET /queries/{id}`) and hands it over as [`Delivery::Recovered`], never
-//! the events across the gap. After the terminal event the `query` frame is
+//! Both facts are checked, not trusted, and so is the turn's identity: a
+//! frame that names another turn or session ends the stream with
+//! [`Error::TurnMismatch`], never retried. Ids are checked on every frame:
+//! one not above the last delivered is a replay (dropped, so a replay that
+//! starts early is deduplicated), one beyond the next is a jump (the
+//! connection resumes at once from the last delivered event), and one that
+//! is not a decimal number cannot be ordered. A resumed connection must
+//! reach the id it sent or start right after it: a replay that starts later
+//! or at a non-numeric id, a second jump at the same place, a non-numeric
+//! id anywhere, and an event log that is gone (404/410) end the reading; the
+//! connection then waits for the stored turn (`GET /queries/{id}`) and hands
+//! it over as [`Delivery::Recovered`], never the events across the gap. After the terminal event the `query` frame is
 //! awaited for [`StreamConfig::final_query_wait`], then the stored turn
 //! stands in for it; [`StreamConfig::turn_deadline`] bounds it all.
 

@@ -535,11 +535,17 @@ impl QueryTurn {
         self.cancel_on_drop = false;
         let client = self.conn.client().clone();
         let id = self.conn.query_id().unwrap_or_default().to_owned();
+        let session_id = self.conn.session_id().map(str::to_owned);
         let result = client
             .queries()
             .cancel(&id)
             .instrument(self.span.span())
-            .await;
+            .await
+            .and_then(|q| {
+                let session = session_id.as_deref();
+                super::identity::check_identity(&q, &id, session, "the answer to cancel")?;
+                Ok(q)
+            });
         if let (Ok(q), Some(slot)) = (&result, self.slot.take()) {
             slot.learn(Some(&q.session_id), Some(&q.id));
             if q.is_terminal() {
