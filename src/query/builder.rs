@@ -7,10 +7,10 @@ use futures::StreamExt;
 use tracing::Instrument;
 
 use super::background::QueryHandle;
+use super::fetch::content_encoding;
 use super::session::{Session, WhenBusy};
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
-use super::fetch::content_encoding;
 use super::stream::{
     EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, check_identity, expect_event_stream,
 };

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::client::{Poller, WaitPolicy};
 use super::stream::check_identity;
+use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
 use crate::status::QueryStatus;
 use crate::{Client, types};

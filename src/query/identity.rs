@@ -73,7 +73,13 @@ pub(crate) fn turn_mismatch(query_id: &str, place: &'static str, got: &str) -> E
 }
 
 /// [`Error::TurnMismatch`] with its parts.
-fn mismatch(query_id: &str, place: &'static str, kind: &'static str, expected: &str, got: &str) -> Error {
+fn mismatch(
+    query_id: &str,
+    place: &'static str,
+    kind: &'static str,
+    expected: &str,
+    got: &str,
+) -> Error {
     Error::TurnMismatch(Box::new(TurnMismatch {
         query_id: query_id.to_owned(),
         place,
@@ -98,8 +104,13 @@ pub(crate) fn check_identity(
         && !query.session_id.is_empty()
         && query.session_id != expected
     {
-        return Err(mismatch(query_id, place, "session", expected, &query.session_id));
+        return Err(mismatch(
+            query_id,
+            place,
+            "session",
+            expected,
+            &query.session_id,
+        ));
     }
     Ok(())
 }
-

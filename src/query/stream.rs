@@ -35,9 +35,9 @@ use tokio::time::{Instant, Sleep};
 
 pub(crate) use super::config::{MAX_QUERY_BODY_BYTES, StreamConfig};
 use super::event::QueryEvent;
-pub(crate) use super::identity::check_identity;
-use super::identity::check_frame_identity;
 pub(crate) use super::fetch::{expect_event_stream, open_events, stored_terminal};
+use super::identity::check_frame_identity;
+pub(crate) use super::identity::check_identity;
 use super::sse::SseParser;
 pub(crate) use crate::error::millis;
 use crate::error::{Error, Result};
@@ -364,8 +364,7 @@ impl EventConnection {
             Err(e) => return Some(Err(e)),
         };
         let (event, data, bad_id) = (frame.event, frame.data, frame.bad_id);
-        if let Err(e) =
-            check_frame_identity(&mut self.query_id, &mut self.session_id, event, data)
+        if let Err(e) = check_frame_identity(&mut self.query_id, &mut self.session_id, event, data)
         {
             return Some(Ok(Parsed::Foreign(e)));
         }
@@ -675,9 +674,9 @@ impl EventConnection {
                         }
                         // What the stored turn says about itself is the
                         // outcome, not a detail of the gap.
-                        Err(
-                            e @ (Error::TurnMismatch(_) | Error::UnknownTurnStatus { .. }),
-                        ) => self.failed = Some(e),
+                        Err(e @ (Error::TurnMismatch(_) | Error::UnknownTurnStatus { .. })) => {
+                            self.failed = Some(e)
+                        }
                         Err(e) => {
                             let detail = format!("the stored turn could not be read: {e}");
                             self.failed = Some(gap.into_error(&detail));

@@ -179,9 +179,7 @@ impl RedirectRefused {
                 "another origin (scheme, host or port) than the configured base URL"
             }
             Reason::TooMany => "too many redirects",
-            Reason::StartsTurn => {
-                "the request that starts a turn is never sent twice"
-            }
+            Reason::StartsTurn => "the request that starts a turn is never sent twice",
             Reason::Followed => {
                 "the custom HTTP client followed a redirect to another origin \
                  (build it with `client::redirect_policy()`); its answer was discarded"

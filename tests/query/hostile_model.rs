@@ -75,7 +75,7 @@ fn serve(
     let (turn, stored_answer) = truth(script);
     let events_turn = foreign_turn(script, &turn);
     let final_of = |t: &Turn| -> String {
-        if script.lie == Some(Lie::ForeignFinal) {
+        if script.lie == Some(Lie::FinalOfAnotherTurn) {
             OTHER_Q.to_owned()
         } else {
             t.query_id.clone()
@@ -229,7 +229,7 @@ fn serve(
                 ""
             };
             let id = match script.lie {
-                Some(Lie::ForeignStored(from)) if n >= from => OTHER_Q,
+                Some(Lie::StoredOfAnotherTurn(from)) if n >= from => OTHER_Q,
                 _ => Q,
             };
             return Reply::json(200, &[], &query_json(id, S, status, answer));

@@ -45,8 +45,6 @@ fn doc(query_id: &str, session_id: &str, status: &str, answer: &str) -> Reply {
     Reply::json(200, &[], &query_json(query_id, session_id, status, answer))
 }
 
-type Route = dyn Fn(&sse_server::Request, usize) -> Option<Reply> + Send + Sync;
-
 /// A server: `POST /query` answers `post`; `GET /queries/qry_A/events`
 /// the `n`th time `events(n, Last-Event-ID)`; `GET /queries/qry_A` the
 /// `n`th time `stored(n)`.
@@ -101,7 +99,10 @@ fn assert_mismatch(e: &Error, place: &str, kind: &str, expected: &str, got: &str
         }
         other => panic!("expected a turn mismatch at {place}, got {other:?}"),
     }
-    assert!(e.to_string().contains(expected) && e.to_string().contains(got), "{e}");
+    assert!(
+        e.to_string().contains(expected) && e.to_string().contains(got),
+        "{e}"
+    );
     assert!(e.may_have_started(), "{e:?}");
     assert!(!e.is_retryable(), "{e:?}");
 }
@@ -137,8 +138,7 @@ async fn a_final_frame_naming_another_turn_is_a_mismatch() {
         frames(&a, 1, 9, false),
         frame(None, "query", &query_json(QB, SB, "completed", &a.answer))
     );
-    let server = serve(sse(body), |_, _| gone(), |_| doc(QB, SB, "completed", ""))
-        .await;
+    let server = serve(sse(body), |_, _| gone(), |_| doc(QB, SB, "completed", "")).await;
     let mut live = stream(&server.client(), config()).await;
     let (_, error) = drain(&mut live).await;
     assert_mismatch(
@@ -164,8 +164,18 @@ async fn a_stored_document_of_another_turn_is_a_mismatch() {
     .await;
     let mut live = stream(&server.client(), config()).await;
     let (_, error) = drain(&mut live).await;
-    assert_mismatch(&error.expect("an error"), "the stored turn", "query", QA, QB);
-    assert_eq!(server.count("GET", &format!("/queries/{QA}")), 1, "never retried");
+    assert_mismatch(
+        &error.expect("an error"),
+        "the stored turn",
+        "query",
+        QA,
+        QB,
+    );
+    assert_eq!(
+        server.count("GET", &format!("/queries/{QA}")),
+        1,
+        "never retried"
+    );
 }
 
 /// A background turn's polls must answer about it: a poll naming another
@@ -173,9 +183,11 @@ async fn a_stored_document_of_another_turn_is_a_mismatch() {
 #[tokio::test]
 async fn a_poll_answered_with_another_turn_is_a_mismatch() {
     let post = Reply::json(202, &[], &query_json(QA, SA, "in_progress", ""));
-    let server = serve(post, |_, _| gone(), |_| {
-        doc(QB, SB, "completed", "someone else's answer")
-    })
+    let server = serve(
+        post,
+        |_, _| gone(),
+        |_| doc(QB, SB, "completed", "someone else's answer"),
+    )
     .await;
     let session = server.client().session(["handbook"]).build().unwrap();
     let mut handle = session.ask("Who?").background().await.unwrap();
@@ -199,7 +211,12 @@ async fn a_session_never_adopts_another_session() {
     .await;
     let client = server.client();
     let session = Session::resume(&client, SA);
-    let mut live = session.ask("first").stream_config(config()).stream().await.unwrap();
+    let mut live = session
+        .ask("first")
+        .stream_config(config())
+        .stream()
+        .await
+        .unwrap();
     let (events, error) = drain(&mut live).await;
     assert_eq!(text(&events), "");
     assert_mismatch(&error.expect("an error"), "an event", "session", SA, SB);
@@ -278,7 +295,14 @@ async fn send_honours_the_text_bound_on_every_path() {
             .await
             .unwrap_err();
         assert!(
-            matches!(e, Error::TurnTooLarge { part: "text", limit: 8, .. }),
+            matches!(
+                e,
+                Error::TurnTooLarge {
+                    part: "text",
+                    limit: 8,
+                    ..
+                }
+            ),
             "{e:?}"
         );
         assert_eq!(server.count("GET", &format!("/queries/{QA}")), 0);
@@ -292,11 +316,17 @@ async fn send_reports_an_answer_mismatch() {
     let body = format!(
         "{}{}",
         frames(&a, 1, 9, false),
-        frame(None, "query", &query_json(QA, SA, "completed", "Not the text."))
+        frame(
+            None,
+            "query",
+            &query_json(QA, SA, "completed", "Not the text.")
+        )
     );
-    let server = serve(sse(body), |_, _| gone(), |_| {
-        doc(QA, SA, "completed", "Not the text.")
-    })
+    let server = serve(
+        sse(body),
+        |_, _| gone(),
+        |_| doc(QA, SA, "completed", "Not the text."),
+    )
     .await;
     let e = server
         .client()
@@ -393,7 +423,11 @@ async fn a_json_answer_that_stops_moving_is_dead_after_the_idle_timeout() {
     assert!(started.elapsed() < Duration::from_secs(10), "{e:?}");
     assert!(e.is_timeout(), "{e:?}");
     assert!(e.may_have_started(), "{e:?}");
-    assert_eq!(e.query_id(), Some(QA), "the half read names the turn: {e:?}");
+    assert_eq!(
+        e.query_id(),
+        Some(QA),
+        "the half read names the turn: {e:?}"
+    );
 }
 
 /// A `retry:` that arrives in the same read as the end of the stream sets
@@ -434,9 +468,11 @@ async fn an_unknown_status_word_is_a_typed_outcome() {
         frames(&a, 1, 9, false),
         frame(None, "query", &query_json(QA, SA, "Completed", &a.answer))
     );
-    let server = serve(sse(body), |_, _| gone(), |_| {
-        doc(QA, SA, "Completed", &DELTAS.concat())
-    })
+    let server = serve(
+        sse(body),
+        |_, _| gone(),
+        |_| doc(QA, SA, "Completed", &DELTAS.concat()),
+    )
     .await;
     let started = Instant::now();
     let mut live = stream(&server.client(), config()).await;
@@ -448,7 +484,11 @@ async fn an_unknown_status_word_is_a_typed_outcome() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(server.count("GET", &format!("/queries/{QA}")), 1);
 }
 

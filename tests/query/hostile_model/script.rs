@@ -89,13 +89,13 @@ pub(super) struct Stored {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Lie {
     /// The events requests (resumes) stream another turn (same text).
-    ForeignEvents,
+    EventsOfAnotherTurn,
     /// Every final `query` frame names another turn (same text).
-    ForeignFinal,
+    FinalOfAnotherTurn,
     /// `GET /queries/{id}` answers another turn's document from this poll on.
-    ForeignStored(usize),
+    StoredOfAnotherTurn(usize),
     /// The events requests stream this turn of another session.
-    ForeignSession,
+    AnotherSession,
 }
 
 #[derive(Debug, Clone)]
@@ -198,10 +198,10 @@ pub(super) fn script_strategy() -> impl Strategy<Value = Script> {
     let lie = proptest::option::weighted(
         0.25,
         prop_oneof![
-            Just(Lie::ForeignEvents),
-            Just(Lie::ForeignFinal),
-            (0usize..4).prop_map(Lie::ForeignStored),
-            Just(Lie::ForeignSession),
+            Just(Lie::EventsOfAnotherTurn),
+            Just(Lie::FinalOfAnotherTurn),
+            (0usize..4).prop_map(Lie::StoredOfAnotherTurn),
+            Just(Lie::AnotherSession),
         ],
     );
     (
@@ -352,7 +352,7 @@ pub(super) const OTHER_S: &str = "s_other";
 /// arrives, so that the turn knows its session before the lie.
 pub(super) fn post_body(script: &Script, body: &Body) -> Body {
     let mut body = body.clone();
-    if script.lie == Some(Lie::ForeignSession) {
+    if script.lie == Some(Lie::AnotherSession) {
         body.prefix = body.prefix.max(1);
         if let Some(first) = body.mutations.first_mut() {
             *first = 0;
@@ -368,8 +368,8 @@ pub(super) fn post_body(script: &Script, body: &Body) -> Body {
 pub(super) fn foreign_turn(script: &Script, turn: &Turn) -> Turn {
     let refs: Vec<&str> = script.deltas.iter().map(String::as_str).collect();
     match script.lie {
-        Some(Lie::ForeignEvents) => Turn::completed(OTHER_Q, S, &refs),
-        Some(Lie::ForeignSession) => Turn::completed(Q, OTHER_S, &refs),
+        Some(Lie::EventsOfAnotherTurn) => Turn::completed(OTHER_Q, S, &refs),
+        Some(Lie::AnotherSession) => Turn::completed(Q, OTHER_S, &refs),
         _ => turn.clone(),
     }
 }
