@@ -408,7 +408,11 @@ impl TurnBuilder {
     /// response headers do not come within the client's header timeout (the
     /// request is not sent again: the server may already run the turn), or
     /// when a JSON answer's body does not arrive within
-    /// [`StreamConfig::turn_deadline`], which counts from here.
+    /// [`StreamConfig::turn_deadline`], which counts from here, or stops
+    /// moving for [`StreamConfig::idle_timeout`]; [`Error::TurnMismatch`]
+    /// when the answer is about another session than the one this turn
+    /// continues; [`Error::Decode`] (the turn may have started) for an
+    /// answer that cannot be read.
     pub async fn stream(self) -> Result<QueryTurn> {
         let span = TurnSpan::new("stream");
         let outer = span.span();
@@ -462,7 +466,9 @@ impl TurnBuilder {
     }
 
     /// Starts the turn in the background (HTTP 202) and returns a handle to
-    /// poll, wait for, stream or cancel it.
+    /// poll, wait for, stream or cancel it. Starting counts against
+    /// [`StreamConfig::turn_deadline`]: an answer that drips past it is
+    /// [`Error::Timeout`] with the time really waited.
     ///
     /// # Errors
     /// As for [`TurnBuilder::stream`].
