@@ -80,10 +80,14 @@ pub enum Error {
     },
 
     /// A response body could not be decoded.
-    #[error("{operation}: could not decode the response: {message} (body starts: {snippet:?})")]
+    #[error("{operation}{}: could not decode the response: {message} (body starts: {snippet:?})", query_suffix(&.query_id.as_deref().map(str::to_owned)))]
     Decode {
         /// The operation whose response failed to decode.
         operation: &'static str,
+        /// The query turn the answer was about, when known (for an answer
+        /// to `POST /query`, the id its body names, if it can be read;
+        /// boxed to keep the error small).
+        query_id: Option<Box<str>>,
         /// What was wrong.
         message: String,
         /// The first bytes of the body (at most 512), lossily decoded.
@@ -139,8 +143,9 @@ pub enum Error {
     },
 
     /// A redirect to another origin (scheme, host or port, including `https`
-    /// to `http`) was refused, or there were too many redirects. Nothing was
-    /// sent to `location`; credentials go only to the configured origin.
+    /// to `http`) was refused, there were too many redirects, or a 307/308
+    /// would have sent `POST /query` again. Nothing was sent to `location`;
+    /// credentials go only to the configured origin.
     #[error("{operation}: {reason}: redirect to {location} not followed")]
     Redirect {
         /// The operation under way.
@@ -198,6 +203,27 @@ pub enum Error {
         /// What the server did, and why the stored turn did not help.
         message: String,
     },
+    /// The server answered about another turn (or another session) than
+    /// the one asked about: an event, the final `query` frame, the stored
+    /// turn or a poll named another id than the turn's (see
+    /// [`TurnMismatch`]). Nothing of it was taken as this turn's; it is
+    /// never retried into success (a misrouting proxy or cache would
+    /// otherwise hand one caller's answer to another).
+    #[error("query {}: {} names {} {}, not {}", .0.query_id, .0.place, .0.kind, .0.got, .0.expected)]
+    TurnMismatch(Box<TurnMismatch>),
+
+    /// A turn's final `query` frame or stored state carries a status word
+    /// this client does not know (not `in_progress`, `completed`, `failed`
+    /// or `cancelled`): whether the turn ended cannot be told, so it is not
+    /// polled on. Read it with `client.queries().get(query_id)`.
+    #[error("query {query_id}: unknown status {status:?}")]
+    UnknownTurnStatus {
+        /// The turn.
+        query_id: String,
+        /// The status word as sent.
+        status: String,
+    },
+
     /// A response body was larger than the client's limit
     /// ([`ClientBuilder::max_response_bytes`](crate::ClientBuilder::max_response_bytes));
     /// it was not read to its end.
@@ -250,6 +276,25 @@ pub enum Error {
     /// names the way out.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+}
+
+/// What [`Error::TurnMismatch`] found: where the server named which id in
+/// place of the turn's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TurnMismatch {
+    /// The turn that was asked about.
+    pub query_id: String,
+    /// What named the other id: `an event`, `the final query frame`, `the
+    /// stored turn`, `a poll`, `the answer to cancel` or `the answer to POST
+    /// /query`.
+    pub place: &'static str,
+    /// Which id differs: `query` or `session`.
+    pub kind: &'static str,
+    /// The id the turn has.
+    pub expected: String,
+    /// The id the server sent.
+    pub got: String,
 }
 
 /// An error answer from the Nexus API: the HTTP status plus the `Error` envelope.
@@ -450,7 +495,9 @@ impl Error {
     /// although the call failed: a `create_query` answered 408 or 5xx (but
     /// not a 503 with `Retry-After`), cut after sending or timed out, and a
     /// streamed turn that broke, timed out, or whose events could not be
-    /// trusted. Asking again may start a second (billed) turn: attach to the
+    /// trusted (another turn's events, an unknown status), or whose accepted
+    /// `POST /query` answered a body that could not be decoded. Asking
+    /// again may start a second (billed) turn: attach to the
     /// turn by [`Error::query_id`] when known, or look at the session's
     /// turns (`Session::get`), instead.
     pub fn may_have_started(&self) -> bool {
@@ -466,9 +513,12 @@ impl Error {
                 query_id,
                 ..
             } => starts_turn(operation) || query_id.is_some(),
+            Error::Decode { operation, .. } => starts_turn(operation),
             Error::Stream { .. }
             | Error::ReplayGap { .. }
             | Error::AnswerMismatch { .. }
+            | Error::TurnMismatch(_)
+            | Error::UnknownTurnStatus { .. }
             | Error::TurnTooLarge { .. } => true,
             _ => false,
         }
@@ -493,11 +543,14 @@ impl Error {
             Error::TurnFailed { query_id, .. }
             | Error::TurnCancelled { query_id, .. }
             | Error::ReplayGap { query_id, .. }
+            | Error::UnknownTurnStatus { query_id, .. }
             | Error::AnswerMismatch { query_id, .. } => Some(query_id),
+            Error::TurnMismatch(m) => Some(&m.query_id),
             Error::SessionBusy { query_id } => Some(query_id.as_str()).filter(|q| !q.is_empty()),
             Error::Stream { query_id, .. }
             | Error::Timeout { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id.as_deref(),
+            Error::Decode { query_id, .. } => query_id.as_deref(),
             _ => None,
         }
     }
@@ -521,6 +574,10 @@ impl Error {
             Error::Timeout { query_id, .. }
             | Error::Stream { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id,
+            Error::Decode { query_id, .. } => {
+                query_id.get_or_insert_with(|| id.into());
+                return self;
+            }
             _ => return self,
         };
         if slot.is_none() {
@@ -599,13 +656,13 @@ impl Error {
     pub(crate) fn decode(operation: &'static str, message: impl fmt::Display, body: &[u8]) -> Self {
         Error::Decode {
             operation,
+            query_id: None,
             message: message.to_string(),
             snippet: snippet(body),
         }
     }
 }
 
-/// Whether the operation starts a query turn when the server receives it.
 /// Whether an HTTP status is worth retrying (for a request that may be repeated).
 pub(crate) fn is_retryable_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500..=599)
@@ -616,7 +673,8 @@ pub(crate) fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn starts_turn(operation: &str) -> bool {
+/// Whether the operation starts a query turn when the server receives it.
+pub(crate) fn starts_turn(operation: &str) -> bool {
     matches!(operation, "create_query" | "query_turn")
 }
 

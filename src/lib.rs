@@ -103,7 +103,7 @@ pub use api::types;
 pub use reqwest;
 
 pub use client::{ApiVersion, CallOptions, Client, ClientBuilder, RetryPolicy, WaitPolicy};
-pub use error::{ApiError, Error, Result};
+pub use error::{ApiError, Error, Result, TurnMismatch};
 pub use query::{
     QueryEvent, QueryHandle, QueryTurn, Session, SessionBuilder, StreamConfig, TextStream,
     TurnBuilder, WhenBusy,

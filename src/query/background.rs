@@ -7,7 +7,7 @@ use tracing::Instrument;
 use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText};
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
-use super::stream::{Delivery, EventConnection, StreamConfig, open_events};
+use super::stream::{Delivery, EventConnection, StreamConfig, check_identity, open_events};
 use super::turn::QueryTurn;
 use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
@@ -108,6 +108,14 @@ impl QueryHandle {
         &self.query
     }
 
+    /// Checks that `query` is this handle's turn, of its session.
+    fn check_identity(&self, query: &types::Query, place: &'static str) -> Result<()> {
+        let session = Some(self.query.session_id.as_str());
+        check_identity(query, &self.query.id, session, place).inspect_err(|e| {
+            tracing::warn!(error = %e, "the server answered about another turn");
+        })
+    }
+
     fn observe(&mut self, query: types::Query) {
         self.span.learn(Some(&query.id), Some(&query.session_id));
         self.query = query;
@@ -166,7 +174,8 @@ impl QueryHandle {
     /// `GET /queries/{id}`: the turn now, whatever its status.
     ///
     /// # Errors
-    /// Any error of the call.
+    /// [`Error::TurnMismatch`] when the answer is about another turn or
+    /// session (the handle keeps what it knew); any error of the call.
     pub async fn get(&mut self) -> Result<types::Query> {
         self.named().await?;
         let query = self
@@ -175,6 +184,7 @@ impl QueryHandle {
             .get(&self.query.id)
             .instrument(self.span.span())
             .await?;
+        self.check_identity(&query, "a poll")?;
         self.observe(query.clone());
         Ok(query)
     }
@@ -239,10 +249,11 @@ impl QueryHandle {
     /// It asks `GET /queries/{id}/events` with `Last-Event-ID` set to the
     /// checkpoint's event and checks the replay: the server replays from it
     /// inclusively, so the first event with an id must be exactly that one
-    /// (it is dropped as already seen). The checkpoint carries the length
-    /// and the [`TextDigest`](crate::query::TextDigest) of the text
-    /// delivered before it: the final answer must begin with exactly that
-    /// text ([`Error::AnswerMismatch`] otherwise, already here when the
+    /// (it is dropped as already seen), or the one right after it (a server
+    /// that replays after the id, as SSE servers usually do). The checkpoint
+    /// carries the length and the [`TextDigest`](crate::query::TextDigest) of
+    /// the text delivered before it: the final answer must begin with exactly
+    /// that text ([`Error::AnswerMismatch`] otherwise, already here when the
     /// stored turn has completed), the rest is checked against what follows
     /// like any streamed turn's, and a replay that cannot
     /// be trusted, or an event log that is gone (404/410), is made up for
@@ -335,6 +346,7 @@ impl QueryHandle {
             .cancel(&self.query.id)
             .instrument(self.span.span())
             .await?;
+        self.check_identity(&query, "the answer to cancel")?;
         self.observe(query.clone());
         Ok(query)
     }
@@ -394,6 +406,7 @@ impl Queries<'_> {
             use tracing::Instrument;
             self.get(id).instrument(span.span()).await?
         };
+        check_identity(&query, id, None, "the stored turn")?;
         Ok(QueryHandle::new(
             self.client.clone(),
             query,

@@ -7,10 +7,13 @@ use futures::StreamExt;
 use tracing::Instrument;
 
 use super::background::QueryHandle;
+use super::fetch::content_encoding;
 use super::session::{Session, WhenBusy};
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
-use super::stream::{EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, expect_event_stream};
+use super::stream::{
+    EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, check_identity, expect_event_stream,
+};
 use super::turn::QueryTurn;
 use crate::client::Poller;
 use crate::error::{Error, Result};
@@ -355,7 +358,11 @@ impl TurnBuilder {
     /// server named the turn is resumed with `Last-Event-ID`, and if the
     /// events cannot be had any more, the stored Query is polled with
     /// `GET /queries/{id}`. `POST /query` is never sent twice, so a cut
-    /// neither loses the answer nor starts a second turn. A server that
+    /// neither loses the answer nor starts a second turn. The bounds and
+    /// checks of [`TurnBuilder::stream`] hold here too: a text past
+    /// [`StreamConfig::max_text_bytes`], a text that is not the answer, a
+    /// replay that cannot be trusted or another turn's answer is the
+    /// outcome, never hidden by a poll. A server that
     /// answers with the Query document instead of an event stream is
     /// accepted as well.
     ///
@@ -367,29 +374,17 @@ impl TurnBuilder {
     /// named the turn; [`Error::Timeout`] after the client's
     /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (the turn is not
     /// cancelled; the session remembers it); any error of the calls.
-    pub async fn send(mut self) -> Result<types::Query> {
+    pub async fn send(self) -> Result<types::Query> {
         let span = TurnSpan::new("send");
         let outer = span.span();
         let limit = self.session.client.transport().turn_timeout();
         let session = self.session.clone();
+        let started = tokio::time::Instant::now();
         let run = async move {
-            self.request.stream = Some(true);
-            let (slot, resp) = self.post_turn(true, &span).await?;
-            let client = self.session.client.clone();
-            if is_json(&resp) {
-                // A synchronous answer (or a 202) after all.
-                let query = decode_query("create_query", resp).await?;
-                slot.learn(Some(&query.session_id), Some(&query.id));
-                let mut handle =
-                    QueryHandle::new(client, query, Some(slot), self.stream_config, span);
-                if handle.last_seen().is_terminal() {
-                    return handle.last_seen().clone().into_result();
-                }
-                return handle.wait().await;
-            }
-            let resp = expect_event_stream("create_query", None, resp)?;
-            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None);
-            finish_or_poll(QueryTurn::new(conn, Some(slot), span, &self.stream_config)).await
+            // The streaming path with its bounds and checks; only a
+            // connection that broke beyond resuming falls back to polling.
+            let turn = self.open(span, started).await?;
+            finish_or_poll(turn).await
         }
         .instrument(outer);
         // The turn this send() started, once the server named it: the
@@ -432,54 +427,88 @@ impl TurnBuilder {
     /// response headers do not come within the client's header timeout (the
     /// request is not sent again: the server may already run the turn), or
     /// when a JSON answer's body does not arrive within
-    /// [`StreamConfig::turn_deadline`], which counts from here.
-    pub async fn stream(mut self) -> Result<QueryTurn> {
+    /// [`StreamConfig::turn_deadline`], which counts from here, or stops
+    /// moving for [`StreamConfig::idle_timeout`]; [`Error::TurnMismatch`]
+    /// when the answer is about another session than the one this turn
+    /// continues; [`Error::Decode`] (the turn may have started) for an
+    /// answer that cannot be read.
+    pub async fn stream(self) -> Result<QueryTurn> {
         let span = TurnSpan::new("stream");
         let outer = span.span();
         let started = tokio::time::Instant::now();
-        async move {
-            self.request.stream = Some(true);
-            let (slot, resp) = self.post_turn(true, &span).await?;
-            let client = self.session.client.clone();
-            if is_json(&resp) {
-                // The Query document instead of an event stream: the turn
-                // is named, so it is followed by its id.
-                let deadline = self
-                    .stream_config
-                    .turn_deadline
-                    .and_then(|limit| started.checked_add(limit));
-                let query = decode_query_until("create_query", resp, deadline).await?;
-                slot.learn(Some(&query.session_id), Some(&query.id));
-                return Ok(QueryTurn::from_query(
-                    client,
-                    query,
-                    slot,
-                    span,
-                    &self.stream_config,
-                    started,
-                ));
+        self.open(span, started).instrument(outer).await
+    }
+
+    /// Sends `POST /query` for a streamed turn and wraps the answer (an
+    /// event stream, or the Query document) in a [`QueryTurn`] whose
+    /// deadline counts from `started`.
+    async fn open(mut self, span: TurnSpan, started: tokio::time::Instant) -> Result<QueryTurn> {
+        self.request.stream = Some(true);
+        let (slot, resp) = self.post_turn(true, &span).await?;
+        let client = self.session.client.clone();
+        // The session this turn continues, if it has one: every answer
+        // about the turn must name it.
+        let session_id = self.request.session_id.clone();
+        if is_json(&resp) {
+            // The Query document instead of an event stream: the turn is
+            // named, so it is followed by its id.
+            let deadline = self
+                .stream_config
+                .turn_deadline
+                .and_then(|limit| started.checked_add(limit));
+            let idle = self.stream_config.idle_timeout;
+            let query = decode_query_until("create_query", resp, started, deadline, idle).await?;
+            if let Err(e) = check_answer_session(&query, session_id.as_deref()) {
+                // The answer is about another session's turn: this one
+                // may run, unnamed; the session checks it next time.
+                drop(slot);
+                return Err(e);
             }
-            let resp = expect_event_stream("create_query", None, resp)?;
-            let conn = EventConnection::new(client, self.stream_config.clone(), resp, None)
-                .started_at(started);
-            Ok(QueryTurn::new(conn, Some(slot), span, &self.stream_config))
+            slot.learn(Some(&query.session_id), Some(&query.id));
+            return Ok(QueryTurn::from_query(
+                client,
+                query,
+                slot,
+                span,
+                &self.stream_config,
+                started,
+            ));
         }
-        .instrument(outer)
-        .await
+        let resp = expect_event_stream("create_query", None, resp)?;
+        let conn = EventConnection::new(client, self.stream_config.clone(), resp, None)
+            .started_at(started);
+        let mut turn = QueryTurn::new(conn, Some(slot), span, &self.stream_config);
+        if let Some(session_id) = &session_id {
+            turn.set_session_id(session_id);
+        }
+        Ok(turn)
     }
 
     /// Starts the turn in the background (HTTP 202) and returns a handle to
-    /// poll, wait for, stream or cancel it.
+    /// poll, wait for, stream or cancel it. Starting counts against
+    /// [`StreamConfig::turn_deadline`]: an answer that drips past it is
+    /// [`Error::Timeout`] with the time really waited.
     ///
     /// # Errors
     /// As for [`TurnBuilder::stream`].
     pub async fn background(mut self) -> Result<QueryHandle> {
         let span = TurnSpan::new("background");
         let outer = span.span();
+        let started = tokio::time::Instant::now();
         async move {
             self.request.background = Some(true);
             let (slot, resp) = self.post_turn(false, &span).await?;
-            let query = decode_query("create_query", resp).await?;
+            // Starting the turn counts against its deadline.
+            let deadline = self
+                .stream_config
+                .turn_deadline
+                .and_then(|limit| started.checked_add(limit));
+            let idle = self.stream_config.idle_timeout;
+            let query = decode_query_until("create_query", resp, started, deadline, idle).await?;
+            if let Err(e) = check_answer_session(&query, self.request.session_id.as_deref()) {
+                drop(slot);
+                return Err(e);
+            }
             slot.learn(Some(&query.session_id), Some(&query.id));
             Ok(QueryHandle::new(
                 self.session.client.clone(),
@@ -517,34 +546,73 @@ fn is_json(resp: &reqwest::Response) -> bool {
         .is_some_and(|v| v.starts_with("application/json"))
 }
 
+/// Checks that the Query answering `POST /query` belongs to the session
+/// the turn continues (`expected`, when it has one).
+fn check_answer_session(query: &types::Query, expected: Option<&str>) -> Result<()> {
+    check_identity(query, &query.id, expected, "the answer to POST /query")
+}
+
 /// [`decode_query`] that gives up at `deadline` (when there is one) with
-/// [`Error::Timeout`]: a body that stalls never holds the turn past it.
+/// [`Error::Timeout`], naming the time since `started`: a body that
+/// stalls never holds the turn past it.
 pub(crate) async fn decode_query_until(
     operation: &'static str,
     resp: reqwest::Response,
+    started: tokio::time::Instant,
     deadline: Option<tokio::time::Instant>,
+    idle: Option<std::time::Duration>,
 ) -> Result<types::Query> {
     let Some(at) = deadline else {
-        return decode_query(operation, resp).await;
+        return decode_query(operation, resp, idle).await;
     };
-    let started = tokio::time::Instant::now();
-    match tokio::time::timeout_at(at, decode_query(operation, resp)).await {
+    match tokio::time::timeout_at(at, decode_query(operation, resp, idle)).await {
         Ok(decoded) => decoded,
-        Err(_) => Err(Error::timeout("query_turn", started.elapsed(), None)),
+        Err(_) => Err(Error::timeout(operation, started.elapsed(), None)),
     }
 }
 
+/// Reads and decodes a Query body, bounded by bytes and, when `idle` is
+/// set, by the time between two chunks: a body that stops moving is a dead
+/// connection, whatever its type. A body sent with a `Content-Encoding`
+/// (gzip, deflate...) is refused by name: this client does not decode it.
 pub(crate) async fn decode_query(
     operation: &'static str,
     resp: reqwest::Response,
+    idle: Option<std::time::Duration>,
 ) -> Result<types::Query> {
+    if let Some(encoding) = content_encoding(&resp) {
+        let message = format!(
+            "the body is sent with Content-Encoding {encoding:?}, which this client does not decode"
+        );
+        return Err(Error::decode(operation, message, &[]));
+    }
     let mut body = Vec::new();
     let mut resp = resp;
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| crate::transport::map_reqwest(operation, e, None))?
-    {
+    let started = tokio::time::Instant::now();
+    loop {
+        let next = match idle {
+            Some(idle) => match tokio::time::timeout(idle, resp.chunk()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    tracing::warn!(
+                        operation,
+                        idle_ms = crate::error::millis(idle),
+                        "the body stopped moving"
+                    );
+                    let query_id = id_of_partial(&body);
+                    return Err(Error::timeout(
+                        operation,
+                        started.elapsed(),
+                        query_id.as_deref(),
+                    ));
+                }
+            },
+            None => resp.chunk().await,
+        };
+        let Some(chunk) = next.map_err(|e| crate::transport::map_reqwest(operation, e, None))?
+        else {
+            break;
+        };
         if body.len().saturating_add(chunk.len()) > MAX_QUERY_BODY_BYTES {
             return Err(Error::ResponseTooLarge {
                 operation,
@@ -553,8 +621,72 @@ pub(crate) async fn decode_query(
         }
         body.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&body).map_err(|e| Error::decode(operation, e, &body))
+    serde_json::from_slice(&body).map_err(|e| {
+        let mut err = Error::decode(operation, e, &body);
+        if let Some(id) = id_of_partial(&body) {
+            err = err.for_query(&id);
+        }
+        err
+    })
 }
+
+/// The turn id a Query body names, read leniently (the body may be cut or
+/// malformed): the string value of the top-level `"id"` key, searched in
+/// the first [`SNIFF_BYTES`] bytes.
+fn id_of_partial(body: &[u8]) -> Option<String> {
+    let body = &body[..body.len().min(SNIFF_BYTES)];
+    let mut depth = 0u32;
+    let mut i = 0;
+    // The last string read at the top level, when it may be a key.
+    let mut key: Option<(usize, usize)> = None;
+    while i < body.len() {
+        match body[i] {
+            b'{' | b'[' => {
+                depth = depth.saturating_add(1);
+                key = None;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                key = None;
+            }
+            b'"' => {
+                let end = string_end(body, i + 1)?;
+                if depth == 1 {
+                    if let Some((k0, k1)) = key.take()
+                        && &body[k0..k1] == b"id"
+                    {
+                        let value = std::str::from_utf8(&body[i + 1..end]).ok()?;
+                        let ok = !value.is_empty() && value.len() <= 256 && !value.contains('\\');
+                        return ok.then(|| value.to_owned());
+                    }
+                    key = Some((i + 1, end));
+                }
+                i = end;
+            }
+            b':' => {}
+            b',' => key = None,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The index of the quote that ends the JSON string starting at `from`.
+fn string_end(body: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while i < body.len() {
+        match body[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// How much of a malformed body is searched for its id.
+const SNIFF_BYTES: usize = 64 * 1024;
 
 impl Session {
     /// Starts a turn: set per-turn controls on the builder, then run it with
@@ -564,9 +696,11 @@ impl Session {
     }
 }
 
-/// [`QueryTurn::finish`], falling back to polling the stored Query when the
-/// events cannot be read to the end (the turn is named but the stream broke
-/// beyond resuming).
+/// [`QueryTurn::finish`], falling back to the stored Query only when the
+/// connection broke beyond resuming after the server named the turn. A
+/// bound passed, a text that is not the answer, a replay gap, another
+/// turn's answer or the deadline are the outcome, never hidden by a poll;
+/// the stored Query is checked like the stream's final frame.
 async fn finish_or_poll(mut turn: QueryTurn) -> Result<types::Query> {
     let span = turn.turn_span().span();
     let mut first_error = None;
@@ -576,12 +710,9 @@ async fn finish_or_poll(mut turn: QueryTurn) -> Result<types::Query> {
         }
     }
     match first_error {
-        Some(e @ (Error::TurnFailed { .. } | Error::TurnCancelled { .. })) => Err(e),
-        Some(_) if turn.query_id().is_some() => {
-            tracing::debug!(parent: &span, "the events broke off; polling the stored turn");
-            let mut handle = turn.detach();
-            let id = handle.id().to_owned();
-            handle.wait().await.map_err(|e| e.about_query(&id))
+        Some(Error::Stream { .. }) if turn.query_id().is_some() => {
+            tracing::debug!(parent: &span, "the events broke off; reading the stored turn");
+            turn.read_stored().instrument(span).await
         }
         Some(e) => Err(e),
         None => turn.finish().await,

@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use super::stream::check_identity;
 use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
+use crate::status::QueryStatus;
 use crate::{Client, types};
 
 /// Percent-encodes one path segment.
@@ -43,12 +45,23 @@ pub(crate) async fn open_events(
     expect_event_stream("stream_query_events", Some(query_id), resp)
 }
 
-/// Checks that a 2xx answer is an event stream.
+/// Checks that a 2xx answer is an event stream this client can read: its
+/// type, and no `Content-Encoding` (gzip, deflate...: this client does not
+/// decode them, and would otherwise read compressed bytes as frames).
 pub(crate) fn expect_event_stream(
     operation: &'static str,
     query_id: Option<&str>,
     resp: reqwest::Response,
 ) -> Result<reqwest::Response> {
+    if let Some(encoding) = content_encoding(&resp) {
+        return Err(Error::Stream {
+            query_id: query_id.map(str::to_owned),
+            message: format!(
+                "{operation}: the event stream is sent with Content-Encoding {encoding:?}, \
+                 which this client does not decode"
+            ),
+        });
+    }
     let content_type = resp
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
@@ -64,15 +77,30 @@ pub(crate) fn expect_event_stream(
     }
 }
 
+/// The answer's `Content-Encoding`, unless absent or `identity`.
+pub(crate) fn content_encoding(resp: &reqwest::Response) -> Option<String> {
+    let value = resp.headers().get(reqwest::header::CONTENT_ENCODING)?;
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let text = text.trim();
+    if text.is_empty() || text.eq_ignore_ascii_case("identity") {
+        return None;
+    }
+    Some(text.chars().take(64).collect())
+}
+
 /// `GET /queries/{id}` until the turn is terminal, polling with a growing
-/// interval (200 ms up to 5 s) for at most `limit`.
+/// interval (200 ms up to 5 s) for at most `limit`. Every answer must be
+/// the turn `query_id` (of the session `session_id`, when known).
 ///
 /// # Errors
 /// [`Error::Timeout`] (operation `get_query`) when the turn is still running
-/// after `limit`; any error of the polls, naming the query.
+/// after `limit`; [`Error::TurnMismatch`] when an answer is about another
+/// turn or session; [`Error::UnknownTurnStatus`] for a status word that is
+/// not the API's; any error of the polls, naming the query.
 pub(crate) async fn stored_terminal(
     client: &Client,
     query_id: &str,
+    session_id: Option<&str>,
     limit: Duration,
 ) -> Result<types::Query> {
     let mut poller = Poller::new(&WaitPolicy::default().timeout(limit));
@@ -82,12 +110,26 @@ pub(crate) async fn stored_terminal(
             .get(query_id)
             .await
             .map_err(|e| e.for_query(query_id))?;
+        check_identity(&query, query_id, session_id, "the stored turn")?;
         if query.is_terminal() {
             return Ok(query);
         }
+        check_known_status(&query)?;
         if !poller.pause().await {
             return Err(poller.timed_out("get_query"));
         }
+    }
+}
+
+/// [`Error::UnknownTurnStatus`] for a Query whose status word is not the
+/// API's: whether it ended cannot be told.
+pub(crate) fn check_known_status(query: &types::Query) -> Result<()> {
+    match query.status() {
+        QueryStatus::Other(status) => Err(Error::UnknownTurnStatus {
+            query_id: query.id.clone(),
+            status: status.chars().take(64).collect(),
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -55,6 +55,7 @@ mod config;
 mod delta;
 mod event;
 mod fetch;
+mod identity;
 mod sequenced;
 mod session;
 mod slot;

@@ -93,13 +93,24 @@ impl TurnSlot {
         }
     }
 
-    /// Records what a turn reported about the session.
+    /// Records what a turn reported about the session. A session keeps the
+    /// id it was created with or given: a turn's report of another one is
+    /// never adopted (the turn's own checks make it an error).
     pub(crate) fn learn(&self, session_id: Option<&str>, query_id: Option<&str>) {
         let mut start = self.shared.lock();
-        if let Some(s) = session_id.filter(|s| !s.is_empty())
-            && start.session_id.as_deref() != Some(s)
-        {
-            start.session_id = Some(s.to_owned());
+        if let Some(s) = session_id.filter(|s| !s.is_empty()) {
+            match start.session_id.as_deref() {
+                None => start.session_id = Some(s.to_owned()),
+                Some(known) if known != s => {
+                    tracing::warn!(
+                        session_id = known,
+                        reported = s,
+                        "a turn reported another session; keeping this one"
+                    );
+                    return;
+                }
+                Some(_) => {}
+            }
         }
         if let Some(q) = query_id.filter(|q| !q.is_empty()) {
             if start.last_query_id.as_deref() != Some(q) {
@@ -223,8 +234,9 @@ impl Shared {
         };
         let ended = match &query_id {
             None => true,
+            // An answer about another turn tells nothing about this one.
             Some(id) => match client.queries().get(id).await {
-                Ok(q) => q.is_terminal(),
+                Ok(q) => q.id == *id && q.is_terminal(),
                 Err(e) => e.is_not_found(),
             },
         };
@@ -249,7 +261,7 @@ impl Shared {
     async fn check_held(&self, client: &Client, query_id: Option<String>) -> Option<Ended> {
         let ended = match &query_id {
             Some(id) => match client.queries().get(id).await {
-                Ok(q) => q.is_terminal(),
+                Ok(q) => q.id == *id && q.is_terminal(),
                 Err(e) => e.is_not_found(),
             },
             // Not named yet: the session's stored turns tell, once the

@@ -4,20 +4,24 @@
 //!
 //! Exactly-once delivery rests on two facts of the API: every progress frame
 //! carries its sequence number as `id:`, and `GET /queries/{id}/events` with
-//! `Last-Event-ID: N` replays from N inclusively. So after a break the
-//! stream reconnects with the last sequence number it delivered and skips
-//! every frame whose id is not greater. The `POST /query` that started the
-//! turn is never sent again: that would start a second turn.
+//! `Last-Event-ID: N` replays from N inclusively (or, as SSE servers usually
+//! do, from the event after N). So after a break the stream reconnects with
+//! the last sequence number it delivered and skips every frame whose id is
+//! not greater. The `POST /query` that started the turn is never sent again:
+//! that would start a second turn.
 //!
-//! Both facts are checked, not trusted. Ids are checked on every frame: one
-//! not above the last delivered is a replay (dropped, so a replay that starts
-//! early is deduplicated), one beyond the next is a jump (the connection
-//! resumes at once from the last delivered event). A resumed connection must
-//! reach the id it sent: a replay that starts later or at a non-numeric id,
-//! a second jump at the same place, and an event log that is gone (404/410)
-//! end the reading; the connection then waits for the stored turn
-//! (`GET /queries/{id}`) and hands it over as [`Delivery::Recovered`], never
-//! the events across the gap. After the terminal event the `query` frame is
+//! Both facts are checked, not trusted, and so is the turn's identity: a
+//! frame that names another turn or session ends the stream with
+//! [`Error::TurnMismatch`], never retried. Ids are checked on every frame:
+//! one not above the last delivered is a replay (dropped, so a replay that
+//! starts early is deduplicated), one beyond the next is a jump (the
+//! connection resumes at once from the last delivered event), and one that
+//! is not a decimal number cannot be ordered. A resumed connection must
+//! reach the id it sent or start right after it: a replay that starts later
+//! or at a non-numeric id, a second jump at the same place, a non-numeric
+//! id anywhere, and an event log that is gone (404/410) end the reading; the
+//! connection then waits for the stored turn (`GET /queries/{id}`) and hands
+//! it over as [`Delivery::Recovered`], never the events across the gap. After the terminal event the `query` frame is
 //! awaited for [`StreamConfig::final_query_wait`], then the stored turn
 //! stands in for it; [`StreamConfig::turn_deadline`] bounds it all.
 
@@ -32,6 +36,8 @@ use tokio::time::{Instant, Sleep};
 pub(crate) use super::config::{MAX_QUERY_BODY_BYTES, StreamConfig};
 use super::event::QueryEvent;
 pub(crate) use super::fetch::{expect_event_stream, open_events, stored_terminal};
+use super::identity::check_frame_identity;
+pub(crate) use super::identity::check_identity;
 use super::sse::SseParser;
 pub(crate) use crate::error::millis;
 use crate::error::{Error, Result};
@@ -97,6 +103,9 @@ pub(crate) struct EventConnection {
     state: State,
     parser: SseParser,
     query_id: Option<String>,
+    /// The turn's session, once known: every frame that names a session
+    /// must name this one.
+    session_id: Option<String>,
     /// The sequence number of the last delivered event.
     last_seq: Option<u64>,
     /// Whether any event was delivered (with or without an id).
@@ -162,19 +171,6 @@ impl std::fmt::Debug for EventConnection {
     }
 }
 
-/// The `query_id` every QueryEvent carries, read without decoding the rest.
-fn query_id_of(data: &str) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Wire {
-        #[serde(default)]
-        query_id: Option<String>,
-    }
-    serde_json::from_str::<Wire>(data)
-        .ok()
-        .and_then(|w| w.query_id)
-        .filter(|id| !id.is_empty())
-}
-
 /// What one parsed frame means for the connection.
 enum Parsed {
     Deliver(Option<u64>, QueryEvent),
@@ -184,6 +180,8 @@ enum Parsed {
     Broken(String),
     /// An id beyond the next one: events are missing.
     Jump(String),
+    /// The frame names another turn or session.
+    Foreign(Error),
 }
 
 impl EventConnection {
@@ -200,6 +198,7 @@ impl EventConnection {
             state,
             parser,
             query_id,
+            session_id: None,
             last_seq: None,
             delivered_any: false,
             verify: None,
@@ -240,6 +239,11 @@ impl EventConnection {
         self.started = at;
         self.deadline = None;
         self
+    }
+
+    /// When the turn's reading started (its deadline counts from here).
+    pub(crate) fn started(&self) -> Instant {
+        self.started
     }
 
     /// When [`StreamConfig::turn_deadline`] passes, if it is bounded.
@@ -293,6 +297,27 @@ impl EventConnection {
         self.query_id.as_deref()
     }
 
+    /// The turn's session, once known.
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// The session every frame of this turn must name (a session that
+    /// exists already, or the one the turn's first frame named).
+    pub(crate) fn expect_session(&mut self, session_id: &str) {
+        if !session_id.is_empty() && self.session_id.is_none() {
+            self.session_id = Some(session_id.to_owned());
+        }
+    }
+
+    /// Takes up the `retry:` the server sent, whenever it came.
+    fn note_retry(&mut self) {
+        if let Some(retry) = self.parser.retry() {
+            // A server number: never beyond the policy's cap.
+            self.retry = Some(retry.min(self.config.resume_max_delay));
+        }
+    }
+
     pub(crate) fn last_seq(&self) -> Option<u64> {
         self.last_seq
     }
@@ -338,8 +363,10 @@ impl EventConnection {
             Ok(None) => return None,
             Err(e) => return Some(Err(e)),
         };
-        if self.query_id.is_none() {
-            self.query_id = query_id_of(frame.data);
+        let (event, data, bad_id) = (frame.event, frame.data, frame.bad_id);
+        if let Err(e) = check_frame_identity(&mut self.query_id, &mut self.session_id, event, data)
+        {
+            return Some(Ok(Parsed::Foreign(e)));
         }
         if let Some(expected) = self.verify {
             if frame.bad_id {
@@ -353,6 +380,14 @@ impl EventConnection {
                     self.verify = None;
                     self.conn_last = Some(id);
                     return Some(Ok(Parsed::Skip));
+                }
+                Some(id) if Some(id) == expected.checked_add(1) => {
+                    // The replay starts right after the id sent (SSE's
+                    // usual meaning of `Last-Event-ID`): nothing is
+                    // missing. The id-less frames before it were skipped.
+                    tracing::trace!(seq = id, "the replay starts after the last delivered event");
+                    self.verify = None;
+                    self.skip_idless = 0;
                 }
                 Some(id) if id > expected => {
                     return Some(Ok(Parsed::Broken(format!(
@@ -375,6 +410,12 @@ impl EventConnection {
                 // Part of the replayed prefix, delivered already.
                 None => return Some(Ok(Parsed::Skip)),
             }
+        }
+        if bad_id {
+            // Without an order, the frame cannot be told new from replayed.
+            return Some(Ok(Parsed::Broken(
+                "an event id is not a decimal number, so the events cannot be ordered".to_owned(),
+            )));
         }
         match (frame.id, self.last_seq) {
             (Some(id), Some(last)) if id <= last => {
@@ -440,9 +481,6 @@ impl EventConnection {
                                 // A final frame is the truth only when the
                                 // turn has ended: the stored turn, once it
                                 // has, stands in for it.
-                                if self.query_id.is_none() && !q.id.is_empty() {
-                                    self.query_id = Some(q.id.clone());
-                                }
                                 tracing::debug!(
                                     query_id = self.query_id.as_deref(),
                                     status = q.status,
@@ -451,10 +489,7 @@ impl EventConnection {
                                 self.fetch_final();
                                 continue;
                             }
-                            QueryEvent::Query(q) => {
-                                if self.query_id.is_none() {
-                                    self.query_id = Some(q.id.clone());
-                                }
+                            QueryEvent::Query(_) => {
                                 // The document is the last frame: close now.
                                 self.state = State::Done;
                             }
@@ -468,6 +503,13 @@ impl EventConnection {
                         return Poll::Ready(Some(Ok(Delivery::Event(id, event))));
                     }
                     Some(Ok(Parsed::Skip)) => continue,
+                    Some(Ok(Parsed::Foreign(e))) => {
+                        // Never retried or recovered: whatever else this
+                        // server says about the turn cannot be trusted.
+                        tracing::warn!(error = %e, "the server named another turn");
+                        self.fail(e);
+                        continue;
+                    }
                     Some(Ok(Parsed::Broken(cause))) => {
                         if self.terminal_seen {
                             // Only the final Query was missing; the stored
@@ -537,10 +579,7 @@ impl EventConnection {
                     Poll::Ready(Some(Ok(bytes))) => {
                         self.last_activity = Instant::now();
                         self.parser.feed(&bytes);
-                        if let Some(retry) = self.parser.retry() {
-                            // A server number: never beyond the policy's cap.
-                            self.retry = Some(retry.min(self.config.resume_max_delay));
-                        }
+                        self.note_retry();
                     }
                     Poll::Ready(Some(Err(e))) => {
                         let e = self.client.transport().map_reqwest(self.body_operation, e);
@@ -632,6 +671,11 @@ impl EventConnection {
                                 Box::new(query),
                                 gap,
                             ))));
+                        }
+                        // What the stored turn says about itself is the
+                        // outcome, not a detail of the gap.
+                        Err(e @ (Error::TurnMismatch(_) | Error::UnknownTurnStatus { .. })) => {
+                            self.failed = Some(e)
                         }
                         Err(e) => {
                             let detail = format!("the stored turn could not be read: {e}");

@@ -80,16 +80,18 @@ async fn resume_from_a_known_event_skips_it_and_delivers_the_rest() {
 }
 
 #[tokio::test]
-async fn resume_that_skips_the_known_event_hands_over_the_stored_turn() {
+async fn resume_that_skips_an_unseen_event_hands_over_the_stored_turn() {
+    // Event 3 was never delivered: a replay from event 4 misses it (one
+    // from event 3, right after the id sent, would prove nothing missing).
     let (_server, client) =
-        server("id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n").await;
+        server("id: 4\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n").await;
     let mut conn = EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
     match next(&mut conn).await {
         Some(Ok(Delivery::Recovered(query, gap))) => {
             assert_eq!(query.answer_text(), "ab");
             assert_eq!(gap.last_event_id, Some(2));
             assert!(
-                gap.cause.contains("event 3 instead of event 2"),
+                gap.cause.contains("event 4 instead of event 2"),
                 "{}",
                 gap.cause
             );

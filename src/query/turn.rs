@@ -239,6 +239,7 @@ impl QueryTurn {
 
     /// Sets the session id known from elsewhere (an attached turn).
     pub(crate) fn set_session_id(&mut self, session_id: &str) {
+        self.conn.expect_session(session_id);
         if !session_id.is_empty() && self.acc.session_id.is_none() {
             self.acc.session_id = Some(session_id.to_owned());
             self.span.learn(None, Some(session_id));
@@ -461,40 +462,61 @@ impl QueryTurn {
         {
             return q.into_result();
         }
-        match self.conn.query_id() {
-            Some(id) if self.conn.terminal_seen() => {
-                let limit = self.conn.config().recovery_wait_limit();
-                let stored = stored_terminal(self.conn.client(), id, limit);
-                // The turn's deadline covers this read too.
-                let query = match self.conn.deadline_at() {
-                    Some(at) => match tokio::time::timeout_at(at, stored).await {
-                        Ok(read) => read.map_err(|e| e.about_query(id))?,
-                        Err(_) => {
-                            return Err(Error::timeout(
-                                "query_turn",
-                                self.conn.config().turn_deadline.unwrap_or_default(),
-                                Some(id),
-                            ));
-                        }
-                    },
-                    None => stored.await.map_err(|e| e.about_query(id))?,
-                };
-                if let Err(m) = self.check_final(&query) {
-                    return Err(m.to_error());
-                }
-                if let Some(slot) = self.slot.take() {
-                    slot.learn(Some(&query.session_id), Some(&query.id));
-                    if query.is_terminal() {
-                        slot.release();
-                    }
-                }
-                query.into_result()
-            }
-            id => Err(Error::Stream {
-                query_id: id.map(str::to_owned),
-                message: "the stream ended without the turn's result".into(),
-            }),
+        if self.conn.query_id().is_some() && self.conn.terminal_seen() {
+            return self.read_stored().await;
         }
+        Err(Error::Stream {
+            query_id: self.conn.query_id().map(str::to_owned),
+            message: "the stream ended without the turn's result".into(),
+        })
+    }
+
+    /// The stored turn (`GET /queries/{id}`, polled until terminal within
+    /// the turn's deadline), checked as the final `query` frame would be:
+    /// its identity, the text delivered, and the text bound.
+    pub(crate) async fn read_stored(mut self) -> Result<types::Query> {
+        let Some(id) = self.conn.query_id().map(str::to_owned) else {
+            return Err(Error::Stream {
+                query_id: None,
+                message: "the server never named the turn".into(),
+            });
+        };
+        let id = id.as_str();
+        let limit = self.conn.config().recovery_wait_limit();
+        let session_id = self.conn.session_id();
+        let stored = stored_terminal(self.conn.client(), id, session_id, limit);
+        // The turn's deadline covers this read too.
+        let query = match self.conn.deadline_at() {
+            Some(at) => match tokio::time::timeout_at(at, stored).await {
+                Ok(read) => read.map_err(|e| e.about_query(id))?,
+                Err(_) => {
+                    return Err(Error::timeout(
+                        "query_turn",
+                        self.conn.started().elapsed(),
+                        Some(id),
+                    ));
+                }
+            },
+            None => stored.await.map_err(|e| e.about_query(id))?,
+        };
+        if let Err(m) = self.check_final(&query) {
+            return Err(m.to_error());
+        }
+        let limit = self.stream_config.max_text_bytes;
+        if query.answer_text().len() > limit {
+            return Err(Error::TurnTooLarge {
+                query_id: Some(query.id.clone()),
+                part: "text",
+                limit: u64::try_from(limit).unwrap_or(u64::MAX),
+            });
+        }
+        if let Some(slot) = self.slot.take() {
+            slot.learn(Some(&query.session_id), Some(&query.id));
+            if query.is_terminal() {
+                slot.release();
+            }
+        }
+        query.into_result()
     }
 
     /// Finishes the turn and deserializes its `output_json` (the answer to a
@@ -529,11 +551,17 @@ impl QueryTurn {
         self.cancel_on_drop = false;
         let client = self.conn.client().clone();
         let id = self.conn.query_id().unwrap_or_default().to_owned();
+        let session_id = self.conn.session_id().map(str::to_owned);
         let result = client
             .queries()
             .cancel(&id)
             .instrument(self.span.span())
-            .await;
+            .await
+            .and_then(|q| {
+                let session = session_id.as_deref();
+                super::identity::check_identity(&q, &id, session, "the answer to cancel")?;
+                Ok(q)
+            });
         if let (Ok(q), Some(slot)) = (&result, self.slot.take()) {
             slot.learn(Some(&q.session_id), Some(&q.id));
             if q.is_terminal() {

@@ -301,7 +301,16 @@ impl Transport {
                             return Ok(redirect_refused_response(RedirectRefused::refused(&next)));
                         }
                         let keeps_method = matches!(status.as_u16(), 307 | 308);
-                        if keeps_method && !last_chance && redirects < redirect::MAX_REDIRECTS {
+                        if keeps_method && crate::error::starts_turn(operation) {
+                            // Following would send `POST /query` again.
+                            return Ok(redirect_refused_response(RedirectRefused::starts_turn(
+                                &next,
+                            )));
+                        }
+                        if keeps_method && redirects >= redirect::MAX_REDIRECTS {
+                            return Ok(redirect_refused_response(RedirectRefused::too_many(&next)));
+                        }
+                        if keeps_method && !last_chance {
                             redirects += 1;
                             *req.url_mut() = next;
                             continue;

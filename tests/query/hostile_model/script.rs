@@ -85,6 +85,19 @@ pub(super) struct Stored {
     pub(super) missing: bool,
 }
 
+/// Where the server lies about which turn it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lie {
+    /// The events requests (resumes) stream another turn (same text).
+    EventsOfAnotherTurn,
+    /// Every final `query` frame names another turn (same text).
+    FinalOfAnotherTurn,
+    /// `GET /queries/{id}` answers another turn's document from this poll on.
+    StoredOfAnotherTurn(usize),
+    /// The events requests stream this turn of another session.
+    AnotherSession,
+}
+
 #[derive(Debug, Clone)]
 pub(super) enum Mode {
     /// `stream()`, `next()` to the end, `finish()`.
@@ -106,6 +119,11 @@ pub(super) struct Script {
     pub(super) stored: Stored,
     pub(super) keep_text: bool,
     pub(super) mode: Mode,
+    /// The server lies about the turn's identity, this way.
+    pub(super) lie: Option<Lie>,
+    /// A server that keeps the contract (in one of its standard forms): the
+    /// turn must end `Ok` with the stored answer.
+    pub(super) benign: bool,
 }
 
 pub(super) fn body_strategy() -> impl Strategy<Value = Body> {
@@ -177,11 +195,15 @@ pub(super) fn script_strategy() -> impl Strategy<Value = Script> {
             agrees,
             missing,
         });
-    let mode = prop_oneof![
-        4 => Just(Mode::Stream),
-        2 => Just(Mode::Send),
-        2 => (0usize..8).prop_map(Mode::Resume),
-    ];
+    let lie = proptest::option::weighted(
+        0.25,
+        prop_oneof![
+            Just(Lie::EventsOfAnotherTurn),
+            Just(Lie::FinalOfAnotherTurn),
+            (0usize..4).prop_map(Lie::StoredOfAnotherTurn),
+            Just(Lie::AnotherSession),
+        ],
+    );
     (
         deltas,
         proptest::collection::vec(0u64..3, 0..3),
@@ -189,7 +211,110 @@ pub(super) fn script_strategy() -> impl Strategy<Value = Script> {
         events,
         stored,
         any::<bool>(),
-        mode,
+        mode_strategy(),
+        lie,
+    )
+        .prop_map(
+            |(deltas, throttles, post, events, stored, keep_text, mode, lie)| Script {
+                deltas,
+                throttles,
+                post,
+                events,
+                stored,
+                keep_text,
+                mode,
+                lie,
+                benign: false,
+            },
+        )
+}
+
+fn mode_strategy() -> impl Strategy<Value = Mode> {
+    prop_oneof![
+        4 => Just(Mode::Stream),
+        2 => Just(Mode::Send),
+        2 => (0usize..8).prop_map(Mode::Resume),
+    ]
+}
+
+/// A body that keeps the contract: duplicated frames, unknown events,
+/// a close, a cut or a stall that the idle timeout ends, but every frame
+/// that arrives is true. With `named`, its first frame arrives whole (a
+/// connection cut before the server named the turn cannot be resumed).
+fn benign_body(named: bool) -> impl Strategy<Value = Body> {
+    let min = usize::from(named);
+    (
+        min..12,
+        proptest::collection::vec(prop_oneof![6 => Just(0u8), 1 => Just(2)], 12),
+        proptest::option::weighted(0.15, min..12),
+        if named {
+            prop_oneof![
+                3 => Just(Ending::Final),
+                1 => Just(Ending::Close),
+                1 => Just(Ending::FinalThenStall),
+                1 => Just(Ending::FinalNotTerminal),
+                1 => (1u64..400).prop_map(Ending::Stall),
+            ]
+            .boxed()
+        } else {
+            prop_oneof![
+                3 => Just(Ending::Final),
+                1 => Just(Ending::Close),
+                2 => (0u16..1000).prop_map(Ending::Cut),
+                1 => Just(Ending::FinalThenStall),
+                1 => Just(Ending::FinalNotTerminal),
+                1 => (1u64..400).prop_map(Ending::Stall),
+            ]
+            .boxed()
+        },
+    )
+        .prop_map(|(prefix, mutations, unknown_at, ending)| Body {
+            prefix,
+            mutations,
+            unknown_at,
+            ending,
+        })
+}
+
+/// Servers that keep the contract, in its standard forms: a replay from
+/// `Last-Event-ID` inclusively, right after it, or earlier; a Query
+/// document for an answer; throttles within the retry policy; a stored
+/// turn that runs a while and then holds the streamed answer. Every one
+/// must end `Ok` with the stored answer.
+pub(super) fn benign_strategy() -> impl Strategy<Value = Script> {
+    let deltas = proptest::collection::vec("[a-zé ]{1,12}", 1..5);
+    let post = prop_oneof![
+        6 => benign_body(true).prop_map(Post::Sse),
+        2 => prop_oneof![Just("completed"), Just("in_progress")]
+            .prop_map(|status| Post::Json { status, stall: false }),
+        1 => ((1u64..3), benign_body(true)).prop_map(|(s, b)| Post::StallHeaders(s, b)),
+    ];
+    // At most two scripted connections, so that the resume budget (three
+    // connections without progress) is never spent on them alone.
+    let events = proptest::collection::vec(
+        prop_oneof![
+            4 => benign_body(false).prop_map(Events::Faithful),
+            1 => Just(Events::Late(1)),
+            1 => (1u64..4).prop_map(Events::Early),
+        ],
+        0..3,
+    );
+    let stored = (0usize..4).prop_map(|running_polls| Stored {
+        running_polls,
+        status: "completed",
+        agrees: true,
+        missing: false,
+    });
+    // Throttles and a stall before the headers stay within the header
+    // timeout together.
+    (
+        deltas,
+        proptest::collection::vec(0u64..2, 0..3),
+        post,
+        events,
+        stored,
+        any::<bool>(),
+        mode_strategy(),
     )
         .prop_map(
             |(deltas, throttles, post, events, stored, keep_text, mode)| Script {
@@ -200,6 +325,8 @@ pub(super) fn script_strategy() -> impl Strategy<Value = Script> {
                 stored,
                 keep_text,
                 mode,
+                lie: None,
+                benign: true,
             },
         )
 }
@@ -216,6 +343,37 @@ pub(super) fn truth(script: &Script) -> (Turn, String) {
     (turn, stored)
 }
 
+/// The other turn and session a lying server names.
+pub(super) const OTHER_Q: &str = "q_other";
+pub(super) const OTHER_S: &str = "s_other";
+
+/// `body` as a lying server sends it in answer to `POST /query`: when the
+/// lie is about the session, the first frame (which names it) always
+/// arrives, so that the turn knows its session before the lie.
+pub(super) fn post_body(script: &Script, body: &Body) -> Body {
+    let mut body = body.clone();
+    if script.lie == Some(Lie::AnotherSession) {
+        body.prefix = body.prefix.max(1);
+        if let Some(first) = body.mutations.first_mut() {
+            *first = 0;
+        }
+        // Nothing before it: a cut is then either inside it (the turn is
+        // never named) or after it.
+        body.unknown_at = None;
+    }
+    body
+}
+
+/// The turn a lying server streams on its events requests.
+pub(super) fn foreign_turn(script: &Script, turn: &Turn) -> Turn {
+    let refs: Vec<&str> = script.deltas.iter().map(String::as_str).collect();
+    match script.lie {
+        Some(Lie::EventsOfAnotherTurn) => Turn::completed(OTHER_Q, S, &refs),
+        Some(Lie::AnotherSession) => Turn::completed(Q, OTHER_S, &refs),
+        _ => turn.clone(),
+    }
+}
+
 pub(super) fn delta_frame(id: u64, text: &str) -> String {
     frame(
         Some(id),
@@ -224,9 +382,16 @@ pub(super) fn delta_frame(id: u64, text: &str) -> String {
     )
 }
 
-/// The bytes of a streamed body: the true frames from `from` (exclusive
-/// of none: `from` is the first id sent) mutated and ended as `body` says.
-pub(super) fn render(turn: &Turn, stored_answer: &str, from: u64, body: &Body) -> Vec<Step> {
+/// The bytes of a streamed body: the frames of `turn` from `from` (exclusive
+/// of none: `from` is the first id sent) mutated and ended as `body` says;
+/// its final frame names `final_id` (the turn's own, unless the server lies).
+pub(super) fn render(
+    turn: &Turn,
+    stored_answer: &str,
+    from: u64,
+    body: &Body,
+    final_id: &str,
+) -> Vec<Step> {
     let progress: Vec<&(Option<u64>, String)> = turn
         .frames
         .iter()
@@ -260,8 +425,17 @@ pub(super) fn render(turn: &Turn, stored_answer: &str, from: u64, body: &Body) -
         .filter_map(|(id, _)| *id)
         .max()
         .map_or(from, |m| m + 1);
-    let final_frame =
-        |status: &str, answer: &str| frame(None, "query", &query_json(Q, S, status, answer));
+    // A final frame that is the body's first names the turn: a lie needs a
+    // frame that named the true one before it.
+    let final_id = if out.is_empty() {
+        turn.query_id.as_str()
+    } else {
+        final_id
+    };
+    let final_frame = |status: &str, answer: &str| {
+        let doc = query_json(final_id, &turn.session_id, status, answer);
+        frame(None, "query", &doc)
+    };
     let mut steps = Vec::new();
     match &body.ending {
         Ending::Close => steps.push(Step::Write(out.into_bytes())),
