@@ -111,7 +111,10 @@ fn save_failure<S: CheckpointStore>(store: &S, key: &str, e: &Error, query_id: O
 fn is_verification_failure(e: &Error) -> bool {
     matches!(
         e,
-        Error::AnswerMismatch { .. } | Error::ReplayGap { .. } | Error::TurnTooLarge { .. }
+        Error::AnswerMismatch { .. }
+            | Error::ReplayGap { .. }
+            | Error::TurnTooLarge { .. }
+            | Error::TurnMismatch(_)
     )
 }
 
