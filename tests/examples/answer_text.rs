@@ -5,10 +5,10 @@
 
 #[path = "../../examples/common/answer_text.rs"]
 #[allow(dead_code)]
-mod answer_text;
+mod writer;
 
-use answer_text::{AnswerText, Mode};
 use proptest::prelude::*;
+use writer::{AnswerText, Mode};
 
 /// What the writer makes of `deltas`.
 fn written(mode: Mode, deltas: &[&str]) -> String {
