@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::stream::check_identity;
+use super::identity::check_identity;
 use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
 use crate::status::QueryStatus;
