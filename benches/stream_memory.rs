@@ -67,7 +67,10 @@ async fn serve() {
                     }
                 }
             }
-            let _ = sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\nid: 0\nevent: response.created\ndata: {\"type\":\"response.created\",\"query_id\":\"q_mem\",\"session_id\":\"s\"}\n\n").await;
+            // No session id: every stream runs in a session of its own, and
+            // a frame naming another session would be refused as another
+            // turn's.
+            let _ = sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\nid: 0\nevent: response.created\ndata: {\"type\":\"response.created\",\"query_id\":\"q_mem\"}\n\n").await;
             // Idle until the client goes away.
             while sock.read(&mut buf).await.unwrap_or(0) > 0 {}
         });
