@@ -140,6 +140,8 @@ pub(crate) struct ApiArgs {
 pub(crate) struct Credentials {
     /// The API key, when one is configured.
     pub(crate) api_key: Option<String>,
+    /// Whether the key is exchanged for a bearer token first.
+    pub(crate) login: bool,
 }
 
 /// One call, its parameters checked against its operation.
@@ -232,6 +234,7 @@ pub(crate) async fn run(
             .map(str::trim)
             .filter(|k| !k.is_empty())
             .map(str::to_owned),
+        login: server.login,
     };
     calls::dispatch(&conn.client, &credentials, &call).await
 }

@@ -147,8 +147,22 @@ pub(crate) async fn query_stream(
         .header("Accept", "text/event-stream")
         .header("X-Pinecone-Api-Version", client.api_version().as_str())
         .json(body);
-    if let Some(key) = &credentials.api_key {
-        request = request.header("X-Pinecone-Api-Key", key);
+    match (&credentials.api_key, credentials.login) {
+        (Some(key), true) => {
+            let login = nexus_knowql::types::LoginBody {
+                api_key: Some(key.clone()),
+            };
+            let token = client
+                .api()
+                .login(&login)
+                .await
+                .map_err(|e| super::failure("login", e))?
+                .into_inner()
+                .token;
+            request = request.bearer_auth(token);
+        }
+        (Some(key), false) => request = request.header("X-Pinecone-Api-Key", key),
+        (None, _) => {}
     }
     let response = request
         .send()
