@@ -16,7 +16,14 @@
 //! cargo run --example nexus --features local -- stats handbook
 //! cargo run --example nexus --features local -- connect ./shared --enable handbook
 //! cargo run --example nexus --features local -- connectors --context handbook
+//! cargo run --example nexus --features local -- api --list
+//! cargo run --example nexus --features local -- api get_context -p slug=handbook
+//! echo '{"rating":"up"}' | cargo run --example nexus --features local -- api create_query_feedback -p id=QUERY_ID --body -
 //! ```
+//!
+//! `nexus api OPERATION_ID` reaches every operation of the API (the
+//! generated client's calls): path, query and header parameters as
+//! `--param NAME=VALUE`, a JSON body from `--body FILE` or `--body -`.
 //!
 //! Every command takes `--json` to print the API's JSON instead of tables
 //! and text. The server comes from `--base-url` or `NEXUS_BASE_URL` (with
@@ -28,6 +35,8 @@
 #[path = "common/mod.rs"]
 #[macro_use]
 mod common;
+#[path = "nexus_cli/api.rs"]
+mod api;
 #[path = "nexus_cli/ops.rs"]
 mod ops;
 
@@ -157,6 +166,8 @@ enum Command {
         #[arg(long)]
         enable: Option<String>,
     },
+    /// Call any API operation by its operationId (`nexus api --list`).
+    Api(api::ApiArgs),
 }
 
 fn main() -> ExitCode {
@@ -177,14 +188,12 @@ fn main() -> ExitCode {
 
 /// Runs one command; `Err` is the one-line reason it failed.
 async fn run(cli: Cli) -> Result<ExitCode, String> {
+    if let Command::Api(args) = cli.command {
+        return api::run(&cli.server, cli.json, args).await;
+    }
     let conn = cli.server.connect().await?;
     if conn.local {
-        eprintln!(
-            "{}",
-            style("using an embedded local Nexus over the shipped corpus (changes are not kept)")
-                .for_stderr()
-                .dim()
-        );
+        local_note();
     }
     let client = &conn.client;
     let json = cli.json;
@@ -215,7 +224,18 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Connect { dir, label, enable } => {
             ops::connect(client, json, &dir, label.as_deref(), enable.as_deref()).await
         }
+        Command::Api(_) => Err("unreachable: `api` runs before connecting".to_owned()),
     }
+}
+
+/// Says on stderr that the embedded server answers.
+fn local_note() {
+    eprintln!(
+        "{}",
+        style("using an embedded local Nexus over the shipped corpus (changes are not kept)")
+            .for_stderr()
+            .dim()
+    );
 }
 
 fn print_json<T: serde::Serialize>(value: &T) -> Result<ExitCode, String> {

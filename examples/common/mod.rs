@@ -55,6 +55,10 @@ pub(crate) struct ServerArgs {
     /// API version to request (default `2026-07`).
     #[arg(long, env = "NEXUS_API_VERSION", global = true)]
     pub(crate) api_version: Option<String>,
+    /// Exchange the API key for a bearer token (`POST /auth/login`) and
+    /// send `Authorization: Bearer` instead of the key.
+    #[arg(long, global = true, requires = "api_key")]
+    pub(crate) login: bool,
 }
 
 /// A connected client, and the embedded server it talks to when there is one
@@ -85,7 +89,7 @@ impl ServerArgs {
         };
         let mut builder = Client::builder().base_url(url);
         if let Some(key) = self.api_key.as_deref().filter(|k| !k.trim().is_empty()) {
-            builder = builder.api_key(key.trim());
+            builder = builder.api_key(key.trim()).login(self.login);
         }
         if let Some(version) = self.api_version.as_deref().filter(|v| !v.trim().is_empty()) {
             builder = builder.api_version(version.trim());

@@ -59,7 +59,17 @@ fn build_examples() -> &'static Result<(), String> {
             "ask",
             "--example",
             "worker",
+            "--example",
+            "first_question",
+            "--example",
+            "background_turn",
         ]);
+        if cfg!(feature = "schema") {
+            cmd.args(["--example", "typed"]);
+        }
+        if cfg!(feature = "web") {
+            cmd.args(["--example", "web"]);
+        }
         // Cargo gives the test process the package's variables. Some build
         // scripts rerun when they change (ring watches CARGO_MANIFEST_DIR),
         // so passing them on would rebuild half the tree, twice.
