@@ -31,6 +31,7 @@ pub enum Error {
 
     /// The server does not serve the API version this client sent.
     #[error("{operation}: the server does not support API version `{sent}`: {message}")]
+    #[non_exhaustive]
     UnsupportedApiVersion {
         /// The operation that was refused.
         operation: &'static str,
@@ -44,6 +45,7 @@ pub enum Error {
 
     /// The credentials were missing, wrong or expired (HTTP 401, after any re-login).
     #[error("{operation}: unauthorized: {message}")]
+    #[non_exhaustive]
     Unauthorized {
         /// The operation that was refused.
         operation: &'static str,
@@ -54,8 +56,11 @@ pub enum Error {
     },
 
     /// The request or the response did not make it across the network.
-    /// Its text names the cause (the source chain, without URLs).
-    #[error("{operation}: {}: {}", transport_what(*.connect), chain(.source.as_ref()))]
+    /// Its text says where it failed; the cause is its
+    /// [`source`](std::error::Error::source) (without URLs), so an error
+    /// report that prints the chain shows each part once.
+    #[error("{operation}: {}", transport_what(*.connect))]
+    #[non_exhaustive]
     Transport {
         /// The operation under way.
         operation: &'static str,
@@ -69,6 +74,7 @@ pub enum Error {
     /// A deadline passed: a request timeout, an idle stream, a turn's
     /// deadline, or a `wait()` limit.
     #[error("{operation}{}: timed out after {elapsed_ms} ms", query_suffix(.query_id))]
+    #[non_exhaustive]
     Timeout {
         /// The operation under way.
         operation: &'static str,
@@ -81,6 +87,7 @@ pub enum Error {
 
     /// A response body could not be decoded.
     #[error("{operation}{}: could not decode the response: {message} (body starts: {snippet:?})", query_suffix(&.query_id.as_deref().map(str::to_owned)))]
+    #[non_exhaustive]
     Decode {
         /// The operation whose response failed to decode.
         operation: &'static str,
@@ -100,7 +107,10 @@ pub enum Error {
 
     /// A local file or directory to upload could not be read; nothing was
     /// sent for it.
-    #[error("{operation}: cannot {action} {}: {source}", path.display())]
+    /// The cause is its [`source`](std::error::Error::source), not part of
+    /// its text.
+    #[error("{operation}: cannot {action} {}", path.display())]
+    #[non_exhaustive]
     Io {
         /// The operation under way, e.g. `import_dir`.
         operation: &'static str,
@@ -115,6 +125,7 @@ pub enum Error {
 
     /// A query turn ended with `response.failed` or status `failed`.
     #[error("query {query_id} failed: {message}")]
+    #[non_exhaustive]
     TurnFailed {
         /// The failed turn.
         query_id: String,
@@ -124,6 +135,7 @@ pub enum Error {
 
     /// A query turn was cancelled.
     #[error("query {query_id} was cancelled{}", message_suffix(.message))]
+    #[non_exhaustive]
     TurnCancelled {
         /// The cancelled turn.
         query_id: String,
@@ -133,6 +145,7 @@ pub enum Error {
 
     /// A task (curation, import, ...) ended `failed` or `cancelled`.
     #[error("task {task_id} ended {state}{}", message_suffix(.message))]
+    #[non_exhaustive]
     TaskFailed {
         /// The task.
         task_id: String,
@@ -147,6 +160,7 @@ pub enum Error {
     /// would have sent `POST /query` again. Nothing was sent to `location`;
     /// credentials go only to the configured origin.
     #[error("{operation}: {reason}: redirect to {location} not followed")]
+    #[non_exhaustive]
     Redirect {
         /// The operation under way.
         operation: &'static str,
@@ -159,6 +173,7 @@ pub enum Error {
     /// A listing's pages did not add up (the server repeated a page or
     /// pointed back to one), or the listing holds more items than its bound.
     #[error("{operation}: paging: {message}")]
+    #[non_exhaustive]
     Paging {
         /// The list operation.
         operation: &'static str,
@@ -176,6 +191,7 @@ pub enum Error {
         "the session still runs {}: attach to it or cancel it before asking again",
         busy_turn(.query_id)
     )]
+    #[non_exhaustive]
     SessionBusy {
         /// The turn still running; empty when it was started in this process
         /// and the server has not named it yet.
@@ -184,6 +200,7 @@ pub enum Error {
 
     /// An event stream broke in a way that cannot be resumed.
     #[error("event stream{}: {message}", query_suffix(.query_id))]
+    #[non_exhaustive]
     Stream {
         /// The turn, when its id was known.
         query_id: Option<String>,
@@ -195,6 +212,7 @@ pub enum Error {
     /// was sent (or its event log was gone), and the stored turn could not
     /// make up for the gap. Nothing after `last_event_id` was delivered.
     #[error("event stream of query {query_id}: the events after {} could not be replayed: {message}", after_event(.last_event_id))]
+    #[non_exhaustive]
     ReplayGap {
         /// The turn.
         query_id: String,
@@ -217,6 +235,7 @@ pub enum Error {
     /// or `cancelled`): whether the turn ended cannot be told, so it is not
     /// polled on. Read it with `client.queries().get(query_id)`.
     #[error("query {query_id}: unknown status {status:?}")]
+    #[non_exhaustive]
     UnknownTurnStatus {
         /// The turn.
         query_id: String,
@@ -228,6 +247,7 @@ pub enum Error {
     /// ([`ClientBuilder::max_response_bytes`](crate::ClientBuilder::max_response_bytes));
     /// it was not read to its end.
     #[error("{operation}: the answer is larger than the limit of {limit} bytes")]
+    #[non_exhaustive]
     ResponseTooLarge {
         /// The operation whose answer was too large.
         operation: &'static str,
@@ -243,6 +263,7 @@ pub enum Error {
         "{}the turn's {part} passed the limit of {limit} bytes; reading stopped (the turn may still run)",
         query_prefix(.query_id)
     )]
+    #[non_exhaustive]
     TurnTooLarge {
         /// The turn, when the server had named it.
         query_id: Option<String>,
@@ -260,6 +281,7 @@ pub enum Error {
         "query {query_id}: the streamed text ({delivered_len} bytes) is not the final answer \
          ({final_len} bytes); they first differ at byte {first_difference}"
     )]
+    #[non_exhaustive]
     AnswerMismatch {
         /// The turn.
         query_id: String,

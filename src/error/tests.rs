@@ -221,7 +221,7 @@ fn every_variant_reads_back_its_text() {
             "list_contexts: the server does not support API version `2026-07`: no",
         ),
         ("unauthorized", "list_contexts: unauthorized: expired"),
-        ("transport", "list_contexts: the connection failed: reset"),
+        ("transport", "list_contexts: the connection failed"),
         ("timeout", "list_contexts: timed out after 7 ms"),
         (
             "decode",
@@ -463,4 +463,59 @@ fn helpers_keep_their_numbers_and_bytes() {
     assert_eq!(millis(std::time::Duration::MAX), u64::MAX);
     assert_eq!(snippet(b"short body"), "short body");
     assert_eq!(snippet(&[0xff, b'a']), "\u{fffd}a");
+}
+
+/// An error of every kind that carries a cause, its cause nested once more.
+fn with_causes() -> Vec<Error> {
+    #[derive(Debug, thiserror::Error)]
+    #[error("tls handshake")]
+    struct Outer(#[source] std::io::Error);
+    let nested = Outer(std::io::Error::other("certificate expired"));
+    vec![
+        Error::transport("list_contexts", nested, true),
+        Error::transport("list_contexts", "connection reset", false),
+        Error::Io {
+            operation: "import_dir",
+            action: "read",
+            path: "/data/a.md".into(),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied"),
+        },
+    ]
+}
+
+#[test]
+fn every_cause_is_printed_once_along_the_chain() {
+    let mut kinds = std::collections::BTreeSet::new();
+    let all = others()
+        .into_iter()
+        .map(|(_, e)| e)
+        .chain(with_causes())
+        .chain([api("get_context", 500)]);
+    for e in all {
+        let mut texts = vec![e.to_string()];
+        let mut next = std::error::Error::source(&e);
+        while let Some(cause) = next {
+            texts.push(cause.to_string());
+            next = cause.source();
+        }
+        if texts.len() > 1 {
+            kinds.insert(
+                format!("{e:?}")
+                    .split([' ', '(', '{'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+        for (i, outer) in texts.iter().enumerate() {
+            for inner in &texts[i + 1..] {
+                assert!(
+                    !outer.contains(inner.as_str()),
+                    "{outer:?} repeats {inner:?}"
+                );
+            }
+        }
+    }
+    // Every variant with a cause was walked.
+    assert_eq!(kinds.into_iter().collect::<Vec<_>>(), ["Io", "Transport"]);
 }

@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 pub(crate) mod auth;
 mod bodies;
+pub(crate) mod marks;
 pub(crate) mod observe;
 pub(crate) mod redirect;
 pub(crate) mod retry;
@@ -199,11 +200,24 @@ impl Transport {
     /// Returns the server's final answer whatever its status; error bodies
     /// that are not the JSON envelope are rewritten into one (see
     /// [`Transport::error_from_response`]) so the status is never lost.
-    pub(crate) async fn execute(&self, req: Request, operation: &str) -> reqwest::Result<Response> {
+    ///
+    /// This is the generated client's way in: an error answer is marked
+    /// with `operation` and the version sent (see [`marks`]), so the
+    /// generated call's error converts into [`Error`] with `?`.
+    pub(crate) async fn execute(
+        &self,
+        req: Request,
+        operation: &'static str,
+    ) -> reqwest::Result<Response> {
+        marks::remember_operation(operation);
         // Boxed: the retry loop's state is large, and every future that
         // awaits it (generated calls, tool handlers) would hold, and move, a
         // copy of it otherwise.
-        Box::pin(self.execute_rebuilding(req, None, operation)).await
+        let mut resp = Box::pin(self.execute_rebuilding(req, None, operation)).await?;
+        if !resp.status().is_success() {
+            marks::mark(&mut resp, operation, &self.inner.version_value);
+        }
+        Ok(resp)
     }
 
     /// [`Transport::execute`] for a request whose body cannot be cloned (a
@@ -605,34 +619,14 @@ impl Transport {
         message: String,
         raw_body: Option<String>,
     ) -> Error {
-        if let Some(refused) = headers
-            .get(REDIRECT_MARKER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(RedirectRefused::from_marker)
-        {
-            return refused.to_error(operation);
-        }
-        let request_id = request_id(headers);
-        if status == 401 {
-            return Error::Unauthorized {
-                operation,
-                message,
-                request_id,
-            };
-        }
-        if status == 400 && code.as_deref() == Some("unsupported_api_version") {
-            return Error::UnsupportedApiVersion {
-                operation,
-                sent: self.inner.version.as_str().to_owned(),
-                message,
-                request_id,
-            };
-        }
-        let mut e = Error::api(operation, status, code, message, request_id, raw_body);
-        if let Error::Api(api) = &mut e {
-            api.retry_after = retry::retry_after(headers);
-        }
-        e
+        let answer = ErrorAnswer {
+            status,
+            headers,
+            code,
+            message,
+            raw_body,
+        };
+        error_from_answer(operation, self.inner.version.as_str(), answer)
     }
 
     pub(crate) fn map_reqwest(&self, operation: &'static str, err: reqwest::Error) -> Error {
@@ -652,6 +646,59 @@ impl Transport {
             .await
             .unwrap_or_default()
     }
+}
+
+/// An error answer, read: its status, headers and envelope.
+pub(crate) struct ErrorAnswer<'h> {
+    pub(crate) status: u16,
+    pub(crate) headers: &'h HeaderMap,
+    pub(crate) code: Option<String>,
+    pub(crate) message: String,
+    pub(crate) raw_body: Option<String>,
+}
+
+/// Turns an error answer to `operation`, sent with API version
+/// `sent_version`, into an [`Error`].
+pub(crate) fn error_from_answer(
+    operation: &'static str,
+    sent_version: &str,
+    answer: ErrorAnswer<'_>,
+) -> Error {
+    let ErrorAnswer {
+        status,
+        headers,
+        code,
+        message,
+        raw_body,
+    } = answer;
+    if let Some(refused) = headers
+        .get(REDIRECT_MARKER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(RedirectRefused::from_marker)
+    {
+        return refused.to_error(operation);
+    }
+    let request_id = request_id(headers);
+    if status == 401 {
+        return Error::Unauthorized {
+            operation,
+            message,
+            request_id,
+        };
+    }
+    if status == 400 && code.as_deref() == Some("unsupported_api_version") {
+        return Error::UnsupportedApiVersion {
+            operation,
+            sent: sent_version.to_owned(),
+            message,
+            request_id,
+        };
+    }
+    let mut e = Error::api(operation, status, code, message, request_id, raw_body);
+    if let Error::Api(api) = &mut e {
+        api.retry_after = retry::retry_after(headers);
+    }
+    e
 }
 
 /// `reqwest::Request::try_clone` failed: the body is a stream. Take the

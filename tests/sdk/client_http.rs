@@ -666,6 +666,7 @@ async fn slow_answers_hit_the_request_timeout() {
                 operation: "list_contexts",
                 elapsed_ms: 200,
                 query_id: None,
+                ..
             }
         ),
         "{err:?}"
@@ -727,7 +728,9 @@ async fn a_body_of_declared_length_is_bounded_and_a_cut_one_is_a_transport_error
     assert!(build(&whole, 2).contexts().list().await.unwrap().is_empty());
     // Declared over the limit: refused before it is read.
     match build(&whole, 1).contexts().list().await {
-        Err(Error::ResponseTooLarge { operation, limit }) => {
+        Err(Error::ResponseTooLarge {
+            operation, limit, ..
+        }) => {
             assert_eq!((operation, limit), ("list_contexts", 1));
         }
         other => panic!("{other:?}"),

@@ -8,6 +8,7 @@ mod call_options;
 mod client_http;
 mod decode;
 mod decode_props;
+mod errors;
 mod module_graph;
 mod pagination;
 mod redirects;

@@ -112,6 +112,7 @@ async fn upload_of_a_missing_file_is_an_io_error_and_sends_nothing() {
                 action: "open",
                 path,
                 source,
+                ..
             } if path == std::path::Path::new("/no/such/file.md")
                 && source.kind() == std::io::ErrorKind::NotFound
         ),
@@ -311,6 +312,7 @@ async fn failed_task_is_an_error_for_wait_completed() {
             task_id,
             state,
             message,
+            ..
         } => {
             assert_eq!(
                 (task_id.as_str(), state.as_str(), message.as_str()),
