@@ -102,7 +102,9 @@ pub use api::types;
 /// ```
 pub use reqwest;
 
-pub use client::{ApiVersion, CallOptions, Client, ClientBuilder, RetryPolicy, WaitPolicy};
+pub use client::{
+    ApiVersion, Call, CallOptions, Client, ClientBuilder, ResponseMeta, RetryPolicy, WaitPolicy,
+};
 pub use error::{ApiError, Error, Result, TurnMismatch};
 pub use query::{
     QueryEvent, QueryHandle, QueryTurn, Session, SessionBuilder, StreamConfig, TextStream,

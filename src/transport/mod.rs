@@ -41,7 +41,7 @@ use self::bodies::{
     normalize_error_body, parse_envelope, too_large,
 };
 use self::redirect::RedirectRefused;
-use self::tuning::{CallOptions, LastRequestId, Tuning, request_id};
+use self::tuning::{CallOptions, Tuning, request_id};
 use self::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
 use crate::error::{Error, Result, millis};
 
@@ -70,10 +70,9 @@ pub(crate) type Rebuild<'a> = dyn Fn() -> Option<Request> + Send + Sync + 'a;
 #[derive(Clone)]
 pub struct Transport {
     inner: Arc<TransportInner>,
-    /// Timeouts and retries: the client's, or a `with_options` copy's.
+    /// Timeouts, retries and extra headers: the client's, or a
+    /// `with_options` copy's.
     tuning: Arc<Tuning>,
-    /// Shared by the clones of one copy; a `with_options` copy has its own.
-    last_request_id: Arc<LastRequestId>,
 }
 
 pub(crate) struct TransportInner {
@@ -153,23 +152,16 @@ impl Transport {
         Transport {
             inner: Arc::new(inner),
             tuning: Arc::new(tuning),
-            last_request_id: Arc::default(),
         }
     }
 
-    /// The same transport with `options` over its timeouts and retries,
-    /// and a request id of its own.
+    /// The same transport with `options` over its timeouts, retries and
+    /// extra headers.
     pub(crate) fn with_options(&self, options: &CallOptions) -> Self {
         Transport {
             inner: Arc::clone(&self.inner),
             tuning: Arc::new(options.apply(&self.tuning)),
-            last_request_id: Arc::default(),
         }
-    }
-
-    /// The request id of the last successful answer through this copy.
-    pub(crate) fn last_request_id(&self) -> Option<String> {
-        self.last_request_id.get()
     }
 
     pub(crate) fn http(&self) -> &reqwest::Client {
@@ -246,26 +238,7 @@ impl Transport {
         until: Option<tokio::time::Instant>,
     ) -> reqwest::Result<Response> {
         let inner = &*self.inner;
-        // progenitor adds an `api-version` header of its own; the API reads
-        // only `X-Pinecone-Api-Version`.
-        req.headers_mut().remove(PROGENITOR_VERSION_NAME);
-        if !req.headers().contains_key(API_VERSION_NAME) {
-            req.headers_mut()
-                .insert(API_VERSION_NAME, inner.version_value.clone());
-        }
-        if let Some(ua) = &inner.user_agent {
-            req.headers_mut()
-                .insert(reqwest::header::USER_AGENT, ua.clone());
-        }
-        if req.timeout().is_none() && !is_event_stream(&req) {
-            *req.timeout_mut() = self.tuning.request_timeout;
-        }
-        let sent_version = req
-            .headers()
-            .get(API_VERSION_NAME)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
+        let sent_version = self.prepare(&mut req);
         let idempotent = retry::is_idempotent(req.method());
         let streams = is_event_stream(&req);
         let origin = req.url().clone();
@@ -374,7 +347,6 @@ impl Transport {
                     if status.is_client_error() || status.is_server_error() {
                         return Ok(normalize_error_body(resp, tuning.read_timeout).await);
                     }
-                    self.last_request_id.record(resp.headers());
                     if streams {
                         return Ok(resp);
                     }
@@ -398,6 +370,37 @@ impl Transport {
                 }
             }
         }
+    }
+
+    /// Sets what every request carries: the call's extra headers, the API
+    /// version, the user agent (for a caller's own client) and the request
+    /// timeout. Returns the API version sent.
+    fn prepare(&self, req: &mut Request) -> String {
+        let inner = &*self.inner;
+        // The call's extra headers first: none of them can be one the
+        // client sets (see `CallOptions::header`).
+        for (name, value) in &self.tuning.headers {
+            req.headers_mut().insert(name.clone(), value.clone());
+        }
+        // progenitor adds an `api-version` header of its own; the API reads
+        // only `X-Pinecone-Api-Version`.
+        req.headers_mut().remove(PROGENITOR_VERSION_NAME);
+        if !req.headers().contains_key(API_VERSION_NAME) {
+            req.headers_mut()
+                .insert(API_VERSION_NAME, inner.version_value.clone());
+        }
+        if let Some(ua) = &inner.user_agent {
+            req.headers_mut()
+                .insert(reqwest::header::USER_AGENT, ua.clone());
+        }
+        if req.timeout().is_none() && !is_event_stream(req) {
+            *req.timeout_mut() = self.tuning.request_timeout;
+        }
+        req.headers()
+            .get(API_VERSION_NAME)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// The delay before another attempt, or `None` when the budget is spent.
