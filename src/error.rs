@@ -3,7 +3,14 @@
 //! Every fallible call of the SDK returns [`Error`]. Callers usually ask it
 //! questions ([`Error::is_retryable`], [`Error::is_not_found`],
 //! [`Error::status`], [`Error::code`], [`Error::request_id`]) rather than
-//! match on it; the variants are public for when they need the details.
+//! match on it; the variants are public for when they need the details
+//! (each struct variant is `#[non_exhaustive]`: match with `..`). The
+//! errors of the generated calls of [`Client::api`](crate::Client::api)
+//! convert into it with `?`.
+//!
+//! An error's text names what failed; its cause, when it has one, is its
+//! [`source`](std::error::Error::source) and is not repeated in the text,
+//! so a report that prints the chain (anyhow, eyre) shows each part once.
 
 use std::fmt;
 
@@ -30,18 +37,8 @@ pub enum Error {
     Api(Box<ApiError>),
 
     /// The server does not serve the API version this client sent.
-    #[error("{operation}: the server does not support API version `{sent}`: {message}")]
-    #[non_exhaustive]
-    UnsupportedApiVersion {
-        /// The operation that was refused.
-        operation: &'static str,
-        /// The `X-Pinecone-Api-Version` value that was sent.
-        sent: String,
-        /// The server's message.
-        message: String,
-        /// The server's request id, when it sent one.
-        request_id: Option<String>,
-    },
+    #[error("{}: the server does not support API version `{}`: {}", .0.operation, .0.sent, .0.message)]
+    UnsupportedApiVersion(Box<UnsupportedVersion>),
 
     /// The credentials were missing, wrong or expired (HTTP 401, after any re-login).
     #[error("{operation}: unauthorized: {message}")]
@@ -86,20 +83,8 @@ pub enum Error {
     },
 
     /// A response body could not be decoded.
-    #[error("{operation}{}: could not decode the response: {message} (body starts: {snippet:?})", query_suffix(&.query_id.as_deref().map(str::to_owned)))]
-    #[non_exhaustive]
-    Decode {
-        /// The operation whose response failed to decode.
-        operation: &'static str,
-        /// The query turn the answer was about, when known (for an answer
-        /// to `POST /query`, the id its body names, if it can be read;
-        /// boxed to keep the error small).
-        query_id: Option<Box<str>>,
-        /// What was wrong.
-        message: String,
-        /// The first bytes of the body (at most 512), lossily decoded.
-        snippet: String,
-    },
+    #[error("{}{}: could not decode the response: {} (body starts: {:?})", .0.operation, query_suffix(&.0.query_id), .0.message, .0.snippet)]
+    Decode(Box<DecodeFailure>),
 
     /// The request was rejected before anything was sent.
     #[error("invalid request: {0}")]
@@ -144,16 +129,8 @@ pub enum Error {
     },
 
     /// A task (curation, import, ...) ended `failed` or `cancelled`.
-    #[error("task {task_id} ended {state}{}", message_suffix(.message))]
-    #[non_exhaustive]
-    TaskFailed {
-        /// The task.
-        task_id: String,
-        /// Its final state.
-        state: String,
-        /// The task's error text, if any.
-        message: String,
-    },
+    #[error("task {} ended {}{}", .0.task_id, .0.state, message_suffix(&.0.message))]
+    TaskFailed(Box<TaskFailure>),
 
     /// A redirect to another origin (scheme, host or port, including `https`
     /// to `http`) was refused, there were too many redirects, or a 307/308
@@ -300,6 +277,48 @@ pub enum Error {
     Checkpoint(#[from] CheckpointError),
 }
 
+/// What [`Error::UnsupportedApiVersion`] says: the server does not serve
+/// the API version that was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnsupportedVersion {
+    /// The operation that was refused.
+    pub operation: &'static str,
+    /// The `X-Pinecone-Api-Version` value that was sent.
+    pub sent: String,
+    /// The server's message.
+    pub message: String,
+    /// The server's request id, when it sent one.
+    pub request_id: Option<String>,
+}
+
+/// What [`Error::Decode`] says: a response body that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DecodeFailure {
+    /// The operation whose response failed to decode.
+    pub operation: &'static str,
+    /// The query turn the answer was about, when known (for an answer to
+    /// `POST /query`, the id its body names, if it can be read).
+    pub query_id: Option<String>,
+    /// What was wrong.
+    pub message: String,
+    /// The first bytes of the body (at most 512), lossily decoded.
+    pub snippet: String,
+}
+
+/// What [`Error::TaskFailed`] says: a task that ended `failed` or `cancelled`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskFailure {
+    /// The task.
+    pub task_id: String,
+    /// Its final state.
+    pub state: String,
+    /// The task's error text, if any.
+    pub message: String,
+}
+
 /// What [`Error::TurnMismatch`] found: where the server named which id in
 /// place of the turn's.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -429,7 +448,7 @@ impl Error {
     pub fn status(&self) -> Option<u16> {
         match self {
             Error::Api(e) => Some(e.status),
-            Error::UnsupportedApiVersion { .. } => Some(400),
+            Error::UnsupportedApiVersion(_) => Some(400),
             Error::Unauthorized { .. } => Some(401),
             _ => None,
         }
@@ -439,7 +458,7 @@ impl Error {
     pub fn code(&self) -> Option<&str> {
         match self {
             Error::Api(e) => e.code.as_deref(),
-            Error::UnsupportedApiVersion { .. } => Some("unsupported_api_version"),
+            Error::UnsupportedApiVersion(_) => Some("unsupported_api_version"),
             _ => None,
         }
     }
@@ -448,8 +467,8 @@ impl Error {
     pub fn request_id(&self) -> Option<&str> {
         match self {
             Error::Api(e) => e.request_id.as_deref(),
-            Error::UnsupportedApiVersion { request_id, .. }
-            | Error::Unauthorized { request_id, .. } => request_id.as_deref(),
+            Error::UnsupportedApiVersion(v) => v.request_id.as_deref(),
+            Error::Unauthorized { request_id, .. } => request_id.as_deref(),
             _ => None,
         }
     }
@@ -535,7 +554,7 @@ impl Error {
                 query_id,
                 ..
             } => starts_turn(operation) || query_id.is_some(),
-            Error::Decode { operation, .. } => starts_turn(operation),
+            Error::Decode(d) => starts_turn(d.operation),
             Error::Stream { .. }
             | Error::ReplayGap { .. }
             | Error::AnswerMismatch { .. }
@@ -572,7 +591,7 @@ impl Error {
             Error::Stream { query_id, .. }
             | Error::Timeout { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id.as_deref(),
-            Error::Decode { query_id, .. } => query_id.as_deref(),
+            Error::Decode(d) => d.query_id.as_deref(),
             _ => None,
         }
     }
@@ -596,10 +615,7 @@ impl Error {
             Error::Timeout { query_id, .. }
             | Error::Stream { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id,
-            Error::Decode { query_id, .. } => {
-                query_id.get_or_insert_with(|| id.into());
-                return self;
-            }
+            Error::Decode(d) => &mut d.query_id,
             _ => return self,
         };
         if slot.is_none() {
@@ -620,7 +636,7 @@ impl Error {
         match e {
             e @ (Error::InvalidRequest(_)
             | Error::SessionBusy { .. }
-            | Error::UnsupportedApiVersion { .. }
+            | Error::UnsupportedApiVersion(_)
             | Error::Unauthorized { .. }
             | Error::Redirect { .. }) => e,
             e => Error::Stream {
@@ -676,12 +692,12 @@ impl Error {
     }
 
     pub(crate) fn decode(operation: &'static str, message: impl fmt::Display, body: &[u8]) -> Self {
-        Error::Decode {
+        Error::Decode(Box::new(DecodeFailure {
             operation,
             query_id: None,
             message: message.to_string(),
             snippet: snippet(body),
-        }
+        }))
     }
 }
 

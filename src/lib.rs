@@ -105,7 +105,9 @@ pub use reqwest;
 pub use client::{
     ApiVersion, Call, CallOptions, Client, ClientBuilder, ResponseMeta, RetryPolicy, WaitPolicy,
 };
-pub use error::{ApiError, Error, Result, TurnMismatch};
+pub use error::{
+    ApiError, DecodeFailure, Error, Result, TaskFailure, TurnMismatch, UnsupportedVersion,
+};
 pub use query::{
     QueryEvent, QueryHandle, QueryTurn, Session, SessionBuilder, StreamConfig, TextStream,
     TurnBuilder, WhenBusy,

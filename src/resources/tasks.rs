@@ -169,11 +169,11 @@ impl<'c> Tasks<'c> {
         let task = self.wait(id, wait).await?;
         match task.status() {
             TaskStatus::Completed => Ok(task),
-            state => Err(Error::TaskFailed {
+            state => Err(Error::TaskFailed(Box::new(crate::error::TaskFailure {
                 task_id: task.id.clone(),
                 state: state.to_string(),
                 message: task.error.clone().unwrap_or_default(),
-            }),
+            }))),
         }
     }
 }

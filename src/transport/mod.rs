@@ -690,12 +690,12 @@ pub(crate) fn error_from_answer(
         };
     }
     if status == 400 && code.as_deref() == Some("unsupported_api_version") {
-        return Error::UnsupportedApiVersion {
+        return Error::UnsupportedApiVersion(Box::new(crate::error::UnsupportedVersion {
             operation,
             sent: sent_version.to_owned(),
             message,
             request_id,
-        };
+        }));
     }
     let mut e = Error::api(operation, status, code, message, request_id, raw_body);
     if let Error::Api(api) = &mut e {

@@ -138,15 +138,10 @@ async fn unsupported_api_version_is_its_own_error() {
         c.contexts().list().await.unwrap_err(),
     ] {
         match &err {
-            Error::UnsupportedApiVersion {
-                sent,
-                request_id,
-                message,
-                ..
-            } => {
-                assert_eq!(sent, "2099-01");
-                assert_eq!(request_id.as_deref(), Some("req-42"));
-                assert!(message.contains("2099-01"));
+            Error::UnsupportedApiVersion(refused) => {
+                assert_eq!(refused.sent, "2099-01");
+                assert_eq!(refused.request_id.as_deref(), Some("req-42"));
+                assert!(refused.message.contains("2099-01"));
             }
             other => panic!("expected UnsupportedApiVersion, got {other:?}"),
         }
@@ -612,11 +607,9 @@ async fn invalid_json_success_is_a_decode_error() {
         .await;
     let err = client(&server).contexts().get("docs").await.unwrap_err();
     match err {
-        Error::Decode {
-            operation, snippet, ..
-        } => {
-            assert_eq!(operation, "get_context");
-            assert!(snippet.starts_with("{\"slug\""));
+        Error::Decode(failure) => {
+            assert_eq!(failure.operation, "get_context");
+            assert!(failure.snippet.starts_with("{\"slug\""));
         }
         other => panic!("expected Decode, got {other:?}"),
     }

@@ -98,11 +98,9 @@ async fn an_unsupported_version_names_the_version_sent() {
         .build()
         .unwrap();
     match list_contexts(&c).await.unwrap_err() {
-        Error::UnsupportedApiVersion {
-            operation, sent, ..
-        } => {
-            assert_eq!(operation, "list_contexts");
-            assert_eq!(sent, "2099-01");
+        Error::UnsupportedApiVersion(refused) => {
+            assert_eq!(refused.operation, "list_contexts");
+            assert_eq!(refused.sent, "2099-01");
         }
         other => panic!("expected UnsupportedApiVersion, got {other:?}"),
     }
