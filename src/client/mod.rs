@@ -102,6 +102,9 @@ impl Client {
     /// (authentication, version header, retries). It reaches every operation
     /// of the API except the multipart upload, which is
     /// [`Sources::upload_file`](crate::resources::Sources::upload_file).
+    /// Its calls' errors convert into [`Error`] with `?`, and their
+    /// `ResponseValue` gives a [`ResponseMeta`] with
+    /// [`ResponseMeta::from_headers`].
     pub fn api(&self) -> &api::Client {
         &self.inner.api
     }

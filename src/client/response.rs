@@ -118,8 +118,8 @@ impl fmt::Display for ResponseMeta {
 
 type CallFuture<'a, T> = Pin<Box<dyn Future<Output = Result<(T, ResponseMeta)>> + Send + 'a>>;
 
-/// One call of a resource (`client.contexts().get(..)`, `client.tasks().get(..)`, …):
-/// a future of the typed answer. `.await` it for the answer, or call
+/// One call of a resource that makes one request (`client.contexts().get(..)`,
+/// `client.tasks().get(..)`, …): a future of the typed answer. `.await` it for the answer, or call
 /// [`Call::with_metadata`] for the answer and its [`ResponseMeta`].
 ///
 /// ```no_run
