@@ -3,7 +3,14 @@
 //! Every fallible call of the SDK returns [`Error`]. Callers usually ask it
 //! questions ([`Error::is_retryable`], [`Error::is_not_found`],
 //! [`Error::status`], [`Error::code`], [`Error::request_id`]) rather than
-//! match on it; the variants are public for when they need the details.
+//! match on it; the variants are public for when they need the details
+//! (each struct variant is `#[non_exhaustive]`: match with `..`). The
+//! errors of the generated calls of [`Client::api`](crate::Client::api)
+//! convert into it with `?`.
+//!
+//! An error's text names what failed; its cause, when it has one, is its
+//! [`source`](std::error::Error::source) and is not repeated in the text,
+//! so a report that prints the chain (anyhow, eyre) shows each part once.
 
 use std::fmt;
 
@@ -30,20 +37,12 @@ pub enum Error {
     Api(Box<ApiError>),
 
     /// The server does not serve the API version this client sent.
-    #[error("{operation}: the server does not support API version `{sent}`: {message}")]
-    UnsupportedApiVersion {
-        /// The operation that was refused.
-        operation: &'static str,
-        /// The `X-Pinecone-Api-Version` value that was sent.
-        sent: String,
-        /// The server's message.
-        message: String,
-        /// The server's request id, when it sent one.
-        request_id: Option<String>,
-    },
+    #[error("{}: the server does not support API version `{}`: {}", .0.operation, .0.sent, .0.message)]
+    UnsupportedApiVersion(Box<UnsupportedVersion>),
 
     /// The credentials were missing, wrong or expired (HTTP 401, after any re-login).
     #[error("{operation}: unauthorized: {message}")]
+    #[non_exhaustive]
     Unauthorized {
         /// The operation that was refused.
         operation: &'static str,
@@ -54,8 +53,11 @@ pub enum Error {
     },
 
     /// The request or the response did not make it across the network.
-    /// Its text names the cause (the source chain, without URLs).
-    #[error("{operation}: {}: {}", transport_what(*.connect), chain(.source.as_ref()))]
+    /// Its text says where it failed; the cause is its
+    /// [`source`](std::error::Error::source) (without URLs), so an error
+    /// report that prints the chain shows each part once.
+    #[error("{operation}: {}", transport_what(*.connect))]
+    #[non_exhaustive]
     Transport {
         /// The operation under way.
         operation: &'static str,
@@ -69,6 +71,7 @@ pub enum Error {
     /// A deadline passed: a request timeout, an idle stream, a turn's
     /// deadline, or a `wait()` limit.
     #[error("{operation}{}: timed out after {elapsed_ms} ms", query_suffix(.query_id))]
+    #[non_exhaustive]
     Timeout {
         /// The operation under way.
         operation: &'static str,
@@ -80,19 +83,8 @@ pub enum Error {
     },
 
     /// A response body could not be decoded.
-    #[error("{operation}{}: could not decode the response: {message} (body starts: {snippet:?})", query_suffix(&.query_id.as_deref().map(str::to_owned)))]
-    Decode {
-        /// The operation whose response failed to decode.
-        operation: &'static str,
-        /// The query turn the answer was about, when known (for an answer
-        /// to `POST /query`, the id its body names, if it can be read;
-        /// boxed to keep the error small).
-        query_id: Option<Box<str>>,
-        /// What was wrong.
-        message: String,
-        /// The first bytes of the body (at most 512), lossily decoded.
-        snippet: String,
-    },
+    #[error("{}{}: could not decode the response: {} (body starts: {:?})", .0.operation, query_suffix(&.0.query_id), .0.message, .0.snippet)]
+    Decode(Box<DecodeFailure>),
 
     /// The request was rejected before anything was sent.
     #[error("invalid request: {0}")]
@@ -100,7 +92,10 @@ pub enum Error {
 
     /// A local file or directory to upload could not be read; nothing was
     /// sent for it.
-    #[error("{operation}: cannot {action} {}: {source}", path.display())]
+    /// The cause is its [`source`](std::error::Error::source), not part of
+    /// its text.
+    #[error("{operation}: cannot {action} {}", path.display())]
+    #[non_exhaustive]
     Io {
         /// The operation under way, e.g. `import_dir`.
         operation: &'static str,
@@ -115,6 +110,7 @@ pub enum Error {
 
     /// A query turn ended with `response.failed` or status `failed`.
     #[error("query {query_id} failed: {message}")]
+    #[non_exhaustive]
     TurnFailed {
         /// The failed turn.
         query_id: String,
@@ -124,6 +120,7 @@ pub enum Error {
 
     /// A query turn was cancelled.
     #[error("query {query_id} was cancelled{}", message_suffix(.message))]
+    #[non_exhaustive]
     TurnCancelled {
         /// The cancelled turn.
         query_id: String,
@@ -132,21 +129,15 @@ pub enum Error {
     },
 
     /// A task (curation, import, ...) ended `failed` or `cancelled`.
-    #[error("task {task_id} ended {state}{}", message_suffix(.message))]
-    TaskFailed {
-        /// The task.
-        task_id: String,
-        /// Its final state.
-        state: String,
-        /// The task's error text, if any.
-        message: String,
-    },
+    #[error("task {} ended {}{}", .0.task_id, .0.state, message_suffix(&.0.message))]
+    TaskFailed(Box<TaskFailure>),
 
     /// A redirect to another origin (scheme, host or port, including `https`
     /// to `http`) was refused, there were too many redirects, or a 307/308
     /// would have sent `POST /query` again. Nothing was sent to `location`;
     /// credentials go only to the configured origin.
     #[error("{operation}: {reason}: redirect to {location} not followed")]
+    #[non_exhaustive]
     Redirect {
         /// The operation under way.
         operation: &'static str,
@@ -159,6 +150,7 @@ pub enum Error {
     /// A listing's pages did not add up (the server repeated a page or
     /// pointed back to one), or the listing holds more items than its bound.
     #[error("{operation}: paging: {message}")]
+    #[non_exhaustive]
     Paging {
         /// The list operation.
         operation: &'static str,
@@ -176,6 +168,7 @@ pub enum Error {
         "the session still runs {}: attach to it or cancel it before asking again",
         busy_turn(.query_id)
     )]
+    #[non_exhaustive]
     SessionBusy {
         /// The turn still running; empty when it was started in this process
         /// and the server has not named it yet.
@@ -184,6 +177,7 @@ pub enum Error {
 
     /// An event stream broke in a way that cannot be resumed.
     #[error("event stream{}: {message}", query_suffix(.query_id))]
+    #[non_exhaustive]
     Stream {
         /// The turn, when its id was known.
         query_id: Option<String>,
@@ -195,6 +189,7 @@ pub enum Error {
     /// was sent (or its event log was gone), and the stored turn could not
     /// make up for the gap. Nothing after `last_event_id` was delivered.
     #[error("event stream of query {query_id}: the events after {} could not be replayed: {message}", after_event(.last_event_id))]
+    #[non_exhaustive]
     ReplayGap {
         /// The turn.
         query_id: String,
@@ -217,6 +212,7 @@ pub enum Error {
     /// or `cancelled`): whether the turn ended cannot be told, so it is not
     /// polled on. Read it with `client.queries().get(query_id)`.
     #[error("query {query_id}: unknown status {status:?}")]
+    #[non_exhaustive]
     UnknownTurnStatus {
         /// The turn.
         query_id: String,
@@ -228,6 +224,7 @@ pub enum Error {
     /// ([`ClientBuilder::max_response_bytes`](crate::ClientBuilder::max_response_bytes));
     /// it was not read to its end.
     #[error("{operation}: the answer is larger than the limit of {limit} bytes")]
+    #[non_exhaustive]
     ResponseTooLarge {
         /// The operation whose answer was too large.
         operation: &'static str,
@@ -243,6 +240,7 @@ pub enum Error {
         "{}the turn's {part} passed the limit of {limit} bytes; reading stopped (the turn may still run)",
         query_prefix(.query_id)
     )]
+    #[non_exhaustive]
     TurnTooLarge {
         /// The turn, when the server had named it.
         query_id: Option<String>,
@@ -260,6 +258,7 @@ pub enum Error {
         "query {query_id}: the streamed text ({delivered_len} bytes) is not the final answer \
          ({final_len} bytes); they first differ at byte {first_difference}"
     )]
+    #[non_exhaustive]
     AnswerMismatch {
         /// The turn.
         query_id: String,
@@ -276,6 +275,48 @@ pub enum Error {
     /// names the way out.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+}
+
+/// What [`Error::UnsupportedApiVersion`] says: the server does not serve
+/// the API version that was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnsupportedVersion {
+    /// The operation that was refused.
+    pub operation: &'static str,
+    /// The `X-Pinecone-Api-Version` value that was sent.
+    pub sent: String,
+    /// The server's message.
+    pub message: String,
+    /// The server's request id, when it sent one.
+    pub request_id: Option<String>,
+}
+
+/// What [`Error::Decode`] says: a response body that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DecodeFailure {
+    /// The operation whose response failed to decode.
+    pub operation: &'static str,
+    /// The query turn the answer was about, when known (for an answer to
+    /// `POST /query`, the id its body names, if it can be read).
+    pub query_id: Option<String>,
+    /// What was wrong.
+    pub message: String,
+    /// The first bytes of the body (at most 512), lossily decoded.
+    pub snippet: String,
+}
+
+/// What [`Error::TaskFailed`] says: a task that ended `failed` or `cancelled`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskFailure {
+    /// The task.
+    pub task_id: String,
+    /// Its final state.
+    pub state: String,
+    /// The task's error text, if any.
+    pub message: String,
 }
 
 /// What [`Error::TurnMismatch`] found: where the server named which id in
@@ -407,7 +448,7 @@ impl Error {
     pub fn status(&self) -> Option<u16> {
         match self {
             Error::Api(e) => Some(e.status),
-            Error::UnsupportedApiVersion { .. } => Some(400),
+            Error::UnsupportedApiVersion(_) => Some(400),
             Error::Unauthorized { .. } => Some(401),
             _ => None,
         }
@@ -417,7 +458,7 @@ impl Error {
     pub fn code(&self) -> Option<&str> {
         match self {
             Error::Api(e) => e.code.as_deref(),
-            Error::UnsupportedApiVersion { .. } => Some("unsupported_api_version"),
+            Error::UnsupportedApiVersion(_) => Some("unsupported_api_version"),
             _ => None,
         }
     }
@@ -426,8 +467,8 @@ impl Error {
     pub fn request_id(&self) -> Option<&str> {
         match self {
             Error::Api(e) => e.request_id.as_deref(),
-            Error::UnsupportedApiVersion { request_id, .. }
-            | Error::Unauthorized { request_id, .. } => request_id.as_deref(),
+            Error::UnsupportedApiVersion(v) => v.request_id.as_deref(),
+            Error::Unauthorized { request_id, .. } => request_id.as_deref(),
             _ => None,
         }
     }
@@ -513,7 +554,7 @@ impl Error {
                 query_id,
                 ..
             } => starts_turn(operation) || query_id.is_some(),
-            Error::Decode { operation, .. } => starts_turn(operation),
+            Error::Decode(d) => starts_turn(d.operation),
             Error::Stream { .. }
             | Error::ReplayGap { .. }
             | Error::AnswerMismatch { .. }
@@ -550,7 +591,7 @@ impl Error {
             Error::Stream { query_id, .. }
             | Error::Timeout { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id.as_deref(),
-            Error::Decode { query_id, .. } => query_id.as_deref(),
+            Error::Decode(d) => d.query_id.as_deref(),
             _ => None,
         }
     }
@@ -574,10 +615,7 @@ impl Error {
             Error::Timeout { query_id, .. }
             | Error::Stream { query_id, .. }
             | Error::TurnTooLarge { query_id, .. } => query_id,
-            Error::Decode { query_id, .. } => {
-                query_id.get_or_insert_with(|| id.into());
-                return self;
-            }
+            Error::Decode(d) => &mut d.query_id,
             _ => return self,
         };
         if slot.is_none() {
@@ -598,7 +636,7 @@ impl Error {
         match e {
             e @ (Error::InvalidRequest(_)
             | Error::SessionBusy { .. }
-            | Error::UnsupportedApiVersion { .. }
+            | Error::UnsupportedApiVersion(_)
             | Error::Unauthorized { .. }
             | Error::Redirect { .. }) => e,
             e => Error::Stream {
@@ -654,12 +692,12 @@ impl Error {
     }
 
     pub(crate) fn decode(operation: &'static str, message: impl fmt::Display, body: &[u8]) -> Self {
-        Error::Decode {
+        Error::Decode(Box::new(DecodeFailure {
             operation,
             query_id: None,
             message: message.to_string(),
             snippet: snippet(body),
-        }
+        }))
     }
 }
 

@@ -102,8 +102,12 @@ pub use api::types;
 /// ```
 pub use reqwest;
 
-pub use client::{ApiVersion, CallOptions, Client, ClientBuilder, RetryPolicy, WaitPolicy};
-pub use error::{ApiError, Error, Result, TurnMismatch};
+pub use client::{
+    ApiVersion, Call, CallOptions, Client, ClientBuilder, ResponseMeta, RetryPolicy, WaitPolicy,
+};
+pub use error::{
+    ApiError, DecodeFailure, Error, Result, TaskFailure, TurnMismatch, UnsupportedVersion,
+};
 pub use query::{
     QueryEvent, QueryHandle, QueryTurn, Session, SessionBuilder, StreamConfig, TextStream,
     TurnBuilder, WhenBusy,

@@ -5,12 +5,24 @@
 //! configured instance from [`Client::api`](crate::Client::api): it shares the
 //! client's authentication, version header and retries.
 //!
+//! A generated call's error converts into the crate's [`Error`](crate::Error)
+//! with `?`, keeping the status, the server's code and message, the request
+//! id and `Retry-After`, so [`Error::is_retryable`](crate::Error::is_retryable)
+//! and [`Error::request_id`](crate::Error::request_id) answer as for any
+//! other call:
+//!
 //! ```no_run
-//! # async fn run(client: nexus_knowql::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
 //! let stats = client.api().get_project_task_stats().await?.into_inner();
 //! println!("{stats:?}");
 //! # Ok(()) }
 //! ```
+//!
+//! The conversion cannot name the operation of a call that failed before
+//! any answer arrived (a lost connection, a request that could not be
+//! built): such an error names the operation `api`. No generated call starts
+//! a query turn (`POST /query` is [`Session::ask`](crate::Session::ask)'s),
+//! so the retry advice holds without the name.
 //!
 //! A task's `input` and `output` ([`types::TaskInput`], [`types::TaskOutput`])
 //! are the JSON objects the server sent; read them as the type of the task's
@@ -106,5 +118,90 @@ pub(crate) async fn map_error<E: ErrorEnvelope>(
             }
         }
         G::Custom(msg) => SdkError::InvalidRequest(format!("{operation}: {msg}")),
+    }
+}
+
+/// A generated call's error as the crate's [`Error`](crate::Error), so `?`
+/// works on `client.api()` calls. Error answers carry the operation and
+/// the API version the transport marked on them; see the module docs for
+/// what an error without an answer names.
+impl From<progenitor_client::Error<types::Error>> for SdkError {
+    fn from(err: progenitor_client::Error<types::Error>) -> Self {
+        from_generated(err)
+    }
+}
+
+/// [`From`] for the calls that declare no error body.
+impl From<progenitor_client::Error<()>> for SdkError {
+    fn from(err: progenitor_client::Error<()>) -> Self {
+        from_generated(err)
+    }
+}
+
+fn from_generated<E: ErrorEnvelope>(err: progenitor_client::Error<E>) -> SdkError {
+    use crate::transport::{ErrorAnswer, error_from_answer, marks};
+    use progenitor_client::Error as G;
+    let unknown = marks::UNKNOWN_OPERATION;
+    match err {
+        G::InvalidRequest(msg) | G::Custom(msg) => {
+            SdkError::InvalidRequest(format!("{unknown}: {msg}"))
+        }
+        G::CommunicationError(e) | G::ResponseBodyError(e) | G::InvalidUpgrade(e) => {
+            crate::transport::map_reqwest(unknown, e, None)
+        }
+        G::ErrorResponse(rv) => {
+            let status = rv.status().as_u16();
+            let headers = rv.headers().clone();
+            let (operation, sent) = marks::read(&headers);
+            let raw_marked = Transport::is_raw_error_body(&headers);
+            let (code, message) = rv.into_inner().into_parts();
+            let raw_body = raw_marked.then(|| message.clone());
+            let answer = ErrorAnswer {
+                status,
+                headers: &headers,
+                code,
+                message,
+                raw_body,
+            };
+            error_from_answer(operation, &sent, answer)
+        }
+        G::InvalidResponsePayload(bytes, e) => SdkError::decode(unknown, e, &bytes),
+        G::UnexpectedResponse(resp) => {
+            let status = resp.status();
+            let (operation, sent) = marks::read(resp.headers());
+            if status.is_success() {
+                return SdkError::decode(operation, format!("unexpected status {status}"), b"");
+            }
+            let body = resp.extensions().get::<marks::ErrorBody>().cloned();
+            let marks::ErrorBody { code, message, raw } =
+                body.unwrap_or_else(|| marks::ErrorBody {
+                    code: None,
+                    message: status.canonical_reason().unwrap_or("error").to_owned(),
+                    raw: None,
+                });
+            let answer = ErrorAnswer {
+                status: status.as_u16(),
+                headers: resp.headers(),
+                code,
+                message,
+                raw_body: raw,
+            };
+            error_from_answer(operation, &sent, answer)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The conversion of a generated call's error names no operation when
+    /// no answer arrived, and then judges it as a call that starts no turn:
+    /// true only while no generated operation does.
+    #[test]
+    fn no_generated_operation_starts_a_turn() {
+        let generated = include_str!("generated.rs");
+        for operation in ["create_query", "query_turn"] {
+            let id = format!("operation_id: \"{operation}\"");
+            assert!(!generated.contains(&id), "{operation} is generated");
+        }
     }
 }

@@ -8,8 +8,10 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 use secrecy::SecretString;
 
+mod response;
 mod wait;
 
+pub use response::{Call, MAX_RATE_LIMIT_HEADERS, ResponseMeta};
 pub(crate) use wait::Poller;
 pub use wait::WaitPolicy;
 
@@ -17,7 +19,7 @@ pub use crate::transport::DEFAULT_REQUEST_TIMEOUT;
 pub use crate::transport::auth::API_KEY_HEADER;
 pub use crate::transport::redirect::{MAX_REDIRECTS, redirect_policy};
 pub use crate::transport::retry::RetryPolicy;
-pub use crate::transport::tuning::CallOptions;
+pub use crate::transport::tuning::{CallOptions, RESERVED_HEADERS};
 pub use crate::transport::version::{API_VERSION_HEADER, ApiVersion, DEFAULT_API_VERSION};
 
 use crate::api::{self, ErrorEnvelope};
@@ -100,6 +102,9 @@ impl Client {
     /// (authentication, version header, retries). It reaches every operation
     /// of the API except the multipart upload, which is
     /// [`Sources::upload_file`](crate::resources::Sources::upload_file).
+    /// Its calls' errors convert into [`Error`] with `?`, and their
+    /// `ResponseValue` gives a [`ResponseMeta`] with
+    /// [`ResponseMeta::from_headers`].
     pub fn api(&self) -> &api::Client {
         &self.inner.api
     }
@@ -118,9 +123,8 @@ impl Client {
     /// same connection pool, credentials and API version, with `options`
     /// over this client's settings. Cheap; use it for one call or keep it.
     ///
-    /// It also keeps a request id of its own (see
-    /// [`Client::last_request_id`]), so a copy made for one call reports
-    /// that call's.
+    /// Extra headers set with [`CallOptions::header`] go on every request of
+    /// the copy.
     ///
     /// ```no_run
     /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
@@ -131,7 +135,7 @@ impl Client {
     /// let patient = client.with_options(CallOptions::new().turn_timeout(Duration::from_secs(1800)));
     /// let session = patient.session(["handbook"]).build()?;
     /// let answer = session.ask("Summarize every policy").send().await?;
-    /// println!("{} (request {:?})", answer.answer_text(), patient.last_request_id());
+    /// println!("{}", answer.answer_text());
     /// # Ok(()) }
     /// ```
     #[must_use]
@@ -149,29 +153,6 @@ impl Client {
                 cancels: Arc::clone(&self.inner.cancels),
             }),
         }
-    }
-
-    /// The server's request id (`x-request-id`, `x-pinecone-request-id` or
-    /// `request-id`) of the last successful answer this client received,
-    /// for a support ticket or a log line; errors carry theirs in
-    /// [`Error::request_id`].
-    ///
-    /// Clones of a client share it, so with calls running side by side it
-    /// names one of them: make a copy per call with [`Client::with_options`]
-    /// (`client.with_options(CallOptions::new())`) to know which. A streamed
-    /// turn's request id is that of its `POST /query` or, after a
-    /// reconnection, of its last `GET /queries/{id}/events`.
-    ///
-    /// ```no_run
-    /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
-    /// use nexus_knowql::CallOptions;
-    /// let call = client.with_options(CallOptions::new());
-    /// let task = call.tasks().get("task_123").await?;
-    /// tracing::info!(request_id = call.last_request_id(), task = task.id, "got the task");
-    /// # Ok(()) }
-    /// ```
-    pub fn last_request_id(&self) -> Option<String> {
-        self.inner.transport.last_request_id()
     }
 
     /// The version the server last echoed in `X-Pinecone-Api-Version`, if any.
@@ -241,8 +222,29 @@ impl Client {
             >,
         >,
     {
+        self.call_meta(operation, fut).await.map(|(value, _)| value)
+    }
+
+    /// [`Client::call`], with what the answer said besides its body.
+    pub(crate) async fn call_meta<T, E, F>(
+        &self,
+        operation: &'static str,
+        fut: F,
+    ) -> Result<(T, ResponseMeta)>
+    where
+        E: ErrorEnvelope,
+        F: Future<
+            Output = std::result::Result<
+                progenitor_client::ResponseValue<T>,
+                progenitor_client::Error<E>,
+            >,
+        >,
+    {
         match fut.await {
-            Ok(v) => Ok(v.into_inner()),
+            Ok(v) => {
+                let meta = ResponseMeta::from_headers(v.status().as_u16(), v.headers());
+                Ok((v.into_inner(), meta))
+            }
             Err(e) => Err(api::map_error(&self.inner.transport, operation, e).await),
         }
     }
@@ -527,6 +529,7 @@ impl ClientBuilder {
             header_timeout: self.header_timeout.unwrap_or(Some(DEFAULT_HEADER_TIMEOUT)),
             read_timeout: self.read_timeout.unwrap_or(Some(DEFAULT_READ_TIMEOUT)),
             turn_timeout: self.turn_timeout.unwrap_or(Some(DEFAULT_TURN_TIMEOUT)),
+            headers: reqwest::header::HeaderMap::new(),
         };
         let transport = Transport::new(
             transport::TransportInner {

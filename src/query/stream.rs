@@ -583,7 +583,7 @@ impl EventConnection {
                     }
                     Poll::Ready(Some(Err(e))) => {
                         let e = self.client.transport().map_reqwest(self.body_operation, e);
-                        self.reconnect(&format!("the connection failed: {e}"));
+                        self.reconnect(&crate::error::chain(&e));
                     }
                     Poll::Ready(None) => {
                         if self.terminal_seen {
@@ -626,7 +626,7 @@ impl EventConnection {
                         } else if gone && self.delivered_any {
                             self.recover(format!("the event log is gone ({e})"));
                         } else if resumable(&e) {
-                            self.reconnect(&e.to_string());
+                            self.reconnect(&crate::error::chain(&e));
                         } else {
                             // A 4xx (the turn is gone, access was revoked...): final.
                             self.fail(e);
@@ -678,7 +678,10 @@ impl EventConnection {
                             self.failed = Some(e)
                         }
                         Err(e) => {
-                            let detail = format!("the stored turn could not be read: {e}");
+                            let detail = format!(
+                                "the stored turn could not be read: {}",
+                                crate::error::chain(&e)
+                            );
                             self.failed = Some(gap.into_error(&detail));
                         }
                     }

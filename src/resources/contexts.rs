@@ -1,4 +1,5 @@
-use crate::{Client, Result, types};
+use crate::client::Call;
+use crate::{Client, types};
 
 /// Context calls. Get one from [`Client::contexts`].
 #[derive(Debug, Clone, Copy)]
@@ -26,65 +27,69 @@ impl CurateOptions {
     }
 }
 
-impl Contexts<'_> {
+impl<'c> Contexts<'c> {
     /// `GET /contexts`.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn list(&self) -> Result<Vec<types::ContextResponse>> {
-        self.client
-            .call("list_contexts", self.client.api().list_contexts())
-            .await
+    pub fn list(&self) -> Call<'c, Vec<types::ContextResponse>> {
+        let client = self.client;
+        Call::new(client.call_meta("list_contexts", client.api().list_contexts()))
     }
 
     /// `GET /contexts/{slug}` (slug or UUID).
     ///
     /// # Errors
     /// [`Error::Api`](crate::Error::Api) with status 404 for an unknown context.
-    pub async fn get(&self, slug: &str) -> Result<types::ContextResponse> {
-        self.client
-            .call("get_context", self.client.api().get_context(slug))
-            .await
+    pub fn get<'a>(&self, slug: &'a str) -> Call<'a, types::ContextResponse>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(client.call_meta("get_context", client.api().get_context(slug)))
     }
 
     /// `POST /contexts`.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call (409 for a slug in use).
-    pub async fn create(
+    pub fn create<'a>(
         &self,
-        request: &types::CreateContextRequest,
-    ) -> Result<types::ContextResponse> {
-        self.client
-            .call("create_context", self.client.api().create_context(request))
-            .await
+        request: &'a types::CreateContextRequest,
+    ) -> Call<'a, types::ContextResponse>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(client.call_meta("create_context", client.api().create_context(request)))
     }
 
     /// `PUT /contexts/{slug}`.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn update(
+    pub fn update<'a>(
         &self,
-        slug: &str,
-        request: &types::UpdateContextRequest,
-    ) -> Result<types::ContextResponse> {
-        self.client
-            .call(
-                "update_context",
-                self.client.api().update_context(slug, request),
-            )
-            .await
+        slug: &'a str,
+        request: &'a types::UpdateContextRequest,
+    ) -> Call<'a, types::ContextResponse>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(client.call_meta("update_context", client.api().update_context(slug, request)))
     }
 
     /// `DELETE /contexts/{slug}`.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn delete(&self, slug: &str) -> Result<()> {
-        self.client
-            .call("delete_context", self.client.api().delete_context(slug))
-            .await
+    pub fn delete<'a>(&self, slug: &'a str) -> Call<'a, ()>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(client.call_meta("delete_context", client.api().delete_context(slug)))
     }
 
     /// `POST /contexts/{slug}/curate`: starts curation as a task. Follow it
@@ -92,11 +97,15 @@ impl Contexts<'_> {
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call (409 while another workflow runs).
-    pub async fn curate(
+    pub fn curate<'a>(
         &self,
-        slug: &str,
+        slug: &'a str,
         options: &CurateOptions,
-    ) -> Result<types::WorkflowTriggerResponse> {
+    ) -> Call<'a, types::WorkflowTriggerResponse>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
         let body = types::CurateContextBody {
             batch_size: None,
             force: options.force,
@@ -105,11 +114,10 @@ impl Contexts<'_> {
             scope: options.scope.clone(),
             trigger: None,
         };
-        self.client
-            .call(
-                "curate_context",
-                self.client.api().curate_context(slug, &body),
-            )
-            .await
+        Call::new(async move {
+            client
+                .call_meta("curate_context", client.api().curate_context(slug, &body))
+                .await
+        })
     }
 }

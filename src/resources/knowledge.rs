@@ -1,4 +1,5 @@
-use crate::{Client, Result, types};
+use crate::client::Call;
+use crate::{Client, types};
 
 /// Curated knowledge of one context. Get one from [`Client::knowledge`].
 #[derive(Debug, Clone, Copy)]
@@ -20,45 +21,53 @@ impl<'c> Knowledge<'c> {
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn list_page(
+    pub fn list_page(
         &self,
-        path: Option<&str>,
+        path: Option<&'c str>,
         offset: Option<i64>,
         limit: Option<i64>,
-    ) -> Result<types::DirListing> {
-        let api = self.client.api();
-        match path.filter(|p| !p.is_empty()) {
-            Some(p) => {
-                self.client
-                    .call(
-                        "list_knowledge_by_path",
-                        api.list_knowledge_by_path(self.slug, p, limit, offset),
-                    )
-                    .await
+    ) -> Call<'c, types::DirListing> {
+        let (client, slug) = (self.client, self.slug);
+        Call::new(async move {
+            let api = client.api();
+            match path.filter(|p| !p.is_empty()) {
+                Some(p) => {
+                    client
+                        .call_meta(
+                            "list_knowledge_by_path",
+                            api.list_knowledge_by_path(slug, p, limit, offset),
+                        )
+                        .await
+                }
+                None => {
+                    client
+                        .call_meta("list_knowledge", api.list_knowledge(slug, limit, offset))
+                        .await
+                }
             }
-            None => {
-                self.client
-                    .call(
-                        "list_knowledge",
-                        api.list_knowledge(self.slug, limit, offset),
-                    )
-                    .await
-            }
-        }
+        })
     }
 
     /// `GET /contexts/{slug}/knowledge/read/{path}`: a curated file's bytes.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn read(&self, path: &str) -> Result<bytes::Bytes> {
-        let stream = self
-            .client
-            .call(
-                "read_knowledge_file",
-                self.client.api().read_knowledge_file(self.slug, path),
-            )
-            .await?;
-        super::sources::collect_stream("read_knowledge_file", stream).await
+    pub fn read<'a>(&self, path: &'a str) -> Call<'a, bytes::Bytes>
+    where
+        'c: 'a,
+    {
+        let (client, slug) = (self.client, self.slug);
+        Call::new(async move {
+            let (stream, meta) = client
+                .call_meta(
+                    "read_knowledge_file",
+                    client.api().read_knowledge_file(slug, path),
+                )
+                .await?;
+            Ok((
+                super::sources::collect_stream("read_knowledge_file", stream).await?,
+                meta,
+            ))
+        })
     }
 }

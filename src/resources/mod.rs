@@ -20,7 +20,7 @@ pub use sessions::{ListSessions, Sessions};
 pub use sources::{ImportProgress, Sources, UploadProgress};
 pub use tasks::{ListTasks, TaskWait, Tasks};
 
-use crate::{Client, Result, types};
+use crate::{Client, types};
 
 impl Client {
     /// Contexts: list, get, create, update, delete, curate.
@@ -63,7 +63,7 @@ impl Client {
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn models(&self) -> Result<types::ModelCatalog> {
-        self.call("list_models", self.api().list_models()).await
+    pub fn models(&self) -> crate::client::Call<'_, types::ModelCatalog> {
+        crate::client::Call::new(self.call_meta("list_models", self.api().list_models()))
     }
 }

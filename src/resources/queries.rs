@@ -1,5 +1,6 @@
+use crate::client::Call;
 use crate::status::Rating;
-use crate::{Client, Result, types};
+use crate::{Client, types};
 
 /// Stored query turns. Get one from [`Client::queries`].
 #[derive(Debug, Clone, Copy)]
@@ -7,35 +8,41 @@ pub struct Queries<'c> {
     pub(crate) client: &'c Client,
 }
 
-impl Queries<'_> {
+impl<'c> Queries<'c> {
     /// `GET /queries/{id}`.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call (404 for an unknown turn).
-    pub async fn get(&self, id: &str) -> Result<types::Query> {
-        self.client
-            .call("get_query", self.client.api().get_query(id))
-            .await
+    pub fn get<'a>(&self, id: &'a str) -> Call<'a, types::Query>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(client.call_meta("get_query", client.api().get_query(id)))
     }
 
     /// `POST /queries/{id}/cancel`.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn cancel(&self, id: &str) -> Result<types::Query> {
-        self.client
-            .call("cancel_query", self.client.api().cancel_query(id))
-            .await
+    pub fn cancel<'a>(&self, id: &'a str) -> Call<'a, types::Query>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(client.call_meta("cancel_query", client.api().cancel_query(id)))
     }
 
     /// `GET /queries/{id}/trace`.
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn trace(&self, id: &str) -> Result<types::Trace> {
-        self.client
-            .call("get_query_trace", self.client.api().get_query_trace(id))
-            .await
+    pub fn trace<'a>(&self, id: &'a str) -> Call<'a, types::Trace>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(client.call_meta("get_query_trace", client.api().get_query_trace(id)))
     }
 
     /// `POST /queries/{id}/feedback`: rates the answer, with an optional comment.
@@ -43,22 +50,26 @@ impl Queries<'_> {
     /// # Errors
     /// [`Error::InvalidRequest`](crate::Error::InvalidRequest) for a comment
     /// the API would refuse; any error of the call.
-    pub async fn feedback(&self, id: &str, rating: Rating, comment: Option<&str>) -> Result<()> {
-        let comment = comment
-            .map(|c| {
-                types::CreateQueryFeedbackBodyComment::try_from(c.to_owned())
-                    .map_err(|e| crate::Error::InvalidRequest(format!("feedback comment: {e}")))
-            })
-            .transpose()?;
-        let body = types::CreateQueryFeedbackBody {
-            comment,
-            rating: rating.to_string(),
-        };
-        self.client
-            .call(
-                "create_query_feedback",
-                self.client.api().create_query_feedback(id, &body),
-            )
-            .await
+    pub fn feedback<'a>(&self, id: &'a str, rating: Rating, comment: Option<&str>) -> Call<'a, ()>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        let comment = comment.map(|c| {
+            types::CreateQueryFeedbackBodyComment::try_from(c.to_owned())
+                .map_err(|e| crate::Error::InvalidRequest(format!("feedback comment: {e}")))
+        });
+        Call::new(async move {
+            let body = types::CreateQueryFeedbackBody {
+                comment: comment.transpose()?,
+                rating: rating.to_string(),
+            };
+            client
+                .call_meta(
+                    "create_query_feedback",
+                    client.api().create_query_feedback(id, &body),
+                )
+                .await
+        })
     }
 }

@@ -2,6 +2,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 
 use super::pages::{self, FetchFn, Fetched, Pages};
+use crate::client::Call;
 use crate::{Client, Result, types};
 
 /// The API's largest `limit` for `GET /sessions`.
@@ -43,10 +44,12 @@ impl<'c> Sessions<'c> {
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call (404 for an unknown session).
-    pub async fn get(&self, id: &str) -> Result<types::GetSessionResponse> {
-        self.client
-            .call("get_session", self.client.api().get_session(id))
-            .await
+    pub fn get<'a>(&self, id: &'a str) -> Call<'a, types::GetSessionResponse>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(client.call_meta("get_session", client.api().get_session(id)))
     }
 
     /// `DELETE /sessions/{id}`. Deleting a session that is already gone
@@ -54,15 +57,20 @@ impl<'c> Sessions<'c> {
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn delete(&self, id: &str) -> Result<()> {
-        let r = self
-            .client
-            .call("delete_session", self.client.api().delete_session(id))
-            .await?;
-        if !r.deleted {
-            tracing::debug!(session_id = id, "the session was already gone");
-        }
-        Ok(())
+    pub fn delete<'a>(&self, id: &'a str) -> Call<'a, ()>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(async move {
+            let (r, meta) = client
+                .call_meta("delete_session", client.api().delete_session(id))
+                .await?;
+            if !r.deleted {
+                tracing::debug!(session_id = id, "the session was already gone");
+            }
+            Ok(((), meta))
+        })
     }
 }
 

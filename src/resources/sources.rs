@@ -4,7 +4,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 
 use super::tasks::TaskWait;
-use crate::client::{Poller, WaitPolicy};
+use crate::client::{Call, Poller, ResponseMeta, WaitPolicy};
 use crate::error::{Error, Result};
 use crate::{Client, types};
 
@@ -56,12 +56,23 @@ impl<'c> Sources<'c> {
     /// # Errors
     /// [`Error::Io`] when the file cannot be read; 409 while
     /// another import runs; 413 for a file over the server's limit.
-    pub async fn upload_file(
+    pub fn upload_file<'a>(
         &self,
-        path: impl AsRef<Path>,
+        path: impl AsRef<Path> + Send + 'a,
+        dir: Option<&'a str>,
+    ) -> Call<'a, types::WorkflowTriggerResponse>
+    where
+        'c: 'a,
+    {
+        let this = *self;
+        Call::new(async move { this.upload_path(path.as_ref(), dir).await })
+    }
+
+    async fn upload_path(
+        &self,
+        path: &Path,
         dir: Option<&str>,
-    ) -> Result<types::WorkflowTriggerResponse> {
-        let path = path.as_ref();
+    ) -> Result<(types::WorkflowTriggerResponse, ResponseMeta)> {
         let name = file_name(path)?;
         // Each attempt opens the file again and streams it from the start.
         let part = || -> Result<reqwest::multipart::Part> {
@@ -84,16 +95,29 @@ impl<'c> Sources<'c> {
     ///
     /// # Errors
     /// As [`Sources::upload_file`].
-    pub async fn upload_bytes(
+    pub fn upload_bytes<'a>(
+        &self,
+        name: &'a str,
+        bytes: impl Into<bytes::Bytes>,
+        dir: Option<&'a str>,
+    ) -> Call<'a, types::WorkflowTriggerResponse>
+    where
+        'c: 'a,
+    {
+        let this = *self;
+        let bytes: bytes::Bytes = bytes.into();
+        Call::new(async move { this.upload_in_memory(name, bytes, dir).await })
+    }
+
+    async fn upload_in_memory(
         &self,
         name: &str,
-        bytes: impl Into<bytes::Bytes>,
+        bytes: bytes::Bytes,
         dir: Option<&str>,
-    ) -> Result<types::WorkflowTriggerResponse> {
+    ) -> Result<(types::WorkflowTriggerResponse, ResponseMeta)> {
         if name.is_empty() || name.contains('/') || name.contains('\\') {
             return Err(Error::InvalidRequest(format!("invalid file name {name:?}")));
         }
-        let bytes: bytes::Bytes = bytes.into();
         let part = || -> Result<reqwest::multipart::Part> {
             Ok(
                 reqwest::multipart::Part::stream(reqwest::Body::from(bytes.clone()))
@@ -111,7 +135,7 @@ impl<'c> Sources<'c> {
         &self,
         part: &(dyn Fn() -> Result<reqwest::multipart::Part> + Send + Sync),
         dir: Option<&str>,
-    ) -> Result<types::WorkflowTriggerResponse> {
+    ) -> Result<(types::WorkflowTriggerResponse, ResponseMeta)> {
         let op = "upload_context_source";
         let path = format!("/contexts/{}/import/upload", encode_segment(self.slug));
         let build = || -> Result<reqwest::Request> {
@@ -141,11 +165,13 @@ impl<'c> Sources<'c> {
             .transport()
             .send_rebuilding(build()?, Some(&rebuild), op)
             .await?;
+        let meta = ResponseMeta::from_headers(resp.status().as_u16(), resp.headers());
         let body = resp
             .bytes()
             .await
             .map_err(|e| self.client.transport().map_reqwest(op, e))?;
-        serde_json::from_slice(&body).map_err(|e| Error::decode(op, e, &body))
+        let answer = serde_json::from_slice(&body).map_err(|e| Error::decode(op, e, &body))?;
+        Ok((answer, meta))
     }
 
     /// `GET /contexts/{slug}/source/list[/{path}]`: every entry of a
@@ -160,46 +186,54 @@ impl<'c> Sources<'c> {
     ///
     /// # Errors
     /// Any [`Error`](crate::Error) of the call.
-    pub async fn list_page(
+    pub fn list_page(
         &self,
-        path: Option<&str>,
+        path: Option<&'c str>,
         offset: Option<i64>,
         limit: Option<i64>,
-    ) -> Result<types::DirListing> {
-        let api = self.client.api();
-        match path.filter(|p| !p.is_empty()) {
-            Some(p) => {
-                self.client
-                    .call(
-                        "list_source_files_by_path",
-                        api.list_source_files_by_path(self.slug, p, limit, offset),
-                    )
-                    .await
+    ) -> Call<'c, types::DirListing> {
+        let (client, slug) = (self.client, self.slug);
+        Call::new(async move {
+            let api = client.api();
+            match path.filter(|p| !p.is_empty()) {
+                Some(p) => {
+                    client
+                        .call_meta(
+                            "list_source_files_by_path",
+                            api.list_source_files_by_path(slug, p, limit, offset),
+                        )
+                        .await
+                }
+                None => {
+                    client
+                        .call_meta(
+                            "list_source_files",
+                            api.list_source_files(slug, limit, offset),
+                        )
+                        .await
+                }
             }
-            None => {
-                self.client
-                    .call(
-                        "list_source_files",
-                        api.list_source_files(self.slug, limit, offset),
-                    )
-                    .await
-            }
-        }
+        })
     }
 
     /// `GET /contexts/{slug}/source/read/{path}`: a source file's bytes.
     ///
     /// # Errors
     /// Any [`Error`] of the call.
-    pub async fn read(&self, path: &str) -> Result<bytes::Bytes> {
-        let stream = self
-            .client
-            .call(
-                "read_source_file",
-                self.client.api().read_source_file(self.slug, path),
-            )
-            .await?;
-        collect_stream("read_source_file", stream).await
+    pub fn read<'a>(&self, path: &'a str) -> Call<'a, bytes::Bytes>
+    where
+        'c: 'a,
+    {
+        let (client, slug) = (self.client, self.slug);
+        Call::new(async move {
+            let (stream, meta) = client
+                .call_meta(
+                    "read_source_file",
+                    client.api().read_source_file(slug, path),
+                )
+                .await?;
+            Ok((collect_stream("read_source_file", stream).await?, meta))
+        })
     }
 
     /// Imports every file below `dir`: as one `.tar.gz` upload, which the

@@ -4,7 +4,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 
 use super::pages::{self, DEFAULT_MAX_ITEMS, DEFAULT_PAGE_SIZE, FetchFn, Fetched, Pages};
-use crate::client::{Poller, WaitPolicy};
+use crate::client::{Call, Poller, WaitPolicy};
 use crate::error::{Error, Result};
 use crate::status::TaskStatus;
 use crate::{Client, types};
@@ -78,10 +78,12 @@ impl<'c> Tasks<'c> {
     ///
     /// # Errors
     /// Any [`Error`] of the call (404 for an unknown task).
-    pub async fn get(&self, id: &str) -> Result<types::TaskResponse> {
-        self.client
-            .call("get_task", self.client.api().get_task(id))
-            .await
+    pub fn get<'a>(&self, id: &'a str) -> Call<'a, types::TaskResponse>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
+        Call::new(client.call_meta("get_task", client.api().get_task(id)))
     }
 
     /// `GET /tasks`: every task (newest first), filtered by the builder's
@@ -109,7 +111,11 @@ impl<'c> Tasks<'c> {
     ///
     /// # Errors
     /// Any [`Error`] of the call.
-    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<()> {
+    pub fn cancel<'a>(&self, id: &'a str, reason: Option<&str>) -> Call<'a, ()>
+    where
+        'c: 'a,
+    {
+        let client = self.client;
         let body = types::CancelTaskBody {
             pinecone_api_key: None,
             pushed: None,
@@ -117,9 +123,11 @@ impl<'c> Tasks<'c> {
             target: None,
             user_token: None,
         };
-        self.client
-            .call("cancel_task", self.client.api().cancel_task(id, &body))
-            .await
+        Call::new(async move {
+            client
+                .call_meta("cancel_task", client.api().cancel_task(id, &body))
+                .await
+        })
     }
 
     /// Polls `GET /tasks/{id}` until the task completes, fails or is cancelled.
@@ -161,11 +169,11 @@ impl<'c> Tasks<'c> {
         let task = self.wait(id, wait).await?;
         match task.status() {
             TaskStatus::Completed => Ok(task),
-            state => Err(Error::TaskFailed {
+            state => Err(Error::TaskFailed(Box::new(crate::error::TaskFailure {
                 task_id: task.id.clone(),
                 state: state.to_string(),
                 message: task.error.clone().unwrap_or_default(),
-            }),
+            }))),
         }
     }
 }

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Response, ResponseBuilderExt, StatusCode};
 
+use super::marks::ErrorBody;
 use crate::error::snippet;
 
 /// Marks a rewritten error response whose body was not the JSON envelope.
@@ -194,8 +195,17 @@ pub(super) async fn normalize_error_body(
     let is_envelope = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .is_some_and(|v| v.get("message").is_some_and(|m| m.is_string()));
-    if is_envelope {
-        http_response(status, &headers, Bytes::from(body), false)
+    let (mut resp, read) = if is_envelope {
+        let (code, message, _) = parse_envelope(&HeaderMap::new(), &body);
+        let read = ErrorBody {
+            code,
+            message,
+            raw: None,
+        };
+        (
+            http_response(status, &headers, Bytes::from(body), false),
+            read,
+        )
     } else {
         let raw = snippet(&body);
         let text = if raw.trim().is_empty() {
@@ -203,6 +213,14 @@ pub(super) async fn normalize_error_body(
         } else {
             raw
         };
-        http_response(status, &headers, envelope_bytes(&text, None), true)
-    }
+        let resp = http_response(status, &headers, envelope_bytes(&text, None), true);
+        let read = ErrorBody {
+            code: None,
+            message: text.clone(),
+            raw: Some(text),
+        };
+        (resp, read)
+    };
+    resp.extensions_mut().insert(read);
+    resp
 }

@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 pub(crate) mod auth;
 mod bodies;
+pub(crate) mod marks;
 pub(crate) mod observe;
 pub(crate) mod redirect;
 pub(crate) mod retry;
@@ -40,7 +41,7 @@ use self::bodies::{
     normalize_error_body, parse_envelope, too_large,
 };
 use self::redirect::RedirectRefused;
-use self::tuning::{CallOptions, LastRequestId, Tuning, request_id};
+use self::tuning::{CallOptions, Tuning, request_id};
 use self::version::{API_VERSION_HEADER, ApiVersion, VersionTracker};
 use crate::error::{Error, Result, millis};
 
@@ -69,10 +70,9 @@ pub(crate) type Rebuild<'a> = dyn Fn() -> Option<Request> + Send + Sync + 'a;
 #[derive(Clone)]
 pub struct Transport {
     inner: Arc<TransportInner>,
-    /// Timeouts and retries: the client's, or a `with_options` copy's.
+    /// Timeouts, retries and extra headers: the client's, or a
+    /// `with_options` copy's.
     tuning: Arc<Tuning>,
-    /// Shared by the clones of one copy; a `with_options` copy has its own.
-    last_request_id: Arc<LastRequestId>,
 }
 
 pub(crate) struct TransportInner {
@@ -152,23 +152,16 @@ impl Transport {
         Transport {
             inner: Arc::new(inner),
             tuning: Arc::new(tuning),
-            last_request_id: Arc::default(),
         }
     }
 
-    /// The same transport with `options` over its timeouts and retries,
-    /// and a request id of its own.
+    /// The same transport with `options` over its timeouts, retries and
+    /// extra headers.
     pub(crate) fn with_options(&self, options: &CallOptions) -> Self {
         Transport {
             inner: Arc::clone(&self.inner),
             tuning: Arc::new(options.apply(&self.tuning)),
-            last_request_id: Arc::default(),
         }
-    }
-
-    /// The request id of the last successful answer through this copy.
-    pub(crate) fn last_request_id(&self) -> Option<String> {
-        self.last_request_id.get()
     }
 
     pub(crate) fn http(&self) -> &reqwest::Client {
@@ -199,11 +192,24 @@ impl Transport {
     /// Returns the server's final answer whatever its status; error bodies
     /// that are not the JSON envelope are rewritten into one (see
     /// [`Transport::error_from_response`]) so the status is never lost.
-    pub(crate) async fn execute(&self, req: Request, operation: &str) -> reqwest::Result<Response> {
+    ///
+    /// This is the generated client's way in: an error answer is marked
+    /// with `operation` and the version sent (see [`marks`]), so the
+    /// generated call's error converts into [`Error`] with `?`.
+    pub(crate) async fn execute(
+        &self,
+        req: Request,
+        operation: &'static str,
+    ) -> reqwest::Result<Response> {
+        marks::remember_operation(operation);
         // Boxed: the retry loop's state is large, and every future that
         // awaits it (generated calls, tool handlers) would hold, and move, a
         // copy of it otherwise.
-        Box::pin(self.execute_rebuilding(req, None, operation)).await
+        let mut resp = Box::pin(self.execute_rebuilding(req, None, operation)).await?;
+        if !resp.status().is_success() {
+            marks::mark(&mut resp, operation, &self.inner.version_value);
+        }
+        Ok(resp)
     }
 
     /// [`Transport::execute`] for a request whose body cannot be cloned (a
@@ -232,26 +238,7 @@ impl Transport {
         until: Option<tokio::time::Instant>,
     ) -> reqwest::Result<Response> {
         let inner = &*self.inner;
-        // progenitor adds an `api-version` header of its own; the API reads
-        // only `X-Pinecone-Api-Version`.
-        req.headers_mut().remove(PROGENITOR_VERSION_NAME);
-        if !req.headers().contains_key(API_VERSION_NAME) {
-            req.headers_mut()
-                .insert(API_VERSION_NAME, inner.version_value.clone());
-        }
-        if let Some(ua) = &inner.user_agent {
-            req.headers_mut()
-                .insert(reqwest::header::USER_AGENT, ua.clone());
-        }
-        if req.timeout().is_none() && !is_event_stream(&req) {
-            *req.timeout_mut() = self.tuning.request_timeout;
-        }
-        let sent_version = req
-            .headers()
-            .get(API_VERSION_NAME)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
+        let sent_version = self.prepare(&mut req);
         let idempotent = retry::is_idempotent(req.method());
         let streams = is_event_stream(&req);
         let origin = req.url().clone();
@@ -360,7 +347,6 @@ impl Transport {
                     if status.is_client_error() || status.is_server_error() {
                         return Ok(normalize_error_body(resp, tuning.read_timeout).await);
                     }
-                    self.last_request_id.record(resp.headers());
                     if streams {
                         return Ok(resp);
                     }
@@ -384,6 +370,37 @@ impl Transport {
                 }
             }
         }
+    }
+
+    /// Sets what every request carries: the call's extra headers, the API
+    /// version, the user agent (for a caller's own client) and the request
+    /// timeout. Returns the API version sent.
+    fn prepare(&self, req: &mut Request) -> String {
+        let inner = &*self.inner;
+        // The call's extra headers first: none of them can be one the
+        // client sets (see `CallOptions::header`).
+        for (name, value) in &self.tuning.headers {
+            req.headers_mut().insert(name.clone(), value.clone());
+        }
+        // progenitor adds an `api-version` header of its own; the API reads
+        // only `X-Pinecone-Api-Version`.
+        req.headers_mut().remove(PROGENITOR_VERSION_NAME);
+        if !req.headers().contains_key(API_VERSION_NAME) {
+            req.headers_mut()
+                .insert(API_VERSION_NAME, inner.version_value.clone());
+        }
+        if let Some(ua) = &inner.user_agent {
+            req.headers_mut()
+                .insert(reqwest::header::USER_AGENT, ua.clone());
+        }
+        if req.timeout().is_none() && !is_event_stream(req) {
+            *req.timeout_mut() = self.tuning.request_timeout;
+        }
+        req.headers()
+            .get(API_VERSION_NAME)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// The delay before another attempt, or `None` when the budget is spent.
@@ -605,34 +622,14 @@ impl Transport {
         message: String,
         raw_body: Option<String>,
     ) -> Error {
-        if let Some(refused) = headers
-            .get(REDIRECT_MARKER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(RedirectRefused::from_marker)
-        {
-            return refused.to_error(operation);
-        }
-        let request_id = request_id(headers);
-        if status == 401 {
-            return Error::Unauthorized {
-                operation,
-                message,
-                request_id,
-            };
-        }
-        if status == 400 && code.as_deref() == Some("unsupported_api_version") {
-            return Error::UnsupportedApiVersion {
-                operation,
-                sent: self.inner.version.as_str().to_owned(),
-                message,
-                request_id,
-            };
-        }
-        let mut e = Error::api(operation, status, code, message, request_id, raw_body);
-        if let Error::Api(api) = &mut e {
-            api.retry_after = retry::retry_after(headers);
-        }
-        e
+        let answer = ErrorAnswer {
+            status,
+            headers,
+            code,
+            message,
+            raw_body,
+        };
+        error_from_answer(operation, self.inner.version.as_str(), answer)
     }
 
     pub(crate) fn map_reqwest(&self, operation: &'static str, err: reqwest::Error) -> Error {
@@ -652,6 +649,59 @@ impl Transport {
             .await
             .unwrap_or_default()
     }
+}
+
+/// An error answer, read: its status, headers and envelope.
+pub(crate) struct ErrorAnswer<'h> {
+    pub(crate) status: u16,
+    pub(crate) headers: &'h HeaderMap,
+    pub(crate) code: Option<String>,
+    pub(crate) message: String,
+    pub(crate) raw_body: Option<String>,
+}
+
+/// Turns an error answer to `operation`, sent with API version
+/// `sent_version`, into an [`Error`].
+pub(crate) fn error_from_answer(
+    operation: &'static str,
+    sent_version: &str,
+    answer: ErrorAnswer<'_>,
+) -> Error {
+    let ErrorAnswer {
+        status,
+        headers,
+        code,
+        message,
+        raw_body,
+    } = answer;
+    if let Some(refused) = headers
+        .get(REDIRECT_MARKER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(RedirectRefused::from_marker)
+    {
+        return refused.to_error(operation);
+    }
+    let request_id = request_id(headers);
+    if status == 401 {
+        return Error::Unauthorized {
+            operation,
+            message,
+            request_id,
+        };
+    }
+    if status == 400 && code.as_deref() == Some("unsupported_api_version") {
+        return Error::UnsupportedApiVersion(Box::new(crate::error::UnsupportedVersion {
+            operation,
+            sent: sent_version.to_owned(),
+            message,
+            request_id,
+        }));
+    }
+    let mut e = Error::api(operation, status, code, message, request_id, raw_body);
+    if let Error::Api(api) = &mut e {
+        api.retry_after = retry::retry_after(headers);
+    }
+    e
 }
 
 /// `reqwest::Request::try_clone` failed: the body is a stream. Take the

@@ -1,11 +1,12 @@
 //! [`CallOptions`]: the timeouts and retry policy of a client, overridden
 //! for the calls made through one [`Client::with_options`](crate::Client::with_options)
-//! copy; and where that copy keeps the request id of its last success.
+//! copy, and the extra headers it sends; and how a request id is read.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::error::{Error, Result};
 
 use super::retry::RetryPolicy;
 
@@ -21,6 +22,8 @@ pub(crate) struct Tuning {
     pub(crate) read_timeout: Option<Duration>,
     /// The total time of a synchronous turn (`POST /query` without stream).
     pub(crate) turn_timeout: Option<Duration>,
+    /// Extra headers on every request (values marked sensitive).
+    pub(crate) headers: HeaderMap,
 }
 
 /// Overrides of the client's timeouts and retry policy for some calls.
@@ -52,7 +55,27 @@ pub struct CallOptions {
     header_timeout: Option<Option<Duration>>,
     read_timeout: Option<Option<Duration>>,
     turn_timeout: Option<Option<Duration>>,
+    headers: HeaderMap,
 }
+
+/// Headers a call may not set: the credentials and the API version (set
+/// from the client's configuration), and what the client decides per
+/// request (body framing, content type, what it accepts, the event to
+/// resume after, the user agent, the host).
+pub const RESERVED_HEADERS: [&str; 12] = [
+    "authorization",
+    "proxy-authorization",
+    "x-pinecone-api-key",
+    "x-pinecone-api-version",
+    "api-version",
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "accept",
+    "last-event-id",
+    "user-agent",
+];
 
 impl CallOptions {
     /// No overrides.
@@ -94,9 +117,52 @@ impl CallOptions {
         self
     }
 
+    /// Sends the header `name: value` on every request of the calls made
+    /// with these options (a second value for the same name replaces the
+    /// first). The value is kept as sensitive: `Debug` never shows it.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
+    /// use nexus_knowql::CallOptions;
+    /// let traced = client.with_options(CallOptions::new().header("x-trace-id", "job-17")?);
+    /// let contexts = traced.contexts().list().await?;
+    /// # drop(contexts); Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] (naming the header, never its value) for a
+    /// name that is not a valid header name, a value that is not visible
+    /// ASCII or tabs and spaces, and a name in [`RESERVED_HEADERS`] or
+    /// starting `x-nexus-knowql-`: the credentials and the API version come
+    /// from the client's configuration only, and are never replaced by a
+    /// per-call header.
+    pub fn header(mut self, name: &str, value: &str) -> Result<Self> {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| Error::InvalidRequest(format!("invalid header name {name:?}")))?;
+        if RESERVED_HEADERS.contains(&name.as_str()) || name.as_str().starts_with("x-nexus-knowql-")
+        {
+            return Err(Error::InvalidRequest(format!(
+                "the header {name} is set by the client and cannot be set per call"
+            )));
+        }
+        let mut value = HeaderValue::from_str(value).map_err(|_| {
+            Error::InvalidRequest(format!(
+                "the value of header {name} has a character that cannot be sent"
+            ))
+        })?;
+        value.set_sensitive(true);
+        self.headers.insert(name, value);
+        Ok(self)
+    }
+
     /// `tuning` with these overrides.
     pub(crate) fn apply(&self, tuning: &Tuning) -> Tuning {
+        let mut headers = tuning.headers.clone();
+        for (name, value) in &self.headers {
+            headers.insert(name.clone(), value.clone());
+        }
         Tuning {
+            headers,
             retry: self.retry.clone().unwrap_or_else(|| tuning.retry.clone()),
             request_timeout: self.request_timeout.unwrap_or(tuning.request_timeout),
             header_timeout: self.header_timeout.unwrap_or(tuning.header_timeout),
@@ -127,21 +193,6 @@ pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
     Some(id[..id.len().min(MAX_REQUEST_ID_LEN)].to_owned())
 }
 
-/// The request id of the last successful response of one transport copy.
-#[derive(Debug, Default)]
-pub(crate) struct LastRequestId(Mutex<Option<String>>);
-
-impl LastRequestId {
-    pub(crate) fn record(&self, headers: &HeaderMap) {
-        let id = request_id(headers);
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = id;
-    }
-
-    pub(crate) fn get(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +205,7 @@ mod tests {
             header_timeout: Some(Duration::from_secs(30)),
             read_timeout: Some(Duration::from_secs(30)),
             turn_timeout: None,
+            headers: HeaderMap::new(),
         };
         let t = CallOptions::new()
             .request_timeout(Duration::from_secs(5))
@@ -168,6 +220,26 @@ mod tests {
         let same = CallOptions::new().apply(&base);
         assert_eq!(same.request_timeout, base.request_timeout);
         assert_eq!(same.retry, base.retry);
+    }
+
+    #[test]
+    fn reserved_and_invalid_headers_are_refused_without_their_value() {
+        for name in RESERVED_HEADERS.iter().copied().chain([
+            "X-Pinecone-Api-Key",
+            "Authorization",
+            "x-nexus-knowql-operation",
+        ]) {
+            let e = CallOptions::new().header(name, "pcsk_secret").unwrap_err();
+            assert!(matches!(e, Error::InvalidRequest(_)), "{name}: {e:?}");
+            assert!(!e.to_string().contains("pcsk_secret"), "{e}");
+        }
+        let e = CallOptions::new().header("x-a", "line\nbreak").unwrap_err();
+        assert!(!e.to_string().contains("line"), "{e}");
+        assert!(CallOptions::new().header("bad name", "v").is_err());
+        let ok = CallOptions::new()
+            .header("x-trace-id", "secret-trace")
+            .unwrap();
+        assert!(!format!("{ok:?}").contains("secret-trace"), "{ok:?}");
     }
 
     #[test]

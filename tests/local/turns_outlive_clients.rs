@@ -100,7 +100,7 @@ async fn dropping_a_running_turn_then_asking_is_session_busy_or_waits() {
     drop(live);
     let e = session.ask("and black?").send().await.unwrap_err();
     match &e {
-        Error::SessionBusy { query_id } => assert_eq!(query_id, &first_id),
+        Error::SessionBusy { query_id, .. } => assert_eq!(query_id, &first_id),
         other => panic!("expected SessionBusy, got {other:?}"),
     }
     assert!(e.is_conflict() && e.status().is_none());

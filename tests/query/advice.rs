@@ -86,7 +86,7 @@ async fn waiting_for_a_busy_session_backs_off_and_stops_at_its_limit() {
     let started = std::time::Instant::now();
     let e = session.ask("q").send().await.unwrap_err();
     assert!(
-        matches!(&e, Error::SessionBusy { query_id } if query_id == "q_run"),
+        matches!(&e, Error::SessionBusy { query_id, .. } if query_id == "q_run"),
         "{e:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -245,7 +245,9 @@ async fn every_response_body_is_bounded_generated_calls_included() {
         .unwrap();
     for id in ["q_big", "q_chunked"] {
         match client.queries().get(id).await {
-            Err(Error::ResponseTooLarge { operation, limit }) => {
+            Err(Error::ResponseTooLarge {
+                operation, limit, ..
+            }) => {
                 assert_eq!(operation, "get_query");
                 assert_eq!(limit, 100_000);
             }

@@ -218,6 +218,7 @@ async fn trimmed_replay_that_cannot_be_recovered_is_a_clear_error() {
             query_id,
             last_event_id,
             message,
+            ..
         } => {
             assert_eq!(query_id, "q_e4");
             assert_eq!(*last_event_id, Some(4));

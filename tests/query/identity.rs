@@ -479,7 +479,9 @@ async fn an_unknown_status_word_is_a_typed_outcome() {
     let (_, error) = drain(&mut live).await;
     let e = error.expect("an error");
     match &e {
-        Error::UnknownTurnStatus { query_id, status } => {
+        Error::UnknownTurnStatus {
+            query_id, status, ..
+        } => {
             assert_eq!((query_id.as_str(), status.as_str()), (QA, "Completed"));
         }
         other => panic!("{other:?}"),

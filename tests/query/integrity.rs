@@ -184,6 +184,7 @@ async fn a_final_query_that_contradicts_the_deltas_is_an_error_never_ok() {
             delivered_len,
             final_len,
             first_difference,
+            ..
         }) => {
             assert_eq!(query_id, "q_m1");
             assert_eq!(delivered_len, turn.answer.len() as u64);
@@ -386,7 +387,9 @@ async fn a_failed_turn_behind_a_gap_reports_the_servers_failure() {
     .await;
     let live = stream(&server).await;
     match live.finish().await {
-        Err(Error::TurnFailed { query_id, message }) => {
+        Err(Error::TurnFailed {
+            query_id, message, ..
+        }) => {
             assert_eq!(query_id, "q_f1");
             assert_eq!(message, "the model failed");
         }

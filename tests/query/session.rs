@@ -226,7 +226,7 @@ async fn a_second_turn_in_flight_is_session_busy_not_a_409() {
     let handle = session.ask("slow one").background().await.unwrap();
     let e = session.ask("meanwhile").send().await.unwrap_err();
     match &e {
-        Error::SessionBusy { query_id } => assert_eq!(query_id, "q1"),
+        Error::SessionBusy { query_id, .. } => assert_eq!(query_id, "q1"),
         other => panic!("{other:?}"),
     }
     assert!(e.is_conflict());
@@ -342,7 +342,9 @@ async fn background_wait_reports_failure_and_timeout() {
         .await
         .unwrap();
     match failing.wait().await {
-        Err(Error::TurnFailed { query_id, message }) => {
+        Err(Error::TurnFailed {
+            query_id, message, ..
+        }) => {
             assert_eq!(query_id, "qf");
             assert_eq!(message, "no sources matched");
         }
@@ -433,7 +435,9 @@ async fn a_failed_synchronous_turn_is_turn_failed() {
         .await;
     let session = client(&server).session(["docs"]).build().unwrap();
     match session.ask("q").send().await {
-        Err(Error::TurnFailed { query_id, message }) => {
+        Err(Error::TurnFailed {
+            query_id, message, ..
+        }) => {
             assert_eq!(query_id, "q6");
             assert_eq!(message, "no sources matched");
         }

@@ -335,7 +335,9 @@ async fn failed_turn_yields_turn_failed_after_the_events_before_it() {
         }
     );
     match live.next().await.unwrap() {
-        Err(Error::TurnFailed { query_id, message }) => {
+        Err(Error::TurnFailed {
+            query_id, message, ..
+        }) => {
             assert_eq!(query_id, q);
             assert_eq!(message, "the model failed");
         }
@@ -363,6 +365,7 @@ async fn drop_before_created_is_a_stream_error_and_never_reposts() {
         Some(Error::Stream {
             query_id: None,
             message,
+            ..
         }) => {
             assert!(message.contains("cannot be resumed"), "{message}")
         }
@@ -475,7 +478,9 @@ async fn oversized_frame_ends_the_stream_without_resuming() {
     let (events, error) = drain(&mut live).await;
     assert_eq!(events.len(), 2);
     match error {
-        Some(Error::Stream { query_id, message }) => {
+        Some(Error::Stream {
+            query_id, message, ..
+        }) => {
             assert_eq!(query_id.as_deref(), Some("q_11"));
             assert!(message.contains("4096"), "{message}");
         }
@@ -667,7 +672,9 @@ async fn resume_gives_up_after_the_attempt_cap() {
     let (events, error) = drain(&mut live).await;
     assert_eq!(events.len(), 2);
     match error {
-        Some(Error::Stream { query_id, message }) => {
+        Some(Error::Stream {
+            query_id, message, ..
+        }) => {
             assert_eq!(query_id.as_deref(), Some("q_18"));
             assert!(message.contains("gave up after 3"), "{message}");
         }

@@ -339,7 +339,7 @@ async fn detach_keeps_the_turn_and_its_checkpoint() {
     assert!(session.is_busy());
     let e = session.ask("meanwhile").send().await.unwrap_err();
     assert!(
-        matches!(&e, Error::SessionBusy { query_id } if query_id == "q_d"),
+        matches!(&e, Error::SessionBusy { query_id, .. } if query_id == "q_d"),
         "{e:?}"
     );
     assert!(e.is_conflict());
@@ -374,7 +374,7 @@ async fn a_dropped_running_turn_makes_the_next_ask_session_busy_not_a_409() {
         session.ask("second").background().await.unwrap_err(),
     ] {
         match &ask {
-            Error::SessionBusy { query_id } => assert_eq!(query_id, "q_b"),
+            Error::SessionBusy { query_id, .. } => assert_eq!(query_id, "q_b"),
             other => panic!("{other:?}"),
         }
         assert!(ask.is_conflict());
@@ -395,7 +395,7 @@ async fn a_dropped_running_turn_makes_the_next_ask_session_busy_not_a_409() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&e, Error::SessionBusy { query_id } if query_id == "q_b"),
+        matches!(&e, Error::SessionBusy { query_id, .. } if query_id == "q_b"),
         "{e:?}"
     );
     assert!(server.count("GET", "/queries/q_b") > 4);
@@ -479,13 +479,13 @@ async fn a_409_from_a_turn_started_elsewhere_is_session_busy() {
     let session = Session::resume(&server.client(), "sess_o");
     let e = session.ask("q").send().await.unwrap_err();
     assert!(
-        matches!(&e, Error::SessionBusy { query_id } if query_id == "q_run"),
+        matches!(&e, Error::SessionBusy { query_id, .. } if query_id == "q_run"),
         "{e:?}"
     );
     // The session now remembers the running turn: no second POST.
     let e = session.ask("q").send().await.unwrap_err();
     assert!(
-        matches!(&e, Error::SessionBusy { query_id } if query_id == "q_run"),
+        matches!(&e, Error::SessionBusy { query_id, .. } if query_id == "q_run"),
         "{e:?}"
     );
     assert_eq!(server.count("POST", "/query"), 1);
@@ -741,7 +741,7 @@ async fn a_409_after_a_dropped_turn_is_session_busy_even_when_the_server_cannot_
     drop(live);
     let e = session.ask("second").send().await.unwrap_err();
     assert!(
-        matches!(&e, Error::SessionBusy { query_id } if query_id == "q_x"),
+        matches!(&e, Error::SessionBusy { query_id, .. } if query_id == "q_x"),
         "{e:?}"
     );
     assert!(e.is_conflict());

@@ -1,5 +1,4 @@
-//! Per-call overrides (`Client::with_options`) of timeouts and retries,
-//! and the request id of a successful answer (`Client::last_request_id`).
+//! Per-call overrides (`Client::with_options`) of timeouts and retries.
 
 use std::time::{Duration, Instant};
 
@@ -77,46 +76,4 @@ async fn a_timeout_override_cuts_a_slow_call_that_the_client_would_wait_for() {
     let patient = quick.with_options(CallOptions::new().request_timeout(None));
     assert_eq!(patient.contexts().get("c1").await.unwrap().slug, "c1");
     assert_eq!(base.contexts().get("c1").await.unwrap().slug, "c1");
-}
-
-#[tokio::test]
-async fn the_request_id_of_a_success_is_kept_per_copy() {
-    let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/api/contexts/c1"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .insert_header("x-request-id", "req-1")
-                .set_body_json(context_json("c1")),
-        )
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/api/contexts/c2"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .insert_header("x-pinecone-request-id", "req-2")
-                .set_body_json(context_json("c2")),
-        )
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/api/contexts/c3"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(context_json("c3")))
-        .mount(&server)
-        .await;
-    let base = client(&server);
-    assert_eq!(base.last_request_id(), None);
-    let first = base.with_options(CallOptions::new());
-    let second = base.with_options(CallOptions::new());
-    first.contexts().get("c1").await.unwrap();
-    second.contexts().get("c2").await.unwrap();
-    assert_eq!(first.last_request_id().as_deref(), Some("req-1"));
-    assert_eq!(second.last_request_id().as_deref(), Some("req-2"));
-    assert_eq!(base.last_request_id(), None, "copies keep their own");
-    base.contexts().get("c1").await.unwrap();
-    assert_eq!(base.last_request_id().as_deref(), Some("req-1"));
-    // A success without an id forgets the previous one.
-    base.contexts().get("c3").await.unwrap();
-    assert_eq!(base.last_request_id(), None);
 }

@@ -138,15 +138,10 @@ async fn unsupported_api_version_is_its_own_error() {
         c.contexts().list().await.unwrap_err(),
     ] {
         match &err {
-            Error::UnsupportedApiVersion {
-                sent,
-                request_id,
-                message,
-                ..
-            } => {
-                assert_eq!(sent, "2099-01");
-                assert_eq!(request_id.as_deref(), Some("req-42"));
-                assert!(message.contains("2099-01"));
+            Error::UnsupportedApiVersion(refused) => {
+                assert_eq!(refused.sent, "2099-01");
+                assert_eq!(refused.request_id.as_deref(), Some("req-42"));
+                assert!(refused.message.contains("2099-01"));
             }
             other => panic!("expected UnsupportedApiVersion, got {other:?}"),
         }
@@ -612,11 +607,9 @@ async fn invalid_json_success_is_a_decode_error() {
         .await;
     let err = client(&server).contexts().get("docs").await.unwrap_err();
     match err {
-        Error::Decode {
-            operation, snippet, ..
-        } => {
-            assert_eq!(operation, "get_context");
-            assert!(snippet.starts_with("{\"slug\""));
+        Error::Decode(failure) => {
+            assert_eq!(failure.operation, "get_context");
+            assert!(failure.snippet.starts_with("{\"slug\""));
         }
         other => panic!("expected Decode, got {other:?}"),
     }
@@ -666,6 +659,7 @@ async fn slow_answers_hit_the_request_timeout() {
                 operation: "list_contexts",
                 elapsed_ms: 200,
                 query_id: None,
+                ..
             }
         ),
         "{err:?}"
@@ -727,7 +721,9 @@ async fn a_body_of_declared_length_is_bounded_and_a_cut_one_is_a_transport_error
     assert!(build(&whole, 2).contexts().list().await.unwrap().is_empty());
     // Declared over the limit: refused before it is read.
     match build(&whole, 1).contexts().list().await {
-        Err(Error::ResponseTooLarge { operation, limit }) => {
+        Err(Error::ResponseTooLarge {
+            operation, limit, ..
+        }) => {
             assert_eq!((operation, limit), ("list_contexts", 1));
         }
         other => panic!("{other:?}"),

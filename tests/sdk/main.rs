@@ -8,6 +8,8 @@ mod call_options;
 mod client_http;
 mod decode;
 mod decode_props;
+mod errors;
+mod metadata;
 mod module_graph;
 mod pagination;
 mod redirects;

@@ -112,6 +112,7 @@ async fn upload_of_a_missing_file_is_an_io_error_and_sends_nothing() {
                 action: "open",
                 path,
                 source,
+                ..
             } if path == std::path::Path::new("/no/such/file.md")
                 && source.kind() == std::io::ErrorKind::NotFound
         ),
@@ -307,13 +308,13 @@ async fn failed_task_is_an_error_for_wait_completed() {
         .await
         .unwrap_err();
     match err {
-        Error::TaskFailed {
-            task_id,
-            state,
-            message,
-        } => {
+        Error::TaskFailed(failure) => {
             assert_eq!(
-                (task_id.as_str(), state.as_str(), message.as_str()),
+                (
+                    failure.task_id.as_str(),
+                    failure.state.as_str(),
+                    failure.message.as_str()
+                ),
                 ("t9", "failed", "parser crashed")
             );
         }
