@@ -106,6 +106,9 @@ pub(crate) struct Store {
     private_files: bool,
     /// Digests of the bearer tokens the database held at start.
     saved_tokens: Mutex<Vec<Vec<u8>>>,
+    /// Bytes of events that running turns logged and did not hand to the
+    /// database writer yet (see [`EventLog::counted_in`]).
+    turn_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Held for the store's lifetime: the exclusive lock on `files`.
     _lock: std::fs::File,
 }
@@ -162,6 +165,7 @@ impl Store {
             files: dir.to_path_buf(),
             private_files: false,
             saved_tokens: Mutex::default(),
+            turn_bytes: Arc::default(),
             _lock: lock,
         };
         // Interrupted imports are finished from their staging directories
@@ -467,9 +471,23 @@ impl Store {
         (size(""), size("-wal"))
     }
 
-    /// Bytes of the writes sent to the database and not yet committed.
+    /// Bytes waiting to be written to the database: the writes sent to it
+    /// and not yet committed, and the events running turns logged (written
+    /// when each turn ends).
     pub(crate) fn write_backlog(&self) -> u64 {
+        self.db
+            .backlog_bytes()
+            .saturating_add(self.turn_bytes.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Bytes of the writes sent to the database and not yet committed.
+    pub(crate) fn database_backlog(&self) -> u64 {
         self.db.backlog_bytes()
+    }
+
+    /// The total that a running turn's event log adds its bytes to.
+    pub(crate) fn turn_bytes(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.turn_bytes.clone()
     }
 
     /// Writes what is pending and stops the database writer.
@@ -606,6 +624,8 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
         let terminal = q.query.is_terminal();
         let events = if terminal && !q.events_saved {
             q.events_saved = true;
+            // From here the writer's backlog counts them.
+            q.log.uncount();
             Some(q.log.frames())
         } else {
             None

@@ -164,3 +164,64 @@ async fn a_write_that_would_take_the_backlog_past_its_limit_is_refused() {
     assert_eq!(second.status(), 404, "a refused write was applied");
     server.shutdown().await;
 }
+
+/// Catches a turn's event bytes left out of the backlog: a turn admitted
+/// with nothing waiting logs more than the 1 KiB limit of events while it
+/// runs (written when it ends), and a write admitted meanwhile would take
+/// the backlog past the limit, so it gets 503 `busy`; once the turn has
+/// ended and its events are written, the same write is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_turns_event_bytes_count_in_the_backlog() {
+    const LIMIT: u64 = 1024;
+    let (server, _client, _corpus) = seeded(
+        LocalNexus::builder()
+            .write_backlog_limit(LIMIT)
+            .frame_delay(Duration::from_millis(200)),
+    )
+    .await;
+    let base = server.base_url().to_owned();
+    let mut stream = post_stream(
+        &base,
+        json!({"ask": "How long does green tea steep, and black tea?", "scope": ["docs"], "stream": true}),
+    )
+    .await;
+    // The signal: more event data than the limit reached this client
+    // (the server counts at least these bytes), and the turn goes on.
+    let mut seen = 0usize;
+    let mut text = String::new();
+    while seen <= LIMIT as usize {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), stream.chunk())
+            .await
+            .expect("no event within 30 s")
+            .unwrap()
+            .expect("the turn ended before it logged more than the limit");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        seen = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::len)
+            .sum();
+    }
+    assert!(
+        !text.contains("event: query"),
+        "the turn already ended: {text}"
+    );
+    let (status, body, retry) = create(&base, "during").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "busy");
+    assert_eq!(retry.as_deref(), Some("1"));
+    // The turn ends; its events are written with its end.
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(60), stream.chunk())
+        .await
+        .expect("the turn did not end within 60 s")
+        .unwrap()
+    {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("event: query"), "{text}");
+    let (status, body, _) = create(&base, "after").await;
+    assert_eq!(status, 200, "{body}");
+    let (_, storage) = get_json(&format!("{base}/local/storage")).await;
+    assert_eq!(storage["write_backlog_bytes"], 0, "{storage}");
+    server.shutdown().await;
+}

@@ -203,9 +203,10 @@ pub(crate) fn accept(
         trace_ref: Some(format!("local://traces/{query_id}")),
         usage: zero_usage(),
     };
-    let log = EventLog::new(
+    let log = EventLog::counted_in(
         state.config.events_per_query,
         state.config.event_bytes_per_query,
+        state.store.turn_bytes(),
     );
     let cancel = state.shutdown.child_token();
     inner.insert_query(QueryEntry {

@@ -4,6 +4,15 @@ use super::*;
 
 /// Logs an event, then waits the configured pause between frames.
 async fn emit(state: &AppState, log: &EventLog, event: &types::QueryEvent) -> Result<(), String> {
+    // The turn's events count in the write backlog: past its limit, while
+    // writes wait ahead of them, the turn waits for the writer first (a
+    // turn alone goes on whatever its size, like a write alone).
+    let limit = state.config.write_backlog_limit;
+    if state.store.database_backlog() > 0 && state.store.write_backlog() > limit {
+        if let Err(e) = state.store.flush().await {
+            tracing::debug!(error = %e, "waiting for the write backlog ended");
+        }
+    }
     log.push(event, false).map_err(|_| {
         "the turn produced more events, or more event bytes, than the server keeps for one turn"
             .to_owned()
