@@ -215,8 +215,58 @@ impl Store {
         }
         // Moves that were under way are finished from their staging
         // directory (an import is all or nothing), then recorded.
+        let finished_imports = self.finish_moves(&mut inner, loaded.moves, &mut repairs);
+        self.check_sources(&mut inner);
+        restore_tasks(&mut inner, loaded.tasks, &finished_imports);
+        for doc in loaded.connectors {
+            match serde_json::from_str::<ConnectorRecord>(&doc) {
+                Ok(c) => {
+                    inner.connectors.insert(c.id.clone(), c);
+                }
+                Err(e) => tracing::error!(error = %e, "a connector row is unreadable; skipped"),
+            }
+        }
+        for doc in loaded.sessions {
+            match serde_json::from_str::<SessionEntry>(&doc) {
+                Ok(s) => {
+                    inner.sessions.insert(s.session.id.clone(), s);
+                }
+                Err(e) => tracing::error!(error = %e, "a session row is unreadable; skipped"),
+            }
+        }
+        for (id, doc) in loaded.running_queries {
+            let Ok(mut q) = serde_json::from_str::<types::Query>(&doc) else {
+                tracing::error!(query = %id, "a query row is unreadable; skipped");
+                continue;
+            };
+            q.status = crate::status::word::FAILED.to_owned();
+            q.error = Some("the server stopped while the turn ran".to_owned());
+            repairs.push(Op::PutQuery {
+                id,
+                session_id: q.session_id.clone(),
+                terminal: true,
+                doc: to_json(&q),
+                trace: None,
+                events: None,
+            });
+        }
+        let mut ops = drain(&mut inner);
+        ops.extend(repairs);
+        self.db.send(ops);
+    }
+
+    /// Finishes the moves that were under way from their staging
+    /// directories and records their files; each move's end goes to
+    /// `repairs`. Returns, by import task, how many files could not be
+    /// stored.
+    fn finish_moves(
+        &self,
+        inner: &mut Inner,
+        moves: Vec<(u64, String, String)>,
+        repairs: &mut Vec<Op>,
+    ) -> std::collections::HashMap<String, usize> {
         let mut finished_imports = std::collections::HashMap::new();
-        for (move_id, context_id, record) in loaded.moves {
+        for (move_id, context_id, record) in moves {
             let record = MoveRecord::parse(&record);
             let sources_dir = self.context_dir(&context_id).join("sources");
             if let Some(ctx) = inner.contexts.get_mut(&context_id) {
@@ -246,6 +296,13 @@ impl Store {
             }
             repairs.push(Op::EndMove { id: move_id });
         }
+        finished_imports
+    }
+
+    /// Drops source rows whose files are gone, takes each file's size, and
+    /// opens each curated context's index (a context whose index cannot be
+    /// opened is to be curated again).
+    fn check_sources(&self, inner: &mut Inner) {
         let ids: Vec<String> = inner.contexts.keys().cloned().collect();
         for id in ids {
             let ctx_dir = self.context_dir(&id);
@@ -286,74 +343,6 @@ impl Store {
                 inner.indexes.insert(id, index);
             }
         }
-        for doc in loaded.tasks {
-            let Ok(mut task) = serde_json::from_str::<types::TaskResponse>(&doc) else {
-                tracing::error!("a task row is unreadable; skipped");
-                continue;
-            };
-            if let Some(missing) = finished_imports.get(&task.id) {
-                // Its files were all moved and recorded above.
-                let (state, error) = match missing {
-                    0 => (crate::status::word::COMPLETED, None),
-                    n => (
-                        crate::status::word::FAILED,
-                        Some(format!(
-                            "the server stopped while the import ran; {n} file(s) could not be stored"
-                        )),
-                    ),
-                };
-                task.state = types::TaskState(state.to_owned());
-                task.error = error;
-                inner.dirty.tasks.insert(task.id.clone());
-            } else if !task_is_terminal(task.state.as_str()) {
-                task.state = types::TaskState(crate::status::word::FAILED.to_owned());
-                task.error = Some("the server stopped while the task ran".to_owned());
-                inner.dirty.tasks.insert(task.id.clone());
-            }
-            inner.tasks.insert(
-                task.id.clone(),
-                TaskEntry {
-                    task,
-                    cancel: CancellationToken::new(),
-                    committed: false,
-                },
-            );
-        }
-        for doc in loaded.connectors {
-            match serde_json::from_str::<ConnectorRecord>(&doc) {
-                Ok(c) => {
-                    inner.connectors.insert(c.id.clone(), c);
-                }
-                Err(e) => tracing::error!(error = %e, "a connector row is unreadable; skipped"),
-            }
-        }
-        for doc in loaded.sessions {
-            match serde_json::from_str::<SessionEntry>(&doc) {
-                Ok(s) => {
-                    inner.sessions.insert(s.session.id.clone(), s);
-                }
-                Err(e) => tracing::error!(error = %e, "a session row is unreadable; skipped"),
-            }
-        }
-        for (id, doc) in loaded.running_queries {
-            let Ok(mut q) = serde_json::from_str::<types::Query>(&doc) else {
-                tracing::error!(query = %id, "a query row is unreadable; skipped");
-                continue;
-            };
-            q.status = crate::status::word::FAILED.to_owned();
-            q.error = Some("the server stopped while the turn ran".to_owned());
-            repairs.push(Op::PutQuery {
-                id,
-                session_id: q.session_id.clone(),
-                terminal: true,
-                doc: to_json(&q),
-                trace: None,
-                events: None,
-            });
-        }
-        let mut ops = drain(&mut inner);
-        ops.extend(repairs);
-        self.db.send(ops);
     }
 
     /// Locks the records. Never hold the guard across an `.await`.
@@ -640,6 +629,49 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
         });
     }
     ops
+}
+
+/// Restores task rows: a task that was running is failed, unless it is
+/// an import whose move was finished above (`finished_imports`: files
+/// that could not be stored, by task).
+fn restore_tasks(
+    inner: &mut Inner,
+    tasks: Vec<String>,
+    finished_imports: &std::collections::HashMap<String, usize>,
+) {
+    for doc in tasks {
+        let Ok(mut task) = serde_json::from_str::<types::TaskResponse>(&doc) else {
+            tracing::error!("a task row is unreadable; skipped");
+            continue;
+        };
+        if let Some(missing) = finished_imports.get(&task.id) {
+            // Its files were all moved and recorded by `finish_moves`.
+            let (state, error) = match missing {
+                0 => (crate::status::word::COMPLETED, None),
+                n => (
+                    crate::status::word::FAILED,
+                    Some(format!(
+                        "the server stopped while the import ran; {n} file(s) could not be stored"
+                    )),
+                ),
+            };
+            task.state = types::TaskState(state.to_owned());
+            task.error = error;
+            inner.dirty.tasks.insert(task.id.clone());
+        } else if !task_is_terminal(task.state.as_str()) {
+            task.state = types::TaskState(crate::status::word::FAILED.to_owned());
+            task.error = Some("the server stopped while the task ran".to_owned());
+            inner.dirty.tasks.insert(task.id.clone());
+        }
+        inner.tasks.insert(
+            task.id.clone(),
+            TaskEntry {
+                task,
+                cancel: CancellationToken::new(),
+                committed: false,
+            },
+        );
+    }
 }
 
 /// A random name for a private file or directory.
