@@ -8,10 +8,11 @@ async fn emit(state: &AppState, log: &EventLog, event: &types::QueryEvent) -> Re
     // writes wait ahead of them, the turn waits for the writer first (a
     // turn alone goes on whatever its size, like a write alone).
     let limit = state.config.write_backlog_limit;
-    if state.store.database_backlog() > 0 && state.store.write_backlog() > limit {
-        if let Err(e) = state.store.flush().await {
-            tracing::debug!(error = %e, "waiting for the write backlog ended");
-        }
+    if state.store.database_backlog() > 0
+        && state.store.write_backlog() > limit
+        && let Err(e) = state.store.flush().await
+    {
+        tracing::debug!(error = %e, "waiting for the write backlog ended");
     }
     log.push(event, false).map_err(|_| {
         "the turn produced more events, or more event bytes, than the server keeps for one turn"
