@@ -77,6 +77,11 @@ struct Args {
     /// past it, requests that change something get 503 with Retry-After.
     #[arg(long, default_value_t = 64, env = "NEXUS_LOCAL_MAX_WRITE_BACKLOG_MB")]
     max_write_backlog_mb: u64,
+    /// Most connections one peer (remote IP address) may hold of the 256
+    /// kept open; past it, its new connection replaces its own idle one or
+    /// is closed. Loopback clients all share 127.0.0.1.
+    #[arg(long, default_value_t = 192)]
+    max_connections_per_peer: usize,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -184,6 +189,7 @@ async fn main() -> ExitCode {
         .query_limit(args.max_queries)
         .query_bytes_limit(args.max_query_mb.saturating_mul(1024 * 1024))
         .write_backlog_limit(args.max_write_backlog_mb.saturating_mul(1024 * 1024))
+        .max_connections_per_peer(args.max_connections_per_peer)
         .allow_hosts(args.allow_hosts)
         .allow_origins(args.allow_origins)
         .faults_from_env();

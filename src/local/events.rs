@@ -6,6 +6,7 @@
 //! `Last-Event-ID` asks), receives what is logged and what arrives next, and
 //! ends with the id-less `query` frame once the turn is over.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::Stream;
@@ -47,6 +48,9 @@ struct LogState {
     cut: bool,
     /// Bytes of the events logged (names and data).
     bytes: usize,
+    /// Bytes of this log counted in the shared `unsaved` total (until the
+    /// turn's events are handed to the database writer).
+    counted: u64,
 }
 
 /// A query turn's events. Cheap to share (`Arc`).
@@ -60,18 +64,48 @@ pub(crate) struct EventLog {
     /// Most bytes kept (event names and data); the terminal event is always
     /// accepted.
     max_bytes: usize,
+    /// Bytes logged by running turns and not yet handed to the database
+    /// writer, shared by every turn's log: counted in the write backlog.
+    unsaved: Option<Arc<AtomicU64>>,
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        self.uncount();
+    }
 }
 
 impl EventLog {
     /// A log that keeps at most `limit` events and `max_bytes` bytes of them
     /// (the terminal event is accepted past either).
     pub(crate) fn new(limit: usize, max_bytes: usize) -> Arc<Self> {
-        Arc::new(EventLog {
+        Arc::new(Self::unshared(limit, max_bytes, None))
+    }
+
+    /// Like [`new`](Self::new), adding the bytes of each event to `unsaved`
+    /// until [`uncount`](Self::uncount) (or drop).
+    pub(crate) fn counted_in(limit: usize, max_bytes: usize, unsaved: Arc<AtomicU64>) -> Arc<Self> {
+        Arc::new(Self::unshared(limit, max_bytes, Some(unsaved)))
+    }
+
+    fn unshared(limit: usize, max_bytes: usize, unsaved: Option<Arc<AtomicU64>>) -> Self {
+        EventLog {
             state: Mutex::new(LogState::default()),
             changed: watch::Sender::new(0),
             limit: limit.max(2),
             max_bytes,
-        })
+            unsaved,
+        }
+    }
+
+    /// Takes this log's bytes out of the shared `unsaved` total: its events
+    /// are being handed to the database writer, whose backlog counts them
+    /// from now on.
+    pub(crate) fn uncount(&self) {
+        let counted = std::mem::take(&mut self.lock().counted);
+        if let Some(unsaved) = &self.unsaved {
+            unsaved.fetch_sub(counted, Ordering::SeqCst);
+        }
     }
 
     /// A log for a turn read from the database: its stored events and its
@@ -119,6 +153,11 @@ impl EventLog {
                 .saturating_add(data.len());
             if !terminal && bytes > self.max_bytes {
                 return Err(LogFull);
+            }
+            if let Some(unsaved) = &self.unsaved {
+                let added = u64::try_from(bytes.saturating_sub(s.bytes)).unwrap_or(u64::MAX);
+                unsaved.fetch_add(added, Ordering::SeqCst);
+                s.counted = s.counted.saturating_add(added);
             }
             s.bytes = bytes;
             s.events.push(Arc::new(Frame {

@@ -88,15 +88,18 @@ pub(crate) mod point {
     pub(crate) const STAGING: &str = "staging.write";
     /// A new index generation written, before it is swapped in.
     pub(crate) const INDEX_SWAP: &str = "index.swap";
+    /// Removed sources' files, deleted once their removal is saved.
+    pub(crate) const SOURCE_REMOVE: &str = "source.remove";
     /// Every point, for tests and the documentation.
     #[cfg(any(test, feature = "failpoints"))]
-    pub(crate) const ALL: [&str; 6] = [
+    pub(crate) const ALL: [&str; 7] = [
         DB_COMMIT,
         DB_COMMITTED,
         FILE_WRITE,
         FILE_MOVE,
         STAGING,
         INDEX_SWAP,
+        SOURCE_REMOVE,
     ];
 }
 

@@ -106,22 +106,7 @@ async fn run(
     applied: tokio::sync::oneshot::Sender<LocalResult<()>>,
 ) {
     let mut staging = StagingGuard(staged.root.clone(), false);
-    // Point of no return: decided under the lock, so a cancellation either
-    // comes first (nothing applied) or finds the task committed.
-    let go = {
-        let mut inner = state.store.lock();
-        let running = inner
-            .tasks
-            .get(&task_id)
-            .is_some_and(|t| !super::store::task_is_terminal(t.task.state.as_str()));
-        if cancel.is_cancelled() || !running {
-            false
-        } else {
-            inner.commit_task(&task_id);
-            true
-        }
-    };
-    if !go {
+    if !commit_unless_cancelled(&state, &task_id, &cancel) {
         finish(
             &state,
             &context_id,
@@ -221,16 +206,6 @@ async fn run(
             return;
         }
     };
-    // The move's record is on disk: should its end not be saved, the next
-    // start finishes the import, so its outcome is unknown, not "not
-    // applied".
-    let unknown_if_not_saved = |e: LocalError| {
-        if e.code == LocalError::not_saved().code {
-            LocalError::outcome_unknown()
-        } else {
-            e
-        }
-    };
     let saved = state
         .store
         .wait_saved(recorded_at)
@@ -252,25 +227,67 @@ async fn run(
             _ = cancel.cancelled() => {}
         }
     }
-    let output = import_output(&staged);
+    end_import(&state, &context_id, &task_id, &staged, applied, is_work).await;
+}
+
+/// The move's record is on disk: should the import's end not be saved,
+/// the next start finishes the import, so its outcome is unknown, not "not
+/// applied".
+fn unknown_if_not_saved(e: LocalError) -> LocalError {
+    if e.code == LocalError::not_saved().code {
+        LocalError::outcome_unknown()
+    } else {
+        e
+    }
+}
+
+/// The import's point of no return, decided under the lock, so a
+/// cancellation either comes first (`false`: nothing applied) or finds the
+/// task committed (`true`).
+fn commit_unless_cancelled(state: &AppState, task_id: &str, cancel: &CancellationToken) -> bool {
+    let mut inner = state.store.lock();
+    let running = inner
+        .tasks
+        .get(task_id)
+        .is_some_and(|t| !super::store::task_is_terminal(t.task.state.as_str()));
+    if cancel.is_cancelled() || !running {
+        false
+    } else {
+        inner.commit_task(task_id);
+        true
+    }
+}
+
+/// Stores the task's files, then saves its end and answers `applied` (if
+/// not answered yet) once that is on disk; a work context is then
+/// indexed.
+async fn end_import(
+    state: &Arc<AppState>,
+    context_id: &str,
+    task_id: &str,
+    staged: &Staged,
+    applied: Option<tokio::sync::oneshot::Sender<LocalResult<()>>>,
+    is_work: bool,
+) {
+    let output = import_output(staged);
     // The task's files are stored before it reports its end.
     let (end, error) = match state
         .store
-        .put_task_files(&task_id, task_files(&task_id, &staged, &output))
+        .put_task_files(task_id, task_files(task_id, staged, &output))
         .await
     {
         Ok(()) => (crate::status::word::COMPLETED, None),
         Err(e) => (crate::status::word::FAILED, Some(e.message)),
     };
     let output = (end == crate::status::word::COMPLETED).then_some(output);
-    finish(&state, &context_id, &task_id, end, output, error);
+    finish(state, context_id, task_id, end, output, error);
     let ended = state.store.flush().await.map_err(unknown_if_not_saved);
     if let Some(tx) = applied {
         let _ = tx.send(ended);
     }
     if is_work {
         // Work contexts are queryable at once: index what was imported.
-        if let Err(e) = super::curate::start(&state, &context_id, false, None, true) {
+        if let Err(e) = super::curate::start(state, context_id, false, None, true) {
             tracing::warn!(error = %e, "indexing a work context failed to start");
         }
     }

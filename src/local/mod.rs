@@ -303,6 +303,7 @@ pub struct LocalNexusBuilder {
     query_bytes_limit: u64,
     write_backlog_limit: u64,
     header_read_timeout: Duration,
+    max_connections_per_peer: usize,
     chunk_chars: usize,
     cut_after_frames: Option<usize>,
     frame_delay: Duration,
@@ -329,6 +330,7 @@ impl Default for LocalNexusBuilder {
             query_bytes_limit: 256 * 1024 * 1024,
             write_backlog_limit: DEFAULT_WRITE_BACKLOG,
             header_read_timeout: serve::HEADER_READ_TIMEOUT,
+            max_connections_per_peer: serve::DEFAULT_MAX_PER_PEER,
             chunk_chars: search::DEFAULT_CHUNK_CHARS,
             cut_after_frames: None,
             frame_delay: Duration::ZERO,
@@ -450,6 +452,17 @@ impl LocalNexusBuilder {
     /// connection is closed (default 10 s).
     pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
         self.header_read_timeout = timeout;
+        self
+    }
+
+    /// The most connections one peer (remote IP address) may hold of the
+    /// 256 the server keeps open (default 192, clamped to 1..=256). Past
+    /// it, the peer's new connection replaces its own connection idle the
+    /// longest, or is closed at once when all of them have a request open;
+    /// other peers keep the remaining slots. Loopback clients all share
+    /// one address.
+    pub fn max_connections_per_peer(mut self, n: usize) -> Self {
+        self.max_connections_per_peer = n;
         self
     }
 
@@ -603,7 +616,10 @@ impl LocalNexusBuilder {
             listener,
             app,
             graceful,
-            self.header_read_timeout,
+            serve::ConnectionLimits {
+                header_read_timeout: self.header_read_timeout,
+                max_per_peer: self.max_connections_per_peer,
+            },
         ));
         // A write that could not be saved stops the server: what is in
         // memory may be ahead of the disk from then on.

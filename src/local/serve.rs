@@ -6,12 +6,24 @@
 //! (an idle keep-alive connection, or one that never sent a request) to
 //! close, so idle and silent connections cannot keep a caller out; only
 //! when every connection has a request open do new ones wait to be
-//! accepted. A connection that moves no byte either way for `IDLE_TIMEOUT`
-//! is closed, whatever its protocol; a request body must keep arriving
-//! (see [`paced_body`]).
+//! accepted.
+//!
+//! A peer (a remote IP address) holds at most `max_per_peer` connections:
+//! past it, its new connection replaces its own connection idle the
+//! longest, or is closed at once when all of its connections are busy.
+//! At most `MAX_HANDSHAKING` connections may be waiting for their first
+//! request head; past it the oldest of them is closed, so silent
+//! connections never take the slots other clients need. A connection asked
+//! to close before its first request closes at once (there is nothing to
+//! finish).
+//!
+//! A connection that moves no byte either way for `IDLE_TIMEOUT` is
+//! closed, whatever its protocol; a request body must keep arriving (see
+//! [`paced_body`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -30,6 +42,12 @@ pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// Most connections open at once.
 pub(crate) const MAX_CONNECTIONS: usize = 256;
+/// Default most connections one peer (remote IP address) may hold: three
+/// quarters of `MAX_CONNECTIONS`, so loopback clients (who all share
+/// 127.0.0.1) have room and other peers still find 64 slots.
+pub(crate) const DEFAULT_MAX_PER_PEER: usize = 192;
+/// Most connections waiting for their first request head at once.
+const MAX_HANDSHAKING: usize = 64;
 /// Free connection slots under which each accepted connection reclaims
 /// the connection idle the longest.
 const RECLAIM_BELOW: usize = 16;
@@ -46,14 +64,25 @@ const H2_KEEP_ALIVE: Duration = Duration::from_secs(15);
 const BODY_WINDOW: Duration = Duration::from_secs(10);
 const BODY_MIN_BYTES: usize = 16 * 1024;
 
+/// The limits of [`serve`] a caller chooses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnectionLimits {
+    /// How long a client has to send a request head.
+    pub(crate) header_read_timeout: Duration,
+    /// Most connections one peer (remote IP address) may hold.
+    pub(crate) max_per_peer: usize,
+}
+
 /// Serves `app` on `listener` until `stop` is cancelled, then lets open
 /// connections finish (up to a grace time).
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     stop: CancellationToken,
-    header_read_timeout: Duration,
+    limits: ConnectionLimits,
 ) {
+    let header_read_timeout = limits.header_read_timeout;
+    let max_per_peer = limits.max_per_peer.clamp(1, MAX_CONNECTIONS);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -73,7 +102,7 @@ pub(crate) async fn serve(
         // falls idle is reclaimed (checked every `RECLAIM_CHECK`).
         let slot = loop {
             if slots.available_permits() == 0 {
-                live.reclaim_longest_idle();
+                live.reclaim_longest_idle(None);
             }
             tokio::select! {
                 slot = slots.clone().acquire_owned() => match slot {
@@ -105,19 +134,25 @@ pub(crate) async fn serve(
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
         let use_state = Arc::new(ConnectionUse {
+            peer: peer.ip(),
             open_requests: AtomicU64::new(0),
             last_ended: AtomicU64::new(millis_since(started)),
             started,
+            handshaking: AtomicBool::new(true),
             close: stop.child_token(),
         });
-        let registered = live.add(use_state.clone());
+        let Some(registered) = live.admit(use_state.clone(), max_per_peer) else {
+            tracing::debug!(%peer, "the peer holds its most connections, all busy; connection closed");
+            continue;
+        };
         if slots.available_permits() < RECLAIM_BELOW {
-            live.reclaim_longest_idle();
+            live.reclaim_longest_idle(Some(&registered));
         }
         let inner = TowerToHyperService::new(app.clone());
         let tagged = use_state.clone();
         let service =
             hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                tagged.handshaking.store(false, Ordering::SeqCst);
                 req.extensions_mut().insert(tagged.clone());
                 hyper::service::Service::call(&inner, req)
             });
@@ -144,6 +179,10 @@ pub(crate) async fn serve(
                 tokio::select! {
                     r = connection.as_mut() => break r,
                     () = use_state.close.cancelled(), if !closing => {
+                        if use_state.handshaking.load(Ordering::SeqCst) {
+                            tracing::debug!(%peer, "connection closed before its first request");
+                            return;
+                        }
                         closing = true;
                         connection.as_mut().graceful_shutdown();
                     }
@@ -164,6 +203,10 @@ pub(crate) async fn serve(
                 }
             }
         });
+        // The new connection's task reads its first request head before
+        // the next accept, so a flood of silent connections cannot push an
+        // honest one out of the handshake phase before it is read.
+        tokio::task::yield_now().await;
     }
     // Every connection was asked to close with `stop`; each gives its slot
     // back when it has.
@@ -176,7 +219,8 @@ pub(crate) async fn serve(
     }
 }
 
-/// The open connections, to find the one to reclaim near the cap.
+/// The open connections, to find the one to reclaim near the cap, and how
+/// many each peer holds.
 #[derive(Debug, Default)]
 struct LiveConnections {
     next_id: AtomicU64,
@@ -184,26 +228,65 @@ struct LiveConnections {
 }
 
 impl LiveConnections {
-    /// Registers a connection until the returned guard is dropped.
-    fn add(self: &Arc<Self>, conn: Arc<ConnectionUse>) -> Registered {
+    /// Registers `conn` until the returned guard is dropped, within its
+    /// peer's `max_per_peer` and the `MAX_HANDSHAKING` cap: past either,
+    /// a connection without an open request is asked to close (the peer's
+    /// own, then the oldest silent one). `None` when the peer's
+    /// connections are all busy: `conn` is refused.
+    fn admit(
+        self: &Arc<Self>,
+        conn: Arc<ConnectionUse>,
+        max_per_peer: usize,
+    ) -> Option<Registered> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let staying = |c: &&Arc<ConnectionUse>| !c.close.is_cancelled();
+        let held = open
+            .values()
+            .filter(staying)
+            .filter(|c| c.peer == conn.peer)
+            .count();
+        if held >= max_per_peer {
+            let own = open
+                .values()
+                .filter(staying)
+                .filter(|c| c.peer == conn.peer && c.open_requests.load(Ordering::SeqCst) == 0)
+                .max_by_key(|c| c.idle_for())?;
+            tracing::debug!(peer = %conn.peer, "the peer holds its most connections: closing its connection idle the longest");
+            own.close.cancel();
+        }
+        let handshaking = open
+            .values()
+            .filter(staying)
+            .filter(|c| c.handshaking.load(Ordering::SeqCst))
+            .count();
+        if handshaking >= MAX_HANDSHAKING {
+            let oldest = open
+                .values()
+                .filter(staying)
+                .filter(|c| c.handshaking.load(Ordering::SeqCst))
+                .max_by_key(|c| c.idle_for());
+            if let Some(oldest) = oldest {
+                tracing::debug!(peer = %oldest.peer, "too many connections without a request: closing the oldest");
+                oldest.close.cancel();
+            }
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, conn);
-        Registered(self.clone(), id)
+        open.insert(id, conn);
+        Some(Registered(self.clone(), id))
     }
 
     /// Asks the connection that has gone longest without an open request
-    /// (and was not asked yet) to close.
-    fn reclaim_longest_idle(&self) {
+    /// (and was not asked yet), other than `keep`, to close.
+    fn reclaim_longest_idle(&self, keep: Option<&Registered>) {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let longest = open
-            .values()
+            .iter()
+            .filter(|(id, _)| keep.is_none_or(|k| k.1 != **id))
+            .map(|(_, c)| c)
             .filter(|c| !c.close.is_cancelled() && c.open_requests.load(Ordering::SeqCst) == 0)
             .max_by_key(|c| c.idle_for());
         if let Some(conn) = longest {
-            tracing::debug!("near the connection cap: closing the connection idle the longest");
+            tracing::debug!(peer = %conn.peer, "near the connection cap: closing the connection idle the longest");
             conn.close.cancel();
         }
     }
@@ -228,10 +311,14 @@ impl Drop for Registered {
 /// count as use).
 #[derive(Debug)]
 pub(crate) struct ConnectionUse {
+    /// The remote IP address.
+    peer: IpAddr,
     open_requests: AtomicU64,
     /// Milliseconds after `started` when the last request ended.
     last_ended: AtomicU64,
     started: Instant,
+    /// Until the first request head is read.
+    handshaking: AtomicBool,
     /// Cancelled to ask the connection to close (reclaimed, or shutdown).
     close: CancellationToken,
 }

@@ -106,6 +106,9 @@ pub(crate) struct Store {
     private_files: bool,
     /// Digests of the bearer tokens the database held at start.
     saved_tokens: Mutex<Vec<Vec<u8>>>,
+    /// Bytes of events that running turns logged and did not hand to the
+    /// database writer yet (see [`EventLog::counted_in`]).
+    turn_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Held for the store's lifetime: the exclusive lock on `files`.
     _lock: std::fs::File,
 }
@@ -162,6 +165,7 @@ impl Store {
             files: dir.to_path_buf(),
             private_files: false,
             saved_tokens: Mutex::default(),
+            turn_bytes: Arc::default(),
             _lock: lock,
         };
         // Interrupted imports are finished from their staging directories
@@ -211,8 +215,58 @@ impl Store {
         }
         // Moves that were under way are finished from their staging
         // directory (an import is all or nothing), then recorded.
+        let finished_imports = self.finish_moves(&mut inner, loaded.moves, &mut repairs);
+        self.check_sources(&mut inner);
+        restore_tasks(&mut inner, loaded.tasks, &finished_imports);
+        for doc in loaded.connectors {
+            match serde_json::from_str::<ConnectorRecord>(&doc) {
+                Ok(c) => {
+                    inner.connectors.insert(c.id.clone(), c);
+                }
+                Err(e) => tracing::error!(error = %e, "a connector row is unreadable; skipped"),
+            }
+        }
+        for doc in loaded.sessions {
+            match serde_json::from_str::<SessionEntry>(&doc) {
+                Ok(s) => {
+                    inner.sessions.insert(s.session.id.clone(), s);
+                }
+                Err(e) => tracing::error!(error = %e, "a session row is unreadable; skipped"),
+            }
+        }
+        for (id, doc) in loaded.running_queries {
+            let Ok(mut q) = serde_json::from_str::<types::Query>(&doc) else {
+                tracing::error!(query = %id, "a query row is unreadable; skipped");
+                continue;
+            };
+            q.status = crate::status::word::FAILED.to_owned();
+            q.error = Some("the server stopped while the turn ran".to_owned());
+            repairs.push(Op::PutQuery {
+                id,
+                session_id: q.session_id.clone(),
+                terminal: true,
+                doc: to_json(&q),
+                trace: None,
+                events: None,
+            });
+        }
+        let mut ops = drain(&mut inner);
+        ops.extend(repairs);
+        self.db.send(ops);
+    }
+
+    /// Finishes the moves that were under way from their staging
+    /// directories and records their files; each move's end goes to
+    /// `repairs`. Returns, by import task, how many files could not be
+    /// stored.
+    fn finish_moves(
+        &self,
+        inner: &mut Inner,
+        moves: Vec<(u64, String, String)>,
+        repairs: &mut Vec<Op>,
+    ) -> std::collections::HashMap<String, usize> {
         let mut finished_imports = std::collections::HashMap::new();
-        for (move_id, context_id, record) in loaded.moves {
+        for (move_id, context_id, record) in moves {
             let record = MoveRecord::parse(&record);
             let sources_dir = self.context_dir(&context_id).join("sources");
             if let Some(ctx) = inner.contexts.get_mut(&context_id) {
@@ -242,6 +296,13 @@ impl Store {
             }
             repairs.push(Op::EndMove { id: move_id });
         }
+        finished_imports
+    }
+
+    /// Drops source rows whose files are gone, takes each file's size, and
+    /// opens each curated context's index (a context whose index cannot be
+    /// opened is to be curated again).
+    fn check_sources(&self, inner: &mut Inner) {
         let ids: Vec<String> = inner.contexts.keys().cloned().collect();
         for id in ids {
             let ctx_dir = self.context_dir(&id);
@@ -282,74 +343,6 @@ impl Store {
                 inner.indexes.insert(id, index);
             }
         }
-        for doc in loaded.tasks {
-            let Ok(mut task) = serde_json::from_str::<types::TaskResponse>(&doc) else {
-                tracing::error!("a task row is unreadable; skipped");
-                continue;
-            };
-            if let Some(missing) = finished_imports.get(&task.id) {
-                // Its files were all moved and recorded above.
-                let (state, error) = match missing {
-                    0 => (crate::status::word::COMPLETED, None),
-                    n => (
-                        crate::status::word::FAILED,
-                        Some(format!(
-                            "the server stopped while the import ran; {n} file(s) could not be stored"
-                        )),
-                    ),
-                };
-                task.state = types::TaskState(state.to_owned());
-                task.error = error;
-                inner.dirty.tasks.insert(task.id.clone());
-            } else if !task_is_terminal(task.state.as_str()) {
-                task.state = types::TaskState(crate::status::word::FAILED.to_owned());
-                task.error = Some("the server stopped while the task ran".to_owned());
-                inner.dirty.tasks.insert(task.id.clone());
-            }
-            inner.tasks.insert(
-                task.id.clone(),
-                TaskEntry {
-                    task,
-                    cancel: CancellationToken::new(),
-                    committed: false,
-                },
-            );
-        }
-        for doc in loaded.connectors {
-            match serde_json::from_str::<ConnectorRecord>(&doc) {
-                Ok(c) => {
-                    inner.connectors.insert(c.id.clone(), c);
-                }
-                Err(e) => tracing::error!(error = %e, "a connector row is unreadable; skipped"),
-            }
-        }
-        for doc in loaded.sessions {
-            match serde_json::from_str::<SessionEntry>(&doc) {
-                Ok(s) => {
-                    inner.sessions.insert(s.session.id.clone(), s);
-                }
-                Err(e) => tracing::error!(error = %e, "a session row is unreadable; skipped"),
-            }
-        }
-        for (id, doc) in loaded.running_queries {
-            let Ok(mut q) = serde_json::from_str::<types::Query>(&doc) else {
-                tracing::error!(query = %id, "a query row is unreadable; skipped");
-                continue;
-            };
-            q.status = crate::status::word::FAILED.to_owned();
-            q.error = Some("the server stopped while the turn ran".to_owned());
-            repairs.push(Op::PutQuery {
-                id,
-                session_id: q.session_id.clone(),
-                terminal: true,
-                doc: to_json(&q),
-                trace: None,
-                events: None,
-            });
-        }
-        let mut ops = drain(&mut inner);
-        ops.extend(repairs);
-        self.db.send(ops);
     }
 
     /// Locks the records. Never hold the guard across an `.await`.
@@ -467,9 +460,23 @@ impl Store {
         (size(""), size("-wal"))
     }
 
-    /// Bytes of the writes sent to the database and not yet committed.
+    /// Bytes waiting to be written to the database: the writes sent to it
+    /// and not yet committed, and the events running turns logged (written
+    /// when each turn ends).
     pub(crate) fn write_backlog(&self) -> u64 {
+        self.db
+            .backlog_bytes()
+            .saturating_add(self.turn_bytes.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Bytes of the writes sent to the database and not yet committed.
+    pub(crate) fn database_backlog(&self) -> u64 {
         self.db.backlog_bytes()
+    }
+
+    /// The total that a running turn's event log adds its bytes to.
+    pub(crate) fn turn_bytes(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.turn_bytes.clone()
     }
 
     /// Writes what is pending and stops the database writer.
@@ -606,6 +613,8 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
         let terminal = q.query.is_terminal();
         let events = if terminal && !q.events_saved {
             q.events_saved = true;
+            // From here the writer's backlog counts them.
+            q.log.uncount();
             Some(q.log.frames())
         } else {
             None
@@ -620,6 +629,49 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
         });
     }
     ops
+}
+
+/// Restores task rows: a task that was running is failed, unless it is
+/// an import whose move was finished above (`finished_imports`: files
+/// that could not be stored, by task).
+fn restore_tasks(
+    inner: &mut Inner,
+    tasks: Vec<String>,
+    finished_imports: &std::collections::HashMap<String, usize>,
+) {
+    for doc in tasks {
+        let Ok(mut task) = serde_json::from_str::<types::TaskResponse>(&doc) else {
+            tracing::error!("a task row is unreadable; skipped");
+            continue;
+        };
+        if let Some(missing) = finished_imports.get(&task.id) {
+            // Its files were all moved and recorded by `finish_moves`.
+            let (state, error) = match missing {
+                0 => (crate::status::word::COMPLETED, None),
+                n => (
+                    crate::status::word::FAILED,
+                    Some(format!(
+                        "the server stopped while the import ran; {n} file(s) could not be stored"
+                    )),
+                ),
+            };
+            task.state = types::TaskState(state.to_owned());
+            task.error = error;
+            inner.dirty.tasks.insert(task.id.clone());
+        } else if !task_is_terminal(task.state.as_str()) {
+            task.state = types::TaskState(crate::status::word::FAILED.to_owned());
+            task.error = Some("the server stopped while the task ran".to_owned());
+            inner.dirty.tasks.insert(task.id.clone());
+        }
+        inner.tasks.insert(
+            task.id.clone(),
+            TaskEntry {
+                task,
+                cancel: CancellationToken::new(),
+                committed: false,
+            },
+        );
+    }
 }
 
 /// A random name for a private file or directory.

@@ -1,7 +1,9 @@
 //! Silent and slow peers hold no connection for long: an HTTP/2
 //! connection that sends nothing, and a request body trickled a byte a
 //! second, are both closed within 40 s; idle and silent connections at
-//! the connection cap are reclaimed rather than keeping a new client out.
+//! the connection cap are reclaimed rather than keeping a new client out;
+//! one peer's busy connections leave room for another peer, and silent
+//! connections cost no other client a request.
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -162,5 +164,123 @@ async fn keep_alive_connections_at_the_cap_keep_no_one_out() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(took < Duration::from_secs(15), "answered after {took:?}");
     pinger.join().unwrap();
+    server.shutdown().await;
+}
+
+/// How long a client bound to `local` takes to get `GET /api/models`
+/// answered; `None` when it is not answered within 30 s.
+async fn request_from(local: std::net::IpAddr, addr: std::net::SocketAddr) -> Option<Duration> {
+    let client = reqwest::Client::builder()
+        .local_address(local)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let resp = client
+        .get(format!("http://{addr}/api/models"))
+        .send()
+        .await
+        .ok()?;
+    assert_eq!(resp.status(), 200);
+    Some(start.elapsed())
+}
+
+/// Keeps `n` requests open until `stop`: each announces a JSON body of
+/// 1,000,000 bytes and keeps it coming (4 KiB a second), so each holds a
+/// connection with a request open; one the server closes is opened again
+/// on the next round. Sends on `rounds` after each round.
+fn busy_requests(
+    addr: std::net::SocketAddr,
+    n: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    rounds: std::sync::mpsc::Sender<()>,
+) -> std::thread::JoinHandle<()> {
+    let head = format!(
+        "POST /api/contexts HTTP/1.1\r\nHost: {addr}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+    );
+    std::thread::spawn(move || {
+        let mut open: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+        let chunk = vec![b' '; 4 * 1024];
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            for slot in &mut open {
+                let written = match slot {
+                    Some(tcp) => tcp.write_all(&chunk).is_ok(),
+                    None => TcpStream::connect(addr)
+                        .and_then(|mut tcp| {
+                            tcp.write_all(head.as_bytes())?;
+                            Ok(tcp)
+                        })
+                        .map(|tcp| *slot = Some(tcp))
+                        .is_ok(),
+                };
+                if !written {
+                    *slot = None;
+                }
+            }
+            let _ = rounds.send(());
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    })
+}
+
+/// Catches one peer taking every connection: 127.0.0.1 keeps 256
+/// requests open that keep their bodies coming (every connection busy,
+/// none to reclaim) and a client on 127.0.0.2 was not answered at all;
+/// with a per-peer cap the first peer holds at most 192 and the other is
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_cannot_take_every_connection() {
+    let server = LocalNexus::start().await.unwrap();
+    let addr = server.addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (rounds, round_done) = std::sync::mpsc::channel();
+    let writer = busy_requests(addr, 256, stop.clone(), rounds);
+    // Three rounds: every connection the first peer could keep is busy.
+    tokio::task::spawn_blocking(move || {
+        for _ in 0..3 {
+            round_done.recv().unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    let other = std::net::IpAddr::from([127, 0, 0, 2]);
+    let took = request_from(other, addr).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.join().unwrap();
+    assert!(took.is_some(), "a second peer was not answered within 30 s");
+    server.shutdown().await;
+}
+
+/// Catches silent connections delaying everyone: 300 connections that
+/// sent half a request line or nothing held every slot until their
+/// header-read timeout (2 minutes here), and a new client waited for it;
+/// they are closed to make room, oldest first, and the client is answered
+/// within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_delay_no_one() {
+    let server = LocalNexus::builder()
+        .header_read_timeout(Duration::from_secs(120))
+        .start()
+        .await
+        .unwrap();
+    let addr = server.addr();
+    let silent = tokio::task::spawn_blocking(move || {
+        (0..300)
+            .filter_map(|i| {
+                let mut tcp = TcpStream::connect(addr).ok()?;
+                if i % 3 != 0 {
+                    tcp.write_all(b"GET /api/mod").ok()?;
+                }
+                Some(tcp)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let took = request_from(std::net::IpAddr::from([127, 0, 0, 1]), addr).await;
+    drop(silent);
+    let took = took.expect("not answered within 30 s behind silent connections");
+    assert!(took < Duration::from_secs(10), "answered after {took:?}");
     server.shutdown().await;
 }

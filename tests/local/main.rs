@@ -27,6 +27,8 @@ mod ownership;
 #[cfg(unix)]
 mod private;
 mod query;
+#[cfg(feature = "failpoints")]
+mod races;
 mod restart_fidelity;
 mod safety;
 mod scratch_starts;

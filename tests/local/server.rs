@@ -250,9 +250,21 @@ async fn cancelling_a_curation_task_leaves_the_context_uncurated() {
         .await
         .unwrap();
     assert_eq!(task.state.as_str(), "cancelled");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let ctx = client.contexts().get("slow").await.unwrap();
-    assert!(!ctx.is_queryable() && !ctx.is_curating);
+    // The signal: the curation's job reached its end (it clears
+    // `is_curating` last), so nothing it could still swap in is pending.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let ctx = loop {
+        let ctx = client.contexts().get("slow").await.unwrap();
+        if !ctx.is_curating {
+            break ctx;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the curation never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(!ctx.is_queryable());
     drop(server);
 }
 

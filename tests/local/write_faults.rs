@@ -9,17 +9,46 @@ use crate::support::local::*;
 use nexus_knowql::local::LocalNexus;
 use serde_json::{Value, json};
 
+/// The write lock of a `state.db` held from another connection.
+struct HeldLock {
+    release: std::sync::mpsc::Sender<()>,
+    holder: std::thread::JoinHandle<()>,
+}
+
+impl HeldLock {
+    /// Lets the lock go and returns once it has (the holder committed and
+    /// closed its connection).
+    fn release(self) {
+        self.release.send(()).unwrap();
+        self.holder.join().unwrap();
+    }
+}
+
 /// Holds the write lock of `dir/state.db` from another connection (as a
-/// `sqlite3` shell inside a transaction would) until the sender fires.
-fn hold_write_lock(dir: &std::path::Path) -> std::sync::mpsc::Sender<()> {
+/// `sqlite3` shell inside a transaction would) until released.
+fn hold_write_lock(dir: &std::path::Path) -> HeldLock {
     let conn = rusqlite::Connection::open(dir.join("state.db")).unwrap();
     conn.execute_batch("BEGIN IMMEDIATE").unwrap();
     let (release, released) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
+    let holder = std::thread::spawn(move || {
         let _ = released.recv();
         let _ = conn.execute_batch("COMMIT");
     });
-    release
+    HeldLock { release, holder }
+}
+
+/// Waits until at least `bytes` wait in the write backlog (the signal
+/// that a write was admitted and is held up).
+async fn backlog_reaches(base: &str, bytes: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, storage) = get_json(&format!("{base}/local/storage")).await;
+        if storage["write_backlog_bytes"].as_u64().unwrap_or(0) >= bytes {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{storage}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn create(base: &str, slug: &str) -> (u16, Value, Option<String>) {
@@ -61,8 +90,8 @@ async fn a_create_refused_while_the_database_is_locked_is_never_saved() {
     // Reads are refused too: memory may be ahead of the disk.
     let read = reqwest::get(format!("{base}/contexts/held")).await;
     assert!(read.is_err() || read.unwrap().status() == 503);
-    release.send(()).unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The lock is gone before the restart (no sleep: the holder is joined).
+    release.release();
     server.shutdown().await;
     let again = LocalNexus::builder()
         .data_dir(data.path())
@@ -97,12 +126,12 @@ async fn writes_past_the_backlog_limit_are_refused_before_they_apply() {
         let base = base.clone();
         async move { create(&base, "first").await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    backlog_reaches(&base, 1).await;
     let (status, body, retry) = create(&base, "second").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["code"], "busy");
     assert_eq!(retry.as_deref(), Some("1"));
-    release.send(()).unwrap();
+    release.release();
     let (status, body, _) = first.await.unwrap();
     assert_eq!(status, 200, "{body}");
     let second = reqwest::get(format!("{base}/contexts/second"))
@@ -143,24 +172,77 @@ async fn a_write_that_would_take_the_backlog_past_its_limit_is_refused() {
     let release = hold_write_lock(data.path());
     let first = tokio::spawn(big_create("first"));
     // The signal: the first create's bytes wait in the backlog.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, storage) = get_json(&format!("{base}/local/storage")).await;
-        if storage["write_backlog_bytes"].as_u64().unwrap_or(0) >= 700_000 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{storage}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    backlog_reaches(&base, 700_000).await;
     let (status, body) = big_create("second").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["code"], "busy");
-    release.send(()).unwrap();
+    release.release();
     let (status, body) = first.await.unwrap();
     assert_eq!(status, 200, "{body}");
     let second = reqwest::get(format!("{base}/contexts/second"))
         .await
         .unwrap();
     assert_eq!(second.status(), 404, "a refused write was applied");
+    server.shutdown().await;
+}
+
+/// Catches a turn's event bytes left out of the backlog: a turn admitted
+/// with nothing waiting logs more than the 1 KiB limit of events while it
+/// runs (written when it ends), and a write admitted meanwhile would take
+/// the backlog past the limit, so it gets 503 `busy`; once the turn has
+/// ended and its events are written, the same write is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_turns_event_bytes_count_in_the_backlog() {
+    const LIMIT: u64 = 1024;
+    let (server, _client, _corpus) = seeded(
+        LocalNexus::builder()
+            .write_backlog_limit(LIMIT)
+            .frame_delay(Duration::from_millis(200)),
+    )
+    .await;
+    let base = server.base_url().to_owned();
+    let mut stream = post_stream(
+        &base,
+        json!({"ask": "How long does green tea steep, and black tea?", "scope": ["docs"], "stream": true}),
+    )
+    .await;
+    // The signal: more event data than the limit reached this client
+    // (the server counts at least these bytes), and the turn goes on.
+    let mut seen = 0usize;
+    let mut text = String::new();
+    while seen <= LIMIT as usize {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), stream.chunk())
+            .await
+            .expect("no event within 30 s")
+            .unwrap()
+            .expect("the turn ended before it logged more than the limit");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        seen = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::len)
+            .sum();
+    }
+    assert!(
+        !text.contains("event: query"),
+        "the turn already ended: {text}"
+    );
+    let (status, body, retry) = create(&base, "during").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "busy");
+    assert_eq!(retry.as_deref(), Some("1"));
+    // The turn ends; its events are written with its end.
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(60), stream.chunk())
+        .await
+        .expect("the turn did not end within 60 s")
+        .unwrap()
+    {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("event: query"), "{text}");
+    let (status, body, _) = create(&base, "after").await;
+    assert_eq!(status, 200, "{body}");
+    let (_, storage) = get_json(&format!("{base}/local/storage")).await;
+    assert_eq!(storage["write_backlog_bytes"], 0, "{storage}");
     server.shutdown().await;
 }

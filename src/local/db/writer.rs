@@ -302,82 +302,8 @@ pub(super) fn apply(
             tx.prepare_cached("DELETE FROM sessions WHERE id = ?1")?
                 .execute([id])?;
         }
-        Op::PutQuery {
-            id,
-            session_id,
-            terminal,
-            doc,
-            trace,
-            events,
-        } => {
-            let old: Option<i64> = tx
-                .prepare_cached("SELECT bytes FROM queries WHERE id = ?1")?
-                .query_row([id], |r| r.get(0))
-                .optional()?;
-            if old.is_none() && *terminal && events.is_none() {
-                // A change to an ended turn whose row is gone (forgotten
-                // past the limits, or its session deleted): nothing to
-                // change, and no turn comes back without its events.
-                return Ok(());
-            }
-            let mut size = doc.len() as u64 + trace.as_ref().map_or(0, |t| t.len() as u64);
-            match events {
-                Some(frames) => {
-                    tx.prepare_cached("DELETE FROM events WHERE query_id = ?1")?
-                        .execute([id])?;
-                    let mut stmt = tx.prepare_cached(
-                        "INSERT INTO events (query_id, seq, event, data) VALUES (?1, ?2, ?3, ?4)",
-                    )?;
-                    for f in frames {
-                        let seq = f.seq.map_or(0, |s| i64::try_from(s).unwrap_or(i64::MAX));
-                        stmt.execute(params![id, seq, f.event, f.data])?;
-                        size = size.saturating_add((f.event.len() + f.data.len()) as u64);
-                    }
-                }
-                None => {
-                    // The events already stored still count.
-                    let stored: i64 = tx
-                        .prepare_cached(
-                            "SELECT COALESCE(SUM(LENGTH(CAST(data AS BLOB)) + LENGTH(CAST(event AS BLOB))), 0) FROM events WHERE query_id = ?1",
-                        )?
-                        .query_row([id], |r| r.get(0))?;
-                    size = size.saturating_add(stored.max(0) as u64);
-                }
-            }
-            let size_i = i64::try_from(size).unwrap_or(i64::MAX);
-            tx.prepare_cached(
-                "INSERT INTO queries (id, terminal, bytes, doc, trace, session_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT(id) DO UPDATE SET terminal = ?2, bytes = ?3, doc = ?4, trace = ?5",
-            )?
-            .execute(params![id, terminal, size_i, doc, trace, session_id])?;
-            match old {
-                Some(o) => *bytes = bytes.saturating_sub(o.max(0) as u64),
-                None => *count = count.saturating_add(1),
-            }
-            *bytes = bytes.saturating_add(size);
-        }
-        Op::PutQueryDoc { id, doc } => {
-            let old: Option<i64> = tx
-                .prepare_cached("SELECT LENGTH(CAST(doc AS BLOB)) FROM queries WHERE id = ?1")?
-                .query_row([id], |r| r.get(0))
-                .optional()?;
-            // Gone meanwhile (forgotten): nothing to change.
-            if let Some(old) = old {
-                let new = doc.len() as u64;
-                let old = old.max(0) as u64;
-                tx.prepare_cached(
-                    "UPDATE queries SET doc = ?2, bytes = MAX(bytes - ?3 + ?4, 0) WHERE id = ?1",
-                )?
-                .execute(params![
-                    id,
-                    doc,
-                    i64::try_from(old).unwrap_or(i64::MAX),
-                    i64::try_from(new).unwrap_or(i64::MAX)
-                ])?;
-                *bytes = bytes.saturating_sub(old).saturating_add(new);
-            }
-        }
+        Op::PutQuery { .. } => put_query(tx, op, count, bytes)?,
+        Op::PutQueryDoc { id, doc } => put_query_doc(tx, id, doc, bytes)?,
         Op::BeginMove {
             id,
             context_id,
@@ -424,6 +350,103 @@ pub(super) fn apply(
                 .execute([digest])?;
         }
         Op::Then(_) => {}
+    }
+    Ok(())
+}
+
+/// Upserts a turn's row (and, once it ended, its events), keeping the
+/// stored turns' `count` and `bytes` up to date. Other ops are ignored.
+fn put_query(
+    tx: &rusqlite::Transaction<'_>,
+    op: &Op,
+    count: &mut u64,
+    bytes: &mut u64,
+) -> rusqlite::Result<()> {
+    let Op::PutQuery {
+        id,
+        session_id,
+        terminal,
+        doc,
+        trace,
+        events,
+    } = op
+    else {
+        return Ok(());
+    };
+    let old: Option<i64> = tx
+        .prepare_cached("SELECT bytes FROM queries WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    if old.is_none() && *terminal && events.is_none() {
+        // A change to an ended turn whose row is gone (forgotten
+        // past the limits, or its session deleted): nothing to
+        // change, and no turn comes back without its events.
+        return Ok(());
+    }
+    let mut size = doc.len() as u64 + trace.as_ref().map_or(0, |t| t.len() as u64);
+    match events {
+        Some(frames) => {
+            tx.prepare_cached("DELETE FROM events WHERE query_id = ?1")?
+                .execute([id])?;
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO events (query_id, seq, event, data) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for f in frames {
+                let seq = f.seq.map_or(0, |s| i64::try_from(s).unwrap_or(i64::MAX));
+                stmt.execute(params![id, seq, f.event, f.data])?;
+                size = size.saturating_add((f.event.len() + f.data.len()) as u64);
+            }
+        }
+        None => {
+            // The events already stored still count.
+            let stored: i64 = tx
+                .prepare_cached(
+                    "SELECT COALESCE(SUM(LENGTH(CAST(data AS BLOB)) + LENGTH(CAST(event AS BLOB))), 0) FROM events WHERE query_id = ?1",
+                )?
+                .query_row([id], |r| r.get(0))?;
+            size = size.saturating_add(stored.max(0) as u64);
+        }
+    }
+    let size_i = i64::try_from(size).unwrap_or(i64::MAX);
+    tx.prepare_cached(
+        "INSERT INTO queries (id, terminal, bytes, doc, trace, session_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT(id) DO UPDATE SET terminal = ?2, bytes = ?3, doc = ?4, trace = ?5",
+    )?
+    .execute(params![id, terminal, size_i, doc, trace, session_id])?;
+    match old {
+        Some(o) => *bytes = bytes.saturating_sub(o.max(0) as u64),
+        None => *count = count.saturating_add(1),
+    }
+    *bytes = bytes.saturating_add(size);
+    Ok(())
+}
+
+/// Replaces a stored turn's document only, keeping `bytes` up to date.
+fn put_query_doc(
+    tx: &rusqlite::Transaction<'_>,
+    id: &str,
+    doc: &str,
+    bytes: &mut u64,
+) -> rusqlite::Result<()> {
+    let old: Option<i64> = tx
+        .prepare_cached("SELECT LENGTH(CAST(doc AS BLOB)) FROM queries WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    // Gone meanwhile (forgotten): nothing to change.
+    if let Some(old) = old {
+        let new = doc.len() as u64;
+        let old = old.max(0) as u64;
+        tx.prepare_cached(
+            "UPDATE queries SET doc = ?2, bytes = MAX(bytes - ?3 + ?4, 0) WHERE id = ?1",
+        )?
+        .execute(params![
+            id,
+            doc,
+            i64::try_from(old).unwrap_or(i64::MAX),
+            i64::try_from(new).unwrap_or(i64::MAX)
+        ])?;
+        *bytes = bytes.saturating_sub(old).saturating_add(new);
     }
     Ok(())
 }

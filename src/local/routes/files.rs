@@ -10,6 +10,7 @@ use chrono::Utc;
 
 use super::{FileList, Shared};
 use crate::local::error::{ApiJson, LocalError, LocalResult};
+use crate::local::faults::{failpoint, point};
 use crate::local::paths::safe_join;
 use crate::local::state::AppState;
 use crate::types;
@@ -159,6 +160,7 @@ pub(super) async fn remove_sources(
 async fn remove_files(state: &AppState, dir: PathBuf, gone: Vec<String>) -> LocalResult<()> {
     state.store.flush().await?;
     let result = tokio::task::spawn_blocking(move || {
+        failpoint(point::SOURCE_REMOVE)?;
         for p in &gone {
             if let Some(file) = safe_join(&dir, p)
                 && let Err(e) = std::fs::remove_file(file)

@@ -75,6 +75,7 @@ impl Store {
             files,
             private_files: true,
             saved_tokens: Mutex::default(),
+            turn_bytes: std::sync::Arc::default(),
             _lock: lock,
         })
     }

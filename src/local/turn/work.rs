@@ -4,6 +4,16 @@ use super::*;
 
 /// Logs an event, then waits the configured pause between frames.
 async fn emit(state: &AppState, log: &EventLog, event: &types::QueryEvent) -> Result<(), String> {
+    // The turn's events count in the write backlog: past its limit, while
+    // writes wait ahead of them, the turn waits for the writer first (a
+    // turn alone goes on whatever its size, like a write alone).
+    let limit = state.config.write_backlog_limit;
+    if state.store.database_backlog() > 0
+        && state.store.write_backlog() > limit
+        && let Err(e) = state.store.flush().await
+    {
+        tracing::debug!(error = %e, "waiting for the write backlog ended");
+    }
     log.push(event, false).map_err(|_| {
         "the turn produced more events, or more event bytes, than the server keeps for one turn"
             .to_owned()
@@ -152,7 +162,43 @@ pub(super) async fn produce(
             sources.join(", ")
         )
     };
-    progress.trace.push(types::TraceStep {
+    progress.trace.push(search_trace(
+        &question, &slugs, limit, &hits, search_ms, &code, &found,
+    ));
+    step(
+        state,
+        plan,
+        log,
+        progress,
+        query_step("step_1", crate::status::word::COMPLETED, found, Some(code)),
+    )
+    .await?;
+
+    let synth_started = Instant::now();
+    if let Some((mode, items, chars)) = plan.retrieval {
+        let json =
+            off_thread(move |_| Ok(answer::retrieval_json(&hits, mode, items, chars))).await?;
+        progress.output_json = Some(json);
+        progress.synthesis_ms = 0;
+    } else {
+        compose_answer(state, plan, log, progress, hits, question).await?;
+        progress.synthesis_ms = synth_started.elapsed().as_millis() as i64;
+    }
+
+    emit_totals(state, plan, log, progress).await
+}
+
+/// The trace of the search step: its call, what it found and its cost.
+fn search_trace(
+    question: &[WeightedTerm],
+    slugs: &[&str],
+    limit: usize,
+    hits: &[Hit],
+    search_ms: i64,
+    code: &str,
+    found: &str,
+) -> types::TraceStep {
+    types::TraceStep {
         calls: vec![types::TraceCall {
             args: serde_json::from_value(serde_json::json!({
                 "terms": question.iter().map(|(t, w)| serde_json::json!([t, w])).collect::<Vec<_>>(),
@@ -176,8 +222,8 @@ pub(super) async fn produce(
                 .collect::<Vec<_>>()),
             score_space: Some("bm25".to_owned()),
         }],
-        code: code.clone(),
-        commentary: found.clone(),
+        code: code.to_owned(),
+        commentary: found.to_owned(),
         cost: Some(types::TraceStepCost {
             decide_ms: 0,
             execute_ms: search_ms,
@@ -194,75 +240,78 @@ pub(super) async fn produce(
             label: "lexical retrieval".to_owned(),
             scope: slugs.iter().map(|s| s.to_string()).collect(),
         },
-    });
+    }
+}
+
+/// Composes the answer from `hits` (and fills the requested shape), as
+/// step 2 and the answer's text deltas.
+async fn compose_answer(
+    state: &Arc<AppState>,
+    plan: &TurnPlan,
+    log: &EventLog,
+    progress: &mut Progress,
+    hits: Vec<Hit>,
+    question: Vec<WeightedTerm>,
+) -> Result<(), String> {
     step(
         state,
         plan,
         log,
         progress,
-        query_step("step_1", crate::status::word::COMPLETED, found, Some(code)),
+        query_step(
+            "step_2",
+            crate::status::word::IN_PROGRESS,
+            "Selecting the sentences that answer the question".to_owned(),
+            None,
+        ),
     )
     .await?;
-
-    let synth_started = Instant::now();
-    if let Some((mode, items, chars)) = plan.retrieval {
-        let json =
-            off_thread(move |_| Ok(answer::retrieval_json(&hits, mode, items, chars))).await?;
-        progress.output_json = Some(json);
-        progress.synthesis_ms = 0;
-    } else {
-        step(
-            state,
-            plan,
-            log,
-            progress,
-            query_step(
-                "step_2",
-                crate::status::word::IN_PROGRESS,
-                "Selecting the sentences that answer the question".to_owned(),
-                None,
+    let shape = plan.shape.clone();
+    let (composed, json) = off_thread(move |stop| {
+        let composed = answer::compose(&hits, &question);
+        let json = match &shape {
+            Some(shape) => Some(
+                answer::fill_shape(shape, &hits, &question, stop)
+                    .map_err(|e| format!("shape: {e}"))?,
             ),
-        )
-        .await?;
-        let shape = plan.shape.clone();
-        let (composed, json) = off_thread(move |stop| {
-            let composed = answer::compose(&hits, &question);
-            let json = match &shape {
-                Some(shape) => Some(
-                    answer::fill_shape(shape, &hits, &question, stop)
-                        .map_err(|e| format!("shape: {e}"))?,
-                ),
-                None => None,
-            };
-            Ok((composed, json))
-        })
-        .await?;
-        if json.is_some() {
-            progress.output_json = json;
-        }
-        let summary = if composed.passages_used == 0 {
-            "Nothing to quote".to_owned()
-        } else {
-            format!("Quoted {} passage(s)", composed.passages_used)
+            None => None,
         };
-        step(
-            state,
-            plan,
-            log,
-            progress,
-            query_step("step_2", crate::status::word::COMPLETED, summary, None),
-        )
-        .await?;
-        progress.citations = composed.citations;
-        for delta in deltas(&composed.text) {
-            let mut ev = blank_event("response.output_text.delta", plan);
-            ev.delta = Some(delta.to_owned());
-            emit(state, log, &ev).await?;
-            progress.answer.push_str(delta);
-        }
-        progress.synthesis_ms = synth_started.elapsed().as_millis() as i64;
+        Ok((composed, json))
+    })
+    .await?;
+    if json.is_some() {
+        progress.output_json = json;
     }
+    let summary = if composed.passages_used == 0 {
+        "Nothing to quote".to_owned()
+    } else {
+        format!("Quoted {} passage(s)", composed.passages_used)
+    };
+    step(
+        state,
+        plan,
+        log,
+        progress,
+        query_step("step_2", crate::status::word::COMPLETED, summary, None),
+    )
+    .await?;
+    progress.citations = composed.citations;
+    for delta in deltas(&composed.text) {
+        let mut ev = blank_event("response.output_text.delta", plan);
+        ev.delta = Some(delta.to_owned());
+        emit(state, log, &ev).await?;
+        progress.answer.push_str(delta);
+    }
+    Ok(())
+}
 
+/// The turn's closing totals: its rollup and synthesis events.
+async fn emit_totals(
+    state: &Arc<AppState>,
+    plan: &TurnPlan,
+    log: &EventLog,
+    progress: &mut Progress,
+) -> Result<(), String> {
     let r = rollup(progress, 0);
     let mut ev = blank_event("response.turn_rollup", plan);
     ev.by_category = r.by_category;
