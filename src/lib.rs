@@ -105,8 +105,8 @@ pub use reqwest;
 pub use client::{ApiVersion, CallOptions, Client, ClientBuilder, RetryPolicy, WaitPolicy};
 pub use error::{ApiError, Error, Result, TurnMismatch};
 pub use query::{
-    QueryEvent, QueryHandle, QueryTurn, Session, SessionBuilder, StreamConfig, TextStream,
-    TurnBuilder, WhenBusy,
+    Checkpoint, CheckpointedTurn, QueryEvent, QueryHandle, QueryTurn, SequencedEvent, Session,
+    SessionBuilder, StreamConfig, TextStream, TurnBuilder, WhenBusy,
 };
 pub use status::{QueryStatus, Rating, TaskStatus, ThinkingLevel, Workflow};
 

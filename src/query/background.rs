@@ -2,6 +2,7 @@
 //! to by id.
 
 use std::fmt;
+use std::time::Duration;
 use tracing::Instrument;
 
 use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText};
@@ -189,7 +190,9 @@ impl QueryHandle {
         Ok(query)
     }
 
-    /// Polls until the turn ends, with the default [`WaitPolicy`].
+    /// Polls until the turn ends, with the default [`WaitPolicy`], for at
+    /// most the client's [`turn_timeout`](crate::ClientBuilder::turn_timeout)
+    /// (counted from this call).
     ///
     /// # Errors
     /// As for [`QueryHandle::wait_with`].
@@ -197,23 +200,38 @@ impl QueryHandle {
         self.wait_with(WaitPolicy::default()).await
     }
 
-    /// Polls `GET /queries/{id}` with a growing interval until the turn is
-    /// `completed`, `failed` or `cancelled`.
+    /// Polls `GET /queries/{id}` at `wait`'s intervals until the turn is
+    /// `completed`, `failed` or `cancelled`, for at most the client's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (counted from
+    /// this call).
     ///
     /// # Errors
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] for a turn that ended
-    /// so; [`Error::Timeout`] when `wait.timeout` passes first; any error of
-    /// the polls.
+    /// so; [`Error::Timeout`] when the turn timeout passes first (the turn
+    /// goes on); any error of the polls.
     ///
     /// # Cancel safety
     /// Dropping the future stops polling; the turn goes on on the server.
     pub async fn wait_with(&mut self, wait: WaitPolicy) -> Result<types::Query> {
         let span = self.span.span();
-        self.wait_inner(wait).instrument(span).await
+        let limit = self.client.transport().turn_timeout();
+        let Some(limit) = limit else {
+            return self.wait_inner(wait, Duration::MAX).instrument(span).await;
+        };
+        // The pauses end before the bound; this ends a poll that would not.
+        let id = self.query.id.clone();
+        match tokio::time::timeout(limit, self.wait_inner(wait, limit).instrument(span)).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::timeout(
+                "get_query",
+                limit,
+                Some(id.as_str()).filter(|id| !id.is_empty()),
+            )),
+        }
     }
 
-    async fn wait_inner(&mut self, wait: WaitPolicy) -> Result<types::Query> {
-        let mut poller = Poller::new(&wait);
+    async fn wait_inner(&mut self, wait: WaitPolicy, limit: Duration) -> Result<types::Query> {
+        let mut poller = Poller::with_timeout(&wait, limit);
         loop {
             let query = self.get().await?;
             if query.is_terminal() {

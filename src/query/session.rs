@@ -32,7 +32,7 @@ pub struct SessionBuilder {
 /// ```
 /// use std::time::Duration;
 /// use nexus_knowql::{WaitPolicy, WhenBusy};
-/// let wait = WhenBusy::Wait(WaitPolicy::default().timeout(Duration::from_secs(60)));
+/// let wait = WhenBusy::Wait(WaitPolicy::default().interval(Duration::from_millis(500), Duration::from_secs(5)));
 /// # let _ = wait;
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,8 +42,10 @@ pub enum WhenBusy {
     /// turn (the default).
     #[default]
     Fail,
-    /// Poll the running turn until it ends, then start the new one; after
-    /// the [`WaitPolicy`] timeout, fail with [`Error::SessionBusy`].
+    /// Poll the running turn at the [`WaitPolicy`]'s intervals until it
+    /// ends, then start the new one. The wait counts against the new turn's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout); when that
+    /// passes first, fail with [`Error::SessionBusy`].
     Wait(WaitPolicy),
 }
 

@@ -23,7 +23,7 @@
 //! connection then waits for the stored turn (`GET /queries/{id}`) and hands
 //! it over as [`Delivery::Recovered`], never the events across the gap. After the terminal event the `query` frame is
 //! awaited for [`StreamConfig::final_query_wait`], then the stored turn
-//! stands in for it; [`StreamConfig::turn_deadline`] bounds it all.
+//! stands in for it; the client's turn timeout bounds it all.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -136,8 +136,11 @@ pub(crate) struct EventConnection {
     /// `last_seq` when the stream last jumped: a second jump without
     /// progress reads the stored turn instead of resuming again.
     jump_at: Option<Option<u64>>,
-    /// When the turn's reading started (for [`StreamConfig::turn_deadline`]).
+    /// When the turn's reading started (its turn timeout counts from here).
     started: Instant,
+    /// The one bound on the turn, the client's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout).
+    turn_timeout: Option<Duration>,
     /// The overall deadline, armed on the first poll.
     deadline: Option<Pin<Box<Sleep>>>,
     /// The wait for the `query` frame, armed at the terminal event.
@@ -192,6 +195,7 @@ impl EventConnection {
         query_id: Option<String>,
     ) -> Self {
         let parser = new_parser(&config);
+        let turn_timeout = client.transport().turn_timeout();
         EventConnection {
             client,
             config,
@@ -214,6 +218,7 @@ impl EventConnection {
             skip_idless: 0,
             jump_at: None,
             started: Instant::now(),
+            turn_timeout,
             deadline: None,
             final_wait: None,
             body_operation: "stream_query_events",
@@ -246,11 +251,18 @@ impl EventConnection {
         self.started
     }
 
-    /// When [`StreamConfig::turn_deadline`] passes, if it is bounded.
+    /// When the turn timeout passes, if it is bounded.
     pub(crate) fn deadline_at(&self) -> Option<Instant> {
-        self.config
-            .turn_deadline
+        self.turn_timeout
             .and_then(|limit| self.started.checked_add(limit))
+    }
+
+    /// What is left of the turn timeout (`Duration::MAX` when unbounded):
+    /// the limit of every wait for the stored turn.
+    pub(crate) fn time_left(&self) -> Duration {
+        self.deadline_at().map_or(Duration::MAX, |at| {
+            at.saturating_duration_since(Instant::now())
+        })
     }
 
     /// A verified event stream of `query_id` after `last_seen`.
@@ -314,7 +326,7 @@ impl EventConnection {
     fn note_retry(&mut self) {
         if let Some(retry) = self.parser.retry() {
             // A server number: never beyond the policy's cap.
-            self.retry = Some(retry.min(self.config.resume_max_delay));
+            self.retry = Some(retry.min(self.config.reconnect_max_delay));
         }
     }
 
@@ -338,10 +350,6 @@ impl EventConnection {
     /// How many times the stream reconnected.
     pub(crate) fn resumes(&self) -> u32 {
         self.resumes
-    }
-
-    pub(crate) fn config(&self) -> &StreamConfig {
-        &self.config
     }
 
     /// Closes the connection; the stream ends.
@@ -690,10 +698,7 @@ impl EventConnection {
 
     /// Whether the overall deadline passed; registers the timer otherwise.
     fn deadline_passed(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(limit) = self.config.turn_deadline else {
-            return false;
-        };
-        let Some(at) = self.started.checked_add(limit) else {
+        let Some(at) = self.deadline_at() else {
             return false;
         };
         let sleep = self

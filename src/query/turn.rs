@@ -422,7 +422,7 @@ impl QueryTurn {
     /// The Query comes from the stream's `query` frame; when the stream ended
     /// after the terminal event without a usable one (the connection broke,
     /// the frame was too large), from `GET /queries/{id}`, which must be
-    /// terminal (it is polled, up to [`StreamConfig::recovery_wait`]). Once
+    /// terminal (it is polled, within the turn timeout). Once
     /// the terminal event was delivered, nothing the transport does makes
     /// the turn an error.
     ///
@@ -482,7 +482,7 @@ impl QueryTurn {
             });
         };
         let id = id.as_str();
-        let limit = self.conn.config().recovery_wait_limit();
+        let limit = self.conn.time_left();
         let session_id = self.conn.session_id();
         let stored = stored_terminal(self.conn.client(), id, session_id, limit);
         // The turn's deadline covers this read too.

@@ -47,9 +47,9 @@ impl Default for TaskWait<'_> {
 }
 
 impl<'f> TaskWait<'f> {
-    /// Polls under `policy` (its timeout replaces the default hour).
+    /// Polls at `policy`'s intervals ([`TaskWait::timeout`] stays).
     pub fn policy(mut self, policy: WaitPolicy) -> Self {
-        self.policy = policy;
+        self.policy = policy.timeout(self.policy.time_limit());
         self
     }
 

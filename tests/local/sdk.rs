@@ -71,8 +71,8 @@ async fn cut_and_resume(frame_delay: Duration) {
         .ask("how do I resume a broken stream")
         .stream_config(
             StreamConfig::default()
-                .resume_attempts(1000)
-                .resume_delay(Duration::from_millis(1), Duration::from_millis(5)),
+                .reconnect_attempts(1000)
+                .reconnect_delay(Duration::from_millis(1), Duration::from_millis(5)),
         )
         .stream()
         .await

@@ -12,8 +12,8 @@ use nexus_knowql::{Error, QueryEvent, StreamConfig, WaitPolicy, WhenBusy};
 
 fn fast() -> StreamConfig {
     StreamConfig::default()
-        .resume_delay(Duration::from_millis(1), Duration::from_millis(5))
-        .resume_attempts(50)
+        .reconnect_delay(Duration::from_millis(1), Duration::from_millis(5))
+        .reconnect_attempts(50)
 }
 
 #[tokio::test]

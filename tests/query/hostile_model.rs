@@ -262,12 +262,10 @@ fn client(url: &str) -> Client {
 
 fn config(keep_text: bool) -> StreamConfig {
     StreamConfig::default()
-        .turn_deadline(Some(TURN_DEADLINE))
         .idle_timeout(Some(Duration::from_secs(3)))
-        .recovery_wait(Duration::from_secs(30))
         .final_query_wait(Duration::from_secs(1))
-        .resume_attempts(3)
-        .resume_delay(Duration::from_millis(10), Duration::from_millis(200))
+        .reconnect_attempts(3)
+        .reconnect_delay(Duration::from_millis(10), Duration::from_millis(200))
         .max_frame_bytes(MAX_FRAME)
         .max_text_bytes(MAX_TEXT)
         .max_step_bytes(MAX_STEPS)

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::support::sse_server;
 use crate::support::turns::{drain, text};
 use futures::StreamExt;
-use nexus_knowql::{Error, QueryEvent, QueryTurn, StreamConfig};
+use nexus_knowql::{CallOptions, Error, QueryEvent, QueryTurn, StreamConfig};
 use sse_server::{Reply, SseServer, Step, Turn, frame, last_event_id, query_json};
 
 const DELTAS: &[&str] = &["Travel ", "is approved ", "by your ", "manager."];
@@ -31,7 +31,7 @@ fn frames(turn: &Turn, from: u64, to: u64, with_query: bool) -> String {
 
 fn config() -> StreamConfig {
     StreamConfig::default()
-        .resume_delay(Duration::from_millis(5), Duration::from_millis(50))
+        .reconnect_delay(Duration::from_millis(5), Duration::from_millis(50))
         .final_query_wait(Duration::from_millis(300))
 }
 
@@ -253,7 +253,7 @@ async fn keep_alives_after_the_terminal_event_end_with_the_stored_turn_within_se
 }
 
 #[tokio::test]
-async fn keep_alives_do_not_extend_the_turn_deadline() {
+async fn keep_alives_do_not_extend_the_turn_timeout() {
     let turn = Turn::completed("q_k2", "s_k2", DELTAS);
     let mut steps = vec![Step::Write(frames(&turn, 1, 3, false).into_bytes())];
     for _ in 0..600 {
@@ -269,17 +269,18 @@ async fn keep_alives_do_not_extend_the_turn_deadline() {
     .await;
     let live = server
         .client()
+        .with_options(CallOptions::new().turn_timeout(Duration::from_millis(800)))
         .session(["handbook"])
         .build()
         .unwrap()
         .ask("q")
-        .stream_config(config().turn_deadline(Some(Duration::from_millis(800))))
+        .stream_config(config())
         .stream()
         .await
         .unwrap();
     let e = tokio::time::timeout(Duration::from_secs(10), live.finish())
         .await
-        .expect("the deadline ended the turn")
+        .expect("the turn timeout ended the turn")
         .unwrap_err();
     match &e {
         Error::Timeout { operation, .. } => assert_eq!(*operation, "query_turn"),

@@ -11,6 +11,7 @@ mod hostile_model;
 mod identity;
 mod integrity;
 mod integrity_prop;
+mod one_bound;
 mod resume_prop;
 mod sequenced;
 mod session;

@@ -39,8 +39,7 @@ async fn server(
 
 async fn sequenced(server: &SseServer) -> (Vec<SequencedEvent>, nexus_knowql::types::Query) {
     let config = StreamConfig::default()
-        .resume_delay(Duration::from_millis(5), Duration::from_millis(50))
-        .recovery_wait(Duration::from_secs(10));
+        .reconnect_delay(Duration::from_millis(5), Duration::from_millis(50));
     let mut events = server
         .client()
         .session(["handbook"])

@@ -353,14 +353,13 @@ async fn background_wait_reports_failure_and_timeout() {
         .build()
         .unwrap()
         .ask("hangs")
+        .turn_timeout(Duration::from_millis(500))
         .background()
         .await
         .unwrap();
     let e = hanging
         .wait_with(
-            WaitPolicy::default()
-                .interval(Duration::from_millis(5), Duration::from_millis(10))
-                .timeout(Duration::from_millis(60)),
+            WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(50)),
         )
         .await
         .unwrap_err();

@@ -32,7 +32,7 @@ fn session(server: &SseServer) -> Session {
 }
 
 fn fast_resume() -> StreamConfig {
-    StreamConfig::default().resume_delay(Duration::from_millis(5), Duration::from_millis(50))
+    StreamConfig::default().reconnect_delay(Duration::from_millis(5), Duration::from_millis(50))
 }
 
 /// A server for `turn`: the POST answers with `post`, each events request
@@ -660,7 +660,7 @@ async fn resume_gives_up_after_the_attempt_cap() {
     .await;
     let mut live = session(&server)
         .ask("q")
-        .stream_config(fast_resume().resume_attempts(3))
+        .stream_config(fast_resume().reconnect_attempts(3))
         .stream()
         .await
         .unwrap();

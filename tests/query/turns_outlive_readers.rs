@@ -21,8 +21,8 @@ const DELTAS: &[&str] = &["Travel ", "is approved ", "by your ", "manager."];
 
 fn fast() -> StreamConfig {
     StreamConfig::default()
-        .resume_delay(Duration::from_millis(1), Duration::from_millis(5))
-        .resume_attempts(20)
+        .reconnect_delay(Duration::from_millis(1), Duration::from_millis(5))
+        .reconnect_attempts(20)
 }
 
 async fn drain(turn: &mut QueryTurn) -> (Delivered, Option<Error>) {
@@ -386,10 +386,9 @@ async fn a_dropped_running_turn_makes_the_next_ask_session_busy_not_a_409() {
     // A wait that runs out ends the same way.
     let e = session
         .ask("second")
+        .turn_timeout(Duration::from_millis(400))
         .when_busy(WhenBusy::Wait(
-            WaitPolicy::default()
-                .timeout(Duration::from_millis(40))
-                .interval(Duration::from_millis(5), Duration::from_millis(10)),
+            WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(10)),
         ))
         .send()
         .await
