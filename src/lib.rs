@@ -106,9 +106,40 @@ pub use client::{ApiVersion, CallOptions, Client, ClientBuilder, RetryPolicy, Wa
 pub use error::{ApiError, Error, Result, TurnMismatch};
 pub use query::{
     Checkpoint, CheckpointedTurn, QueryEvent, QueryHandle, QueryTurn, SequencedEvent, Session,
-    SessionBuilder, StreamConfig, TextStream, TurnBuilder, WhenBusy,
+    SessionBuilder, StreamConfig, TextStream, TurnBuilder, TurnView, WhenBusy,
 };
 pub use status::{QueryStatus, Rating, TaskStatus, ThinkingLevel, Workflow};
+
+/// What most programs use, in one import: the client, sessions and
+/// turns, the adapters' [`TurnView`] trait (for `text_stream`,
+/// `sequenced` and `finish` on any stack of adapters), the error type, and
+/// the `futures` stream traits the examples call (`next`, `try_next`).
+///
+/// ```no_run
+/// use nexus_knowql::prelude::*;
+///
+/// # async fn run() -> Result<()> {
+/// let client = Client::from_env()?;
+/// let session = client.session(["handbook"]).build()?;
+/// let mut turn = session.ask("Who approves travel?").stream().await?;
+/// while let Some(event) = turn.next().await {
+///     if let QueryEvent::TextDelta { delta } = event? {
+///         print!("{delta}");
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub mod prelude {
+    pub use crate::{
+        CallOptions, Checkpoint, CheckpointedTurn, Client, ClientBuilder, Error, QueryEvent,
+        QueryHandle, QueryStatus, QueryTurn, Result, SequencedEvent, Session, StreamConfig,
+        TaskStatus, TurnBuilder, TurnView, WaitPolicy, WhenBusy,
+    };
+    pub use futures::{StreamExt, TryStreamExt};
+
+    #[cfg(feature = "schema")]
+    pub use crate::typed::{ShapeOf, Typed, TypedTurn};
+}
 
 /// The README's code blocks compile as doctests.
 #[cfg(doctest)]

@@ -415,7 +415,7 @@ impl ClientBuilder {
     /// [`stream`](crate::TurnBuilder::stream) (reconnects and the reading
     /// of the stored turn included), [`background`](crate::TurnBuilder::background)
     /// with [`QueryHandle::wait`](crate::QueryHandle::wait), and the streams
-    /// of [`QueryHandle::events_from`](crate::QueryHandle::events_from) and
+    /// of [`QueryHandle::resume_from`](crate::QueryHandle::resume_from) and
     /// [`CheckpointedTurn`](crate::CheckpointedTurn) that resume a turn. When
     /// it passes, the call fails with [`Error::Timeout`]; the turn is not
     /// cancelled. The expert knobs of [`StreamConfig`](crate::StreamConfig)

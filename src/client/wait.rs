@@ -101,7 +101,6 @@ impl Poller {
     /// a final attempt lands on the policy's timeout; `false` (at once) when
     /// the timeout has passed. For a wait that reports the latest state at
     /// its end rather than failing.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) async fn pause_until_timeout(&mut self) -> bool {
         let left = self.timeout.saturating_sub(self.started.elapsed());
         if left.is_zero() {

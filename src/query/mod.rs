@@ -14,8 +14,7 @@
 //!
 //! ```no_run
 //! # async fn run() -> nexus_knowql::Result<()> {
-//! use futures::StreamExt;
-//! use nexus_knowql::Client;
+//! use nexus_knowql::prelude::*;
 //!
 //! let client = Client::from_env()?;
 //! let session = client.session(["handbook"]).build()?;
@@ -23,7 +22,7 @@
 //! while let Some(delta) = text.next().await {
 //!     print!("{}", delta?);
 //! }
-//! let query = text.into_turn().finish().await?;
+//! let query = text.into_inner().finish().await?;
 //! eprintln!("\n{} citations", query.citations.len());
 //! # Ok(()) }
 //! ```
@@ -36,7 +35,8 @@
 //! `config` (StreamConfig), `fetch` (the events and stored-turn requests),
 //! `stream` (the resumable connection), `session` (Session and its
 //! builder), `slot` (the one-turn-at-a-time slot), `turn` (QueryTurn),
-//! `sequenced` (`QueryTurn::sequenced`: events with their ids),
+//! `view` (TurnView, the adapters stack over a turn; TextStream and
+//! SequencedTurn, which end a stack),
 //! `background` (QueryHandle, `QueryTurn::detach`), `builder` (TurnBuilder,
 //! `Session::ask`), `checkpoint_store` (CheckpointStore,
 //! FileCheckpointStore), `checkpoint_start` (finding the turn a job
@@ -56,13 +56,13 @@ mod delta;
 mod event;
 mod fetch;
 mod identity;
-mod sequenced;
 mod session;
 mod slot;
 mod span;
 mod sse;
 mod stream;
 mod turn;
+mod view;
 
 pub use crate::error::CheckpointError;
 pub use background::QueryHandle;
@@ -77,10 +77,10 @@ pub use checkpoint_store::{
 pub use checkpointed::CheckpointedTurn;
 pub use config::StreamConfig;
 pub use event::{QueryEvent, names};
-pub use sequenced::{SequencedEvent, SequencedTurn};
 pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};
 pub use sse::DEFAULT_MAX_FRAME_BYTES;
-pub use turn::{QueryTurn, TextStream};
+pub use turn::QueryTurn;
+pub use view::{SequencedEvent, SequencedTurn, TextStream, TurnView};
 
 use crate::error::{Error, Result};
 

@@ -91,6 +91,38 @@ impl Client {
             when_busy: WhenBusy::Fail,
         }
     }
+
+    /// Continues an existing session by its id: the next
+    /// [`Session::ask`] is a follow-up in it. Nothing is sent.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client, session_id: &str) -> nexus_knowql::Result<()> {
+    /// let session = client.continue_session(session_id);
+    /// let answer = session.ask("And above 5000 EUR?").send().await?;
+    /// # drop(answer); Ok(()) }
+    /// ```
+    pub fn continue_session(&self, session_id: impl Into<String>) -> Session {
+        Session::with_start(
+            self.clone(),
+            Start {
+                session_id: Some(session_id.into()),
+                ..Start::default()
+            },
+        )
+    }
+
+    /// Continues the session of an earlier turn, known by that turn's id
+    /// (`previous_query_id`). Nothing is sent; later turns use the session
+    /// id the first one reports.
+    pub fn continue_after(&self, previous_query_id: impl Into<String>) -> Session {
+        Session::with_start(
+            self.clone(),
+            Start {
+                previous_query_id: Some(previous_query_id.into()),
+                ..Start::default()
+            },
+        )
+    }
 }
 
 impl SessionBuilder {
@@ -260,30 +292,6 @@ impl Session {
     pub fn with_when_busy(mut self, when_busy: WhenBusy) -> Session {
         self.when_busy = when_busy;
         self
-    }
-
-    /// An existing session, continued by its id. Nothing is sent.
-    pub fn resume(client: &Client, session_id: impl Into<String>) -> Session {
-        Session::with_start(
-            client.clone(),
-            Start {
-                session_id: Some(session_id.into()),
-                ..Start::default()
-            },
-        )
-    }
-
-    /// The session of an earlier turn, continued from that turn's id
-    /// (`previous_query_id`). Nothing is sent; later turns use the session
-    /// id the first one reports.
-    pub fn continue_from(client: &Client, previous_query_id: impl Into<String>) -> Session {
-        Session::with_start(
-            client.clone(),
-            Start {
-                previous_query_id: Some(previous_query_id.into()),
-                ..Start::default()
-            },
-        )
     }
 
     /// The session's id, once a turn has reported it.

@@ -1,5 +1,4 @@
-//! [`QueryTurn`]: a live streaming turn that accumulates as it goes, and
-//! its [`TextStream`].
+//! [`QueryTurn`]: a live streaming turn that accumulates as it goes.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -7,7 +6,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
-use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::accumulated::{Accumulated, Mismatch, Over};
@@ -73,7 +71,7 @@ pub struct QueryTurn {
     stream_config: StreamConfig,
     /// Whether a drop before the end cancels the turn on the server.
     cancel_on_drop: bool,
-    /// Continues after a checkpoint (see [`QueryHandle::events_from`](crate::QueryHandle::events_from)).
+    /// Continues after a checkpoint (see [`QueryHandle::resume_from`](crate::QueryHandle::resume_from)).
     after_checkpoint: bool,
     /// The bytes of answer text delivered before the checkpoint.
     prefix_len: usize,
@@ -347,7 +345,7 @@ impl QueryTurn {
     /// and the bytes of text delivered up to it (those before the
     /// checkpoint this turn continues, if any, included). `None` before the
     /// server named the turn. Continue from it with
-    /// [`QueryHandle::events_from`](crate::QueryHandle::events_from), in
+    /// [`QueryHandle::resume_from`](crate::QueryHandle::resume_from), in
     /// this process or another.
     pub fn checkpoint(&self) -> Option<Checkpoint> {
         let query_id = self.conn.query_id()?.to_owned();
@@ -409,12 +407,6 @@ impl QueryTurn {
     /// The final Query, once its frame arrived.
     pub fn query(&self) -> Option<&types::Query> {
         self.acc.query.as_ref()
-    }
-
-    /// Just the answer text, one delta at a time. Turn it back with
-    /// [`TextStream::into_turn`] to call [`QueryTurn::finish`].
-    pub fn text_stream(self) -> TextStream {
-        TextStream { turn: self }
     }
 
     /// Reads the rest of the stream and returns the final Query.
@@ -517,16 +509,6 @@ impl QueryTurn {
             }
         }
         query.into_result()
-    }
-
-    /// Finishes the turn and deserializes its `output_json` (the answer to a
-    /// `shape`, or retrieval hits) into `T`.
-    ///
-    /// # Errors
-    /// The errors of [`QueryTurn::finish`]; [`Error::Decode`] when the turn
-    /// has no `output_json` or it does not fit `T`.
-    pub async fn json<T: DeserializeOwned>(self) -> Result<T> {
-        self.finish().await?.json()
     }
 
     /// Stops the turn on the server (`POST /queries/{id}/cancel`) and closes
@@ -780,37 +762,5 @@ impl Stream for QueryTurn {
             event => Ok(event),
         };
         Poll::Ready(Some(item))
-    }
-}
-
-/// The answer text of a [`QueryTurn`], one delta at a time.
-///
-/// Ends with the turn; errors (a failed turn, a stream that could not be
-/// resumed) are yielded as they are.
-#[derive(Debug)]
-pub struct TextStream {
-    turn: QueryTurn,
-}
-
-impl TextStream {
-    /// The turn, with everything accumulated so far.
-    pub fn into_turn(self) -> QueryTurn {
-        self.turn
-    }
-}
-
-impl Stream for TextStream {
-    type Item = Result<String>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        loop {
-            match futures::ready!(this.turn.poll_next_unpin(cx)) {
-                None => return Poll::Ready(None),
-                Some(Ok(QueryEvent::TextDelta { delta })) => return Poll::Ready(Some(Ok(delta))),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-            }
-        }
     }
 }

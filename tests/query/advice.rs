@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::support::sse_server;
 use futures::StreamExt;
-use nexus_knowql::{CallOptions, Error, RetryPolicy, Session, StreamConfig, WaitPolicy, WhenBusy};
+use nexus_knowql::{CallOptions, Error, RetryPolicy, StreamConfig, WaitPolicy, WhenBusy};
 use sse_server::{Reply, SseServer, Step, Turn, query_json};
 
 const DELTAS: &[&str] = &["Travel ", "is approved."];
@@ -86,7 +86,9 @@ async fn waiting_for_a_busy_session_backs_off_and_stops_at_its_limit() {
     let client = server
         .client()
         .with_options(CallOptions::new().turn_timeout(Duration::from_millis(1500)));
-    let session = Session::resume(&client, "sess_w").with_when_busy(WhenBusy::Wait(wait));
+    let session = client
+        .continue_session("sess_w")
+        .with_when_busy(WhenBusy::Wait(wait));
     let started = std::time::Instant::now();
     let e = session.ask("q").send().await.unwrap_err();
     assert!(

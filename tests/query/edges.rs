@@ -341,7 +341,7 @@ async fn resume_404_after_the_terminal_event_is_a_completed_turn() {
     struct Answer {
         answer: String,
     }
-    let answer: Answer = live.json().await.unwrap();
+    let answer: Answer = live.finish().await.unwrap().json().unwrap();
     assert_eq!(answer.answer, turn.answer);
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::support::sse_server;
 use crate::support::turns::{drain, text};
-use nexus_knowql::{Client, Error, QueryTurn, Session, StreamConfig};
+use nexus_knowql::{Client, Error, QueryTurn, StreamConfig};
 use sse_server::{Reply, SseServer, Step, Turn, frame, last_event_id, query_json};
 use tokio::time::Instant;
 
@@ -209,7 +209,7 @@ async fn a_session_never_adopts_another_session() {
     )
     .await;
     let client = server.client();
-    let session = Session::resume(&client, SA);
+    let session = client.continue_session(SA);
     let mut live = session
         .ask("first")
         .stream_config(config())
@@ -235,7 +235,8 @@ async fn a_session_never_adopts_another_session() {
     let post = Reply::json(202, &[], &query_json(QA, SB, "in_progress", ""));
     let server = serve(post, |_, _| gone(), |_| doc(QA, SA, "completed", "")).await;
     let client = server.client();
-    let e = Session::resume(&client, SA)
+    let e = client
+        .continue_session(SA)
         .ask("third")
         .background()
         .await

@@ -452,7 +452,7 @@ async fn after_a_reconciled_gap_the_checkpoint_is_the_end_of_the_turn() {
     // Continuing from it repeats no text and reads no events.
     let client = server.client();
     let handle = client.queries().attach("q_c1").await.unwrap();
-    let mut rest = handle.events_from(&checkpoint).await.unwrap();
+    let mut rest = handle.resume_from(&checkpoint).await.unwrap();
     let (events, error) = drain(&mut rest).await;
     assert!(error.is_none(), "{error:?}");
     assert_eq!(text(&events), "");
@@ -482,7 +482,7 @@ async fn a_persisted_checkpoint_lets_another_process_finish_across_a_broken_repl
         .attach("q_c2")
         .await
         .unwrap()
-        .events_from(&checkpoint)
+        .resume_from(&checkpoint)
         .await
         .unwrap();
     let (events, error) = drain(&mut rest).await;

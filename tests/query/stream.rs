@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::support::sse_server;
 use crate::support::turns::{drain, text};
 use futures::StreamExt;
-use nexus_knowql::{Error, QueryEvent, QueryTurn, Session, StreamConfig};
+use nexus_knowql::{Error, QueryEvent, QueryTurn, Session, StreamConfig, TurnView};
 use sse_server::{Reply, SseServer, Step, Turn, frame, last_event_id};
 
 const DELTAS: &[&str] = &["Travel ", "is approved ", "by your ", "manager.", " ✈️"];
@@ -576,7 +576,7 @@ async fn text_stream_yields_only_the_deltas() {
         got.push(d.unwrap());
     }
     assert_eq!(got, DELTAS);
-    let query = deltas.into_turn().finish().await.unwrap();
+    let query = deltas.into_inner().finish().await.unwrap();
     assert_eq!(query.answer_text(), turn.answer);
 }
 
@@ -598,8 +598,10 @@ async fn json_reads_output_json_of_a_streamed_turn() {
         .stream()
         .await
         .unwrap()
-        .json()
+        .finish()
         .await
+        .unwrap()
+        .json()
         .unwrap();
     assert_eq!(answer.answer, turn.answer);
 }
