@@ -44,6 +44,8 @@
 //!   [`Rating`]) and the helpers on the generated types, such as
 //!   [`Query::into_result`](types::Query::into_result).
 //! - [`error`]: the one [`Error`] type.
+//! - [`prelude`]: what most programs import; `how_do_i` (feature
+//!   `schema`): one compiled answer per everyday task.
 //!
 //! Imports run one way: `error` at the bottom, then the (internal)
 //! transport, the generated layer and its adapters in `api`, [`client`],
@@ -109,6 +111,15 @@ pub use query::{
     SessionBuilder, StreamConfig, TextStream, TurnBuilder, TurnView, WhenBusy,
 };
 pub use status::{QueryStatus, Rating, TaskStatus, ThinkingLevel, Workflow};
+
+/// "How do I …": one answer per everyday task (a bound on a turn, typed
+/// output with checkpoints, continuing a session, resuming a turn, a
+/// request id), each a compiled example. Its typed answer needs the
+/// `schema` feature, so the page is built with it.
+#[cfg(feature = "schema")]
+#[cfg_attr(docsrs, doc(cfg(feature = "schema")))]
+#[doc = include_str!("../docs/how-do-i.md")]
+pub mod how_do_i {}
 
 /// What most programs use, in one import: the client, sessions and
 /// turns, the adapters' [`TurnView`] trait (for `text_stream`,

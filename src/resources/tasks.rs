@@ -191,9 +191,10 @@ impl<'c> ListTasks<'c> {
         self
     }
 
-    /// Only tasks in this state (`scheduled`, `running`, `completed`, ...).
-    pub fn state(mut self, state: impl Into<String>) -> Self {
-        self.state = Some(types::TaskState(state.into()));
+    /// Only tasks in this state: a [`TaskStatus`] (or its name as `&str`;
+    /// a word this version does not know is sent as it is).
+    pub fn state(mut self, state: impl Into<TaskStatus>) -> Self {
+        self.state = Some(types::TaskState(String::from(state.into())));
         self
     }
 
