@@ -406,7 +406,7 @@ impl Queries<'_> {
     /// ```no_run
     /// # async fn run(client: nexus_knowql::Client, saved: &str) -> nexus_knowql::Result<()> {
     /// use futures::StreamExt;
-    /// use nexus_knowql::query::Checkpoint;
+    /// use nexus_knowql::Checkpoint;
     /// let checkpoint: Checkpoint = saved.parse()?;
     /// let handle = client.queries().attach(&checkpoint.query_id).await?;
     /// let mut rest = handle.resume_from(&checkpoint).await?;

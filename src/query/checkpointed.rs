@@ -50,7 +50,8 @@ use crate::types;
 /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
 /// use futures::StreamExt;
 /// use nexus_knowql::QueryEvent;
-/// use nexus_knowql::query::{CheckpointedTurn, FileCheckpointStore};
+/// use nexus_knowql::CheckpointedTurn;
+/// use nexus_knowql::query::FileCheckpointStore;
 ///
 /// let store = FileCheckpointStore::new("/var/lib/app/checkpoints")?;
 /// let session = client.session(["handbook"]).build()?;
