@@ -39,7 +39,7 @@
 //! - [`resources`]: everyday calls (contexts, sources, curation, tasks,
 //!   knowledge, models, sessions, queries).
 //! - [`query`]: KnowQL turns: [`Session`], [`QueryTurn`] (streaming with
-//!   exactly-once resume), [`QueryHandle`] (background), [`QueryEvent`].
+//!   exactly-once reconnects), [`QueryHandle`] (background), [`QueryEvent`].
 //! - [`status`]: typed statuses ([`QueryStatus`], [`TaskStatus`],
 //!   [`Rating`]) and the helpers on the generated types, such as
 //!   [`Query::into_result`](types::Query::into_result).

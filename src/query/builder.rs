@@ -207,7 +207,7 @@ impl TurnBuilder {
     }
 
     /// How the turn's events are read and reconnected (idle timeout, frame
-    /// limit, resume budget, cancel on drop); used by
+    /// limit, reconnect budget, cancel on drop); used by
     /// [`TurnBuilder::stream`], [`TurnBuilder::send`] and the handle of
     /// [`TurnBuilder::background`].
     pub fn stream_config(mut self, config: StreamConfig) -> Self {
@@ -404,7 +404,7 @@ impl TurnBuilder {
     ///
     /// The turn runs on the streaming path (a synchronous request could be
     /// cut by a proxy during a long turn): a connection cut after the
-    /// server named the turn is resumed with `Last-Event-ID`, and if the
+    /// server named the turn reconnects with `Last-Event-ID`, and if the
     /// events cannot be had any more, the stored Query is polled with
     /// `GET /queries/{id}`. `POST /query` is never sent twice, so a cut
     /// neither loses the answer nor starts a second turn. The bounds and
@@ -431,7 +431,7 @@ impl TurnBuilder {
         let started = Instant::now();
         let run = async move {
             // The streaming path with its bounds and checks; only a
-            // connection that broke beyond resuming falls back to polling.
+            // connection that broke beyond reconnecting falls back to polling.
             let turn = self.open(span, started).await?;
             finish_or_poll(turn).await
         }
@@ -744,7 +744,7 @@ impl Session {
 }
 
 /// [`QueryTurn::finish`], falling back to the stored Query only when the
-/// connection broke beyond resuming after the server named the turn. A
+/// connection broke beyond reconnecting after the server named the turn. A
 /// bound passed, a text that is not the answer, a replay gap, another
 /// turn's answer or the deadline are the outcome, never hidden by a poll;
 /// the stored Query is checked like the stream's final frame.

@@ -1,4 +1,4 @@
-//! KnowQL turns: sessions, streaming with exactly-once resume, background turns.
+//! KnowQL turns: sessions, streaming with exactly-once reconnects, background turns.
 //!
 //! A [`Session`] pins a scope (1 to 10 contexts) and configuration; each
 //! [`Session::ask`] gives a [`TurnBuilder`] with the per-turn controls and
@@ -7,7 +7,7 @@
 //! - [`TurnBuilder::send`]: wait for the whole turn and get the stored
 //!   [`Query`](crate::types::Query).
 //! - [`TurnBuilder::stream`]: a [`QueryTurn`], a `Stream` of [`QueryEvent`]s
-//!   that accumulates the answer and resumes a broken connection with
+//!   that accumulates the answer and reconnects a broken connection with
 //!   `Last-Event-ID` so that every event arrives exactly once, in order.
 //! - [`TurnBuilder::background`]: a [`QueryHandle`] to poll, wait for,
 //!   attach to or cancel.
@@ -33,7 +33,7 @@
 //! parser), `span` (a turn's tracing span),
 //! `accumulated` (what a turn delivered, checked against the final answer),
 //! `config` (StreamConfig), `fetch` (the events and stored-turn requests),
-//! `stream` (the resumable connection), `session` (Session and its
+//! `stream` (the reconnecting connection), `session` (Session and its
 //! builder), `slot` (the one-turn-at-a-time slot), `turn` (QueryTurn),
 //! `view` (TurnView, the adapters stack over a turn; TextStream and
 //! SequencedTurn, which end a stack),
@@ -87,7 +87,7 @@ use crate::error::{Error, Result};
 /// Decodes a recorded or received SSE byte stream of a query turn into
 /// events, without a connection: for replaying recorded streams, proxies and
 /// tests. It applies the same framing rules and frame limit as [`QueryTurn`],
-/// but neither resumes nor drops replayed events.
+/// but neither reconnects nor drops replayed events.
 ///
 /// ```
 /// use nexus_knowql::query::EventDecoder;

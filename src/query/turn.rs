@@ -22,8 +22,8 @@ use crate::types;
 /// the answer as it goes.
 ///
 /// Every event is delivered exactly once and in order, whatever the network
-/// does: a broken or idle connection is resumed with `Last-Event-ID` (see
-/// [`StreamConfig`]), and each resumed connection must replay from exactly
+/// does: a broken or idle connection reconnects with `Last-Event-ID` (see
+/// [`StreamConfig`]), and each reconnected stream must replay from exactly
 /// that id. When it does not (or the event log is gone), the rest of the
 /// answer comes from the stored turn as one final text delta, or the stream
 /// ends with [`Error::ReplayGap`]: the deltas never add up to a wrong text.
@@ -420,9 +420,9 @@ impl QueryTurn {
     ///
     /// # Errors
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] for a turn that ended
-    /// so; [`Error::Stream`] when the stream broke beyond resuming;
-    /// [`Error::ReplayGap`] when a resume could not be trusted and the
-    /// stored turn did not make up for it; a 4xx answer to a resume request;
+    /// so; [`Error::Stream`] when the stream broke beyond reconnecting;
+    /// [`Error::ReplayGap`] when a reconnect could not be trusted and the
+    /// stored turn did not make up for it; a 4xx answer to a reconnect;
     /// any error of the final `GET`.
     ///
     /// # Cancel safety

@@ -82,7 +82,7 @@ impl TurnView for QueryTurn {
 /// [`TextStream::into_inner`] gives back (to finish it, for one).
 ///
 /// Ends with the turn; errors (a failed turn, a stream that could not be
-/// resumed) are yielded as they are.
+/// reconnected) are yielded as they are.
 #[derive(Debug)]
 #[must_use = "a stream does nothing unless read"]
 pub struct TextStream<V = QueryTurn> {
@@ -127,7 +127,7 @@ pub struct SequencedEvent {
     /// its SSE `id:`, or for a frame without one (the final `query`) the id
     /// before it; [`END_OF_TURN`](super::END_OF_TURN) for the rest of an
     /// answer taken from the stored turn. `None` while the server has sent
-    /// no id. Keep the last one to resume with `Last-Event-ID`.
+    /// no id. Keep the last one to reconnect with `Last-Event-ID`.
     pub id: Option<u64>,
 }
 
