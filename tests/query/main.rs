@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod adapters;
 mod advice;
 mod edges;
 mod hostile_model;
