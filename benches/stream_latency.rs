@@ -162,7 +162,7 @@ fn main() {
         .base_url(format!("http://{addr}"))
         .build()
         .unwrap();
-    let session = Session::resume(&client, "s");
+    let session = client.continue_session("s");
     println!(
         "stream_latency: {} frames, one every {GAP:?}, frame write -> caller",
         frames()

@@ -134,7 +134,7 @@ fn loopback(c: &mut Criterion) {
         .unwrap();
     let url = format!("http://{addr}");
     let client = Client::builder().base_url(&url).build().unwrap();
-    let session = Session::resume(&client, "sess_1");
+    let session = client.continue_session("sess_1");
     let http = reqwest::Client::new();
     let query_url = format!("{url}/query");
     assert_eq!(rt.block_on(ours(&session)), events as usize);

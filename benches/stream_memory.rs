@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use futures::StreamExt;
-use nexus_knowql::{Client, Session, StreamConfig};
+use nexus_knowql::{Client, StreamConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Open streams: 10,000 under `cargo bench`; a few under `cargo test
@@ -110,7 +110,7 @@ fn main() {
     let client = Client::builder().base_url(&url).build().unwrap();
     // Warm up: one turn, so the runtime, TLS-free pool and allocator are set up.
     let (turns, before, after) = rt.block_on(async {
-        let session = Session::resume(&client, "warm");
+        let session = client.continue_session("warm");
         let mut t = session.ask("q").stream().await.unwrap();
         t.next().await.unwrap().unwrap();
         drop(t);
@@ -120,7 +120,7 @@ fn main() {
                 let client = client.clone();
                 async move {
                     // One session per stream: a session runs one turn at a time.
-                    let session = Session::resume(&client, format!("s{i}"));
+                    let session = client.continue_session(format!("s{i}"));
                     let mut turn = session
                         .ask("q")
                         .stream_config(StreamConfig::default().idle_timeout(None))

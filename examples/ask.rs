@@ -30,7 +30,7 @@ use clap::Parser;
 use futures::StreamExt;
 use nexus_knowql::client::DEFAULT_HEADER_TIMEOUT;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::{Client, ClientBuilder, Error, QueryEvent, StreamConfig, WaitPolicy, types};
+use nexus_knowql::{Client, ClientBuilder, Error, QueryEvent, StreamConfig, types};
 
 /// Ask a Nexus context a question.
 #[derive(Debug, Parser)]
@@ -138,7 +138,6 @@ async fn run(args: Args) -> Result<(), Failure> {
             // environment, as for the other examples; --api-key wins.
             let mut builder = ClientBuilder::from_env()
                 .base_url(&url)
-                .turn_timeout(Some(limit))
                 .header_timeout(Some(limit.min(DEFAULT_HEADER_TIMEOUT)));
             if let Some(key) = args.api_key.clone() {
                 builder = builder.api_key(key);
@@ -171,11 +170,13 @@ async fn run(args: Args) -> Result<(), Failure> {
         .session(scope.iter().map(String::as_str))
         .build()
         .map_err(|e| e.to_string())?;
-    // The deltas are printed, not kept: the turn only checks them.
-    let config = StreamConfig::default()
-        .turn_deadline(Some(limit))
-        .keep_text(false);
-    let turn = session.ask(args.question.as_str()).stream_config(config);
+    // The deltas are printed, not kept: the turn only checks them. One
+    // bound covers the turn however it runs.
+    let config = StreamConfig::default().keep_text(false);
+    let turn = session
+        .ask(args.question.as_str())
+        .turn_timeout(limit)
+        .stream_config(config);
 
     // A Ctrl-C while a turn is being started drops the request; the session
     // remembers the turn it started, once the server has named it.
@@ -186,8 +187,7 @@ async fn run(args: Args) -> Result<(), Failure> {
         match started {
             Ok(mut handle) => {
                 eprintln!("ask: background turn {}", handle.id());
-                let wait = WaitPolicy::default().timeout(limit);
-                match unless_ctrl_c(handle.wait_with(wait)).await {
+                match unless_ctrl_c(handle.wait()).await {
                     Some(waited) => waited.and_then(types::Query::into_result),
                     None => return Err(cancel(&client, Some(handle.id())).await),
                 }

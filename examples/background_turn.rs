@@ -21,8 +21,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let nexus = nexus_or_local::Nexus::connect(|local| local).await?;
     let session = nexus.client.session([nexus.context.as_str()]).build()?;
 
-    // The server runs the turn; the handle polls only when asked.
-    let mut handle = session.ask("What is a context?").background().await?;
+    // The server runs the turn; the handle polls only when asked. The
+    // turn's one bound, a minute, covers the start and each wait.
+    let mut handle = session
+        .ask("What is a context?")
+        .turn_timeout(Duration::from_secs(60))
+        .background()
+        .await?;
     // A closed stdout (`| head -1`): nobody reads the answer, so the turn
     // is cancelled and the program ends quietly.
     if writeln!(std::io::stdout(), "started turn {}", handle.id()).is_err() {
@@ -38,10 +43,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
 
-    // Wait at most a minute, polling every 100 ms at first, then up to 1 s.
-    let policy = WaitPolicy::default()
-        .timeout(Duration::from_secs(60))
-        .interval(Duration::from_millis(100), Duration::from_secs(1));
+    // Wait (within the turn's bound), polling every 100 ms at first, then
+    // up to 1 s.
+    let policy = WaitPolicy::default().interval(Duration::from_millis(100), Duration::from_secs(1));
     // A failed or cancelled turn is an error here (`Query::into_result`).
     let query = handle.wait_with(policy).await?;
     let _ = writeln!(

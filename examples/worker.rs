@@ -55,8 +55,8 @@ use std::time::Duration;
 use clap::Parser;
 use futures::StreamExt;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::query::{Checkpoint, CheckpointStore, CheckpointedTurn, FileCheckpointStore};
-use nexus_knowql::{Client, QueryEvent};
+use nexus_knowql::query::{CheckpointStore, FileCheckpointStore};
+use nexus_knowql::{Checkpoint, CheckpointedTurn, Client, QueryEvent};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
 

@@ -39,11 +39,13 @@
 //! - [`resources`]: everyday calls (contexts, sources, curation, tasks,
 //!   knowledge, models, sessions, queries).
 //! - [`query`]: KnowQL turns: [`Session`], [`QueryTurn`] (streaming with
-//!   exactly-once resume), [`QueryHandle`] (background), [`QueryEvent`].
+//!   exactly-once reconnects), [`QueryHandle`] (background), [`QueryEvent`].
 //! - [`status`]: typed statuses ([`QueryStatus`], [`TaskStatus`],
 //!   [`Rating`]) and the helpers on the generated types, such as
 //!   [`Query::into_result`](types::Query::into_result).
 //! - [`error`]: the one [`Error`] type.
+//! - [`prelude`]: what most programs import; `how_do_i` (feature
+//!   `schema`): one compiled answer per everyday task.
 //!
 //! Imports run one way: `error` at the bottom, then the (internal)
 //! transport, the generated layer and its adapters in `api`, [`client`],
@@ -109,10 +111,50 @@ pub use error::{
     ApiError, DecodeFailure, Error, Result, TaskFailure, TurnMismatch, UnsupportedVersion,
 };
 pub use query::{
-    QueryEvent, QueryHandle, QueryTurn, Session, SessionBuilder, StreamConfig, TextStream,
-    TurnBuilder, WhenBusy,
+    Checkpoint, CheckpointedTurn, QueryEvent, QueryHandle, QueryTurn, SequencedEvent, Session,
+    SessionBuilder, StreamConfig, TextStream, TurnBuilder, TurnView, WhenBusy,
 };
 pub use status::{QueryStatus, Rating, TaskStatus, ThinkingLevel, Workflow};
+
+/// "How do I …": one answer per everyday task (a bound on a turn, typed
+/// output with checkpoints, continuing a session, resuming a turn, a
+/// request id), each a compiled example. Its typed answer needs the
+/// `schema` feature, so the page is built with it.
+#[cfg(feature = "schema")]
+#[cfg_attr(docsrs, doc(cfg(feature = "schema")))]
+#[doc = include_str!("../docs/how-do-i.md")]
+pub mod how_do_i {}
+
+/// What most programs use, in one import: the client, sessions and
+/// turns, the adapters' [`TurnView`] trait (for `text_stream`,
+/// `sequenced` and `finish` on any stack of adapters), the error type, and
+/// the `futures` stream traits the examples call (`next`, `try_next`).
+///
+/// ```no_run
+/// use nexus_knowql::prelude::*;
+///
+/// # async fn run() -> Result<()> {
+/// let client = Client::from_env()?;
+/// let session = client.session(["handbook"]).build()?;
+/// let mut turn = session.ask("Who approves travel?").stream().await?;
+/// while let Some(event) = turn.next().await {
+///     if let QueryEvent::TextDelta { delta } = event? {
+///         print!("{delta}");
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub mod prelude {
+    pub use crate::{
+        CallOptions, Checkpoint, CheckpointedTurn, Client, ClientBuilder, Error, QueryEvent,
+        QueryHandle, QueryStatus, QueryTurn, Result, SequencedEvent, Session, StreamConfig,
+        TaskStatus, TurnBuilder, TurnView, WaitPolicy, WhenBusy,
+    };
+    pub use futures::{StreamExt, TryStreamExt};
+
+    #[cfg(feature = "schema")]
+    pub use crate::typed::{ShapeOf, Typed, TypedTurn};
+}
 
 /// The README's code blocks compile as doctests.
 #[cfg(doctest)]

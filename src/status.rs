@@ -250,6 +250,15 @@ impl From<ThinkingLevel> for String {
     }
 }
 
+impl From<TaskStatus> for String {
+    fn from(status: TaskStatus) -> Self {
+        match status {
+            TaskStatus::Other(s) => s,
+            known => known.as_str().to_owned(),
+        }
+    }
+}
+
 impl From<Workflow> for String {
     fn from(w: Workflow) -> Self {
         types::Workflow::from(w).0

@@ -410,8 +410,30 @@ impl ClientBuilder {
         self
     }
 
-    /// Total time for a synchronous turn, [`TurnBuilder::send`](crate::TurnBuilder::send)
-    /// (default 930 s, above the service's 900 s cap); `None` for no limit.
+    /// The one bound on a turn (default 930 s, above the service's 900 s
+    /// cap); `None` for no limit. Every way of running or reading a turn
+    /// ends by it, counted from the call:
+    /// [`send`](crate::TurnBuilder::send),
+    /// [`stream`](crate::TurnBuilder::stream) (reconnects and the reading
+    /// of the stored turn included), [`background`](crate::TurnBuilder::background)
+    /// with [`QueryHandle::wait`](crate::QueryHandle::wait), and the streams
+    /// of [`QueryHandle::resume_from`](crate::QueryHandle::resume_from) and
+    /// [`CheckpointedTurn`](crate::CheckpointedTurn) that resume a turn. When
+    /// it passes, the call fails with [`Error::Timeout`]; the turn is not
+    /// cancelled. The expert knobs of [`StreamConfig`](crate::StreamConfig)
+    /// (idle timeout, reconnect budget) only give up sooner. Override it for
+    /// some calls with [`CallOptions::turn_timeout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let client = nexus_knowql::Client::builder()
+    ///     .base_url("http://127.0.0.1:8080/api")
+    ///     .api_key("pcsk-example")
+    ///     .turn_timeout(Duration::from_secs(120))
+    ///     .build()?;
+    /// # drop(client);
+    /// # Ok::<(), nexus_knowql::Error>(())
+    /// ```
     pub fn turn_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.turn_timeout = Some(timeout.into());
         self

@@ -1,5 +1,5 @@
-//! [`WaitPolicy`]: how every wait of the SDK polls, and when it gives up;
-//! [`Poller`], the one loop helper that applies it.
+//! [`WaitPolicy`]: how every wait of the SDK polls; [`Poller`], the one
+//! loop helper that applies it and gives up at the wait's bound.
 
 use std::time::Duration;
 
@@ -9,20 +9,18 @@ use crate::error::Error;
 use crate::transport::retry::Backoff;
 
 /// How a wait polls: the first interval, which grows by half each time up
-/// to a ceiling (each shortened by up to 10 % at random), and the total time
-/// before giving up.
+/// to a ceiling (each shortened by up to 10 % at random).
 ///
-/// Used by [`QueryHandle::wait_with`](crate::QueryHandle::wait_with),
-/// [`WhenBusy::Wait`](crate::WhenBusy::Wait) (a session waiting for its
-/// running turn) and, inside [`TaskWait`](crate::resources::TaskWait),
-/// [`Tasks::wait`](crate::resources::Tasks::wait).
+/// How long a wait may take is not part of it: a wait for a turn
+/// ([`QueryHandle::wait_with`](crate::QueryHandle::wait_with),
+/// [`WhenBusy::Wait`](crate::WhenBusy::Wait)) ends at the turn's one bound,
+/// [`ClientBuilder::turn_timeout`](crate::ClientBuilder::turn_timeout); a
+/// wait for a task at [`TaskWait::timeout`](crate::resources::TaskWait::timeout).
 ///
 /// ```
 /// use std::time::Duration;
 /// use nexus_knowql::WaitPolicy;
-/// let wait = WaitPolicy::default()
-///     .timeout(Duration::from_secs(60))
-///     .interval(Duration::from_millis(100), Duration::from_secs(2));
+/// let wait = WaitPolicy::default().interval(Duration::from_millis(100), Duration::from_secs(2));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
@@ -44,13 +42,17 @@ impl Default for WaitPolicy {
 }
 
 impl WaitPolicy {
-    /// Gives up after this long (default 930 s, above the service's cap on
-    /// a turn); `None` polls until the awaited state comes. Like every
-    /// timeout setter of the crate, it takes a `Duration` or an
-    /// `Option<Duration>`.
-    pub fn timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+    /// Gives up after this long (default 930 s); `None` polls until the
+    /// awaited state comes.
+    pub(crate) fn timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.timeout = timeout.into().unwrap_or(Duration::MAX);
         self
+    }
+
+    /// The time limit set with [`WaitPolicy::timeout`] (`Duration::MAX`:
+    /// none).
+    pub(crate) fn time_limit(&self) -> Duration {
+        self.timeout
     }
 
     /// The first polling interval (default 200 ms); it grows up to `max` (default 5 s).
@@ -72,9 +74,14 @@ pub(crate) struct Poller {
 
 impl Poller {
     pub(crate) fn new(policy: &WaitPolicy) -> Self {
+        Poller::with_timeout(policy, policy.timeout)
+    }
+
+    /// A wait with `policy`'s intervals that gives up after `timeout`.
+    pub(crate) fn with_timeout(policy: &WaitPolicy, timeout: Duration) -> Self {
         Poller {
             started: Instant::now(),
-            timeout: policy.timeout,
+            timeout,
             intervals: Backoff::new(policy.initial_interval, 1.5, policy.max_interval, 0.1),
         }
     }
@@ -94,7 +101,6 @@ impl Poller {
     /// a final attempt lands on the policy's timeout; `false` (at once) when
     /// the timeout has passed. For a wait that reports the latest state at
     /// its end rather than failing.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) async fn pause_until_timeout(&mut self) -> bool {
         let left = self.timeout.saturating_sub(self.started.elapsed());
         if left.is_zero() {

@@ -2,6 +2,7 @@
 //! to by id.
 
 use std::fmt;
+use std::time::Duration;
 use tracing::Instrument;
 
 use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText};
@@ -27,7 +28,7 @@ use crate::{Client, types};
 ///
 /// To continue a turn from a checkpoint in another process, store
 /// [`QueryTurn::checkpoint`] as you go; later,
-/// `client.queries().attach(id).await?.events_from(&checkpoint).await?`
+/// `client.queries().attach(id).await?.resume_from(&checkpoint).await?`
 /// delivers exactly the events after it, checked against the final answer.
 pub struct QueryHandle {
     client: Client,
@@ -189,7 +190,9 @@ impl QueryHandle {
         Ok(query)
     }
 
-    /// Polls until the turn ends, with the default [`WaitPolicy`].
+    /// Polls until the turn ends, with the default [`WaitPolicy`], for at
+    /// most the client's [`turn_timeout`](crate::ClientBuilder::turn_timeout)
+    /// (counted from this call).
     ///
     /// # Errors
     /// As for [`QueryHandle::wait_with`].
@@ -197,29 +200,46 @@ impl QueryHandle {
         self.wait_with(WaitPolicy::default()).await
     }
 
-    /// Polls `GET /queries/{id}` with a growing interval until the turn is
-    /// `completed`, `failed` or `cancelled`.
+    /// Polls `GET /queries/{id}` at `wait`'s intervals until the turn is
+    /// `completed`, `failed` or `cancelled`, for at most the client's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (counted from
+    /// this call).
     ///
     /// # Errors
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] for a turn that ended
-    /// so; [`Error::Timeout`] when `wait.timeout` passes first; any error of
-    /// the polls.
+    /// so; [`Error::Timeout`] when the turn timeout passes first (the turn
+    /// goes on); any error of the polls.
     ///
     /// # Cancel safety
     /// Dropping the future stops polling; the turn goes on on the server.
     pub async fn wait_with(&mut self, wait: WaitPolicy) -> Result<types::Query> {
         let span = self.span.span();
-        self.wait_inner(wait).instrument(span).await
+        let limit = self.client.transport().turn_timeout();
+        let Some(limit) = limit else {
+            return self.wait_inner(wait, Duration::MAX).instrument(span).await;
+        };
+        // The last pause ends on the bound; this ends a poll still running.
+        let id = self.query.id.clone();
+        match tokio::time::timeout(limit, self.wait_inner(wait, limit).instrument(span)).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::timeout(
+                "get_query",
+                limit,
+                Some(id.as_str()).filter(|id| !id.is_empty()),
+            )),
+        }
     }
 
-    async fn wait_inner(&mut self, wait: WaitPolicy) -> Result<types::Query> {
-        let mut poller = Poller::new(&wait);
+    async fn wait_inner(&mut self, wait: WaitPolicy, limit: Duration) -> Result<types::Query> {
+        let mut poller = Poller::with_timeout(&wait, limit);
         loop {
             let query = self.get().await?;
             if query.is_terminal() {
                 return query.into_result();
             }
-            if !poller.pause().await {
+            // The last poll lands on the bound: a turn that ends just
+            // before it is still seen.
+            if !poller.pause_until_timeout().await {
                 return Err(poller.timed_out("get_query"));
             }
         }
@@ -235,7 +255,7 @@ impl QueryHandle {
     }
 
     /// The same handle with another [`StreamConfig`] for the streams it
-    /// opens ([`QueryHandle::events`], [`QueryHandle::events_from`]).
+    /// opens ([`QueryHandle::events`], [`QueryHandle::resume_from`]).
     #[must_use]
     pub fn stream_config(mut self, config: StreamConfig) -> QueryHandle {
         self.stream_config = config;
@@ -270,7 +290,7 @@ impl QueryHandle {
     /// [`Error::InvalidRequest`] when the checkpoint is about another turn;
     /// [`Error::Stream`] when the handle was detached before the server
     /// named the turn and the stream ended without naming it.
-    pub async fn events_from(mut self, checkpoint: &Checkpoint) -> Result<QueryTurn> {
+    pub async fn resume_from(mut self, checkpoint: &Checkpoint) -> Result<QueryTurn> {
         self.named().await?;
         if checkpoint.query_id != self.query.id {
             return Err(Error::InvalidRequest(format!(
@@ -355,7 +375,7 @@ impl QueryHandle {
 impl QueryTurn {
     /// Stops reading and keeps the turn: the returned [`QueryHandle`] can
     /// poll, wait for, cancel or read the turn again later
-    /// ([`QueryHandle::events_from`] with [`QueryTurn::checkpoint`]
+    /// ([`QueryHandle::resume_from`] with [`QueryTurn::checkpoint`]
     /// continues exactly where this turn stopped). The connection is closed;
     /// the turn goes on on the server, and the session counts it as in
     /// flight while the handle lives. Never cancels, whatever
@@ -377,19 +397,19 @@ impl Queries<'_> {
     /// poll it, wait for it, cancel it, or read its events from the start
     /// ([`QueryHandle::events`](crate::QueryHandle::events)) or after a
     /// stored checkpoint
-    /// ([`QueryHandle::events_from`](crate::QueryHandle::events_from)).
+    /// ([`QueryHandle::resume_from`](crate::QueryHandle::resume_from)).
     ///
     /// The handle belongs to no [`Session`](crate::Session) of this
     /// process: to ask a follow-up, use
-    /// [`Session::resume`](crate::Session::resume) with its session id.
+    /// [`Client::continue_session`] with its session id.
     ///
     /// ```no_run
     /// # async fn run(client: nexus_knowql::Client, saved: &str) -> nexus_knowql::Result<()> {
     /// use futures::StreamExt;
-    /// use nexus_knowql::query::Checkpoint;
+    /// use nexus_knowql::Checkpoint;
     /// let checkpoint: Checkpoint = saved.parse()?;
     /// let handle = client.queries().attach(&checkpoint.query_id).await?;
-    /// let mut rest = handle.events_from(&checkpoint).await?;
+    /// let mut rest = handle.resume_from(&checkpoint).await?;
     /// while let Some(event) = rest.next().await {
     ///     let _ = event?;
     /// }

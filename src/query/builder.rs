@@ -2,6 +2,9 @@
 //! per-turn controls and three ways to run it.
 
 use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::StreamExt;
 use tracing::Instrument;
@@ -179,8 +182,32 @@ impl TurnBuilder {
         self
     }
 
-    /// How the turn's events are read and resumed (idle timeout, frame
-    /// limit, resume budget, cancel on drop); used by
+    /// The one bound on this turn, in place of the client's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (default 930 s);
+    /// `None` for no limit. `send()` and `stream()` end by it, counted from
+    /// the call; so do `background()`'s start and the handle's
+    /// [`QueryHandle::wait`] and streams, each counted from its own call.
+    /// When it passes, the call fails with [`Error::Timeout`]; the turn is
+    /// not cancelled.
+    ///
+    /// ```no_run
+    /// # async fn run(session: nexus_knowql::Session) -> nexus_knowql::Result<()> {
+    /// use std::time::Duration;
+    /// let query = session
+    ///     .ask("Who approves travel?")
+    ///     .turn_timeout(Duration::from_secs(120))
+    ///     .send()
+    ///     .await?;
+    /// # drop(query); Ok(()) }
+    /// ```
+    pub fn turn_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        let options = crate::CallOptions::new().turn_timeout(timeout);
+        self.session.client = self.session.client.with_options(options);
+        self
+    }
+
+    /// How the turn's events are read and reconnected (idle timeout, frame
+    /// limit, reconnect budget, cancel on drop); used by
     /// [`TurnBuilder::stream`], [`TurnBuilder::send`] and the handle of
     /// [`TurnBuilder::background`].
     pub fn stream_config(mut self, config: StreamConfig) -> Self {
@@ -193,6 +220,25 @@ impl TurnBuilder {
     pub fn when_busy(mut self, when_busy: WhenBusy) -> Self {
         self.when_busy = when_busy;
         self
+    }
+
+    /// When the turn timeout of a turn started at `started` passes, if it
+    /// is bounded.
+    fn deadline(&self, started: Instant) -> Option<Instant> {
+        let limit = self.session.client.transport().turn_timeout()?;
+        started.checked_add(limit)
+    }
+
+    /// How long a turn started at `started` may still wait for its busy
+    /// session ([`WhenBusy::Wait`]): the wait counts against the turn
+    /// timeout, and keeps a quarter of what is left (up to 5 s) for the
+    /// last try, so that a wait that runs out ends as
+    /// [`Error::SessionBusy`], not as a timeout in the middle of that try.
+    fn busy_wait_limit(&self, started: Instant) -> Duration {
+        let left = self.deadline(started).map_or(Duration::MAX, |at| {
+            at.saturating_duration_since(Instant::now())
+        });
+        left.saturating_sub((left / 4).min(Duration::from_secs(5)))
     }
 
     /// Checks the request before anything is sent.
@@ -230,8 +276,9 @@ impl TurnBuilder {
     }
 
     /// Takes the session's slot and fills in the session's part of the request.
-    async fn prepare(&mut self, span: &TurnSpan) -> Result<TurnSlot> {
-        let slot = TurnSlot::acquire(&self.session, &self.when_busy).await?;
+    async fn prepare(&mut self, span: &TurnSpan, started: Instant) -> Result<TurnSlot> {
+        let wait_limit = self.busy_wait_limit(started);
+        let slot = TurnSlot::acquire(&self.session, &self.when_busy, wait_limit).await?;
         let start = self.session.shared.lock().clone();
         span.learn(None, start.session_id.as_deref());
         let r = &mut self.request;
@@ -270,11 +317,12 @@ impl TurnBuilder {
         &mut self,
         event_stream: bool,
         span: &TurnSpan,
+        started: Instant,
     ) -> Result<(TurnSlot, reqwest::Response)> {
         self.check()?;
         let mut poller: Option<Poller> = None;
         loop {
-            let slot = self.prepare(span).await?;
+            let slot = self.prepare(span, started).await?;
             let client = self.session.client.clone();
             let sent = if event_stream {
                 client.send_stream("create_query", self.post(true)).await
@@ -307,8 +355,9 @@ impl TurnBuilder {
             let WhenBusy::Wait(wait) = &self.when_busy else {
                 return Err(Error::SessionBusy { query_id });
             };
+            let for_waiting = self.busy_wait_limit(started);
             if !poller
-                .get_or_insert_with(|| Poller::new(wait))
+                .get_or_insert_with(|| Poller::with_timeout(wait, for_waiting))
                 .pause()
                 .await
             {
@@ -355,7 +404,7 @@ impl TurnBuilder {
     ///
     /// The turn runs on the streaming path (a synchronous request could be
     /// cut by a proxy during a long turn): a connection cut after the
-    /// server named the turn is resumed with `Last-Event-ID`, and if the
+    /// server named the turn reconnects with `Last-Event-ID`, and if the
     /// events cannot be had any more, the stored Query is polled with
     /// `GET /queries/{id}`. `POST /query` is never sent twice, so a cut
     /// neither loses the answer nor starts a second turn. The bounds and
@@ -379,10 +428,10 @@ impl TurnBuilder {
         let outer = span.span();
         let limit = self.session.client.transport().turn_timeout();
         let session = self.session.clone();
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         let run = async move {
             // The streaming path with its bounds and checks; only a
-            // connection that broke beyond resuming falls back to polling.
+            // connection that broke beyond reconnecting falls back to polling.
             let turn = self.open(span, started).await?;
             finish_or_poll(turn).await
         }
@@ -426,8 +475,10 @@ impl TurnBuilder {
     /// any error answer to `POST /query`; [`Error::Timeout`] when the
     /// response headers do not come within the client's header timeout (the
     /// request is not sent again: the server may already run the turn), or
-    /// when a JSON answer's body does not arrive within
-    /// [`StreamConfig::turn_deadline`], which counts from here, or stops
+    /// when a JSON answer's body does not arrive within the client's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout), which counts
+    /// from here and bounds the whole turn, reconnects and the reading of
+    /// the stored turn included, or stops
     /// moving for [`StreamConfig::idle_timeout`]; [`Error::TurnMismatch`]
     /// when the answer is about another session than the one this turn
     /// continues; [`Error::Decode`] (the turn may have started) for an
@@ -435,16 +486,16 @@ impl TurnBuilder {
     pub async fn stream(self) -> Result<QueryTurn> {
         let span = TurnSpan::new("stream");
         let outer = span.span();
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         self.open(span, started).instrument(outer).await
     }
 
     /// Sends `POST /query` for a streamed turn and wraps the answer (an
     /// event stream, or the Query document) in a [`QueryTurn`] whose
     /// deadline counts from `started`.
-    async fn open(mut self, span: TurnSpan, started: tokio::time::Instant) -> Result<QueryTurn> {
+    async fn open(mut self, span: TurnSpan, started: Instant) -> Result<QueryTurn> {
         self.request.stream = Some(true);
-        let (slot, resp) = self.post_turn(true, &span).await?;
+        let (slot, resp) = self.post_turn(true, &span, started).await?;
         let client = self.session.client.clone();
         // The session this turn continues, if it has one: every answer
         // about the turn must name it.
@@ -452,10 +503,7 @@ impl TurnBuilder {
         if is_json(&resp) {
             // The Query document instead of an event stream: the turn is
             // named, so it is followed by its id.
-            let deadline = self
-                .stream_config
-                .turn_deadline
-                .and_then(|limit| started.checked_add(limit));
+            let deadline = self.deadline(started);
             let idle = self.stream_config.idle_timeout;
             let query = decode_query_until("create_query", resp, started, deadline, idle).await?;
             if let Err(e) = check_answer_session(&query, session_id.as_deref()) {
@@ -485,24 +533,23 @@ impl TurnBuilder {
     }
 
     /// Starts the turn in the background (HTTP 202) and returns a handle to
-    /// poll, wait for, stream or cancel it. Starting counts against
-    /// [`StreamConfig::turn_deadline`]: an answer that drips past it is
-    /// [`Error::Timeout`] with the time really waited.
+    /// poll, wait for, stream or cancel it. Starting counts against the
+    /// client's [`turn_timeout`](crate::ClientBuilder::turn_timeout): an
+    /// answer that drips past it is [`Error::Timeout`] with the time really
+    /// waited. [`QueryHandle::wait`] and the streams the handle opens are
+    /// bounded by the same timeout, counted from each call.
     ///
     /// # Errors
     /// As for [`TurnBuilder::stream`].
     pub async fn background(mut self) -> Result<QueryHandle> {
         let span = TurnSpan::new("background");
         let outer = span.span();
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         async move {
             self.request.background = Some(true);
-            let (slot, resp) = self.post_turn(false, &span).await?;
+            let (slot, resp) = self.post_turn(false, &span, started).await?;
             // Starting the turn counts against its deadline.
-            let deadline = self
-                .stream_config
-                .turn_deadline
-                .and_then(|limit| started.checked_add(limit));
+            let deadline = self.deadline(started);
             let idle = self.stream_config.idle_timeout;
             let query = decode_query_until("create_query", resp, started, deadline, idle).await?;
             if let Err(e) = check_answer_session(&query, self.request.session_id.as_deref()) {
@@ -558,8 +605,8 @@ fn check_answer_session(query: &types::Query, expected: Option<&str>) -> Result<
 pub(crate) async fn decode_query_until(
     operation: &'static str,
     resp: reqwest::Response,
-    started: tokio::time::Instant,
-    deadline: Option<tokio::time::Instant>,
+    started: Instant,
+    deadline: Option<Instant>,
     idle: Option<std::time::Duration>,
 ) -> Result<types::Query> {
     let Some(at) = deadline else {
@@ -588,7 +635,7 @@ pub(crate) async fn decode_query(
     }
     let mut body = Vec::new();
     let mut resp = resp;
-    let started = tokio::time::Instant::now();
+    let started = Instant::now();
     loop {
         let next = match idle {
             Some(idle) => match tokio::time::timeout(idle, resp.chunk()).await {
@@ -697,7 +744,7 @@ impl Session {
 }
 
 /// [`QueryTurn::finish`], falling back to the stored Query only when the
-/// connection broke beyond resuming after the server named the turn. A
+/// connection broke beyond reconnecting after the server named the turn. A
 /// bound passed, a text that is not the answer, a replay gap, another
 /// turn's answer or the deadline are the outcome, never hidden by a poll;
 /// the stored Query is checked like the stream's final frame.

@@ -190,7 +190,7 @@ impl<'de> serde::Deserialize<'de> for TextDigest {
 ///
 /// Persist it as you go ([`QueryTurn::checkpoint`](crate::QueryTurn::checkpoint));
 /// another process continues with
-/// [`QueryHandle::events_from`](crate::QueryHandle::events_from), which
+/// [`QueryHandle::resume_from`](crate::QueryHandle::resume_from), which
 /// checks that the turn's final answer begins with exactly the text the
 /// checkpoint proves, and the rest against what follows. Its text form
 /// (`Display` / `FromStr`, also serde) is one line,

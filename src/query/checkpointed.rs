@@ -15,17 +15,20 @@ use super::checkpoint_start::{find_started, intent};
 use super::checkpoint_store::CheckpointStore;
 use super::event::QueryEvent;
 use super::turn::QueryTurn;
+use super::view::TurnView;
 use crate::error::CheckpointError;
 use crate::error::{Error, Result};
 use crate::types;
 
-/// A [`QueryTurn`] that keeps its job's record in a [`CheckpointStore`]
-/// under a key.
+/// A turn that keeps its job's record in a [`CheckpointStore`] under a
+/// key: an adapter over any [`TurnView`] (a [`QueryTurn`] by default, or
+/// another adapter), and a view again, so that it stacks with the others
+/// (a typed, checkpointed turn is `typed::TypedTurn<T, CheckpointedTurn<S>>`).
 ///
 /// An event counts as handled when the next one is asked for (or the
 /// stream ends), and its [`Checkpoint`] is saved then, before anything more
 /// is read. After a crash, [`CheckpointedTurn::resume`] continues from the
-/// store with [`QueryHandle::events_from`](crate::QueryHandle::events_from):
+/// store with [`QueryHandle::resume_from`](crate::QueryHandle::resume_from):
 /// the answer must begin with exactly the text the checkpoint proves, and
 /// every event after the last handled one arrives once more at most (the
 /// one in hand at the crash again).
@@ -47,7 +50,8 @@ use crate::types;
 /// # async fn run(client: nexus_knowql::Client) -> nexus_knowql::Result<()> {
 /// use futures::StreamExt;
 /// use nexus_knowql::QueryEvent;
-/// use nexus_knowql::query::{CheckpointedTurn, FileCheckpointStore};
+/// use nexus_knowql::CheckpointedTurn;
+/// use nexus_knowql::query::FileCheckpointStore;
 ///
 /// let store = FileCheckpointStore::new("/var/lib/app/checkpoints")?;
 /// let session = client.session(["handbook"]).build()?;
@@ -62,8 +66,8 @@ use crate::types;
 /// # drop(query);
 /// # Ok(()) }
 /// ```
-pub struct CheckpointedTurn<S> {
-    turn: QueryTurn,
+pub struct CheckpointedTurn<S, V = QueryTurn> {
+    inner: V,
     store: S,
     key: String,
     /// The checkpoint of the last event handed out, saved when the next
@@ -78,13 +82,13 @@ pub struct CheckpointedTurn<S> {
     failed: bool,
 }
 
-impl<S> fmt::Debug for CheckpointedTurn<S> {
+impl<S, V: TurnView> fmt::Debug for CheckpointedTurn<S, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CheckpointedTurn")
             .field("key", &self.key)
             .field("saved", &self.saved)
             .field("failed", &self.failed)
-            .field("turn", &self.turn)
+            .field("turn", self.inner.turn())
             .finish_non_exhaustive()
     }
 }
@@ -118,11 +122,12 @@ fn is_verification_failure(e: &Error) -> bool {
     )
 }
 
-impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
-    /// Keeps `turn`'s checkpoint under `key` in `store` from now on.
-    pub fn new(turn: QueryTurn, store: S, key: impl Into<String>) -> Self {
+impl<S: CheckpointStore + Unpin, V: TurnView> CheckpointedTurn<S, V> {
+    /// Keeps the checkpoint of the turn `inner` reads under `key` in
+    /// `store` from now on.
+    pub fn new(inner: V, store: S, key: impl Into<String>) -> Self {
         CheckpointedTurn {
-            turn,
+            inner,
             store,
             key: key.into(),
             unsaved: None,
@@ -132,10 +137,12 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
             failed: false,
         }
     }
+}
 
+impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     /// Continues the job stored under `key`: attaches to its turn and reads
     /// the events after its checkpoint (verified as by
-    /// [`QueryHandle::events_from`](crate::QueryHandle::events_from)).
+    /// [`QueryHandle::resume_from`](crate::QueryHandle::resume_from)).
     /// `Ok(None)` when nothing is stored, or when the job recorded that it
     /// was starting a turn and the server has none that matches (see
     /// [`CheckpointedTurn::start_or_resume`], which then starts it).
@@ -144,7 +151,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     /// [`CheckpointError::Failed`] when the job's turn failed verification;
     /// [`CheckpointError::Unreadable`] for a record that cannot be used;
     /// [`CheckpointError::AmbiguousStart`]; the store's other errors; those
-    /// of attaching to the turn and of `events_from`.
+    /// of attaching to the turn and of `resume_from`.
     pub async fn resume(
         client: &crate::Client,
         store: S,
@@ -186,7 +193,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
             }
         };
         let handle = client.queries().attach(&checkpoint.query_id).await?;
-        let turn = match handle.events_from(&checkpoint).await {
+        let turn = match handle.resume_from(&checkpoint).await {
             Ok(turn) => turn,
             Err(e) => {
                 if is_verification_failure(&e) {
@@ -241,11 +248,19 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
         let turn = ask.stream().await?;
         Ok(CheckpointedTurn::new(turn, store, key))
     }
+}
 
+impl<S: CheckpointStore + Unpin, V: TurnView> CheckpointedTurn<S, V> {
     /// The turn, with what it accumulated (after the checkpoint, for a
     /// resumed one).
     pub fn turn(&self) -> &QueryTurn {
-        &self.turn
+        self.inner.turn()
+    }
+
+    /// The view this adapter reads, to go on reading without saving
+    /// checkpoints (one handed out but not saved yet stays unsaved).
+    pub fn into_inner(self) -> V {
+        self.inner
     }
 
     /// The checkpoint last saved: the last verified progress (none before
@@ -285,7 +300,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     fn record_failure(&mut self, e: &Error) {
         self.failed = true;
         self.unsaved = None;
-        let query_id = self.turn.query_id().map(str::to_owned);
+        let query_id = self.inner.turn().query_id().map(str::to_owned);
         save_failure(&self.store, &self.key, e, query_id.as_deref());
     }
 
@@ -296,15 +311,15 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     /// Those of [`QueryTurn::cancel`] (the key stays then); the store's.
     pub async fn cancel(self) -> Result<types::Query> {
         let CheckpointedTurn {
-            turn, store, key, ..
+            inner, store, key, ..
         } = self;
-        let query = turn.cancel().await?;
+        let query = inner.into_turn().cancel().await?;
         store.clear(&key)?;
         Ok(query)
     }
 
     /// Reads (and checkpoints) the rest of the turn and returns the final
-    /// Query, as [`QueryTurn::finish`].
+    /// Query, as [`QueryTurn::finish`] (through the views below this one).
     ///
     /// The key keeps the turn's last checkpoint: a process that dies after
     /// `finish` and resumes the job reads nothing more and gets the same
@@ -326,14 +341,21 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
                 Ok(_) => {}
             }
         }
-        let query_id = self.turn.query_id().map(str::to_owned);
+        let query_id = self.inner.turn().query_id().map(str::to_owned);
+        let CheckpointedTurn {
+            inner,
+            store,
+            key,
+            failed,
+            ..
+        } = self;
         let result = match first_error {
             Some(e) => Err(e),
-            None => self.turn.finish().await,
+            None => inner.finish().await,
         };
         match &result {
-            Err(e) if is_verification_failure(e) && !self.failed => {
-                save_failure(&self.store, &self.key, e, query_id.as_deref());
+            Err(e) if is_verification_failure(e) && !failed => {
+                save_failure(&store, &key, e, query_id.as_deref());
             }
             _ => {}
         }
@@ -341,7 +363,21 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     }
 }
 
-impl<S: CheckpointStore + Unpin> Stream for CheckpointedTurn<S> {
+impl<S: CheckpointStore + Unpin + Send + Sync, V: TurnView> TurnView for CheckpointedTurn<S, V> {
+    fn turn(&self) -> &QueryTurn {
+        self.inner.turn()
+    }
+
+    fn into_turn(self) -> QueryTurn {
+        self.inner.into_turn()
+    }
+
+    fn finish(self) -> impl std::future::Future<Output = Result<types::Query>> + Send {
+        CheckpointedTurn::finish(self)
+    }
+}
+
+impl<S: CheckpointStore + Unpin, V: TurnView> Stream for CheckpointedTurn<S, V> {
     type Item = Result<QueryEvent>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -350,7 +386,7 @@ impl<S: CheckpointStore + Unpin> Stream for CheckpointedTurn<S> {
             return Poll::Ready(Some(Err(e)));
         }
         this.store_failed = false;
-        match futures::ready!(this.turn.poll_next_unpin(cx)) {
+        match futures::ready!(this.inner.poll_next_unpin(cx)) {
             Some(Err(e)) => {
                 if is_verification_failure(&e) && !this.failed {
                     this.record_failure(&e);
@@ -359,7 +395,7 @@ impl<S: CheckpointStore + Unpin> Stream for CheckpointedTurn<S> {
             }
             Some(Ok(event)) => {
                 if !this.failed
-                    && let Some(cp) = this.turn.checkpoint()
+                    && let Some(cp) = this.inner.turn().checkpoint()
                     && this.saved.as_ref() != Some(&cp)
                 {
                     this.unsaved = Some(cp);

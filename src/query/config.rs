@@ -1,10 +1,15 @@
-//! [`StreamConfig`]: how a turn's event stream reads, limits and resumes.
+//! [`StreamConfig`]: how a turn's event stream reads, limits and reconnects.
 
 use std::time::Duration;
 
 use super::sse::DEFAULT_MAX_FRAME_BYTES;
 
-/// How a turn's event stream reads, limits and resumes.
+/// How a turn's event stream reads, limits and reconnects: the expert
+/// knobs under the one bound on a turn,
+/// [`ClientBuilder::turn_timeout`](crate::ClientBuilder::turn_timeout).
+/// None of them can make a turn last longer than that bound: the idle
+/// timeout and the reconnect budget only decide when a quiet or broken
+/// connection is given up on sooner.
 ///
 /// ```
 /// use std::time::Duration;
@@ -12,7 +17,7 @@ use super::sse::DEFAULT_MAX_FRAME_BYTES;
 /// let config = StreamConfig::default()
 ///     .idle_timeout(Some(Duration::from_secs(30)))
 ///     .max_frame_bytes(1 << 20)
-///     .resume_attempts(5);
+///     .reconnect_attempts(5);
 /// # let _ = config;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,14 +26,12 @@ pub struct StreamConfig {
     pub(super) idle_timeout: Option<Duration>,
     pub(super) max_frame_bytes: usize,
     pub(super) max_query_frame_bytes: usize,
-    pub(super) recovery_wait: Duration,
-    pub(super) resume_attempts: u32,
-    pub(super) resume_max_elapsed: Duration,
-    pub(super) resume_delay: Duration,
-    pub(super) resume_max_delay: Duration,
+    pub(super) reconnect_attempts: u32,
+    pub(super) reconnect_max_elapsed: Duration,
+    pub(super) reconnect_delay: Duration,
+    pub(super) reconnect_max_delay: Duration,
     pub(super) cancel_on_drop: bool,
     pub(super) final_query_wait: Duration,
-    pub(super) turn_deadline: Option<Duration>,
     pub(super) max_text_bytes: usize,
     pub(super) max_step_bytes: usize,
     pub(super) keep_text: bool,
@@ -40,14 +43,12 @@ impl Default for StreamConfig {
             idle_timeout: Some(Duration::from_secs(60)),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_query_frame_bytes: MAX_QUERY_BODY_BYTES,
-            recovery_wait: DEFAULT_RECOVERY_WAIT,
-            resume_attempts: 8,
-            resume_max_elapsed: Duration::from_secs(120),
-            resume_delay: Duration::from_millis(250),
-            resume_max_delay: Duration::from_secs(10),
+            reconnect_attempts: 8,
+            reconnect_max_elapsed: Duration::from_secs(120),
+            reconnect_delay: Duration::from_millis(250),
+            reconnect_max_delay: Duration::from_secs(10),
             cancel_on_drop: false,
             final_query_wait: DEFAULT_FINAL_QUERY_WAIT,
-            turn_deadline: Some(DEFAULT_TURN_DEADLINE),
             max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
             max_step_bytes: DEFAULT_MAX_STEP_BYTES,
             keep_text: true,
@@ -97,39 +98,12 @@ impl StreamConfig {
         self.cancel_on_drop
     }
 
-    /// How long to wait for the stored turn to end when the event log cannot
-    /// be trusted (a replay that did not start at the id sent, a 404/410 for
-    /// the events) or the stream ended after the terminal event without the
-    /// final Query (default 930 s, above the service's 900 s cap on a turn);
-    /// `None` waits until the turn ends.
-    pub fn recovery_wait(mut self, limit: impl Into<Option<Duration>>) -> Self {
-        self.recovery_wait = limit.into().unwrap_or(Duration::MAX);
-        self
-    }
-
-    pub(crate) fn recovery_wait_limit(&self) -> Duration {
-        self.recovery_wait
-    }
-
     /// How long the final `query` frame is awaited after the terminal event
     /// (default 5 s); after that, or when the stream ends or breaks first,
     /// the turn is read with `GET /queries/{id}` instead. SSE comments
     /// (keep-alives) do not extend this wait.
     pub fn final_query_wait(mut self, wait: Duration) -> Self {
         self.final_query_wait = wait;
-        self
-    }
-
-    /// The longest a streamed turn is read, from its start (the call to
-    /// [`TurnBuilder::stream`](crate::TurnBuilder::stream)) to its final
-    /// Query: a JSON answer's body, resumes and the reading of the stored
-    /// turn included (default
-    /// 960 s: the service's 900 s cap on a turn plus a margin); `None` has no
-    /// overall limit. Nothing the server sends extends it. When it passes,
-    /// the turn yields [`Error::Timeout`](crate::Error::Timeout) (operation `query_turn`); the turn
-    /// is not cancelled.
-    pub fn turn_deadline(mut self, limit: impl Into<Option<Duration>>) -> Self {
-        self.turn_deadline = limit.into();
         self
     }
 
@@ -165,23 +139,23 @@ impl StreamConfig {
 
     /// Reconnections tried after one break before giving up (default 8).
     /// The count starts again once a reconnection delivers a new event.
-    pub fn resume_attempts(mut self, attempts: u32) -> Self {
-        self.resume_attempts = attempts;
+    pub fn reconnect_attempts(mut self, attempts: u32) -> Self {
+        self.reconnect_attempts = attempts;
         self
     }
 
     /// Total time spent reconnecting after one break before giving up
-    /// (default 120 s); `None` leaves only [`StreamConfig::resume_attempts`].
-    pub fn resume_max_elapsed(mut self, limit: impl Into<Option<Duration>>) -> Self {
-        self.resume_max_elapsed = limit.into().unwrap_or(Duration::MAX);
+    /// (default 120 s); `None` leaves only [`StreamConfig::reconnect_attempts`].
+    pub fn reconnect_max_elapsed(mut self, limit: impl Into<Option<Duration>>) -> Self {
+        self.reconnect_max_elapsed = limit.into().unwrap_or(Duration::MAX);
         self
     }
 
     /// The first delay before reconnecting (default 250 ms) when the stream
     /// sent no `retry:` field, and the cap delays grow to (default 10 s).
-    pub fn resume_delay(mut self, first: Duration, max: Duration) -> Self {
-        self.resume_delay = first;
-        self.resume_max_delay = max.max(first);
+    pub fn reconnect_delay(mut self, first: Duration, max: Duration) -> Self {
+        self.reconnect_delay = first;
+        self.reconnect_max_delay = max.max(first);
         self
     }
 }
@@ -195,11 +169,5 @@ pub(crate) const DEFAULT_MAX_TEXT_BYTES: usize = 16 * 1024 * 1024;
 /// The default bound on a turn's steps.
 pub(crate) const DEFAULT_MAX_STEP_BYTES: usize = 4 * 1024 * 1024;
 
-/// The default bound on waiting for a stored turn to end.
-const DEFAULT_RECOVERY_WAIT: Duration = Duration::from_secs(930);
-
 /// The default wait for the `query` frame after the terminal event.
 const DEFAULT_FINAL_QUERY_WAIT: Duration = Duration::from_secs(5);
-
-/// The default overall limit of a streamed turn: the service's cap plus a margin.
-const DEFAULT_TURN_DEADLINE: Duration = Duration::from_secs(960);

@@ -1,4 +1,4 @@
-//! KnowQL turns: sessions, streaming with exactly-once resume, background turns.
+//! KnowQL turns: sessions, streaming with exactly-once reconnects, background turns.
 //!
 //! A [`Session`] pins a scope (1 to 10 contexts) and configuration; each
 //! [`Session::ask`] gives a [`TurnBuilder`] with the per-turn controls and
@@ -7,15 +7,14 @@
 //! - [`TurnBuilder::send`]: wait for the whole turn and get the stored
 //!   [`Query`](crate::types::Query).
 //! - [`TurnBuilder::stream`]: a [`QueryTurn`], a `Stream` of [`QueryEvent`]s
-//!   that accumulates the answer and resumes a broken connection with
+//!   that accumulates the answer and reconnects a broken connection with
 //!   `Last-Event-ID` so that every event arrives exactly once, in order.
 //! - [`TurnBuilder::background`]: a [`QueryHandle`] to poll, wait for,
 //!   attach to or cancel.
 //!
 //! ```no_run
 //! # async fn run() -> nexus_knowql::Result<()> {
-//! use futures::StreamExt;
-//! use nexus_knowql::Client;
+//! use nexus_knowql::prelude::*;
 //!
 //! let client = Client::from_env()?;
 //! let session = client.session(["handbook"]).build()?;
@@ -23,7 +22,7 @@
 //! while let Some(delta) = text.next().await {
 //!     print!("{}", delta?);
 //! }
-//! let query = text.into_turn().finish().await?;
+//! let query = text.into_inner().finish().await?;
 //! eprintln!("\n{} citations", query.citations.len());
 //! # Ok(()) }
 //! ```
@@ -34,9 +33,10 @@
 //! parser), `span` (a turn's tracing span),
 //! `accumulated` (what a turn delivered, checked against the final answer),
 //! `config` (StreamConfig), `fetch` (the events and stored-turn requests),
-//! `stream` (the resumable connection), `session` (Session and its
+//! `stream` (the reconnecting connection), `session` (Session and its
 //! builder), `slot` (the one-turn-at-a-time slot), `turn` (QueryTurn),
-//! `sequenced` (`QueryTurn::sequenced`: events with their ids),
+//! `view` (TurnView, the adapters stack over a turn; TextStream and
+//! SequencedTurn, which end a stack),
 //! `background` (QueryHandle, `QueryTurn::detach`), `builder` (TurnBuilder,
 //! `Session::ask`), `checkpoint_store` (CheckpointStore,
 //! FileCheckpointStore), `checkpoint_start` (finding the turn a job
@@ -56,13 +56,13 @@ mod delta;
 mod event;
 mod fetch;
 mod identity;
-mod sequenced;
 mod session;
 mod slot;
 mod span;
 mod sse;
 mod stream;
 mod turn;
+mod view;
 
 pub use crate::error::CheckpointError;
 pub use background::QueryHandle;
@@ -77,17 +77,17 @@ pub use checkpoint_store::{
 pub use checkpointed::CheckpointedTurn;
 pub use config::StreamConfig;
 pub use event::{QueryEvent, names};
-pub use sequenced::{SequencedEvent, SequencedTurn};
 pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};
 pub use sse::DEFAULT_MAX_FRAME_BYTES;
-pub use turn::{QueryTurn, TextStream};
+pub use turn::QueryTurn;
+pub use view::{SequencedEvent, SequencedTurn, TextStream, TurnView};
 
 use crate::error::{Error, Result};
 
 /// Decodes a recorded or received SSE byte stream of a query turn into
 /// events, without a connection: for replaying recorded streams, proxies and
 /// tests. It applies the same framing rules and frame limit as [`QueryTurn`],
-/// but neither resumes nor drops replayed events.
+/// but neither reconnects nor drops replayed events.
 ///
 /// ```
 /// use nexus_knowql::query::EventDecoder;

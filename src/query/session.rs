@@ -32,7 +32,7 @@ pub struct SessionBuilder {
 /// ```
 /// use std::time::Duration;
 /// use nexus_knowql::{WaitPolicy, WhenBusy};
-/// let wait = WhenBusy::Wait(WaitPolicy::default().timeout(Duration::from_secs(60)));
+/// let wait = WhenBusy::Wait(WaitPolicy::default().interval(Duration::from_millis(500), Duration::from_secs(5)));
 /// # let _ = wait;
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,8 +42,10 @@ pub enum WhenBusy {
     /// turn (the default).
     #[default]
     Fail,
-    /// Poll the running turn until it ends, then start the new one; after
-    /// the [`WaitPolicy`] timeout, fail with [`Error::SessionBusy`].
+    /// Poll the running turn at the [`WaitPolicy`]'s intervals until it
+    /// ends, then start the new one. The wait counts against the new turn's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout); when that
+    /// passes first, fail with [`Error::SessionBusy`].
     Wait(WaitPolicy),
 }
 
@@ -88,6 +90,38 @@ impl Client {
             config: PinnedConfig::default(),
             when_busy: WhenBusy::Fail,
         }
+    }
+
+    /// Continues an existing session by its id: the next
+    /// [`Session::ask`] is a follow-up in it. Nothing is sent.
+    ///
+    /// ```no_run
+    /// # async fn run(client: nexus_knowql::Client, session_id: &str) -> nexus_knowql::Result<()> {
+    /// let session = client.continue_session(session_id);
+    /// let answer = session.ask("And above 5000 EUR?").send().await?;
+    /// # drop(answer); Ok(()) }
+    /// ```
+    pub fn continue_session(&self, session_id: impl Into<String>) -> Session {
+        Session::with_start(
+            self.clone(),
+            Start {
+                session_id: Some(session_id.into()),
+                ..Start::default()
+            },
+        )
+    }
+
+    /// Continues the session of an earlier turn, known by that turn's id
+    /// (`previous_query_id`). Nothing is sent; later turns use the session
+    /// id the first one reports.
+    pub fn continue_after(&self, previous_query_id: impl Into<String>) -> Session {
+        Session::with_start(
+            self.clone(),
+            Start {
+                previous_query_id: Some(previous_query_id.into()),
+                ..Start::default()
+            },
+        )
     }
 }
 
@@ -258,30 +292,6 @@ impl Session {
     pub fn with_when_busy(mut self, when_busy: WhenBusy) -> Session {
         self.when_busy = when_busy;
         self
-    }
-
-    /// An existing session, continued by its id. Nothing is sent.
-    pub fn resume(client: &Client, session_id: impl Into<String>) -> Session {
-        Session::with_start(
-            client.clone(),
-            Start {
-                session_id: Some(session_id.into()),
-                ..Start::default()
-            },
-        )
-    }
-
-    /// The session of an earlier turn, continued from that turn's id
-    /// (`previous_query_id`). Nothing is sent; later turns use the session
-    /// id the first one reports.
-    pub fn continue_from(client: &Client, previous_query_id: impl Into<String>) -> Session {
-        Session::with_start(
-            client.clone(),
-            Start {
-                previous_query_id: Some(previous_query_id.into()),
-                ..Start::default()
-            },
-        )
     }
 
     /// The session's id, once a turn has reported it.

@@ -45,9 +45,13 @@ impl TurnSlot {
     ///
     /// # Errors
     /// [`Error::SessionBusy`] when an earlier turn still runs (after the
-    /// wait, if any), with an empty id when it is held in this process and
-    /// not named yet.
-    pub(crate) async fn acquire(session: &Session, when_busy: &WhenBusy) -> Result<TurnSlot> {
+    /// wait, if any, which lasts at most `wait_limit`), with an empty id
+    /// when it is held in this process and not named yet.
+    pub(crate) async fn acquire(
+        session: &Session,
+        when_busy: &WhenBusy,
+        wait_limit: std::time::Duration,
+    ) -> Result<TurnSlot> {
         let mut poller = None;
         loop {
             let blocker = match session.shared.try_take() {
@@ -84,7 +88,7 @@ impl TurnSlot {
                 "waiting for the session's running turn"
             );
             if !poller
-                .get_or_insert_with(|| Poller::new(wait))
+                .get_or_insert_with(|| Poller::with_timeout(wait, wait_limit))
                 .pause()
                 .await
             {

@@ -23,14 +23,14 @@
 //! connection then waits for the stored turn (`GET /queries/{id}`) and hands
 //! it over as [`Delivery::Recovered`], never the events across the gap. After the terminal event the `query` frame is
 //! awaited for [`StreamConfig::final_query_wait`], then the stored turn
-//! stands in for it; [`StreamConfig::turn_deadline`] bounds it all.
+//! stands in for it; the client's turn timeout bounds it all.
 
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::Context;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use tokio::time::{Instant, Sleep};
 
 pub(crate) use super::config::{MAX_QUERY_BODY_BYTES, StreamConfig};
@@ -136,8 +136,11 @@ pub(crate) struct EventConnection {
     /// `last_seq` when the stream last jumped: a second jump without
     /// progress reads the stored turn instead of resuming again.
     jump_at: Option<Option<u64>>,
-    /// When the turn's reading started (for [`StreamConfig::turn_deadline`]).
+    /// When the turn's reading started (its turn timeout counts from here).
     started: Instant,
+    /// The one bound on the turn, the client's
+    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout).
+    turn_timeout: Option<Duration>,
     /// The overall deadline, armed on the first poll.
     deadline: Option<Pin<Box<Sleep>>>,
     /// The wait for the `query` frame, armed at the terminal event.
@@ -192,6 +195,7 @@ impl EventConnection {
         query_id: Option<String>,
     ) -> Self {
         let parser = new_parser(&config);
+        let turn_timeout = client.transport().turn_timeout();
         EventConnection {
             client,
             config,
@@ -214,6 +218,7 @@ impl EventConnection {
             skip_idless: 0,
             jump_at: None,
             started: Instant::now(),
+            turn_timeout,
             deadline: None,
             final_wait: None,
             body_operation: "stream_query_events",
@@ -246,11 +251,18 @@ impl EventConnection {
         self.started
     }
 
-    /// When [`StreamConfig::turn_deadline`] passes, if it is bounded.
+    /// When the turn timeout passes, if it is bounded.
     pub(crate) fn deadline_at(&self) -> Option<Instant> {
-        self.config
-            .turn_deadline
+        self.turn_timeout
             .and_then(|limit| self.started.checked_add(limit))
+    }
+
+    /// What is left of the turn timeout (`Duration::MAX` when unbounded):
+    /// the limit of every wait for the stored turn.
+    pub(crate) fn time_left(&self) -> Duration {
+        self.deadline_at().map_or(Duration::MAX, |at| {
+            at.saturating_duration_since(Instant::now())
+        })
     }
 
     /// A verified event stream of `query_id` after `last_seen`.
@@ -314,7 +326,7 @@ impl EventConnection {
     fn note_retry(&mut self) {
         if let Some(retry) = self.parser.retry() {
             // A server number: never beyond the policy's cap.
-            self.retry = Some(retry.min(self.config.resume_max_delay));
+            self.retry = Some(retry.min(self.config.reconnect_max_delay));
         }
     }
 
@@ -338,10 +350,6 @@ impl EventConnection {
     /// How many times the stream reconnected.
     pub(crate) fn resumes(&self) -> u32 {
         self.resumes
-    }
-
-    pub(crate) fn config(&self) -> &StreamConfig {
-        &self.config
     }
 
     /// Closes the connection; the stream ends.
@@ -447,256 +455,9 @@ impl EventConnection {
         Some(Ok(Parsed::Deliver(id, event)))
     }
 
-    /// The next new event, in order, exactly once.
-    pub(crate) fn poll_next_event(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Delivery>>> {
-        if !matches!(self.state, State::Done) && self.deadline_passed(cx) {
-            let elapsed = millis(self.started.elapsed());
-            tracing::warn!(
-                query_id = self.query_id.as_deref(),
-                elapsed_ms = elapsed,
-                "the turn's overall deadline passed"
-            );
-            self.fail(Error::timeout("query_turn", self.started.elapsed(), None));
-        }
-        loop {
-            if let State::Open(_) = self.state {
-                match self.next_parsed() {
-                    Some(Ok(Parsed::Deliver(id, event))) => {
-                        tracing::trace!(seq = id, event = event.name(), "event");
-                        self.delivered_any = true;
-                        if id.is_some() {
-                            self.last_seq = id;
-                            self.conn_last = id;
-                            self.idless_after_last = 0;
-                            // New progress: a later break starts a fresh resume budget.
-                            self.resume = None;
-                        } else {
-                            self.idless_after_last = self.idless_after_last.saturating_add(1);
-                        }
-                        match &event {
-                            QueryEvent::Query(q) if !q.is_terminal() => {
-                                // A final frame is the truth only when the
-                                // turn has ended: the stored turn, once it
-                                // has, stands in for it.
-                                tracing::debug!(
-                                    query_id = self.query_id.as_deref(),
-                                    status = q.status,
-                                    "the final Query frame is not terminal; reading the stored turn"
-                                );
-                                self.fetch_final();
-                                continue;
-                            }
-                            QueryEvent::Query(_) => {
-                                // The document is the last frame: close now.
-                                self.state = State::Done;
-                            }
-                            e if e.is_terminal() => {
-                                self.terminal_seen = true;
-                                let wait = self.config.final_query_wait;
-                                self.final_wait = Some(Box::pin(tokio::time::sleep(wait)));
-                            }
-                            _ => {}
-                        }
-                        return Poll::Ready(Some(Ok(Delivery::Event(id, event))));
-                    }
-                    Some(Ok(Parsed::Skip)) => continue,
-                    Some(Ok(Parsed::Foreign(e))) => {
-                        // Never retried or recovered: whatever else this
-                        // server says about the turn cannot be trusted.
-                        tracing::warn!(error = %e, "the server named another turn");
-                        self.fail(e);
-                        continue;
-                    }
-                    Some(Ok(Parsed::Broken(cause))) => {
-                        if self.terminal_seen {
-                            // Only the final Query was missing; the stored
-                            // one stands in for it.
-                            tracing::debug!(cause, "a broken replay after the terminal event");
-                            self.fetch_final();
-                        } else {
-                            self.recover(cause);
-                        }
-                        continue;
-                    }
-                    Some(Ok(Parsed::Jump(cause))) => {
-                        if self.terminal_seen {
-                            self.fetch_final();
-                        } else if self.jump_at == Some(self.last_seq) {
-                            // The replay jumped at the same place again.
-                            self.recover(cause);
-                        } else {
-                            tracing::warn!(
-                                query_id = self.query_id.as_deref(),
-                                cause,
-                                "events are missing; resuming from the last delivered one"
-                            );
-                            self.jump_at = Some(self.last_seq);
-                            // At once: the events are most likely in the log.
-                            self.resume = None;
-                            self.reconnect_now(&cause);
-                        }
-                        continue;
-                    }
-                    Some(Err(e)) => {
-                        if self.terminal_seen {
-                            // The turn is over; the stored Query stands in
-                            // for whatever this frame was.
-                            tracing::debug!(error = %e, "ignoring a bad frame after the terminal event");
-                            self.fetch_final();
-                        } else {
-                            self.fail(Error::Stream {
-                                query_id: self.query_id.clone(),
-                                message: e.to_string(),
-                            });
-                        }
-                        continue;
-                    }
-                    None => {}
-                }
-            }
-            if self.terminal_seen
-                && matches!(
-                    self.state,
-                    State::Open(_) | State::Waiting(_) | State::Connecting(_)
-                )
-                && self
-                    .final_wait
-                    .as_mut()
-                    .is_some_and(|w| w.as_mut().poll(cx).is_ready())
-            {
-                tracing::debug!(
-                    query_id = self.query_id.as_deref(),
-                    "no final Query frame in time after the terminal event"
-                );
-                self.fetch_final();
-                continue;
-            }
-            match &mut self.state {
-                State::Open(body) => match body.poll_next_unpin(cx) {
-                    Poll::Ready(Some(Ok(bytes))) => {
-                        self.last_activity = Instant::now();
-                        self.parser.feed(&bytes);
-                        self.note_retry();
-                    }
-                    Poll::Ready(Some(Err(e))) => {
-                        let e = self.client.transport().map_reqwest(self.body_operation, e);
-                        self.reconnect(&crate::error::chain(&e));
-                    }
-                    Poll::Ready(None) => {
-                        if self.terminal_seen {
-                            self.fetch_final();
-                        } else {
-                            self.reconnect("the stream ended before the turn did");
-                        }
-                    }
-                    Poll::Pending => {
-                        if self.idle_expired(cx) {
-                            let idle = self.config.idle_timeout.unwrap_or_default();
-                            self.reconnect(&format!("no bytes for {} ms", millis(idle)));
-                        } else {
-                            return Poll::Pending;
-                        }
-                    }
-                },
-                State::Waiting(sleep) => {
-                    ready!(sleep.as_mut().poll(cx));
-                    self.connect();
-                }
-                State::Connecting(fut) => match fut.as_mut().poll(cx) {
-                    Poll::Ready(Ok(resp)) => {
-                        tracing::debug!(query_id = self.query_id.as_deref(), "resumed");
-                        self.parser = new_parser(&self.config);
-                        self.verify = self.last_seq;
-                        self.conn_last = None;
-                        self.skip_idless = self.idless_after_last;
-                        self.last_activity = Instant::now();
-                        self.body_operation = "stream_query_events";
-                        self.state = State::Open(Box::pin(resp.bytes_stream()));
-                    }
-                    Poll::Ready(Err(e)) => {
-                        let gone = matches!(e.status(), Some(404 | 410));
-                        if self.terminal_seen {
-                            // Only the final Query was missing; the stored
-                            // one stands in for it.
-                            tracing::debug!(error = %e, "no resume after the terminal event");
-                            self.fetch_final();
-                        } else if gone && self.delivered_any {
-                            self.recover(format!("the event log is gone ({e})"));
-                        } else if resumable(&e) {
-                            self.reconnect(&crate::error::chain(&e));
-                        } else {
-                            // A 4xx (the turn is gone, access was revoked...): final.
-                            self.fail(e);
-                        }
-                    }
-                    Poll::Pending => {
-                        if self.idle_expired(cx) {
-                            self.reconnect("the events request got no answer in time");
-                        } else {
-                            return Poll::Pending;
-                        }
-                    }
-                },
-                State::Recovering(fut, gap) => {
-                    let result = ready!(fut.as_mut().poll(cx));
-                    let gap = gap.take();
-                    self.state = State::Done;
-                    let Some(gap) = gap else {
-                        // The stored turn in place of the `query` frame.
-                        match result {
-                            Ok(query) => {
-                                return Poll::Ready(Some(Ok(Delivery::Event(
-                                    None,
-                                    QueryEvent::Query(Box::new(query)),
-                                ))));
-                            }
-                            Err(e) => {
-                                self.fail(e);
-                                continue;
-                            }
-                        }
-                    };
-                    match result {
-                        Ok(query) => {
-                            tracing::info!(
-                                query_id = gap.query_id,
-                                status = query.status,
-                                "recovered the turn from its stored state"
-                            );
-                            self.terminal_seen = true;
-                            return Poll::Ready(Some(Ok(Delivery::Recovered(
-                                Box::new(query),
-                                gap,
-                            ))));
-                        }
-                        // What the stored turn says about itself is the
-                        // outcome, not a detail of the gap.
-                        Err(e @ (Error::TurnMismatch(_) | Error::UnknownTurnStatus { .. })) => {
-                            self.failed = Some(e)
-                        }
-                        Err(e) => {
-                            let detail = format!(
-                                "the stored turn could not be read: {}",
-                                crate::error::chain(&e)
-                            );
-                            self.failed = Some(gap.into_error(&detail));
-                        }
-                    }
-                }
-                State::Done => return Poll::Ready(self.failed.take().map(Err)),
-            }
-        }
-    }
-
     /// Whether the overall deadline passed; registers the timer otherwise.
     fn deadline_passed(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(limit) = self.config.turn_deadline else {
-            return false;
-        };
-        let Some(at) = self.started.checked_add(limit) else {
+        let Some(at) = self.deadline_at() else {
             return false;
         };
         let sleep = self
@@ -720,6 +481,7 @@ fn resumable(e: &Error) -> bool {
     }
 }
 
+mod poll;
 mod recovery;
 
 #[cfg(test)]

@@ -131,8 +131,8 @@ fn debug_shows_the_state_and_position() {
 
 fn quick() -> StreamConfig {
     StreamConfig::default()
-        .resume_delay(Duration::from_millis(5), Duration::from_millis(20))
-        .resume_attempts(1)
+        .reconnect_delay(Duration::from_millis(5), Duration::from_millis(20))
+        .reconnect_attempts(1)
 }
 
 #[tokio::test]
@@ -309,7 +309,7 @@ async fn id_less_frames_after_the_last_id_are_skipped_once_on_the_next_connectio
 }
 
 #[tokio::test]
-async fn a_silent_server_meets_the_turn_deadline() {
+async fn a_silent_server_meets_the_turn_timeout() {
     use wiremock::matchers::{method, path};
     use wiremock::{Mock, ResponseTemplate};
     let server = wiremock::MockServer::start().await;
@@ -322,10 +322,12 @@ async fn a_silent_server_meets_the_turn_deadline() {
         )
         .mount(&server)
         .await;
-    let client = Client::builder().base_url(server.uri()).build().unwrap();
-    let config = quick()
-        .idle_timeout(None)
-        .turn_deadline(Some(Duration::from_millis(200)));
+    let client = Client::builder()
+        .base_url(server.uri())
+        .turn_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let config = quick().idle_timeout(None);
     let mut conn = EventConnection::resume(client, config, "q1".into(), Some(2));
     let got = tokio::time::timeout(Duration::from_secs(10), next(&mut conn))
         .await

@@ -1,5 +1,4 @@
-//! [`QueryTurn`]: a live streaming turn that accumulates as it goes, and
-//! its [`TextStream`].
+//! [`QueryTurn`]: a live streaming turn that accumulates as it goes.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -7,7 +6,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
-use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::accumulated::{Accumulated, Mismatch, Over};
@@ -24,8 +22,8 @@ use crate::types;
 /// the answer as it goes.
 ///
 /// Every event is delivered exactly once and in order, whatever the network
-/// does: a broken or idle connection is resumed with `Last-Event-ID` (see
-/// [`StreamConfig`]), and each resumed connection must replay from exactly
+/// does: a broken or idle connection reconnects with `Last-Event-ID` (see
+/// [`StreamConfig`]), and each reconnected stream must replay from exactly
 /// that id. When it does not (or the event log is gone), the rest of the
 /// answer comes from the stored turn as one final text delta, or the stream
 /// ends with [`Error::ReplayGap`]: the deltas never add up to a wrong text.
@@ -73,7 +71,7 @@ pub struct QueryTurn {
     stream_config: StreamConfig,
     /// Whether a drop before the end cancels the turn on the server.
     cancel_on_drop: bool,
-    /// Continues after a checkpoint (see [`QueryHandle::events_from`](crate::QueryHandle::events_from)).
+    /// Continues after a checkpoint (see [`QueryHandle::resume_from`](crate::QueryHandle::resume_from)).
     after_checkpoint: bool,
     /// The bytes of answer text delivered before the checkpoint.
     prefix_len: usize,
@@ -347,7 +345,7 @@ impl QueryTurn {
     /// and the bytes of text delivered up to it (those before the
     /// checkpoint this turn continues, if any, included). `None` before the
     /// server named the turn. Continue from it with
-    /// [`QueryHandle::events_from`](crate::QueryHandle::events_from), in
+    /// [`QueryHandle::resume_from`](crate::QueryHandle::resume_from), in
     /// this process or another.
     pub fn checkpoint(&self) -> Option<Checkpoint> {
         let query_id = self.conn.query_id()?.to_owned();
@@ -411,26 +409,20 @@ impl QueryTurn {
         self.acc.query.as_ref()
     }
 
-    /// Just the answer text, one delta at a time. Turn it back with
-    /// [`TextStream::into_turn`] to call [`QueryTurn::finish`].
-    pub fn text_stream(self) -> TextStream {
-        TextStream { turn: self }
-    }
-
     /// Reads the rest of the stream and returns the final Query.
     ///
     /// The Query comes from the stream's `query` frame; when the stream ended
     /// after the terminal event without a usable one (the connection broke,
     /// the frame was too large), from `GET /queries/{id}`, which must be
-    /// terminal (it is polled, up to [`StreamConfig::recovery_wait`]). Once
+    /// terminal (it is polled, within the turn timeout). Once
     /// the terminal event was delivered, nothing the transport does makes
     /// the turn an error.
     ///
     /// # Errors
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] for a turn that ended
-    /// so; [`Error::Stream`] when the stream broke beyond resuming;
-    /// [`Error::ReplayGap`] when a resume could not be trusted and the
-    /// stored turn did not make up for it; a 4xx answer to a resume request;
+    /// so; [`Error::Stream`] when the stream broke beyond reconnecting;
+    /// [`Error::ReplayGap`] when a reconnect could not be trusted and the
+    /// stored turn did not make up for it; a 4xx answer to a reconnect;
     /// any error of the final `GET`.
     ///
     /// # Cancel safety
@@ -482,7 +474,7 @@ impl QueryTurn {
             });
         };
         let id = id.as_str();
-        let limit = self.conn.config().recovery_wait_limit();
+        let limit = self.conn.time_left();
         let session_id = self.conn.session_id();
         let stored = stored_terminal(self.conn.client(), id, session_id, limit);
         // The turn's deadline covers this read too.
@@ -517,16 +509,6 @@ impl QueryTurn {
             }
         }
         query.into_result()
-    }
-
-    /// Finishes the turn and deserializes its `output_json` (the answer to a
-    /// `shape`, or retrieval hits) into `T`.
-    ///
-    /// # Errors
-    /// The errors of [`QueryTurn::finish`]; [`Error::Decode`] when the turn
-    /// has no `output_json` or it does not fit `T`.
-    pub async fn json<T: DeserializeOwned>(self) -> Result<T> {
-        self.finish().await?.json()
     }
 
     /// Stops the turn on the server (`POST /queries/{id}/cancel`) and closes
@@ -780,37 +762,5 @@ impl Stream for QueryTurn {
             event => Ok(event),
         };
         Poll::Ready(Some(item))
-    }
-}
-
-/// The answer text of a [`QueryTurn`], one delta at a time.
-///
-/// Ends with the turn; errors (a failed turn, a stream that could not be
-/// resumed) are yielded as they are.
-#[derive(Debug)]
-pub struct TextStream {
-    turn: QueryTurn,
-}
-
-impl TextStream {
-    /// The turn, with everything accumulated so far.
-    pub fn into_turn(self) -> QueryTurn {
-        self.turn
-    }
-}
-
-impl Stream for TextStream {
-    type Item = Result<String>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        loop {
-            match futures::ready!(this.turn.poll_next_unpin(cx)) {
-                None => return Poll::Ready(None),
-                Some(Ok(QueryEvent::TextDelta { delta })) => return Poll::Ready(Some(Ok(delta))),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-            }
-        }
     }
 }

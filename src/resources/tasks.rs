@@ -47,9 +47,9 @@ impl Default for TaskWait<'_> {
 }
 
 impl<'f> TaskWait<'f> {
-    /// Polls under `policy` (its timeout replaces the default hour).
+    /// Polls at `policy`'s intervals ([`TaskWait::timeout`] stays).
     pub fn policy(mut self, policy: WaitPolicy) -> Self {
-        self.policy = policy;
+        self.policy = policy.timeout(self.policy.time_limit());
         self
     }
 
@@ -199,9 +199,10 @@ impl<'c> ListTasks<'c> {
         self
     }
 
-    /// Only tasks in this state (`scheduled`, `running`, `completed`, ...).
-    pub fn state(mut self, state: impl Into<String>) -> Self {
-        self.state = Some(types::TaskState(state.into()));
+    /// Only tasks in this state: a [`TaskStatus`] (or its name as `&str`;
+    /// a word this version does not know is sent as it is).
+    pub fn state(mut self, state: impl Into<TaskStatus>) -> Self {
+        self.state = Some(types::TaskState(String::from(state.into())));
         self
     }
 

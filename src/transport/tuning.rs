@@ -20,7 +20,7 @@ pub(crate) struct Tuning {
     pub(crate) header_timeout: Option<Duration>,
     /// The longest wait for a body the transport reads itself (error bodies).
     pub(crate) read_timeout: Option<Duration>,
-    /// The total time of a synchronous turn (`POST /query` without stream).
+    /// The one bound on a turn, whichever way it runs.
     pub(crate) turn_timeout: Option<Duration>,
     /// Extra headers on every request (values marked sensitive).
     pub(crate) headers: HeaderMap,
@@ -110,7 +110,7 @@ impl CallOptions {
         self
     }
 
-    /// Total time for a synchronous turn; see
+    /// The one bound on a turn; see
     /// [`ClientBuilder::turn_timeout`](crate::ClientBuilder::turn_timeout).
     pub fn turn_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.turn_timeout = Some(timeout.into());

@@ -40,7 +40,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::query::{QueryEvent, QueryHandle, QueryTurn, TurnBuilder};
+use crate::query::{QueryEvent, QueryHandle, QueryTurn, TurnBuilder, TurnView};
 use crate::types;
 
 const OPERATION: &str = "typed_turn";
@@ -221,7 +221,7 @@ impl<T: DeserializeOwned> TypedTurnBuilder<T> {
         let shape = self.shape?;
         let turn = self.builder.stream().await?;
         Ok(TypedTurn {
-            turn,
+            inner: turn,
             shape,
             _t: PhantomData,
         })
@@ -243,45 +243,111 @@ impl<T: DeserializeOwned> TypedTurnBuilder<T> {
     }
 }
 
-/// A streaming turn whose answer is a `T`: a [`Stream`] of the turn's
-/// events; [`TypedTurn::finish`] gives the value.
-pub struct TypedTurn<T> {
-    turn: QueryTurn,
+/// A streaming turn whose answer is a `T`: an adapter over any
+/// [`TurnView`] (a [`QueryTurn`] by default, or another adapter such as a
+/// [`CheckpointedTurn`](crate::CheckpointedTurn)), itself a [`Stream`] of
+/// the turn's events; [`TypedTurn::finish`] gives the value.
+///
+/// A typed, checkpointed job:
+///
+/// ```no_run
+/// use nexus_knowql::prelude::*;
+/// use nexus_knowql::query::FileCheckpointStore;
+/// use nexus_knowql::typed::shape_for;
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Summary { points: Vec<String> }
+///
+/// # async fn run(client: Client) -> Result<()> {
+/// let store = FileCheckpointStore::new("/var/lib/app/checkpoints")?;
+/// let ask = client.session(["handbook"]).build()?
+///     .ask("Summarize the travel policy")
+///     .shape(shape_for::<Summary>()?);
+/// let job = CheckpointedTurn::start_or_resume(&client, store, "job-7", ask).await?;
+/// let mut turn = TypedTurn::<Summary, _>::new(job)?;
+/// while let Some(event) = turn.next().await {
+///     let _ = event?;
+/// }
+/// let summary = turn.finish().await?;
+/// println!("{} points", summary.value.points.len());
+/// # Ok(()) }
+/// ```
+pub struct TypedTurn<T, V = QueryTurn> {
+    inner: V,
     shape: Map<String, Value>,
     _t: PhantomData<fn() -> T>,
 }
 
-impl<T> fmt::Debug for TypedTurn<T> {
+impl<T, V: TurnView> fmt::Debug for TypedTurn<T, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TypedTurn")
             .field("type", &std::any::type_name::<T>())
-            .field("turn", &self.turn)
+            .field("turn", self.inner.turn())
             .finish_non_exhaustive()
     }
 }
 
-impl<T: DeserializeOwned> TypedTurn<T> {
+impl<T: JsonSchema + DeserializeOwned, V: TurnView> TypedTurn<T, V> {
+    /// Decodes the answer of the turn `inner` reads into `T`, checked
+    /// against the shape of `T` (see [`shape_for`]); the turn must have
+    /// been asked with that shape.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] when `T` does not fit the subset.
+    pub fn new(inner: V) -> Result<Self> {
+        Ok(TypedTurn {
+            inner,
+            shape: shape_for::<T>()?,
+            _t: PhantomData,
+        })
+    }
+}
+
+impl<T: DeserializeOwned, V: TurnView> TypedTurn<T, V> {
     /// The turn, with what it accumulated so far.
     pub fn turn(&self) -> &QueryTurn {
-        &self.turn
+        self.inner.turn()
     }
 
-    /// Reads the rest of the turn ([`QueryTurn::finish`]) and decodes the answer.
+    /// The view this adapter reads, its answer no longer decoded.
+    pub fn into_inner(self) -> V {
+        self.inner
+    }
+
+    /// Reads the rest of the turn through the views below this one (as
+    /// [`QueryTurn::finish`]) and decodes the answer.
     ///
     /// # Errors
     /// Those of [`QueryTurn::finish`] and of [`decode`].
     pub async fn finish(self) -> Result<Typed<T>> {
-        let query = self.turn.finish().await?;
+        let query = self.inner.finish().await?;
         let value = decode(&self.shape, query.output_json.as_ref())?;
         Ok(Typed { value, query })
     }
 }
 
-impl<T> Stream for TypedTurn<T> {
+impl<T, V: TurnView> Stream for TypedTurn<T, V> {
     type Item = Result<QueryEvent>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().turn.poll_next_unpin(cx)
+        self.get_mut().inner.poll_next_unpin(cx)
+    }
+}
+
+/// As a view (under another adapter), a typed turn finishes as the turn
+/// does, with the final Query; its own [`TypedTurn::finish`] decodes the
+/// value, so put it outermost to get the value.
+impl<T: DeserializeOwned, V: TurnView> TurnView for TypedTurn<T, V> {
+    fn turn(&self) -> &QueryTurn {
+        self.inner.turn()
+    }
+
+    fn into_turn(self) -> QueryTurn {
+        self.inner.into_turn()
+    }
+
+    fn finish(self) -> impl std::future::Future<Output = Result<types::Query>> + Send {
+        self.inner.finish()
     }
 }
 

@@ -185,14 +185,14 @@ async fn a_checkpoint_that_does_not_prove_the_answer_is_a_recorded_failure() {
         "{again:?}"
     );
 
-    // Now the turn has completed: `events_from` refuses the forged
+    // Now the turn has completed: `resume_from` refuses the forged
     // checkpoint at once, and the key records that too.
     store
         .save("job-f", &CheckpointRecord::At(forged(&honest)))
         .unwrap();
     let handle = client.queries().attach(&honest.query_id).await.unwrap();
     assert!(matches!(
-        handle.events_from(&forged(&honest)).await,
+        handle.resume_from(&forged(&honest)).await,
         Err(Error::AnswerMismatch { .. })
     ));
     let resumed = CheckpointedTurn::resume(&client, store.clone(), "job-f").await;

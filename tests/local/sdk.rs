@@ -7,7 +7,7 @@ use crate::support::local as local_support;
 use futures::StreamExt;
 use local_support::*;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::{Error, QueryEvent, StreamConfig};
+use nexus_knowql::{Error, QueryEvent, StreamConfig, TurnView};
 
 #[tokio::test]
 async fn send_returns_the_completed_turn() {
@@ -71,8 +71,8 @@ async fn cut_and_resume(frame_delay: Duration) {
         .ask("how do I resume a broken stream")
         .stream_config(
             StreamConfig::default()
-                .resume_attempts(1000)
-                .resume_delay(Duration::from_millis(1), Duration::from_millis(5)),
+                .reconnect_attempts(1000)
+                .reconnect_delay(Duration::from_millis(1), Duration::from_millis(5)),
         )
         .stream()
         .await
@@ -82,7 +82,7 @@ async fn cut_and_resume(frame_delay: Duration) {
     while let Some(delta) = text_stream.next().await {
         text.push_str(&delta.unwrap());
     }
-    let q = text_stream.into_turn().finish().await.unwrap();
+    let q = text_stream.into_inner().finish().await.unwrap();
     let stored = client.queries().get(&q.id).await.unwrap();
     assert_eq!(text, stored.answer_text(), "each delta exactly once");
     assert!(text.contains("reconnect with the Last-Event-ID header"));
@@ -143,7 +143,7 @@ async fn a_session_carries_several_turns() {
     let stored = session.get().await.unwrap();
     assert_eq!(stored.queries.len(), 3);
     // The same session continued from a turn id.
-    let again = nexus_knowql::Session::continue_from(&client, third.id.clone());
+    let again = client.continue_after(third.id.clone());
     let fourth = again.ask("green tea").send().await.unwrap();
     assert_eq!(fourth.session_id, first.session_id);
 }
@@ -195,8 +195,10 @@ async fn a_failed_shape_surfaces_as_turn_failed() {
         .stream()
         .await
         .unwrap()
-        .json()
+        .finish()
         .await
+        .unwrap()
+        .json()
         .unwrap();
     assert_eq!(got.ships, 42);
 }

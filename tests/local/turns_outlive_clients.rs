@@ -12,8 +12,8 @@ use nexus_knowql::{Error, QueryEvent, StreamConfig, WaitPolicy, WhenBusy};
 
 fn fast() -> StreamConfig {
     StreamConfig::default()
-        .resume_delay(Duration::from_millis(1), Duration::from_millis(5))
-        .resume_attempts(50)
+        .reconnect_delay(Duration::from_millis(1), Duration::from_millis(5))
+        .reconnect_attempts(50)
 }
 
 #[tokio::test]
@@ -44,7 +44,7 @@ async fn a_second_client_attaches_and_finishes_a_turn_another_client_started() {
     let handle = second_client.queries().attach(&query_id).await.unwrap();
     assert_eq!(handle.id(), query_id);
     assert_eq!(handle.session_id(), session.id().unwrap());
-    let mut rest = handle.events_from(&checkpoint).await.unwrap();
+    let mut rest = handle.resume_from(&checkpoint).await.unwrap();
     let mut after = Vec::new();
     while let Some(e) = rest.next().await {
         after.push(e.unwrap());

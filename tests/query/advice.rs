@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::support::sse_server;
 use futures::StreamExt;
-use nexus_knowql::{Error, RetryPolicy, Session, StreamConfig, WaitPolicy, WhenBusy};
+use nexus_knowql::{CallOptions, Error, RetryPolicy, StreamConfig, WaitPolicy, WhenBusy};
 use sse_server::{Reply, SseServer, Step, Turn, query_json};
 
 const DELTAS: &[&str] = &["Travel ", "is approved."];
@@ -42,9 +42,10 @@ async fn a_409_that_is_not_a_running_turn_keeps_the_servers_answer() {
         }
     })
     .await;
-    let wait = WhenBusy::Wait(WaitPolicy::default().timeout(Duration::from_secs(5)));
+    let wait = WhenBusy::Wait(WaitPolicy::default());
     let session = server
         .client()
+        .with_options(CallOptions::new().turn_timeout(Duration::from_secs(5)))
         .session(["docs"])
         .when_busy(wait)
         .build()
@@ -79,10 +80,15 @@ async fn waiting_for_a_busy_session_backs_off_and_stops_at_its_limit() {
         }
     })
     .await;
-    let wait = WaitPolicy::default()
-        .timeout(Duration::from_millis(1500))
-        .interval(Duration::from_millis(100), Duration::from_millis(400));
-    let session = Session::resume(&server.client(), "sess_w").with_when_busy(WhenBusy::Wait(wait));
+    let wait =
+        WaitPolicy::default().interval(Duration::from_millis(100), Duration::from_millis(400));
+    // The wait for the session counts against the turn timeout.
+    let client = server
+        .client()
+        .with_options(CallOptions::new().turn_timeout(Duration::from_millis(1500)));
+    let session = client
+        .continue_session("sess_w")
+        .with_when_busy(WhenBusy::Wait(wait));
     let started = std::time::Instant::now();
     let e = session.ask("q").send().await.unwrap_err();
     assert!(

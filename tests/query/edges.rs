@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::support::sse_server;
 use crate::support::turns::{drain, text};
 use futures::StreamExt;
-use nexus_knowql::{Client, Error, QueryEvent, QueryTurn, RetryPolicy, StreamConfig};
+use nexus_knowql::{CallOptions, Client, Error, QueryEvent, QueryTurn, RetryPolicy, StreamConfig};
 use sse_server::{Reply, SseServer, Step, Turn, frame, last_event_id, query_json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -23,9 +23,7 @@ const DELTAS: &[&str] = &[
 ];
 
 fn fast_resume() -> StreamConfig {
-    StreamConfig::default()
-        .resume_delay(Duration::from_millis(5), Duration::from_millis(50))
-        .recovery_wait(Duration::from_secs(10))
+    StreamConfig::default().reconnect_delay(Duration::from_millis(5), Duration::from_millis(50))
 }
 
 /// The frames with ids in `from..=to`, then the id-less `query` frame when
@@ -84,8 +82,14 @@ fn gone() -> Reply {
 }
 
 async fn stream(server: &SseServer, config: StreamConfig) -> QueryTurn {
+    stream_within(server, config, Duration::from_secs(10)).await
+}
+
+/// [`stream`] under the turn timeout `limit`.
+async fn stream_within(server: &SseServer, config: StreamConfig, limit: Duration) -> QueryTurn {
     server
         .client()
+        .with_options(CallOptions::new().turn_timeout(limit))
         .session(["handbook"])
         .build()
         .unwrap()
@@ -338,7 +342,7 @@ async fn resume_404_after_the_terminal_event_is_a_completed_turn() {
     struct Answer {
         answer: String,
     }
-    let answer: Answer = live.json().await.unwrap();
+    let answer: Answer = live.finish().await.unwrap().json().unwrap();
     assert_eq!(answer.answer, turn.answer);
 }
 
@@ -636,9 +640,9 @@ async fn huge_numbers_from_the_server_or_the_caller_never_panic() {
     .await;
     let config = StreamConfig::default()
         .idle_timeout(Some(Duration::MAX))
-        .resume_max_elapsed(Duration::MAX)
-        .resume_attempts(u32::MAX)
-        .resume_delay(Duration::from_millis(5), Duration::from_millis(50));
+        .reconnect_max_elapsed(Duration::MAX)
+        .reconnect_attempts(u32::MAX)
+        .reconnect_delay(Duration::from_millis(5), Duration::from_millis(50));
     let started = Instant::now();
     let mut live = stream(&server, config).await;
     let mut saw_huge = false;
@@ -665,8 +669,7 @@ async fn huge_numbers_from_the_server_or_the_caller_never_panic() {
     let _ = StreamConfig::default()
         .max_frame_bytes(usize::MAX)
         .max_query_frame_bytes(usize::MAX)
-        .recovery_wait(Duration::MAX)
-        .resume_delay(Duration::MAX, Duration::MAX);
+        .reconnect_delay(Duration::MAX, Duration::MAX);
     let client = Client::builder()
         .base_url(&server.url)
         .request_timeout(Some(Duration::MAX))
@@ -679,7 +682,7 @@ async fn huge_numbers_from_the_server_or_the_caller_never_panic() {
 }
 
 /// Catches the resume cycle ignoring its time limit (`spent + delay >
-/// resume_max_elapsed` turned into `==`): with unlimited attempts, only the
+/// reconnect_max_elapsed` turned into `==`): with unlimited attempts, only the
 /// elapsed-time limit ends a stream whose every resume is reset.
 #[tokio::test]
 async fn resuming_gives_up_at_its_time_limit() {
@@ -692,10 +695,9 @@ async fn resuming_gives_up_at_its_time_limit() {
     )
     .await;
     let config = StreamConfig::default()
-        .recovery_wait(Duration::from_secs(2))
-        .resume_attempts(u32::MAX)
-        .resume_max_elapsed(Duration::from_millis(300))
-        .resume_delay(Duration::from_millis(5), Duration::from_millis(20));
+        .reconnect_attempts(u32::MAX)
+        .reconnect_max_elapsed(Duration::from_millis(300))
+        .reconnect_delay(Duration::from_millis(5), Duration::from_millis(20));
     let mut live = stream(&server, config).await;
     let (_, error) = tokio::time::timeout(Duration::from_secs(20), drain(&mut live))
         .await
@@ -707,12 +709,11 @@ async fn resuming_gives_up_at_its_time_limit() {
     assert_eq!(server.count("POST", "/query"), 1);
 }
 
-/// Catches the turn reading a default configuration instead of its own
-/// (the connection's `config()` accessor): the stored turn never ends, and
-/// the turn's own 1 s recovery wait, not the default 930 s, bounds
-/// `finish`.
+/// Catches the reading of the stored turn escaping the turn timeout: the
+/// events are gone, the stored turn never ends, and the client's 1 s turn
+/// timeout, not a default of its own, bounds `finish`.
 #[tokio::test]
-async fn the_recovery_wait_is_the_turns_own() {
+async fn the_turn_timeout_bounds_reading_the_stored_turn() {
     let turn = Turn::completed("q_e9", "s_e9", DELTAS);
     let t = turn.clone();
     let server = SseServer::start(move |req, _| {
@@ -735,15 +736,14 @@ async fn the_recovery_wait_is_the_turns_own() {
         }
     })
     .await;
-    let config = fast_resume().recovery_wait(Duration::from_secs(1));
     let started = Instant::now();
-    let mut live = stream(&server, config).await;
+    let mut live = stream_within(&server, fast_resume(), Duration::from_secs(1)).await;
     let result = tokio::time::timeout(Duration::from_secs(20), async {
         let _ = drain(&mut live).await;
         live.finish().await
     })
     .await
-    .expect("the turn is bounded by its own recovery wait");
+    .expect("the turn is bounded by its turn timeout");
     let error = result.expect_err("a stored turn that never ends is an error");
     assert!(error.is_timeout(), "{error:?}");
     assert!(

@@ -262,12 +262,10 @@ fn client(url: &str) -> Client {
 
 fn config(keep_text: bool) -> StreamConfig {
     StreamConfig::default()
-        .turn_deadline(Some(TURN_DEADLINE))
         .idle_timeout(Some(Duration::from_secs(3)))
-        .recovery_wait(Duration::from_secs(30))
         .final_query_wait(Duration::from_secs(1))
-        .resume_attempts(3)
-        .resume_delay(Duration::from_millis(10), Duration::from_millis(200))
+        .reconnect_attempts(3)
+        .reconnect_delay(Duration::from_millis(10), Duration::from_millis(200))
         .max_frame_bytes(MAX_FRAME)
         .max_text_bytes(MAX_TEXT)
         .max_step_bytes(MAX_STEPS)
@@ -470,7 +468,7 @@ async fn run(script: Script) -> Check {
     Ok(())
 }
 
-/// Another process: `attach` and `events_from` the checkpoint.
+/// Another process: `attach` and `resume_from` the checkpoint.
 async fn check_resume(
     url: &str,
     checkpoint: &Checkpoint,
@@ -499,18 +497,18 @@ async fn check_resume(
         HEADER_TIMEOUT + SLACK,
         handle
             .stream_config(config(keep_text))
-            .events_from(checkpoint),
+            .resume_from(checkpoint),
     )
     .await;
     let Ok(opened) = opened else {
         return Err(TestCaseError::fail(
-            "events_from() ran past the header timeout",
+            "resume_from() ran past the header timeout",
         ));
     };
     let mut rest = match opened {
         Ok(rest) => rest,
         Err(e) => {
-            prop_assert!(!benign, "events_from() failed: {:?}", e);
+            prop_assert!(!benign, "resume_from() failed: {:?}", e);
             prop_assert_eq!(e.query_id(), Some(Q), "{:?}", e);
             return Ok(());
         }
@@ -520,7 +518,7 @@ async fn check_resume(
     let finished = tokio::time::timeout_at(started + TURN_DEADLINE + SLACK, rest.finish()).await;
     let Ok(finished) = finished else {
         return Err(TestCaseError::fail(
-            "finish() after events_from ran past the turn deadline",
+            "finish() after resume_from ran past the turn deadline",
         ));
     };
     let result = match error {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::support::sse_server;
 use crate::support::turns::{drain, text};
-use nexus_knowql::{Client, Error, QueryTurn, Session, StreamConfig};
+use nexus_knowql::{Client, Error, QueryTurn, StreamConfig};
 use sse_server::{Reply, SseServer, Step, Turn, frame, last_event_id, query_json};
 use tokio::time::Instant;
 
@@ -36,9 +36,8 @@ fn frames(turn: &Turn, from: u64, to: u64, with_query: bool) -> String {
 
 fn config() -> StreamConfig {
     StreamConfig::default()
-        .resume_delay(Duration::from_millis(5), Duration::from_millis(50))
+        .reconnect_delay(Duration::from_millis(5), Duration::from_millis(50))
         .final_query_wait(Duration::from_millis(300))
-        .recovery_wait(Duration::from_secs(20))
 }
 
 fn doc(query_id: &str, session_id: &str, status: &str, answer: &str) -> Reply {
@@ -210,7 +209,7 @@ async fn a_session_never_adopts_another_session() {
     )
     .await;
     let client = server.client();
-    let session = Session::resume(&client, SA);
+    let session = client.continue_session(SA);
     let mut live = session
         .ask("first")
         .stream_config(config())
@@ -236,7 +235,8 @@ async fn a_session_never_adopts_another_session() {
     let post = Reply::json(202, &[], &query_json(QA, SB, "in_progress", ""));
     let server = serve(post, |_, _| gone(), |_| doc(QA, SA, "completed", "")).await;
     let client = server.client();
-    let e = Session::resume(&client, SA)
+    let e = client
+        .continue_session(SA)
         .ask("third")
         .background()
         .await
@@ -341,10 +341,10 @@ async fn send_reports_an_answer_mismatch() {
     assert!(matches!(e, Error::AnswerMismatch { .. }), "{e:?}");
 }
 
-/// A 202 whose body drips counts against the turn's deadline, and the
+/// A 202 whose body drips counts against the turn timeout, and the
 /// timeout names the time really waited.
 #[tokio::test(start_paused = true)]
-async fn a_background_start_counts_against_the_turn_deadline() {
+async fn a_background_start_counts_against_the_turn_timeout() {
     let body = query_json(QA, SA, "in_progress", "").to_string();
     let post = Reply {
         head: format!(
@@ -361,6 +361,7 @@ async fn a_background_start_counts_against_the_turn_deadline() {
         .base_url(&server.url)
         .api_key("pcsk_test")
         .request_timeout(Some(Duration::from_secs(60)))
+        .turn_timeout(Duration::from_secs(5))
         .build()
         .unwrap();
     let started = Instant::now();
@@ -369,11 +370,7 @@ async fn a_background_start_counts_against_the_turn_deadline() {
         .build()
         .unwrap()
         .ask("Who?")
-        .stream_config(
-            config()
-                .idle_timeout(None)
-                .turn_deadline(Some(Duration::from_secs(5))),
-        )
+        .stream_config(config().idle_timeout(None))
         .background()
         .await
         .unwrap_err();
@@ -448,7 +445,7 @@ async fn a_retry_with_the_end_of_the_stream_applies() {
     )
     .await;
     let started = Instant::now();
-    let cfg = config().resume_delay(Duration::from_millis(10), Duration::from_secs(60));
+    let cfg = config().reconnect_delay(Duration::from_millis(10), Duration::from_secs(60));
     let mut live = stream(&server.client(), cfg).await;
     let (events, error) = drain(&mut live).await;
     assert!(error.is_none(), "{error:?}");

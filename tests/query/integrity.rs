@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::support::sse_server;
 use crate::support::turns::{drain, text};
 use futures::StreamExt;
-use nexus_knowql::{Error, QueryEvent, QueryTurn, StreamConfig};
+use nexus_knowql::{CallOptions, Error, QueryEvent, QueryTurn, StreamConfig};
 use sse_server::{Reply, SseServer, Step, Turn, frame, last_event_id, query_json};
 
 const DELTAS: &[&str] = &["Travel ", "is approved ", "by your ", "manager."];
@@ -31,7 +31,7 @@ fn frames(turn: &Turn, from: u64, to: u64, with_query: bool) -> String {
 
 fn config() -> StreamConfig {
     StreamConfig::default()
-        .resume_delay(Duration::from_millis(5), Duration::from_millis(50))
+        .reconnect_delay(Duration::from_millis(5), Duration::from_millis(50))
         .final_query_wait(Duration::from_millis(300))
 }
 
@@ -254,7 +254,7 @@ async fn keep_alives_after_the_terminal_event_end_with_the_stored_turn_within_se
 }
 
 #[tokio::test]
-async fn keep_alives_do_not_extend_the_turn_deadline() {
+async fn keep_alives_do_not_extend_the_turn_timeout() {
     let turn = Turn::completed("q_k2", "s_k2", DELTAS);
     let mut steps = vec![Step::Write(frames(&turn, 1, 3, false).into_bytes())];
     for _ in 0..600 {
@@ -270,17 +270,18 @@ async fn keep_alives_do_not_extend_the_turn_deadline() {
     .await;
     let live = server
         .client()
+        .with_options(CallOptions::new().turn_timeout(Duration::from_millis(800)))
         .session(["handbook"])
         .build()
         .unwrap()
         .ask("q")
-        .stream_config(config().turn_deadline(Some(Duration::from_millis(800))))
+        .stream_config(config())
         .stream()
         .await
         .unwrap();
     let e = tokio::time::timeout(Duration::from_secs(10), live.finish())
         .await
-        .expect("the deadline ended the turn")
+        .expect("the turn timeout ended the turn")
         .unwrap_err();
     match &e {
         Error::Timeout { operation, .. } => assert_eq!(*operation, "query_turn"),
@@ -454,7 +455,7 @@ async fn after_a_reconciled_gap_the_checkpoint_is_the_end_of_the_turn() {
     // Continuing from it repeats no text and reads no events.
     let client = server.client();
     let handle = client.queries().attach("q_c1").await.unwrap();
-    let mut rest = handle.events_from(&checkpoint).await.unwrap();
+    let mut rest = handle.resume_from(&checkpoint).await.unwrap();
     let (events, error) = drain(&mut rest).await;
     assert!(error.is_none(), "{error:?}");
     assert_eq!(text(&events), "");
@@ -484,7 +485,7 @@ async fn a_persisted_checkpoint_lets_another_process_finish_across_a_broken_repl
         .attach("q_c2")
         .await
         .unwrap()
-        .events_from(&checkpoint)
+        .resume_from(&checkpoint)
         .await
         .unwrap();
     let (events, error) = drain(&mut rest).await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::support::props::regressions_beside_source;
 use crate::support::sse_server;
 use futures::StreamExt;
-use nexus_knowql::{QueryEvent, StreamConfig};
+use nexus_knowql::{CallOptions, QueryEvent, StreamConfig};
 use proptest::prelude::*;
 use sse_server::{Reply, SseServer, Step, Turn, last_event_id, query_json};
 
@@ -145,12 +145,14 @@ fn run(turn: Turn, conns: Vec<Conn>) -> Outcome {
             Reply::sse(steps)
         })
         .await;
-        let session = server.client().session(["docs"]).build().unwrap();
+        let client = server
+            .client()
+            .with_options(CallOptions::new().turn_timeout(Duration::from_secs(30)));
+        let session = client.session(["docs"]).build().unwrap();
         let config = StreamConfig::default()
-            .resume_delay(Duration::from_millis(1), Duration::from_millis(5))
-            .resume_attempts(30)
-            .final_query_wait(Duration::from_millis(50))
-            .turn_deadline(Some(Duration::from_secs(30)));
+            .reconnect_delay(Duration::from_millis(1), Duration::from_millis(5))
+            .reconnect_attempts(30)
+            .final_query_wait(Duration::from_millis(50));
         let mut live = session
             .ask("q")
             .stream_config(config)

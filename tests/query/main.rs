@@ -5,12 +5,14 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod adapters;
 mod advice;
 mod edges;
 mod hostile_model;
 mod identity;
 mod integrity;
 mod integrity_prop;
+mod one_bound;
 mod resume_prop;
 mod sequenced;
 mod session;

@@ -52,8 +52,8 @@ fn run(
             .ask("q")
             .stream_config(
                 StreamConfig::default()
-                    .resume_delay(Duration::from_millis(1), Duration::from_millis(5))
-                    .resume_attempts(20),
+                    .reconnect_delay(Duration::from_millis(1), Duration::from_millis(5))
+                    .reconnect_attempts(20),
             )
             .stream()
             .await

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::support::sse_server;
 use futures::TryStreamExt;
 use nexus_knowql::query::{END_OF_TURN, SequencedEvent};
-use nexus_knowql::{QueryEvent, StreamConfig};
+use nexus_knowql::{QueryEvent, StreamConfig, TurnView};
 use sse_server::{Reply, SseServer, Step, Turn, last_event_id, query_json};
 
 const DELTAS: &[&str] = &["Travel ", "is approved ", "by your ", "manager."];
@@ -39,8 +39,7 @@ async fn server(
 
 async fn sequenced(server: &SseServer) -> (Vec<SequencedEvent>, nexus_knowql::types::Query) {
     let config = StreamConfig::default()
-        .resume_delay(Duration::from_millis(5), Duration::from_millis(50))
-        .recovery_wait(Duration::from_secs(10));
+        .reconnect_delay(Duration::from_millis(5), Duration::from_millis(50));
     let mut events = server
         .client()
         .session(["handbook"])
@@ -57,7 +56,7 @@ async fn sequenced(server: &SseServer) -> (Vec<SequencedEvent>, nexus_knowql::ty
         assert_eq!(e.id, events.turn().last_event_id());
         got.push(e);
     }
-    let query = events.into_turn().finish().await.unwrap();
+    let query = events.into_inner().finish().await.unwrap();
     (got, query)
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use nexus_knowql::{Client, Error, Session, ThinkingLevel, WaitPolicy, Workflow};
+use nexus_knowql::{Client, Error, ThinkingLevel, WaitPolicy, Workflow};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
@@ -134,12 +134,12 @@ async fn resumed_and_continued_sessions_send_their_ids() {
         .await;
     let c = client(&server);
     // A resumed session must be answered about itself (the server says sess_z).
-    Session::resume(&c, "sess_z")
+    c.continue_session("sess_z")
         .ask("one")
         .send()
         .await
         .unwrap();
-    let continued = Session::continue_from(&c, "q_prev");
+    let continued = c.continue_after("q_prev");
     continued.ask("two").send().await.unwrap();
     continued.ask("three").send().await.unwrap();
     let sent = bodies(&server.received_requests().await.unwrap(), "/query");
@@ -256,7 +256,7 @@ async fn server_409_is_reported_as_a_conflict() {
         .expect(1)
         .mount(&server)
         .await;
-    let session = Session::resume(&client(&server), "sess_busy");
+    let session = client(&server).continue_session("sess_busy");
     let e = session.ask("q").send().await.unwrap_err();
     assert!(e.is_conflict(), "{e:?}");
     assert!(!session.is_busy());
@@ -355,14 +355,13 @@ async fn background_wait_reports_failure_and_timeout() {
         .build()
         .unwrap()
         .ask("hangs")
+        .turn_timeout(Duration::from_millis(500))
         .background()
         .await
         .unwrap();
     let e = hanging
         .wait_with(
-            WaitPolicy::default()
-                .interval(Duration::from_millis(5), Duration::from_millis(10))
-                .timeout(Duration::from_millis(60)),
+            WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(50)),
         )
         .await
         .unwrap_err();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::support::sse_server;
 use crate::support::turns::{drain, text};
 use futures::StreamExt;
-use nexus_knowql::{Error, QueryEvent, QueryTurn, Session, StreamConfig};
+use nexus_knowql::{Error, QueryEvent, QueryTurn, Session, StreamConfig, TurnView};
 use sse_server::{Reply, SseServer, Step, Turn, frame, last_event_id};
 
 const DELTAS: &[&str] = &["Travel ", "is approved ", "by your ", "manager.", " ✈️"];
@@ -32,7 +32,7 @@ fn session(server: &SseServer) -> Session {
 }
 
 fn fast_resume() -> StreamConfig {
-    StreamConfig::default().resume_delay(Duration::from_millis(5), Duration::from_millis(50))
+    StreamConfig::default().reconnect_delay(Duration::from_millis(5), Duration::from_millis(50))
 }
 
 /// A server for `turn`: the POST answers with `post`, each events request
@@ -581,7 +581,7 @@ async fn text_stream_yields_only_the_deltas() {
         got.push(d.unwrap());
     }
     assert_eq!(got, DELTAS);
-    let query = deltas.into_turn().finish().await.unwrap();
+    let query = deltas.into_inner().finish().await.unwrap();
     assert_eq!(query.answer_text(), turn.answer);
 }
 
@@ -603,8 +603,10 @@ async fn json_reads_output_json_of_a_streamed_turn() {
         .stream()
         .await
         .unwrap()
-        .json()
+        .finish()
         .await
+        .unwrap()
+        .json()
         .unwrap();
     assert_eq!(answer.answer, turn.answer);
 }
@@ -665,7 +667,7 @@ async fn resume_gives_up_after_the_attempt_cap() {
     .await;
     let mut live = session(&server)
         .ask("q")
-        .stream_config(fast_resume().resume_attempts(3))
+        .stream_config(fast_resume().reconnect_attempts(3))
         .stream()
         .await
         .unwrap();

@@ -74,7 +74,7 @@ async fn a_turn_made_from_a_json_answer_checkpoints_at_its_end() {
 
     // Continuing from it delivers nothing again and reads no events.
     let handle = c.queries().attach("q_j").await.unwrap();
-    let mut rest = handle.events_from(&cp).await.unwrap();
+    let mut rest = handle.resume_from(&cp).await.unwrap();
     let mut text = String::new();
     while let Some(e) = rest.next().await {
         if let QueryEvent::TextDelta { delta } = e.unwrap() {

@@ -10,7 +10,7 @@ use crate::support::props::regressions_beside_source;
 use crate::support::sse_server;
 use crate::support::turns::text;
 use futures::StreamExt;
-use nexus_knowql::{Error, QueryEvent, QueryTurn, Session, StreamConfig, WaitPolicy, WhenBusy};
+use nexus_knowql::{Error, QueryEvent, QueryTurn, StreamConfig, WaitPolicy, WhenBusy};
 use proptest::prelude::*;
 use sse_server::{Reply, SseServer, Step, Turn, last_event_id, query_json};
 
@@ -21,8 +21,8 @@ const DELTAS: &[&str] = &["Travel ", "is approved ", "by your ", "manager."];
 
 fn fast() -> StreamConfig {
     StreamConfig::default()
-        .resume_delay(Duration::from_millis(1), Duration::from_millis(5))
-        .resume_attempts(20)
+        .reconnect_delay(Duration::from_millis(1), Duration::from_millis(5))
+        .reconnect_attempts(20)
 }
 
 async fn drain(turn: &mut QueryTurn) -> (Delivered, Option<Error>) {
@@ -98,7 +98,7 @@ async fn serve(
 }
 
 #[tokio::test]
-async fn attach_learns_the_turn_and_events_from_a_checkpoint_deliver_the_rest() {
+async fn attach_learns_the_turn_and_resume_from_a_checkpoint_deliver_the_rest() {
     let turn = Turn::completed("q_a", "sess_a", DELTAS);
     let server = serve(&turn, "in_progress", |t| vec![Step::Write(t.body().into())]).await;
     // A client that did not start the turn.
@@ -107,7 +107,7 @@ async fn attach_learns_the_turn_and_events_from_a_checkpoint_deliver_the_rest() 
     assert_eq!(handle.id(), "q_a");
     assert_eq!(handle.session_id(), "sess_a");
     assert_eq!(handle.last_seen().status, "in_progress");
-    let mut rest = handle.events_from(&checkpoint_of(&turn, 4)).await.unwrap();
+    let mut rest = handle.resume_from(&checkpoint_of(&turn, 4)).await.unwrap();
     assert_eq!(rest.last_event_id(), Some(4));
     let (events, error) = drain(&mut rest).await;
     assert!(error.is_none(), "{error:?}");
@@ -130,7 +130,7 @@ async fn a_checkpoint_at_zero_reads_from_the_start() {
     let turn = Turn::completed("q_z", "sess_z", DELTAS);
     let server = serve(&turn, "in_progress", |t| vec![Step::Write(t.body().into())]).await;
     let handle = server.client().queries().attach("q_z").await.unwrap();
-    let mut all = handle.events_from(&checkpoint_of(&turn, 0)).await.unwrap();
+    let mut all = handle.resume_from(&checkpoint_of(&turn, 0)).await.unwrap();
     let (events, error) = drain(&mut all).await;
     assert!(error.is_none());
     assert_eq!(events.len(), uncut(&turn).len());
@@ -163,7 +163,7 @@ async fn a_replay_that_skips_past_the_checkpoint_is_made_up_for_by_the_stored_tu
     let checkpoint = checkpoint_of(&turn, 3);
     let mut rest = handle
         .stream_config(fast())
-        .events_from(&checkpoint)
+        .resume_from(&checkpoint)
         .await
         .unwrap();
     let (events, error) = drain(&mut rest).await;
@@ -234,7 +234,7 @@ fn continue_from(turn: &Turn, k: u64, cuts: Vec<usize>) -> (Delivered, Vec<Optio
             .unwrap();
         let mut rest = handle
             .stream_config(fast())
-            .events_from(&checkpoint_of(&turn, k))
+            .resume_from(&checkpoint_of(&turn, k))
             .await
             .unwrap();
         let (events, error) = drain(&mut rest).await;
@@ -257,7 +257,7 @@ proptest! {
     /// connections are cut, it receives exactly the events after the
     /// checkpoint, each once, in order.
     #[test]
-    fn events_from_any_checkpoint_delivers_exactly_the_rest(
+    fn resume_from_any_checkpoint_delivers_exactly_the_rest(
         n_deltas in 1usize..8,
         k_frac in 0.0f64..=1.0,
         cuts in proptest::collection::vec(0usize..600, 0..3),
@@ -343,7 +343,7 @@ async fn detach_keeps_the_turn_and_its_checkpoint() {
         "{e:?}"
     );
     assert!(e.is_conflict());
-    let mut rest = handle.events_from(&checkpoint).await.unwrap();
+    let mut rest = handle.resume_from(&checkpoint).await.unwrap();
     let (events, error) = drain(&mut rest).await;
     assert!(error.is_none());
     seen.extend(events.into_iter().map(|(_, e)| e));
@@ -386,10 +386,9 @@ async fn a_dropped_running_turn_makes_the_next_ask_session_busy_not_a_409() {
     // A wait that runs out ends the same way.
     let e = session
         .ask("second")
+        .turn_timeout(Duration::from_millis(400))
         .when_busy(WhenBusy::Wait(
-            WaitPolicy::default()
-                .timeout(Duration::from_millis(40))
-                .interval(Duration::from_millis(5), Duration::from_millis(10)),
+            WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(10)),
         ))
         .send()
         .await
@@ -476,7 +475,7 @@ async fn a_409_from_a_turn_started_elsewhere_is_session_busy() {
         }
     })
     .await;
-    let session = Session::resume(&server.client(), "sess_o");
+    let session = server.client().continue_session("sess_o");
     let e = session.ask("q").send().await.unwrap_err();
     assert!(
         matches!(&e, Error::SessionBusy { query_id, .. } if query_id == "q_run"),
@@ -770,7 +769,7 @@ fn new_futures_and_handles_are_send() {
     let session = client.session(["docs"]).build().unwrap();
     let turn = session.ask("q").when_busy(WhenBusy::Fail).send();
     send_static(&turn);
-    let _ = Session::resume(&client, "s").with_when_busy(WhenBusy::Fail);
+    let _ = client.continue_session("s").with_when_busy(WhenBusy::Fail);
 }
 
 #[tokio::test]

@@ -294,7 +294,7 @@ async fn an_event_resume_redirected_to_another_origin_is_refused() {
         .ask("q")
         .stream_config(
             StreamConfig::default()
-                .resume_delay(Duration::from_millis(5), Duration::from_millis(50)),
+                .reconnect_delay(Duration::from_millis(5), Duration::from_millis(50)),
         )
         .stream()
         .await

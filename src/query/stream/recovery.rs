@@ -22,7 +22,7 @@ impl EventConnection {
             return;
         };
         let client = self.client.clone();
-        let limit = self.config.recovery_wait;
+        let limit = self.time_left();
         let session_id = self.session_id.clone();
         self.state = State::Recovering(
             Box::pin(async move {
@@ -64,7 +64,7 @@ impl EventConnection {
             cause,
         };
         let client = self.client.clone();
-        let limit = self.config.recovery_wait;
+        let limit = self.time_left();
         let session_id = self.session_id.clone();
         self.state = State::Recovering(
             Box::pin(async move {
@@ -120,19 +120,22 @@ impl EventConnection {
         let now = Instant::now();
         let base = self
             .retry
-            .unwrap_or(self.config.resume_delay)
-            .min(self.config.resume_max_delay);
+            .unwrap_or(self.config.reconnect_delay)
+            .min(self.config.reconnect_max_delay);
         let cycle = self.resume.get_or_insert_with(|| ResumeCycle {
             attempts: 0,
             started: now,
             // Up to a fifth shorter at random: spread, yet close to the
             // server's `retry:` when it gave one.
-            backoff: Backoff::new(base, 2.0, self.config.resume_max_delay.max(base), 0.2),
+            backoff: Backoff::new(base, 2.0, self.config.reconnect_max_delay.max(base), 0.2),
         });
-        let delay = cycle.backoff.next_delay().min(self.config.resume_max_delay);
+        let delay = cycle
+            .backoff
+            .next_delay()
+            .min(self.config.reconnect_max_delay);
         let spent = now.duration_since(cycle.started);
-        if cycle.attempts >= self.config.resume_attempts
-            || spent.saturating_add(delay) > self.config.resume_max_elapsed
+        if cycle.attempts >= self.config.reconnect_attempts
+            || spent.saturating_add(delay) > self.config.reconnect_max_elapsed
         {
             if self.terminal_seen {
                 // The turn is over; the stored Query stands in for the

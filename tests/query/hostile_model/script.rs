@@ -105,7 +105,7 @@ pub(super) enum Mode {
     /// `send()`.
     Send,
     /// `stream()` read for this many events, dropped, then `attach` and
-    /// `events_from` its checkpoint from a fresh client.
+    /// `resume_from` its checkpoint from a fresh client.
     Resume(usize),
 }
 
