@@ -10,7 +10,9 @@
 //!   tasks, to the key that started them only;
 //! - a `notifications/cancelled` from another key does not cancel a
 //!   stateless request (the same key may, on any connection).
-use crate::support::mcp::{HttpMcp, context_json, nexus_client, query_json};
+use crate::support::mcp::{
+    HttpMcp, context_json, nexus_client, query_json, received_count, wait_until,
+};
 
 use std::time::Duration;
 
@@ -447,6 +449,7 @@ async fn another_key_cannot_cancel_a_stateless_request() {
     let _ = request_2026(&served.url, HONEST, "tools/list", json!({})).await;
     let _ = request_2026(&served.url, OTHER_HONEST, "tools/list", json!({})).await;
 
+    let proved = received_count(&nexus).await;
     let url = served.url.clone();
     let first = tokio::spawn(async move {
         request_2026(
@@ -457,7 +460,13 @@ async fn another_key_cannot_cancel_a_stateless_request() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The call is in flight: its request reached Nexus.
+    wait_until(
+        Duration::from_secs(10),
+        "the call reaches Nexus",
+        || async { received_count(&nexus).await > proved },
+    )
+    .await;
     // Another key, the same JSON-RPC id (1).
     let mut other = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", OTHER_HONEST);
     other.protocol = Some("2026-07-28".to_owned());

@@ -396,6 +396,7 @@ async fn requests_past_the_concurrency_limit_are_refused_with_503() {
     let mut other = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", SERVER_KEY);
     let (_, answer) = other.request("ping", json!({})).await;
     assert_eq!(answer.status, 200, "{answer:?}");
+    let proved = crate::support::mcp::received_count(&nexus_fake).await;
     let url = served.url.clone();
     let holder = tokio::spawn(async move {
         let mut slow = HttpMcp::new(url);
@@ -406,7 +407,13 @@ async fn requests_past_the_concurrency_limit_are_refused_with_503() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The slow call holds the one slot: its request reached Nexus.
+    crate::support::mcp::wait_until(
+        Duration::from_secs(10),
+        "the call reaches Nexus",
+        || async { crate::support::mcp::received_count(&nexus_fake).await > proved },
+    )
+    .await;
     let (_, answer) = other.request("ping", json!({})).await;
     assert_eq!(answer.status, 503, "{answer:?}");
     let _ = holder.await;

@@ -459,3 +459,25 @@ pub async fn jump_clock(by: std::time::Duration) {
     tokio::time::advance(by).await;
     tokio::time::resume();
 }
+
+/// Waits until `check` holds, polling every 20 ms; panics naming `what`
+/// when it does not within `within`.
+pub async fn wait_until<F, Fut>(within: std::time::Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// How many requests `nexus` received.
+pub async fn received_count(nexus: &MockServer) -> usize {
+    nexus.received_requests().await.map_or(0, |r| r.len())
+}
