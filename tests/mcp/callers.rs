@@ -317,7 +317,9 @@ async fn one_address_cannot_take_every_connection() {
     let options = HttpOptions::default()
         .max_connections(20)
         .header_read_timeout(Duration::from_secs(30));
-    let served = serve(server_of(&nexus), options).await;
+    let server = server_of(&nexus);
+    let counted = std::sync::Arc::clone(server.metrics());
+    let served = serve(server, options).await;
     // Twenty silent connections from 127.0.0.2.
     let mut held = Vec::new();
     for _ in 0..20 {
@@ -327,7 +329,20 @@ async fn one_address_cannot_take_every_connection() {
             held.push(stream);
         }
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The server has taken each of them: held open or refused.
+    wait_until(
+        Duration::from_secs(10),
+        "the 20 connections are taken",
+        || {
+            let open = crate::support::mcp::sample(&counted, "nexus_mcp_open_connections");
+            let refused = crate::support::mcp::sample(
+                &counted,
+                r#"nexus_mcp_refusals_total{reason="peer_connections"}"#,
+            );
+            async move { open + refused >= 20.0 }
+        },
+    )
+    .await;
     // The honest caller from 127.0.0.1 connects and is served at once.
     let start = std::time::Instant::now();
     let (mut honest, status) = initialize(&served.url, HONEST).await;

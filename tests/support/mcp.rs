@@ -481,3 +481,13 @@ where
 pub async fn received_count(nexus: &MockServer) -> usize {
     nexus.received_requests().await.map_or(0, |r| r.len())
 }
+
+/// The value of one series (its full name with labels, as rendered) in
+/// `metrics`; 0 when absent.
+pub fn sample(metrics: &nexus_knowql::mcp::metrics::Metrics, series: &str) -> f64 {
+    metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
