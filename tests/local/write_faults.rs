@@ -62,7 +62,16 @@ async fn a_create_refused_while_the_database_is_locked_is_never_saved() {
     let read = reqwest::get(format!("{base}/contexts/held")).await;
     assert!(read.is_err() || read.unwrap().status() == 503);
     release.send(()).unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The lock is gone once a write transaction can be had; then the
+    // shutdown stops the writer after what it still had to write.
+    let db = data.path().join("state.db");
+    tokio::task::spawn_blocking(move || {
+        let probe = rusqlite::Connection::open(db).unwrap();
+        probe.busy_timeout(Duration::from_secs(10)).unwrap();
+        probe.execute_batch("BEGIN IMMEDIATE; COMMIT").unwrap();
+    })
+    .await
+    .unwrap();
     server.shutdown().await;
     let again = LocalNexus::builder()
         .data_dir(data.path())
