@@ -106,7 +106,21 @@ async fn writes_past_the_backlog_limit_are_refused_before_they_apply() {
         let base = base.clone();
         async move { create(&base, "first").await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first create waits in the writer's backlog.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let storage: Value = reqwest::get(format!("{base}/local/storage"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if storage["write_backlog_bytes"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{storage}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (status, body, retry) = create(&base, "second").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["code"], "busy");
