@@ -109,12 +109,7 @@ async fn writes_past_the_backlog_limit_are_refused_before_they_apply() {
     // The first create waits in the writer's backlog.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let storage: Value = reqwest::get(format!("{base}/local/storage"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, storage) = get_json(&format!("{base}/local/storage")).await;
         if storage["write_backlog_bytes"].as_u64().unwrap_or(0) > 0 {
             break;
         }
