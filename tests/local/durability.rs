@@ -5,6 +5,7 @@
 //! directory is removed at the next start.
 
 use std::io::{BufRead, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -101,13 +102,14 @@ struct Seen {
     background: Vec<String>,
 }
 
-async fn burst(url: String, seen: Arc<Mutex<Seen>>, stop: Instant) {
+/// Uploads and asks until `stop` is set.
+async fn burst(url: String, seen: Arc<Mutex<Seen>>, stop: Arc<AtomicBool>) {
     let http = reqwest::Client::new();
     let uploader = {
-        let (http, url, seen) = (http.clone(), url.clone(), seen.clone());
+        let (http, url, seen, stop) = (http.clone(), url.clone(), seen.clone(), stop.clone());
         tokio::spawn(async move {
             let mut i = 0u32;
-            while Instant::now() < stop {
+            while !stop.load(Ordering::Relaxed) {
                 let body = format!("# File {i}\n\nThe crash test wrote line {i}.\n");
                 let form = reqwest::multipart::Form::new().part(
                     "file",
@@ -134,10 +136,10 @@ async fn burst(url: String, seen: Arc<Mutex<Seen>>, stop: Instant) {
     };
     let mut askers = Vec::new();
     for n in 0..3 {
-        let (http, url, seen) = (http.clone(), url.clone(), seen.clone());
+        let (http, url, seen, stop) = (http.clone(), url.clone(), seen.clone(), stop.clone());
         askers.push(tokio::spawn(async move {
             let mut session: Option<String> = None;
-            while Instant::now() < stop {
+            while !stop.load(Ordering::Relaxed) {
                 let mut body = json!({"ask": "green tea lighthouse", "background": n == 0});
                 match &session {
                     Some(s) => body["session_id"] = json!(s),
@@ -191,11 +193,23 @@ fn a_sigkill_mid_burst_loses_nothing_acknowledged_and_leaves_no_session_stuck() 
             .unwrap();
         create_context(&client, "up").await;
     });
-    // The burst runs for 3 s; the server is killed after 1.5 s, mid-burst.
-    let stop = Instant::now() + Duration::from_secs(3);
-    let burst = rt.spawn(burst(url, seen.clone(), stop));
-    std::thread::sleep(Duration::from_millis(1500));
+    // The server is killed mid-burst, once a few uploads and a session
+    // are acknowledged; the burst then stops.
+    let stop = Arc::new(AtomicBool::new(false));
+    let burst = rt.spawn(burst(url, seen.clone(), stop.clone()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        {
+            let seen = seen.lock().unwrap();
+            if seen.uploads.len() >= 3 && !seen.sessions.is_empty() {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "too few answers before the kill");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     server.kill();
+    stop.store(true, Ordering::Relaxed);
     rt.block_on(async {
         let _ = burst.await;
     });

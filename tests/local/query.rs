@@ -120,11 +120,13 @@ async fn background_turn_returns_202_then_completes() {
     assert_eq!(resp.status(), 202);
     let q: nexus_knowql::types::Query = resp.json().await.unwrap();
     assert_eq!(q.status, "in_progress");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let done = loop {
         let q = client.queries().get(&q.id).await.unwrap();
         if q.is_terminal() {
             break q;
         }
+        assert!(std::time::Instant::now() < deadline, "the turn never ended");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(done.status, "completed");

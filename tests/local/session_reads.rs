@@ -118,7 +118,9 @@ async fn a_long_session_is_paged_and_read_off_the_async_threads() {
     // timed.
     let reading = Instant::now() + Duration::from_secs(4);
     let mut readers = Vec::new();
+    let pages_read = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     for r in 0..6 {
+        let pages_read = pages_read.clone();
         let url = format!(
             "{base}/sessions/{session_id}?limit=200&offset={}",
             (r % 3) * 200
@@ -136,11 +138,16 @@ async fn a_long_session_is_paged_and_read_off_the_async_threads() {
                     .unwrap();
                 bytes += body.len();
                 reads += 1;
+                pages_read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             (reads, bytes)
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The readers are under way (pages come back) before the timing.
+    while pages_read.load(std::sync::atomic::Ordering::Relaxed) < 6 {
+        assert!(Instant::now() < reading, "no pages read");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut models = Vec::new();
     while Instant::now() < reading {
         let asked = Instant::now();

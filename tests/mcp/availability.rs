@@ -217,7 +217,9 @@ async fn trickling_bodies_take_no_slot_and_are_cut_at_the_body_deadline() {
         .stateless(true)
         .max_concurrent_requests(4)
         .body_read_timeout(Duration::from_millis(500));
-    let served = serve(nexus(&nexus_fake.uri()), options).await;
+    let server = nexus(&nexus_fake.uri());
+    let counted = std::sync::Arc::clone(server.metrics());
+    let served = serve(server, options).await;
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nX-Pinecone-Api-Key: {HONEST_KEY}x\r\n\
@@ -252,7 +254,12 @@ async fn trickling_bodies_take_no_slot_and_are_cut_at_the_body_deadline() {
             String::from_utf8_lossy(&answer).into_owned()
         }));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every trickler's connection is open at the server.
+    crate::support::mcp::wait_until(Duration::from_secs(10), "the tricklers connect", || {
+        let open = crate::support::mcp::sample(&counted, "nexus_mcp_open_connections");
+        async move { open >= 12.0 }
+    })
+    .await;
     // Served at once, while every trickler is still sending: they hold no
     // slot (with their slots taken first, this would be a 503).
     let took = honest_call(&served.url).await;

@@ -10,7 +10,9 @@
 //!   tasks, to the key that started them only;
 //! - a `notifications/cancelled` from another key does not cancel a
 //!   stateless request (the same key may, on any connection).
-use crate::support::mcp::{HttpMcp, context_json, nexus_client, query_json};
+use crate::support::mcp::{
+    HttpMcp, context_json, nexus_client, query_json, received_count, wait_until,
+};
 
 use std::time::Duration;
 
@@ -315,7 +317,9 @@ async fn one_address_cannot_take_every_connection() {
     let options = HttpOptions::default()
         .max_connections(20)
         .header_read_timeout(Duration::from_secs(30));
-    let served = serve(server_of(&nexus), options).await;
+    let server = server_of(&nexus);
+    let counted = std::sync::Arc::clone(server.metrics());
+    let served = serve(server, options).await;
     // Twenty silent connections from 127.0.0.2.
     let mut held = Vec::new();
     for _ in 0..20 {
@@ -325,7 +329,20 @@ async fn one_address_cannot_take_every_connection() {
             held.push(stream);
         }
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The server has taken each of them: held open or refused.
+    wait_until(
+        Duration::from_secs(10),
+        "the 20 connections are taken",
+        || {
+            let open = crate::support::mcp::sample(&counted, "nexus_mcp_open_connections");
+            let refused = crate::support::mcp::sample(
+                &counted,
+                r#"nexus_mcp_refusals_total{reason="peer_connections"}"#,
+            );
+            async move { open + refused >= 20.0 }
+        },
+    )
+    .await;
     // The honest caller from 127.0.0.1 connects and is served at once.
     let start = std::time::Instant::now();
     let (mut honest, status) = initialize(&served.url, HONEST).await;
@@ -447,6 +464,7 @@ async fn another_key_cannot_cancel_a_stateless_request() {
     let _ = request_2026(&served.url, HONEST, "tools/list", json!({})).await;
     let _ = request_2026(&served.url, OTHER_HONEST, "tools/list", json!({})).await;
 
+    let proved = received_count(&nexus).await;
     let url = served.url.clone();
     let first = tokio::spawn(async move {
         request_2026(
@@ -457,7 +475,13 @@ async fn another_key_cannot_cancel_a_stateless_request() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The call is in flight: its request reached Nexus.
+    wait_until(
+        Duration::from_secs(10),
+        "the call reaches Nexus",
+        || async { received_count(&nexus).await > proved },
+    )
+    .await;
     // Another key, the same JSON-RPC id (1).
     let mut other = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", OTHER_HONEST);
     other.protocol = Some("2026-07-28".to_owned());

@@ -244,19 +244,27 @@ async fn sessions_are_capped_and_expire_when_idle() {
     assert_eq!(answer.status, 404, "{answer:?}");
 
     // A session in use stays (catches an idle limit counted from the
-    // session's start): the second one is pinged every 200 ms, far more
-    // often than its 1.5 s limit, for more than twice that limit.
-    let until = tokio::time::Instant::now() + Duration::from_millis(3500);
-    while tokio::time::Instant::now() < until {
+    // session's start): the second one is pinged every second of tokio's
+    // clock (which the idle limit reads), inside its 1.5 s limit, for more
+    // than twice that limit.
+    for _ in 0..4 {
         let (_, answer) = second.request("ping", json!({})).await;
         assert_eq!(answer.status, 200, "an active session ended: {answer:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        crate::support::mcp::jump_clock(Duration::from_secs(1)).await;
     }
 
-    // Idle sessions end.
-    tokio::time::sleep(Duration::from_millis(3000)).await;
-    let (_, answer) = second.request("tools/list", json!({})).await;
-    assert_eq!(answer.status, 404, "{answer:?}");
+    // Idle sessions end: past the limit, the session is gone once its
+    // expiry has run (a request that comes first keeps it, so the clock
+    // moves past the limit again).
+    let mut status = 0;
+    for _ in 0..20 {
+        crate::support::mcp::jump_clock(Duration::from_secs(2)).await;
+        status = second.request("tools/list", json!({})).await.1.status;
+        if status == 404 {
+            break;
+        }
+    }
+    assert_eq!(status, 404, "an idle session stayed");
     let mut fourth = HttpMcp::new(&served.url);
     fourth.initialize().await;
 }
@@ -396,6 +404,7 @@ async fn requests_past_the_concurrency_limit_are_refused_with_503() {
     let mut other = HttpMcp::new(&served.url).header("X-Pinecone-Api-Key", SERVER_KEY);
     let (_, answer) = other.request("ping", json!({})).await;
     assert_eq!(answer.status, 200, "{answer:?}");
+    let proved = crate::support::mcp::received_count(&nexus_fake).await;
     let url = served.url.clone();
     let holder = tokio::spawn(async move {
         let mut slow = HttpMcp::new(url);
@@ -406,7 +415,13 @@ async fn requests_past_the_concurrency_limit_are_refused_with_503() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The slow call holds the one slot: its request reached Nexus.
+    crate::support::mcp::wait_until(
+        Duration::from_secs(10),
+        "the call reaches Nexus",
+        || async { crate::support::mcp::received_count(&nexus_fake).await > proved },
+    )
+    .await;
     let (_, answer) = other.request("ping", json!({})).await;
     assert_eq!(answer.status, 503, "{answer:?}");
     let _ = holder.await;

@@ -235,7 +235,13 @@ async fn stateless_cancellation_stops_the_named_request() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The call is in flight: a request of its reached Nexus.
+    crate::support::mcp::wait_until(
+        Duration::from_secs(10),
+        "the call reaches Nexus",
+        || async { crate::support::mcp::received_count(&nexus_fake).await > 0 },
+    )
+    .await;
     let mut other = HttpMcp::new(url.clone()).header("X-Pinecone-Api-Key", CALLER_KEY);
     other.http = h2;
     other.protocol = Some("2025-06-18".to_owned());

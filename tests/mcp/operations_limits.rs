@@ -139,7 +139,6 @@ async fn open_sessions_falls_when_sessions_expire() {
         sample(&text, "nexus_mcp_open_sessions")
     };
     assert_eq!(scrape().await, 2.0);
-    tokio::time::sleep(Duration::from_secs(3)).await;
     // Expiry is swept, not timed to the millisecond: poll, with an end.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut open = scrape().await;
@@ -168,14 +167,22 @@ async fn shutdown_closes_the_listener_before_the_requests_in_flight_end() {
     let url = format!("http://{addr}{}", http::MCP_PATH);
     let mut mcp = HttpMcp::new(&url).header("X-Pinecone-Api-Key", KEY);
     mcp.initialize().await;
+    let before = crate::support::mcp::received_count(&nexus).await;
     let call = tokio::spawn(async move { mcp.call("list_contexts", json!({})).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The call is in flight: its request reached Nexus.
+    crate::support::mcp::wait_until(
+        Duration::from_secs(10),
+        "the call reaches Nexus",
+        || async { crate::support::mcp::received_count(&nexus).await > before },
+    )
+    .await;
     shutdown.cancel();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // The slow call is still running, and nobody new gets in.
+    // Nobody new gets in, while the slow call is still running.
+    crate::support::mcp::wait_until(Duration::from_secs(10), "the listener closes", || async {
+        tokio::net::TcpStream::connect(addr).await.is_err()
+    })
+    .await;
     assert!(!call.is_finished());
-    let refused = tokio::net::TcpStream::connect(addr).await;
-    assert!(refused.is_err(), "connected during shutdown: {refused:?}");
     let result = call.await.expect("the call's task");
     assert_eq!(result["isError"], false, "{result}");
     tokio::time::timeout(Duration::from_secs(10), done)
@@ -268,7 +275,21 @@ async fn log_lines_name_the_method_and_a_bare_peer_and_keyless_floods_stay_quiet
     for answer in futures::future::join_all(keyless).await {
         assert_eq!(answer.unwrap().status(), 401);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A later call's access line: once it is read, so is all the burst
+    // logged before it.
+    mcp.call("list_contexts", json!({})).await;
+    let calls_logged = || {
+        binary
+            .log()
+            .iter()
+            .filter(|l| l.contains("nexus_mcp::access") && l.contains("tools/call"))
+            .count()
+    };
+    crate::support::mcp::wait_until(Duration::from_secs(10), "the later call is logged", || {
+        let logged = calls_logged();
+        async move { logged >= 2 }
+    })
+    .await;
     let log = binary.log();
     let call = log
         .iter()
@@ -310,12 +331,15 @@ async fn under_a_small_open_file_limit_the_connection_cap_answers_not_accept() {
             held.push(tcp);
         }
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    crate::support::mcp::wait_until(Duration::from_secs(10), "a refusal is logged", || {
+        let refused = binary
+            .log()
+            .join("\n")
+            .contains("refused connection: too many open connections");
+        async move { refused }
+    })
+    .await;
     let log = binary.log().join("\n");
-    assert!(
-        log.contains("refused connection: too many open connections"),
-        "{log}"
-    );
     let accept_failures = log.matches("accept failed").count();
     assert!(
         accept_failures <= 1,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::pinecone_harness::*;
 use crate::support::pinecone_fake;
+use nexus_knowql::mcp::NexusMcp;
 use nexus_knowql::mcp::pinecone::{PineconeServer, Profile};
 use pinecone_fake::{KEY_A, PineconeFake, Record};
 use rmcp::ServiceExt;
@@ -289,7 +290,7 @@ async fn generate_urls_uses_metadata_then_generators() {
 async fn gate_expires_and_is_unlocked_by_guided_query() {
     let h = harness_with(PineconeFake::start().await, |f| {
         let mut c = gated(f);
-        c.cache_ttl = Duration::from_millis(300);
+        c.cache_ttl = Duration::from_secs(600);
         c
     })
     .await;
@@ -303,7 +304,8 @@ async fn gate_expires_and_is_unlocked_by_guided_query() {
         json!({"namespace": "wg21-papers", "query_text": "x"}),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The gate reads tokio's clock: move it past the gate's lifetime.
+    crate::support::mcp::jump_clock(Duration::from_secs(601)).await;
     let e = h
         .err(
             "count",
@@ -566,30 +568,37 @@ async fn namespaces_that_would_change_the_request_path_are_validation_errors() {
 
 #[tokio::test]
 async fn a_cancelled_tool_call_stops_before_its_next_pinecone_call() {
-    let h = harness_with(PineconeFake::start().await, with_rerank).await;
-    h.fake.delay("search:kb", Duration::from_millis(1500));
-    h.fake
-        .delay("search:kb-sparse", Duration::from_millis(1500));
-    let params = CallToolRequestParams::new("query").with_arguments(
-        json!({"query_text": "senders receivers", "namespace": "wg21-papers"})
-            .as_object()
-            .cloned()
-            .unwrap(),
-    );
+    let fake = PineconeFake::start().await;
+    let server = NexusMcp::new().with_pinecone(PineconeServer::new(with_rerank(&fake)).unwrap());
+    let metrics = std::sync::Arc::clone(server.metrics());
+    let client = crate::support::mcp::connect(server).await;
+    fake.delay("search:kb", Duration::from_millis(1500));
+    fake.delay("search:kb-sparse", Duration::from_millis(1500));
+    let params = |text: &str| {
+        CallToolRequestParams::new("query").with_arguments(
+            json!({"query_text": text, "namespace": "wg21-papers"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        )
+    };
     // Dropping the call makes rmcp's client send notifications/cancelled.
-    let outcome =
-        tokio::time::timeout(Duration::from_millis(400), h.client.call_tool(params)).await;
-    assert!(outcome.is_err(), "the call should still be running");
-    assert_eq!(h.fake.count("search:kb"), 1);
-    // Had the call gone on, rerank would follow the searches.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(h.fake.count("rerank"), 0, "work went on after cancellation");
-    // The server still answers.
-    h.fake.delay("search:kb", Duration::ZERO);
-    h.fake.delay("search:kb-sparse", Duration::ZERO);
-    h.ok(
-        "query",
-        json!({"query_text": "senders", "namespace": "wg21-papers"}),
+    let outcome = tokio::time::timeout(
+        Duration::from_millis(400),
+        client.call_tool(params("senders receivers")),
     )
     .await;
+    assert!(outcome.is_err(), "the call should still be running");
+    assert_eq!(fake.count("search:kb"), 1);
+    // Had the call gone on, rerank would follow the searches before the
+    // call's end is recorded.
+    let ended = crate::support::mcp::ended_call(&metrics, "query", Duration::from_secs(10)).await;
+    assert_eq!(ended, "CANCELLED");
+    assert_eq!(fake.count("rerank"), 0, "work went on after cancellation");
+    // The server still answers.
+    fake.delay("search:kb", Duration::ZERO);
+    fake.delay("search:kb-sparse", Duration::ZERO);
+    let answer = client.call_tool(params("senders")).await.unwrap();
+    assert_ne!(answer.is_error, Some(true), "{answer:?}");
+    assert_eq!(fake.count("rerank"), 1);
 }

@@ -236,6 +236,7 @@ async fn a_slow_call_is_logged_at_notice() {
 async fn a_level_set_during_a_call_applies_to_its_messages() {
     let fake = PineconeFake::start().await;
     fake.delay("search:kb", Duration::from_millis(800));
+    fake.delay("search:kb-sparse", Duration::from_millis(800));
     let server = NexusMcp::new()
         .with_pinecone(PineconeServer::new(fake.config()).expect("pinecone server"))
         .with_slow_call_threshold(Duration::from_millis(200));
@@ -243,17 +244,43 @@ async fn a_level_set_during_a_call_applies_to_its_messages() {
     let client = connect_with(server, recorder.clone()).await;
     let peer = client.peer().clone();
     let call = tokio::spawn(async move { peer.call_tool(degraded_query()).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The call is running: its search reached Pinecone.
+    crate::support::mcp::wait_until(Duration::from_secs(10), "the search is sent", || async {
+        fake.count("search:kb") >= 1
+    })
+    .await;
     client
         .set_level(SetLevelRequestParams::new(LoggingLevel::Error))
         .await
         .expect("setLevel");
     call.await.expect("the call's task").expect("query");
-    // Messages about a call go out before its result.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let logs = recorder.logs();
-    assert!(
-        logs.iter().all(|l| l.data["event"] != "slow_call"),
+    // A later slow call, at notice again: its message arrives after any
+    // the first call sent (messages about a call go out before its result).
+    client
+        .set_level(SetLevelRequestParams::new(LoggingLevel::Notice))
+        .await
+        .expect("setLevel");
+    client
+        .call_tool(params(
+            "keyword_search",
+            json!({"query_text": "coroutines", "namespace": "wg21-papers"}),
+        ))
+        .await
+        .expect("keyword_search");
+    let slow = |logs: &[LoggingMessageNotificationParam], tool: &str| {
+        logs.iter()
+            .filter(|l| l.data["event"] == "slow_call" && l.data["tool"] == tool)
+            .count()
+    };
+    let mut logs = recorder.wait_logs(1).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while slow(&logs, "keyword_search") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "{logs:?}");
+        logs = recorder.wait_logs(logs.len() + 1).await;
+    }
+    assert_eq!(
+        slow(&logs, "query"),
+        0,
         "a notice after the level was raised to error: {logs:?}"
     );
 }

@@ -641,13 +641,28 @@ async fn a_query_context_cancelled_while_starting_cancels_the_turn_it_started() 
     );
 }
 
+/// An MCP session with the Nexus tools of `nexus`, and the server's
+/// metrics (where a call's end shows).
+async fn connect_counted(
+    nexus: &MockServer,
+) -> (
+    RunningService<RoleClient, RecordingClient>,
+    std::sync::Arc<nexus_knowql::mcp::metrics::Metrics>,
+) {
+    let server = NexusMcp::new().with_nexus(NexusServer::new(nexus_client(&nexus.uri())));
+    let metrics = std::sync::Arc::clone(server.metrics());
+    (connect(server).await, metrics)
+}
+
 #[tokio::test]
 async fn a_query_context_cancelled_before_the_turn_is_sent_starts_none() {
     let nexus = slow_nexus(Duration::from_millis(1500), Duration::ZERO).await;
-    let client = connect_nexus(&nexus.uri()).await;
+    let (client, metrics) = connect_counted(&nexus).await;
     cancel_query_context(&client, Duration::from_millis(400)).await;
-    // Long enough for the context lookup to have answered had it continued.
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    // The call's end is recorded once its handler returns: after that it
+    // can send nothing more.
+    let outcome = ended_call(&metrics, "query_context", Duration::from_secs(10)).await;
+    assert_eq!(outcome, "CANCELLED");
     let seen = received(&nexus).await;
     assert_eq!(
         seen,
@@ -659,7 +674,7 @@ async fn a_query_context_cancelled_before_the_turn_is_sent_starts_none() {
 #[tokio::test]
 async fn a_cancelled_get_query_stops_polling() {
     let nexus = fake_nexus(u64::MAX).await;
-    let client = connect_nexus(&nexus.uri()).await;
+    let (client, metrics) = connect_counted(&nexus).await;
     let params = CallToolRequestParams::new("get_query").with_arguments(
         json!({"query_id": "q_1", "wait_seconds": 30})
             .as_object()
@@ -668,14 +683,19 @@ async fn a_cancelled_get_query_stops_polling() {
     );
     let outcome = tokio::time::timeout(Duration::from_millis(700), client.call_tool(params)).await;
     assert!(outcome.is_err());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let polls = received(&nexus).await.len();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(
-        received(&nexus).await.len(),
-        polls,
-        "polling went on after cancellation"
+    // Had polling gone on, the call would run for its 30 s wait.
+    let ended = ended_call(&metrics, "get_query", Duration::from_secs(10)).await;
+    assert_eq!(ended, "CANCELLED", "polling went on after cancellation");
+    let polls = received(&nexus).await;
+    assert!(
+        polls.iter().all(|r| r == "GET /queries/q_1"),
+        "only polls: {polls:?}"
     );
+    // A later call's request is the last one received: no poll follows.
+    call(&client, "list_contexts", json!({})).await;
+    let seen = received(&nexus).await;
+    assert_eq!(seen.len(), polls.len() + 1, "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("GET /contexts"));
 }
 
 #[tokio::test]

@@ -420,3 +420,74 @@ pub fn caller_keys(fallback: bool) -> KeyPolicy {
         fallback_to_configured: fallback,
     }
 }
+
+/// The outcome label of the first finished call to `tool` that `metrics`
+/// recorded, waiting for one (a bounded poll: the server records a call
+/// when its handler returns, so this is the signal that the call's work
+/// is over). Panics when none ends within `within`.
+pub async fn ended_call(
+    metrics: &nexus_knowql::mcp::metrics::Metrics,
+    tool: &str,
+    within: std::time::Duration,
+) -> String {
+    let deadline = tokio::time::Instant::now() + within;
+    let series = format!("nexus_mcp_tool_calls_total{{tool=\"{tool}\",outcome=\"");
+    loop {
+        let text = metrics.render();
+        let ended = text.lines().find_map(|line| {
+            let rest = line.strip_prefix(series.as_str())?;
+            let (outcome, count) = rest.split_once("\"} ")?;
+            (count.trim().parse::<f64>().ok()? > 0.0).then(|| outcome.to_owned())
+        });
+        if let Some(outcome) = ended {
+            return outcome;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no call to {tool} ended within {within:?}:\n{text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Moves tokio's clock `by` forward at once, then lets it run again: what
+/// reads `tokio::time::Instant` (the Pinecone caches and gates) sees `by`
+/// pass, without a wall-clock wait and without pausing the clock while
+/// requests are on the wire. Needs a current-thread runtime.
+pub async fn jump_clock(by: std::time::Duration) {
+    tokio::time::pause();
+    tokio::time::advance(by).await;
+    tokio::time::resume();
+}
+
+/// Waits until `check` holds, polling every 20 ms; panics naming `what`
+/// when it does not within `within`.
+pub async fn wait_until<F, Fut>(within: std::time::Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// How many requests `nexus` received.
+pub async fn received_count(nexus: &MockServer) -> usize {
+    nexus.received_requests().await.map_or(0, |r| r.len())
+}
+
+/// The value of one series (its full name with labels, as rendered) in
+/// `metrics`; 0 when absent.
+pub fn sample(metrics: &nexus_knowql::mcp::metrics::Metrics, series: &str) -> f64 {
+    metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
