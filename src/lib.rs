@@ -104,6 +104,14 @@ pub use api::types;
 /// ```
 pub use reqwest;
 
+/// schemars 1, whose `JsonSchema` is the bound of
+/// [`ShapeOf::shape_of`](typed::ShapeOf::shape_of): derive it with the same
+/// major (`cargo add schemars@1`), or through this re-export with
+/// `#[schemars(crate = "nexus_knowql::schemars")]`.
+#[cfg(feature = "schema")]
+#[cfg_attr(docsrs, doc(cfg(feature = "schema")))]
+pub use schemars;
+
 pub use client::{
     ApiVersion, Call, CallOptions, Client, ClientBuilder, ResponseMeta, RetryPolicy, WaitPolicy,
 };
