@@ -1,6 +1,7 @@
 //! A typed, checkpointed job in a few lines: the adapters stack over one
-//! turn. `CheckpointedTurn` keeps the job's place in a store (a restarted
-//! run continues from it instead of asking again), `TypedTurn` decodes the
+//! turn. `CheckpointedTurn` keeps the job's place in a store (a worker
+//! whose store outlives it, as `worker --store DIR` does, continues from it
+//! instead of asking again), `TypedTurn` decodes the
 //! answer into a Rust type, and `text_stream` shows the text as it comes.
 //!
 //! ```sh
@@ -34,7 +35,8 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("nexus-typed-worker-{}", std::process::id()));
     let store = FileCheckpointStore::new(&dir)?;
 
-    // Started once; a run after a crash resumes the turn from the store.
+    // Started once; with a store that outlives the process, a run after a
+    // crash would resume the turn from it (this one is the process's own).
     let ask = (nexus.client.session([nexus.context.as_str()]).build()?)
         .ask("How do I resume a broken stream?")
         .shape(shape_for::<Resume>()?);

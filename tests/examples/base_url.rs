@@ -107,6 +107,12 @@ fn typed_uses_nexus_base_url() {
     asks_the_named_server("typed", &[], b"");
 }
 
+#[cfg(feature = "schema")]
+#[test]
+fn typed_worker_uses_nexus_base_url() {
+    asks_the_named_server("typed_worker", &[], b"");
+}
+
 #[test]
 fn nexus_uses_nexus_base_url() {
     let rt = runtime();

@@ -65,7 +65,7 @@ fn build_examples() -> &'static Result<(), String> {
             "background_turn",
         ]);
         if cfg!(feature = "schema") {
-            cmd.args(["--example", "typed"]);
+            cmd.args(["--example", "typed", "--example", "typed_worker"]);
         }
         if cfg!(feature = "web") {
             cmd.args(["--example", "web"]);
