@@ -9,6 +9,7 @@ mod client_http;
 mod decode;
 mod decode_props;
 mod errors;
+mod function_length;
 mod metadata;
 mod module_graph;
 mod pagination;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request};
 use axum::response::IntoResponse;
 use axum::response::Response;
@@ -21,11 +21,12 @@ use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
+use secrecy::SecretString;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::answer::{coalesce_answer, prefers_json, with_deadline};
-use super::budget::{Budgets, CallerId, Over, hold_until_end};
+use super::budget::{Budgets, CallerId, Over, Slot, hold_until_end};
 use super::cors::{self, HostOrigin};
 use super::options::MAX_REQUEST_BODY_BYTES;
 use super::proof::{Proofs, Standing};
@@ -249,6 +250,12 @@ impl Guard {
         deadline: Instant,
         rpc_method: &std::sync::OnceLock<&'static str>,
     ) -> (Response, CallerTag) {
+        let asked = Asked {
+            peer,
+            method,
+            deadline,
+            rpc_method,
+        };
         let key = match key_from_headers(request.headers()) {
             Ok(key) => key,
             Err(e) => {
@@ -265,6 +272,22 @@ impl Guard {
                 return (response, CallerTag::Invalid);
             }
         };
+        let caller = self.identify(&mut request, key, request_id, peer);
+        let response = match self.check_then_serve(request, &caller, &asked).await {
+            Ok(response) | Err(response) => response,
+        };
+        (response, caller.tag)
+    }
+
+    /// Who sends the request, from the key of its header; the identity
+    /// goes on the request for the tools and the logs.
+    fn identify(
+        &self,
+        request: &mut Request,
+        key: Option<SecretString>,
+        request_id: RequestId,
+        peer: Option<SocketAddr>,
+    ) -> Caller {
         // Sessions and key proofs are bound to the key's digest; budgets,
         // logs and the tools' per-caller pools need only a cheaper
         // per-process hash, worked out here once (the tools read it from
@@ -285,307 +308,394 @@ impl Guard {
                 caller: tag,
             },
         });
-        let caller = match hash {
+        let id = match hash {
             Some(hash) => CallerId::Key(hash),
             None => CallerId::Addr(peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip())),
         };
-        let (request, message, body) = if *method == Method::POST {
-            let (parts, body) = request.into_parts();
-            let read = tokio::time::timeout(
-                self.body_read_timeout,
-                axum::body::to_bytes(body, MAX_REQUEST_BODY_BYTES),
-            )
-            .await;
-            let bytes = match read {
-                Ok(Ok(bytes)) => bytes,
-                Ok(Err(_)) => {
-                    let response = self.refuse(
-                        Reason::BodyTooLarge,
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        peer,
-                        method,
-                        "request body too large or cut",
-                    );
-                    return (response, tag);
-                }
-                Err(_) => {
-                    let response = self.refuse(
-                        Reason::BodyTimeout,
-                        StatusCode::REQUEST_TIMEOUT,
-                        peer,
-                        method,
-                        "request body not received in time",
-                    );
-                    return (response, tag);
-                }
-            };
-            let message = match classify(&bytes) {
-                Ok((message, label)) => {
-                    self.metrics.rpc_request(label);
-                    let _ = rpc_method.set(label);
-                    message
-                }
-                Err(invalid) => {
-                    self.refusals
-                        .refused(Reason::InvalidMessage, peer, StatusCode::BAD_REQUEST);
-                    return (error_response(&invalid), tag);
-                }
-            };
-            let body = bytes.clone();
-            (
-                Request::from_parts(parts, Body::from(bytes)),
-                Some(message),
-                Some(body),
-            )
-        } else {
-            (request, None, None)
-        };
-        if message == Some(Message::Initialize) && hash.is_none() && !self.keyless {
-            let response = self.refuse(
+        Caller {
+            key: proving,
+            digest,
+            owner,
+            id,
+            tag,
+        }
+    }
+
+    /// The checks after the key header, in the order of the module docs,
+    /// then the MCP service. `Err` is an answer given early (a refusal).
+    async fn check_then_serve(
+        self: &Arc<Self>,
+        request: Request,
+        caller: &Caller,
+        asked: &Asked<'_>,
+    ) -> Result<Response, Response> {
+        let Received {
+            request,
+            message,
+            body,
+        } = self.receive(request, asked).await?;
+        if message == Some(Message::Initialize) && caller.key.is_none() && !self.keyless {
+            return Err(self.refuse(
                 Reason::KeylessSession,
                 StatusCode::UNAUTHORIZED,
-                peer,
-                method,
+                asked.peer,
+                asked.method,
                 "send your Pinecone API key in the X-Pinecone-Api-Key header: this server serves no caller without one",
-            );
-            return (response, tag);
+            ));
         }
         let session = request
             .headers()
             .get(HEADER_SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        // Where the key stands: the upstream is asked once per key, until it
-        // decides (a session opened unproven is proven by a later request).
-        // Keyless callers are served with the server's key by the
-        // operator's choice, and limited per address.
-        let proven = match (&proving, &digest) {
-            (Some(key), Some(digest)) => {
-                let standing = self
-                    .proofs
-                    .standing(key, digest, peer.map(|p| p.ip()))
-                    .await;
-                if standing == Standing::Refused {
-                    let response = self.refuse(
-                        Reason::KeyRefused,
-                        StatusCode::FORBIDDEN,
-                        peer,
-                        method,
-                        "the upstream refused this X-Pinecone-Api-Key; send a valid Pinecone API key",
-                    );
-                    return (response, tag);
-                }
-                standing == Standing::Proven
-            }
-            _ => true,
-        };
+        let proven = self.key_proven(caller, asked).await?;
         if let (Some(sessions), Some(id), true) = (&self.sessions, &session, proven) {
             sessions.prove(id);
         }
         if self.sessions.is_none()
             && let Some(Message::Cancelled(Some(id))) = &message
         {
-            self.cancel_running(caller, id);
+            self.cancel_running(caller.id, id);
         }
-        let slot = match self.budgets.admit(caller, proven) {
-            Ok(slot) => slot,
-            Err(Over::Caller) => {
-                let response = self.refuse(
+        let slot = self
+            .budgets
+            .admit(caller.id, proven)
+            .map_err(|over| self.over_budget(over, proven, asked))?;
+        match (&self.sessions, session, message) {
+            (Some(sessions), Some(id), _) => {
+                self.serve_in_session(sessions, &id, request, caller, slot, asked)
+                    .await
+            }
+            (Some(sessions), None, Some(Message::Initialize)) => {
+                self.open_session(sessions, request, caller, proven, slot, asked)
+                    .await
+            }
+            (None, _, Some(Message::Request(Some(id)))) => Ok(self
+                .serve_stateless(request, id, body, caller.id, slot, asked)
+                .await),
+            _ => {
+                let response = self.mcp.run(request).await;
+                Ok(if *asked.method == Method::POST {
+                    hold_until_end(response, slot)
+                } else {
+                    response
+                })
+            }
+        }
+    }
+
+    /// A POST's whole body within the body-read deadline, as one JSON-RPC
+    /// message (counted, and named for the access log); other methods'
+    /// requests pass as they are.
+    async fn receive(&self, request: Request, asked: &Asked<'_>) -> Result<Received, Response> {
+        if *asked.method != Method::POST {
+            return Ok(Received {
+                request,
+                message: None,
+                body: None,
+            });
+        }
+        let (parts, body) = request.into_parts();
+        let read = tokio::time::timeout(
+            self.body_read_timeout,
+            axum::body::to_bytes(body, MAX_REQUEST_BODY_BYTES),
+        )
+        .await;
+        let bytes = match read {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(_)) => {
+                return Err(self.refuse(
+                    Reason::BodyTooLarge,
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    asked.peer,
+                    asked.method,
+                    "request body too large or cut",
+                ));
+            }
+            Err(_) => {
+                return Err(self.refuse(
+                    Reason::BodyTimeout,
+                    StatusCode::REQUEST_TIMEOUT,
+                    asked.peer,
+                    asked.method,
+                    "request body not received in time",
+                ));
+            }
+        };
+        let message = match classify(&bytes) {
+            Ok((message, label)) => {
+                self.metrics.rpc_request(label);
+                let _ = asked.rpc_method.set(label);
+                message
+            }
+            Err(invalid) => {
+                self.refusals
+                    .refused(Reason::InvalidMessage, asked.peer, StatusCode::BAD_REQUEST);
+                return Err(error_response(&invalid));
+            }
+        };
+        let body = bytes.clone();
+        Ok(Received {
+            request: Request::from_parts(parts, Body::from(bytes)),
+            message: Some(message),
+            body: Some(body),
+        })
+    }
+
+    /// Whether the caller's key is proven (403 when the upstream refused
+    /// it). The upstream is asked once per key, until it decides (a
+    /// session opened unproven is proven by a later request). Keyless
+    /// callers are served with the server's key by the operator's choice,
+    /// and limited per address.
+    async fn key_proven(&self, caller: &Caller, asked: &Asked<'_>) -> Result<bool, Response> {
+        let (Some(key), Some(digest)) = (&caller.key, &caller.digest) else {
+            return Ok(true);
+        };
+        let standing = self
+            .proofs
+            .standing(key, digest, asked.peer.map(|p| p.ip()))
+            .await;
+        if standing == Standing::Refused {
+            return Err(self.refuse(
+                Reason::KeyRefused,
+                StatusCode::FORBIDDEN,
+                asked.peer,
+                asked.method,
+                "the upstream refused this X-Pinecone-Api-Key; send a valid Pinecone API key",
+            ));
+        }
+        Ok(standing == Standing::Proven)
+    }
+
+    /// The refusal of a request over the budget: 429 when the caller has
+    /// too many in flight, 503 when the server (or its quarantine) is full.
+    fn over_budget(&self, over: Over, proven: bool, asked: &Asked<'_>) -> Response {
+        let (reason, status, text) = match over {
+            Over::Caller => (
+                Reason::CallerBusy,
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many of your requests in flight; retry when one has finished",
+            ),
+            Over::Server if !proven => (
+                Reason::Quarantine,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many requests of keys not yet accepted upstream; retry later",
+            ),
+            Over::Server => (
+                Reason::ServerBusy,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server busy: too many requests in flight; retry later",
+            ),
+        };
+        self.refuse(reason, status, asked.peer, asked.method, text)
+    }
+
+    /// A request on session `id`: the caller's own (one uniform 404
+    /// otherwise), one GET stream at a time, and the slot (or stream) held
+    /// until the answer's last byte.
+    async fn serve_in_session(
+        &self,
+        sessions: &Arc<Sessions>,
+        id: &str,
+        request: Request,
+        caller: &Caller,
+        slot: Slot,
+        asked: &Asked<'_>,
+    ) -> Result<Response, Response> {
+        let (peer, method) = (asked.peer, asked.method);
+        let post = *method == Method::POST;
+        let Some(in_use) = sessions.enter(id, caller.owner) else {
+            return Err(self.not_found(peer, method));
+        };
+        let stream = if *method == Method::GET {
+            let Ok(open) = sessions.open_stream(id) else {
+                return Err(self.refuse(
+                    Reason::StreamOpen,
+                    StatusCode::CONFLICT,
+                    peer,
+                    method,
+                    "this session already has an open GET stream",
+                ));
+            };
+            let Ok(counted) = self.budgets.admit_stream(caller.id) else {
+                return Err(self.refuse(
                     Reason::CallerBusy,
                     StatusCode::TOO_MANY_REQUESTS,
                     peer,
                     method,
-                    "too many of your requests in flight; retry when one has finished",
-                );
-                return (response, tag);
-            }
-            Err(Over::Server) if !proven => {
-                let response = self.refuse(
-                    Reason::Quarantine,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    peer,
-                    method,
-                    "too many requests of keys not yet accepted upstream; retry later",
-                );
-                return (response, tag);
-            }
-            Err(Over::Server) => {
-                let response = self.refuse(
-                    Reason::ServerBusy,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    peer,
-                    method,
-                    "server busy: too many requests in flight; retry later",
-                );
-                return (response, tag);
-            }
+                    "too many of your requests and streams open; close one first",
+                ));
+            };
+            Some((open, counted))
+        } else {
+            None
         };
-        let post = *method == Method::POST;
-        let response = match (&self.sessions, session) {
-            (Some(sessions), Some(id)) => {
-                let Some(in_use) = sessions.enter(&id, owner) else {
-                    return (self.not_found(peer, method), tag);
-                };
-                let stream = if *method == Method::GET {
-                    let Ok(open) = sessions.open_stream(&id) else {
-                        let response = self.refuse(
-                            Reason::StreamOpen,
-                            StatusCode::CONFLICT,
-                            peer,
-                            method,
-                            "this session already has an open GET stream",
-                        );
-                        return (response, tag);
-                    };
-                    let Ok(counted) = self.budgets.admit_stream(caller) else {
-                        let response = self.refuse(
-                            Reason::CallerBusy,
-                            StatusCode::TOO_MANY_REQUESTS,
-                            peer,
-                            method,
-                            "too many of your requests and streams open; close one first",
-                        );
-                        return (response, tag);
-                    };
-                    Some((open, counted))
-                } else {
-                    None
-                };
-                let json_first = post && prefers_json(request.headers());
-                let response = self.mcp.run(request).await;
-                if response.status() == StatusCode::NOT_FOUND {
-                    sessions.remove(&id);
-                    return (self.not_found(peer, method), tag);
-                }
-                if *method == Method::DELETE && response.status().is_success() {
-                    sessions.remove(&id);
-                    // rmcp answers 202; clients (the Python SDK among them)
-                    // take only 200 or 204 as a session ended.
-                    return (StatusCode::NO_CONTENT.into_response(), tag);
-                }
-                let response = if json_first {
-                    coalesce_answer(response, deadline).await
-                } else {
-                    response
-                };
-                if post {
-                    hold_until_end(response, (slot, in_use))
-                } else if let Some(stream) = stream {
-                    hold_until_end(response, stream)
-                } else {
-                    response
-                }
-            }
-            (Some(sessions), None) if message == Some(Message::Initialize) => {
-                let reservation = match sessions.reserve(caller, proven).await {
-                    Ok(reservation) => reservation,
-                    Err(Full::Caller) => {
-                        let text = format!(
-                            "too many live MCP sessions of yours (limit {}); end one you no longer use",
-                            sessions.per_caller
-                        );
-                        let response = self.refuse(
-                            Reason::CallerSessions,
-                            StatusCode::TOO_MANY_REQUESTS,
-                            peer,
-                            method,
-                            &text,
-                        );
-                        return (response, tag);
-                    }
-                    Err(Full::Quarantine) => {
-                        let text = format!(
-                            "too many live MCP sessions of keys not yet accepted upstream, all busy \
-                             (limit {}); retry later",
-                            sessions.quarantine
-                        );
-                        let response = self.refuse(
-                            Reason::Quarantine,
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            peer,
-                            method,
-                            &text,
-                        );
-                        return (response, tag);
-                    }
-                    Err(Full::Server) => {
-                        let text = format!(
-                            "too many live MCP sessions, all busy (limit {}); retry later",
-                            sessions.max
-                        );
-                        let response = self.refuse(
-                            Reason::SessionsFull,
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            peer,
-                            method,
-                            &text,
-                        );
-                        return (response, tag);
-                    }
-                };
-                let response = self.mcp.run(request).await;
-                if let Some(id) = response
-                    .headers()
-                    .get(HEADER_SESSION_ID)
-                    .and_then(|v| v.to_str().ok())
-                {
-                    reservation.bind(id.to_owned(), owner);
-                }
-                hold_until_end(response, slot)
-            }
-            (None, _) if matches!(message, Some(Message::Request(Some(_)))) => {
-                let Some(Message::Request(Some(id))) = message else {
-                    return (self.mcp.run(request).await, tag);
-                };
-                // A tool call's structured content is written here from its
-                // text, not built and serialized as a tree by rmcp.
-                let edge = (rpc_method.get() == Some(&"tools/call")).then(EdgeSlot::default);
-                let mut request = request;
-                if let Some(edge) = &edge {
-                    request.extensions_mut().insert(edge.clone());
-                }
-                let running = self.register(caller, id.clone());
-                let token = running.token.clone();
-                // A plain call is answered here, anything else by rmcp.
-                let plain = match (&self.direct, &edge, &body) {
-                    (Some(direct), Some(_), Some(body)) => direct
-                        .plain(request.headers(), body)
-                        .map(|call| (direct, call)),
-                    _ => None,
-                };
-                let answer = async {
-                    match plain {
-                        Some((direct, call)) => {
-                            let (parts, _) = request.into_parts();
-                            direct.answer(parts, call).await
-                        }
-                        None => self.mcp.run(request).await,
-                    }
-                };
-                let response = tokio::select! {
-                    response = answer => response,
-                    () = token.cancelled() => cancelled_response(&id),
-                };
-                let response = match &edge {
-                    Some(edge) => write_held(response, edge).await,
-                    None => response,
-                };
-                let response = cut_when_cancelled(response, token);
-                // The budget slot is held until the answer's last byte, as
-                // a session's is: a streamed answer counts while it runs.
-                hold_until_end(response, (slot, edge, running))
-            }
-            _ => {
-                let response = self.mcp.run(request).await;
-                if post {
-                    hold_until_end(response, slot)
-                } else {
-                    response
-                }
-            }
+        let json_first = post && prefers_json(request.headers());
+        let response = self.mcp.run(request).await;
+        if response.status() == StatusCode::NOT_FOUND {
+            sessions.remove(id);
+            return Err(self.not_found(peer, method));
+        }
+        if *method == Method::DELETE && response.status().is_success() {
+            sessions.remove(id);
+            // rmcp answers 202; clients (the Python SDK among them)
+            // take only 200 or 204 as a session ended.
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        let response = if json_first {
+            coalesce_answer(response, asked.deadline).await
+        } else {
+            response
         };
-        (response, tag)
+        Ok(if post {
+            hold_until_end(response, (slot, in_use))
+        } else if let Some(stream) = stream {
+            hold_until_end(response, stream)
+        } else {
+            response
+        })
     }
+
+    /// `initialize` without a session: room under the session caps, then
+    /// the service, and the session it opens bound to the caller.
+    async fn open_session(
+        &self,
+        sessions: &Arc<Sessions>,
+        request: Request,
+        caller: &Caller,
+        proven: bool,
+        slot: Slot,
+        asked: &Asked<'_>,
+    ) -> Result<Response, Response> {
+        let reservation = sessions
+            .reserve(caller.id, proven)
+            .await
+            .map_err(|full| self.sessions_full(sessions, full, asked))?;
+        let response = self.mcp.run(request).await;
+        if let Some(id) = response
+            .headers()
+            .get(HEADER_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+        {
+            reservation.bind(id.to_owned(), caller.owner);
+        }
+        Ok(hold_until_end(response, slot))
+    }
+
+    /// The refusal of a session over the caller's, the quarantine's or the
+    /// server's cap, naming the limit.
+    fn sessions_full(&self, sessions: &Sessions, full: Full, asked: &Asked<'_>) -> Response {
+        let (reason, status, text) = match full {
+            Full::Caller => (
+                Reason::CallerSessions,
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "too many live MCP sessions of yours (limit {}); end one you no longer use",
+                    sessions.per_caller
+                ),
+            ),
+            Full::Quarantine => (
+                Reason::Quarantine,
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "too many live MCP sessions of keys not yet accepted upstream, all busy \
+                     (limit {}); retry later",
+                    sessions.quarantine
+                ),
+            ),
+            Full::Server => (
+                Reason::SessionsFull,
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "too many live MCP sessions, all busy (limit {}); retry later",
+                    sessions.max
+                ),
+            ),
+        };
+        self.refuse(reason, status, asked.peer, asked.method, &text)
+    }
+
+    /// A stateless request with JSON-RPC `id`: cancellable by its caller,
+    /// a plain tool call answered in place, anything else by rmcp.
+    async fn serve_stateless(
+        self: &Arc<Self>,
+        request: Request,
+        id: String,
+        body: Option<Bytes>,
+        caller: CallerId,
+        slot: Slot,
+        asked: &Asked<'_>,
+    ) -> Response {
+        // A tool call's structured content is written here from its
+        // text, not built and serialized as a tree by rmcp.
+        let edge = (asked.rpc_method.get() == Some(&"tools/call")).then(EdgeSlot::default);
+        let mut request = request;
+        if let Some(edge) = &edge {
+            request.extensions_mut().insert(edge.clone());
+        }
+        let running = self.register(caller, id.clone());
+        let token = running.token.clone();
+        // A plain call is answered here, anything else by rmcp.
+        let plain = match (&self.direct, &edge, &body) {
+            (Some(direct), Some(_), Some(body)) => direct
+                .plain(request.headers(), body)
+                .map(|call| (direct, call)),
+            _ => None,
+        };
+        let answer = async {
+            match plain {
+                Some((direct, call)) => {
+                    let (parts, _) = request.into_parts();
+                    direct.answer(parts, call).await
+                }
+                None => self.mcp.run(request).await,
+            }
+        };
+        let response = tokio::select! {
+            response = answer => response,
+            () = token.cancelled() => cancelled_response(&id),
+        };
+        let response = match &edge {
+            Some(edge) => write_held(response, edge).await,
+            None => response,
+        };
+        let response = cut_when_cancelled(response, token);
+        // The budget slot is held until the answer's last byte, as
+        // a session's is: a streamed answer counts while it runs.
+        hold_until_end(response, (slot, edge, running))
+    }
+}
+
+/// What the steps after the request id read of the request: where it comes
+/// from, its method, its deadline, and where its JSON-RPC method is noted
+/// for the access log.
+struct Asked<'a> {
+    peer: Option<SocketAddr>,
+    method: &'a Method,
+    deadline: Instant,
+    rpc_method: &'a std::sync::OnceLock<&'static str>,
+}
+
+/// Who a request comes from, worked out once from its key header.
+struct Caller {
+    /// The key, for asking the upstream where it stands.
+    key: Option<CallerKey>,
+    /// The key's digest, which key proofs are bound to.
+    digest: Option<[u8; 32]>,
+    /// The digest a session is bound to; `None` when stateless.
+    owner: Option<[u8; 32]>,
+    /// Whose budget the request counts against.
+    id: CallerId,
+    /// The caller as the logs name it.
+    tag: CallerTag,
+}
+
+/// A request with its body read: the JSON-RPC message and the body's bytes
+/// (POST only).
+struct Received {
+    request: Request,
+    message: Option<Message>,
+    body: Option<Bytes>,
 }
 
 /// Ends a streamed answer when its request is cancelled.

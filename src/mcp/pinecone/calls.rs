@@ -15,27 +15,27 @@ use crate::mcp::tool_error::with_error_branch;
 use crate::mcp::{ToolError, ToolErrorCode};
 
 use super::args::{
-    CountArgs, GenerateUrlsArgs, GuidedQueryArgs, KeywordSearchArgs, ListNamespacesArgs,
-    MetadataFilter, NamespaceRouterArgs, PreferredTool, Preset, QueryArgs, QueryDocumentsArgs,
-    SuggestQueryParamsArgs,
+    CountArgs, GenerateUrlsArgs, KeywordSearchArgs, ListNamespacesArgs, MetadataFilter,
+    NamespaceRouterArgs, Preset, QueryArgs, QueryDocumentsArgs, SuggestQueryParamsArgs,
 };
 use super::discovery::NamespaceRow;
 use super::documents::reassemble;
 use super::failure::Failure;
 use super::filter::validate_filter;
-use super::format::{Enrich, row};
+use super::format::row;
 use super::listing;
 use super::output::{
-    CountOutput, CountTool, DecisionTrace, Experimental, GenerateUrlsOutput, GuidedCount,
-    GuidedExperimental, GuidedQueryOutput, GuidedResult, KeywordSearchOutput, ListNamespacesOutput,
-    Mode, NamespaceRouterOutput, QueryDocumentsOutput, QueryOutput, RerankStatus, Status,
-    SuggestQueryParamsOutput, UrlRow,
+    CountOutput, Experimental, GenerateUrlsOutput, KeywordSearchOutput, ListNamespacesOutput, Mode,
+    NamespaceRouterOutput, QueryDocumentsOutput, QueryOutput, Status, SuggestQueryParamsOutput,
+    UrlRow,
 };
 use super::router::{rank, recommend};
 use super::search::{self, SearchSpec};
 use super::server::PineconeServer;
 use super::sources::Source;
-use super::suggest::{FAST_FIELDS, SuggestedTool, suggest};
+use super::suggest::{FAST_FIELDS, suggest};
+
+mod guided;
 
 /// Most records `generate_urls` accepts.
 const MAX_URL_RECORDS: usize = 500;
@@ -43,8 +43,6 @@ const MAX_URL_RECORDS: usize = 500;
 const CHUNKS_PER_DOCUMENT: u32 = 50;
 /// Most chunks `query_documents` fetches.
 const MAX_DOCUMENT_CHUNKS: u32 = 500;
-/// Router rows shown in the `guided_query` trace.
-const TRACE_ROWS: usize = 3;
 
 /// The most namespace names a "does not exist" hint lists.
 const MAX_NAMES_IN_HINT: usize = 20;
@@ -518,184 +516,6 @@ impl PineconeServer {
             result_count: documents.len(),
             documents,
             experimental: Experimental::of(&outcome),
-        })
-    }
-
-    pub(super) async fn do_guided(
-        &self,
-        args: GuidedQueryArgs,
-    ) -> Result<GuidedQueryOutput, Failure> {
-        let text = trimmed_required(
-            &args.user_query,
-            "user_query",
-            "user_query cannot be empty",
-            None,
-        )?;
-        let filter = filter_arg(&args.metadata_filter)?;
-        let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
-        let registry = &self.state.registry;
-        let named = registry.named(args.source.as_deref())?;
-        let view = registry.namespaces(named).await?;
-        let ranked = rank(&text, view.rows());
-        let routed = recommend(&ranked).cloned();
-        let (namespace, source) = match args.namespace.as_deref() {
-            Some(raw) => {
-                let ns = checked_namespace(trimmed_required(
-                    raw,
-                    "namespace",
-                    "namespace cannot be empty",
-                    None,
-                )?)?;
-                let source = self.resolve(args.source.as_deref(), &ns).await?;
-                (ns, source)
-            }
-            None => {
-                let Some(pick) = routed.as_ref() else {
-                    if view.rows().is_empty() {
-                        return Err(ToolError::new(
-                            ToolErrorCode::PineconeError,
-                            "No namespace available. Please run list_namespaces and verify index data.",
-                            true,
-                        )
-                        .with_suggestion("Call list_namespaces to confirm the index has namespaces, then retry.")
-                        .into());
-                    }
-                    let candidates: Vec<&str> = ranked
-                        .iter()
-                        .take(TRACE_ROWS)
-                        .map(|r| r.namespace.as_str())
-                        .collect();
-                    return Err(ToolError::validation(
-                        "namespace",
-                        format!(
-                            "No namespace matches the question well enough to choose one. Candidates: {}.",
-                            candidates.join(", ")
-                        ),
-                    )
-                    .with_suggestion("Pass namespace explicitly (see namespace_router or list_namespaces).")
-                    .into());
-                };
-                let source = match pick.source.as_deref() {
-                    Some(s) => registry.named(Some(s))?,
-                    None => named,
-                };
-                let source = match source.or_else(|| registry.default_source()) {
-                    Some(s) => s,
-                    None => return Err(self.no_source()),
-                };
-                (pick.namespace.trim().to_owned(), source)
-            }
-        };
-        let Some(found) = find_row(view.rows(), &namespace, Some(source)) else {
-            return Err(ToolError::validation(
-                "namespace",
-                format!("Namespace \"{namespace}\" not found in cached namespaces. Call list_namespaces and retry."),
-            )
-            .with_suggestion("Use a namespace name returned by list_namespaces, then call list_namespaces again if the cache is stale.")
-            .into());
-        };
-        let suggestion = suggest(Some(&found.metadata_fields), &text);
-        let selected = match args.preferred_tool.unwrap_or_default() {
-            PreferredTool::Auto => suggestion.recommended_tool,
-            PreferredTool::Count => SuggestedTool::Count,
-            PreferredTool::Fast => SuggestedTool::Fast,
-            PreferredTool::Detailed => SuggestedTool::Detailed,
-            PreferredTool::Full => SuggestedTool::Full,
-        };
-        self.state.gate.mark(&registry.gate_key(source, &namespace));
-        self.audit("guided_query", source);
-        let enrich_urls = args.enrich_urls.unwrap_or(true);
-        let shown = self.shown(source);
-        let (result, rerank_status) = if selected == SuggestedTool::Count {
-            let spec = SearchSpec {
-                text: &text,
-                top_k: search::COUNT_TOP_K,
-                namespace: &namespace,
-                filter: filter.as_ref(),
-                fields: None,
-            };
-            let counted = search::count(source.indexes(), &spec).await?;
-            let result = GuidedResult::Count(GuidedCount {
-                tool: CountTool::Count,
-                namespace: namespace.clone(),
-                source: shown,
-                query: text.clone(),
-                metadata_filter: args.metadata_filter,
-                count: counted.count,
-                truncated: counted.truncated,
-            });
-            (result, RerankStatus::Skipped)
-        } else {
-            let fast = selected == SuggestedTool::Fast;
-            let fields = if !suggestion.suggested_fields.is_empty() {
-                Some(suggestion.suggested_fields.clone())
-            } else if fast {
-                Some(FAST_FIELDS.map(str::to_owned).to_vec())
-            } else {
-                None
-            };
-            let spec = SearchSpec {
-                text: &text,
-                top_k,
-                namespace: &namespace,
-                filter: filter.as_ref(),
-                fields: fields.clone(),
-            };
-            let outcome = search::hybrid(source.indexes(), &spec, !fast).await?;
-            let enrich = enrich_urls.then_some(Enrich {
-                urls: &self.state.urls,
-                namespace: &namespace,
-                source: self.state.registry.is_multi().then(|| source.name()),
-            });
-            let results: Vec<_> = outcome
-                .hits
-                .iter()
-                .map(|h| row(h, outcome.reranked, shown.as_deref(), enrich))
-                .collect();
-            let status = if fast {
-                RerankStatus::Skipped
-            } else {
-                RerankStatus::of(&outcome.rerank)
-            };
-            let result = GuidedResult::Query(QueryOutput {
-                status: Status::Success,
-                mode: match selected {
-                    SuggestedTool::Fast => Mode::QueryFast,
-                    SuggestedTool::Detailed => Mode::QueryDetailed,
-                    _ => Mode::Query,
-                },
-                query: text.clone(),
-                namespace: namespace.clone(),
-                source: shown,
-                metadata_filter: args.metadata_filter,
-                result_count: results.len(),
-                fields,
-                results,
-                experimental: Experimental::of(&outcome),
-                hint: None,
-            });
-            (result, status)
-        };
-        Ok(GuidedQueryOutput {
-            status: Status::Success,
-            result,
-            experimental: GuidedExperimental {
-                decision_trace: DecisionTrace {
-                    cache_hit: view.cache_hit,
-                    input_namespace: args.namespace,
-                    routed_namespace: routed.map(|r| r.namespace),
-                    selected_namespace: namespace,
-                    selected_source: (self.state.config.mode == super::config::SourceMode::Sources)
-                        .then(|| source.name().to_owned()),
-                    ranked_namespaces: ranked.into_iter().take(TRACE_ROWS).collect(),
-                    suggested_fields: suggestion.suggested_fields,
-                    suggested_tool: suggestion.recommended_tool,
-                    selected_tool: selected,
-                    explanation: suggestion.explanation.to_owned(),
-                    enrich_urls,
-                    rerank_status,
-                },
-            },
         })
     }
 
