@@ -35,6 +35,7 @@ mod stateless_paths;
 mod stdio;
 #[cfg(target_os = "linux")]
 mod stdio_ends;
+mod stdio_ping;
 mod stdio_results;
 mod tasks;
 mod tools;
