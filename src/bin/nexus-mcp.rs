@@ -201,6 +201,19 @@ struct Args {
     #[arg(long, env = "NEXUS_MCP_TASK_TTL", value_name = "SECS", value_parser = seconds, default_value = "3600", help_heading = "Tasks")]
     task_ttl: Duration,
 
+    /// Expose only these tools (comma-separated names, for example
+    /// `query_context,get_query`): the others are not listed, and a call to
+    /// one is answered as a call to a tool that does not exist. A name no
+    /// configured tool has is refused at start. Default: every tool.
+    #[arg(
+        long,
+        env = "NEXUS_MCP_TOOLS",
+        value_name = "NAMES",
+        value_delimiter = ',',
+        help_heading = "Tools"
+    )]
+    tools: Option<Vec<String>>,
+
     #[command(flatten)]
     pinecone: PineconeArgs,
 
@@ -381,6 +394,11 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     }
     if let Some(pinecone) = pinecone {
         server = server.with_pinecone(pinecone.with_key_policy(keys));
+    }
+    if let Some(names) = &args.tools {
+        server = server
+            .with_tool_allow_list(names)
+            .map_err(|e| format!("--tools: {e}"))?;
     }
 
     match args.transport {

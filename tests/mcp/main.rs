@@ -38,5 +38,6 @@ mod stdio_ends;
 mod stdio_ping;
 mod stdio_results;
 mod tasks;
+mod tool_list;
 mod tools;
 mod usefulness;
