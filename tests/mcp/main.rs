@@ -22,6 +22,7 @@ mod namespace_listing;
 mod operations;
 mod operations_honest;
 mod operations_limits;
+mod peer_support;
 mod pinecone_check;
 mod pinecone_harness;
 mod pinecone_sources;
@@ -31,6 +32,7 @@ mod protocol;
 mod protocol_errors;
 #[cfg(feature = "local")]
 mod rmcp_http;
+mod stateless_differential;
 mod stateless_paths;
 mod stdio;
 #[cfg(target_os = "linux")]
