@@ -73,8 +73,7 @@ fn rpc_error(body: &str) -> Option<i64> {
     let message = body
         .lines()
         .filter_map(|l| l.strip_prefix("data:"))
-        .filter(|l| !l.trim().is_empty())
-        .next_back()
+        .rfind(|l| !l.trim().is_empty())
         .unwrap_or(body);
     serde_json::from_str::<Value>(message.trim())
         .ok()?
