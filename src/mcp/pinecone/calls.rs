@@ -31,7 +31,7 @@ use super::output::{
     Mode, NamespaceRouterOutput, QueryDocumentsOutput, QueryOutput, RerankStatus, Status,
     SuggestQueryParamsOutput, UrlRow,
 };
-use super::router::{rank, recommend};
+use super::router::{RouteSuggestion, rank, recommend};
 use super::search::{self, SearchSpec};
 use super::server::PineconeServer;
 use super::sources::Source;
@@ -549,42 +549,7 @@ impl PineconeServer {
                 let source = self.resolve(args.source.as_deref(), &ns).await?;
                 (ns, source)
             }
-            None => {
-                let Some(pick) = routed.as_ref() else {
-                    if view.rows().is_empty() {
-                        return Err(ToolError::new(
-                            ToolErrorCode::PineconeError,
-                            "No namespace available. Please run list_namespaces and verify index data.",
-                            true,
-                        )
-                        .with_suggestion("Call list_namespaces to confirm the index has namespaces, then retry.")
-                        .into());
-                    }
-                    let candidates: Vec<&str> = ranked
-                        .iter()
-                        .take(TRACE_ROWS)
-                        .map(|r| r.namespace.as_str())
-                        .collect();
-                    return Err(ToolError::validation(
-                        "namespace",
-                        format!(
-                            "No namespace matches the question well enough to choose one. Candidates: {}.",
-                            candidates.join(", ")
-                        ),
-                    )
-                    .with_suggestion("Pass namespace explicitly (see namespace_router or list_namespaces).")
-                    .into());
-                };
-                let source = match pick.source.as_deref() {
-                    Some(s) => registry.named(Some(s))?,
-                    None => named,
-                };
-                let source = match source.or_else(|| registry.default_source()) {
-                    Some(s) => s,
-                    None => return Err(self.no_source()),
-                };
-                (pick.namespace.trim().to_owned(), source)
-            }
+            None => self.routed_target(routed.as_ref(), &ranked, view.rows().is_empty(), named)?,
         };
         let Some(found) = find_row(view.rows(), &namespace, Some(source)) else {
             return Err(ToolError::validation(
@@ -697,6 +662,53 @@ impl PineconeServer {
                 },
             },
         })
+    }
+
+    /// The namespace and source routing picks for a question that names no
+    /// namespace (`pick`, from `ranked`), or why none can be picked.
+    fn routed_target<'s>(
+        &'s self,
+        pick: Option<&RouteSuggestion>,
+        ranked: &[RouteSuggestion],
+        no_namespaces: bool,
+        named: Option<&'s Source>,
+    ) -> Result<(String, &'s Source), Failure> {
+        let registry = &self.state.registry;
+        let Some(pick) = pick else {
+            if no_namespaces {
+                return Err(ToolError::new(
+                    ToolErrorCode::PineconeError,
+                    "No namespace available. Please run list_namespaces and verify index data.",
+                    true,
+                )
+                .with_suggestion(
+                    "Call list_namespaces to confirm the index has namespaces, then retry.",
+                )
+                .into());
+            }
+            let candidates: Vec<&str> = ranked
+                .iter()
+                .take(TRACE_ROWS)
+                .map(|r| r.namespace.as_str())
+                .collect();
+            return Err(ToolError::validation(
+                "namespace",
+                format!(
+                    "No namespace matches the question well enough to choose one. Candidates: {}.",
+                    candidates.join(", ")
+                ),
+            )
+            .with_suggestion("Pass namespace explicitly (see namespace_router or list_namespaces).")
+            .into());
+        };
+        let source = match pick.source.as_deref() {
+            Some(s) => registry.named(Some(s))?,
+            None => named,
+        };
+        match source.or_else(|| registry.default_source()) {
+            Some(source) => Ok((pick.namespace.trim().to_owned(), source)),
+            None => Err(self.no_source()),
+        }
     }
 
     fn no_source(&self) -> Failure {
