@@ -151,31 +151,58 @@ async fn open_sessions_falls_when_sessions_expire() {
     shutdown.cancel();
 }
 
+/// How long Nexus takes to answer in the shutdown test: far longer than
+/// closing the listener takes.
+const UPSTREAM_DELAY: Duration = Duration::from_secs(3);
+
 #[tokio::test]
 async fn shutdown_closes_the_listener_before_the_requests_in_flight_end() {
     let nexus = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path_regex("contexts"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(json!([]))
-                .set_delay(Duration::from_millis(1500)),
-        )
-        .mount(&nexus)
-        .await;
+    let contexts = |delay| {
+        Mock::given(method("GET"))
+            .and(path_regex("contexts"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(json!([]))
+                    .set_delay(delay),
+            )
+    };
+    contexts(Duration::ZERO).mount(&nexus).await;
     let (addr, shutdown, done) =
         serve_until(keyed_nexus(&nexus.uri()), HttpOptions::default()).await;
     let url = format!("http://{addr}{}", http::MCP_PATH);
     let mut mcp = HttpMcp::new(&url).header("X-Pinecone-Api-Key", KEY);
+    // The key is proven at once; the call's own request is slow.
     mcp.initialize().await;
+    nexus.reset().await;
+    contexts(UPSTREAM_DELAY).mount(&nexus).await;
     let call = tokio::spawn(async move { mcp.call("list_contexts", json!({})).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Signals, not sleeps: Nexus has the call's request, then the
+    // listener refuses connections.
+    let in_flight = async {
+        while nexus
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .is_empty()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), in_flight)
+        .await
+        .expect("the call reaches Nexus");
     shutdown.cancel();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // The slow call is still running, and nobody new gets in.
+    let closed = async {
+        while tokio::net::TcpStream::connect(addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("nobody new gets in during shutdown");
+    // The slow call (its Nexus answer is seconds away) is still running.
     assert!(!call.is_finished());
-    let refused = tokio::net::TcpStream::connect(addr).await;
-    assert!(refused.is_err(), "connected during shutdown: {refused:?}");
     let result = call.await.expect("the call's task");
     assert_eq!(result["isError"], false, "{result}");
     tokio::time::timeout(Duration::from_secs(10), done)
