@@ -17,6 +17,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::response::IntoResponse;
 use axum::response::Response;
+use bytes::Bytes;
 use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
@@ -240,6 +241,96 @@ impl Guard {
     }
 
     /// Everything after the request id: checks, then the MCP service.
+    /// A POST's body, read within the body deadline and bounded in bytes,
+    /// and the JSON-RPC message it carries; or the refusal to send.
+    async fn read_message(
+        &self,
+        request: Request,
+        peer: Option<SocketAddr>,
+        method: &Method,
+        rpc_method: &std::sync::OnceLock<&'static str>,
+    ) -> Result<(Request, Option<Message>, Option<Bytes>), Response> {
+        let (parts, body) = request.into_parts();
+        let read = tokio::time::timeout(
+            self.body_read_timeout,
+            axum::body::to_bytes(body, MAX_REQUEST_BODY_BYTES),
+        )
+        .await;
+        let bytes = match read {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(_)) => {
+                return Err(self.refuse(
+                    Reason::BodyTooLarge,
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    peer,
+                    method,
+                    "request body too large or cut",
+                ));
+            }
+            Err(_) => {
+                return Err(self.refuse(
+                    Reason::BodyTimeout,
+                    StatusCode::REQUEST_TIMEOUT,
+                    peer,
+                    method,
+                    "request body not received in time",
+                ));
+            }
+        };
+        let message = match classify(&bytes) {
+            Ok((message, label)) => {
+                self.metrics.rpc_request(label);
+                let _ = rpc_method.set(label);
+                message
+            }
+            Err(invalid) => {
+                self.refusals
+                    .refused(Reason::InvalidMessage, peer, StatusCode::BAD_REQUEST);
+                return Err(error_response(&invalid));
+            }
+        };
+        let body = bytes.clone();
+        Ok((
+            Request::from_parts(parts, Body::from(bytes)),
+            Some(message),
+            Some(body),
+        ))
+    }
+
+    /// The refusal of a request over a budget: its caller's (429), or the
+    /// server's (503; for keys not yet accepted upstream, their share).
+    fn over_budget(
+        &self,
+        over: Over,
+        proven: bool,
+        peer: Option<SocketAddr>,
+        method: &Method,
+    ) -> Response {
+        match over {
+            Over::Caller => self.refuse(
+                Reason::CallerBusy,
+                StatusCode::TOO_MANY_REQUESTS,
+                peer,
+                method,
+                "too many of your requests in flight; retry when one has finished",
+            ),
+            Over::Server if !proven => self.refuse(
+                Reason::Quarantine,
+                StatusCode::SERVICE_UNAVAILABLE,
+                peer,
+                method,
+                "too many requests of keys not yet accepted upstream; retry later",
+            ),
+            Over::Server => self.refuse(
+                Reason::ServerBusy,
+                StatusCode::SERVICE_UNAVAILABLE,
+                peer,
+                method,
+                "server busy: too many requests in flight; retry later",
+            ),
+        }
+    }
+
     async fn handle(
         self: &Arc<Self>,
         mut request: Request,
@@ -290,53 +381,10 @@ impl Guard {
             None => CallerId::Addr(peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip())),
         };
         let (request, message, body) = if *method == Method::POST {
-            let (parts, body) = request.into_parts();
-            let read = tokio::time::timeout(
-                self.body_read_timeout,
-                axum::body::to_bytes(body, MAX_REQUEST_BODY_BYTES),
-            )
-            .await;
-            let bytes = match read {
-                Ok(Ok(bytes)) => bytes,
-                Ok(Err(_)) => {
-                    let response = self.refuse(
-                        Reason::BodyTooLarge,
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        peer,
-                        method,
-                        "request body too large or cut",
-                    );
-                    return (response, tag);
-                }
-                Err(_) => {
-                    let response = self.refuse(
-                        Reason::BodyTimeout,
-                        StatusCode::REQUEST_TIMEOUT,
-                        peer,
-                        method,
-                        "request body not received in time",
-                    );
-                    return (response, tag);
-                }
-            };
-            let message = match classify(&bytes) {
-                Ok((message, label)) => {
-                    self.metrics.rpc_request(label);
-                    let _ = rpc_method.set(label);
-                    message
-                }
-                Err(invalid) => {
-                    self.refusals
-                        .refused(Reason::InvalidMessage, peer, StatusCode::BAD_REQUEST);
-                    return (error_response(&invalid), tag);
-                }
-            };
-            let body = bytes.clone();
-            (
-                Request::from_parts(parts, Body::from(bytes)),
-                Some(message),
-                Some(body),
-            )
+            match self.read_message(request, peer, method, rpc_method).await {
+                Ok(read) => read,
+                Err(response) => return (response, tag),
+            }
         } else {
             (request, None, None)
         };
@@ -389,36 +437,7 @@ impl Guard {
         }
         let slot = match self.budgets.admit(caller, proven) {
             Ok(slot) => slot,
-            Err(Over::Caller) => {
-                let response = self.refuse(
-                    Reason::CallerBusy,
-                    StatusCode::TOO_MANY_REQUESTS,
-                    peer,
-                    method,
-                    "too many of your requests in flight; retry when one has finished",
-                );
-                return (response, tag);
-            }
-            Err(Over::Server) if !proven => {
-                let response = self.refuse(
-                    Reason::Quarantine,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    peer,
-                    method,
-                    "too many requests of keys not yet accepted upstream; retry later",
-                );
-                return (response, tag);
-            }
-            Err(Over::Server) => {
-                let response = self.refuse(
-                    Reason::ServerBusy,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    peer,
-                    method,
-                    "server busy: too many requests in flight; retry later",
-                );
-                return (response, tag);
-            }
+            Err(over) => return (self.over_budget(over, proven, peer, method), tag),
         };
         let post = *method == Method::POST;
         let response = match (&self.sessions, session) {
