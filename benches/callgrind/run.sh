@@ -10,4 +10,4 @@ if [ -z "${NEXUS_MCP_BIN:-}" ]; then
     cargo build --release --features mcp,cli --bin nexus-mcp
 fi
 # The driver's own speed does not matter: only the server is counted.
-cargo bench --profile dev --features mcp,local --bench callgrind_calls
+cargo bench --profile dev --features mcp,local,cli --bench callgrind_calls

@@ -189,10 +189,30 @@ struct Args {
     #[arg(long, env = "NEXUS_MCP_TASK_SECRET", hide_env_values = true, value_name = "SECRET", value_parser = secret_text, help_heading = "Tasks")]
     task_secret: Option<secrecy::SecretString>,
 
+    /// The secret being rotated out: handles it sealed are still honoured
+    /// until they expire; new ones are sealed with --task-secret. To
+    /// rotate, deploy with this set to the old secret and --task-secret
+    /// to the new one; remove it once --task-ttl has passed.
+    #[arg(long, env = "NEXUS_MCP_TASK_SECRET_PREVIOUS", hide_env_values = true, value_name = "SECRET", value_parser = secret_text, requires = "task_secret", help_heading = "Tasks")]
+    task_secret_previous: Option<secrecy::SecretString>,
+
     /// Seconds a task handle is honoured after the task started (its
     /// `ttlMs`).
     #[arg(long, env = "NEXUS_MCP_TASK_TTL", value_name = "SECS", value_parser = seconds, default_value = "3600", help_heading = "Tasks")]
     task_ttl: Duration,
+
+    /// Expose only these tools (comma-separated names, for example
+    /// `query_context,get_query`): the others are not listed, and a call to
+    /// one is answered as a call to a tool that does not exist. A name no
+    /// configured tool has is refused at start. Default: every tool.
+    #[arg(
+        long,
+        env = "NEXUS_MCP_TOOLS",
+        value_name = "NAMES",
+        value_delimiter = ',',
+        help_heading = "Tools"
+    )]
+    tools: Option<Vec<String>>,
 
     #[command(flatten)]
     pinecone: PineconeArgs,
@@ -352,11 +372,16 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             fallback_to_configured: args.allow_server_key,
         },
     };
-    let seal = match &args.task_secret {
+    let mut seal = match &args.task_secret {
         Some(secret) => TaskSeal::new(secret.expose_secret().as_bytes())
             .map_err(|e| format!("--task-secret: {e}"))?,
         None => TaskSeal::random(),
     };
+    if let Some(previous) = &args.task_secret_previous {
+        seal = seal
+            .with_previous(previous.expose_secret().as_bytes())
+            .map_err(|e| format!("--task-secret-previous: {e}"))?;
+    }
     let mut server = NexusMcp::new()
         .with_slow_call_threshold(Duration::from_millis(args.slow_call_ms))
         .with_task_seal(seal.with_ttl(args.task_ttl));
@@ -369,6 +394,11 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     }
     if let Some(pinecone) = pinecone {
         server = server.with_pinecone(pinecone.with_key_policy(keys));
+    }
+    if let Some(names) = &args.tools {
+        server = server
+            .with_tool_allow_list(names)
+            .map_err(|e| format!("--tools: {e}"))?;
     }
 
     match args.transport {

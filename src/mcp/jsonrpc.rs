@@ -13,6 +13,8 @@ use serde::de::IgnoredAny;
 pub(crate) const PARSE_ERROR: i32 = -32700;
 /// JSON-RPC "invalid request".
 pub(crate) const INVALID_REQUEST: i32 = -32600;
+/// JSON-RPC "method not found".
+pub(crate) const METHOD_NOT_FOUND: i32 = -32601;
 /// JSON-RPC "invalid params".
 pub(crate) const INVALID_PARAMS: i32 = -32602;
 

@@ -9,6 +9,7 @@
 //!   knowledge files, Pinecone namespaces, `ask_context` and
 //!   `research_namespace`, and completion of their names.
 
+mod allow_list;
 pub mod caller;
 mod catalog;
 mod edge_structured;
@@ -32,6 +33,7 @@ pub mod tool_error;
 /// them at the same version.
 pub use rmcp;
 
+pub use allow_list::ToolAllowListError;
 pub use catalog::{COMPLETION_TTL, MAX_KNOWLEDGE_READ_BYTES, RESOURCE_PAGE_SIZE};
 pub use nexus::{KeyPolicy, NexusServer};
 pub use server::NexusMcp;

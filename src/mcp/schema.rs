@@ -15,7 +15,11 @@
 //! Output schemas keep their `$defs` and their nullable fields, but lose
 //! non-standard formats and type arrays: a field that may be null is
 //! written `anyOf` of its type and `null` (the spelling portable schema
-//! checkers such as the MCP Inspector's ask for).
+//! checkers such as the MCP Inspector's ask for). They also lose what only
+//! a reader would use and a client pays for in every `tools/list`: the
+//! descriptions and titles of their members (the tool's description says
+//! what it returns), and `oneOf` of `const`s, written as one `const` or an
+//! `enum`. What they accept is unchanged.
 
 use std::sync::Arc;
 
@@ -75,6 +79,7 @@ pub(crate) fn portable(mut tool: Tool) -> Tool {
         let mut value = Value::Object((*output).clone());
         strip_formats(&mut value);
         split_type_arrays(&mut value);
+        trim_output(&mut value);
         if let Value::Object(map) = value {
             tool.output_schema = Some(Arc::new(map));
         }
@@ -373,6 +378,57 @@ fn split_type_arrays(schema: &mut Value) {
     }
 }
 
+/// Annotations an output schema loses (see the module docs).
+const OUTPUT_ANNOTATIONS: &[&str] = &["description", "title", "$comment"];
+
+/// Drops an output schema's annotations and writes its `oneOf` (or
+/// `anyOf`) of `const`s as one `const` or an `enum`, wherever they are:
+/// the values it accepts stay the same.
+fn trim_output(schema: &mut Value) {
+    let map = match schema {
+        Value::Object(map) => map,
+        Value::Array(items) => {
+            items.iter_mut().for_each(trim_output);
+            return;
+        }
+        _ => return,
+    };
+    for (key, value) in map.iter_mut() {
+        match (key.as_str(), value) {
+            // Maps of names to subschemas: a property may be called
+            // `description`.
+            (
+                "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas",
+                Value::Object(named),
+            ) => named.values_mut().for_each(trim_output),
+            (key, _) if DATA_KEYS.contains(&key) => {}
+            (_, value) => trim_output(value),
+        }
+    }
+    map.retain(|key, value| !(OUTPUT_ANNOTATIONS.contains(&key.as_str()) && value.is_string()));
+    for key in ["oneOf", "anyOf"] {
+        if map.contains_key("const") || map.contains_key("enum") {
+            break;
+        }
+        let Some(Value::Array(branches)) = map.get(key) else {
+            continue;
+        };
+        let branches: Vec<&Value> = branches.iter().collect();
+        let Some(mut values) = const_values(&branches) else {
+            continue;
+        };
+        let kind = common_type(&branches);
+        map.remove(key);
+        if let Some(kind) = kind {
+            map.entry("type").or_insert(Value::String(kind));
+        }
+        match values.len() {
+            1 => map.insert("const".to_owned(), values.remove(0)),
+            _ => map.insert("enum".to_owned(), Value::Array(values)),
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,6 +510,42 @@ mod tests {
         }));
         let flat = Value::Object(portable_input(&schema));
         assert!(!flat.to_string().contains("$ref"), "{flat}");
+    }
+
+    #[test]
+    fn output_schemas_lose_annotations_and_write_consts_plainly() {
+        let mut schema = json!({
+            "description": "A result.",
+            "type": "object",
+            "properties": {
+                "status": {"description": "Always ok.", "$ref": "#/$defs/Status"},
+                "mode": {"oneOf": [
+                    {"description": "Fast.", "type": "string", "const": "fast"},
+                    {"description": "Full.", "type": "string", "const": "full"}
+                ]},
+                "description": {"title": "Kept name", "anyOf": [{"type": "string"}, {"type": "null"}]},
+                "either": {"anyOf": [{"const": 1}, {"const": "one"}]}
+            },
+            "required": ["status", "description"],
+            "$defs": {"Status": {"description": "Status.", "oneOf": [
+                {"description": "Ok.", "type": "string", "const": "ok"}
+            ]}}
+        });
+        trim_output(&mut schema);
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {
+                    "status": {"$ref": "#/$defs/Status"},
+                    "mode": {"type": "string", "enum": ["fast", "full"]},
+                    "description": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                    "either": {"enum": [1, "one"]}
+                },
+                "required": ["status", "description"],
+                "$defs": {"Status": {"type": "string", "const": "ok"}}
+            })
+        );
     }
 
     #[test]

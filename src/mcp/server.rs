@@ -20,6 +20,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::ToolErrorCode;
+use super::allow_list::{self, ToolAllowListError};
 use super::caller::log_identity;
 use super::catalog::{self, CompletionCache, Families};
 use super::logging::{self, DEFAULT_SLOW_CALL, SessionLevel};
@@ -72,6 +73,9 @@ pub struct NexusMcp {
     /// The tools whose output schema has an `experimental` member (where
     /// degradation is reported), worked out once for these families.
     degradable: Arc<OnceLock<Box<[Box<str>]>>>,
+    /// The tools exposed, when an operator chose them: the others are
+    /// neither listed nor called.
+    exposed: Option<Arc<[Box<str>]>>,
 }
 
 impl Default for NexusMcp {
@@ -87,6 +91,7 @@ impl Default for NexusMcp {
             info: Arc::default(),
             initialized: Arc::default(),
             degradable: Arc::default(),
+            exposed: None,
         }
     }
 }
@@ -135,6 +140,57 @@ impl NexusMcp {
         self.info = Arc::default();
         self.degradable = Arc::default();
         self
+    }
+
+    /// Exposes only the tools `names` (set after the families): the others
+    /// are not listed, and a call to one is answered as a call to a tool
+    /// that does not exist. Blank and repeated names are ignored.
+    ///
+    /// ```
+    /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use nexus_knowql::Client;
+    /// use nexus_knowql::mcp::{NexusMcp, NexusServer};
+    /// let client = Client::builder().base_url("http://127.0.0.1:8080/api").build()?;
+    /// let server = NexusMcp::new()
+    ///     .with_nexus(NexusServer::new(client))
+    ///     .with_tool_allow_list(["query_context", "get_query"])?;
+    /// # let _ = server; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A name no configured family serves, or no name at all.
+    pub fn with_tool_allow_list<I, S>(mut self, names: I) -> Result<Self, ToolAllowListError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let served: Vec<String> = self
+            .family_tools()
+            .into_iter()
+            .map(|t| t.name.into_owned())
+            .collect();
+        self.exposed = Some(allow_list::checked(names, &served)?);
+        self.info = Arc::default();
+        Ok(self)
+    }
+
+    /// Whether tool `name` is exposed (every tool is, without an allow-list).
+    fn exposes(&self, name: &str) -> bool {
+        self.exposed
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| &**n == name))
+    }
+
+    /// Every tool of the configured families, exposed or not.
+    fn family_tools(&self) -> Vec<Tool> {
+        let mut tools = Vec::new();
+        if let Some(nexus) = &self.nexus {
+            tools.extend(nexus.tools());
+        }
+        if let Some(pinecone) = &self.pinecone {
+            tools.extend(pinecone.tools());
+        }
+        tools
     }
 
     /// The Pinecone family, if served.
@@ -198,8 +254,11 @@ impl NexusMcp {
         }
     }
 
-    /// The family that serves tool `name`, if any.
+    /// The family that serves tool `name`, if it is exposed.
     fn family_of(&self, name: &str) -> Option<Family<'_>> {
+        if !self.exposes(name) {
+            return None;
+        }
         if let Some(nexus) = self.nexus.as_deref().filter(|n| n.has_tool(name)) {
             Some(Family::Nexus(nexus))
         } else {
@@ -243,14 +302,7 @@ impl NexusMcp {
     /// has an `experimental` member): only those results are read for it.
     fn degradable(&self, tool: &str) -> bool {
         let names = self.degradable.get_or_init(|| {
-            let mut tools = Vec::new();
-            if let Some(nexus) = &self.nexus {
-                tools.extend(nexus.tools());
-            }
-            if let Some(pinecone) = &self.pinecone {
-                tools.extend(pinecone.tools());
-            }
-            tools
+            self.family_tools()
                 .into_iter()
                 .filter(|t| {
                     t.output_schema
@@ -271,8 +323,8 @@ impl NexusMcp {
         let builder = ServerCapabilities::builder()
             .enable_logging()
             .enable_tools();
-        // Tasks are `query_context` turns: offered with the Nexus tools.
-        let mut capabilities = if self.nexus.is_some() {
+        // Tasks are `query_context` turns: offered with that tool.
+        let mut capabilities = if self.nexus.is_some() && self.exposes("query_context") {
             builder.enable_tasks().build()
         } else {
             builder.build()
@@ -286,12 +338,14 @@ impl NexusMcp {
     /// The instructions: the Nexus flow, then each other family's own.
     fn instructions(&self) -> String {
         let mut text = String::new();
-        if self.nexus.is_some() {
+        let any_exposed = |tools: Vec<Tool>| tools.iter().any(|t| self.exposes(&t.name));
+        if self.nexus.as_ref().is_some_and(|n| any_exposed(n.tools())) {
             text.push_str(INSTRUCTIONS);
         }
         if let Some(own) = self
             .pinecone
             .as_ref()
+            .filter(|p| any_exposed(p.tools()))
             .and_then(|p| p.get_info().instructions)
         {
             if !text.is_empty() {
@@ -434,6 +488,7 @@ impl ServerHandler for NexusMcp {
         if let Some(pinecone) = &self.pinecone {
             tools.extend(Box::pin(tools_of(pinecone, &context)).await?);
         }
+        tools.retain(|t| self.exposes(&t.name));
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -501,6 +556,9 @@ impl ServerHandler for NexusMcp {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
+        if !self.exposes(name) {
+            return None;
+        }
         self.nexus
             .as_ref()
             .and_then(|n| n.get_tool(name))

@@ -13,12 +13,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::ServiceExt;
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, ConstString, GetMeta, JsonRpcMessage, PingRequestMethod,
+    ServerJsonRpcMessage,
+};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
-use super::jsonrpc::{INVALID_REQUEST, Invalid, classify_keeping, error_json};
+use super::jsonrpc::{INVALID_REQUEST, Invalid, METHOD_NOT_FOUND, classify_keeping, error_json};
 use super::server::NexusMcp;
 use super::structured::{WritesStructuredFromText, splice_structured};
 
@@ -200,6 +203,10 @@ where
             match decoded {
                 None | Some(Ok(None)) => {}
                 Some(Ok(Some(mut message))) => {
+                    if let Some(refused) = ping_without_the_method(&message) {
+                        self.answer_invalid(&refused);
+                        continue;
+                    }
                     // This transport writes tool results itself: their
                     // structured content is written from their text.
                     if let JsonRpcMessage::Request(request) = &mut message
@@ -223,6 +230,28 @@ where
         }
         Ok(())
     }
+}
+
+/// The answer to a `ping` whose own `_meta` names a revision without the
+/// method (2026-07-28 on): `-32601`, as the service answers it once a
+/// revision is chosen. The service answers any `ping` before it has chosen
+/// one with `{}`; this keeps one answer per revision, whatever came first.
+fn ping_without_the_method(message: &ClientJsonRpcMessage) -> Option<Invalid> {
+    let JsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    if !matches!(request.request, ClientRequest::PingRequest(_)) {
+        return None;
+    }
+    let version = request.request.get_meta().protocol_version()?;
+    if version.has_initialize() {
+        return None;
+    }
+    Some(Invalid {
+        code: METHOD_NOT_FOUND,
+        message: PingRequestMethod::VALUE.to_owned(),
+        id: serde_json::to_value(&request.id).unwrap_or(serde_json::Value::Null),
+    })
 }
 
 /// Checks one line and decodes it as a client message: `Ok(None)` for a

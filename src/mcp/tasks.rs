@@ -19,6 +19,11 @@
 //! `tasks/get` and `tasks/cancel`; a caller with another key, an altered
 //! id or an expired one gets the same "unknown task" as an id that never
 //! existed. `ttlMs` is exactly how long the handle is honoured.
+//!
+//! A secret is rotated without losing live tasks: a seal may also hold the
+//! previous secret ([`TaskSeal::with_previous`]). New handles are sealed
+//! with the current secret only; a handle sealed with the previous one
+//! still opens until it expires.
 
 use std::time::Duration;
 
@@ -64,12 +69,21 @@ pub struct ShortTaskSecret;
 /// ```
 /// use nexus_knowql::mcp::tasks::TaskSeal;
 /// let seal = TaskSeal::new(b"a secret the replicas share").unwrap();
-/// # let _ = seal;
+/// // During a rotation: seal with the new secret, still open the old one's.
+/// let rotating = TaskSeal::new(b"the new secret, 16+ bytes")
+///     .unwrap()
+///     .with_previous(b"a secret the replicas share")
+///     .unwrap();
+/// # let _ = (seal, rotating);
 /// ```
 #[derive(Clone)]
 pub struct TaskSeal {
-    /// The HMAC key: SHA-256 of the configured secret.
+    /// The HMAC key new handles are sealed with: SHA-256 of the current
+    /// secret.
     key: SecretSlice<u8>,
+    /// The HMAC key of the previous secret, during a rotation: handles it
+    /// sealed still open; no new handle is sealed with it.
+    previous: Option<SecretSlice<u8>>,
     ttl: Duration,
 }
 
@@ -77,6 +91,7 @@ impl std::fmt::Debug for TaskSeal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskSeal")
             .field("ttl", &self.ttl)
+            .field("rotating", &self.previous.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -94,17 +109,22 @@ impl TaskSeal {
     /// # Errors
     /// A secret shorter than [`MIN_TASK_SECRET_BYTES`].
     pub fn new(secret: &[u8]) -> Result<Self, ShortTaskSecret> {
-        if secret.len() < MIN_TASK_SECRET_BYTES {
-            return Err(ShortTaskSecret);
-        }
-        let mut hasher = Sha256::new();
-        hasher.update(b"nexus-mcp task secret\0");
-        hasher.update(secret);
-        let key: [u8; 32] = hasher.finalize().into();
         Ok(TaskSeal {
-            key: SecretSlice::from(key.to_vec()),
+            key: hmac_key(secret)?,
+            previous: None,
             ttl: DEFAULT_TASK_TTL,
         })
+    }
+
+    /// The same seal that also opens handles sealed with `previous` (at
+    /// least [`MIN_TASK_SECRET_BYTES`]): the secret being rotated out. New
+    /// handles are still sealed with the current secret only.
+    ///
+    /// # Errors
+    /// A secret shorter than [`MIN_TASK_SECRET_BYTES`].
+    pub fn with_previous(mut self, previous: &[u8]) -> Result<Self, ShortTaskSecret> {
+        self.previous = Some(hmac_key(previous)?);
+        Ok(self)
     }
 
     /// A seal with a random secret: handles are honoured by this process
@@ -142,7 +162,13 @@ impl TaskSeal {
         u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn mac(&self, owner: Owner, created_ms: u64, expires_ms: u64, query_id: &str) -> String {
+    fn mac(
+        key: &SecretSlice<u8>,
+        owner: Owner,
+        created_ms: u64,
+        expires_ms: u64,
+        query_id: &str,
+    ) -> String {
         let mut message = Vec::with_capacity(64 + query_id.len());
         message.extend_from_slice(b"nexus-mcp task v1\0");
         match owner {
@@ -155,7 +181,7 @@ impl TaskSeal {
         message.extend_from_slice(&created_ms.to_be_bytes());
         message.extend_from_slice(&expires_ms.to_be_bytes());
         message.extend_from_slice(query_id.as_bytes());
-        let tag = hmac_sha256(self.key.expose_secret(), &message);
+        let tag = hmac_sha256(key.expose_secret(), &message);
         hex(&tag[..MAC_BYTES])
     }
 
@@ -165,7 +191,7 @@ impl TaskSeal {
             return None;
         }
         let expires_ms = created_ms.checked_add(self.ttl_ms())?;
-        let mac = self.mac(owner, created_ms, expires_ms, query_id);
+        let mac = Self::mac(&self.key, owner, created_ms, expires_ms, query_id);
         Some(format!(
             "{HANDLE_PREFIX}.{created_ms}.{expires_ms}.{mac}.{query_id}"
         ))
@@ -184,8 +210,14 @@ impl TaskSeal {
         if query_id.is_empty() || query_id.len() > MAX_ID_BYTES {
             return None;
         }
-        let expected = self.mac(owner, created_ms, expires_ms, query_id);
-        if !same_bytes(expected.as_bytes(), mac.as_bytes()) || now_ms >= expires_ms {
+        if now_ms >= expires_ms {
+            return None;
+        }
+        let sealed_by = |key: &SecretSlice<u8>| {
+            let expected = Self::mac(key, owner, created_ms, expires_ms, query_id);
+            same_bytes(expected.as_bytes(), mac.as_bytes())
+        };
+        if !sealed_by(&self.key) && !self.previous.as_ref().is_some_and(sealed_by) {
             return None;
         }
         Some(Sealed {
@@ -200,8 +232,21 @@ fn unreachable_short() -> TaskSeal {
     // 32 random bytes are never too short; keep a usable seal regardless.
     TaskSeal {
         key: SecretSlice::from(vec![0u8; 32]),
+        previous: None,
         ttl: DEFAULT_TASK_TTL,
     }
+}
+
+/// The HMAC key of a configured secret.
+fn hmac_key(secret: &[u8]) -> Result<SecretSlice<u8>, ShortTaskSecret> {
+    if secret.len() < MIN_TASK_SECRET_BYTES {
+        return Err(ShortTaskSecret);
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(b"nexus-mcp task secret\0");
+    hasher.update(secret);
+    let key: [u8; 32] = hasher.finalize().into();
+    Ok(SecretSlice::from(key.to_vec()))
 }
 
 /// A task handle opened: its Nexus query and times.
@@ -514,6 +559,30 @@ mod tests {
         assert!(seal.open(a, &other_query, 2_000).is_none());
         assert!(seal.open(a, "qry_1", 2_000).is_none());
         assert!(TaskSeal::new(b"short").is_err());
+    }
+
+    #[test]
+    fn a_rotated_seal_opens_the_previous_secrets_handles_and_seals_with_the_new_one() {
+        let old = TaskSeal::new(b"the old secret, rotated out").unwrap();
+        let owner = Some([1u8; 32]);
+        let from_old = old.seal(owner, "qry_old", 1_000).unwrap();
+        let new_only = TaskSeal::new(b"the new secret, rotated in").unwrap();
+        assert!(new_only.open(owner, &from_old, 2_000).is_none());
+        let rotating = TaskSeal::new(b"the new secret, rotated in")
+            .unwrap()
+            .with_previous(b"the old secret, rotated out")
+            .unwrap();
+        let opened = rotating.open(owner, &from_old, 2_000).expect("previous");
+        assert_eq!(opened.query_id, "qry_old");
+        assert!(rotating.open(Some([2u8; 32]), &from_old, 2_000).is_none());
+        let ttl = rotating.ttl_ms();
+        assert!(rotating.open(owner, &from_old, 1_000 + ttl).is_none());
+        // New handles carry the current secret: the new-only fleet opens
+        // them, the old one does not.
+        let from_rotating = rotating.seal(owner, "qry_new", 3_000).unwrap();
+        assert!(new_only.open(owner, &from_rotating, 4_000).is_some());
+        assert!(old.open(owner, &from_rotating, 4_000).is_none());
+        assert!(rotating.clone().with_previous(b"short").is_err());
     }
 
     #[test]

@@ -453,6 +453,39 @@ async fn tasks_are_served_by_any_replica_with_the_secret_to_their_owner_only() {
     assert_eq!(cancels, 0);
 }
 
+#[tokio::test]
+async fn a_rotated_secret_still_opens_the_previous_secrets_tasks() {
+    const NEW: &[u8] = b"the fleet's next task secret";
+    let nexus = keyed_nexus(true, Duration::ZERO).await;
+    let before = replica(&nexus, SECRET).await;
+    let call = json!({"name": "query_context", "arguments": {"context": "docs", "question": "?"}});
+    let created = request_2026(&before.url, HONEST, "tools/call", call.clone()).await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let params = json!({"taskId": id});
+
+    let rotating_seal = TaskSeal::new(NEW).unwrap().with_previous(SECRET).unwrap();
+    let rotating = serve(
+        server_of(&nexus).with_task_seal(rotating_seal),
+        HttpOptions::default().stateless(true),
+    )
+    .await;
+    let read = request_2026(&rotating.url, HONEST, "tasks/get", params.clone()).await;
+    assert_eq!(read["result"]["status"], "completed", "{read}");
+    let theirs = request_2026(&rotating.url, OTHER_HONEST, "tasks/get", params.clone()).await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+
+    let new_only = replica(&nexus, NEW).await;
+    let unknown = request_2026(&new_only.url, HONEST, "tasks/get", params).await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert_eq!(unknown["error"]["message"], "unknown task", "{unknown}");
+
+    // What the rotating replica seals now is the new secret's.
+    let created = request_2026(&rotating.url, HONEST, "tools/call", call).await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let read = request_2026(&new_only.url, HONEST, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(read["result"]["status"], "completed", "{read}");
+}
+
 // ---------------------------------------------------------------------------
 // Cancellation.
 

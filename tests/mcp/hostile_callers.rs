@@ -7,7 +7,13 @@
 //! with `--stateless`, where plain tool calls are answered in place and
 //! cancellations come from callers who know the honest ids (not its key:
 //! whoever holds the key is that caller, and may cancel its requests from
-//! any connection).
+//! any connection). And `--stateless` again while HTTP/2 peers with keys
+//! Nexus accepts hold streams they never read (reopening them whenever
+//! the server cuts their connection), and other callers give up at every
+//! stage of a call: mid-head, after the head, mid-body, with the whole
+//! request sent, by cancelling it from another connection, and after
+//! reading the first bytes of the answer.
+use crate::peer_support::{list_contexts, unread_h2};
 use crate::support::mcp::{HttpMcp, nexus_client};
 
 use std::net::SocketAddr;
@@ -18,9 +24,9 @@ use std::time::{Duration, Instant};
 use nexus_knowql::mcp::http::{self, HttpOptions};
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
-use wiremock::matchers::{header, method, path};
+use wiremock::matchers::{header, header_regex, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const HONEST: &str = "pcsk_honest_caller_key_0123456789abcd";
@@ -396,5 +402,224 @@ async fn an_honest_stateless_caller_is_served_throughout_an_attack() {
     // Nine made-up keys (three kinds of attacker), each probed at most
     // about twice (two of its first requests may race to prove it).
     assert!(probes <= 18, "{probes} upstream calls with made-up keys");
+    shutdown.cancel();
+}
+
+/// Keys Nexus accepts besides the honest caller's: the peers that hold
+/// streams unread and the callers that give up.
+const ACCEPTED_PREFIX: &str = "pcsk_accepted_";
+/// The request deadline of the non-reader simulation: their streams are
+/// cut some seconds after it.
+const NON_READER_DEADLINE: Duration = Duration::from_secs(3);
+
+/// An HTTP/2 peer from `ip` with an accepted key that keeps `streams`
+/// tool calls unread, and opens a new connection each time the server
+/// cuts its connection, until `stop`. Each cut is counted in `cuts`.
+async fn non_reader(
+    addr: SocketAddr,
+    ip: [u8; 4],
+    streams: usize,
+    stop: Arc<AtomicBool>,
+    cuts: Arc<AtomicUsize>,
+    sent: Arc<AtomicUsize>,
+) {
+    let key = format!("{ACCEPTED_PREFIX}non_reader_{}_0123456789", ip[3]);
+    let headers = [
+        ("x-pinecone-api-key", key),
+        ("mcp-protocol-version", "2025-06-18".to_owned()),
+    ];
+    let mut round = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        round += 1;
+        let bodies = (0..streams as u64)
+            .map(|n| list_contexts(json!(round * 100 + n)))
+            .collect();
+        sent.fetch_add(streams, Ordering::Relaxed);
+        let (_statuses, answers, connection) = unread_h2(addr, ip, &headers, bodies).await;
+        // Held unread until the server cuts the connection.
+        if connection.await.is_ok() {
+            cuts.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(answers);
+    }
+}
+
+/// A stage at which a caller gives up on a call.
+#[derive(Clone, Copy, Debug)]
+enum GiveUp {
+    MidHead,
+    AfterHead,
+    MidBody,
+    AfterRequest,
+    CancelledElsewhere,
+    AfterFirstAnswerBytes,
+}
+
+impl GiveUp {
+    const ALL: [GiveUp; 6] = [
+        GiveUp::MidHead,
+        GiveUp::AfterHead,
+        GiveUp::MidBody,
+        GiveUp::AfterRequest,
+        GiveUp::CancelledElsewhere,
+        GiveUp::AfterFirstAnswerBytes,
+    ];
+}
+
+/// A caller from `ip` with an accepted key that makes plain stateless
+/// `list_contexts` calls over HTTP/1.1 and gives up on each at the next
+/// stage, until `stop`.
+async fn quitter(
+    addr: SocketAddr,
+    url: String,
+    ip: [u8; 4],
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+) {
+    let key = format!("{ACCEPTED_PREFIX}quitter_{}_0123456789", ip[3]);
+    let cancels = client_from(ip);
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        sent.fetch_add(1, Ordering::Relaxed);
+        let stage = GiveUp::ALL[usize::try_from(n).unwrap_or(0) % GiveUp::ALL.len()];
+        let body = list_contexts(json!(n));
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+             X-Pinecone-Api-Key: {key}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        let _ = socket.bind(SocketAddr::from((ip, 0)));
+        let Ok(mut stream) = socket.connect(addr).await else {
+            tokio::time::sleep(PACE).await;
+            continue;
+        };
+        let (head, body) = (head.as_bytes(), body.as_bytes());
+        let _ = match stage {
+            GiveUp::MidHead => stream.write_all(&head[..head.len() / 2]).await,
+            GiveUp::AfterHead => stream.write_all(head).await,
+            GiveUp::MidBody => {
+                let _ = stream.write_all(head).await;
+                stream.write_all(&body[..body.len() / 2]).await
+            }
+            GiveUp::AfterRequest => {
+                let _ = stream.write_all(head).await;
+                stream.write_all(body).await
+            }
+            GiveUp::CancelledElsewhere => {
+                let _ = stream.write_all(head).await;
+                let _ = stream.write_all(body).await;
+                let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": n}});
+                let _ = post(&cancels, &url, Some(&key), None, cancel.to_string()).await;
+                // The cancelled call is answered (or cut) all the same.
+                let mut rest = Vec::new();
+                let read = stream.read_to_end(&mut rest);
+                let _ = tokio::time::timeout(Duration::from_secs(3), read).await;
+                Ok(())
+            }
+            GiveUp::AfterFirstAnswerBytes => {
+                let _ = stream.write_all(head).await;
+                let _ = stream.write_all(body).await;
+                let mut first = [0u8; 12];
+                let read = stream.read_exact(&mut first);
+                let _ = tokio::time::timeout(Duration::from_secs(3), read).await;
+                Ok(())
+            }
+        };
+        drop(stream);
+        tokio::time::sleep(PACE / 2).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_stateless_caller_is_served_while_peers_never_read_and_give_up_at_every_stage() {
+    let nexus = nexus_answering_after(Duration::from_millis(150)).await;
+    Mock::given(method("GET"))
+        .and(path("/contexts"))
+        .and(header_regex(
+            "x-pinecone-api-key",
+            &format!("^{ACCEPTED_PREFIX}"),
+        ))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!([]))
+                .set_delay(Duration::from_millis(150)),
+        )
+        .with_priority(2)
+        .mount(&nexus)
+        .await;
+    let options = HttpOptions::default()
+        .stateless(true)
+        .max_connections(200)
+        .max_concurrent_requests(64)
+        .request_timeout(NON_READER_DEADLINE)
+        .body_read_timeout(Duration::from_secs(2));
+    let (url, addr, shutdown) = serve_for(&nexus, options).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut attackers = Vec::new();
+    let mut non_readers = Vec::new();
+    for last in [2u8, 3] {
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let peer = tokio::spawn(non_reader(
+            addr,
+            [127, 0, 0, last],
+            8,
+            Arc::clone(&stop),
+            Arc::clone(&cuts),
+            Arc::clone(&sent),
+        ));
+        non_readers.push((peer, cuts));
+    }
+    for last in [4u8, 5, 6] {
+        attackers.push(tokio::spawn(quitter(
+            addr,
+            url.clone(),
+            [127, 0, 0, last],
+            Arc::clone(&stop),
+            Arc::clone(&sent),
+        )));
+    }
+    for i in 0..4u8 {
+        let key = (i % 2 == 0).then(|| format!("pcsk_refused_made_up_{i:03}_0123456789"));
+        attackers.push(tokio::spawn(stateless_attacker(
+            url.clone(),
+            [127, 0, 0, 7 + i],
+            key,
+            Arc::clone(&stop),
+            Arc::clone(&sent),
+        )));
+    }
+    attackers.push(tokio::spawn(slow_bodies(addr, Arc::clone(&stop))));
+
+    let mut honest = HttpMcp::new(&url).header("X-Pinecone-Api-Key", HONEST);
+    honest_calls_through(
+        &mut honest,
+        |result| assert_eq!(result["isError"], false, "{result}"),
+        &stop,
+        attackers,
+        &sent,
+    )
+    .await;
+    // No non-reader keeps its unread streams for ever: the signal is its
+    // connection ending, closed by the server (given ample time).
+    let every_peer_cut = async {
+        while non_readers
+            .iter()
+            .any(|(_, cuts)| cuts.load(Ordering::Relaxed) == 0)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), every_peer_cut)
+        .await
+        .expect("the server cuts the connections of peers that never read");
+    for (peer, _) in non_readers {
+        peer.abort();
+    }
     shutdown.cancel();
 }

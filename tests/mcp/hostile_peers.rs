@@ -4,14 +4,12 @@
 //! keyless `--stateless` callers whose request ids are too long to track.
 //! While they hold every slot of the server, an honest caller must still
 //! be served once their responses are past the request deadline.
+use crate::peer_support::{list_contexts, unread_h2};
 use crate::support::mcp::{HttpMcp, nexus_client};
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use nexus_knowql::mcp::http::{self, HttpOptions};
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
 use serde_json::json;
@@ -58,67 +56,6 @@ async fn serve(
     let token = shutdown.clone();
     tokio::spawn(async move { http::serve(listener, server, &options, token).await });
     (url, addr, shutdown)
-}
-
-/// An HTTP/2 connection from `ip` that grants no stream window: it sends
-/// one POST per body (with `headers`) and keeps every answer unread. Its
-/// connection task keeps running (answering the server's pings) until the
-/// returned handle is aborted or the server cuts it. Returns the statuses
-/// of the answers' heads, the unread answers and the connection task.
-async fn unread_h2(
-    addr: SocketAddr,
-    ip: [u8; 4],
-    headers: &[(&str, String)],
-    bodies: Vec<String>,
-) -> (
-    Vec<u16>,
-    Vec<hyper::Response<hyper::body::Incoming>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket
-        .bind(SocketAddr::from((ip, 0)))
-        .expect("bind a loopback address");
-    let tcp = socket.connect(addr).await.unwrap();
-    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(0)
-        .adaptive_window(false)
-        .handshake(TokioIo::new(tcp))
-        .await
-        .unwrap();
-    // The connection task holds a sender: a peer that keeps its
-    // connection open (a dropped sender would let it go away).
-    let keep = sender.clone();
-    let task = tokio::spawn(async move {
-        let _keep = keep;
-        let _ = connection.await;
-    });
-    let sends = bodies.into_iter().map(|body| {
-        let mut sender = sender.clone();
-        let mut request = hyper::Request::post(format!("http://127.0.0.1:{}/mcp", addr.port()))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream");
-        for (name, value) in headers {
-            request = request.header(*name, value.as_str());
-        }
-        let request = request.body(Full::new(Bytes::from(body))).unwrap();
-        async move {
-            tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
-                .await
-                .expect("the answer's head arrives")
-                .expect("the request is answered")
-        }
-    });
-    let answers = futures::future::join_all(sends).await;
-    let statuses = answers.iter().map(|a| a.status().as_u16()).collect();
-    (statuses, answers, task)
-}
-
-/// `list_contexts` as a JSON-RPC request with `id`.
-fn list_contexts(id: serde_json::Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": "list_contexts", "arguments": {}}})
-    .to_string()
 }
 
 /// POSTs `body` as the honest caller (in `session`, when given).

@@ -22,6 +22,7 @@ mod namespace_listing;
 mod operations;
 mod operations_honest;
 mod operations_limits;
+mod peer_support;
 mod pinecone_check;
 mod pinecone_harness;
 mod pinecone_sources;
@@ -31,11 +32,14 @@ mod protocol;
 mod protocol_errors;
 #[cfg(feature = "local")]
 mod rmcp_http;
+mod stateless_differential;
 mod stateless_paths;
 mod stdio;
 #[cfg(target_os = "linux")]
 mod stdio_ends;
+mod stdio_ping;
 mod stdio_results;
 mod tasks;
+mod tool_list;
 mod tools;
 mod usefulness;

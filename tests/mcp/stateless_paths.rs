@@ -9,103 +9,18 @@
 use std::time::{Duration, Instant};
 
 use crate::operations::{Process, nexus_mcp};
-use crate::support::mcp::{context_json, fake_nexus, query_json};
-use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use crate::peer_support::{cancelled, post, query_context, seen_within, turn_nexus};
+use crate::support::mcp::fake_nexus;
+use serde_json::json;
 
 const KEY: &str = "pcsk_stateless_paths_key_0123456789abcd";
 const OTHER_KEY: &str = "pcsk_stateless_other_key_0123456789abc";
-
-/// A Nexus whose `POST /query` takes `query_delay` to answer (so a call can
-/// end while it is in flight) and which records `POST /queries/q_1/cancel`.
-async fn turn_nexus(query_delay: Duration) -> MockServer {
-    let nexus = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/contexts"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
-        .mount(&nexus)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/contexts/docs"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(context_json("docs", "search", true, false)),
-        )
-        .mount(&nexus)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/query"))
-        .respond_with(
-            ResponseTemplate::new(202)
-                .set_body_json(query_json("q_1", "in_progress", &[], None))
-                .set_delay(query_delay),
-        )
-        .mount(&nexus)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/queries/q_1/cancel"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(query_json(
-            "q_1",
-            "cancelled",
-            &[],
-            None,
-        )))
-        .mount(&nexus)
-        .await;
-    nexus
-}
-
-/// Whether Nexus sees a request to `wanted` (method and path) by `within`.
-async fn seen_within(nexus: &MockServer, wanted: (&str, &str), within: Duration) -> bool {
-    let until = Instant::now() + within;
-    loop {
-        let requests = nexus.received_requests().await.unwrap_or_default();
-        if requests
-            .iter()
-            .any(|r| r.method.as_str() == wanted.0 && r.url.path() == wanted.1)
-        {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// The `Origin` that sends a stateless call through rmcp (`with_origin`),
 /// or none: the call is answered in place.
 fn origin(process: &Process, with_origin: bool) -> Option<String> {
     let port = process.base.rsplit(':').next().unwrap_or_default();
     with_origin.then(|| format!("http://localhost:{port}"))
-}
-
-/// Posts `message` with `key` on a connection of its own; the status and
-/// the body.
-async fn post(url: &str, key: &str, origin: Option<&str>, message: &Value) -> (u16, String) {
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .header("x-pinecone-api-key", key)
-        .body(message.to_string());
-    if let Some(origin) = origin {
-        request = request.header("origin", origin);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.text().await.unwrap_or_default())
-}
-
-fn query_context(id: u64) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-           "params": {"name": "query_context", "arguments": {"context": "docs", "question": "Why?"}}})
-}
-
-fn cancelled(id: u64) -> Value {
-    json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-           "params": {"requestId": id, "reason": "no longer needed"}})
 }
 
 #[tokio::test]
