@@ -161,7 +161,7 @@ impl NexusServer {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         match self.run_query_context(&args, &ctx).await {
-            // A task's result is kept for `tasks/result`: it stays whole.
+            // A task keeps its result whole.
             Ok(started) => {
                 let slot = EdgeSlot::of(&ctx.extensions)
                     .filter(|_| !crate::mcp::tasks::asked_for(&ctx.meta));
