@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let now = handle.get().await?;
-    if now.status() == QueryStatus::InProgress
+    if now.status == QueryStatus::InProgress
         && writeln!(std::io::stdout(), "still running...").is_err()
     {
         handle.cancel().await?;
@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = writeln!(
         std::io::stdout(),
         "{}\n\n{}",
-        query.status(),
+        query.status,
         query.answer_text()
     );
 

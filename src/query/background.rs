@@ -298,7 +298,7 @@ impl QueryHandle {
                 checkpoint.query_id, self.query.id
             )));
         }
-        if self.query.status() == crate::status::QueryStatus::Completed
+        if self.query.status == crate::status::QueryStatus::Completed
             && !checkpoint.proves_prefix_of(self.query.answer_text())
         {
             let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);

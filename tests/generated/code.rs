@@ -41,6 +41,20 @@ const WITH_CLIENT: &str = "    pub fn new_with_client(";
 /// `src/api/task_data.rs` decodes them into a branch's type on request.
 const JSON_OBJECT_UNIONS: &[&str] = &["TaskInput", "TaskOutput"];
 
+/// Open enums of the spec (`x-enum` strings) generated as the crate's typed
+/// enums, each with an `Other` variant that keeps a value this version does
+/// not know: (schema, `object.property` the spec spells inline or `None`
+/// when it is already a named schema, the crate's type).
+const TYPED_STRINGS: &[(&str, Option<(&str, &str)>, &str)] = &[
+    (
+        "QueryStatus",
+        Some(("Query", "status")),
+        "crate::QueryStatus",
+    ),
+    ("TaskState", None, "crate::TaskStatus"),
+    ("Workflow", None, "crate::Workflow"),
+];
+
 /// progenitor always emits an empty hooks impl; `src/api/mod.rs` provides the
 /// crate's own, which routes every call through the crate's transport.
 const EMPTY_HOOKS: &str = "impl ClientHooks<crate::transport::Transport> for &Client {}";
@@ -102,11 +116,13 @@ fn generate(spec_path: &Path) -> String {
         }
     }
 
-    let schemas = &mut spec
-        .components
-        .as_mut()
-        .expect("the spec has components")
-        .schemas;
+    let components = spec.components.as_mut().expect("the spec has components");
+    for (name, inline, _) in TYPED_STRINGS {
+        if let Some((object, property)) = inline {
+            name_inline_property(components, name, object, property);
+        }
+    }
+    let schemas = &mut components.schemas;
     for name in JSON_OBJECT_UNIONS {
         let schema = schemas
             .get_mut(*name)
@@ -124,6 +140,9 @@ fn generate(spec_path: &Path) -> String {
                 .parse::<proc_macro2::TokenStream>()
                 .expect("inner type path is valid tokens"),
         );
+    for (name, _, typed) in TYPED_STRINGS {
+        settings.with_replacement(name, typed, [progenitor::TypeImpl::Display].into_iter());
+    }
     let mut generator = progenitor::Generator::new(&settings);
     let tokens = generator
         .generate_tokens(&spec)
@@ -179,6 +198,40 @@ fn json_object(schema: &openapiv3::ReferenceOr<openapiv3::Schema>) -> openapiv3:
     object
 }
 
+/// Moves the inline schema of `object.property` to the named schema `name`
+/// and points the property at it, so that a replacement can name its type.
+fn name_inline_property(
+    components: &mut openapiv3::Components,
+    name: &str,
+    object: &str,
+    property: &str,
+) {
+    let Some(openapiv3::ReferenceOr::Item(openapiv3::Schema {
+        schema_kind: openapiv3::SchemaKind::Type(openapiv3::Type::Object(fields)),
+        ..
+    })) = components.schemas.get_mut(object)
+    else {
+        panic!("{SPEC} has no object schema {object}");
+    };
+    let slot = fields
+        .properties
+        .get_mut(property)
+        .unwrap_or_else(|| panic!("{SPEC}: {object} has no property {property}"));
+    let reference = openapiv3::ReferenceOr::Reference {
+        reference: format!("#/components/schemas/{name}"),
+    };
+    let openapiv3::ReferenceOr::Item(inline) = std::mem::replace(slot, reference) else {
+        panic!("{SPEC}: {object}.{property} is already a reference");
+    };
+    assert!(
+        components
+            .schemas
+            .insert(name.to_owned(), openapiv3::ReferenceOr::Item(*inline))
+            .is_none(),
+        "{SPEC} already has a schema {name}"
+    );
+}
+
 fn is_version_header(p: &openapiv3::ReferenceOr<openapiv3::Parameter>) -> bool {
     matches!(p, openapiv3::ReferenceOr::Reference { reference } if reference == VERSION_HEADER_PARAM)
 }
@@ -210,10 +263,16 @@ fn header() -> String {
          // The empty `ClientHooks` impl progenitor emits is removed; `src/api/mod.rs`\n\
          // provides the crate's own. The constructor `new` is removed and\n\
          // `new_with_client` is crate-private. The task unions ({unions}) are JSON objects.\n\
+         // The open enums ({typed}) are the crate's typed enums.\n\
          // Formatted with prettyplease, then rustfmt.\n\
          // Regenerate (tests/generated/code.rs): {REGENERATE}\n\n",
         ops = HAND_WRITTEN_OPS.join(", "),
         unions = JSON_OBJECT_UNIONS.join(", "),
+        typed = TYPED_STRINGS
+            .iter()
+            .map(|(name, _, _)| *name)
+            .collect::<Vec<_>>()
+            .join(", "),
     )
 }
 
