@@ -41,18 +41,35 @@ const WITH_CLIENT: &str = "    pub fn new_with_client(";
 /// `src/api/task_data.rs` decodes them into a branch's type on request.
 const JSON_OBJECT_UNIONS: &[&str] = &["TaskInput", "TaskOutput"];
 
-/// Open enums of the spec (`x-enum` strings) generated as the crate's typed
-/// enums, each with an `Other` variant that keeps a value this version does
-/// not know: (schema, `object.property` the spec spells inline or `None`
-/// when it is already a named schema, the crate's type).
-const TYPED_STRINGS: &[(&str, Option<(&str, &str)>, &str)] = &[
-    (
-        "QueryStatus",
-        Some(("Query", "status")),
-        "crate::QueryStatus",
-    ),
-    ("TaskState", None, "crate::TaskStatus"),
-    ("Workflow", None, "crate::Workflow"),
+/// An open enum of the spec (an `x-enum` string) generated as one of the
+/// crate's typed enums, which keep a value this version does not know as
+/// `Other`.
+struct TypedString {
+    /// The schema progenitor replaces.
+    schema: &'static str,
+    /// The `(object, property)` whose inline schema becomes `schema`, or
+    /// `None` when the spec already names it.
+    inline: Option<(&'static str, &'static str)>,
+    /// The crate's type.
+    rust_type: &'static str,
+}
+
+const TYPED_STRINGS: &[TypedString] = &[
+    TypedString {
+        schema: "QueryStatus",
+        inline: Some(("Query", "status")),
+        rust_type: "crate::QueryStatus",
+    },
+    TypedString {
+        schema: "TaskState",
+        inline: None,
+        rust_type: "crate::TaskStatus",
+    },
+    TypedString {
+        schema: "Workflow",
+        inline: None,
+        rust_type: "crate::Workflow",
+    },
 ];
 
 /// progenitor always emits an empty hooks impl; `src/api/mod.rs` provides the
@@ -117,9 +134,9 @@ fn generate(spec_path: &Path) -> String {
     }
 
     let components = spec.components.as_mut().expect("the spec has components");
-    for (name, inline, _) in TYPED_STRINGS {
-        if let Some((object, property)) = inline {
-            name_inline_property(components, name, object, property);
+    for typed in TYPED_STRINGS {
+        if let Some((object, property)) = typed.inline {
+            name_inline_property(components, typed.schema, object, property);
         }
     }
     let schemas = &mut components.schemas;
@@ -140,8 +157,12 @@ fn generate(spec_path: &Path) -> String {
                 .parse::<proc_macro2::TokenStream>()
                 .expect("inner type path is valid tokens"),
         );
-    for (name, _, typed) in TYPED_STRINGS {
-        settings.with_replacement(name, typed, [progenitor::TypeImpl::Display].into_iter());
+    for typed in TYPED_STRINGS {
+        settings.with_replacement(
+            typed.schema,
+            typed.rust_type,
+            [progenitor::TypeImpl::Display].into_iter(),
+        );
     }
     let mut generator = progenitor::Generator::new(&settings);
     let tokens = generator
@@ -270,7 +291,7 @@ fn header() -> String {
         unions = JSON_OBJECT_UNIONS.join(", "),
         typed = TYPED_STRINGS
             .iter()
-            .map(|(name, _, _)| *name)
+            .map(|typed| typed.schema)
             .collect::<Vec<_>>()
             .join(", "),
     )
