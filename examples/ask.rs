@@ -30,7 +30,7 @@ use clap::Parser;
 use futures::StreamExt;
 use nexus_knowql::client::DEFAULT_HEADER_TIMEOUT;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::{Client, ClientBuilder, Error, QueryEvent, StreamConfig, types};
+use nexus_knowql::{Client, ClientBuilder, Error, QueryEvent, StreamConfig, WaitPolicy, types};
 
 /// Ask a Nexus context a question.
 #[derive(Debug, Parser)]
@@ -187,7 +187,7 @@ async fn run(args: Args) -> Result<(), Failure> {
         match started {
             Ok(mut handle) => {
                 eprintln!("ask: background turn {}", handle.id());
-                match unless_ctrl_c(handle.wait()).await {
+                match unless_ctrl_c(handle.wait(WaitPolicy::default())).await {
                     Some(waited) => waited.and_then(types::Query::into_result),
                     None => return Err(cancel(&client, Some(handle.id())).await),
                 }

@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let now = handle.get().await?;
-    if now.status() == QueryStatus::InProgress
+    if now.status == QueryStatus::InProgress
         && writeln!(std::io::stdout(), "still running...").is_err()
     {
         handle.cancel().await?;
@@ -47,11 +47,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // up to 1 s.
     let policy = WaitPolicy::default().interval(Duration::from_millis(100), Duration::from_secs(1));
     // A failed or cancelled turn is an error here (`Query::into_result`).
-    let query = handle.wait_with(policy).await?;
+    let query = handle.wait(policy).await?;
     let _ = writeln!(
         std::io::stdout(),
         "{}\n\n{}",
-        query.status(),
+        query.status,
         query.answer_text()
     );
 

@@ -43,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = writeln!(
         std::io::stdout(),
         "\n\n{} ({} citations)",
-        query.status(),
+        query.status,
         query.citations.len()
     );
 

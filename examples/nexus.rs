@@ -546,7 +546,7 @@ async fn curate(
     if json {
         println!("{}", common::to_json(&task));
     }
-    if task.status() != TaskStatus::Completed {
+    if task.state != TaskStatus::Completed {
         let reason = task.error.as_deref().unwrap_or("no reason given");
         return Err(format!(
             "curation of `{slug}` ended {}: {reason}",
@@ -592,14 +592,14 @@ async fn tasks(client: &Client, json: bool, context: Option<&str>) -> Result<Exi
             .as_ref()
             .map(|id| slugs.get(id).unwrap_or(id).clone())
             .unwrap_or_default();
-        let progress = match (&t.progress, t.status()) {
+        let progress = match (&t.progress, &t.state) {
             (_, TaskStatus::Failed) => t.error.clone().unwrap_or_else(|| t.state.to_string()),
             (Some(p), _) => format!("{:>3.0}% {}", p.pct, p.label),
             (None, _) => String::new(),
         };
         table.add_row(vec![
             Cell::new(&t.id),
-            Cell::new(t.workflow.0.as_str()),
+            Cell::new(t.workflow.as_str()),
             Cell::new(context),
             Cell::new(t.state.as_str()),
             Cell::new(progress),

@@ -1,12 +1,13 @@
 //! Typed statuses and other enumerated words of the API, and the helpers on
 //! the generated types that read them.
 //!
-//! The API sends a turn's `status` and a task's `state` as plain strings
-//! (the spec lists their values only as an extension), so the generated
-//! fields are `String`s. [`QueryStatus`], [`TaskStatus`], [`Workflow`] and
+//! The API sends a turn's `status` and a task's `state` as strings whose
+//! values the spec lists only as an extension (an open set). The generated
+//! fields (`Query.status`, `TaskResponse.state`, `TaskResponse.workflow`)
+//! are these types: [`QueryStatus`], [`TaskStatus`], [`Workflow`] and
 //! [`ThinkingLevel`] name the values this version knows; a value added
-//! later arrives as `Other`, never as an error, and `Other` sends any word
-//! as it is. This file is the only place these words are spelled.
+//! later decodes as `Other`, never as an error, and `Other` encodes the
+//! word as it was sent. This file is the only place these words are spelled.
 
 use std::fmt;
 
@@ -61,6 +62,18 @@ macro_rules! string_status {
                     $name::Other(_) => $name::Other(s),
                     known => known,
                 }
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+                String::deserialize(deserializer).map($name::from)
             }
         }
 
@@ -211,15 +224,6 @@ string_status! {
     }
 }
 
-impl From<Workflow> for types::Workflow {
-    fn from(w: Workflow) -> Self {
-        match w {
-            Workflow::Other(s) => types::Workflow(s),
-            known => types::Workflow(known.as_str().to_owned()),
-        }
-    }
-}
-
 string_status! {
     /// How much the model thinks in a turn
     /// ([`TurnBuilder::thinking_level`](crate::TurnBuilder::thinking_level)).
@@ -261,19 +265,17 @@ impl From<TaskStatus> for String {
 
 impl From<Workflow> for String {
     fn from(w: Workflow) -> Self {
-        types::Workflow::from(w).0
+        match w {
+            Workflow::Other(s) => s,
+            known => known.as_str().to_owned(),
+        }
     }
 }
 
 impl types::Query {
-    /// The turn's status, typed.
-    pub fn status(&self) -> QueryStatus {
-        QueryStatus::from(self.status.as_str())
-    }
-
     /// Whether the turn has ended (`completed`, `failed` or `cancelled`).
     pub fn is_terminal(&self) -> bool {
-        self.status().is_terminal()
+        self.status.is_terminal()
     }
 
     /// The answer text: every `output[].content[].text`, concatenated.
@@ -292,7 +294,7 @@ impl types::Query {
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] with the turn's id
     /// and error message.
     pub fn into_result(self) -> Result<types::Query> {
-        match self.status() {
+        match self.status {
             QueryStatus::Failed => Err(Error::TurnFailed {
                 query_id: self.id,
                 message: self.error.unwrap_or_default(),
@@ -338,19 +340,9 @@ impl types::Query {
 }
 
 impl types::TaskResponse {
-    /// The task's state, typed.
-    pub fn status(&self) -> TaskStatus {
-        TaskStatus::from(self.state.as_str())
-    }
-
-    /// The task's workflow, typed.
-    pub fn workflow_kind(&self) -> Workflow {
-        Workflow::from(self.workflow.as_str())
-    }
-
     /// Whether the task has ended (`completed`, `cancelled` or `failed`).
     pub fn is_terminal(&self) -> bool {
-        self.status().is_terminal()
+        self.state.is_terminal()
     }
 }
 
@@ -419,7 +411,6 @@ mod tests {
             assert_eq!(String::from(typed), l);
         }
         assert_eq!(String::from(Workflow::from("distill")), "distill");
-        assert_eq!(types::Workflow::from(Workflow::from("x")).0, "x");
         assert_eq!(String::from(ThinkingLevel::from(&"max".to_owned())), "max");
     }
 }

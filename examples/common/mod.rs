@@ -408,7 +408,7 @@ pub(crate) async fn wait_background(
 ) -> Result<Outcome, Error> {
     let mut activity = Activity::start(&format!("running {} in the background", handle.id()));
     let waited = {
-        let wait = handle.wait_with(
+        let wait = handle.wait(
             WaitPolicy::default().interval(Duration::from_millis(100), Duration::from_secs(1)),
         );
         tokio::select! {

@@ -5,6 +5,7 @@
 // The empty `ClientHooks` impl progenitor emits is removed; `src/api/mod.rs`
 // provides the crate's own. The constructor `new` is removed and
 // `new_with_client` is crate-private. The task unions (TaskInput, TaskOutput) are JSON objects.
+// The open enums (QueryStatus, TaskState, Workflow) are the crate's typed enums.
 // Formatted with prettyplease, then rustfmt.
 // Regenerate (tests/generated/code.rs): NEXUS_REGENERATE=1 cargo test --test generated
 
@@ -1809,7 +1810,7 @@ pub mod types {
         pub rollup: ::std::option::Option<QueryRollup>,
         pub runtime_ms: i64,
         pub session_id: ::std::string::String,
-        pub status: ::std::string::String,
+        pub status: crate::QueryStatus,
         pub steps: ::std::vec::Vec<QueryStep>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub synthesis: ::std::option::Option<QuerySynthesis>,
@@ -2375,7 +2376,7 @@ pub mod types {
         pub scheduled_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub session_id: ::std::option::Option<::std::string::String>,
-        pub state: TaskState,
+        pub state: crate::TaskStatus,
         pub steps: ::std::vec::Vec<TaskStep>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub timeout_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
@@ -2383,40 +2384,7 @@ pub mod types {
         pub timeout_seconds: ::std::option::Option<i64>,
         pub tokens_completion: i64,
         pub tokens_prompt: i64,
-        pub workflow: Workflow,
-    }
-    ///`TaskState`
-    #[derive(
-        ::serde::Deserialize, ::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd,
-    )]
-    #[serde(transparent)]
-    pub struct TaskState(pub ::std::string::String);
-    impl ::std::ops::Deref for TaskState {
-        type Target = ::std::string::String;
-        fn deref(&self) -> &::std::string::String {
-            &self.0
-        }
-    }
-    impl ::std::convert::From<TaskState> for ::std::string::String {
-        fn from(value: TaskState) -> Self {
-            value.0
-        }
-    }
-    impl ::std::convert::From<::std::string::String> for TaskState {
-        fn from(value: ::std::string::String) -> Self {
-            Self(value)
-        }
-    }
-    impl ::std::fmt::Display for TaskState {
-        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-            self.0.fmt(f)
-        }
-    }
-    impl ::std::str::FromStr for TaskState {
-        type Err = ::std::convert::Infallible;
-        fn from_str(value: &str) -> ::std::result::Result<Self, Self::Err> {
-            Ok(Self(value.to_string()))
-        }
+        pub workflow: crate::Workflow,
     }
     ///`TaskStats`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -2552,39 +2520,6 @@ pub mod types {
         pub name: ::std::option::Option<::std::string::String>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub slug: ::std::option::Option<::std::string::String>,
-    }
-    ///`Workflow`
-    #[derive(
-        ::serde::Deserialize, ::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd,
-    )]
-    #[serde(transparent)]
-    pub struct Workflow(pub ::std::string::String);
-    impl ::std::ops::Deref for Workflow {
-        type Target = ::std::string::String;
-        fn deref(&self) -> &::std::string::String {
-            &self.0
-        }
-    }
-    impl ::std::convert::From<Workflow> for ::std::string::String {
-        fn from(value: Workflow) -> Self {
-            value.0
-        }
-    }
-    impl ::std::convert::From<::std::string::String> for Workflow {
-        fn from(value: ::std::string::String) -> Self {
-            Self(value)
-        }
-    }
-    impl ::std::fmt::Display for Workflow {
-        fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-            self.0.fmt(f)
-        }
-    }
-    impl ::std::str::FromStr for Workflow {
-        type Err = ::std::convert::Infallible;
-        fn from_str(value: &str) -> ::std::result::Result<Self, Self::Err> {
-            Ok(Self(value.to_string()))
-        }
     }
     ///`WorkflowTriggerResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -4773,8 +4708,8 @@ impl Client {
         offset: Option<i64>,
         page: Option<i64>,
         q: Option<&'a str>,
-        state: Option<&'a types::TaskState>,
-        workflow: Option<&'a types::Workflow>,
+        state: Option<&'a crate::TaskStatus>,
+        workflow: Option<&'a crate::Workflow>,
     ) -> Result<ResponseValue<types::ListTasksResponse>, Error<()>> {
         let url = format!("{}/tasks", self.baseurl,);
         let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);

@@ -12,7 +12,7 @@ use crate::transport::retry::Backoff;
 /// to a ceiling (each shortened by up to 10 % at random).
 ///
 /// How long a wait may take is not part of it: a wait for a turn
-/// ([`QueryHandle::wait_with`](crate::QueryHandle::wait_with),
+/// ([`QueryHandle::wait`](crate::QueryHandle::wait),
 /// [`WhenBusy::Wait`](crate::WhenBusy::Wait)) ends at the turn's one bound,
 /// [`ClientBuilder::turn_timeout`](crate::ClientBuilder::turn_timeout); a
 /// wait for a task at [`TaskWait::timeout`](crate::resources::TaskWait::timeout).

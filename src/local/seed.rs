@@ -138,7 +138,7 @@ pub(super) async fn seed_context(
         let (st, err) = {
             let inner = state.store.lock();
             match inner.tasks.get(&task.id) {
-                Some(t) => (t.task.state.0.clone(), t.task.error.clone()),
+                Some(t) => (t.task.state.as_str().to_owned(), t.task.error.clone()),
                 None => return Err(fail("the curate task vanished".to_owned())),
             }
         };

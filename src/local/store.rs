@@ -239,7 +239,7 @@ impl Store {
                 tracing::error!(query = %id, "a query row is unreadable; skipped");
                 continue;
             };
-            q.status = crate::status::word::FAILED.to_owned();
+            q.status = crate::status::word::FAILED.into();
             q.error = Some("the server stopped while the turn ran".to_owned());
             repairs.push(Op::PutQuery {
                 id,
@@ -655,11 +655,11 @@ fn restore_tasks(
                     )),
                 ),
             };
-            task.state = types::TaskState(state.to_owned());
+            task.state = state.into();
             task.error = error;
             inner.dirty.tasks.insert(task.id.clone());
         } else if !task_is_terminal(task.state.as_str()) {
-            task.state = types::TaskState(crate::status::word::FAILED.to_owned());
+            task.state = crate::status::word::FAILED.into();
             task.error = Some("the server stopped while the task ran".to_owned());
             inner.dirty.tasks.insert(task.id.clone());
         }

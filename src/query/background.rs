@@ -190,20 +190,18 @@ impl QueryHandle {
         Ok(query)
     }
 
-    /// Polls until the turn ends, with the default [`WaitPolicy`], for at
-    /// most the client's [`turn_timeout`](crate::ClientBuilder::turn_timeout)
-    /// (counted from this call).
-    ///
-    /// # Errors
-    /// As for [`QueryHandle::wait_with`].
-    pub async fn wait(&mut self) -> Result<types::Query> {
-        self.wait_with(WaitPolicy::default()).await
-    }
-
     /// Polls `GET /queries/{id}` at `wait`'s intervals until the turn is
     /// `completed`, `failed` or `cancelled`, for at most the client's
     /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (counted from
     /// this call).
+    ///
+    /// ```no_run
+    /// # async fn run(mut handle: nexus_knowql::QueryHandle) -> nexus_knowql::Result<()> {
+    /// use nexus_knowql::WaitPolicy;
+    /// let answer = handle.wait(WaitPolicy::default()).await?;
+    /// println!("{}", answer.answer_text());
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::TurnFailed`] / [`Error::TurnCancelled`] for a turn that ended
@@ -212,7 +210,7 @@ impl QueryHandle {
     ///
     /// # Cancel safety
     /// Dropping the future stops polling; the turn goes on on the server.
-    pub async fn wait_with(&mut self, wait: WaitPolicy) -> Result<types::Query> {
+    pub async fn wait(&mut self, wait: WaitPolicy) -> Result<types::Query> {
         let span = self.span.span();
         let limit = self.client.transport().turn_timeout();
         let Some(limit) = limit else {
@@ -298,7 +296,7 @@ impl QueryHandle {
                 checkpoint.query_id, self.query.id
             )));
         }
-        if self.query.status() == crate::status::QueryStatus::Completed
+        if self.query.status == crate::status::QueryStatus::Completed
             && !checkpoint.proves_prefix_of(self.query.answer_text())
         {
             let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);

@@ -124,7 +124,7 @@ pub(crate) async fn stored_terminal(
 /// [`Error::UnknownTurnStatus`] for a Query whose status word is not the
 /// API's: whether it ended cannot be told.
 pub(crate) fn check_known_status(query: &types::Query) -> Result<()> {
-    match query.status() {
+    match &query.status {
         QueryStatus::Other(status) => Err(Error::UnknownTurnStatus {
             query_id: query.id.clone(),
             status: status.chars().take(64).collect(),

@@ -165,7 +165,7 @@ impl QueryTurn {
                 .push_back(QueryEvent::TextDelta { delta: answer });
         }
         let error = query.error.clone().unwrap_or_default();
-        turn.pending.push_back(match query.status() {
+        turn.pending.push_back(match &query.status {
             QueryStatus::Failed => QueryEvent::Failed { error },
             QueryStatus::Cancelled => QueryEvent::Cancelled { error },
             _ => QueryEvent::Completed,
@@ -191,7 +191,7 @@ impl QueryTurn {
     /// by `rest`, the mismatch otherwise. After a checkpoint, the text
     /// delivered here must continue the answer at the checkpoint's length.
     fn check_final(&self, query: &types::Query) -> Result<Option<String>, Mismatch> {
-        if matches!(query.status(), QueryStatus::Failed | QueryStatus::Cancelled) {
+        if matches!(query.status, QueryStatus::Failed | QueryStatus::Cancelled) {
             return Ok(None);
         }
         let answer = query.answer_text();
@@ -262,12 +262,11 @@ impl QueryTurn {
                     self.terminal_status
                         .clone()
                         .unwrap_or(QueryStatus::Completed)
-                        .to_string()
                 },
                 |q| q.status.clone(),
             )
         } else {
-            QueryStatus::InProgress.to_string()
+            QueryStatus::InProgress
         };
         let query = self.acc.query.clone().unwrap_or_else(|| types::Query {
             citations: Vec::new(),
@@ -560,7 +559,7 @@ impl QueryTurn {
     /// whatever the gap.
     fn recovered(&mut self, query: types::Query, gap: ReplayGap) -> Option<Error> {
         let error = query.error.clone().unwrap_or_default();
-        match query.status() {
+        match &query.status {
             QueryStatus::Failed => self.pending.push_back(QueryEvent::Failed { error }),
             QueryStatus::Cancelled => self.pending.push_back(QueryEvent::Cancelled { error }),
             _ => match self.check_final(&query) {

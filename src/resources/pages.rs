@@ -2,10 +2,15 @@
 //!
 //! `list()` on [`Sessions`](super::Sessions), [`Tasks`](super::Tasks),
 //! [`Sources`](super::Sources) and [`Knowledge`](super::Knowledge) returns a
-//! builder: set its filters, then `.await` it for every item, or call
-//! `.items()` for a [`Stream`](futures::Stream) of items or `.pages()` for
-//! one of [`Page`]s, and stop reading when you have enough (no further page
-//! is fetched).
+//! builder, and each task has one way:
+//!
+//! - every item: `.await` the builder (at most `max_items` items);
+//! - page by page: `.pages()`, a [`Stream`](futures::Stream) of [`Page`]s
+//!   (each with the server's `total` when it sends one) of `page_size`
+//!   items;
+//! - item by item: `.items()`, a stream of items.
+//!
+//! Stop reading a stream when you have enough: no further page is fetched.
 //!
 //! The pages are checked as they come: a server that answers a different
 //! page than the one asked for, points back to a page already read, or sends

@@ -176,44 +176,13 @@ impl<'c> Sources<'c> {
 
     /// `GET /contexts/{slug}/source/list[/{path}]`: every entry of a
     /// directory (the root unless [`ListFiles::path`](super::ListFiles::path)
-    /// names one), following the pages. `.await` it for the entries, or read
-    /// [`ListFiles::pages`](super::ListFiles::pages).
+    /// names one). `.await` it for every entry (bounded by
+    /// [`ListFiles::max_items`](super::ListFiles::max_items)), read
+    /// [`ListFiles::pages`](super::ListFiles::pages) page by page (the first
+    /// page alone: `.page_size(n).pages()`, then one `try_next`), or
+    /// [`ListFiles::items`](super::ListFiles::items) entry by entry.
     pub fn list(&self) -> super::ListFiles<'c> {
         super::ListFiles::new(self.client, super::pages::Tree::Sources, self.slug)
-    }
-
-    /// One page of entries, as the API returns it.
-    ///
-    /// # Errors
-    /// Any [`Error`](crate::Error) of the call.
-    pub fn list_page(
-        &self,
-        path: Option<&'c str>,
-        offset: Option<i64>,
-        limit: Option<i64>,
-    ) -> Call<'c, types::DirListing> {
-        let (client, slug) = (self.client, self.slug);
-        Call::new(async move {
-            let api = client.api();
-            match path.filter(|p| !p.is_empty()) {
-                Some(p) => {
-                    client
-                        .call_meta(
-                            "list_source_files_by_path",
-                            api.list_source_files_by_path(slug, p, limit, offset),
-                        )
-                        .await
-                }
-                None => {
-                    client
-                        .call_meta(
-                            "list_source_files",
-                            api.list_source_files(slug, limit, offset),
-                        )
-                        .await
-                }
-            }
-        })
     }
 
     /// `GET /contexts/{slug}/source/read/{path}`: a source file's bytes.

@@ -167,7 +167,7 @@ impl<'c> Tasks<'c> {
         wait: TaskWait<'_>,
     ) -> Result<types::TaskResponse> {
         let task = self.wait(id, wait).await?;
-        match task.status() {
+        match &task.state {
             TaskStatus::Completed => Ok(task),
             state => Err(Error::TaskFailed(Box::new(crate::error::TaskFailure {
                 task_id: task.id.clone(),
@@ -185,8 +185,8 @@ impl<'c> Tasks<'c> {
 pub struct ListTasks<'c> {
     client: &'c Client,
     context: Option<String>,
-    state: Option<types::TaskState>,
-    workflow: Option<types::Workflow>,
+    state: Option<TaskStatus>,
+    workflow: Option<crate::Workflow>,
     search: Option<String>,
     page_size: u64,
     max_items: usize,
@@ -202,14 +202,14 @@ impl<'c> ListTasks<'c> {
     /// Only tasks in this state: a [`TaskStatus`] (or its name as `&str`;
     /// a word this version does not know is sent as it is).
     pub fn state(mut self, state: impl Into<TaskStatus>) -> Self {
-        self.state = Some(types::TaskState(String::from(state.into())));
+        self.state = Some(state.into());
         self
     }
 
     /// Only tasks of this workflow ([`Workflow`](crate::Workflow), or its
     /// name as `&str`: `import`, `curate`, ...).
     pub fn workflow(mut self, workflow: impl Into<crate::Workflow>) -> Self {
-        self.workflow = Some(types::Workflow::from(workflow.into()));
+        self.workflow = Some(workflow.into());
         self
     }
 

@@ -373,12 +373,13 @@ impl<T: DeserializeOwned> TypedHandle<T> {
         &mut self.handle
     }
 
-    /// Waits for the turn's end ([`QueryHandle::wait`]) and decodes the answer.
+    /// Waits for the turn's end ([`QueryHandle::wait`], polling at `wait`'s
+    /// intervals) and decodes the answer.
     ///
     /// # Errors
     /// Those of [`QueryHandle::wait`] and of [`decode`].
-    pub async fn wait(&mut self) -> Result<Typed<T>> {
-        let query = self.handle.wait().await?;
+    pub async fn wait(&mut self, wait: crate::WaitPolicy) -> Result<Typed<T>> {
+        let query = self.handle.wait(wait).await?;
         let value = decode(&self.shape, query.output_json.as_ref())?;
         Ok(Typed { value, query })
     }

@@ -41,6 +41,37 @@ const WITH_CLIENT: &str = "    pub fn new_with_client(";
 /// `src/api/task_data.rs` decodes them into a branch's type on request.
 const JSON_OBJECT_UNIONS: &[&str] = &["TaskInput", "TaskOutput"];
 
+/// An open enum of the spec (an `x-enum` string) generated as one of the
+/// crate's typed enums, which keep a value this version does not know as
+/// `Other`.
+struct TypedString {
+    /// The schema progenitor replaces.
+    schema: &'static str,
+    /// The `(object, property)` whose inline schema becomes `schema`, or
+    /// `None` when the spec already names it.
+    inline: Option<(&'static str, &'static str)>,
+    /// The crate's type.
+    rust_type: &'static str,
+}
+
+const TYPED_STRINGS: &[TypedString] = &[
+    TypedString {
+        schema: "QueryStatus",
+        inline: Some(("Query", "status")),
+        rust_type: "crate::QueryStatus",
+    },
+    TypedString {
+        schema: "TaskState",
+        inline: None,
+        rust_type: "crate::TaskStatus",
+    },
+    TypedString {
+        schema: "Workflow",
+        inline: None,
+        rust_type: "crate::Workflow",
+    },
+];
+
 /// progenitor always emits an empty hooks impl; `src/api/mod.rs` provides the
 /// crate's own, which routes every call through the crate's transport.
 const EMPTY_HOOKS: &str = "impl ClientHooks<crate::transport::Transport> for &Client {}";
@@ -102,11 +133,13 @@ fn generate(spec_path: &Path) -> String {
         }
     }
 
-    let schemas = &mut spec
-        .components
-        .as_mut()
-        .expect("the spec has components")
-        .schemas;
+    let components = spec.components.as_mut().expect("the spec has components");
+    for typed in TYPED_STRINGS {
+        if let Some((object, property)) = typed.inline {
+            name_inline_property(components, typed.schema, object, property);
+        }
+    }
+    let schemas = &mut components.schemas;
     for name in JSON_OBJECT_UNIONS {
         let schema = schemas
             .get_mut(*name)
@@ -124,6 +157,13 @@ fn generate(spec_path: &Path) -> String {
                 .parse::<proc_macro2::TokenStream>()
                 .expect("inner type path is valid tokens"),
         );
+    for typed in TYPED_STRINGS {
+        settings.with_replacement(
+            typed.schema,
+            typed.rust_type,
+            [progenitor::TypeImpl::Display].into_iter(),
+        );
+    }
     let mut generator = progenitor::Generator::new(&settings);
     let tokens = generator
         .generate_tokens(&spec)
@@ -179,6 +219,40 @@ fn json_object(schema: &openapiv3::ReferenceOr<openapiv3::Schema>) -> openapiv3:
     object
 }
 
+/// Moves the inline schema of `object.property` to the named schema `name`
+/// and points the property at it, so that a replacement can name its type.
+fn name_inline_property(
+    components: &mut openapiv3::Components,
+    name: &str,
+    object: &str,
+    property: &str,
+) {
+    let Some(openapiv3::ReferenceOr::Item(openapiv3::Schema {
+        schema_kind: openapiv3::SchemaKind::Type(openapiv3::Type::Object(fields)),
+        ..
+    })) = components.schemas.get_mut(object)
+    else {
+        panic!("{SPEC} has no object schema {object}");
+    };
+    let slot = fields
+        .properties
+        .get_mut(property)
+        .unwrap_or_else(|| panic!("{SPEC}: {object} has no property {property}"));
+    let reference = openapiv3::ReferenceOr::Reference {
+        reference: format!("#/components/schemas/{name}"),
+    };
+    let openapiv3::ReferenceOr::Item(inline) = std::mem::replace(slot, reference) else {
+        panic!("{SPEC}: {object}.{property} is already a reference");
+    };
+    assert!(
+        components
+            .schemas
+            .insert(name.to_owned(), openapiv3::ReferenceOr::Item(*inline))
+            .is_none(),
+        "{SPEC} already has a schema {name}"
+    );
+}
+
 fn is_version_header(p: &openapiv3::ReferenceOr<openapiv3::Parameter>) -> bool {
     matches!(p, openapiv3::ReferenceOr::Reference { reference } if reference == VERSION_HEADER_PARAM)
 }
@@ -210,10 +284,16 @@ fn header() -> String {
          // The empty `ClientHooks` impl progenitor emits is removed; `src/api/mod.rs`\n\
          // provides the crate's own. The constructor `new` is removed and\n\
          // `new_with_client` is crate-private. The task unions ({unions}) are JSON objects.\n\
+         // The open enums ({typed}) are the crate's typed enums.\n\
          // Formatted with prettyplease, then rustfmt.\n\
          // Regenerate (tests/generated/code.rs): {REGENERATE}\n\n",
         ops = HAND_WRITTEN_OPS.join(", "),
         unions = JSON_OBJECT_UNIONS.join(", "),
+        typed = TYPED_STRINGS
+            .iter()
+            .map(|typed| typed.schema)
+            .collect::<Vec<_>>()
+            .join(", "),
     )
 }
 

@@ -188,6 +188,38 @@ fn search_task_outputs_keep_their_fields() {
     }
 }
 
+/// Words a later API version may send in the open enums decode as `Other`
+/// in the typed fields and encode again as they were sent.
+#[test]
+fn unknown_status_words_decode_as_other_and_encode_unchanged() {
+    use nexus_knowql::{QueryStatus, TaskStatus, Workflow, types};
+
+    let mut task = task("distill", json!({}), json!({}));
+    task["state"] = json!("suspended");
+    let decoded: types::TaskResponse = serde_json::from_value(task.clone()).expect("decode task");
+    assert_eq!(decoded.state, TaskStatus::Other("suspended".to_owned()));
+    assert_eq!(decoded.workflow, Workflow::Other("distill".to_owned()));
+    assert!(!decoded.is_terminal());
+    let encoded = serde_json::to_value(&decoded).expect("encode task");
+    assert_eq!(encoded["state"], "suspended");
+    assert_eq!(encoded["workflow"], "distill");
+    assert_survives(&task);
+
+    let query = json!({
+        "id": "q_1", "object": "query", "session_id": "s_1", "created": 0,
+        "status": "paused", "input": [], "output": [], "citations": [], "steps": [],
+        "runtime_ms": 1, "usage": { "input_tokens": 0, "output_tokens": 0, "total_tokens": 0 }
+    });
+    let decoded: types::Query = serde_json::from_value(query.clone()).expect("decode query");
+    assert_eq!(decoded.status, QueryStatus::Other("paused".to_owned()));
+    assert!(!decoded.is_terminal());
+    let encoded = serde_json::to_value(&decoded).expect("encode query");
+    assert_eq!(encoded["status"], "paused");
+    if let Some(why) = loss(&spec(), "Query", &query) {
+        panic!("Query {why}");
+    }
+}
+
 fn task(workflow: &str, input: Value, output: Value) -> Value {
     json!({
         "id": "tsk_1",

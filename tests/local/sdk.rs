@@ -101,7 +101,10 @@ async fn background_turns_can_be_waited_for_or_followed() {
     let session = client.session(["docs"]).build().unwrap();
     let mut handle = session.ask("black tea").background().await.unwrap();
     assert_eq!(handle.last_seen().status, "in_progress");
-    let q = handle.wait().await.unwrap();
+    let q = handle
+        .wait(nexus_knowql::WaitPolicy::default())
+        .await
+        .unwrap();
     assert_eq!(q.status, "completed");
     assert!(q.answer_text().contains("four minutes"));
 

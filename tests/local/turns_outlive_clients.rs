@@ -136,7 +136,7 @@ async fn cancel_on_drop_cancels_a_running_turn() {
     live.next().await.unwrap().unwrap();
     let id = live.query_id().unwrap().to_owned();
     drop(live);
-    let mut status = String::new();
+    let mut status = nexus_knowql::QueryStatus::InProgress;
     for _ in 0..100 {
         status = client.queries().get(&id).await.unwrap().status;
         if status == "cancelled" {

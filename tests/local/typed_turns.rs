@@ -105,7 +105,10 @@ async fn a_nested_struct_with_enums_and_options_round_trips_three_ways() {
         .background()
         .await
         .unwrap();
-    let waited = handle.wait().await.unwrap();
+    let waited = handle
+        .wait(nexus_knowql::WaitPolicy::default())
+        .await
+        .unwrap();
     assert_eq!(waited.value.request, sent.value.request);
 }
 

@@ -190,7 +190,10 @@ async fn a_poll_answered_with_another_turn_is_a_mismatch() {
     .await;
     let session = server.client().session(["handbook"]).build().unwrap();
     let mut handle = session.ask("Who?").background().await.unwrap();
-    let e = handle.wait().await.unwrap_err();
+    let e = handle
+        .wait(nexus_knowql::WaitPolicy::default())
+        .await
+        .unwrap_err();
     assert_mismatch(&e, "a poll", "query", QA, QB);
     assert_eq!(handle.id(), QA);
     assert_eq!(handle.session_id(), SA);

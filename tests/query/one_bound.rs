@@ -123,7 +123,7 @@ async fn the_bound_ends_a_background_wait() {
     let session = bounded(&server).session(["docs"]).build().unwrap();
     let mut handle = session.ask("q").background().await.unwrap();
     let started = Instant::now();
-    let e = tokio::time::timeout(GENEROUS, handle.wait())
+    let e = tokio::time::timeout(GENEROUS, handle.wait(nexus_knowql::WaitPolicy::default()))
         .await
         .expect("wait() ends by the turn timeout")
         .unwrap_err();

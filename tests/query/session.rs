@@ -288,9 +288,7 @@ async fn background_wait_polls_until_the_turn_completes() {
     assert_eq!(handle.id(), "q3");
     assert_eq!(handle.last_seen().status, "in_progress");
     let done = handle
-        .wait_with(
-            WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(20)),
-        )
+        .wait(WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(20)))
         .await
         .unwrap();
     assert_eq!(done.status, "completed");
@@ -341,7 +339,7 @@ async fn background_wait_reports_failure_and_timeout() {
         .background()
         .await
         .unwrap();
-    match failing.wait().await {
+    match failing.wait(WaitPolicy::default()).await {
         Err(Error::TurnFailed {
             query_id, message, ..
         }) => {
@@ -360,9 +358,7 @@ async fn background_wait_reports_failure_and_timeout() {
         .await
         .unwrap();
     let e = hanging
-        .wait_with(
-            WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(50)),
-        )
+        .wait(WaitPolicy::default().interval(Duration::from_millis(5), Duration::from_millis(50)))
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Timeout { .. }), "{e:?}");

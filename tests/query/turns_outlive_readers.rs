@@ -787,7 +787,10 @@ async fn a_turn_detached_before_it_is_named_learns_its_id_when_needed() {
     let live = session.ask("q").stream().await.unwrap();
     let mut handle = live.detach();
     assert_eq!(handle.id(), "");
-    let query = handle.wait().await.unwrap();
+    let query = handle
+        .wait(nexus_knowql::WaitPolicy::default())
+        .await
+        .unwrap();
     assert_eq!(query.id, "q_u");
     assert_eq!(handle.id(), "q_u");
     assert_eq!(handle.session_id(), "sess_u");

@@ -39,13 +39,13 @@ impl Inner {
             schedule: None,
             scheduled_at: None,
             session_id: session_id.map(str::to_owned),
-            state: types::TaskState("running".to_owned()),
+            state: crate::TaskStatus::Running,
             steps: Vec::new(),
             timeout_at: None,
             timeout_seconds: None,
             tokens_completion: 0,
             tokens_prompt: 0,
-            workflow: types::Workflow(workflow.to_owned()),
+            workflow: workflow.into(),
         };
         self.tasks.insert(
             task.id.clone(),
@@ -141,7 +141,7 @@ impl Inner {
                 return;
             }
             let now = Utc::now();
-            t.task.state = types::TaskState(state.to_owned());
+            t.task.state = state.into();
             t.task.output = output;
             t.task.error = error;
             t.task.last_activity_at = Some(now);

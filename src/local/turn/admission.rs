@@ -280,7 +280,7 @@ fn first_document(
         rollup: None,
         runtime_ms: 0,
         session_id: session_id.to_owned(),
-        status: crate::status::word::IN_PROGRESS.to_owned(),
+        status: crate::status::word::IN_PROGRESS.into(),
         steps: Vec::new(),
         synthesis: None,
         trace_ref: Some(format!("local://traces/{query_id}")),

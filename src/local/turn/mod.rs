@@ -279,7 +279,7 @@ fn finalize(
         let entry = inner.queries.get_mut(&plan.query_id);
         let query = entry.map(|e| {
             let q = &mut e.query;
-            q.status = status.to_owned();
+            q.status = status.into();
             q.error = error;
             q.runtime_ms = runtime_ms;
             q.steps = progress.steps.clone();
@@ -321,7 +321,7 @@ fn finalize(
     let q = final_query.unwrap_or_else(|| {
         // The query was forgotten meanwhile; close followers anyway.
         let mut q = types::Query {
-            status: status.to_owned(),
+            status: status.into(),
             ..placeholder(plan)
         };
         q.runtime_ms = runtime_ms;
@@ -350,7 +350,7 @@ fn placeholder(plan: &TurnPlan) -> types::Query {
         rollup: None,
         runtime_ms: 0,
         session_id: plan.session_id.clone(),
-        status: crate::status::word::IN_PROGRESS.to_owned(),
+        status: crate::status::word::IN_PROGRESS.into(),
         steps: Vec::new(),
         synthesis: None,
         trace_ref: None,

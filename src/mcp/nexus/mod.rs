@@ -395,7 +395,7 @@ impl NexusServer {
         tracing::debug!(query_id = %query.id, context = slug, "query turn started");
         Ok(QueryStarted {
             query_id: query.id.clone(),
-            status: query.status.clone(),
+            status: query.status.to_string(),
             model: query.model.clone(),
         })
     }

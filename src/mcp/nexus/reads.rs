@@ -3,7 +3,7 @@
 //! bytes of a knowledge file, one directory of a context's knowledge. Each runs with the key the caller's tool calls
 //! would run with, under the call deadline.
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
 
@@ -43,18 +43,21 @@ impl NexusServer {
         limit: i64,
     ) -> Result<Vec<KnowledgeEntry>, ToolError> {
         let mut call = self.client_for(ctx)?;
-        let page = self
-            .nexus(
-                Subject::Context(slug),
-                call.client
-                    .knowledge(slug)
-                    .list_page(Some(dir), Some(0), Some(limit)),
-            )
-            .await?;
+        let page = {
+            let mut pages = call
+                .client
+                .knowledge(slug)
+                .list()
+                .path(dir)
+                .page_size(u64::try_from(limit).unwrap_or(0))
+                .pages();
+            self.nexus(Subject::Context(slug), pages.try_next()).await?
+        };
         self.caller_http.accepted(&mut call);
         let dir = dir.trim_matches('/');
         Ok(page
-            .entries
+            .map(|page| page.items)
+            .unwrap_or_default()
             .into_iter()
             .filter(|e| !e.name.is_empty() && !e.name.contains('/'))
             .map(|e| KnowledgeEntry {
@@ -94,14 +97,14 @@ impl NexusServer {
             .nexus(Subject::Context(slug), call.client.contexts().get(slug))
             .await?;
         self.caller_http.accepted(&mut call);
+        let mut pages = call.client.sources(slug).list().page_size(1).pages();
         let sources = self
-            .nexus(
-                Subject::Context(slug),
-                call.client.sources(slug).list_page(None, Some(0), Some(1)),
-            )
+            .nexus(Subject::Context(slug), pages.try_next())
             .await
             .ok()
-            .map(|page| page.total);
+            .flatten()
+            .and_then(|page| page.total)
+            .and_then(|total| i64::try_from(total).ok());
         Ok((context, sources))
     }
 

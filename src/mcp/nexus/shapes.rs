@@ -135,7 +135,7 @@ pub struct QueryOutcome {
 
 impl From<&types::Query> for QueryOutcome {
     fn from(q: &types::Query) -> Self {
-        let completed = q.status() == crate::QueryStatus::Completed;
+        let completed = q.status == crate::QueryStatus::Completed;
         QueryOutcome {
             query_id: q.id.clone(),
             answer: completed.then(|| q.answer_text()),
@@ -152,7 +152,7 @@ impl From<&types::Query> for QueryOutcome {
                 })
                 .collect(),
             model: q.model.clone(),
-            status: q.status.clone(),
+            status: q.status.to_string(),
             error: q.error.clone(),
         }
     }

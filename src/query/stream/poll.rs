@@ -121,7 +121,7 @@ impl EventConnection {
                 // the stored turn, once it has, stands in for it.
                 tracing::debug!(
                     query_id = self.query_id.as_deref(),
-                    status = q.status,
+                    status = q.status.as_str(),
                     "the final Query frame is not terminal; reading the stored turn"
                 );
                 self.fetch_final();
@@ -276,7 +276,7 @@ impl EventConnection {
             Ok(query) => {
                 tracing::info!(
                     query_id = gap.query_id,
-                    status = query.status,
+                    status = query.status.as_str(),
                     "recovered the turn from its stored state"
                 );
                 self.terminal_seen = true;
