@@ -2,6 +2,7 @@
 //! that declares huge name records, and a flood of turns while the
 //! database writer is stalled. Memory is read from `/proc/<pid>/status`.
 
+#[cfg(feature = "failpoints")]
 use std::time::{Duration, Instant};
 
 use flate2::{Compress, Compression, Crc, FlushCompress};
