@@ -3,9 +3,10 @@
 //!
 //! The API sends a turn's `status` and a task's `state` as strings whose
 //! values the spec lists only as an extension (an open set). The generated
-//! fields (`Query.status`, `TaskResponse.state`, `TaskResponse.workflow`)
-//! are these types: [`QueryStatus`], [`TaskStatus`], [`Workflow`] and
-//! [`ThinkingLevel`] name the values this version knows; a value added
+//! fields (`Query.status`, `Query.feedback.rating`, `TaskResponse.state`,
+//! `TaskResponse.workflow`, `QueryRequest.workflow` and `.thinking_level`)
+//! are these types: [`QueryStatus`], [`Rating`], [`TaskStatus`],
+//! [`Workflow`] and [`ThinkingLevel`] name the values this version knows; a value added
 //! later decodes as `Other`, never as an error, and `Other` encodes the
 //! word as it was sent. This file is the only place these words are spelled.
 

@@ -5,7 +5,7 @@
 // The empty `ClientHooks` impl progenitor emits is removed; `src/api/mod.rs`
 // provides the crate's own. The constructor `new` is removed and
 // `new_with_client` is crate-private. The task unions (TaskInput, TaskOutput) are JSON objects.
-// The open enums (QueryStatus, TaskState, Workflow) are the crate's typed enums.
+// The open enums (QueryStatus, QueryFeedbackRating, QueryRequestWorkflow, QueryRequestThinkingLevel, TaskState, Workflow) are the crate's typed enums.
 // Formatted with prettyplease, then rustfmt.
 // Regenerate (tests/generated/code.rs): NEXUS_REGENERATE=1 cargo test --test generated
 
@@ -1891,7 +1891,7 @@ pub mod types {
     pub struct QueryFeedback {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub comment: ::std::option::Option<::std::string::String>,
-        pub rating: ::std::string::String,
+        pub rating: crate::Rating,
     }
     ///`QueryInputItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
@@ -1955,13 +1955,13 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub system_prompt: ::std::option::Option<::std::string::String>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub thinking_level: ::std::option::Option<::std::string::String>,
+        pub thinking_level: ::std::option::Option<crate::ThinkingLevel>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub timeout_seconds: ::std::option::Option<i64>,
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub tools: ::std::vec::Vec<::std::string::String>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-        pub workflow: ::std::option::Option<::std::string::String>,
+        pub workflow: ::std::option::Option<crate::Workflow>,
     }
     ///`QueryRollup`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]

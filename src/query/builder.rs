@@ -105,7 +105,7 @@ impl TurnBuilder {
     /// # drop(query); Ok(()) }
     /// ```
     pub fn workflow(mut self, workflow: impl Into<Workflow>) -> Self {
-        self.request.workflow = Some(String::from(workflow.into()));
+        self.request.workflow = Some(workflow.into());
         self
     }
 
@@ -125,7 +125,7 @@ impl TurnBuilder {
 
     /// How much the model thinks ([`ThinkingLevel`], or its name as `&str`).
     pub fn thinking_level(mut self, level: impl Into<ThinkingLevel>) -> Self {
-        self.request.thinking_level = Some(String::from(level.into()));
+        self.request.thinking_level = Some(level.into());
         self
     }
 

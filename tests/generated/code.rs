@@ -47,9 +47,10 @@ const JSON_OBJECT_UNIONS: &[&str] = &["TaskInput", "TaskOutput"];
 struct TypedString {
     /// The schema progenitor replaces.
     schema: &'static str,
-    /// The `(object, property)` whose inline schema becomes `schema`, or
-    /// `None` when the spec already names it.
-    inline: Option<(&'static str, &'static str)>,
+    /// The object and the path of properties (through inline objects)
+    /// whose inline schema becomes `schema`, or `None` when the spec
+    /// already names it.
+    inline: Option<(&'static str, &'static [&'static str])>,
     /// The crate's type.
     rust_type: &'static str,
 }
@@ -57,8 +58,23 @@ struct TypedString {
 const TYPED_STRINGS: &[TypedString] = &[
     TypedString {
         schema: "QueryStatus",
-        inline: Some(("Query", "status")),
+        inline: Some(("Query", &["status"])),
         rust_type: "crate::QueryStatus",
+    },
+    TypedString {
+        schema: "QueryFeedbackRating",
+        inline: Some(("Query", &["feedback", "rating"])),
+        rust_type: "crate::Rating",
+    },
+    TypedString {
+        schema: "QueryRequestWorkflow",
+        inline: Some(("QueryRequest", &["workflow"])),
+        rust_type: "crate::Workflow",
+    },
+    TypedString {
+        schema: "QueryRequestThinkingLevel",
+        inline: Some(("QueryRequest", &["thinking_level"])),
+        rust_type: "crate::ThinkingLevel",
     },
     TypedString {
         schema: "TaskState",
@@ -135,8 +151,8 @@ fn generate(spec_path: &Path) -> String {
 
     let components = spec.components.as_mut().expect("the spec has components");
     for typed in TYPED_STRINGS {
-        if let Some((object, property)) = typed.inline {
-            name_inline_property(components, typed.schema, object, property);
+        if let Some((object, path)) = typed.inline {
+            name_inline_property(components, typed.schema, object, path);
         }
     }
     let schemas = &mut components.schemas;
@@ -219,30 +235,35 @@ fn json_object(schema: &openapiv3::ReferenceOr<openapiv3::Schema>) -> openapiv3:
     object
 }
 
-/// Moves the inline schema of `object.property` to the named schema `name`
-/// and points the property at it, so that a replacement can name its type.
+/// Moves the inline schema at `object.path` (properties, through inline
+/// objects) to the named schema `name` and points the property at it, so
+/// that a replacement can name its type.
 fn name_inline_property(
     components: &mut openapiv3::Components,
     name: &str,
     object: &str,
-    property: &str,
+    path: &[&str],
 ) {
-    let Some(openapiv3::ReferenceOr::Item(openapiv3::Schema {
-        schema_kind: openapiv3::SchemaKind::Type(openapiv3::Type::Object(fields)),
-        ..
-    })) = components.schemas.get_mut(object)
-    else {
-        panic!("{SPEC} has no object schema {object}");
+    let Some(openapiv3::ReferenceOr::Item(schema)) = components.schemas.get_mut(object) else {
+        panic!("{SPEC} has no schema {object}");
     };
+    let (last, through) = path.split_last().expect("a property path");
+    let mut fields = object_fields(schema, object);
+    for property in through {
+        let Some(openapiv3::ReferenceOr::Item(inner)) = fields.properties.get_mut(*property) else {
+            panic!("{SPEC}: {object}.{property} is not an inline object");
+        };
+        fields = object_fields(inner, property);
+    }
     let slot = fields
         .properties
-        .get_mut(property)
-        .unwrap_or_else(|| panic!("{SPEC}: {object} has no property {property}"));
+        .get_mut(*last)
+        .unwrap_or_else(|| panic!("{SPEC}: {object} has no property {}", path.join(".")));
     let reference = openapiv3::ReferenceOr::Reference {
         reference: format!("#/components/schemas/{name}"),
     };
     let openapiv3::ReferenceOr::Item(inline) = std::mem::replace(slot, reference) else {
-        panic!("{SPEC}: {object}.{property} is already a reference");
+        panic!("{SPEC}: {object}.{} is already a reference", path.join("."));
     };
     assert!(
         components
@@ -251,6 +272,17 @@ fn name_inline_property(
             .is_none(),
         "{SPEC} already has a schema {name}"
     );
+}
+
+/// The properties of an object schema.
+fn object_fields<'s>(
+    schema: &'s mut openapiv3::Schema,
+    name: &str,
+) -> &'s mut openapiv3::ObjectType {
+    match &mut schema.schema_kind {
+        openapiv3::SchemaKind::Type(openapiv3::Type::Object(fields)) => fields,
+        _ => panic!("{SPEC}: {name} is not an object schema"),
+    }
 }
 
 fn is_version_header(p: &openapiv3::ReferenceOr<openapiv3::Parameter>) -> bool {

@@ -192,7 +192,7 @@ fn search_task_outputs_keep_their_fields() {
 /// in the typed fields and encode again as they were sent.
 #[test]
 fn unknown_status_words_decode_as_other_and_encode_unchanged() {
-    use nexus_knowql::{QueryStatus, TaskStatus, Workflow, types};
+    use nexus_knowql::{QueryStatus, Rating, TaskStatus, ThinkingLevel, Workflow, types};
 
     let mut task = task("distill", json!({}), json!({}));
     task["state"] = json!("suspended");
@@ -208,16 +208,35 @@ fn unknown_status_words_decode_as_other_and_encode_unchanged() {
     let query = json!({
         "id": "q_1", "object": "query", "session_id": "s_1", "created": 0,
         "status": "paused", "input": [], "output": [], "citations": [], "steps": [],
-        "runtime_ms": 1, "usage": { "input_tokens": 0, "output_tokens": 0, "total_tokens": 0 }
+        "runtime_ms": 1, "usage": { "input_tokens": 0, "output_tokens": 0, "total_tokens": 0 },
+        "feedback": { "rating": "sideways" }
     });
     let decoded: types::Query = serde_json::from_value(query.clone()).expect("decode query");
     assert_eq!(decoded.status, QueryStatus::Other("paused".to_owned()));
+    let rating = decoded.feedback.as_ref().map(|f| f.rating.clone());
+    assert_eq!(rating, Some(Rating::Other("sideways".to_owned())));
     assert!(!decoded.is_terminal());
     let encoded = serde_json::to_value(&decoded).expect("encode query");
     assert_eq!(encoded["status"], "paused");
+    assert_eq!(encoded["feedback"]["rating"], "sideways");
     if let Some(why) = loss(&spec(), "Query", &query) {
         panic!("Query {why}");
     }
+
+    let request = json!({ "ask": "?", "workflow": "search_graph", "thinking_level": "max" });
+    let decoded: types::QueryRequest =
+        serde_json::from_value(request.clone()).expect("decode request");
+    assert_eq!(
+        decoded.workflow,
+        Some(Workflow::Other("search_graph".to_owned()))
+    );
+    assert_eq!(
+        decoded.thinking_level,
+        Some(ThinkingLevel::Other("max".to_owned()))
+    );
+    let encoded = serde_json::to_value(&decoded).expect("encode request");
+    assert_eq!(encoded["workflow"], "search_graph");
+    assert_eq!(encoded["thinking_level"], "max");
 }
 
 fn task(workflow: &str, input: Value, output: Value) -> Value {

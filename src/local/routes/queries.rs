@@ -237,7 +237,7 @@ pub(super) async fn query_feedback(
     }
     let feedback = types::QueryFeedback {
         comment: body.comment,
-        rating: body.rating,
+        rating: body.rating.into(),
     };
     state
         .store

@@ -156,7 +156,7 @@ fn check_request(req: &types::QueryRequest) -> LocalResult<Checked> {
             )));
         }
     }
-    if let Some(w) = req.workflow.as_deref()
+    if let Some(w) = req.workflow.as_ref().map(|w| w.as_str())
         && !matches!(
             w,
             "search"
@@ -242,7 +242,7 @@ fn start_session(
         title: Some(ask.chars().take(80).collect()),
         tools: req.tools.clone(),
         updated_at: now,
-        workflow: req.workflow.clone(),
+        workflow: req.workflow.as_ref().map(|w| w.as_str().to_owned()),
         workspace: None,
     };
     inner.insert_session(SessionEntry {
