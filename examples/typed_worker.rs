@@ -32,7 +32,10 @@ struct Resume {
 #[tokio::main]
 async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let nexus = nexus_or_local::Nexus::connect(|local| local).await?;
+    // A directory of this run's own (create_dir fails if it exists), so the
+    // cleanup below removes only what this run made.
     let dir = std::env::temp_dir().join(format!("nexus-typed-worker-{}", std::process::id()));
+    std::fs::create_dir(&dir)?;
     let store = FileCheckpointStore::new(&dir)?;
 
     // Started once; with a store that outlives the process, a run after a
