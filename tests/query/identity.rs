@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::support::sse_server;
 use crate::support::turns::{drain, text};
-use nexus_knowql::{Client, Error, QueryTurn, StreamConfig};
+use nexus_knowql::{Client, Error, QueryTurn, StreamConfig, TurnBuilder};
 use sse_server::{Reply, SseServer, Step, Turn, frame, last_event_id, query_json};
 use tokio::time::Instant;
 
@@ -76,12 +76,13 @@ fn gone() -> Reply {
     Reply::json(410, &[], &serde_json::json!({"message": "gone"}))
 }
 
+/// A turn asking `question` in a new session over the test's context.
+fn ask(client: &Client, question: &str) -> TurnBuilder {
+    client.session(["handbook"]).build().unwrap().ask(question)
+}
+
 async fn stream(client: &Client, cfg: StreamConfig) -> QueryTurn {
-    client
-        .session(["handbook"])
-        .build()
-        .unwrap()
-        .ask("Who approves travel?")
+    ask(client, "Who approves travel?")
         .stream_config(cfg)
         .stream()
         .await
@@ -287,12 +288,7 @@ async fn send_honours_the_text_bound_on_every_path() {
             |_| doc(QA, SA, "completed", &DELTAS.concat()),
         )
         .await;
-        let e = server
-            .client()
-            .session(["handbook"])
-            .build()
-            .unwrap()
-            .ask("Who?")
+        let e = ask(&server.client(), "Who?")
             .stream_config(config().max_text_bytes(8))
             .send()
             .await
@@ -331,12 +327,7 @@ async fn send_reports_an_answer_mismatch() {
         |_| doc(QA, SA, "completed", "Not the text."),
     )
     .await;
-    let e = server
-        .client()
-        .session(["handbook"])
-        .build()
-        .unwrap()
-        .ask("Who?")
+    let e = ask(&server.client(), "Who?")
         .stream_config(config())
         .send()
         .await
@@ -540,12 +531,7 @@ async fn an_undecodable_answer_to_the_post_may_have_started_the_turn() {
         steps: vec![Step::Write(cut)],
     };
     let server = serve(post, |_, _| gone(), |_| gone()).await;
-    let e = server
-        .client()
-        .session(["handbook"])
-        .build()
-        .unwrap()
-        .ask("Who?")
+    let e = ask(&server.client(), "Who?")
         .background()
         .await
         .unwrap_err();
@@ -564,15 +550,7 @@ async fn a_content_encoding_is_named() {
         steps: vec![Step::Write(vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xfe])],
     };
     let server = serve(gz, |_, _| gone(), |_| gone()).await;
-    let e = server
-        .client()
-        .session(["handbook"])
-        .build()
-        .unwrap()
-        .ask("Who?")
-        .stream()
-        .await
-        .unwrap_err();
+    let e = ask(&server.client(), "Who?").stream().await.unwrap_err();
     assert!(e.to_string().contains("gzip"), "{e}");
     assert!(e.may_have_started(), "{e:?}");
     let deflate = Reply {
@@ -580,12 +558,7 @@ async fn a_content_encoding_is_named() {
         steps: vec![Step::Write(vec![0x78, 0x9c, 3, 0])],
     };
     let server = serve(deflate, |_, _| gone(), |_| gone()).await;
-    let e = server
-        .client()
-        .session(["handbook"])
-        .build()
-        .unwrap()
-        .ask("Who?")
+    let e = ask(&server.client(), "Who?")
         .background()
         .await
         .unwrap_err();
@@ -608,16 +581,11 @@ async fn a_redirect_never_sends_the_post_again() {
     })
     .await;
     for run in 0..2 {
-        let ask = server
-            .client()
-            .session(["handbook"])
-            .build()
-            .unwrap()
-            .ask("Who?");
+        let turn = ask(&server.client(), "Who?");
         let e = if run == 0 {
-            ask.send().await.unwrap_err()
+            turn.send().await.unwrap_err()
         } else {
-            ask.background().await.unwrap_err()
+            turn.background().await.unwrap_err()
         };
         assert!(matches!(e, Error::Redirect { .. }), "{e:?}");
         assert_eq!(server.count("POST", "/query"), run + 1, "sent once per ask");
