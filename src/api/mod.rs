@@ -46,6 +46,7 @@
 include!("generated.rs");
 
 mod task_data;
+pub(crate) mod words;
 
 use crate::error::Error as SdkError;
 use crate::transport::Transport;

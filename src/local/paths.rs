@@ -114,3 +114,28 @@ pub(crate) fn read_tree(dir: &Path, limit: u64) -> Result<Vec<TreeFile>, TreeErr
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
+
+/// Regular files below `root`, as `/`-separated relative paths.
+pub(crate) fn files_below(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if let Ok(rel) = path.strip_prefix(root) {
+                out.push(
+                    rel.components()
+                        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                        .collect::<Vec<_>>()
+                        .join("/"),
+                );
+            }
+        }
+    }
+    out
+}

@@ -13,7 +13,7 @@
 //! happened yet), which the next start removes.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -266,7 +266,7 @@ fn check_contexts(
                 )),
             }
         }
-        for path in files_below(&sources) {
+        for path in super::paths::files_below(&sources) {
             report.checked += 1;
             if !recorded.contains_key(&path) && !moving.contains(&(id.clone(), path.clone())) {
                 report.notes.push(format!(
@@ -397,29 +397,4 @@ fn check_queries(conn: &Connection, report: &mut VerifyReport) -> rusqlite::Resu
         report.problem(format!("events of turn {id}, which does not exist"));
     }
     Ok(())
-}
-
-/// Regular files below `root`, as `/`-separated relative paths.
-pub(crate) fn files_below(root: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack: Vec<PathBuf> = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(path);
-            } else if let Ok(rel) = path.strip_prefix(root) {
-                out.push(
-                    rel.components()
-                        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                        .collect::<Vec<_>>()
-                        .join("/"),
-                );
-            }
-        }
-    }
-    out
 }

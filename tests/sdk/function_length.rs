@@ -36,7 +36,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The text with every comment, string and character literal blanked out
 /// (newlines kept), so that braces and `fn` are only the code's.
-fn code_only(text: &str) -> Vec<char> {
+pub(super) fn code_only(text: &str) -> Vec<char> {
     let chars: Vec<char> = text.chars().collect();
     let mut out = chars.clone();
     let blank = |out: &mut Vec<char>, from: usize, to: usize| {

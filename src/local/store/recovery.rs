@@ -131,7 +131,7 @@ pub(crate) fn sweep<'a>(
         }
         let recorded: std::collections::HashSet<&str> = sources.iter().copied().collect();
         let src = dir.join("sources");
-        for path in super::super::verify::files_below(&src) {
+        for path in crate::local::paths::files_below(&src) {
             if !recorded.contains(path.as_str())
                 && let Some(p) = safe_join(&src, &path)
             {
