@@ -53,11 +53,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
-// The crate's own name inside its unit tests, so test support shared with
-// the integration tests (which name the crate) compiles in both.
-#[cfg(test)]
-extern crate self as nexus_knowql;
-
 pub mod api;
 pub mod client;
 pub mod error;

@@ -14,7 +14,7 @@ use super::ledger::{self, Ledger, LedgerEntry};
 use super::paths::safe_join;
 use super::search::{Chunk, ContextIndex, chunk_document};
 use super::state::AppState;
-use super::store::{Inner, task_is_terminal};
+use super::store::Inner;
 use crate::types;
 
 /// Phases reported in a curate task's progress.
@@ -172,7 +172,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
         let still_running = inner
             .tasks
             .get(&task_id)
-            .is_some_and(|t| !task_is_terminal(t.task.state.as_str()));
+            .is_some_and(|t| !t.task.state.is_terminal());
         if cancel.is_cancelled() || !still_running {
             Err((
                 crate::status::word::CANCELLED,

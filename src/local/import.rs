@@ -249,7 +249,7 @@ fn commit_unless_cancelled(state: &AppState, task_id: &str, cancel: &Cancellatio
     let running = inner
         .tasks
         .get(task_id)
-        .is_some_and(|t| !super::store::task_is_terminal(t.task.state.as_str()));
+        .is_some_and(|t| !t.task.state.is_terminal());
     if cancel.is_cancelled() || !running {
         false
     } else {

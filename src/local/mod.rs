@@ -50,8 +50,8 @@
 //! (records in memory, written row by row), which calls `records`, `ledger`
 //! (what curation recorded), `paths`, `migrate` and `db` (the SQLite state
 //! database and its single writer thread). `durable` writes files
-//! crash-safely; `guard` is the Host/Origin rule; `serve` the connection
-//! loop.
+//! crash-safely; `serve` is the connection loop, which applies the crate's
+//! Host/Origin rule.
 
 mod answer;
 mod connectors;

@@ -238,7 +238,6 @@ mod contexts;
 mod tasks;
 mod turns;
 
-pub(crate) use tasks::task_is_terminal;
 pub(crate) use turns::{new_query_id, new_session_id};
 
 #[cfg(test)]

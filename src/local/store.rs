@@ -658,7 +658,7 @@ fn restore_tasks(
             task.state = state.into();
             task.error = error;
             inner.dirty.tasks.insert(task.id.clone());
-        } else if !task_is_terminal(task.state.as_str()) {
+        } else if !task.state.is_terminal() {
             task.state = crate::status::word::FAILED.into();
             task.error = Some("the server stopped while the task ran".to_owned());
             inner.dirty.tasks.insert(task.id.clone());

@@ -18,7 +18,8 @@ use std::path::Path;
 use rusqlite::{Connection, OpenFlags};
 
 use super::db::DB_FILE;
-use super::records::{ContextRecord, open_index, task_is_terminal};
+use super::records::{ContextRecord, open_index};
+use crate::status::{QueryStatus, TaskStatus};
 
 /// The lock file a server holds on its data directory.
 const LOCK_FILE: &str = ".lock";
@@ -324,7 +325,7 @@ fn check_tasks(conn: &Connection, report: &mut VerifyReport) -> rusqlite::Result
             .and_then(|v| v.get("state").and_then(|s| s.as_str()).map(str::to_owned));
         match state {
             None => report.problem(format!("task {id}: unreadable row")),
-            Some(s) if !task_is_terminal(&s) => report.notes.push(format!(
+            Some(s) if !TaskStatus::from(s.as_str()).is_terminal() => report.notes.push(format!(
                 "task {id} was {s} when its server stopped; marked failed at the next start"
             )),
             Some(_) => {}
@@ -368,7 +369,7 @@ fn check_queries(conn: &Connection, report: &mut VerifyReport) -> rusqlite::Resu
             report.problem(format!("turn {id}: unreadable row"));
             continue;
         };
-        let ended = task_is_terminal(&status);
+        let ended = QueryStatus::from(status.as_str()).is_terminal();
         if ended != terminal {
             report.problem(format!(
                 "turn {id}: status {status} but stored as {}",

@@ -23,7 +23,7 @@ use super::error::{LocalError, LocalResult};
 use super::ledger;
 use super::search::{ContextIndex, terms};
 use super::state::AppState;
-use super::store::{SourceMeta, task_is_terminal};
+use super::store::SourceMeta;
 use crate::types;
 
 /// Terms and sections an exploration lists.
@@ -117,7 +117,7 @@ fn check_idle(state: &AppState, context_id: &str, workflow: &str) -> LocalResult
     let busy = state.store.lock().tasks.values().any(|t| {
         t.task.context_id.as_deref() == Some(context_id)
             && t.task.workflow.as_str() == workflow
-            && !task_is_terminal(t.task.state.as_str())
+            && !t.task.state.is_terminal()
     });
     if busy {
         return Err(LocalError::conflict(format!(

@@ -169,7 +169,7 @@ impl Inner {
             .tasks
             .values()
             .filter(|t| t.task.context_id.as_deref() == Some(id.as_str()))
-            .filter(|t| !task_is_terminal(t.task.state.as_str()))
+            .filter(|t| !t.task.state.is_terminal())
             .map(|t| t.cancel.clone())
             .collect();
         let jobs = self.context_jobs.remove(&id).unwrap_or_default();

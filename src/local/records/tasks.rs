@@ -65,7 +65,7 @@ impl Inner {
             let oldest_done = self
                 .tasks
                 .iter()
-                .find(|(_, t)| task_is_terminal(t.task.state.as_str()))
+                .find(|(_, t)| t.task.state.is_terminal())
                 .map(|(id, _)| id.clone());
             match oldest_done {
                 Some(id) => {
@@ -91,7 +91,7 @@ impl Inner {
             .tasks
             .get(id)
             .ok_or_else(|| LocalError::not_found(format!("task {id:?} not found")))?;
-        if !entry.committed && !task_is_terminal(entry.task.state.as_str()) {
+        if !entry.committed && !entry.task.state.is_terminal() {
             entry.cancel.cancel();
             self.end_task(
                 id,
@@ -106,7 +106,7 @@ impl Inner {
     /// Updates a task's progress (ignored once the task has ended).
     pub(crate) fn task_progress(&mut self, id: &str, phase: i64, phases: i64, label: &str) {
         if let Some(t) = self.tasks.get_mut(id) {
-            if task_is_terminal(t.task.state.as_str()) {
+            if t.task.state.is_terminal() {
                 return;
             }
             let now = Utc::now();
@@ -137,7 +137,7 @@ impl Inner {
         error: Option<String>,
     ) {
         if let Some(t) = self.tasks.get_mut(id) {
-            if task_is_terminal(t.task.state.as_str()) {
+            if t.task.state.is_terminal() {
                 return;
             }
             let now = Utc::now();
@@ -156,14 +156,4 @@ impl Inner {
             self.dirty.tasks.insert(id.to_owned());
         }
     }
-}
-
-/// Whether a task state is final.
-pub(crate) fn task_is_terminal(state: &str) -> bool {
-    matches!(
-        state,
-        crate::status::word::COMPLETED
-            | crate::status::word::CANCELLED
-            | crate::status::word::FAILED
-    )
 }

@@ -10,7 +10,7 @@ use chrono::Utc;
 use super::Shared;
 use crate::local::error::{LocalError, LocalResult};
 use crate::local::ledger;
-use crate::local::store::{LOCAL_PROJECT, LOCAL_PROJECT_NAME, TaskEntry, task_is_terminal};
+use crate::local::store::{LOCAL_PROJECT, LOCAL_PROJECT_NAME, TaskEntry};
 use crate::types;
 
 /// The one local project: created when its oldest context or task was.
@@ -61,8 +61,7 @@ fn count<'a>(tasks: impl Iterator<Item = &'a TaskEntry>) -> Counts {
             crate::status::word::COMPLETED => c.completed = c.completed.saturating_add(1),
             crate::status::word::FAILED => c.failed = c.failed.saturating_add(1),
             crate::status::word::CANCELLED => c.cancelled = c.cancelled.saturating_add(1),
-            s if !task_is_terminal(s) => c.active = c.active.saturating_add(1),
-            _ => {}
+            _ => c.active = c.active.saturating_add(1),
         }
         c.tokens = c
             .tokens
@@ -136,7 +135,7 @@ pub(super) async fn task_stats(
         .task;
     let now = Utc::now();
     // A running task's runtime counts until now.
-    let runtime = if task_is_terminal(t.state.as_str()) {
+    let runtime = if t.state.is_terminal() {
         t.runtime_seconds
     } else {
         (now - t.created_at).num_seconds()
