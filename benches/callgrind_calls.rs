@@ -42,6 +42,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 mod local_support;
 #[path = "../tests/support/pinecone_fake.rs"]
 mod pinecone_fake;
+#[path = "../tests/support/wait.rs"]
+mod wait;
 
 use local_support::LocalBinary;
 

@@ -53,6 +53,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 mod local_support;
 #[path = "../tests/support/mcp.rs"]
 mod mcp_support;
+#[path = "../tests/support/wait.rs"]
+mod wait;
 use local_support::LocalBinary;
 use mcp_support::{HttpMcp, SERVER_KEY, nexus_client};
 

@@ -22,6 +22,8 @@ use serde_json::{Value, json};
 
 #[path = "../tests/support/pinecone_fake.rs"]
 mod pinecone_fake;
+#[path = "../tests/support/wait.rs"]
+mod wait;
 
 use pinecone_fake::{KEY_A, PineconeFake, Record};
 

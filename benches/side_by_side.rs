@@ -47,6 +47,8 @@ use serde_json::{Value, json};
 
 #[path = "../tests/support/pinecone_fake.rs"]
 mod pinecone_fake;
+#[path = "../tests/support/wait.rs"]
+mod wait;
 
 /// Loaded into the TypeScript server: its SDK's control-plane requests go to
 /// the fake (that server configures the SDK itself, so the SDK does not read

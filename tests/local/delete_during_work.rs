@@ -64,13 +64,21 @@ async fn deleting_a_context_during_its_curation_leaves_no_files() {
             .import_dir(corpus.path(), |_| {})
             .await
             .unwrap();
-        client
+        let task_id = client
             .contexts()
             .curate(&slug, &Default::default())
             .await
-            .unwrap();
-        // Into the curation by a varying amount.
-        tokio::time::sleep(Duration::from_millis((i as u64 * 7) % 40)).await;
+            .unwrap()
+            .task_id;
+        // Into the curation by a varying amount: once it reached phase 0, 1
+        // or 2 (reading, chunking, indexing), or ended.
+        let phase = (i % 3) as i64;
+        let reached = async || {
+            let task = client.tasks().get(&task_id).await.unwrap();
+            task.is_terminal() || task.progress.is_some_and(|p| p.phase >= phase)
+        };
+        let what = format!("the curation reaching phase {phase}");
+        crate::support::wait::until(Duration::from_secs(60), &what, reached).await;
         client.contexts().delete(&slug).await.unwrap();
         if contexts.join(&id).exists() {
             left.push(format!("try {i}: {:?}", entries(&contexts.join(&id))));

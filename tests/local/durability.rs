@@ -197,17 +197,12 @@ fn a_sigkill_mid_burst_loses_nothing_acknowledged_and_leaves_no_session_stuck() 
     // are acknowledged; the burst then stops.
     let stop = Arc::new(AtomicBool::new(false));
     let burst = rt.spawn(burst(url, seen.clone(), stop.clone()));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        {
-            let seen = seen.lock().unwrap();
-            if seen.uploads.len() >= 3 && !seen.sessions.is_empty() {
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "too few answers before the kill");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let answered = || {
+        let seen = seen.lock().unwrap();
+        seen.uploads.len() >= 3 && !seen.sessions.is_empty()
+    };
+    let what = "a few answers before the kill";
+    crate::support::wait::until_blocking(Duration::from_secs(30), what, answered);
     server.kill();
     stop.store(true, Ordering::Relaxed);
     rt.block_on(async {

@@ -274,14 +274,9 @@ fn stop(mut server: LocalBinary) {
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if server.child.try_wait().unwrap().is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("the server did not stop on SIGTERM");
+    let stopped = || server.child.try_wait().unwrap().is_some();
+    let what = "the server stopping on SIGTERM";
+    crate::support::wait::until_blocking(Duration::from_secs(20), what, stopped);
 }
 
 fn verify(dir: &str) -> (bool, String) {

@@ -212,13 +212,15 @@ async fn big_shape_turns_leave_other_requests_fast() {
     );
     // `timeout_seconds` ends the shape filling.
     for id in &ids {
-        let q = loop {
-            let (_, q) = get_json(&format!("{base}/queries/{id}")).await;
-            if q["status"] != "in_progress" {
-                break q;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let q = crate::support::wait::until_some(
+            Duration::from_secs(30),
+            "the turn ending",
+            async || {
+                let (_, q) = get_json(&format!("{base}/queries/{id}")).await;
+                (q["status"] != "in_progress").then_some(q)
+            },
+        )
+        .await;
         assert_eq!(q["status"], "failed", "{q}");
         assert!(q["error"].as_str().unwrap().contains("timed out"), "{q}");
     }

@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::local::*;
+use crate::support::wait::until_some;
 use nexus_knowql::local::{LocalNexus, StartError};
 use serde_json::json;
 
@@ -262,15 +263,11 @@ async fn a_cancel_never_answers_an_end_that_is_not_saved() {
     db.execute_batch("ROLLBACK").unwrap();
     drop(db);
     // Once written, the cancel answers the saved end.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let body = until_some(Duration::from_secs(60), "the cancel ending", async || {
         let (status, body) = post_json(&format!("{base}/queries/{id}/cancel"), json!({})).await;
-        if status == 200 {
-            assert_eq!(body["status"], "cancelled", "{body}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the cancel never ended: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert_eq!(body["status"], "cancelled", "{body}");
     server.shutdown().await;
 }

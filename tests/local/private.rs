@@ -5,6 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use crate::support::local::*;
+use crate::support::wait::until;
 use nexus_knowql::local::LocalNexus;
 use serde_json::json;
 
@@ -86,15 +87,8 @@ async fn the_log_shrinks_once_a_reader_leaves() {
     assert_eq!(shown["persistent"], true);
     drop(reader);
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(15);
-    loop {
-        let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
-        if size < 4 << 20 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the log is still {size} bytes");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let shrunk = async || std::fs::metadata(&wal).map_or(0, |m| m.len()) < 4 << 20;
+    until(Duration::from_secs(15), "the log under 4 MiB", shrunk).await;
     let shown = storage().await;
     assert!(
         shown["wal_bytes"].as_u64().unwrap() < 4 << 20,

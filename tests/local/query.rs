@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::support::local as local_support;
+use crate::support::wait::until_some;
 use local_support::*;
 use nexus_knowql::local::LocalNexus;
 use serde_json::json;
@@ -120,15 +121,11 @@ async fn background_turn_returns_202_then_completes() {
     assert_eq!(resp.status(), 202);
     let q: nexus_knowql::types::Query = resp.json().await.unwrap();
     assert_eq!(q.status, "in_progress");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let done = loop {
+    let done = until_some(Duration::from_secs(30), "the turn ending", async || {
         let q = client.queries().get(&q.id).await.unwrap();
-        if q.is_terminal() {
-            break q;
-        }
-        assert!(std::time::Instant::now() < deadline, "the turn never ended");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        q.is_terminal().then_some(q)
+    })
+    .await;
     assert_eq!(done.status, "completed");
     assert!(done.answer_text().contains("four minutes"));
     // The finished turn's events replay from the start.

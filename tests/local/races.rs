@@ -79,14 +79,9 @@ fn an_upload_racing_the_deletion_of_its_path_keeps_its_file() {
         });
         // The signal: the row is gone (its removal is saved at once; the
         // file waits 3 s).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while read(&base, "race", "uploads/a.md").await.0 != 404 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the deletion never began"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        let began = async || read(&base, "race", "uploads/a.md").await.0 == 404;
+        let limit = std::time::Duration::from_secs(30);
+        crate::support::wait::until(limit, "the deletion beginning", began).await;
         let uploaded = upload(&base, "race", "a.md", "# Second\n").await;
         (delete.await.unwrap(), uploaded)
     });

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::support::local::{LocalBinary, TempDir, corpus};
+use crate::support::wait::until;
 use nexus_knowql::Client;
 use nexus_knowql::resources::TaskWait;
 use serde_json::{Value, json};
@@ -262,20 +263,22 @@ async fn every_kept_document_reads_back_the_same_after_a_restart_and_a_sigkill()
     )
     .await;
     let background_id = background["id"].as_str().unwrap().to_owned();
-    for _ in 0..200 {
-        let q: Value = http()
-            .get(format!("{base}/queries/{background_id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if q["status"] != "in_progress" && q["status"] != "queued" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(
+        Duration::from_secs(10),
+        "the background turn ending",
+        async || {
+            let q: Value = http()
+                .get(format!("{base}/queries/{background_id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            q["status"] != "in_progress" && q["status"] != "queued"
+        },
+    )
+    .await;
 
     let tasks = client.tasks().list().await.unwrap();
     assert!(

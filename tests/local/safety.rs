@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::support::local::*;
+use crate::support::wait::{until, until_some};
 use nexus_knowql::local::LocalNexus;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -312,8 +313,7 @@ async fn a_client_that_disconnects_after_post_query_never_leaves_its_session_stu
         )
         .await;
         // The dropped turn runs to its end; then the session takes a new one.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        let next = loop {
+        let next = until_some(Duration::from_secs(20), "the session free", async || {
             let resp = reqwest::Client::new()
                 .post(format!("{}/query", server.base_url()))
                 .json(&json!({"ask": "black tea", "session_id": session}))
@@ -321,13 +321,12 @@ async fn a_client_that_disconnects_after_post_query_never_leaves_its_session_stu
                 .await
                 .unwrap();
             match resp.status().as_u16() {
-                200 => break resp.json::<nexus_knowql::types::Query>().await.unwrap(),
-                409 if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                200 => Some(resp.json::<nexus_knowql::types::Query>().await.unwrap()),
+                409 => None,
                 other => panic!("the session stayed busy (stream={stream}): {other}"),
             }
-        };
+        })
+        .await;
         assert_eq!(next.status, "completed");
         assert!(next.answer_text().contains("four minutes"), "{next:?}");
         // The abandoned turn ended and its event log is closed.
@@ -444,11 +443,10 @@ async fn a_zip_bomb_and_an_oversized_upload_are_refused_with_nothing_changed_on_
     );
     // Staging is cleaned up.
     let staging = data.path().join("staging");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while std::fs::read_dir(&staging).is_ok_and(|mut d| d.next().is_some()) {
-        assert!(std::time::Instant::now() < deadline, "staging not cleaned");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until(Duration::from_secs(5), "staging cleaned", async || {
+        !std::fs::read_dir(&staging).is_ok_and(|mut d| d.next().is_some())
+    })
+    .await;
     // A fitting upload still works.
     let resp = upload_raw(&url, "docs", "ok.md", b"# Ok\n\nfine".to_vec()).await;
     assert_eq!(resp.status(), 200);

@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 use crate::support::local as local_support;
+use crate::support::wait::until_some;
 use local_support::*;
 use nexus_knowql::local::LocalNexus;
 use nexus_knowql::{Client, Error, RetryPolicy, types};
@@ -252,18 +253,11 @@ async fn cancelling_a_curation_task_leaves_the_context_uncurated() {
     assert_eq!(task.state.as_str(), "cancelled");
     // The signal: the curation's job reached its end (it clears
     // `is_curating` last), so nothing it could still swap in is pending.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let ctx = loop {
+    let ctx = until_some(Duration::from_secs(30), "the curation ending", async || {
         let ctx = client.contexts().get("slow").await.unwrap();
-        if !ctx.is_curating {
-            break ctx;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the curation never ended"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        (!ctx.is_curating).then_some(ctx)
+    })
+    .await;
     assert!(!ctx.is_queryable());
     drop(server);
 }

@@ -3,9 +3,10 @@
 //! task is not reported `completed`.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::local::*;
+use crate::support::wait::until_blocking;
 use serde_json::{Value, json};
 
 /// Files in the archive of the stopped import.
@@ -53,14 +54,8 @@ pub(crate) fn terminate(server: &mut LocalBinary, limit: Duration) {
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status();
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if server.child.try_wait().unwrap().is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("the server did not stop on SIGTERM within {limit:?}");
+    let stopped = || server.child.try_wait().unwrap().is_some();
+    until_blocking(limit, "the server stopping on SIGTERM", stopped);
 }
 
 /// `nexus-local verify --data dir`: whether it found the directory
@@ -114,11 +109,8 @@ fn sigterm_mid_import_keeps_every_file_or_does_not_report_completed() {
     });
     // Stop once the move is under way (some files are in place).
     let sources = data.path().join("contexts").join(&id).join("sources");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while count_files(&sources) < 10 {
-        assert!(Instant::now() < deadline, "the import never started moving");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let moving = || count_files(&sources) >= 10;
+    until_blocking(Duration::from_secs(60), "the import moving files", moving);
     terminate(&mut server, Duration::from_secs(60));
     let _ = rt.block_on(upload);
     drop(server);

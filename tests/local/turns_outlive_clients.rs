@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::support::local as local_support;
+use crate::support::wait::until_some;
 use futures::StreamExt;
 use local_support::*;
 use nexus_knowql::local::LocalNexus;
@@ -136,14 +137,11 @@ async fn cancel_on_drop_cancels_a_running_turn() {
     live.next().await.unwrap().unwrap();
     let id = live.query_id().unwrap().to_owned();
     drop(live);
-    let mut status = nexus_knowql::QueryStatus::InProgress;
-    for _ in 0..100 {
-        status = client.queries().get(&id).await.unwrap().status;
-        if status == "cancelled" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let status = until_some(Duration::from_secs(10), "the turn ending", async || {
+        let status = client.queries().get(&id).await.unwrap().status;
+        status.is_terminal().then_some(status)
+    })
+    .await;
     assert_eq!(status, "cancelled");
     // The session sees the turn ended and asks again at once.
     let next = session.ask("black tea").send().await.unwrap();

@@ -220,14 +220,14 @@ async fn a_reader_back_after_the_ring_moved_on_gets_the_text_as_a_snapshot() {
     page.read(&served.base, id, Some(1)).await;
     assert!(!page.text.is_empty() && !page.done, "{page:?}");
     let before = page.snapshots;
-    // Wait for the turn to end on the server, then for the relay to read it.
-    for _ in 0..200 {
-        if served.client.queries().get(query_id).await.unwrap().status == "completed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Wait for the turn to end on the server: the relay has read past the
+    // ring by then, and the read below takes whatever it has not yet read
+    // live, to the end.
+    let ended = async || {
+        let query = served.client.queries().get(query_id).await.unwrap();
+        query.status == "completed"
+    };
+    crate::support::wait::until(Duration::from_secs(10), "the turn ending", ended).await;
     page.read(&served.base, id, None).await;
     assert!(page.done, "{page:?}");
     assert_eq!(page.snapshots, before + 1, "{page:?}");

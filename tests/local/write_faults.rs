@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::support::local::*;
+use crate::support::wait::until;
 use nexus_knowql::local::LocalNexus;
 use serde_json::{Value, json};
 
@@ -40,15 +41,12 @@ fn hold_write_lock(dir: &std::path::Path) -> HeldLock {
 /// Waits until at least `bytes` wait in the write backlog (the signal
 /// that a write was admitted and is held up).
 async fn backlog_reaches(base: &str, bytes: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("a write backlog of {bytes} bytes");
+    until(Duration::from_secs(30), &what, async || {
         let (_, storage) = get_json(&format!("{base}/local/storage")).await;
-        if storage["write_backlog_bytes"].as_u64().unwrap_or(0) >= bytes {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "{storage}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        storage["write_backlog_bytes"].as_u64().unwrap_or(0) >= bytes
+    })
+    .await;
 }
 
 async fn create(base: &str, slug: &str) -> (u16, Value, Option<String>) {

@@ -3,8 +3,6 @@
 //! Streamable HTTP with two callers' keys against a Nexus that answers each
 //! key with its own contexts.
 
-use std::time::Duration;
-
 use crate::support::mcp as mcp_support;
 use crate::support::pinecone_fake;
 use mcp_support::*;
@@ -470,7 +468,6 @@ async fn http_callers_see_only_their_own_resources_and_completions() {
     // Per mode: two resources/list per key (uncached), one completion
     // listing per key (then cached) and each key's one proof.
     assert_eq!(lists, 2 * (2 * 2 + 2 + 2), "{lists}");
-    tokio::time::sleep(Duration::ZERO).await;
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::support::mcp as mcp_support;
+use crate::support::wait::until_some;
 use mcp_support::*;
 use nexus_knowql::local::LocalNexus;
 use nexus_knowql::mcp::http::{self, HttpOptions};
@@ -52,18 +53,16 @@ async fn tools_over_rmcp_answer_from_the_local_nexus() {
     assert_eq!(started["model"], "local-extractive");
 
     // Poll the way the tool description tells agents to.
-    let mut done = None;
-    for _ in 0..100 {
+    let done = until_some(Duration::from_secs(5), "the turn ending", async || {
         let r = call(&client, "get_query", json!({"query_id": query_id})).await;
         let v = r.structured_content.expect("structured content");
         if v["status"] != "in_progress" {
-            done = Some(v);
-            break;
+            return Some(v);
         }
         assert!(v["answer"].is_null(), "no answer before completion");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let done = done.expect("the turn ends");
+        None
+    })
+    .await;
     assert_eq!(done["status"], "completed", "{done}");
     let answer = done["answer"].as_str().expect("an answer");
     assert!(answer.contains("Last-Event-ID"), "{answer}");

@@ -170,17 +170,10 @@ async fn metrics_health_and_access_logs_carry_no_key() {
 
     // The access log: a line for each request and the tool call, with a
     // request id and a caller tag, never the key.
-    let log = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            let log = process.log();
-            if log.contains("tool call") {
-                return log;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("a tool-call log line");
+    let logged = async || Some(process.log()).filter(|log| log.contains("tool call"));
+    let log =
+        crate::support::wait::until_some(Duration::from_secs(5), "a tool-call log line", logged)
+            .await;
     let tool_line = log
         .lines()
         .find(|l| l.contains("tool call") && l.contains("list_contexts"))

@@ -453,17 +453,15 @@ async fn until_ended(
     client: &RunningService<RoleClient, Client>,
     id: &str,
 ) -> rmcp::model::DetailedTask {
-    for _ in 0..400 {
+    let what = format!("task {id} ending");
+    crate::support::wait::until_some(Duration::from_secs(10), &what, async || {
         let got = client
             .get_task(GetTaskParams::new(id))
             .await
             .expect("tasks/get");
-        if got.task.status().is_terminal() {
-            return got.task;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("task {id} did not end");
+        got.task.status().is_terminal().then_some(got.task)
+    })
+    .await
 }
 
 #[tokio::test]

@@ -234,14 +234,7 @@ async fn wait_seconds_waits_and_reports_step_commentary_as_progress() {
 
     // rmcp hands each notification to the client handler on its own task, so
     // the last ones may land just after the response.
-    let mut progress = Vec::new();
-    for _ in 0..200 {
-        progress = client.service().progress.lock().unwrap().clone();
-        if progress.len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let mut progress = client.service().progress_at_least(3).await;
     let values: Vec<f64> = progress.iter().map(|p| p.progress).collect();
     let mut distinct = values.clone();
     distinct.sort_by(f64::total_cmp);
@@ -620,18 +613,13 @@ async fn a_query_context_cancelled_while_starting_cancels_the_turn_it_started() 
     cancel_query_context(&client, Duration::from_millis(400)).await;
     assert!(received(&nexus).await.contains(&"POST /query".to_owned()));
     // The turn's start finishes, then the turn is cancelled by its id.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !received(&nexus)
-        .await
-        .contains(&"POST /queries/q_7/cancel".to_owned())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the started turn was never cancelled: {:?}",
-            received(&nexus).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let cancelled = async || {
+        received(&nexus)
+            .await
+            .contains(&"POST /queries/q_7/cancel".to_owned())
+    };
+    let what = "the started turn cancelled";
+    crate::support::wait::until(Duration::from_secs(10), what, cancelled).await;
     // The session still works.
     let r = call(&client, "list_contexts", json!({})).await;
     assert_eq!(

@@ -399,10 +399,9 @@ async fn idle_connection_is_resumed() {
     assert_eq!(server.last_event_ids(), vec![Some("3".to_owned())]);
     // The idle connection was closed by the client (waits for the server to
     // see it, with an end).
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while server.closed_by_client() == 0 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    server
+        .wait_for("the close", |s| s.closed_by_client() >= 1)
+        .await;
     assert_eq!(server.closed_by_client(), 1);
 }
 
@@ -527,12 +526,9 @@ async fn dropping_a_turn_closes_the_connection_and_frees_the_session() {
     // ended, and go ahead: tests/query/session.rs covers a held turn.)
     drop(live);
     assert!(!session.is_busy());
-    for _ in 0..100 {
-        if server.closed_by_client() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server
+        .wait_for("the close", |s| s.closed_by_client() >= 1)
+        .await;
     assert_eq!(server.closed_by_client(), 1);
     assert_eq!(server.count("POST", "/query"), 1);
 }

@@ -506,12 +506,11 @@ async fn cancel_on_drop_cancels_the_turn_on_the_server() {
         .unwrap();
     live.next().await.unwrap().unwrap();
     drop(live);
-    for _ in 0..200 {
-        if server.count("POST", "/queries/q_c/cancel") == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    server
+        .wait_for("the cancel", |s| {
+            s.count("POST", "/queries/q_c/cancel") >= 1
+        })
+        .await;
     assert_eq!(server.count("POST", "/queries/q_c/cancel"), 1);
 }
 
@@ -527,12 +526,9 @@ async fn without_cancel_on_drop_a_dropped_turn_keeps_running() {
     live.next().await.unwrap().unwrap();
     drop(live);
     // Wait until the server saw the connection close, then a little more.
-    for _ in 0..200 {
-        if server.closed_by_client() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    server
+        .wait_for("the close", |s| s.closed_by_client() >= 1)
+        .await;
     assert_eq!(server.closed_by_client(), 1);
     // A cancel is spawned on the test's runtime at the drop, so it would be
     // sent before this later request: once the server has this one, it

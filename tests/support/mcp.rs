@@ -158,10 +158,35 @@ pub fn nexus_client(base_url: &str) -> Client {
         .unwrap()
 }
 
-/// An MCP client that records the progress notifications it receives.
-#[derive(Debug, Clone, Default)]
+/// An MCP client that records the progress notifications it receives and
+/// signals each one.
+#[derive(Debug, Clone)]
 pub struct RecordingClient {
     pub progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+    arrived: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+impl Default for RecordingClient {
+    fn default() -> Self {
+        RecordingClient {
+            progress: Arc::default(),
+            arrived: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
+}
+
+impl RecordingClient {
+    /// The progress notifications, once at least `n` arrived (bounded wait
+    /// on the handler's signal).
+    pub async fn progress_at_least(&self, n: usize) -> Vec<ProgressNotificationParam> {
+        let mut signal = self.arrived.subscribe();
+        let what = format!("{n} progress notifications");
+        super::wait::signalled(&mut signal, &what, || {
+            self.progress.lock().unwrap().len() >= n
+        })
+        .await;
+        self.progress.lock().unwrap().clone()
+    }
 }
 
 impl ClientHandler for RecordingClient {
@@ -171,6 +196,7 @@ impl ClientHandler for RecordingClient {
         _context: NotificationContext<RoleClient>,
     ) {
         self.progress.lock().unwrap().push(params);
+        self.arrived.send_modify(|n| *n += 1);
     }
 }
 
@@ -430,24 +456,16 @@ pub async fn ended_call(
     tool: &str,
     within: std::time::Duration,
 ) -> String {
-    let deadline = tokio::time::Instant::now() + within;
     let series = format!("nexus_mcp_tool_calls_total{{tool=\"{tool}\",outcome=\"");
-    loop {
-        let text = metrics.render();
-        let ended = text.lines().find_map(|line| {
+    let ended = || {
+        metrics.render().lines().find_map(|line| {
             let rest = line.strip_prefix(series.as_str())?;
             let (outcome, count) = rest.split_once("\"} ")?;
             (count.trim().parse::<f64>().ok()? > 0.0).then(|| outcome.to_owned())
-        });
-        if let Some(outcome) = ended {
-            return outcome;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no call to {tool} ended within {within:?}:\n{text}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        })
+    };
+    let what = format!("a call to {tool} ending");
+    super::wait::until_some(within, &what, async || ended()).await
 }
 
 /// Moves tokio's clock `by` forward at once, then lets it run again: what
@@ -460,21 +478,10 @@ pub async fn jump_clock(by: std::time::Duration) {
     tokio::time::resume();
 }
 
-/// Waits until `check` holds, polling every 20 ms; panics naming `what`
-/// when it does not within `within`.
-pub async fn wait_until<F, Fut>(within: std::time::Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within {within:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+/// The shared bounded poll ([`super::wait::until`]), by the name the MCP
+/// tests know it.
+pub async fn wait_until(within: std::time::Duration, what: &str, check: impl AsyncFnMut() -> bool) {
+    super::wait::until(within, what, check).await;
 }
 
 /// How many requests `nexus` received.

@@ -15,7 +15,9 @@
 //! - `local` (feature `local`): the embedded local Nexus and a corpus;
 //! - `mcp` and `pinecone_fake` (feature `mcp`): an in-process MCP client and
 //!   a fake Pinecone;
-//! - `rmcp_http` (feature `mcp`): rmcp's Streamable HTTP client on reqwest.
+//! - `rmcp_http` (feature `mcp`): rmcp's Streamable HTTP client on reqwest;
+//! - `wait`: the one bounded wait, on a test double's signal or, where
+//!   nothing can signal, a poll with an end.
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 pub mod examples;
@@ -34,3 +36,4 @@ pub mod rmcp_http;
 pub mod schema;
 pub mod sse_server;
 pub mod turns;
+pub mod wait;

@@ -4,7 +4,8 @@
 //!
 //! Index hosts point back at the fake (`http://127.0.0.1:PORT/idx/<index>`),
 //! so one base URL serves everything. Failures and delays can be scripted per
-//! route; every request body is recorded.
+//! route; every request body is recorded, and each recording is signalled
+//! ([`PineconeFake::wait_for`]).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -48,6 +49,8 @@ struct FakeState {
     /// Extra namespaces reported by stats (name, count) per index.
     extra_namespaces: Mutex<Vec<(String, String, u64)>>,
     script: Mutex<Script>,
+    /// Fires each time a request is recorded.
+    seen: tokio::sync::watch::Sender<u64>,
 }
 
 /// A running fake; stops when dropped.
@@ -195,6 +198,7 @@ impl PineconeFake {
             records: Mutex::new(records),
             extra_namespaces: Mutex::new(Vec::new()),
             script: Mutex::new(Script::default()),
+            seen: tokio::sync::watch::channel(0).0,
         });
         let app = Router::new()
             .route("/indexes/{index}", get(describe_index))
@@ -252,6 +256,14 @@ impl PineconeFake {
     /// Number of requests received on `route`.
     pub fn count(&self, route: &str) -> usize {
         self.requests(route).len()
+    }
+
+    /// Waits until `check` holds over what the fake recorded, looking again
+    /// at each request it records (bounded, see
+    /// [`wait::PATIENCE`](super::wait::PATIENCE)).
+    pub async fn wait_for(&self, what: &str, check: impl Fn(&PineconeFake) -> bool) {
+        let mut signal = self.state.seen.subscribe();
+        super::wait::signalled(&mut signal, what, || check(self)).await;
     }
 
     /// `(Api-Key, X-Pinecone-Api-Version)` of every request.
@@ -340,6 +352,7 @@ async fn enter(
             .and_then(|f| (!f.is_empty()).then(|| f.remove(0)));
         (s.delays.get(route).copied(), failure)
     };
+    state.seen.send_modify(|n| *n += 1);
     if let Some(d) = delay {
         tokio::time::sleep(d).await;
     }

@@ -3,7 +3,9 @@
 //! It writes raw bytes, so a test controls every byte: line endings, a BOM,
 //! how writes are split, where the connection is cut (a clean close or a
 //! reset). Each request is recorded; a script decides each reply from the
-//! request and its index. The server stops when dropped.
+//! request and its index. Each recorded request and each close a client
+//! makes is signalled, so a test waits for them with
+//! [`SseServer::wait_for`]. The server stops when dropped.
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,6 +14,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// A request as the server received it.
@@ -114,8 +117,12 @@ pub struct SseServer {
     pub url: String,
     log: Arc<Mutex<Vec<Request>>>,
     closed: Arc<AtomicUsize>,
+    seen: Seen,
     task: JoinHandle<()>,
 }
+
+/// Fires each time the server records a request or a client's close.
+type Seen = Arc<watch::Sender<u64>>;
 
 impl Drop for SseServer {
     fn drop(&mut self) {
@@ -131,7 +138,8 @@ impl SseServer {
         let log = Arc::new(Mutex::new(Vec::new()));
         let closed = Arc::new(AtomicUsize::new(0));
         let script: Arc<Script> = Arc::new(script);
-        let (log2, closed2) = (log.clone(), closed.clone());
+        let seen: Seen = Arc::new(watch::channel(0).0);
+        let (log2, closed2, seen2) = (log.clone(), closed.clone(), seen.clone());
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
@@ -139,8 +147,9 @@ impl SseServer {
                     return;
                 };
                 let (log, closed, script) = (log2.clone(), closed2.clone(), script.clone());
+                let seen = seen2.clone();
                 conns.spawn(async move {
-                    let _ = serve(sock, log, closed, script).await;
+                    let _ = serve(sock, log, closed, seen, script).await;
                 });
             }
         });
@@ -148,8 +157,17 @@ impl SseServer {
             url,
             log,
             closed,
+            seen,
             task,
         }
+    }
+
+    /// Waits until `check` holds over what the server recorded, looking
+    /// again at each request and each close it sees (bounded, see
+    /// [`wait::PATIENCE`](super::wait::PATIENCE)).
+    pub async fn wait_for(&self, what: &str, check: impl Fn(&SseServer) -> bool) {
+        let mut signal = self.seen.subscribe();
+        super::wait::signalled(&mut signal, what, || check(self)).await;
     }
 
     /// Every request received so far.
@@ -242,6 +260,7 @@ async fn serve(
     mut sock: TcpStream,
     log: Arc<Mutex<Vec<Request>>>,
     closed: Arc<AtomicUsize>,
+    seen: Seen,
     script: Arc<Script>,
 ) -> std::io::Result<()> {
     sock.set_nodelay(true)?;
@@ -253,6 +272,7 @@ async fn serve(
         log.push(req.clone());
         log.len() - 1
     };
+    seen.send_modify(|n| *n += 1);
     let reply = script(&req, index);
     sock.write_all(reply.head.as_bytes()).await?;
     for step in reply.steps {
@@ -297,6 +317,7 @@ async fn serve(
                     }
                 }
                 closed.fetch_add(1, Ordering::SeqCst);
+                seen.send_modify(|n| *n += 1);
                 return Ok(());
             }
         }
