@@ -86,7 +86,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use faults::{ENV_FAILPOINTS, ENV_FAULT_503, ENV_FAULT_CUT_AFTER, ENV_FAULT_FRAME_DELAY_MS};
+pub use faults::{
+    ENV_FAILPOINTS, ENV_FAULT_503, ENV_FAULT_CUT_AFTER, ENV_FAULT_FRAME_DELAY_MS,
+    ENV_FAULT_FROZEN_CLOCK_MS,
+};
 
 pub use verify::{VerifyReport, verify_data_dir};
 

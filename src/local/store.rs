@@ -248,6 +248,7 @@ impl Store {
                 doc: to_json(&q),
                 trace: None,
                 events: None,
+                new: false,
             });
         }
         let mut ops = drain(&mut inner);
@@ -551,6 +552,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     for id in dirty.contexts {
         match inner.contexts.get(&id) {
             Some(ctx) => ops.push(Op::PutContext {
+                new: dirty.created.contains(&id),
                 id,
                 doc: to_json(ctx),
             }),
@@ -582,6 +584,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     for id in dirty.tasks {
         match inner.tasks.get(&id) {
             Some(t) => ops.push(Op::PutTask {
+                new: dirty.created.contains(&id),
                 id,
                 doc: to_json(&t.task),
             }),
@@ -591,6 +594,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     for id in dirty.sessions {
         match inner.sessions.get(&id) {
             Some(s) => ops.push(Op::PutSession {
+                new: dirty.created.contains(&id),
                 id,
                 doc: to_json(s),
             }),
@@ -600,6 +604,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     for id in dirty.connectors {
         match inner.connectors.get(&id) {
             Some(c) => ops.push(Op::PutConnector {
+                new: dirty.created.contains(&id),
                 id,
                 doc: to_json(c),
             }),
@@ -620,6 +625,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
             None
         };
         ops.push(Op::PutQuery {
+            new: dirty.created.contains(&id),
             session_id: q.query.session_id.clone(),
             id,
             terminal,

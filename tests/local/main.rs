@@ -19,6 +19,8 @@ mod durability;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod follow_ups;
+#[cfg(feature = "failpoints")]
+mod frozen_clock;
 mod limits;
 #[cfg(target_os = "linux")]
 mod memory_repros;

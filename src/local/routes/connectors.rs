@@ -64,6 +64,7 @@ async fn add(
         };
         inner.connectors.insert(rec.id.clone(), rec.clone());
         inner.dirty.connectors.insert(rec.id.clone());
+        inner.dirty.created.insert(rec.id.clone());
         rec
     };
     state.store.flush().await?;
