@@ -31,6 +31,7 @@ mod private;
 mod query;
 #[cfg(feature = "failpoints")]
 mod races;
+mod refused_uploads;
 mod restart_fidelity;
 mod safety;
 mod scratch_starts;
