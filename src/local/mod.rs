@@ -144,6 +144,17 @@ pub enum StartError {
         /// What makes it foreign.
         why: String,
     },
+    /// Acknowledged data the data directory's state names is missing (its
+    /// state database while contexts' files are there, recorded source
+    /// files): the start is refused rather than forget it, and nothing was
+    /// changed. `why` says what is missing and how to recover.
+    #[error("refusing to start on the data directory {path}: {why}", path = .path.display())]
+    DataDirDamaged {
+        /// The directory.
+        path: PathBuf,
+        /// What is missing, and how to recover.
+        why: String,
+    },
     /// The files of a context could not be read or stored.
     #[error("context {slug:?}: cannot {action} {path}", path = .path.display())]
     ContextFiles {
@@ -557,6 +568,9 @@ impl LocalNexusBuilder {
                         },
                         store::OpenError::Foreign { path, why } => {
                             StartError::DataDirForeign { path, why }
+                        }
+                        store::OpenError::Damaged { path, why } => {
+                            StartError::DataDirDamaged { path, why }
                         }
                         store::OpenError::Io(source) => StartError::DataDir {
                             path: dir.clone(),

@@ -24,6 +24,7 @@ mod frozen_clock;
 mod limits;
 #[cfg(target_os = "linux")]
 mod memory_repros;
+mod missing_data;
 mod ops;
 mod ownership;
 #[cfg(unix)]

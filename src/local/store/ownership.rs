@@ -57,15 +57,18 @@ fn is_own_entry(name: &str) -> bool {
 
 /// Makes sure `dir` is the server's own: creates it (with its marker) when
 /// missing, marks it when empty or written by an earlier version, and
-/// refuses any other directory without changing anything in it.
+/// refuses any other directory without changing anything in it. `true`
+/// when the directory is made the server's here (created, or empty), so
+/// its mode is the server's to set; a directory already marked or of an
+/// earlier version keeps its own.
 ///
 /// # Errors
 /// [`OpenError::Foreign`] for a directory the server did not make;
 /// [`OpenError::Io`] when it cannot be read or created.
-pub(crate) fn claim(dir: &Path) -> Result<(), OpenError> {
+pub(crate) fn claim(dir: &Path) -> Result<bool, OpenError> {
     if !dir.exists() {
         durable::create_dir_all(dir)?;
-        return mark(dir);
+        return mark(dir).map(|()| true);
     }
     if !dir.is_dir() {
         return Err(OpenError::Foreign {
@@ -74,7 +77,7 @@ pub(crate) fn claim(dir: &Path) -> Result<(), OpenError> {
         });
     }
     if dir.join(MARKER_FILE).is_file() {
-        return Ok(());
+        return Ok(false);
     }
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -94,7 +97,7 @@ pub(crate) fn claim(dir: &Path) -> Result<(), OpenError> {
         if !names.is_empty() {
             tracing::info!(dir = %dir.display(), "adopting a data directory written by an earlier version");
         }
-        return mark(dir);
+        return mark(dir).map(|()| only_started);
     }
     let why = if foreign.is_empty() {
         "it holds no nexus-local state".to_owned()
