@@ -87,6 +87,9 @@ pub(crate) enum Op {
     PutContext {
         id: String,
         doc: String,
+        /// Made since the last write: its row is inserted, and a row
+        /// already there with its id fails the write, never replaced.
+        new: bool,
     },
     DeleteContext {
         id: String,
@@ -100,6 +103,9 @@ pub(crate) enum Op {
     PutTask {
         id: String,
         doc: String,
+        /// Made since the last write: its row is inserted, and a row
+        /// already there with its id fails the write, never replaced.
+        new: bool,
     },
     DeleteTask {
         id: String,
@@ -107,6 +113,9 @@ pub(crate) enum Op {
     PutSession {
         id: String,
         doc: String,
+        /// Made since the last write: its row is inserted, and a row
+        /// already there with its id fails the write, never replaced.
+        new: bool,
     },
     DeleteSession {
         id: String,
@@ -120,6 +129,9 @@ pub(crate) enum Op {
         doc: String,
         trace: Option<String>,
         events: Option<Vec<Arc<Frame>>>,
+        /// A turn made since the last write: its row is inserted, never
+        /// written over another turn's.
+        new: bool,
     },
     /// Replaces the document of a stored turn only (its trace and events
     /// stay): feedback on a turn no longer in memory.
@@ -140,6 +152,9 @@ pub(crate) enum Op {
     PutConnector {
         id: String,
         doc: String,
+        /// Made since the last write: its row is inserted, and a row
+        /// already there with its id fails the write, never replaced.
+        new: bool,
     },
     DeleteConnector {
         id: String,

@@ -45,8 +45,9 @@ pub(crate) struct Staged {
     pub(crate) name: String,
     /// The directory of the source tree it lands in.
     pub(crate) dir: String,
-    /// The private staging directory (removed when the import ends).
-    pub(crate) root: PathBuf,
+    /// The private staging directory: removed when this is dropped, unless
+    /// the import that moves its files keeps it for the next start.
+    pub(crate) root: StagingRoot,
     /// Expanded files as `(source path, size)`, in the order found.
     pub(crate) files: Vec<(String, u64)>,
     /// `(entry, reason)` of the first entries left out.
@@ -58,6 +59,55 @@ pub(crate) struct Staged {
 impl Staged {
     pub(crate) fn files_dir(root: &Path) -> PathBuf {
         root.join("files")
+    }
+}
+
+/// A staging directory owned by one upload: it belongs to its request until
+/// the import commits to moving its files, and whatever drops it first (a
+/// refusal, a failure, a request that went away, the import's end) removes
+/// it. Only an import whose move is under way keeps it, for the next start
+/// to finish that move from ([`StagingRoot::keep_for_next_start`]).
+#[derive(Debug)]
+pub(crate) struct StagingRoot {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl StagingRoot {
+    /// Takes ownership of the staging directory at `path` (made or not yet).
+    pub(crate) fn new(path: PathBuf) -> Self {
+        StagingRoot { path, keep: false }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the directory stays when this is dropped: while an import's
+    /// move is under way and not yet saved, it is what the next start
+    /// finishes the import from.
+    pub(crate) fn keep_for_next_start(&mut self, keep: bool) {
+        self.keep = keep;
+    }
+}
+
+impl Drop for StagingRoot {
+    fn drop(&mut self) {
+        if self.keep || self.path.as_os_str().is_empty() {
+            return;
+        }
+        let dir = std::mem::take(&mut self.path);
+        let remove = move || match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(error = %e, dir = %dir.display(), "a staging directory could not be removed");
+            }
+            _ => {}
+        };
+        // Off the async threads: a staged archive may hold many files.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(remove)),
+            Err(_) => remove(),
+        }
     }
 }
 
@@ -153,12 +203,13 @@ impl Caps {
 }
 
 /// Expands the uploaded file at `upload` (named `name`) into
-/// `root/files/{dir}/...`, within `caps`. On error the caller removes `root`.
+/// `root/files/{dir}/...`, within `caps`. On error `root` is dropped, which
+/// removes it.
 pub(crate) fn stage(
     upload: &Path,
     name: &str,
     dir: &str,
-    root: &Path,
+    root: StagingRoot,
     caps: Caps,
 ) -> Result<Staged, StageError> {
     let io = |e: std::io::Error| StageError::io(&e);
@@ -176,7 +227,7 @@ pub(crate) fn stage(
     };
     let over: Rc<Cell<Option<Over>>> = Rc::new(Cell::new(None));
     let mut out = Expander {
-        files_dir: Staged::files_dir(root),
+        files_dir: Staged::files_dir(root.path()),
         dir: dir.to_owned(),
         limit,
         total_cap: caps.total,
@@ -286,7 +337,7 @@ pub(crate) fn stage(
     Ok(Staged {
         name: name.to_owned(),
         dir: dir.to_owned(),
-        root: root.to_path_buf(),
+        root,
         files: out.files,
         skipped: out.skipped,
         skipped_count: out.skipped_count,

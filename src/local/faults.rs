@@ -13,6 +13,30 @@ pub const ENV_FAULT_FRAME_DELAY_MS: &str = "NEXUS_LOCAL_FAULT_FRAME_DELAY_MS";
 /// Environment variable: answer the next N requests with 503 and `Retry-After`.
 pub const ENV_FAULT_503: &str = "NEXUS_LOCAL_FAULT_503";
 
+/// Environment variable, read in builds with the `failpoints` feature only:
+/// the clock ids are made from stands still at this many milliseconds since
+/// 1970 (a clock frozen or reset, as under `faketime` or on a device
+/// without a real-time clock).
+pub const ENV_FAULT_FROZEN_CLOCK_MS: &str = "NEXUS_LOCAL_FAULT_FROZEN_CLOCK_MS";
+
+/// Milliseconds since 1970 for a new id: the system clock, or the frozen
+/// one of [`ENV_FAULT_FROZEN_CLOCK_MS`] in a test build that sets it.
+pub(crate) fn id_clock_millis() -> u64 {
+    #[cfg(feature = "failpoints")]
+    {
+        static FROZEN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+        let frozen = FROZEN.get_or_init(|| {
+            std::env::var(ENV_FAULT_FROZEN_CLOCK_MS)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+        });
+        if let Some(ms) = *frozen {
+            return ms;
+        }
+    }
+    u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0)
+}
+
 /// The faults a server injects. Shared by every request.
 #[derive(Debug, Default)]
 pub(crate) struct Faults {

@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::durable;
 use super::error::{LocalError, LocalResult};
-pub(crate) use super::expand::{Caps, Staged, check_file_name, check_fits, safe_path, stage};
+pub(crate) use super::expand::{
+    Caps, Staged, StagingRoot, check_file_name, check_fits, safe_path, stage,
+};
 use super::faults::{failpoint, point};
 use super::paths::safe_join;
 use super::state::AppState;
@@ -85,27 +87,14 @@ pub(crate) async fn start(
     }
 }
 
-/// Ends an import's staging directory when dropped, unless kept for the
-/// next start to finish an interrupted move.
-struct StagingGuard(PathBuf, bool);
-
-impl Drop for StagingGuard {
-    fn drop(&mut self) {
-        if !self.1 {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 async fn run(
     state: Arc<AppState>,
     context_id: String,
     task_id: String,
-    staged: Staged,
+    mut staged: Staged,
     cancel: CancellationToken,
     applied: tokio::sync::oneshot::Sender<LocalResult<()>>,
 ) {
-    let mut staging = StagingGuard(staged.root.clone(), false);
     if !commit_unless_cancelled(&state, &task_id, &cancel) {
         finish(
             &state,
@@ -125,6 +114,7 @@ async fn run(
         files: staged.files.clone(),
         staging: staged
             .root
+            .path()
             .file_name()
             .map(|n| n.to_string_lossy().into_owned()),
         task_id: Some(task_id.clone()),
@@ -144,13 +134,13 @@ async fn run(
         return;
     }
     let sources_dir = state.store.context_dir(&context_id).join("sources");
-    let files_dir = Staged::files_dir(&staged.root);
+    let files_dir = Staged::files_dir(staged.root.path());
     let to_move: Vec<(String, u64)> = staged.files.clone();
     let sync = state.store.is_persistent();
     // From here until the move's end is saved, the staging directory is
     // what the next start finishes the import from: a stop that drops
     // this task (the move itself runs on) leaves it, as a crash would.
-    staging.1 = sync;
+    staged.root.keep_for_next_start(sync);
     let (moved, error) = tokio::task::spawn_blocking(move || {
         move_into_place(&files_dir, &sources_dir, &to_move, sync)
     })
@@ -161,7 +151,7 @@ async fn run(
         // nor not. Writing stops (the server stops) and the next start
         // finishes the move from the staging directory, kept for it.
         tracing::error!(error = %e, "moving sources into place failed");
-        staging.1 = true;
+        staged.root.keep_for_next_start(true);
         state
             .store
             .stop_writing("an import's files could not all be moved into place");
@@ -211,7 +201,7 @@ async fn run(
         .wait_saved(recorded_at)
         .await
         .map_err(unknown_if_not_saved);
-    staging.1 = saved.is_err();
+    staged.root.keep_for_next_start(saved.is_err());
     // The answer follows the task's saved end, so an acknowledged import
     // is `completed` after any crash. An injected frame delay (a test
     // fault) answers first and keeps the task open meanwhile, to test

@@ -96,6 +96,7 @@ fn ops(snap: Snapshot) -> Vec<Op> {
         out.push(Op::PutContext {
             id: ctx.id.clone(),
             doc: to_json(ctx),
+            new: true,
         });
         out.push(Op::PutSources {
             context_id: ctx.id.clone(),
@@ -111,12 +112,14 @@ fn ops(snap: Snapshot) -> Vec<Op> {
         out.push(Op::PutTask {
             id: t.id.clone(),
             doc: to_json(t),
+            new: true,
         });
     }
     for s in &snap.sessions {
         out.push(Op::PutSession {
             id: s.session.id.clone(),
             doc: to_json(s),
+            new: true,
         });
     }
     for q in &snap.queries {
@@ -128,6 +131,7 @@ fn ops(snap: Snapshot) -> Vec<Op> {
             trace: q.trace.as_ref().map(to_json),
             // No events were kept; the row is new.
             events: Some(Vec::new()),
+            new: true,
         });
     }
     out

@@ -86,7 +86,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use faults::{ENV_FAILPOINTS, ENV_FAULT_503, ENV_FAULT_CUT_AFTER, ENV_FAULT_FRAME_DELAY_MS};
+pub use faults::{
+    ENV_FAILPOINTS, ENV_FAULT_503, ENV_FAULT_CUT_AFTER, ENV_FAULT_FRAME_DELAY_MS,
+    ENV_FAULT_FROZEN_CLOCK_MS,
+};
 
 pub use verify::{VerifyReport, verify_data_dir};
 
@@ -139,6 +142,17 @@ pub enum StartError {
         /// The directory.
         path: PathBuf,
         /// What makes it foreign.
+        why: String,
+    },
+    /// Acknowledged data the data directory's state names is missing (its
+    /// state database while contexts' files are there, recorded source
+    /// files): the start is refused rather than forget it, and nothing was
+    /// changed. `why` says what is missing and how to recover.
+    #[error("refusing to start on the data directory {path}: {why}", path = .path.display())]
+    DataDirDamaged {
+        /// The directory.
+        path: PathBuf,
+        /// What is missing, and how to recover.
         why: String,
     },
     /// The files of a context could not be read or stored.
@@ -554,6 +568,9 @@ impl LocalNexusBuilder {
                         },
                         store::OpenError::Foreign { path, why } => {
                             StartError::DataDirForeign { path, why }
+                        }
+                        store::OpenError::Damaged { path, why } => {
+                            StartError::DataDirDamaged { path, why }
                         }
                         store::OpenError::Io(source) => StartError::DataDir {
                             path: dir.clone(),

@@ -4,8 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -34,14 +33,55 @@ const MAX_SESSIONS: usize = 10_000;
 /// Most contexts.
 const MAX_CONTEXTS: usize = 1_000;
 
-static ID_COUNTER: AtomicU64 = AtomicU64::new(0);
+/// Bits of an id body that are not its time.
+const ID_RANDOM_BITS: u32 = 80;
+const ID_RANDOM_MASK: u128 = (1 << ID_RANDOM_BITS) - 1;
 
-/// A fresh id body: milliseconds and a process counter, fixed width so ids
-/// sort by creation.
+/// The parts of the newest id body this process made: its milliseconds
+/// and its random part.
+static LAST_ID: Mutex<(u64, u128)> = Mutex::new((0, 0));
+
+/// A fresh id body: 12 hex digits of milliseconds, then 20 of random bits,
+/// fixed width. The clock alone never makes an id: a restart with a clock
+/// that stands still or repeats draws new random bits, and within a process
+/// bodies only increase (see [`next_id_parts`]), so ids sort by creation
+/// whatever the clock does.
 pub(crate) fn new_id_raw() -> String {
-    let millis = Utc::now().timestamp_millis().max(0) as u64;
-    let n = ID_COUNTER.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
-    format!("{millis:012x}{n:06x}")
+    let now = super::faults::id_clock_millis();
+    let mut last = LAST_ID.lock().unwrap_or_else(PoisonError::into_inner);
+    *last = next_id_parts(*last, now, random_id_bits);
+    format!("{:012x}{:020x}", last.0, last.1)
+}
+
+/// The id parts that follow `last` at `now`: a later millisecond takes
+/// fresh random bits; the same or an earlier one (a clock that stands still
+/// or went back) keeps `last`'s time and counts its random part up, to the
+/// next millisecond when that overflows.
+fn next_id_parts(last: (u64, u128), now: u64, fresh: impl FnOnce() -> u128) -> (u64, u128) {
+    if now > last.0 {
+        return (now, fresh() & ID_RANDOM_MASK);
+    }
+    match last.1.checked_add(1).filter(|r| *r <= ID_RANDOM_MASK) {
+        Some(random) => (last.0, random),
+        None => (last.0.saturating_add(1), fresh() & ID_RANDOM_MASK),
+    }
+}
+
+/// Random bits from the system's random source; should it fail, the
+/// process id and the time in nanoseconds (weaker, still not the clock's
+/// milliseconds alone).
+fn random_id_bits() -> u128 {
+    let mut bytes = [0u8; 16];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => u128::from_le_bytes(bytes),
+        Err(e) => {
+            tracing::warn!(error = %e, "no random source for an id");
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            nanos ^ (u128::from(std::process::id()) << 64)
+        }
+    }
 }
 
 pub(crate) fn new_id(prefix: &str) -> String {
@@ -178,6 +218,9 @@ pub(crate) struct QueryEntry {
 /// What changed since the last write to the database.
 #[derive(Debug, Default)]
 pub(crate) struct Dirty {
+    /// Ids of the records made since then: their rows are inserted, never
+    /// written over an existing row.
+    pub(crate) created: BTreeSet<String>,
     pub(crate) contexts: BTreeSet<String>,
     /// Sources by context: `None` replaces them all, else these paths.
     pub(crate) sources: BTreeMap<String, Option<BTreeSet<String>>>,
@@ -189,7 +232,8 @@ pub(crate) struct Dirty {
 
 impl Dirty {
     pub(crate) fn is_empty(&self) -> bool {
-        self.contexts.is_empty()
+        self.created.is_empty()
+            && self.contexts.is_empty()
             && self.sources.is_empty()
             && self.tasks.is_empty()
             && self.sessions.is_empty()
@@ -271,6 +315,37 @@ mod tests {
         let a = new_id_raw();
         let b = new_id_raw();
         assert!(a < b, "{a} < {b}");
+    }
+
+    /// A clock that stands still, goes back, or repeats after a restart
+    /// never repeats an id.
+    #[test]
+    fn ids_never_repeat_when_the_clock_does() {
+        let frozen = 1_700_000_000_000;
+        let mut draws = [7u128, 7].into_iter();
+        let mut fresh = || draws.next().unwrap();
+        // One process: the clock stands still, then goes back.
+        let first = next_id_parts((0, 0), frozen, &mut fresh);
+        let second = next_id_parts(first, frozen, &mut fresh);
+        let third = next_id_parts(second, frozen - 5, &mut fresh);
+        assert!(
+            first < second && second < third,
+            "{first:?} {second:?} {third:?}"
+        );
+        assert_eq!(third.0, frozen);
+        // The random part overflowing moves to the next millisecond.
+        let wrapped = next_id_parts((frozen, ID_RANDOM_MASK), frozen, &mut fresh);
+        assert_eq!(wrapped, (frozen + 1, 7));
+        // Real draws: many ids at one frozen millisecond, all distinct.
+        let mut last = (0, 0);
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..200 {
+            if round % 50 == 0 {
+                last = (0, 0); // a restart
+            }
+            last = next_id_parts(last, frozen, random_id_bits);
+            assert!(seen.insert(last), "id {last:?} repeated");
+        }
     }
 
     #[test]

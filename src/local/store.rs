@@ -49,7 +49,7 @@ mod task_files;
 mod tokens;
 mod turns;
 use crate::types;
-pub(crate) use recovery::MoveRecord;
+pub(crate) use recovery::{MoveRecord, state_missing};
 pub(crate) use task_files::lines_file;
 pub(crate) use turns::SessionPage;
 
@@ -72,6 +72,15 @@ pub(crate) enum OpenError {
         /// The directory.
         path: PathBuf,
         /// Why it is not taken for a data directory.
+        why: String,
+    },
+    /// Acknowledged data the state names is missing (the state database,
+    /// source files): the start is refused rather than forget it; the
+    /// message says what is missing and how to recover.
+    Damaged {
+        /// The directory.
+        path: PathBuf,
+        /// What is missing, and how to recover.
         why: String,
     },
     /// An I/O failure.
@@ -149,15 +158,24 @@ impl Store {
     /// previous server stopped is marked failed; file moves that were not
     /// recorded are recorded from what is on disk.
     pub(crate) fn open(dir: &Path, limits: QueryLimits) -> Result<Self, OpenError> {
-        ownership::claim(dir)?;
-        // Private: every question and answer is in here.
-        #[cfg(unix)]
-        std::fs::set_permissions(
-            dir,
-            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o700),
-        )?;
+        // Private: every question and answer is in here. A directory the
+        // server did not make here keeps its mode.
+        if ownership::claim(dir)? {
+            #[cfg(unix)]
+            std::fs::set_permissions(
+                dir,
+                <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o700),
+            )?;
+        }
         let lock = lock_dir(dir)?;
         migrate::migrate(dir)?;
+        let damaged = |why| OpenError::Damaged {
+            path: dir.to_path_buf(),
+            why,
+        };
+        if let Some(why) = recovery::state_missing(dir) {
+            return Err(damaged(why));
+        }
         let (db, loaded) = Db::open(&dir.join(db::DB_FILE), Durability::Full, limits)?;
         let store = Store {
             inner: Mutex::new(Inner::default()),
@@ -170,8 +188,10 @@ impl Store {
         };
         // Interrupted imports are finished from their staging directories
         // first; then what is staged goes, and files no row names.
-        store.restore(loaded);
-        let _ = std::fs::remove_dir_all(dir.join(STAGING_DIR));
+        if let Some(why) = store.restore(loaded) {
+            return Err(damaged(why));
+        }
+        recovery::clear_staging(dir);
         {
             let inner = store.lock();
             recovery::sweep(
@@ -189,8 +209,9 @@ impl Store {
     }
 
     /// Builds the records from what the database held and writes the
-    /// repairs.
-    fn restore(&self, mut loaded: Loaded) {
+    /// repairs; when recorded sources are missing, writes nothing and
+    /// says what is missing.
+    fn restore(&self, mut loaded: Loaded) -> Option<String> {
         *self.saved_tokens.lock().unwrap_or_else(|p| p.into_inner()) =
             std::mem::take(&mut loaded.tokens);
         let mut inner = self.lock();
@@ -216,7 +237,9 @@ impl Store {
         // Moves that were under way are finished from their staging
         // directory (an import is all or nothing), then recorded.
         let finished_imports = self.finish_moves(&mut inner, loaded.moves, &mut repairs);
-        self.check_sources(&mut inner);
+        if let Some(why) = recovery::sources_missing(&self.check_sources(&mut inner)) {
+            return Some(why);
+        }
         restore_tasks(&mut inner, loaded.tasks, &finished_imports);
         for doc in loaded.connectors {
             match serde_json::from_str::<ConnectorRecord>(&doc) {
@@ -248,11 +271,13 @@ impl Store {
                 doc: to_json(&q),
                 trace: None,
                 events: None,
+                new: false,
             });
         }
         let mut ops = drain(&mut inner);
         ops.extend(repairs);
         self.db.send(ops);
+        None
     }
 
     /// Finishes the moves that were under way from their staging
@@ -299,32 +324,26 @@ impl Store {
         finished_imports
     }
 
-    /// Drops source rows whose files are gone, takes each file's size, and
-    /// opens each curated context's index (a context whose index cannot be
-    /// opened is to be curated again).
-    fn check_sources(&self, inner: &mut Inner) {
+    /// Takes each source file's size, and opens each curated context's
+    /// index (a context whose index cannot be opened is to be curated
+    /// again). Returns the recorded sources whose files are gone
+    /// (`slug/path`); their rows stay.
+    fn check_sources(&self, inner: &mut Inner) -> Vec<String> {
+        let mut missing = Vec::new();
         let ids: Vec<String> = inner.contexts.keys().cloned().collect();
         for id in ids {
             let ctx_dir = self.context_dir(&id);
             let Some(ctx) = inner.contexts.get_mut(&id) else {
                 continue;
             };
-            let before = ctx.sources.len();
-            ctx.sources.retain(|path, meta| {
+            for (path, meta) in ctx.sources.iter_mut() {
                 match safe_join(&ctx_dir.join("sources"), path)
                     .and_then(|p| std::fs::metadata(p).ok())
                 {
-                    Some(m) if m.is_file() => {
-                        meta.size = m.len();
-                        true
-                    }
-                    _ => {
-                        tracing::warn!(context = %ctx.slug, path, "source file missing; dropped");
-                        false
-                    }
+                    Some(m) if m.is_file() => meta.size = m.len(),
+                    _ => missing.push(format!("{}/{path}", ctx.slug)),
                 }
-            });
-            let dropped = ctx.sources.len() != before;
+            }
             let mut index = None;
             if ctx.last_curated_at.is_some() {
                 match open_index(&ctx_dir, ctx.index_generation) {
@@ -336,13 +355,11 @@ impl Store {
                     }
                 }
             }
-            if dropped {
-                inner.dirty.sources.insert(id.clone(), None);
-            }
             if let Some(index) = index {
                 inner.indexes.insert(id, index);
             }
         }
+        missing
     }
 
     /// Locks the records. Never hold the guard across an `.await`.
@@ -551,6 +568,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     for id in dirty.contexts {
         match inner.contexts.get(&id) {
             Some(ctx) => ops.push(Op::PutContext {
+                new: dirty.created.contains(&id),
                 id,
                 doc: to_json(ctx),
             }),
@@ -582,6 +600,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     for id in dirty.tasks {
         match inner.tasks.get(&id) {
             Some(t) => ops.push(Op::PutTask {
+                new: dirty.created.contains(&id),
                 id,
                 doc: to_json(&t.task),
             }),
@@ -591,6 +610,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     for id in dirty.sessions {
         match inner.sessions.get(&id) {
             Some(s) => ops.push(Op::PutSession {
+                new: dirty.created.contains(&id),
                 id,
                 doc: to_json(s),
             }),
@@ -600,6 +620,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
     for id in dirty.connectors {
         match inner.connectors.get(&id) {
             Some(c) => ops.push(Op::PutConnector {
+                new: dirty.created.contains(&id),
                 id,
                 doc: to_json(c),
             }),
@@ -620,6 +641,7 @@ fn drain(inner: &mut Inner) -> Vec<Op> {
             None
         };
         ops.push(Op::PutQuery {
+            new: dirty.created.contains(&id),
             session_id: q.query.session_id.clone(),
             id,
             terminal,
@@ -675,6 +697,11 @@ fn restore_tasks(
 }
 
 /// A random name for a private file or directory.
+/// Whether `name` is one [`new_secret_name`] makes: 16 lowercase hex digits.
+pub(super) fn is_secret_name(name: &str) -> bool {
+    name.len() == 16 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 pub(super) fn new_secret_name() -> String {
     let mut bytes = [0u8; 8];
     if getrandom::fill(&mut bytes).is_err() {

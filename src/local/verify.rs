@@ -116,6 +116,13 @@ pub fn verify_data_dir(dir: &Path) -> std::io::Result<VerifyReport> {
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(e),
     }
+    // The database gone while contexts' files are there: the start
+    // refuses it, and so does the check.
+    if let Some(why) = super::store::state_missing(dir) {
+        let mut report = VerifyReport::default();
+        report.problem(why);
+        return Ok(report);
+    }
     let db_path = dir.join(DB_FILE);
     if !db_path.is_file() {
         return Err(std::io::Error::new(

@@ -19,9 +19,12 @@ mod durability;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod follow_ups;
+#[cfg(feature = "failpoints")]
+mod frozen_clock;
 mod limits;
 #[cfg(target_os = "linux")]
 mod memory_repros;
+mod missing_data;
 mod ops;
 mod ownership;
 #[cfg(unix)]
@@ -29,6 +32,7 @@ mod private;
 mod query;
 #[cfg(feature = "failpoints")]
 mod races;
+mod refused_uploads;
 mod restart_fidelity;
 mod safety;
 mod scratch_starts;

@@ -24,6 +24,7 @@ fn put(id: &str) -> Op {
     Op::PutContext {
         id: id.to_owned(),
         doc: "{}".to_owned(),
+        new: false,
     }
 }
 
@@ -202,6 +203,7 @@ fn the_backlog_counts_the_bytes_waiting() {
     db.send([Op::PutContext {
         id: "big".to_owned(),
         doc: "x".repeat(100_000),
+        new: true,
     }]);
     assert!(db.backlog_bytes() >= 100_000);
     release.send(()).unwrap();
@@ -279,6 +281,7 @@ fn an_older_database_gets_its_turns_tagged_with_their_session() {
         // A turn's first ended row carries its events (a change to an
         // ended turn whose row is gone writes nothing).
         events: Some(Vec::new()),
+        new: true,
     }]);
     assert!(db.wait_saved_blocking(n, Duration::from_secs(10)));
     assert_eq!(ids(db.session_turns("s2", 10, 0)), ["q4", "q2"]);
@@ -288,5 +291,55 @@ fn an_older_database_gets_its_turns_tagged_with_their_session() {
     let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
     assert_eq!(ids(db.session_turns("s1", 10, 0)), ["q3", "q1"]);
     db.close();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Catches a creation written with `INSERT OR REPLACE` (or an upsert): a
+/// new record whose id a row already has fails its write and leaves that
+/// row as it was; a known record's write updates its row.
+#[tokio::test]
+async fn a_new_record_never_replaces_a_row() {
+    let dir = scratch("collide");
+    let path = dir.join(DB_FILE);
+    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    let doc = |text: &str| Op::PutContext {
+        id: "ctx_1".to_owned(),
+        doc: text.to_owned(),
+        new: true,
+    };
+    let first = db.send([doc(r#"{"slug":"docs"}"#)]);
+    assert_eq!(
+        db.wait_saved(first, Duration::from_secs(10)).await,
+        Saved::Yes
+    );
+    let update = db.send([Op::PutContext {
+        id: "ctx_1".to_owned(),
+        doc: r#"{"slug":"docs","name":"Docs"}"#.to_owned(),
+        new: false,
+    }]);
+    assert_eq!(
+        db.wait_saved(update, Duration::from_secs(10)).await,
+        Saved::Yes
+    );
+    let (tx, rx) = mpsc::channel();
+    let clash = db.send([
+        doc(r#"{"slug":"scratch"}"#),
+        Op::Then(Box::new(move |ok| {
+            let _ = tx.send(ok);
+        })),
+    ]);
+    assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok(false));
+    assert_eq!(
+        db.wait_saved(clash, Duration::from_secs(1)).await,
+        Saved::No
+    );
+    db.close();
+    let kept: String = connect(&path, Durability::Full)
+        .unwrap()
+        .query_row("SELECT doc FROM contexts WHERE id = 'ctx_1'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(kept, r#"{"slug":"docs","name":"Docs"}"#);
     std::fs::remove_dir_all(dir).unwrap();
 }

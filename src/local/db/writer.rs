@@ -257,10 +257,7 @@ pub(super) fn apply(
     bytes: &mut u64,
 ) -> rusqlite::Result<()> {
     match op {
-        Op::PutContext { id, doc } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO contexts (id, doc) VALUES (?1, ?2)")?
-                .execute(params![id, doc])?;
-        }
+        Op::PutContext { id, doc, new } => put_doc(tx, "contexts", id, doc, *new)?,
         Op::DeleteContext { id } => {
             tx.prepare_cached("DELETE FROM contexts WHERE id = ?1")?
                 .execute([id])?;
@@ -277,27 +274,22 @@ pub(super) fn apply(
                     .execute([context_id])?;
             }
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO sources (context_id, path, size, mtime) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO sources (context_id, path, size, mtime) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(context_id, path) DO UPDATE SET size = ?3, mtime = ?4",
             )?;
             for (path, size, mtime) in rows {
                 let size = i64::try_from(*size).unwrap_or(i64::MAX);
                 stmt.execute(params![context_id, path, size, mtime])?;
             }
         }
-        Op::PutTask { id, doc } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO tasks (id, doc) VALUES (?1, ?2)")?
-                .execute(params![id, doc])?;
-        }
+        Op::PutTask { id, doc, new } => put_doc(tx, "tasks", id, doc, *new)?,
         Op::DeleteTask { id } => {
             tx.prepare_cached("DELETE FROM tasks WHERE id = ?1")?
                 .execute([id])?;
             tx.prepare_cached("DELETE FROM task_files WHERE task_id = ?1")?
                 .execute([id])?;
         }
-        Op::PutSession { id, doc } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO sessions (id, doc) VALUES (?1, ?2)")?
-                .execute(params![id, doc])?;
-        }
+        Op::PutSession { id, doc, new } => put_doc(tx, "sessions", id, doc, *new)?,
         Op::DeleteSession { id } => {
             tx.prepare_cached("DELETE FROM sessions WHERE id = ?1")?
                 .execute([id])?;
@@ -318,10 +310,7 @@ pub(super) fn apply(
             tx.prepare_cached("DELETE FROM moves WHERE id = ?1")?
                 .execute([id])?;
         }
-        Op::PutConnector { id, doc } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO connectors (id, doc) VALUES (?1, ?2)")?
-                .execute(params![id, doc])?;
-        }
+        Op::PutConnector { id, doc, new } => put_doc(tx, "connectors", id, doc, *new)?,
         Op::DeleteConnector { id } => {
             tx.prepare_cached("DELETE FROM connectors WHERE id = ?1")?
                 .execute([id])?;
@@ -333,7 +322,8 @@ pub(super) fn apply(
             data,
         } => {
             tx.prepare_cached(
-                "INSERT OR REPLACE INTO task_files (task_id, path, mtime, data) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO task_files (task_id, path, mtime, data) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(task_id, path) DO UPDATE SET mtime = ?3, data = ?4",
             )?
             .execute(params![task_id, path, mtime, data])?;
         }
@@ -354,6 +344,27 @@ pub(super) fn apply(
     Ok(())
 }
 
+/// Writes a record's document: a new record's row is inserted (the id's
+/// PRIMARY KEY makes a row already there an error, never a replacement);
+/// a known record's row is updated in place.
+fn put_doc(
+    tx: &rusqlite::Transaction<'_>,
+    table: &'static str,
+    id: &str,
+    doc: &str,
+    new: bool,
+) -> rusqlite::Result<()> {
+    let sql = if new {
+        format!("INSERT INTO {table} (id, doc) VALUES (?1, ?2)")
+    } else {
+        format!(
+            "INSERT INTO {table} (id, doc) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET doc = excluded.doc"
+        )
+    };
+    tx.prepare_cached(&sql)?.execute(params![id, doc])?;
+    Ok(())
+}
+
 /// Upserts a turn's row (and, once it ended, its events), keeping the
 /// stored turns' `count` and `bytes` up to date. Other ops are ignored.
 fn put_query(
@@ -369,6 +380,7 @@ fn put_query(
         doc,
         trace,
         events,
+        new,
     } = op
     else {
         return Ok(());
@@ -377,6 +389,13 @@ fn put_query(
         .prepare_cached("SELECT bytes FROM queries WHERE id = ?1")?
         .query_row([id], |r| r.get(0))
         .optional()?;
+    if *new && old.is_some() {
+        // Another turn has this id: never written over.
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE),
+            Some(format!("a turn with id {id:?} already exists")),
+        ));
+    }
     if old.is_none() && *terminal && events.is_none() {
         // A change to an ended turn whose row is gone (forgotten
         // past the limits, or its session deleted): nothing to

@@ -22,7 +22,7 @@ impl Scratch {
         std::fs::write(&upload, data).unwrap();
         let root = self.0.join("root");
         let _ = std::fs::remove_dir_all(&root);
-        stage(&upload, name, "uploads", &root, caps)
+        stage(&upload, name, "uploads", StagingRoot::new(root), caps)
     }
 }
 
@@ -101,7 +101,7 @@ fn tar_gz_is_expanded_and_hidden_files_skipped() {
     assert_eq!(paths, vec!["uploads/docs/a.md", "uploads/b.txt"]);
     assert_eq!(e.skipped.len(), 1);
     assert_eq!(
-        std::fs::read(e.root.join("files/uploads/b.txt")).unwrap(),
+        std::fs::read(e.root.path().join("files/uploads/b.txt")).unwrap(),
         b"bee"
     );
 }
@@ -293,7 +293,7 @@ fn fitting_counts_replaced_files_once_and_refuses_clashes() {
     let staged = |files: &[(&str, u64)]| Staged {
         name: "n".into(),
         dir: "uploads".into(),
-        root: PathBuf::new(),
+        root: StagingRoot::new(PathBuf::new()),
         files: files.iter().map(|(p, s)| ((*p).to_owned(), *s)).collect(),
         skipped: Vec::new(),
         skipped_count: 0,

@@ -88,6 +88,7 @@ impl Inner {
         };
         self.contexts.insert(rec.id.clone(), rec.clone());
         self.dirty.contexts.insert(rec.id.clone());
+        self.dirty.created.insert(rec.id.clone());
         Ok(rec)
     }
 

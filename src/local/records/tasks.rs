@@ -56,6 +56,7 @@ impl Inner {
             },
         );
         self.dirty.tasks.insert(task.id.clone());
+        self.dirty.created.insert(task.id.clone());
         self.evict_tasks();
         task
     }

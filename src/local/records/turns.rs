@@ -36,6 +36,7 @@ impl Inner {
         let id = entry.query.id.clone();
         self.query_order.push_back(id.clone());
         self.dirty.queries.insert(id.clone());
+        self.dirty.created.insert(id.clone());
         self.queries.insert(id, entry);
     }
 
@@ -103,6 +104,7 @@ impl Inner {
     /// Adds a session, forgetting the oldest idle ones beyond the limit.
     pub(crate) fn insert_session(&mut self, entry: SessionEntry) {
         self.dirty.sessions.insert(entry.session.id.clone());
+        self.dirty.created.insert(entry.session.id.clone());
         self.sessions.insert(entry.session.id.clone(), entry);
         while self.sessions.len() > MAX_SESSIONS {
             let oldest = self

@@ -64,6 +64,7 @@ async fn add(
         };
         inner.connectors.insert(rec.id.clone(), rec.clone());
         inner.dirty.connectors.insert(rec.id.clone());
+        inner.dirty.created.insert(rec.id.clone());
         rec
     };
     state.store.flush().await?;
@@ -341,29 +342,21 @@ pub(super) async fn import(
         limit: state.config.context_bytes_limit,
         sync: state.store.is_persistent(),
     };
-    let staging = state.store.staging_dir();
-    let files_dir = import::Staged::files_dir(&staging);
+    // Owned by this request until the import takes it over: every way out
+    // before that removes what was staged.
+    let staging = import::StagingRoot::new(state.store.staging_dir());
+    let files_dir = import::Staged::files_dir(staging.path());
     let dest = plan.dest.clone();
-    let staged = tokio::task::spawn_blocking(move || connectors::stage(&root, &plan, &files_dir))
+    let files = tokio::task::spawn_blocking(move || connectors::stage(&root, &plan, &files_dir))
         .await
-        .map_err(|e| LocalError::internal("staging the connector's files", e));
-    let result = match staged {
-        Ok(Ok(files)) => {
-            let staged = import::Staged {
-                name: format!("connector {label}"),
-                dir: dest,
-                root: staging.clone(),
-                files,
-                skipped: Vec::new(),
-                skipped_count: 0,
-            };
-            import::start(&state, &slug, staged).await
-        }
-        Ok(Err(e)) | Err(e) => Err(e),
+        .map_err(|e| LocalError::internal("staging the connector's files", e))??;
+    let staged = import::Staged {
+        name: format!("connector {label}"),
+        dir: dest,
+        root: staging,
+        files,
+        skipped: Vec::new(),
+        skipped_count: 0,
     };
-    if result.is_err() {
-        // What was staged goes (the import removes it once it runs).
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(staging)).await;
-    }
-    Ok(axum::Json(result?))
+    Ok(axum::Json(import::start(&state, &slug, staged).await?))
 }

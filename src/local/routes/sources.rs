@@ -75,13 +75,13 @@ pub(super) async fn upload(
         }
         let name = field.file_name().unwrap_or("").to_owned();
         import::check_file_name(&name)?;
-        // Everything below happens in a private staging directory, removed
-        // on every way out until the import takes it over.
-        let root = state.store.staging_dir();
-        let guard = StagingDir(Some(root.clone()));
-        let upload = root.join("upload");
+        // Everything below happens in a private staging directory, owned
+        // by this request (removed on every way out) until the import
+        // takes it over.
+        let root = import::StagingRoot::new(state.store.staging_dir());
+        let upload = root.path().join("upload");
         {
-            let create = root.clone();
+            let create = root.path().to_path_buf();
             tokio::task::spawn_blocking(move || durable::create_dir_all(&create))
                 .await
                 .map_err(|e| LocalError::internal("staging the upload", e))?
@@ -113,10 +113,10 @@ pub(super) async fn upload(
         // If this request goes away, the expansion stops.
         let _stop = StopOnDrop(caps.cancel.clone());
         let staged =
-            tokio::task::spawn_blocking(move || import::stage(&upload, &name, &dir, &root, caps))
+            tokio::task::spawn_blocking(move || import::stage(&upload, &name, &dir, root, caps))
                 .await
                 .map_err(|e| LocalError::internal("staging the upload", e))??;
-        let trigger = import::start(&state, &slug, guard.hand_over(staged)).await?;
+        let trigger = import::start(&state, &slug, staged).await?;
         return Ok(axum::Json(trigger));
     }
     Err(LocalError::bad_request("the form has no `file` part"))
@@ -131,27 +131,6 @@ struct StopOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Removes a staging directory on drop, unless handed over to the import.
-struct StagingDir(Option<std::path::PathBuf>);
-
-impl StagingDir {
-    fn hand_over(mut self, staged: import::Staged) -> import::Staged {
-        self.0 = None;
-        staged
-    }
-}
-
-impl Drop for StagingDir {
-    fn drop(&mut self) {
-        if let Some(dir) = self.0.take() {
-            // Off the async thread: a staged archive may hold many files.
-            std::thread::spawn(move || {
-                let _ = std::fs::remove_dir_all(dir);
-            });
-        }
     }
 }
 

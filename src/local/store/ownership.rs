@@ -57,15 +57,18 @@ fn is_own_entry(name: &str) -> bool {
 
 /// Makes sure `dir` is the server's own: creates it (with its marker) when
 /// missing, marks it when empty or written by an earlier version, and
-/// refuses any other directory without changing anything in it.
+/// refuses any other directory without changing anything in it. `true`
+/// when the directory is made the server's here (created, or empty), so
+/// its mode is the server's to set; a directory already marked or of an
+/// earlier version keeps its own.
 ///
 /// # Errors
 /// [`OpenError::Foreign`] for a directory the server did not make;
 /// [`OpenError::Io`] when it cannot be read or created.
-pub(crate) fn claim(dir: &Path) -> Result<(), OpenError> {
+pub(crate) fn claim(dir: &Path) -> Result<bool, OpenError> {
     if !dir.exists() {
         durable::create_dir_all(dir)?;
-        return mark(dir);
+        return mark(dir).map(|()| true);
     }
     if !dir.is_dir() {
         return Err(OpenError::Foreign {
@@ -74,7 +77,7 @@ pub(crate) fn claim(dir: &Path) -> Result<(), OpenError> {
         });
     }
     if dir.join(MARKER_FILE).is_file() {
-        return Ok(());
+        return Ok(false);
     }
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -90,13 +93,26 @@ pub(crate) fn claim(dir: &Path) -> Result<(), OpenError> {
     let only_started = names
         .iter()
         .all(|n| n == ".lock" || n.starts_with(MARKER_TEMP_PREFIX));
-    if foreign.is_empty() && (has_state || only_started) {
+    if foreign.is_empty() && only_started {
+        return mark(dir).map(|()| true);
+    }
+    let layout = if foreign.is_empty() && has_state {
+        earlier_layout(dir)
+    } else {
+        Err(String::new())
+    };
+    if layout.is_ok() {
         if !names.is_empty() {
             tracing::info!(dir = %dir.display(), "adopting a data directory written by an earlier version");
         }
-        return mark(dir);
+        return mark(dir).map(|()| false);
     }
-    let why = if foreign.is_empty() {
+    let why = if foreign.is_empty() && has_state {
+        format!(
+            "it is not laid out as nexus-local lays out its data ({})",
+            layout.err().unwrap_or_default()
+        )
+    } else if foreign.is_empty() {
         "it holds no nexus-local state".to_owned()
     } else {
         let shown: Vec<&str> = foreign
@@ -119,6 +135,87 @@ pub(crate) fn claim(dir: &Path) -> Result<(), OpenError> {
         path: dir.to_path_buf(),
         why,
     })
+}
+
+/// Checks that a directory without the marker is laid out exactly as an
+/// earlier version left it: its state is the server's (a SQLite database,
+/// or a `state.json` that reads as the server's snapshot), `contexts/`
+/// holds only context directories of the server's making, and `staging/`
+/// and `quarantine/` are directories. `Err` says what differs.
+fn earlier_layout(dir: &Path) -> Result<(), String> {
+    let db = dir.join("state.db");
+    if db.exists() {
+        let mut head = [0u8; 16];
+        let len = std::fs::metadata(&db).map_err(|e| e.to_string())?.len();
+        let read =
+            std::fs::File::open(&db).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
+        if len != 0 && (read.is_err() || &head != b"SQLite format 3\0") {
+            return Err("state.db is not a SQLite database".to_owned());
+        }
+    } else if !["state.json", "state.json.prev"]
+        .iter()
+        .any(|name| is_snapshot(&dir.join(name)))
+    {
+        return Err("state.json is not a nexus-local state".to_owned());
+    }
+    for name in ["staging", QUARANTINE_DIR, "contexts"] {
+        let path = dir.join(name);
+        if path.exists() && !path.is_dir() {
+            return Err(format!("{name} is not a directory"));
+        }
+    }
+    for entry in std::fs::read_dir(dir.join("contexts"))
+        .into_iter()
+        .flatten()
+    {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !is_context_dir_name(&name) || !entry.path().is_dir() {
+            return Err(format!("contexts/{name} is not a context's directory"));
+        }
+        for inner in std::fs::read_dir(entry.path()).map_err(|e| e.to_string())? {
+            let inner = inner.map_err(|e| e.to_string())?;
+            let file = inner.file_name().to_string_lossy().into_owned();
+            if !is_context_entry(&file) {
+                return Err(format!("contexts/{name}/{file} is not the server's"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the file at `path` reads as the snapshot of the oldest
+/// versions: a JSON object whose `contexts` is a list.
+fn is_snapshot(path: &Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v.get("contexts").is_some_and(serde_json::Value::is_array))
+}
+
+/// A context's id as the server makes them: `ctx_` and letters, digits,
+/// `_` or `-`.
+fn is_context_dir_name(name: &str) -> bool {
+    name.strip_prefix("ctx_").is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    })
+}
+
+/// What the server keeps in a context's directory: `sources`, index
+/// generations (`index-N`, `chunks-N.json`) and its crash-safe writes'
+/// temporary files (`.NAME.tmp-…`).
+fn is_context_entry(name: &str) -> bool {
+    let generation = |g: &str| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit());
+    name == "sources"
+        || name.strip_prefix("index-").is_some_and(generation)
+        || name
+            .strip_prefix("chunks-")
+            .and_then(|r| r.strip_suffix(".json"))
+            .is_some_and(generation)
+        || (name.starts_with('.') && name.contains(".tmp-"))
 }
 
 /// Writes the marker in place (its presence is what counts, not its
@@ -220,11 +317,59 @@ mod tests {
     #[test]
     fn a_directory_of_an_earlier_version_is_adopted() {
         let d = dir("earlier");
-        std::fs::create_dir_all(d.join("contexts/x/sources")).unwrap();
+        std::fs::create_dir_all(d.join("contexts/ctx_x/sources")).unwrap();
+        std::fs::create_dir_all(d.join("contexts/ctx_x/index-2")).unwrap();
+        std::fs::write(d.join("contexts/ctx_x/chunks-2.json"), b"[]").unwrap();
         std::fs::write(d.join("state.db"), b"").unwrap();
         std::fs::write(d.join(".lock"), b"").unwrap();
-        claim(&d).unwrap();
+        assert!(!claim(&d).unwrap(), "an adopted directory keeps its mode");
         assert!(d.join(MARKER_FILE).is_file());
         std::fs::remove_dir_all(d).unwrap();
+    }
+
+    /// Reproduction: any folder of known names holding a `state.json` was
+    /// adopted as an earlier version's and rearranged.
+    #[test]
+    fn only_the_exact_layout_of_an_earlier_version_is_adopted() {
+        let cases: [(&str, &[(&str, &[u8])]); 4] = [
+            // Some other program's state.json.
+            ("state.json", &[("state.json", br#"{"theme":"dark"}"#)]),
+            // A state.db that is no SQLite database.
+            ("state.db", &[("state.db", b"my notes")]),
+            // A context folder that is not one the server makes.
+            (
+                "contexts/notes",
+                &[
+                    ("state.json", br#"{"contexts":[]}"#),
+                    ("contexts/notes/todo.md", b"mine"),
+                ],
+            ),
+            // A file of someone else's in a context's directory.
+            (
+                "contexts/ctx_a/todo.md",
+                &[
+                    ("state.json", br#"{"contexts":[]}"#),
+                    ("contexts/ctx_a/todo.md", b"mine"),
+                ],
+            ),
+        ];
+        for (named, files) in cases {
+            let d = dir("layout");
+            for (path, data) in files {
+                let path = d.join(path);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, data).unwrap();
+            }
+            let err = claim(&d).unwrap_err();
+            assert!(
+                matches!(&err, OpenError::Foreign { why, .. } if why.contains(named)),
+                "{named}: {err:?}"
+            );
+            assert!(!d.join(MARKER_FILE).exists(), "{named}: marked");
+            for (path, data) in files {
+                assert_eq!(std::fs::read(d.join(path)).unwrap(), *data, "{named}");
+            }
+            std::fs::remove_dir_all(d).unwrap();
+        }
     }
 }

@@ -140,3 +140,102 @@ pub(crate) fn sweep<'a>(
         }
     }
 }
+
+/// Empties `staging/` of what the server staged there (directories named as
+/// [`super::Store::staging_dir`] names them); anything else found there is
+/// not the server's and stays, with a warning.
+pub(crate) fn clear_staging(data_dir: &Path) {
+    let staging = data_dir.join(STAGING_DIR);
+    for entry in std::fs::read_dir(&staging).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir && super::is_secret_name(&name) {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(dir = %entry.path().display(), error = %e, "a staged upload could not be removed");
+            }
+        } else {
+            tracing::warn!(path = %entry.path().display(), "staging/ holds something nexus-local did not make; left as it is");
+        }
+    }
+}
+
+/// Why a start is refused: acknowledged data the state names is not there.
+/// Nothing is repaired by forgetting it; the message says what is missing
+/// and how to recover.
+pub(crate) fn state_missing(data_dir: &Path) -> Option<String> {
+    let db = data_dir.join(crate::local::db::DB_FILE);
+    if !state_is_empty(&db) {
+        return None;
+    }
+    let contexts: Vec<String> = std::fs::read_dir(data_dir.join("contexts"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if contexts.is_empty() {
+        return None;
+    }
+    let what = if db.exists() {
+        "is empty"
+    } else {
+        "is missing"
+    };
+    Some(format!(
+        "{} {what}, but contexts/ holds the files of {} context(s) ({}): their records are in that \
+         database. Restore state.db (with state.db-wal, if any) from a backup and start again, or \
+         start on a new directory; nothing was changed",
+        db.display(),
+        contexts.len(),
+        named(&contexts)
+    ))
+}
+
+/// Whether the state database at `db` holds no state: missing, of no
+/// bytes, or without the server's tables.
+fn state_is_empty(db: &Path) -> bool {
+    match std::fs::metadata(db) {
+        Err(_) => true,
+        Ok(m) if m.len() == 0 => true,
+        Ok(_) => {
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            // Unreadable is not empty: the database's own open reports it.
+            rusqlite::Connection::open_with_flags(db, flags)
+                .and_then(|c| {
+                    c.query_row(
+                        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'contexts'",
+                        [],
+                        |r| r.get::<_, i64>(0),
+                    )
+                })
+                .is_ok_and(|n| n == 0)
+        }
+    }
+}
+
+/// Recorded source files that are not on disk, as `slug/path`: a start is
+/// refused while any is missing (a folder not mounted yet, a file deleted
+/// by hand), since dropping their rows would forget acknowledged uploads.
+pub(crate) fn sources_missing(missing: &[String]) -> Option<String> {
+    if missing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} recorded source file(s) are missing ({}): put them back (or mount the folder that \
+         holds them) and start again; `nexus-local verify --data DIR` lists every one. To give a \
+         file up for good, delete its row with the sqlite3 shell \
+         (DELETE FROM sources WHERE context_id = '...' AND path = '...') while no server runs",
+        missing.len(),
+        named(missing)
+    ))
+}
+
+/// Up to three names, and how many more.
+fn named(names: &[String]) -> String {
+    let shown: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+    match names.len().saturating_sub(3) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}

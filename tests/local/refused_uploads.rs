@@ -1,0 +1,81 @@
+//! A staged upload belongs to its request until its import commits: every
+//! refusal and every request that goes away removes what it staged, so a
+//! client retrying refused uploads never fills the disk.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::local::*;
+use nexus_knowql::local::LocalNexus;
+
+async fn upload(base: &str, slug: &str, name: &str, dir: Option<&str>, text: &str) -> (u16, Value) {
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(text.as_bytes().to_vec()).file_name(name.to_owned()),
+    );
+    let mut url = format!("{base}/contexts/{slug}/import/upload");
+    if let Some(dir) = dir {
+        url.push_str(&format!("?path={dir}"));
+    }
+    let resp = http().post(url).multipart(form).send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// The entries of `dir` (none when it does not exist).
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (at most 10 s) for `staging/` to be empty; what it still holds.
+async fn staging_left(data: &std::path::Path) -> Vec<String> {
+    let staging = data.join("staging");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = entries(&staging);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reproduction: an upload refused after staging (the context's byte limit,
+/// 413; a path clash, 409) kept its staged copy in `staging/` until the
+/// next restart.
+#[tokio::test]
+async fn refused_uploads_leave_staging_empty() {
+    let tmp = TempDir::new("refused-uploads");
+    let data = tmp.path().join("data");
+    let server = LocalNexus::builder()
+        .data_dir(&data)
+        .context_bytes_limit(100)
+        .start()
+        .await
+        .unwrap();
+    let base = server.base_url().to_owned();
+    let (status, body) = post_json(
+        &format!("{base}/contexts"),
+        json!({"slug": "docs", "name": "Docs"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = upload(&base, "docs", "a.md", None, &"a".repeat(60)).await;
+    assert_eq!(status, 200, "{body}");
+    for round in 0..5 {
+        // Fits alone, not beside a.md: the context's limit.
+        let (status, body) = upload(&base, "docs", "b.md", None, &"b".repeat(60)).await;
+        assert_eq!(status, 413, "round {round}: {body}");
+        // Below the file uploads/a.md: a clash.
+        let (status, body) = upload(&base, "docs", "c.md", Some("uploads/a.md"), "c").await;
+        assert_eq!(status, 409, "round {round}: {body}");
+    }
+    assert_eq!(staging_left(&data).await, Vec::<String>::new());
+    server.shutdown().await;
+}
