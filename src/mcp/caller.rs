@@ -179,7 +179,7 @@ pub(crate) fn call_key(policy: KeyPolicy, extensions: &Extensions) -> Result<Cal
 
 /// Whether two keys are the same, in time that depends only on their
 /// lengths.
-fn same_key(a: &SecretString, b: &SecretString) -> bool {
+pub(crate) fn same_key(a: &SecretString, b: &SecretString) -> bool {
     let (a, b) = (a.expose_secret().as_bytes(), b.expose_secret().as_bytes());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -267,12 +267,6 @@ impl<K: Hash + Eq + Clone, V: Clone> CallerPool<K, V> {
                 value,
             },
         );
-    }
-
-    /// Drops every pooled value.
-    pub(crate) fn clear(&self) {
-        locked(&self.proven).clear();
-        locked(&self.unproven).clear();
     }
 
     /// How many values each pool holds: (accepted, on probation).

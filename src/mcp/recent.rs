@@ -60,10 +60,6 @@ impl<K: Hash + Eq + Clone, V> Recent<K, V> {
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
-
-    pub(crate) fn clear(&mut self) {
-        self.entries.clear();
-    }
 }
 
 #[cfg(test)]
@@ -84,7 +80,5 @@ mod tests {
         // Replacing an entry drops nothing else.
         recent.insert("c", 4);
         assert_eq!((recent.len(), recent.get(&"a")), (2, Some(&1)));
-        recent.clear();
-        assert_eq!(recent.len(), 0);
     }
 }

@@ -85,3 +85,208 @@ async fn the_kept_listing_follows_its_cache_entry() {
     assert_eq!(again["count"], 3);
     assert_eq!(again["namespaces"], refreshed["namespaces"]);
 }
+
+/// 300 callers, each with its own key, list their namespaces over HTTP;
+/// when they all come back, every answer is cached: the upstream sees
+/// nothing new. (A cache that holds 64 keys answered each of them again.)
+#[tokio::test]
+async fn three_hundred_callers_stay_cached() {
+    use crate::support::mcp::{caller_keys, serve};
+    use nexus_knowql::mcp::NexusMcp;
+    use nexus_knowql::mcp::http::HttpOptions;
+
+    const CALLERS: usize = 300;
+    let fake = PineconeFake::start().await;
+    fake.accept_keys_starting("pcsk_tenant_");
+    let pinecone = PineconeServer::new(fake.config())
+        .expect("server")
+        .with_key_policy(caller_keys(false));
+    let served = serve(
+        NexusMcp::new().with_pinecone(pinecone),
+        HttpOptions::default().stateless(true),
+    )
+    .await;
+    let key = |i: usize| format!("pcsk_tenant_{i:04}_0123456789abcdef");
+    // One client for every caller: building one costs more than a call.
+    let http = reqwest::Client::new();
+    for pass in 0..2 {
+        let seen_before = fake.headers().len();
+        for i in 0..CALLERS {
+            let answer = http
+                .post(&served.url)
+                .header("X-Pinecone-Api-Key", key(i))
+                .header("accept", "application/json, text/event-stream")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "list_namespaces", "arguments": {}}}))
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(answer.status(), 200);
+            let answer: Value = answer.json().await.expect("a JSON answer");
+            let result = &answer["result"];
+            assert_eq!(result["isError"], false, "{result}");
+            let body = &result["structuredContent"];
+            assert_eq!(body["cache_hit"], pass == 1, "caller {i}, pass {pass}");
+            assert_eq!(names(body), ["wg21-papers", "mailing"]);
+        }
+        let upstream = fake.headers().len() - seen_before;
+        if pass == 1 {
+            assert_eq!(upstream, 0, "the second pass reached Pinecone");
+        } else {
+            assert!(upstream >= CALLERS, "each new key is discovered once");
+        }
+    }
+    // Each caller's discovery ran with its own key.
+    let keys: std::collections::HashSet<String> =
+        fake.headers().into_iter().map(|(key, _)| key).collect();
+    assert!((0..CALLERS).all(|i| keys.contains(&key(i))));
+}
+
+/// A running `nexus-mcp --transport http` serving the Pinecone tools of
+/// `fake`; killed on drop.
+struct Process {
+    child: tokio::process::Child,
+    url: String,
+}
+
+async fn nexus_mcp_for(fake: &PineconeFake, args: &[&str]) -> Process {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"))
+        .args(["--transport", "http", "--bind", "127.0.0.1:0"])
+        .args([
+            "--index-name",
+            "kb",
+            "--pinecone-controller-host",
+            &fake.url,
+        ])
+        .args(args)
+        .env_clear()
+        .env("RUST_LOG", "nexus_knowql=info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("nexus-mcp starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(rest) = line.split("local_addr=").nth(1) {
+                return rest.split_whitespace().next().map(str::to_owned);
+            }
+        }
+        None
+    })
+    .await
+    .expect("nexus-mcp serves within 20 s")
+    .expect("nexus-mcp logs its address");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Process {
+        child,
+        url: format!("http://{addr}/mcp"),
+    }
+}
+
+/// The resident memory of `process`, in bytes.
+fn resident(process: &Process) -> u64 {
+    let pid = process.child.id().expect("running");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS");
+    kib * 1024
+}
+
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    session: Option<&str>,
+    message: Value,
+) -> reqwest::Response {
+    let mut request = http
+        .post(url)
+        .header("X-Pinecone-Api-Key", key)
+        .header("accept", "application/json, text/event-stream")
+        .json(&message);
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-06-18");
+    }
+    let answer = request.send().await.expect("answered");
+    assert!(answer.status().is_success(), "{}", answer.status());
+    answer
+}
+
+/// What a cached caller and a session cost the server: resident memory of
+/// the binary before and after 2,000 more of each, divided by 2,000 (the
+/// figures in docs/nexus-mcp.md, "Sizing"). Run with
+/// `cargo test --all-features --test mcp memory_per -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a measurement, not a check"]
+async fn memory_per_cached_caller_and_per_session() {
+    const N: usize = 2000;
+    let fake = PineconeFake::start().await;
+    fake.accept_keys_starting("pcsk_tenant_");
+    let http = reqwest::Client::new();
+    let key = |i: usize| format!("pcsk_tenant_{i:05}_0123456789abcdef");
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "list_namespaces", "arguments": {}}});
+
+    let stateless = nexus_mcp_for(&fake, &["--stateless"]).await;
+    for i in 0..100 {
+        post(&http, &stateless.url, &key(i), None, list.clone()).await;
+    }
+    let before = resident(&stateless);
+    for i in 100..100 + N {
+        post(&http, &stateless.url, &key(i), None, list.clone()).await;
+    }
+    let per_caller = resident(&stateless).saturating_sub(before) / N as u64;
+    eprintln!("per cached caller: {per_caller} bytes");
+
+    let sessions = nexus_mcp_for(
+        &fake,
+        &[
+            "--max-sessions",
+            "100000",
+            "--max-sessions-per-caller",
+            "100000",
+        ],
+    )
+    .await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "m", "version": "0"}}});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let mut open = Vec::new();
+    let mut before = 0;
+    for i in 0..100 + N {
+        if i == 100 {
+            before = resident(&sessions);
+        }
+        let answer = post(&http, &sessions.url, &key(0), None, initialize.clone()).await;
+        let session = answer
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .expect("a session id")
+            .to_owned();
+        answer.bytes().await.expect("read");
+        post(
+            &http,
+            &sessions.url,
+            &key(0),
+            Some(&session),
+            initialized.clone(),
+        )
+        .await;
+        open.push(session);
+    }
+    let per_session = resident(&sessions).saturating_sub(before) / N as u64;
+    eprintln!("per session: {per_session} bytes ({} open)", open.len());
+}

@@ -41,6 +41,8 @@ struct Script {
     delays: HashMap<String, Duration>,
     requests: HashMap<String, Vec<Value>>,
     headers: Vec<(String, String)>,
+    /// Keys accepted besides `KEY_A` and `KEY_B`: those with this prefix.
+    accepted_prefix: Option<String>,
 }
 
 struct FakeState {
@@ -231,6 +233,11 @@ impl PineconeFake {
             .extend(std::iter::repeat_n(status, times));
     }
 
+    /// Also accepts every key that starts with `prefix` (many tenants).
+    pub fn accept_keys_starting(&self, prefix: &str) {
+        self.state.script.lock().unwrap().accepted_prefix = Some(prefix.to_owned());
+    }
+
     /// Delays every answer of `route`.
     pub fn delay(&self, route: &str, delay: Duration) {
         self.state
@@ -335,7 +342,7 @@ async fn enter(
     headers: &HeaderMap,
     body: Value,
 ) -> Result<(), Response> {
-    let (delay, failure) = {
+    let (delay, failure, accepted) = {
         let mut s = state.script.lock().unwrap();
         s.requests.entry(route.to_owned()).or_default().push(body);
         let h = |n: &str| {
@@ -350,7 +357,8 @@ async fn enter(
             .failures
             .get_mut(route)
             .and_then(|f| (!f.is_empty()).then(|| f.remove(0)));
-        (s.delays.get(route).copied(), failure)
+        let accepted = s.accepted_prefix.clone();
+        (s.delays.get(route).copied(), failure, accepted)
     };
     state.seen.send_modify(|n| *n += 1);
     if let Some(d) = delay {
@@ -360,7 +368,8 @@ async fn enter(
         .get("api-key")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if key != KEY_A && key != KEY_B {
+    let many = accepted.is_some_and(|prefix| key.starts_with(&prefix));
+    if key != KEY_A && key != KEY_B && !many {
         return Err((StatusCode::UNAUTHORIZED, axum::Json(json!({"error": {"code": "UNAUTHENTICATED", "message": "Invalid API key."}, "status": 401}))).into_response());
     }
     if let Some(status) = failure {

@@ -71,6 +71,13 @@ impl<T: Clone> TtlCell<T> {
         })
     }
 
+    /// `weigh` of the value held (expired or not; 0 when empty), or `None`
+    /// while a refresh is running.
+    pub(super) fn weigh(&self, weigh: impl FnOnce(&T) -> u64) -> Option<u64> {
+        let slot = self.slot.try_lock().ok()?;
+        Some(slot.as_ref().map_or(0, |(value, _)| weigh(value)))
+    }
+
     /// Drops the cached value.
     pub(super) async fn clear(&self) {
         *self.slot.lock().await = None;

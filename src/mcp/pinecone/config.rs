@@ -21,6 +21,9 @@ pub(super) const ALLIANCE_RERANK_MODEL: &str = "bge-reranker-v2-m3";
 pub(super) const DEFAULT_CONTROLLER_HOST: &str = "https://api.pinecone.io";
 /// Default namespace-cache and suggest-flow lifetime.
 pub(super) const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(1800);
+/// Default memory for the per-key state of HTTP callers (clients, namespace
+/// lists), in MiB: room for well over 10,000 callers' namespace lists.
+pub(super) const DEFAULT_CACHE_MIB: u64 = 256;
 /// Default deadline of one Pinecone call (all attempts included).
 pub(super) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_millis(15_000);
 /// Default `top_k` of the query tools.
@@ -64,6 +67,10 @@ pub struct PineconeArgs {
     /// Lifetime of the namespace cache and of suggest-flow entries, in seconds.
     #[cfg_attr(feature = "cli", arg(long, env = "PINECONE_CACHE_TTL_SECONDS", value_parser = clap::value_parser!(u64).range(1..)))]
     pub cache_ttl_seconds: Option<u64>,
+    /// Memory for HTTP callers' per-key state (clients, cached namespace
+    /// lists), in MiB; the least recently used callers' state goes first.
+    #[cfg_attr(feature = "cli", arg(long = "pinecone-cache-mib", env = "PINECONE_CACHE_MIB", value_parser = clap::value_parser!(u64).range(1..=1_048_576)))]
+    pub cache_mib: Option<u64>,
     /// Deadline of one Pinecone call, retries included, in milliseconds.
     #[cfg_attr(feature = "cli", arg(long = "pinecone-request-timeout-ms", env = "PINECONE_REQUEST_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..)))]
     pub request_timeout_ms: Option<u64>,
@@ -107,6 +114,7 @@ impl Default for PineconeArgs {
             rerank_model: None,
             top_k: None,
             cache_ttl_seconds: None,
+            cache_mib: None,
             request_timeout_ms: None,
             sources: None,
             config_file: None,
@@ -226,6 +234,9 @@ pub struct PineconeConfig {
     pub default_source: String,
     /// Namespace cache and suggest-flow lifetime.
     pub cache_ttl: Duration,
+    /// Bytes of per-key state kept for HTTP callers (each caller's clients
+    /// and cached namespace lists), least recently used first out.
+    pub cache_bytes: u64,
     /// Deadline of one Pinecone call.
     pub request_timeout: Duration,
     /// Whether `query`/`count`/`query_documents` require `suggest_query_params` first.
@@ -260,6 +271,7 @@ impl PineconeConfig {
             }],
             default_source: DEFAULT_SOURCE_NAME.to_owned(),
             cache_ttl: DEFAULT_CACHE_TTL,
+            cache_bytes: DEFAULT_CACHE_MIB * 1024 * 1024,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             suggest_flow: false,
             controller_host: DEFAULT_CONTROLLER_HOST.to_owned(),
@@ -404,6 +416,10 @@ impl PineconeArgs {
             cache_ttl: self
                 .cache_ttl_seconds
                 .map_or(DEFAULT_CACHE_TTL, Duration::from_secs),
+            cache_bytes: self
+                .cache_mib
+                .unwrap_or(DEFAULT_CACHE_MIB)
+                .saturating_mul(1024 * 1024),
             request_timeout: self
                 .request_timeout_ms
                 .map_or(DEFAULT_REQUEST_TIMEOUT, Duration::from_millis),

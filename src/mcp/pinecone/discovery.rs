@@ -56,6 +56,36 @@ pub(super) struct Discovery {
     pub warnings: Vec<String>,
 }
 
+impl Discovery {
+    /// Bytes the rows and warnings hold on the heap (an estimate that counts
+    /// every allocation at its length plus the allocator's share).
+    pub(super) fn heap_bytes(&self) -> usize {
+        use super::sources::ALLOCATION_BYTES;
+        let text = |s: &str| s.len() + ALLOCATION_BYTES;
+        let rows = self.rows.iter().map(|row| {
+            let fields = row.metadata_fields.iter().map(|(name, value)| {
+                // An index map entry: its key, its value, its hash and slot.
+                let value = match value {
+                    Value::String(s) => text(s),
+                    _ => 0,
+                };
+                std::mem::size_of::<(String, Value)>() + 16 + text(name) + value
+            });
+            std::mem::size_of::<NamespaceRow>()
+                + text(&row.name)
+                + row.source.as_deref().map_or(0, text)
+                + row.description.as_deref().map_or(0, text)
+                + fields.sum::<usize>()
+                + ALLOCATION_BYTES
+        });
+        let warnings = self
+            .warnings
+            .iter()
+            .map(|w| std::mem::size_of::<String>() + text(w));
+        rows.sum::<usize>() + warnings.sum::<usize>() + 2 * ALLOCATION_BYTES
+    }
+}
+
 /// Lists the namespaces of `source`'s dense index. A failing stats call is
 /// an error (never an empty list); a failing sample only empties that
 /// namespace's fields. Without declarations in the configuration, the

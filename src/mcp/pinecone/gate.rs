@@ -45,6 +45,16 @@ impl Gate {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Bytes its entries hold (each key, its entry and the map's slot).
+    pub(crate) fn bytes(&self) -> u64 {
+        let entries = self.entries();
+        let held: usize = entries
+            .keys()
+            .map(|key| key.len() + std::mem::size_of::<(String, Entry)>() + 24)
+            .sum();
+        u64::try_from(held).unwrap_or(u64::MAX)
+    }
+
     /// Records a suggestion for `key` and sweeps expired entries.
     pub(crate) fn mark(&self, key: &str) {
         let now = Instant::now();

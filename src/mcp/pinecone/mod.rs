@@ -49,6 +49,7 @@ mod search;
 mod server;
 mod sources;
 mod suggest;
+mod tenants;
 mod tools;
 mod urls;
 

@@ -13,7 +13,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
 
-use crate::mcp::caller::{CallKey, CallerKey, CallerPool, call_key};
+use crate::mcp::caller::{CallKey, CallerKey, call_key};
 use crate::mcp::{KeyPolicy, ToolError};
 
 use super::args::{
@@ -24,6 +24,7 @@ use super::client::{PineconeError, http_client};
 use super::config::PineconeConfig;
 use super::gate::Gate;
 use super::sources::Registry;
+use super::tenants::{Held, TENANT_BASE_BYTES, Tenants};
 use super::urls::{UrlGenerator, UrlRegistry};
 
 /// Server name announced at initialize.
@@ -40,21 +41,30 @@ pub(crate) struct State {
     pub(crate) urls: Arc<UrlRegistry>,
 }
 
-/// How many callers' clients and caches are kept once Pinecone accepted
-/// their key.
-const CALLER_CAPACITY: usize = 64;
+impl State {
+    /// Bytes this state holds, or `None` while a namespace list is being
+    /// refreshed.
+    pub(super) fn bytes(&self) -> Option<u64> {
+        let cached = self.registry.cached_bytes()?;
+        Some(
+            TENANT_BASE_BYTES
+                .saturating_add(cached)
+                .saturating_add(self.gate.bytes()),
+        )
+    }
 
-/// How many callers whose key Pinecone has not accepted yet are kept, apart
-/// from the accepted ones: made-up keys push out only each other.
-const UNPROVEN_CAPACITY: usize = 16;
+    /// Whether Pinecone has accepted the key of any of its clients.
+    pub(super) fn key_accepted(&self) -> bool {
+        self.registry.all().iter().any(|s| s.client.key_accepted())
+    }
+}
 
-/// The states of recent callers, in a [`CallerPool`]: a new key's state
-/// starts on probation and joins the main pool once Pinecone answered one
-/// of its calls with success. Each caller has its own clients, discovery
-/// caches and suggest-flow gate, so nothing crosses from one key to another.
+/// The states of HTTP callers ([`Tenants`]) and the HTTP client they share.
+/// Each caller has its own clients, discovery caches and suggest-flow gate,
+/// so nothing crosses from one key to another.
 struct Callers {
     http: reqwest::Client,
-    pool: CallerPool<u64, Arc<State>>,
+    tenants: Tenants,
 }
 
 impl std::fmt::Debug for Callers {
@@ -64,37 +74,24 @@ impl std::fmt::Debug for Callers {
 }
 
 impl Callers {
-    /// The state of the caller with `key`, built from `base` on first use;
-    /// `true` when its key is still unproven.
-    fn state_for(&self, key: &CallerKey, base: &State) -> (Arc<State>, bool) {
-        let built = self.pool.get_or_build(&key.hash, &key.key, || {
+    /// The state of the caller with `key`, built from `base` on first use.
+    fn state_for(&self, key: &CallerKey, base: &State) -> Held {
+        self.tenants.get_or_build(key, || {
             let mut config = base.config.clone();
             for source in &mut config.sources {
                 source.api_key = key.key.clone();
             }
-            Ok::<_, std::convert::Infallible>(Arc::new(State {
+            State {
                 registry: Registry::new(&config, &self.http),
                 gate: Gate::new(config.suggest_flow, config.cache_ttl),
                 urls: Arc::clone(&base.urls),
                 config,
-            }))
-        });
-        match built {
-            Ok(built) => built,
-            Err(never) => match never {},
-        }
-    }
-
-    /// Moves an unproven caller's state to the main pool once Pinecone has
-    /// accepted its key.
-    fn promote_if_accepted(&self, key: &CallerKey, state: &Arc<State>) {
-        if state.registry.all().iter().any(|s| s.client.key_accepted()) {
-            self.pool.promote(&key.hash, &key.key, Arc::clone(state));
-        }
+            }
+        })
     }
 
     fn clear(&self) {
-        self.pool.clear();
+        self.tenants.clear();
     }
 }
 
@@ -153,6 +150,7 @@ impl PineconeServer {
     /// to another origin.
     pub fn with_http_client(config: PineconeConfig, http: reqwest::Client) -> Self {
         let registry = Registry::new(&config, &http);
+        let config_bytes = config.cache_bytes;
         let urls = UrlRegistry::default();
         if config.builtin_url_generators {
             let names: Vec<String> = config.sources.iter().map(|s| s.name.clone()).collect();
@@ -173,7 +171,7 @@ impl PineconeServer {
             keys: KeyPolicy::Configured,
             callers: Arc::new(Callers {
                 http,
-                pool: CallerPool::new(CALLER_CAPACITY, UNPROVEN_CAPACITY),
+                tenants: Tenants::new(config_bytes),
             }),
             tool_router: Arc::new(tool_router),
         }
@@ -326,25 +324,23 @@ impl PineconeServer {
             }
         }
         let scoped;
-        let mut unproven = None;
+        let mut held = None;
         let server = match caller {
             None => self,
             Some(key) => {
-                let (state, fresh) = self.callers.state_for(&key, &self.state);
-                if fresh {
-                    unproven = Some((key, Arc::clone(&state)));
-                }
+                let tenant = self.callers.state_for(&key, &self.state);
                 scoped = PineconeServer {
-                    state,
+                    state: Arc::clone(&tenant.state),
                     ..self.clone()
                 };
+                held = Some((key, tenant));
                 &scoped
             }
         };
         let tcc = ToolCallContext::new(server, request, context);
         let result = self.tool_router.call(tcc).await;
-        if let Some((key, state)) = unproven {
-            self.callers.promote_if_accepted(&key, &state);
+        if let Some((key, tenant)) = held {
+            self.callers.tenants.settle(&key, &tenant);
         }
         result
     }
@@ -359,11 +355,11 @@ impl PineconeServer {
         &self,
         extensions: &rmcp::model::Extensions,
     ) -> Result<Vec<(String, super::discovery::NamespaceRow)>, ToolError> {
-        let (state, unproven) = match call_key(self.keys, extensions)? {
+        let (state, held) = match call_key(self.keys, extensions)? {
             CallKey::Configured => (Arc::clone(&self.state), None),
             CallKey::Caller(key) => {
-                let (state, fresh) = self.callers.state_for(&key, &self.state);
-                (state, fresh.then_some(key))
+                let tenant = self.callers.state_for(&key, &self.state);
+                (Arc::clone(&tenant.state), Some((key, tenant)))
             }
         };
         let mut rows = Vec::new();
@@ -384,8 +380,8 @@ impl PineconeServer {
                 }
             }
         }
-        if let Some(key) = unproven {
-            self.callers.promote_if_accepted(&key, &state);
+        if let Some((key, tenant)) = held {
+            self.callers.tenants.settle(&key, &tenant);
         }
         match failed {
             Some(e) if rows.is_empty() => Err(e),
@@ -522,8 +518,8 @@ impl PineconeServer {
         key: &crate::mcp::caller::CallerKey,
     ) -> crate::mcp::nexus::KeyProof {
         use crate::mcp::nexus::KeyProof;
-        let (state, _) = self.callers.state_for(key, &self.state);
-        let Some(source) = state.registry.all().first() else {
+        let held = self.callers.state_for(key, &self.state);
+        let Some(source) = held.state.registry.all().first() else {
             return KeyProof::Undecided;
         };
         match source
@@ -532,9 +528,7 @@ impl PineconeServer {
             .await
         {
             Ok(_) => {
-                self.callers
-                    .pool
-                    .promote(&key.hash, &key.key, Arc::clone(&state));
+                self.callers.tenants.settle(key, &held);
                 KeyProof::Accepted
             }
             Err(e) if matches!(e.status(), Some(401 | 403)) => KeyProof::Refused,

@@ -61,15 +61,34 @@ pub(super) struct CachedDiscovery {
     listing: OnceLock<Option<Arc<EscapedSuffix>>>,
     /// When this entry expires, as `expires_at_iso` writes it.
     expiry: OnceLock<String>,
+    /// Bytes the entry holds without its text.
+    bytes: u64,
 }
 
 impl CachedDiscovery {
     fn new(discovery: Discovery) -> Self {
+        let bytes = discovery
+            .heap_bytes()
+            .saturating_add(std::mem::size_of::<Self>() + ALLOCATION_BYTES);
         CachedDiscovery {
             discovery,
             listing: OnceLock::new(),
             expiry: OnceLock::new(),
+            bytes: u64::try_from(bytes).unwrap_or(u64::MAX),
         }
+    }
+
+    /// Bytes held: what discovery found, and its text once written.
+    fn bytes(&self) -> u64 {
+        let text = self
+            .listing
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, |kept| {
+                kept.len() + std::mem::size_of::<EscapedSuffix>() + 2 * ALLOCATION_BYTES
+            });
+        self.bytes
+            .saturating_add(u64::try_from(text).unwrap_or(u64::MAX))
     }
 
     /// When this entry expires, written by `write` on the first call: the
@@ -94,6 +113,9 @@ impl CachedDiscovery {
             .as_ref()
     }
 }
+
+/// What the allocator adds to each allocation, on average.
+pub(super) const ALLOCATION_BYTES: usize = 16;
 
 /// What a view found: one source's cache entry, or several merged.
 #[derive(Debug, Clone)]
@@ -390,6 +412,15 @@ impl Registry {
     /// The source name shown in execution responses (multi-source only).
     pub(crate) fn shown<'a>(&self, source: &'a Source) -> Option<&'a str> {
         self.is_multi().then(|| source.name())
+    }
+
+    /// Bytes held by every source's cached discovery, or `None` while one
+    /// is being refreshed.
+    pub(crate) fn cached_bytes(&self) -> Option<u64> {
+        self.sources.iter().try_fold(0u64, |sum, s| {
+            let held = s.cache.weigh(|cached| cached.bytes())?;
+            Some(sum.saturating_add(held))
+        })
     }
 
     /// Clears every namespace cache.
