@@ -445,13 +445,23 @@ fn query_suffix(query_id: &Option<String>) -> String {
 
 impl Error {
     /// The HTTP status of an error answer, if the server answered.
-    pub fn status(&self) -> Option<u16> {
-        match self {
-            Error::Api(e) => Some(e.status),
-            Error::UnsupportedApiVersion(_) => Some(400),
-            Error::Unauthorized { .. } => Some(401),
-            _ => None,
-        }
+    ///
+    /// ```
+    /// # fn check(e: &nexus_knowql::Error) {
+    /// use nexus_knowql::http::StatusCode;
+    /// if e.status() == Some(StatusCode::NOT_FOUND) {
+    ///     eprintln!("no such thing");
+    /// }
+    /// # }
+    /// ```
+    pub fn status(&self) -> Option<http::StatusCode> {
+        let status = match self {
+            Error::Api(e) => e.status,
+            Error::UnsupportedApiVersion(_) => 400,
+            Error::Unauthorized { .. } => 401,
+            _ => return None,
+        };
+        http::StatusCode::from_u16(status).ok()
     }
 
     /// The server's error `code`, if it sent one.
@@ -483,13 +493,14 @@ impl Error {
 
     /// Whether the resource was not found (HTTP 404).
     pub fn is_not_found(&self) -> bool {
-        self.status() == Some(404)
+        self.status() == Some(http::StatusCode::NOT_FOUND)
     }
 
     /// Whether the server refused because of a conflict (HTTP 409), such as a
     /// turn already in flight on a session or an import in progress.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::SessionBusy { .. }) || self.status() == Some(409)
+        matches!(self, Error::SessionBusy { .. })
+            || self.status() == Some(http::StatusCode::CONFLICT)
     }
 
     /// Whether a deadline passed ([`Error::Timeout`]).
