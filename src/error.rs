@@ -15,7 +15,9 @@
 use std::fmt;
 
 mod checkpoint;
+mod rate_limit;
 pub use checkpoint::CheckpointError;
+pub use rate_limit::{MAX_RATE_LIMIT_HEADERS, RateLimits};
 
 /// A `Result` whose error defaults to [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -358,6 +360,8 @@ pub struct ApiError {
     pub query_id: Option<String>,
     /// The server's `Retry-After`, when it sent one (as sent: not clamped).
     pub retry_after: Option<std::time::Duration>,
+    /// The answer's `x-ratelimit-*` headers.
+    pub rate_limits: RateLimits,
 }
 
 impl fmt::Debug for ApiError {
@@ -371,6 +375,7 @@ impl fmt::Debug for ApiError {
             .field("raw_body", &self.raw_body)
             .field("query_id", &self.query_id)
             .field("retry_after", &self.retry_after)
+            .field("rate_limits", &self.rate_limits)
             .finish()
     }
 }
@@ -585,6 +590,25 @@ impl Error {
         }
     }
 
+    /// Whether the server refused the call for its rate limit (429).
+    ///
+    /// The client has already retried it as its
+    /// [`RetryPolicy`](crate::RetryPolicy) allows; [`Error::retry_after`]
+    /// and [`Error::rate_limits`] say when to try again.
+    pub fn is_rate_limited(&self) -> bool {
+        matches!(self, Error::Api(e) if e.status == 429)
+    }
+
+    /// The `x-ratelimit-*` headers of the error answer (empty when the
+    /// server sent none, or did not answer).
+    pub fn rate_limits(&self) -> &RateLimits {
+        static NONE: RateLimits = RateLimits(Vec::new());
+        match self {
+            Error::Api(e) => &e.rate_limits,
+            _ => &NONE,
+        }
+    }
+
     /// The query turn this error is about, when it is known: a failed or
     /// cancelled turn, a broken stream or replay, or an error answer to a
     /// call about one turn (its events, its stored state). Attach to it or
@@ -687,6 +711,7 @@ impl Error {
             raw_body,
             query_id: None,
             retry_after: None,
+            rate_limits: RateLimits::default(),
         }))
     }
 

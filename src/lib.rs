@@ -176,7 +176,8 @@ pub use client::{
     ApiVersion, Call, CallOptions, Client, ClientBuilder, ResponseMeta, RetryPolicy, WaitPolicy,
 };
 pub use error::{
-    ApiError, DecodeFailure, Error, Result, TaskFailure, TurnMismatch, UnsupportedVersion,
+    ApiError, DecodeFailure, Error, RateLimits, Result, TaskFailure, TurnMismatch,
+    UnsupportedVersion,
 };
 pub use query::{
     Checkpoint, CheckpointedTurn, QueryEvent, QueryHandle, QueryTurn, SequencedEvent, Session,

@@ -86,6 +86,7 @@ fn api_err(operation: &'static str, status: u16) -> ApiError {
         raw_body: None,
         query_id: None,
         retry_after: None,
+        rate_limits: RateLimits::default(),
     }
 }
 
@@ -300,7 +301,7 @@ fn api_error_formats_show_status_and_message() {
         format!("{e:?}"),
         "ApiError { operation: \"get_context\", status: 409, code: Some(\"busy\"), \
          message: \"m\", request_id: Some(\"r_1\"), raw_body: Some(\"<html>\"), \
-         query_id: Some(\"q_1\"), retry_after: Some(3s) }"
+         query_id: Some(\"q_1\"), retry_after: Some(3s), rate_limits: RateLimits([]) }"
     );
 }
 

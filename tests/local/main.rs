@@ -29,6 +29,7 @@ mod private;
 mod query;
 #[cfg(feature = "failpoints")]
 mod races;
+mod rate_limits;
 mod restart_fidelity;
 mod safety;
 mod scratch_starts;

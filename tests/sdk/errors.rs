@@ -144,3 +144,37 @@ fn assert_causes_print_once(err: &(dyn std::error::Error + 'static)) {
         }
     }
 }
+
+#[tokio::test]
+async fn a_rate_limited_answer_keeps_its_rate_limit_headers() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/contexts"))
+        .respond_with(
+            ResponseTemplate::new(429)
+                .insert_header("x-request-id", "req-429")
+                .insert_header("retry-after", "3")
+                .insert_header("x-ratelimit-limit-requests", "60")
+                .insert_header("x-ratelimit-remaining-requests", "0")
+                .set_body_json(json!({"message": "slow down", "code": "rate_limited"})),
+        )
+        .mount(&server)
+        .await;
+    let c = client(&format!("{}/api", server.uri()));
+    let generated = list_contexts(&c).await.unwrap_err();
+    let resource = c.contexts().list().await.unwrap_err();
+    for err in [generated, resource] {
+        assert!(err.is_rate_limited(), "{err:?}");
+        assert_eq!(
+            err.status(),
+            Some(nexus_knowql::http::StatusCode::TOO_MANY_REQUESTS)
+        );
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));
+        assert_eq!(err.request_id(), Some("req-429"));
+        assert_eq!(err.rate_limits().get("remaining-requests"), Some("0"));
+        assert_eq!(err.rate_limits().get("LIMIT-requests"), Some("60"));
+        assert_eq!(err.rate_limits().iter().count(), 2);
+    }
+    let not_found = Error::InvalidRequest("x".into());
+    assert!(!not_found.is_rate_limited() && not_found.rate_limits().is_empty());
+}
