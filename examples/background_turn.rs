@@ -35,7 +35,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
 
-    let now = handle.get().await?;
+    // Every answer carries a request id (quote it in a support ticket);
+    // `with_metadata` hands it out with the answer.
+    let (now, meta) = nexus
+        .client
+        .queries()
+        .get(handle.id())
+        .with_metadata()
+        .await?;
+    let request = meta.request_id().unwrap_or("none");
+    if writeln!(std::io::stdout(), "request {request}").is_err() {
+        handle.cancel().await?;
+        return Ok(());
+    }
     if now.status == QueryStatus::InProgress
         && writeln!(std::io::stdout(), "still running...").is_err()
     {

@@ -303,14 +303,12 @@ async fn create(
     name: Option<String>,
     kind: String,
 ) -> Result<ExitCode, String> {
-    let request = types::CreateContextRequest {
-        description,
-        guide: None,
-        kind: Some(types::ContextKind(kind)),
-        manifest: None,
-        name: name.unwrap_or_else(|| slug.clone()),
-        slug,
-    };
+    let request = types::CreateContextRequest::builder()
+        .description(description)
+        .kind(types::ContextKind(kind))
+        .name(name.unwrap_or_else(|| slug.clone()))
+        .slug(slug);
+    let request = types::CreateContextRequest::try_from(request).map_err(|e| e.to_string())?;
     let context = client
         .contexts()
         .create(&request)

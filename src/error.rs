@@ -15,7 +15,9 @@
 use std::fmt;
 
 mod checkpoint;
+mod rate_limit;
 pub use checkpoint::CheckpointError;
+pub use rate_limit::{MAX_RATE_LIMIT_HEADERS, RateLimits};
 
 /// A `Result` whose error defaults to [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -358,6 +360,8 @@ pub struct ApiError {
     pub query_id: Option<String>,
     /// The server's `Retry-After`, when it sent one (as sent: not clamped).
     pub retry_after: Option<std::time::Duration>,
+    /// The answer's `x-ratelimit-*` headers.
+    pub rate_limits: RateLimits,
 }
 
 impl fmt::Debug for ApiError {
@@ -371,6 +375,7 @@ impl fmt::Debug for ApiError {
             .field("raw_body", &self.raw_body)
             .field("query_id", &self.query_id)
             .field("retry_after", &self.retry_after)
+            .field("rate_limits", &self.rate_limits)
             .finish()
     }
 }
@@ -445,13 +450,23 @@ fn query_suffix(query_id: &Option<String>) -> String {
 
 impl Error {
     /// The HTTP status of an error answer, if the server answered.
-    pub fn status(&self) -> Option<u16> {
-        match self {
-            Error::Api(e) => Some(e.status),
-            Error::UnsupportedApiVersion(_) => Some(400),
-            Error::Unauthorized { .. } => Some(401),
-            _ => None,
-        }
+    ///
+    /// ```
+    /// # fn check(e: &nexus_knowql::Error) {
+    /// use nexus_knowql::http::StatusCode;
+    /// if e.status() == Some(StatusCode::NOT_FOUND) {
+    ///     eprintln!("no such thing");
+    /// }
+    /// # }
+    /// ```
+    pub fn status(&self) -> Option<http::StatusCode> {
+        let status = match self {
+            Error::Api(e) => e.status,
+            Error::UnsupportedApiVersion(_) => 400,
+            Error::Unauthorized { .. } => 401,
+            _ => return None,
+        };
+        http::StatusCode::from_u16(status).ok()
     }
 
     /// The server's error `code`, if it sent one.
@@ -483,13 +498,14 @@ impl Error {
 
     /// Whether the resource was not found (HTTP 404).
     pub fn is_not_found(&self) -> bool {
-        self.status() == Some(404)
+        self.status() == Some(http::StatusCode::NOT_FOUND)
     }
 
     /// Whether the server refused because of a conflict (HTTP 409), such as a
     /// turn already in flight on a session or an import in progress.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::SessionBusy { .. }) || self.status() == Some(409)
+        matches!(self, Error::SessionBusy { .. })
+            || self.status() == Some(http::StatusCode::CONFLICT)
     }
 
     /// Whether a deadline passed ([`Error::Timeout`]).
@@ -571,6 +587,25 @@ impl Error {
         match self {
             Error::Api(e) => e.retry_after,
             _ => None,
+        }
+    }
+
+    /// Whether the server refused the call for its rate limit (429).
+    ///
+    /// The client has already retried it as its
+    /// [`RetryPolicy`](crate::RetryPolicy) allows; [`Error::retry_after`]
+    /// and [`Error::rate_limits`] say when to try again.
+    pub fn is_rate_limited(&self) -> bool {
+        matches!(self, Error::Api(e) if e.status == 429)
+    }
+
+    /// The `x-ratelimit-*` headers of the error answer (empty when the
+    /// server sent none, or did not answer).
+    pub fn rate_limits(&self) -> &RateLimits {
+        static NONE: RateLimits = RateLimits(Vec::new());
+        match self {
+            Error::Api(e) => &e.rate_limits,
+            _ => &NONE,
         }
     }
 
@@ -676,6 +711,7 @@ impl Error {
             raw_body,
             query_id: None,
             retry_after: None,
+            rate_limits: RateLimits::default(),
         }))
     }
 

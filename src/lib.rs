@@ -47,6 +47,45 @@
 //! - [`prelude`]: what most programs import; `how_do_i` (feature
 //!   `schema`): one compiled answer per everyday task.
 //!
+//! # Types you build and types you read
+//!
+//! The generated [`types`] grow with the API: every struct with named
+//! fields and every enum there is `#[non_exhaustive]`, so a field or value a
+//! later API revision adds is not a breaking change. Read their fields
+//! directly and match them with `..` (or `_` for enums). The request
+//! bodies you pass to [`api`] calls and to [`resources`] (for example
+//! [`types::CreateContextRequest`]) are built with their builders, whose
+//! `try_into()` names a required field that was left out:
+//!
+//! ```
+//! use nexus_knowql::types::CreateContextRequest;
+//!
+//! let request: CreateContextRequest = CreateContextRequest::builder()
+//!     .slug("handbook")
+//!     .name("Employee handbook")
+//!     .description("Policies and travel rules".to_owned())
+//!     .try_into()?;
+//! let CreateContextRequest { slug, .. } = &request;
+//! assert_eq!(slug, "handbook");
+//! # Ok::<(), nexus_knowql::types::error::ConversionError>(())
+//! ```
+//!
+//! Everything else you construct is hand-written and built the same way:
+//! [`Client::builder`], [`Client::session`], [`Session::ask`],
+//! [`CallOptions`], [`RetryPolicy`], [`StreamConfig`].
+//!
+//! # Public dependencies
+//!
+//! Types of these crates appear in the public API; each is re-exported, so
+//! an application can name the exact version the crate is built with:
+//! [`reqwest`] 0.13 ([`ClientBuilder::http_client`]), [`http`] 1
+//! ([`Error::status`], header maps), [`chrono`] 0.4 (timestamps in
+//! [`types`]), [`serde_json`] 1 (open JSON fields), [`bytes`] 1 (file
+//! reads), [`futures`] 0.3 (the stream traits of turns) and
+//! [`progenitor_client`] 0.15 (the generated calls' `ResponseValue` and
+//! error). With feature `schema`, `schemars` 1; with feature `mcp`, `rmcp`.
+//! A major version change of any of them is a breaking change of this crate.
+//!
 //! Imports run one way: `error` at the bottom, then the (internal)
 //! transport, the generated layer and its adapters in `api`, [`client`],
 //! [`resources`] and [`query`], then the features.
@@ -99,6 +138,27 @@ pub use api::types;
 /// ```
 pub use reqwest;
 
+/// http 1: the [`StatusCode`](http::StatusCode) of [`Error::status`] and
+/// the header maps of answers.
+pub use http;
+
+/// chrono 0.4: the timestamps of the generated [`types`].
+pub use chrono;
+
+/// serde_json 1: the open JSON values of the generated [`types`].
+pub use serde_json;
+
+/// bytes 1: the contents of files read back
+/// ([`Sources::read`](resources::Sources::read)).
+pub use bytes;
+
+/// futures 0.3: the `Stream` traits turns implement (also in [`prelude`]).
+pub use futures;
+
+/// progenitor-client 0.15: the runtime of the generated [`api`] client
+/// (its `ResponseValue` and `Error`).
+pub use progenitor_client;
+
 /// schemars 1, whose `JsonSchema` is the bound of
 /// [`ShapeOf::shape_of`](typed::ShapeOf::shape_of): derive it with the same
 /// major (`cargo add schemars@1`), or through this re-export with
@@ -111,7 +171,8 @@ pub use client::{
     ApiVersion, Call, CallOptions, Client, ClientBuilder, ResponseMeta, RetryPolicy, WaitPolicy,
 };
 pub use error::{
-    ApiError, DecodeFailure, Error, Result, TaskFailure, TurnMismatch, UnsupportedVersion,
+    ApiError, DecodeFailure, Error, RateLimits, Result, TaskFailure, TurnMismatch,
+    UnsupportedVersion,
 };
 pub use query::{
     Checkpoint, CheckpointedTurn, QueryEvent, QueryHandle, QueryTurn, SequencedEvent, Session,

@@ -149,9 +149,10 @@ pub(crate) async fn query_stream(
         .json(body);
     match (&credentials.api_key, credentials.login) {
         (Some(key), true) => {
-            let login = nexus_knowql::types::LoginBody {
-                api_key: Some(key.clone()),
-            };
+            let login = nexus_knowql::types::LoginBody::try_from(
+                nexus_knowql::types::LoginBody::builder().api_key(key.clone()),
+            )
+            .map_err(|e| format!("login: {e}"))?;
             let token = client
                 .api()
                 .login(&login)

@@ -170,16 +170,17 @@ pub(crate) async fn connectors(
             .into_iter()
             .map(|c| {
                 let enabled = c.enabled;
-                let view = types::ConnectorView {
-                    account_label: c.account_label,
-                    created_at: c.created_at,
-                    id: c.id,
-                    provider: c.provider,
-                    updated_at: c.updated_at,
-                };
-                (view, Some(enabled))
+                let view = types::ConnectorView::builder()
+                    .account_label(c.account_label)
+                    .created_at(c.created_at)
+                    .id(c.id)
+                    .provider(c.provider)
+                    .updated_at(c.updated_at);
+                types::ConnectorView::try_from(view)
+                    .map(|view| (view, Some(enabled)))
+                    .map_err(|e| format!("cannot list the connectors of `{slug}`: {e}"))
             })
-            .collect(),
+            .collect::<Result<_, _>>()?,
         None => api
             .list_connectors(None)
             .await

@@ -6,6 +6,8 @@
 // provides the crate's own. The constructor `new` is removed and
 // `new_with_client` is crate-private. The task unions (TaskInput, TaskOutput) are JSON objects.
 // The open enums (QueryStatus, QueryFeedbackRating, QueryRequestWorkflow, QueryRequestThinkingLevel, TaskState, Workflow) are the crate's typed enums.
+// The types come from a run in builder style (a builder per struct); every
+// struct with named fields and every enum is `#[non_exhaustive]`.
 // Formatted with prettyplease, then rustfmt.
 // Regenerate (tests/generated/code.rs): NEXUS_REGENERATE=1 cargo test --test generated
 
@@ -18,13 +20,20 @@ use progenitor_client::{ClientHooks, OperationInfo, RequestBuilderExt, encode_pa
 pub mod types {
     ///`ArtifactReclaim`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ArtifactReclaim {
         pub added_id: ::std::string::String,
         pub removed_id: ::std::string::String,
         pub version: i64,
     }
+    impl ArtifactReclaim {
+        pub fn builder() -> builder::ArtifactReclaim {
+            Default::default()
+        }
+    }
     ///`ArtifactType`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ArtifactType {
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub columns: ::std::vec::Vec<ArtifactTypeColumnsItem>,
@@ -48,14 +57,25 @@ pub mod types {
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub sections: ::std::vec::Vec<ArtifactTypeSectionsItem>,
     }
+    impl ArtifactType {
+        pub fn builder() -> builder::ArtifactType {
+            Default::default()
+        }
+    }
     ///`ArtifactTypeColumnsItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ArtifactTypeColumnsItem {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub description: ::std::option::Option<::std::string::String>,
         pub name: ArtifactTypeColumnsItemName,
         #[serde(rename = "type", default = "defaults::artifact_type_columns_item_type")]
         pub type_: ::std::string::String,
+    }
+    impl ArtifactTypeColumnsItem {
+        pub fn builder() -> builder::ArtifactTypeColumnsItem {
+            Default::default()
+        }
     }
     ///`ArtifactTypeColumnsItemName`
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -309,6 +329,7 @@ pub mod types {
     }
     ///`ArtifactsConfig`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ArtifactsConfig {
         #[serde(default = "defaults::artifacts_config_artifact_model")]
         pub artifact_model: ::std::string::String,
@@ -353,8 +374,14 @@ pub mod types {
             }
         }
     }
+    impl ArtifactsConfig {
+        pub fn builder() -> builder::ArtifactsConfig {
+            Default::default()
+        }
+    }
     ///`CancelTaskBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct CancelTaskBody {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub pinecone_api_key: ::std::option::Option<::std::string::String>,
@@ -367,8 +394,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub user_token: ::std::option::Option<::std::string::String>,
     }
+    impl CancelTaskBody {
+        pub fn builder() -> builder::CancelTaskBody {
+            Default::default()
+        }
+    }
     ///`CandidateQuery`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CandidateQuery {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub answer: ::std::option::Option<::std::string::String>,
@@ -378,8 +411,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub latency_ms: ::std::option::Option<f64>,
     }
+    impl CandidateQuery {
+        pub fn builder() -> builder::CandidateQuery {
+            Default::default()
+        }
+    }
     ///`ChatUsage`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ChatUsage {
         pub by_model: ::std::collections::HashMap<::std::string::String, ModelUsage>,
         pub cache_read_tokens: i64,
@@ -388,15 +427,27 @@ pub mod types {
         pub prompt_tokens: i64,
         pub total_tokens: i64,
     }
+    impl ChatUsage {
+        pub fn builder() -> builder::ChatUsage {
+            Default::default()
+        }
+    }
     ///`ChunkReclaim`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ChunkReclaim {
         pub chunk_ids: ::std::vec::Vec<::std::string::String>,
         pub removed_version: i64,
         pub source: ::std::string::String,
     }
+    impl ChunkReclaim {
+        pub fn builder() -> builder::ChunkReclaim {
+            Default::default()
+        }
+    }
     ///`ChunkingConfig`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ChunkingConfig {
         #[serde(default = "defaults::default_u64::<i64, 64>")]
         pub overlap: i64,
@@ -417,8 +468,14 @@ pub mod types {
             }
         }
     }
+    impl ChunkingConfig {
+        pub fn builder() -> builder::ChunkingConfig {
+            Default::default()
+        }
+    }
     ///`ChunksConfig`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ChunksConfig {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub chunking: ::std::option::Option<ChunkingConfig>,
@@ -437,6 +494,11 @@ pub mod types {
                 enabled: defaults::default_bool::<true>(),
                 keyword: Default::default(),
             }
+        }
+    }
+    impl ChunksConfig {
+        pub fn builder() -> builder::ChunksConfig {
+            Default::default()
         }
     }
     ///`ChunksConfigEmbeddingModel`
@@ -496,6 +558,7 @@ pub mod types {
     }
     ///`ChunksConfigKeyword`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ChunksConfigKeyword {
         #[serde(default = "defaults::default_bool::<true>")]
         pub enabled: bool,
@@ -507,8 +570,14 @@ pub mod types {
             }
         }
     }
+    impl ChunksConfigKeyword {
+        pub fn builder() -> builder::ChunksConfigKeyword {
+            Default::default()
+        }
+    }
     ///`Citation`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct Citation {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub grounding: ::std::option::Option<::std::string::String>,
@@ -520,8 +589,14 @@ pub mod types {
         pub section_paths: ::std::vec::Vec<::std::vec::Vec<::std::string::String>>,
         pub source: ::std::string::String,
     }
+    impl Citation {
+        pub fn builder() -> builder::Citation {
+            Default::default()
+        }
+    }
     ///`ConnectorItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ConnectorItem {
         pub id: ::std::string::String,
         pub name: ::std::string::String,
@@ -530,8 +605,14 @@ pub mod types {
         #[serde(rename = "type")]
         pub type_: ::std::string::String,
     }
+    impl ConnectorItem {
+        pub fn builder() -> builder::ConnectorItem {
+            Default::default()
+        }
+    }
     ///`ConnectorView`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ConnectorView {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub account_label: ::std::option::Option<::std::string::String>,
@@ -540,8 +621,14 @@ pub mod types {
         pub provider: ::std::string::String,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
     }
+    impl ConnectorView {
+        pub fn builder() -> builder::ConnectorView {
+            Default::default()
+        }
+    }
     ///`ContextConnectorView`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ContextConnectorView {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub account_label: ::std::option::Option<::std::string::String>,
@@ -550,6 +637,11 @@ pub mod types {
         pub id: ::std::string::String,
         pub provider: ::std::string::String,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
+    }
+    impl ContextConnectorView {
+        pub fn builder() -> builder::ContextConnectorView {
+            Default::default()
+        }
     }
     ///`ContextKind`
     #[derive(
@@ -586,6 +678,7 @@ pub mod types {
     }
     ///`ContextResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ContextResponse {
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub created_by: ::std::string::String,
@@ -642,8 +735,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub workspace: ::std::option::Option<::std::string::String>,
     }
+    impl ContextResponse {
+        pub fn builder() -> builder::ContextResponse {
+            Default::default()
+        }
+    }
     ///`ContextStats`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ContextStats {
         pub runtime_seconds: i64,
         pub tasks_active: i64,
@@ -653,8 +752,14 @@ pub mod types {
         pub tasks_total: i64,
         pub tokens_total: i64,
     }
+    impl ContextStats {
+        pub fn builder() -> builder::ContextStats {
+            Default::default()
+        }
+    }
     ///`CorpusGroup`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CorpusGroup {
         #[serde(default)]
         pub added_version: i64,
@@ -663,15 +768,27 @@ pub mod types {
         pub member_sources: ::std::vec::Vec<::std::string::String>,
         pub membership_hash: ::std::string::String,
     }
+    impl CorpusGroup {
+        pub fn builder() -> builder::CorpusGroup {
+            Default::default()
+        }
+    }
     ///`CreateConnectorBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CreateConnectorBody {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub account_label: ::std::option::Option<::std::string::String>,
         pub api_key: ::std::string::String,
     }
+    impl CreateConnectorBody {
+        pub fn builder() -> builder::CreateConnectorBody {
+            Default::default()
+        }
+    }
     ///`CreateContextRequest`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CreateContextRequest {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub description: ::std::option::Option<::std::string::String>,
@@ -684,12 +801,23 @@ pub mod types {
         pub name: ::std::string::String,
         pub slug: ::std::string::String,
     }
+    impl CreateContextRequest {
+        pub fn builder() -> builder::CreateContextRequest {
+            Default::default()
+        }
+    }
     ///`CreateQueryFeedbackBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CreateQueryFeedbackBody {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub comment: ::std::option::Option<CreateQueryFeedbackBodyComment>,
         pub rating: ::std::string::String,
+    }
+    impl CreateQueryFeedbackBody {
+        pub fn builder() -> builder::CreateQueryFeedbackBody {
+            Default::default()
+        }
     }
     ///`CreateQueryFeedbackBodyComment`
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -743,6 +871,7 @@ pub mod types {
     }
     ///`CurateContextBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct CurateContextBody {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub batch_size: ::std::option::Option<i64>,
@@ -757,8 +886,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub trigger: ::std::option::Option<::std::string::String>,
     }
+    impl CurateContextBody {
+        pub fn builder() -> builder::CurateContextBody {
+            Default::default()
+        }
+    }
     ///`CurateInput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CurateInput {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub artifacts_reset: ::std::option::Option<bool>,
@@ -776,16 +911,28 @@ pub mod types {
         pub skip_corpus_aggregation: ::std::option::Option<bool>,
         pub trigger: ::std::string::String,
     }
+    impl CurateInput {
+        pub fn builder() -> builder::CurateInput {
+            Default::default()
+        }
+    }
     ///`CurateManifest`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct CurateManifest {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub artifacts: ::std::option::Option<ArtifactsConfig>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub chunks: ::std::option::Option<ChunksConfig>,
     }
+    impl CurateManifest {
+        pub fn builder() -> builder::CurateManifest {
+            Default::default()
+        }
+    }
     ///`CurateManifestTuneOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CurateManifestTuneOutput {
         pub delta: CurateManifestTuneOutputDelta,
         pub flipped: bool,
@@ -794,8 +941,14 @@ pub mod types {
         pub usage: CurateUsage,
         pub versioned: bool,
     }
+    impl CurateManifestTuneOutput {
+        pub fn builder() -> builder::CurateManifestTuneOutput {
+            Default::default()
+        }
+    }
     ///`CurateManifestTuneOutputDelta`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CurateManifestTuneOutputDelta {
         pub artifacts_created: i64,
         pub artifacts_errored: i64,
@@ -814,8 +967,14 @@ pub mod types {
         pub images_skipped_no_vision: i64,
         pub sources_content_truncated: i64,
     }
+    impl CurateManifestTuneOutputDelta {
+        pub fn builder() -> builder::CurateManifestTuneOutputDelta {
+            Default::default()
+        }
+    }
     ///`CurateNoopOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CurateNoopOutput {
         pub delta: ::std::string::String,
         pub flipped: bool,
@@ -824,8 +983,14 @@ pub mod types {
         pub status: ::std::string::String,
         pub versioned: bool,
     }
+    impl CurateNoopOutput {
+        pub fn builder() -> builder::CurateNoopOutput {
+            Default::default()
+        }
+    }
     ///`CurateRunOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CurateRunOutput {
         pub delta: CurateRunOutputDelta,
         pub flipped: bool,
@@ -837,8 +1002,14 @@ pub mod types {
         pub usage: CurateUsage,
         pub versioned: bool,
     }
+    impl CurateRunOutput {
+        pub fn builder() -> builder::CurateRunOutput {
+            Default::default()
+        }
+    }
     ///`CurateRunOutputDelta`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CurateRunOutputDelta {
         pub artifacts_created: i64,
         pub artifacts_errored: i64,
@@ -862,8 +1033,14 @@ pub mod types {
         pub screened: i64,
         pub sources_content_truncated: i64,
     }
+    impl CurateRunOutputDelta {
+        pub fn builder() -> builder::CurateRunOutputDelta {
+            Default::default()
+        }
+    }
     ///`CurateUsage`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CurateUsage {
         pub by_model: ::std::collections::HashMap<::std::string::String, ModelUsage>,
         pub completion_tokens: i64,
@@ -871,8 +1048,14 @@ pub mod types {
         pub prompt_tokens: i64,
         pub total_tokens: i64,
     }
+    impl CurateUsage {
+        pub fn builder() -> builder::CurateUsage {
+            Default::default()
+        }
+    }
     ///`CurationState`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct CurationState {
         pub artifact_reclaim: ::std::vec::Vec<ArtifactReclaim>,
         pub chunk_ids: ::std::collections::HashMap<
@@ -895,36 +1078,72 @@ pub mod types {
         pub source_removed: ::std::collections::HashMap<::std::string::String, SourceRemoved>,
         pub versions_stamped: bool,
     }
+    impl CurationState {
+        pub fn builder() -> builder::CurationState {
+            Default::default()
+        }
+    }
     ///`DeleteConnectorResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct DeleteConnectorResponse {
         pub deleted: ::std::string::String,
     }
+    impl DeleteConnectorResponse {
+        pub fn builder() -> builder::DeleteConnectorResponse {
+            Default::default()
+        }
+    }
     ///`DeleteCuratedSourcesBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct DeleteCuratedSourcesBody {
         pub sources: ::std::vec::Vec<::std::string::String>,
     }
+    impl DeleteCuratedSourcesBody {
+        pub fn builder() -> builder::DeleteCuratedSourcesBody {
+            Default::default()
+        }
+    }
     ///`DeleteSessionResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct DeleteSessionResponse {
         pub deleted: bool,
     }
+    impl DeleteSessionResponse {
+        pub fn builder() -> builder::DeleteSessionResponse {
+            Default::default()
+        }
+    }
     ///`DeleteSourceFileResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct DeleteSourceFileResponse {
         pub deleted: bool,
         pub path: ::std::string::String,
     }
+    impl DeleteSourceFileResponse {
+        pub fn builder() -> builder::DeleteSourceFileResponse {
+            Default::default()
+        }
+    }
     ///`DeleteTaskFileResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct DeleteTaskFileResponse {
         pub deleted: bool,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub path: ::std::option::Option<::std::string::String>,
     }
+    impl DeleteTaskFileResponse {
+        pub fn builder() -> builder::DeleteTaskFileResponse {
+            Default::default()
+        }
+    }
     ///`DirListing`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct DirListing {
         pub entries: ::std::vec::Vec<DirListingEntriesItem>,
         pub limit: i64,
@@ -933,16 +1152,28 @@ pub mod types {
         pub offset: i64,
         pub total: i64,
     }
+    impl DirListing {
+        pub fn builder() -> builder::DirListing {
+            Default::default()
+        }
+    }
     ///`DirListingEntriesItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct DirListingEntriesItem {
         pub kind: ::std::string::String,
         pub mtime: ::std::string::String,
         pub name: ::std::string::String,
         pub size: i64,
     }
+    impl DirListingEntriesItem {
+        pub fn builder() -> builder::DirListingEntriesItem {
+            Default::default()
+        }
+    }
     ///`EdgeType`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct EdgeType {
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub attributes: ::std::vec::Vec<EdgeTypeAttributesItem>,
@@ -951,6 +1182,11 @@ pub mod types {
         pub from: EdgeTypeFrom,
         pub name: EdgeTypeName,
         pub to: EdgeTypeTo,
+    }
+    impl EdgeType {
+        pub fn builder() -> builder::EdgeType {
+            Default::default()
+        }
     }
     ///`EdgeTypeAttributesItem`
     #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -1154,27 +1390,46 @@ pub mod types {
     }
     ///`Error`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct Error {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub code: ::std::option::Option<::std::string::String>,
         pub message: ::std::string::String,
     }
+    impl Error {
+        pub fn builder() -> builder::Error {
+            Default::default()
+        }
+    }
     ///`ExploreContextBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct ExploreContextBody {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub guide: ::std::option::Option<::std::string::String>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub pinecone_api_key: ::std::option::Option<::std::string::String>,
     }
+    impl ExploreContextBody {
+        pub fn builder() -> builder::ExploreContextBody {
+            Default::default()
+        }
+    }
     ///`ExploreInput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ExploreInput {
         pub guide: ::std::string::String,
         pub trigger: ::std::string::String,
     }
+    impl ExploreInput {
+        pub fn builder() -> builder::ExploreInput {
+            Default::default()
+        }
+    }
     ///`ExploreOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ExploreOutput {
         pub guide: ::std::string::String,
         pub matches: ::std::vec::Vec<TemplateMatch>,
@@ -1183,33 +1438,63 @@ pub mod types {
         pub status: ::std::string::String,
         pub usage: ChatUsage,
     }
+    impl ExploreOutput {
+        pub fn builder() -> builder::ExploreOutput {
+            Default::default()
+        }
+    }
     ///`FileStats`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct FileStats {
         pub dir_count: i64,
         pub file_count: i64,
         pub total_size: i64,
     }
+    impl FileStats {
+        pub fn builder() -> builder::FileStats {
+            Default::default()
+        }
+    }
     ///`ForkContextBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ForkContextBody {
         pub target_slug: ::std::string::String,
     }
+    impl ForkContextBody {
+        pub fn builder() -> builder::ForkContextBody {
+            Default::default()
+        }
+    }
     ///`ForkContextResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ForkContextResponse {
         pub success: bool,
     }
+    impl ForkContextResponse {
+        pub fn builder() -> builder::ForkContextResponse {
+            Default::default()
+        }
+    }
     ///`GetIdentityResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct GetIdentityResponse {
         pub project_id: ::std::string::String,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub project_name: ::std::option::Option<::std::string::String>,
         pub user: ::std::string::String,
     }
+    impl GetIdentityResponse {
+        pub fn builder() -> builder::GetIdentityResponse {
+            Default::default()
+        }
+    }
     ///`GetProjectTaskStatsResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct GetProjectTaskStatsResponse {
         pub captured_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub tasks_active: i64,
@@ -1219,8 +1504,14 @@ pub mod types {
         pub tasks_completed: i64,
         pub tasks_total: i64,
     }
+    impl GetProjectTaskStatsResponse {
+        pub fn builder() -> builder::GetProjectTaskStatsResponse {
+            Default::default()
+        }
+    }
     ///`GetSessionResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct GetSessionResponse {
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub created_by: ::std::string::String,
@@ -1244,29 +1535,53 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub workspace: ::std::option::Option<::std::string::String>,
     }
+    impl GetSessionResponse {
+        pub fn builder() -> builder::GetSessionResponse {
+            Default::default()
+        }
+    }
     ///`GetSourceManifestResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct GetSourceManifestResponse {
         pub files: ::std::vec::Vec<GetSourceManifestResponseFilesItem>,
     }
+    impl GetSourceManifestResponse {
+        pub fn builder() -> builder::GetSourceManifestResponse {
+            Default::default()
+        }
+    }
     ///`GetSourceManifestResponseFilesItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct GetSourceManifestResponseFilesItem {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub last_modified: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
         pub path: ::std::string::String,
         pub size: i64,
     }
+    impl GetSourceManifestResponseFilesItem {
+        pub fn builder() -> builder::GetSourceManifestResponseFilesItem {
+            Default::default()
+        }
+    }
     ///`GlossaryEntry`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct GlossaryEntry {
         pub clause: ::std::string::String,
         pub name: ::std::string::String,
         #[serde(rename = "type")]
         pub type_: ::std::string::String,
     }
+    impl GlossaryEntry {
+        pub fn builder() -> builder::GlossaryEntry {
+            Default::default()
+        }
+    }
     ///`GroomInput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct GroomInput {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub budget: ::std::option::Option<i64>,
@@ -1275,8 +1590,14 @@ pub mod types {
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub models: ::std::vec::Vec<::std::string::String>,
     }
+    impl GroomInput {
+        pub fn builder() -> builder::GroomInput {
+            Default::default()
+        }
+    }
     ///`GroomMetricsOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct GroomMetricsOutput {
         pub artifact_bytes: i64,
         pub artifact_count: i64,
@@ -1294,8 +1615,14 @@ pub mod types {
         pub facts_merged: i64,
         pub status: ::std::string::String,
     }
+    impl GroomMetricsOutput {
+        pub fn builder() -> builder::GroomMetricsOutput {
+            Default::default()
+        }
+    }
     ///`ImportContextSourcesBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ImportContextSourcesBody {
         pub connector_id: ::std::string::String,
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
@@ -1307,9 +1634,15 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub path: ::std::option::Option<::std::string::String>,
     }
+    impl ImportContextSourcesBody {
+        pub fn builder() -> builder::ImportContextSourcesBody {
+            Default::default()
+        }
+    }
     ///`ImportInput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     #[serde(untagged)]
+    #[non_exhaustive]
     pub enum ImportInput {
         ConnectorImport {
             connector_id: ::std::string::String,
@@ -1338,6 +1671,7 @@ pub mod types {
     }
     ///`ImportManifestEntry`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ImportManifestEntry {
         pub action: ::std::string::String,
         pub bytes: i64,
@@ -1346,8 +1680,14 @@ pub mod types {
         pub reason: ::std::string::String,
         pub src: ::std::string::String,
     }
+    impl ImportManifestEntry {
+        pub fn builder() -> builder::ImportManifestEntry {
+            Default::default()
+        }
+    }
     ///`ImportOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ImportOutput {
         pub failed: i64,
         pub imported_items: i64,
@@ -1361,19 +1701,37 @@ pub mod types {
         pub skipped_items: ::std::vec::Vec<ImportManifestEntry>,
         pub status: ::std::string::String,
     }
+    impl ImportOutput {
+        pub fn builder() -> builder::ImportOutput {
+            Default::default()
+        }
+    }
     ///`ListConnectorItemsResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ListConnectorItemsResponse {
         pub folder: ::std::string::String,
         pub items: ::std::vec::Vec<ConnectorItem>,
     }
+    impl ListConnectorItemsResponse {
+        pub fn builder() -> builder::ListConnectorItemsResponse {
+            Default::default()
+        }
+    }
     ///`ListSessionsResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ListSessionsResponse {
         pub sessions: ::std::vec::Vec<Session>,
     }
+    impl ListSessionsResponse {
+        pub fn builder() -> builder::ListSessionsResponse {
+            Default::default()
+        }
+    }
     ///`ListTasksResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ListTasksResponse {
         pub items: ::std::vec::Vec<TaskResponse>,
         pub limit: i64,
@@ -1382,30 +1740,54 @@ pub mod types {
         pub pages: i64,
         pub total: i64,
     }
+    impl ListTasksResponse {
+        pub fn builder() -> builder::ListTasksResponse {
+            Default::default()
+        }
+    }
     ///`LoginBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct LoginBody {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub api_key: ::std::option::Option<::std::string::String>,
     }
+    impl LoginBody {
+        pub fn builder() -> builder::LoginBody {
+            Default::default()
+        }
+    }
     ///`LoginResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct LoginResponse {
         pub principal: ::std::string::String,
         pub project_id: ::std::string::String,
         pub project_name: ::std::string::String,
         pub token: ::std::string::String,
     }
+    impl LoginResponse {
+        pub fn builder() -> builder::LoginResponse {
+            Default::default()
+        }
+    }
     ///`Manifest`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct Manifest {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub curate: ::std::option::Option<CurateManifest>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub optimize: ::std::option::Option<OptimizeManifest>,
     }
+    impl Manifest {
+        pub fn builder() -> builder::Manifest {
+            Default::default()
+        }
+    }
     ///`ManifestSuggestion`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ManifestSuggestion {
         pub explored_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub matches: ::std::vec::Vec<TemplateMatch>,
@@ -1413,8 +1795,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub task_id: ::std::option::Option<::std::string::String>,
     }
+    impl ManifestSuggestion {
+        pub fn builder() -> builder::ManifestSuggestion {
+            Default::default()
+        }
+    }
     ///`ManifestTemplate`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ManifestTemplate {
         pub default: bool,
         pub description: ::std::string::String,
@@ -1424,15 +1812,27 @@ pub mod types {
         pub sample_questions: ::std::vec::Vec<::std::string::String>,
         pub when_to_use: ::std::string::String,
     }
+    impl ManifestTemplate {
+        pub fn builder() -> builder::ManifestTemplate {
+            Default::default()
+        }
+    }
     ///`ManifestTemplateCatalog`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ManifestTemplateCatalog {
         pub default_id: ::std::string::String,
         pub templates: ::std::vec::Vec<ManifestTemplate>,
         pub version: i64,
     }
+    impl ManifestTemplateCatalog {
+        pub fn builder() -> builder::ManifestTemplateCatalog {
+            Default::default()
+        }
+    }
     ///`ModelCatalog`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ModelCatalog {
         pub default: ::std::string::String,
         pub models: ::std::vec::Vec<ModelCatalogModelsItem>,
@@ -1441,16 +1841,28 @@ pub mod types {
         pub supported_curate_models: ::std::vec::Vec<::std::string::String>,
         pub tiers: ::std::collections::HashMap<::std::string::String, ::std::string::String>,
     }
+    impl ModelCatalog {
+        pub fn builder() -> builder::ModelCatalog {
+            Default::default()
+        }
+    }
     ///`ModelCatalogModelsItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ModelCatalogModelsItem {
         pub available: bool,
         pub id: ::std::string::String,
         pub label: ::std::string::String,
         pub provider: ::std::string::String,
     }
+    impl ModelCatalogModelsItem {
+        pub fn builder() -> builder::ModelCatalogModelsItem {
+            Default::default()
+        }
+    }
     ///`ModelUsage`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ModelUsage {
         pub cache_read_tokens: i64,
         pub cache_write_tokens: i64,
@@ -1459,8 +1871,14 @@ pub mod types {
         pub tier: ::std::string::String,
         pub total_tokens: i64,
     }
+    impl ModelUsage {
+        pub fn builder() -> builder::ModelUsage {
+            Default::default()
+        }
+    }
     ///`OptimizeContextBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct OptimizeContextBody {
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub candidate_queries: ::std::vec::Vec<CandidateQuery>,
@@ -1479,8 +1897,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub retrieval_p90_latency_ms: ::std::option::Option<i64>,
     }
+    impl OptimizeContextBody {
+        pub fn builder() -> builder::OptimizeContextBody {
+            Default::default()
+        }
+    }
     ///`OptimizeInput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct OptimizeInput {
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub candidate_queries: ::std::vec::Vec<CandidateQuery>,
@@ -1497,8 +1921,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub retrieval_p90_latency_ms: ::std::option::Option<i64>,
     }
+    impl OptimizeInput {
+        pub fn builder() -> builder::OptimizeInput {
+            Default::default()
+        }
+    }
     ///`OptimizeManifest`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct OptimizeManifest {
         #[serde(default = "defaults::optimize_manifest_eval_pass_rate_threshold")]
         pub eval_pass_rate_threshold: f64,
@@ -1520,6 +1950,11 @@ pub mod types {
                 min_group_size: defaults::default_nzu64::<::std::num::NonZeroU64, 2>(),
                 schedule: defaults::optimize_manifest_schedule(),
             }
+        }
+    }
+    impl OptimizeManifest {
+        pub fn builder() -> builder::OptimizeManifest {
+            Default::default()
         }
     }
     ///`OptimizeManifestSchedule`
@@ -1579,14 +2014,21 @@ pub mod types {
     }
     ///`OptimizeNoopOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct OptimizeNoopOutput {
         pub candidate_queries: i64,
         pub problems: i64,
         pub reason: ::std::string::String,
         pub status: ::std::string::String,
     }
+    impl OptimizeNoopOutput {
+        pub fn builder() -> builder::OptimizeNoopOutput {
+            Default::default()
+        }
+    }
     ///`OptimizeResultOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct OptimizeResultOutput {
         pub best_iteration: i64,
         pub best_latency_ok: bool,
@@ -1602,23 +2044,41 @@ pub mod types {
         pub total_iterations: i64,
         pub usage: ChatUsage,
     }
+    impl OptimizeResultOutput {
+        pub fn builder() -> builder::OptimizeResultOutput {
+            Default::default()
+        }
+    }
     ///`PackDetails`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct PackDetails {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub description: ::std::option::Option<::std::string::String>,
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub sample_queries: ::std::vec::Vec<::std::string::String>,
     }
+    impl PackDetails {
+        pub fn builder() -> builder::PackDetails {
+            Default::default()
+        }
+    }
     ///`PackInput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct PackInput {
         pub context_id: ::std::string::String,
         pub include_traces: bool,
         pub slug: ::std::string::String,
     }
+    impl PackInput {
+        pub fn builder() -> builder::PackInput {
+            Default::default()
+        }
+    }
     ///`PackTaskOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct PackTaskOutput {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub bytes_collected: ::std::option::Option<i64>,
@@ -1660,8 +2120,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub traces_total: ::std::option::Option<i64>,
     }
+    impl PackTaskOutput {
+        pub fn builder() -> builder::PackTaskOutput {
+            Default::default()
+        }
+    }
     ///`PointerEntry`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct PointerEntry {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub mention: ::std::option::Option<::std::string::String>,
@@ -1671,30 +2137,54 @@ pub mod types {
         #[serde(rename = "type")]
         pub type_: ::std::string::String,
     }
+    impl PointerEntry {
+        pub fn builder() -> builder::PointerEntry {
+            Default::default()
+        }
+    }
     ///`PreviewLimits`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct PreviewLimits {
         pub allow_archives: bool,
         pub allowed_extensions: ::std::vec::Vec<::std::string::String>,
         pub remaining_bytes: i64,
         pub remaining_files: i64,
     }
+    impl PreviewLimits {
+        pub fn builder() -> builder::PreviewLimits {
+            Default::default()
+        }
+    }
     ///`ProfileContextBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileContextBody {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub manifest: ::std::option::Option<Manifest>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub pinecone_api_key: ::std::option::Option<::std::string::String>,
     }
+    impl ProfileContextBody {
+        pub fn builder() -> builder::ProfileContextBody {
+            Default::default()
+        }
+    }
     ///`ProfileEmptyOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileEmptyOutput {
         pub reason: ::std::string::String,
         pub state: ::std::string::String,
     }
+    impl ProfileEmptyOutput {
+        pub fn builder() -> builder::ProfileEmptyOutput {
+            Default::default()
+        }
+    }
     ///`ProfileEstimateOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileEstimateOutput {
         pub cost: ProfileEstimateOutputCost,
         pub density: ProfileEstimateOutputDensity,
@@ -1702,27 +2192,51 @@ pub mod types {
         pub sampling: ProfileEstimateOutputSampling,
         pub state: ::std::string::String,
     }
+    impl ProfileEstimateOutput {
+        pub fn builder() -> builder::ProfileEstimateOutput {
+            Default::default()
+        }
+    }
     ///`ProfileEstimateOutputCost`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileEstimateOutputCost {
         pub by_tier: ProfileEstimateOutputCostByTier,
         pub default_tier: ::std::string::String,
     }
+    impl ProfileEstimateOutputCost {
+        pub fn builder() -> builder::ProfileEstimateOutputCost {
+            Default::default()
+        }
+    }
     ///`ProfileEstimateOutputCostByTier`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileEstimateOutputCostByTier {
         pub lite: ProfileTierCost,
         pub pro: ProfileTierCost,
         pub standard: ProfileTierCost,
     }
+    impl ProfileEstimateOutputCostByTier {
+        pub fn builder() -> builder::ProfileEstimateOutputCostByTier {
+            Default::default()
+        }
+    }
     ///`ProfileEstimateOutputDensity`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileEstimateOutputDensity {
         pub avg_doc_chars: i64,
         pub entities_per_doc: f64,
     }
+    impl ProfileEstimateOutputDensity {
+        pub fn builder() -> builder::ProfileEstimateOutputDensity {
+            Default::default()
+        }
+    }
     ///`ProfileEstimateOutputG`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileEstimateOutputG {
         pub confidence: ::std::string::String,
         pub hi: i64,
@@ -1732,34 +2246,64 @@ pub mod types {
         pub recurrence: f64,
         pub value: i64,
     }
+    impl ProfileEstimateOutputG {
+        pub fn builder() -> builder::ProfileEstimateOutputG {
+            Default::default()
+        }
+    }
     ///`ProfileEstimateOutputSampling`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileEstimateOutputSampling {
         pub fraction: f64,
         pub n_sampled: i64,
         pub n_total: i64,
         pub wall_s: f64,
     }
+    impl ProfileEstimateOutputSampling {
+        pub fn builder() -> builder::ProfileEstimateOutputSampling {
+            Default::default()
+        }
+    }
     ///`ProfileInput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileInput {
         pub manifest: Manifest,
         pub trigger: ::std::string::String,
     }
+    impl ProfileInput {
+        pub fn builder() -> builder::ProfileInput {
+            Default::default()
+        }
+    }
     ///`ProfileTierCost`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileTierCost {
         pub time_s: ProfileTierCostTimeS,
         pub tokens: ProfileTierCostTokens,
     }
+    impl ProfileTierCost {
+        pub fn builder() -> builder::ProfileTierCost {
+            Default::default()
+        }
+    }
     ///`ProfileTierCostTimeS`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileTierCostTimeS {
         pub hi: i64,
         pub lo: i64,
     }
+    impl ProfileTierCostTimeS {
+        pub fn builder() -> builder::ProfileTierCostTimeS {
+            Default::default()
+        }
+    }
     ///`ProfileTierCostTokens`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProfileTierCostTokens {
         pub hi: i64,
         pub input: i64,
@@ -1767,16 +2311,28 @@ pub mod types {
         pub output: i64,
         pub point: i64,
     }
+    impl ProfileTierCostTokens {
+        pub fn builder() -> builder::ProfileTierCostTokens {
+            Default::default()
+        }
+    }
     ///`Project`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct Project {
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub id: ::std::string::String,
         pub name: ::std::string::String,
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
     }
+    impl Project {
+        pub fn builder() -> builder::Project {
+            Default::default()
+        }
+    }
     ///`ProjectWithWorkspaces`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct ProjectWithWorkspaces {
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub id: ::std::string::String,
@@ -1784,8 +2340,14 @@ pub mod types {
         pub updated_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub workspaces_required: bool,
     }
+    impl ProjectWithWorkspaces {
+        pub fn builder() -> builder::ProjectWithWorkspaces {
+            Default::default()
+        }
+    }
     ///`Query`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct Query {
         pub citations: ::std::vec::Vec<Citation>,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -1818,16 +2380,28 @@ pub mod types {
         pub trace_ref: ::std::option::Option<::std::string::String>,
         pub usage: QueryUsage,
     }
+    impl Query {
+        pub fn builder() -> builder::Query {
+            Default::default()
+        }
+    }
     ///`QueryComparisonMember`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryComparisonMember {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub model: ::std::option::Option<::std::string::String>,
         pub query_id: ::std::string::String,
         pub workflow: ::std::string::String,
     }
+    impl QueryComparisonMember {
+        pub fn builder() -> builder::QueryComparisonMember {
+            Default::default()
+        }
+    }
     ///`QueryEvent`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryEvent {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub answer_preview: ::std::option::Option<::std::string::String>,
@@ -1886,34 +2460,64 @@ pub mod types {
         #[serde(rename = "type")]
         pub type_: ::std::string::String,
     }
+    impl QueryEvent {
+        pub fn builder() -> builder::QueryEvent {
+            Default::default()
+        }
+    }
     ///`QueryFeedback`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryFeedback {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub comment: ::std::option::Option<::std::string::String>,
         pub rating: crate::Rating,
     }
+    impl QueryFeedback {
+        pub fn builder() -> builder::QueryFeedback {
+            Default::default()
+        }
+    }
     ///`QueryInputItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryInputItem {
         pub content: ::std::string::String,
         pub role: ::std::string::String,
     }
+    impl QueryInputItem {
+        pub fn builder() -> builder::QueryInputItem {
+            Default::default()
+        }
+    }
     ///`QueryOutputItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryOutputItem {
         pub content: ::std::vec::Vec<QueryOutputItemContentItem>,
         pub role: ::std::string::String,
     }
+    impl QueryOutputItem {
+        pub fn builder() -> builder::QueryOutputItem {
+            Default::default()
+        }
+    }
     ///`QueryOutputItemContentItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryOutputItemContentItem {
         pub text: ::std::string::String,
         #[serde(rename = "type")]
         pub type_: ::std::string::String,
     }
+    impl QueryOutputItemContentItem {
+        pub fn builder() -> builder::QueryOutputItemContentItem {
+            Default::default()
+        }
+    }
     ///`QueryRequest`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryRequest {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub artifacts_only: ::std::option::Option<bool>,
@@ -1963,8 +2567,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub workflow: ::std::option::Option<crate::Workflow>,
     }
+    impl QueryRequest {
+        pub fn builder() -> builder::QueryRequest {
+            Default::default()
+        }
+    }
     ///`QueryRollup`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryRollup {
         #[serde(
             default,
@@ -1991,8 +2601,14 @@ pub mod types {
         )]
         pub type_: ::std::option::Option<::std::string::String>,
     }
+    impl QueryRollup {
+        pub fn builder() -> builder::QueryRollup {
+            Default::default()
+        }
+    }
     ///`QueryStep`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryStep {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub code: ::std::option::Option<::std::string::String>,
@@ -2006,8 +2622,14 @@ pub mod types {
         pub status: ::std::string::String,
         pub step_id: ::std::string::String,
     }
+    impl QueryStep {
+        pub fn builder() -> builder::QueryStep {
+            Default::default()
+        }
+    }
     ///`QuerySynthesis`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct QuerySynthesis {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub answer_preview: ::std::option::Option<::std::string::String>,
@@ -2033,15 +2655,27 @@ pub mod types {
         )]
         pub type_: ::std::option::Option<::std::string::String>,
     }
+    impl QuerySynthesis {
+        pub fn builder() -> builder::QuerySynthesis {
+            Default::default()
+        }
+    }
     ///`QueryUsage`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct QueryUsage {
         pub input_tokens: i64,
         pub output_tokens: i64,
         pub total_tokens: i64,
     }
+    impl QueryUsage {
+        pub fn builder() -> builder::QueryUsage {
+            Default::default()
+        }
+    }
     ///`RestoreInput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct RestoreInput {
         pub pack_filename: ::std::string::String,
         pub pack_key: ::std::string::String,
@@ -2049,8 +2683,14 @@ pub mod types {
         pub target_name: ::std::string::String,
         pub target_slug: ::std::string::String,
     }
+    impl RestoreInput {
+        pub fn builder() -> builder::RestoreInput {
+            Default::default()
+        }
+    }
     ///`RestoreTaskOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct RestoreTaskOutput {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub completed_at: ::std::option::Option<::std::string::String>,
@@ -2080,23 +2720,41 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub target_slug: ::std::option::Option<::std::string::String>,
     }
+    impl RestoreTaskOutput {
+        pub fn builder() -> builder::RestoreTaskOutput {
+            Default::default()
+        }
+    }
     ///`RestoreTaskOutputStageProgress`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct RestoreTaskOutputStageProgress {
         pub done: i64,
         pub phase: ::std::string::String,
         pub total: i64,
     }
+    impl RestoreTaskOutputStageProgress {
+        pub fn builder() -> builder::RestoreTaskOutputStageProgress {
+            Default::default()
+        }
+    }
     ///`SeamUsage`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SeamUsage {
         pub embed_tokens: i64,
         pub kind: ::std::string::String,
         pub rerank_units: i64,
         pub tier: ::std::string::String,
     }
+    impl SeamUsage {
+        pub fn builder() -> builder::SeamUsage {
+            Default::default()
+        }
+    }
     ///`SearchCcTurnCompletedOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SearchCcTurnCompletedOutput {
         pub answer: ::std::string::String,
         pub citations: ::std::vec::Vec<::std::string::String>,
@@ -2105,8 +2763,14 @@ pub mod types {
         pub status: ::std::string::String,
         pub steps: i64,
     }
+    impl SearchCcTurnCompletedOutput {
+        pub fn builder() -> builder::SearchCcTurnCompletedOutput {
+            Default::default()
+        }
+    }
     ///`SearchInput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SearchInput {
         pub ask: ::std::string::String,
         #[serde(deserialize_with = "::std::option::Option::deserialize")]
@@ -2125,14 +2789,26 @@ pub mod types {
         pub tools: ::std::vec::Vec<::std::string::String>,
         pub turn_timeout_seconds: i64,
     }
+    impl SearchInput {
+        pub fn builder() -> builder::SearchInput {
+            Default::default()
+        }
+    }
     ///`SearchInputMessagesItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SearchInputMessagesItem {
         pub content: ::std::string::String,
         pub role: ::std::string::String,
     }
+    impl SearchInputMessagesItem {
+        pub fn builder() -> builder::SearchInputMessagesItem {
+            Default::default()
+        }
+    }
     ///`SearchInputRetrieval`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SearchInputRetrieval {
         #[serde(deserialize_with = "::std::option::Option::deserialize")]
         pub artifacts_only: ::std::option::Option<bool>,
@@ -2153,8 +2829,14 @@ pub mod types {
         #[serde(deserialize_with = "::std::option::Option::deserialize")]
         pub thinking_level: ::std::option::Option<::std::string::String>,
     }
+    impl SearchInputRetrieval {
+        pub fn builder() -> builder::SearchInputRetrieval {
+            Default::default()
+        }
+    }
     ///`SearchTurnCompletedOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SearchTurnCompletedOutput {
         pub answer: ::std::string::String,
         pub citations: ::std::vec::Vec<::std::string::String>,
@@ -2165,15 +2847,27 @@ pub mod types {
         pub query_id: ::std::string::String,
         pub status: ::std::string::String,
     }
+    impl SearchTurnCompletedOutput {
+        pub fn builder() -> builder::SearchTurnCompletedOutput {
+            Default::default()
+        }
+    }
     ///`SearchTurnFailedOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SearchTurnFailedOutput {
         pub error: ::std::string::String,
         pub query_id: ::std::string::String,
         pub status: ::std::string::String,
     }
+    impl SearchTurnFailedOutput {
+        pub fn builder() -> builder::SearchTurnFailedOutput {
+            Default::default()
+        }
+    }
     ///`Session`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct Session {
         pub created_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub created_by: ::std::string::String,
@@ -2196,8 +2890,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub workspace: ::std::option::Option<::std::string::String>,
     }
+    impl Session {
+        pub fn builder() -> builder::Session {
+            Default::default()
+        }
+    }
     ///`SourceManifestEntry`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SourceManifestEntry {
         pub curated_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub hash: ::std::string::String,
@@ -2206,15 +2906,27 @@ pub mod types {
         #[serde(default)]
         pub size: i64,
     }
+    impl SourceManifestEntry {
+        pub fn builder() -> builder::SourceManifestEntry {
+            Default::default()
+        }
+    }
     ///`SourceRemoved`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SourceRemoved {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub removed_at: ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
         pub removed_version: i64,
     }
+    impl SourceRemoved {
+        pub fn builder() -> builder::SourceRemoved {
+            Default::default()
+        }
+    }
     ///`SourceStats`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct SourceStats {
         pub dir_count: i64,
         pub file_count: i64,
@@ -2228,25 +2940,49 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub used_files: ::std::option::Option<i64>,
     }
+    impl SourceStats {
+        pub fn builder() -> builder::SourceStats {
+            Default::default()
+        }
+    }
     ///`StartConnectorOauthResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct StartConnectorOauthResponse {
         pub authorize_url: ::std::string::String,
     }
+    impl StartConnectorOauthResponse {
+        pub fn builder() -> builder::StartConnectorOauthResponse {
+            Default::default()
+        }
+    }
     ///`StateFailedOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct StateFailedOutput {
         pub error: ::std::string::String,
         pub state: ::std::string::String,
     }
+    impl StateFailedOutput {
+        pub fn builder() -> builder::StateFailedOutput {
+            Default::default()
+        }
+    }
     ///`StatusErrorOutput`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct StatusErrorOutput {
         pub error: ::std::string::String,
         pub status: ::std::string::String,
     }
+    impl StatusErrorOutput {
+        pub fn builder() -> builder::StatusErrorOutput {
+            Default::default()
+        }
+    }
     ///`TaskFileListing`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TaskFileListing {
         pub entries: ::std::vec::Vec<TaskFileListingEntriesItem>,
         pub limit: i64,
@@ -2255,8 +2991,14 @@ pub mod types {
         pub offset: i64,
         pub total: i64,
     }
+    impl TaskFileListing {
+        pub fn builder() -> builder::TaskFileListing {
+            Default::default()
+        }
+    }
     ///`TaskFileListingEntriesItem`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TaskFileListingEntriesItem {
         pub kind: ::std::string::String,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
@@ -2265,9 +3007,15 @@ pub mod types {
         pub name: ::std::string::String,
         pub size: i64,
     }
+    impl TaskFileListingEntriesItem {
+        pub fn builder() -> builder::TaskFileListingEntriesItem {
+            Default::default()
+        }
+    }
     ///`TaskFileMetadata`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
     #[serde(untagged)]
+    #[non_exhaustive]
     pub enum TaskFileMetadata {
         Archived {
             is_dir: bool,
@@ -2335,6 +3083,7 @@ pub mod types {
     }
     ///`TaskProgress`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TaskProgress {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub eta_seconds: ::std::option::Option<i64>,
@@ -2343,8 +3092,14 @@ pub mod types {
         pub phase: i64,
         pub phases: i64,
     }
+    impl TaskProgress {
+        pub fn builder() -> builder::TaskProgress {
+            Default::default()
+        }
+    }
     ///`TaskResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TaskResponse {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub agent_id: ::std::option::Option<::std::string::String>,
@@ -2386,8 +3141,14 @@ pub mod types {
         pub tokens_prompt: i64,
         pub workflow: crate::Workflow,
     }
+    impl TaskResponse {
+        pub fn builder() -> builder::TaskResponse {
+            Default::default()
+        }
+    }
     ///`TaskStats`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TaskStats {
         pub captured_at: ::chrono::DateTime<::chrono::offset::Utc>,
         pub runtime_seconds: i64,
@@ -2396,8 +3157,14 @@ pub mod types {
         pub tokens_prompt: i64,
         pub tokens_total: i64,
     }
+    impl TaskStats {
+        pub fn builder() -> builder::TaskStats {
+            Default::default()
+        }
+    }
     ///`TaskStep`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TaskStep {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub code: ::std::option::Option<::std::string::String>,
@@ -2421,23 +3188,41 @@ pub mod types {
         )]
         pub type_: ::std::option::Option<::std::string::String>,
     }
+    impl TaskStep {
+        pub fn builder() -> builder::TaskStep {
+            Default::default()
+        }
+    }
     ///`TemplateMatch`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TemplateMatch {
         pub confidence: f64,
         pub rationale: ::std::string::String,
         pub template_id: ::std::string::String,
     }
+    impl TemplateMatch {
+        pub fn builder() -> builder::TemplateMatch {
+            Default::default()
+        }
+    }
     ///`Trace`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct Trace {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub rollup: ::std::option::Option<TraceRollup>,
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub steps: ::std::vec::Vec<TraceStep>,
     }
+    impl Trace {
+        pub fn builder() -> builder::Trace {
+            Default::default()
+        }
+    }
     ///`TraceCall`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TraceCall {
         pub args: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
         pub category: ::std::string::String,
@@ -2451,8 +3236,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub score_space: ::std::option::Option<::std::string::String>,
     }
+    impl TraceCall {
+        pub fn builder() -> builder::TraceCall {
+            Default::default()
+        }
+    }
     ///`TraceRollup`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TraceRollup {
         #[serde(
             default,
@@ -2468,8 +3259,14 @@ pub mod types {
         pub n_tool_calls: i64,
         pub total_hits: i64,
     }
+    impl TraceRollup {
+        pub fn builder() -> builder::TraceRollup {
+            Default::default()
+        }
+    }
     ///`TraceStep`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TraceStep {
         #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
         pub calls: ::std::vec::Vec<TraceCall>,
@@ -2480,8 +3277,14 @@ pub mod types {
         pub step_id: ::std::string::String,
         pub strategy: TraceStepStrategy,
     }
+    impl TraceStep {
+        pub fn builder() -> builder::TraceStep {
+            Default::default()
+        }
+    }
     ///`TraceStepCost`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TraceStepCost {
         pub decide_ms: i64,
         pub execute_ms: i64,
@@ -2494,21 +3297,39 @@ pub mod types {
         pub tokens_in_fresh: ::std::option::Option<i64>,
         pub tokens_out: i64,
     }
+    impl TraceStepCost {
+        pub fn builder() -> builder::TraceStepCost {
+            Default::default()
+        }
+    }
     ///`TraceStepStrategy`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct TraceStepStrategy {
         pub fns: ::std::vec::Vec<::std::string::String>,
         pub kind: ::std::string::String,
         pub label: ::std::string::String,
         pub scope: ::std::vec::Vec<::std::string::String>,
     }
+    impl TraceStepStrategy {
+        pub fn builder() -> builder::TraceStepStrategy {
+            Default::default()
+        }
+    }
     ///`UpdateContextConnectorBody`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct UpdateContextConnectorBody {
         pub enabled: bool,
     }
+    impl UpdateContextConnectorBody {
+        pub fn builder() -> builder::UpdateContextConnectorBody {
+            Default::default()
+        }
+    }
     ///`UpdateContextRequest`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default, PartialEq)]
+    #[non_exhaustive]
     pub struct UpdateContextRequest {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub description: ::std::option::Option<::std::string::String>,
@@ -2521,8 +3342,14 @@ pub mod types {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub slug: ::std::option::Option<::std::string::String>,
     }
+    impl UpdateContextRequest {
+        pub fn builder() -> builder::UpdateContextRequest {
+            Default::default()
+        }
+    }
     ///`WorkflowTriggerResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, PartialEq)]
+    #[non_exhaustive]
     pub struct WorkflowTriggerResponse {
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub exploring: ::std::option::Option<bool>,
@@ -2532,6 +3359,15885 @@ pub mod types {
         pub profiling: ::std::option::Option<bool>,
         pub state: ::std::string::String,
         pub task_id: ::std::string::String,
+    }
+    impl WorkflowTriggerResponse {
+        pub fn builder() -> builder::WorkflowTriggerResponse {
+            Default::default()
+        }
+    }
+    /// Types for composing complex structures.
+    pub mod builder {
+        #[derive(Clone, Debug)]
+        pub struct ArtifactReclaim {
+            added_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            removed_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            version: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ArtifactReclaim {
+            fn default() -> Self {
+                Self {
+                    added_id: Err("no value supplied for added_id".to_string()),
+                    removed_id: Err("no value supplied for removed_id".to_string()),
+                    version: Err("no value supplied for version".to_string()),
+                }
+            }
+        }
+        impl ArtifactReclaim {
+            pub fn added_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.added_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for added_id: {e}"));
+                self
+            }
+            pub fn removed_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.removed_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for removed_id: {e}"));
+                self
+            }
+            pub fn version<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.version = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for version: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ArtifactReclaim> for super::ArtifactReclaim {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ArtifactReclaim,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    added_id: value.added_id?,
+                    removed_id: value.removed_id?,
+                    version: value.version?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ArtifactReclaim> for ArtifactReclaim {
+            fn from(value: super::ArtifactReclaim) -> Self {
+                Self {
+                    added_id: Ok(value.added_id),
+                    removed_id: Ok(value.removed_id),
+                    version: Ok(value.version),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ArtifactType {
+            columns: ::std::result::Result<
+                ::std::vec::Vec<super::ArtifactTypeColumnsItem>,
+                ::std::string::String,
+            >,
+            coverage: ::std::result::Result<
+                ::std::vec::Vec<super::ArtifactTypeCoverageItem>,
+                ::std::string::String,
+            >,
+            description: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            format: ::std::result::Result<::std::string::String, ::std::string::String>,
+            icon: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            kind: ::std::result::Result<::std::string::String, ::std::string::String>,
+            min_doc_count: ::std::result::Result<::std::num::NonZeroU64, ::std::string::String>,
+            name: ::std::result::Result<super::ArtifactTypeName, ::std::string::String>,
+            natural_key: ::std::result::Result<
+                ::std::vec::Vec<super::ArtifactTypeNaturalKeyItem>,
+                ::std::string::String,
+            >,
+            scope: ::std::result::Result<::std::string::String, ::std::string::String>,
+            sections: ::std::result::Result<
+                ::std::vec::Vec<super::ArtifactTypeSectionsItem>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ArtifactType {
+            fn default() -> Self {
+                Self {
+                    columns: Ok(Default::default()),
+                    coverage: Ok(Default::default()),
+                    description: Ok(Default::default()),
+                    format: Ok(super::defaults::artifact_type_format()),
+                    icon: Ok(Default::default()),
+                    kind: Ok(super::defaults::artifact_type_kind()),
+                    min_doc_count: Ok(super::defaults::default_nzu64::<::std::num::NonZeroU64, 1>()),
+                    name: Err("no value supplied for name".to_string()),
+                    natural_key: Ok(Default::default()),
+                    scope: Ok(super::defaults::artifact_type_scope()),
+                    sections: Ok(Default::default()),
+                }
+            }
+        }
+        impl ArtifactType {
+            pub fn columns<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ArtifactTypeColumnsItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.columns = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for columns: {e}"));
+                self
+            }
+            pub fn coverage<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ArtifactTypeCoverageItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.coverage = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for coverage: {e}"));
+                self
+            }
+            pub fn description<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.description = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for description: {e}"));
+                self
+            }
+            pub fn format<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.format = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for format: {e}"));
+                self
+            }
+            pub fn icon<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.icon = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for icon: {e}"));
+                self
+            }
+            pub fn kind<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.kind = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for kind: {e}"));
+                self
+            }
+            pub fn min_doc_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::num::NonZeroU64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.min_doc_count = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for min_doc_count: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ArtifactTypeName>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn natural_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ArtifactTypeNaturalKeyItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.natural_key = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for natural_key: {e}"));
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+            pub fn sections<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ArtifactTypeSectionsItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sections = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for sections: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ArtifactType> for super::ArtifactType {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ArtifactType,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    columns: value.columns?,
+                    coverage: value.coverage?,
+                    description: value.description?,
+                    format: value.format?,
+                    icon: value.icon?,
+                    kind: value.kind?,
+                    min_doc_count: value.min_doc_count?,
+                    name: value.name?,
+                    natural_key: value.natural_key?,
+                    scope: value.scope?,
+                    sections: value.sections?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ArtifactType> for ArtifactType {
+            fn from(value: super::ArtifactType) -> Self {
+                Self {
+                    columns: Ok(value.columns),
+                    coverage: Ok(value.coverage),
+                    description: Ok(value.description),
+                    format: Ok(value.format),
+                    icon: Ok(value.icon),
+                    kind: Ok(value.kind),
+                    min_doc_count: Ok(value.min_doc_count),
+                    name: Ok(value.name),
+                    natural_key: Ok(value.natural_key),
+                    scope: Ok(value.scope),
+                    sections: Ok(value.sections),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ArtifactTypeColumnsItem {
+            description: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            name: ::std::result::Result<super::ArtifactTypeColumnsItemName, ::std::string::String>,
+            type_: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ArtifactTypeColumnsItem {
+            fn default() -> Self {
+                Self {
+                    description: Ok(Default::default()),
+                    name: Err("no value supplied for name".to_string()),
+                    type_: Ok(super::defaults::artifact_type_columns_item_type()),
+                }
+            }
+        }
+        impl ArtifactTypeColumnsItem {
+            pub fn description<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.description = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for description: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ArtifactTypeColumnsItemName>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for type_: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ArtifactTypeColumnsItem> for super::ArtifactTypeColumnsItem {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ArtifactTypeColumnsItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    description: value.description?,
+                    name: value.name?,
+                    type_: value.type_?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ArtifactTypeColumnsItem> for ArtifactTypeColumnsItem {
+            fn from(value: super::ArtifactTypeColumnsItem) -> Self {
+                Self {
+                    description: Ok(value.description),
+                    name: Ok(value.name),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ArtifactsConfig {
+            artifact_model: ::std::result::Result<::std::string::String, ::std::string::String>,
+            artifact_types:
+                ::std::result::Result<::std::vec::Vec<super::ArtifactType>, ::std::string::String>,
+            edge_types:
+                ::std::result::Result<::std::vec::Vec<super::EdgeType>, ::std::string::String>,
+            enabled: ::std::result::Result<bool, ::std::string::String>,
+            extraction_window_chars: ::std::result::Result<i64, ::std::string::String>,
+            max_artifacts_per_type:
+                ::std::result::Result<::std::num::NonZeroU64, ::std::string::String>,
+            max_doc_chars: ::std::result::Result<i64, ::std::string::String>,
+            max_mentions_per_artifact:
+                ::std::result::Result<::std::num::NonZeroU64, ::std::string::String>,
+            max_tokens: ::std::result::Result<i64, ::std::string::String>,
+            mention_context_chars: ::std::result::Result<i64, ::std::string::String>,
+            mention_max_chars: ::std::result::Result<i64, ::std::string::String>,
+            min_doc_count: ::std::result::Result<::std::num::NonZeroU64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ArtifactsConfig {
+            fn default() -> Self {
+                Self {
+                    artifact_model: Ok(super::defaults::artifacts_config_artifact_model()),
+                    artifact_types: Ok(Default::default()),
+                    edge_types: Ok(Default::default()),
+                    enabled: Ok(Default::default()),
+                    extraction_window_chars: Ok(Default::default()),
+                    max_artifacts_per_type: Ok(super::defaults::default_nzu64::<
+                        ::std::num::NonZeroU64,
+                        10000,
+                    >()),
+                    max_doc_chars: Ok(super::defaults::default_u64::<i64, 60000>()),
+                    max_mentions_per_artifact: Ok(super::defaults::default_nzu64::<
+                        ::std::num::NonZeroU64,
+                        40,
+                    >()),
+                    max_tokens: Ok(super::defaults::default_u64::<i64, 1500>()),
+                    mention_context_chars: Ok(super::defaults::default_u64::<i64, 8000>()),
+                    mention_max_chars: Ok(super::defaults::default_u64::<i64, 400>()),
+                    min_doc_count: Ok(super::defaults::default_nzu64::<::std::num::NonZeroU64, 1>()),
+                }
+            }
+        }
+        impl ArtifactsConfig {
+            pub fn artifact_model<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifact_model = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifact_model: {e}")
+                });
+                self
+            }
+            pub fn artifact_types<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ArtifactType>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifact_types = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifact_types: {e}")
+                });
+                self
+            }
+            pub fn edge_types<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::EdgeType>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.edge_types = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for edge_types: {e}"));
+                self
+            }
+            pub fn enabled<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.enabled = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for enabled: {e}"));
+                self
+            }
+            pub fn extraction_window_chars<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.extraction_window_chars = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for extraction_window_chars: {e}")
+                });
+                self
+            }
+            pub fn max_artifacts_per_type<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::num::NonZeroU64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_artifacts_per_type = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_artifacts_per_type: {e}")
+                });
+                self
+            }
+            pub fn max_doc_chars<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_doc_chars = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for max_doc_chars: {e}"));
+                self
+            }
+            pub fn max_mentions_per_artifact<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::num::NonZeroU64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_mentions_per_artifact = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_mentions_per_artifact: {e}")
+                });
+                self
+            }
+            pub fn max_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for max_tokens: {e}"));
+                self
+            }
+            pub fn mention_context_chars<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mention_context_chars = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for mention_context_chars: {e}")
+                });
+                self
+            }
+            pub fn mention_max_chars<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mention_max_chars = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for mention_max_chars: {e}")
+                });
+                self
+            }
+            pub fn min_doc_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::num::NonZeroU64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.min_doc_count = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for min_doc_count: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ArtifactsConfig> for super::ArtifactsConfig {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ArtifactsConfig,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    artifact_model: value.artifact_model?,
+                    artifact_types: value.artifact_types?,
+                    edge_types: value.edge_types?,
+                    enabled: value.enabled?,
+                    extraction_window_chars: value.extraction_window_chars?,
+                    max_artifacts_per_type: value.max_artifacts_per_type?,
+                    max_doc_chars: value.max_doc_chars?,
+                    max_mentions_per_artifact: value.max_mentions_per_artifact?,
+                    max_tokens: value.max_tokens?,
+                    mention_context_chars: value.mention_context_chars?,
+                    mention_max_chars: value.mention_max_chars?,
+                    min_doc_count: value.min_doc_count?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ArtifactsConfig> for ArtifactsConfig {
+            fn from(value: super::ArtifactsConfig) -> Self {
+                Self {
+                    artifact_model: Ok(value.artifact_model),
+                    artifact_types: Ok(value.artifact_types),
+                    edge_types: Ok(value.edge_types),
+                    enabled: Ok(value.enabled),
+                    extraction_window_chars: Ok(value.extraction_window_chars),
+                    max_artifacts_per_type: Ok(value.max_artifacts_per_type),
+                    max_doc_chars: Ok(value.max_doc_chars),
+                    max_mentions_per_artifact: Ok(value.max_mentions_per_artifact),
+                    max_tokens: Ok(value.max_tokens),
+                    mention_context_chars: Ok(value.mention_context_chars),
+                    mention_max_chars: Ok(value.mention_max_chars),
+                    min_doc_count: Ok(value.min_doc_count),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CancelTaskBody {
+            pinecone_api_key: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            pushed: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            reason: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            target: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            user_token: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for CancelTaskBody {
+            fn default() -> Self {
+                Self {
+                    pinecone_api_key: Ok(Default::default()),
+                    pushed: Ok(Default::default()),
+                    reason: Ok(Default::default()),
+                    target: Ok(Default::default()),
+                    user_token: Ok(Default::default()),
+                }
+            }
+        }
+        impl CancelTaskBody {
+            pub fn pinecone_api_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pinecone_api_key = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for pinecone_api_key: {e}")
+                });
+                self
+            }
+            pub fn pushed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pushed = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pushed: {e}"));
+                self
+            }
+            pub fn reason<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.reason = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for reason: {e}"));
+                self
+            }
+            pub fn target<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.target = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for target: {e}"));
+                self
+            }
+            pub fn user_token<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.user_token = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for user_token: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CancelTaskBody> for super::CancelTaskBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CancelTaskBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    pinecone_api_key: value.pinecone_api_key?,
+                    pushed: value.pushed?,
+                    reason: value.reason?,
+                    target: value.target?,
+                    user_token: value.user_token?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CancelTaskBody> for CancelTaskBody {
+            fn from(value: super::CancelTaskBody) -> Self {
+                Self {
+                    pinecone_api_key: Ok(value.pinecone_api_key),
+                    pushed: Ok(value.pushed),
+                    reason: Ok(value.reason),
+                    target: Ok(value.target),
+                    user_token: Ok(value.user_token),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CandidateQuery {
+            answer: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            ask: ::std::result::Result<::std::string::String, ::std::string::String>,
+            fallback_to_chunks:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            latency_ms: ::std::result::Result<::std::option::Option<f64>, ::std::string::String>,
+        }
+        impl ::std::default::Default for CandidateQuery {
+            fn default() -> Self {
+                Self {
+                    answer: Ok(Default::default()),
+                    ask: Err("no value supplied for ask".to_string()),
+                    fallback_to_chunks: Ok(Default::default()),
+                    latency_ms: Ok(Default::default()),
+                }
+            }
+        }
+        impl CandidateQuery {
+            pub fn answer<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.answer = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for answer: {e}"));
+                self
+            }
+            pub fn ask<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ask = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for ask: {e}"));
+                self
+            }
+            pub fn fallback_to_chunks<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.fallback_to_chunks = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for fallback_to_chunks: {e}")
+                });
+                self
+            }
+            pub fn latency_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<f64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.latency_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for latency_ms: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CandidateQuery> for super::CandidateQuery {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CandidateQuery,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    answer: value.answer?,
+                    ask: value.ask?,
+                    fallback_to_chunks: value.fallback_to_chunks?,
+                    latency_ms: value.latency_ms?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CandidateQuery> for CandidateQuery {
+            fn from(value: super::CandidateQuery) -> Self {
+                Self {
+                    answer: Ok(value.answer),
+                    ask: Ok(value.ask),
+                    fallback_to_chunks: Ok(value.fallback_to_chunks),
+                    latency_ms: Ok(value.latency_ms),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ChatUsage {
+            by_model: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, super::ModelUsage>,
+                ::std::string::String,
+            >,
+            cache_read_tokens: ::std::result::Result<i64, ::std::string::String>,
+            cache_write_tokens: ::std::result::Result<i64, ::std::string::String>,
+            completion_tokens: ::std::result::Result<i64, ::std::string::String>,
+            prompt_tokens: ::std::result::Result<i64, ::std::string::String>,
+            total_tokens: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ChatUsage {
+            fn default() -> Self {
+                Self {
+                    by_model: Err("no value supplied for by_model".to_string()),
+                    cache_read_tokens: Err("no value supplied for cache_read_tokens".to_string()),
+                    cache_write_tokens: Err("no value supplied for cache_write_tokens".to_string()),
+                    completion_tokens: Err("no value supplied for completion_tokens".to_string()),
+                    prompt_tokens: Err("no value supplied for prompt_tokens".to_string()),
+                    total_tokens: Err("no value supplied for total_tokens".to_string()),
+                }
+            }
+        }
+        impl ChatUsage {
+            pub fn by_model<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<::std::string::String, super::ModelUsage>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.by_model = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for by_model: {e}"));
+                self
+            }
+            pub fn cache_read_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_read_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_read_tokens: {e}")
+                });
+                self
+            }
+            pub fn cache_write_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_write_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_write_tokens: {e}")
+                });
+                self
+            }
+            pub fn completion_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.completion_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for completion_tokens: {e}")
+                });
+                self
+            }
+            pub fn prompt_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.prompt_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for prompt_tokens: {e}"));
+                self
+            }
+            pub fn total_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total_tokens: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ChatUsage> for super::ChatUsage {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ChatUsage,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    by_model: value.by_model?,
+                    cache_read_tokens: value.cache_read_tokens?,
+                    cache_write_tokens: value.cache_write_tokens?,
+                    completion_tokens: value.completion_tokens?,
+                    prompt_tokens: value.prompt_tokens?,
+                    total_tokens: value.total_tokens?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ChatUsage> for ChatUsage {
+            fn from(value: super::ChatUsage) -> Self {
+                Self {
+                    by_model: Ok(value.by_model),
+                    cache_read_tokens: Ok(value.cache_read_tokens),
+                    cache_write_tokens: Ok(value.cache_write_tokens),
+                    completion_tokens: Ok(value.completion_tokens),
+                    prompt_tokens: Ok(value.prompt_tokens),
+                    total_tokens: Ok(value.total_tokens),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ChunkReclaim {
+            chunk_ids: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            removed_version: ::std::result::Result<i64, ::std::string::String>,
+            source: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ChunkReclaim {
+            fn default() -> Self {
+                Self {
+                    chunk_ids: Err("no value supplied for chunk_ids".to_string()),
+                    removed_version: Err("no value supplied for removed_version".to_string()),
+                    source: Err("no value supplied for source".to_string()),
+                }
+            }
+        }
+        impl ChunkReclaim {
+            pub fn chunk_ids<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunk_ids = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for chunk_ids: {e}"));
+                self
+            }
+            pub fn removed_version<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.removed_version = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for removed_version: {e}")
+                });
+                self
+            }
+            pub fn source<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.source = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for source: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ChunkReclaim> for super::ChunkReclaim {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ChunkReclaim,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    chunk_ids: value.chunk_ids?,
+                    removed_version: value.removed_version?,
+                    source: value.source?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ChunkReclaim> for ChunkReclaim {
+            fn from(value: super::ChunkReclaim) -> Self {
+                Self {
+                    chunk_ids: Ok(value.chunk_ids),
+                    removed_version: Ok(value.removed_version),
+                    source: Ok(value.source),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ChunkingConfig {
+            overlap: ::std::result::Result<i64, ::std::string::String>,
+            respect_sections: ::std::result::Result<bool, ::std::string::String>,
+            strategy: ::std::result::Result<::std::string::String, ::std::string::String>,
+            target_size: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ChunkingConfig {
+            fn default() -> Self {
+                Self {
+                    overlap: Ok(super::defaults::default_u64::<i64, 64>()),
+                    respect_sections: Ok(super::defaults::default_bool::<true>()),
+                    strategy: Ok(super::defaults::chunking_config_strategy()),
+                    target_size: Ok(super::defaults::default_u64::<i64, 512>()),
+                }
+            }
+        }
+        impl ChunkingConfig {
+            pub fn overlap<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.overlap = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for overlap: {e}"));
+                self
+            }
+            pub fn respect_sections<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.respect_sections = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for respect_sections: {e}")
+                });
+                self
+            }
+            pub fn strategy<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.strategy = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for strategy: {e}"));
+                self
+            }
+            pub fn target_size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.target_size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for target_size: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ChunkingConfig> for super::ChunkingConfig {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ChunkingConfig,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    overlap: value.overlap?,
+                    respect_sections: value.respect_sections?,
+                    strategy: value.strategy?,
+                    target_size: value.target_size?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ChunkingConfig> for ChunkingConfig {
+            fn from(value: super::ChunkingConfig) -> Self {
+                Self {
+                    overlap: Ok(value.overlap),
+                    respect_sections: Ok(value.respect_sections),
+                    strategy: Ok(value.strategy),
+                    target_size: Ok(value.target_size),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ChunksConfig {
+            chunking: ::std::result::Result<
+                ::std::option::Option<super::ChunkingConfig>,
+                ::std::string::String,
+            >,
+            embedding_model:
+                ::std::result::Result<super::ChunksConfigEmbeddingModel, ::std::string::String>,
+            enabled: ::std::result::Result<bool, ::std::string::String>,
+            keyword: ::std::result::Result<
+                ::std::option::Option<super::ChunksConfigKeyword>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ChunksConfig {
+            fn default() -> Self {
+                Self {
+                    chunking: Ok(Default::default()),
+                    embedding_model: Ok(super::defaults::chunks_config_embedding_model()),
+                    enabled: Ok(super::defaults::default_bool::<true>()),
+                    keyword: Ok(Default::default()),
+                }
+            }
+        }
+        impl ChunksConfig {
+            pub fn chunking<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ChunkingConfig>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunking = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for chunking: {e}"));
+                self
+            }
+            pub fn embedding_model<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ChunksConfigEmbeddingModel>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.embedding_model = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for embedding_model: {e}")
+                });
+                self
+            }
+            pub fn enabled<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.enabled = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for enabled: {e}"));
+                self
+            }
+            pub fn keyword<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ChunksConfigKeyword>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.keyword = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for keyword: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ChunksConfig> for super::ChunksConfig {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ChunksConfig,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    chunking: value.chunking?,
+                    embedding_model: value.embedding_model?,
+                    enabled: value.enabled?,
+                    keyword: value.keyword?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ChunksConfig> for ChunksConfig {
+            fn from(value: super::ChunksConfig) -> Self {
+                Self {
+                    chunking: Ok(value.chunking),
+                    embedding_model: Ok(value.embedding_model),
+                    enabled: Ok(value.enabled),
+                    keyword: Ok(value.keyword),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ChunksConfigKeyword {
+            enabled: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for ChunksConfigKeyword {
+            fn default() -> Self {
+                Self {
+                    enabled: Ok(super::defaults::default_bool::<true>()),
+                }
+            }
+        }
+        impl ChunksConfigKeyword {
+            pub fn enabled<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.enabled = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for enabled: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ChunksConfigKeyword> for super::ChunksConfigKeyword {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ChunksConfigKeyword,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    enabled: value.enabled?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ChunksConfigKeyword> for ChunksConfigKeyword {
+            fn from(value: super::ChunksConfigKeyword) -> Self {
+                Self {
+                    enabled: Ok(value.enabled),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct Citation {
+            grounding: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            kind: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            pages: ::std::result::Result<::std::vec::Vec<i64>, ::std::string::String>,
+            section_paths: ::std::result::Result<
+                ::std::vec::Vec<::std::vec::Vec<::std::string::String>>,
+                ::std::string::String,
+            >,
+            source: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for Citation {
+            fn default() -> Self {
+                Self {
+                    grounding: Ok(Default::default()),
+                    kind: Ok(Default::default()),
+                    pages: Ok(Default::default()),
+                    section_paths: Ok(Default::default()),
+                    source: Err("no value supplied for source".to_string()),
+                }
+            }
+        }
+        impl Citation {
+            pub fn grounding<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.grounding = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for grounding: {e}"));
+                self
+            }
+            pub fn kind<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.kind = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for kind: {e}"));
+                self
+            }
+            pub fn pages<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pages = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pages: {e}"));
+                self
+            }
+            pub fn section_paths<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::vec::Vec<::std::string::String>>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.section_paths = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for section_paths: {e}"));
+                self
+            }
+            pub fn source<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.source = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for source: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<Citation> for super::Citation {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Citation,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    grounding: value.grounding?,
+                    kind: value.kind?,
+                    pages: value.pages?,
+                    section_paths: value.section_paths?,
+                    source: value.source?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::Citation> for Citation {
+            fn from(value: super::Citation) -> Self {
+                Self {
+                    grounding: Ok(value.grounding),
+                    kind: Ok(value.kind),
+                    pages: Ok(value.pages),
+                    section_paths: Ok(value.section_paths),
+                    source: Ok(value.source),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ConnectorItem {
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            size: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            type_: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ConnectorItem {
+            fn default() -> Self {
+                Self {
+                    id: Err("no value supplied for id".to_string()),
+                    name: Err("no value supplied for name".to_string()),
+                    size: Ok(Default::default()),
+                    type_: Err("no value supplied for type_".to_string()),
+                }
+            }
+        }
+        impl ConnectorItem {
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for size: {e}"));
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for type_: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ConnectorItem> for super::ConnectorItem {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ConnectorItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    id: value.id?,
+                    name: value.name?,
+                    size: value.size?,
+                    type_: value.type_?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ConnectorItem> for ConnectorItem {
+            fn from(value: super::ConnectorItem) -> Self {
+                Self {
+                    id: Ok(value.id),
+                    name: Ok(value.name),
+                    size: Ok(value.size),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ConnectorView {
+            account_label: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            provider: ::std::result::Result<::std::string::String, ::std::string::String>,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ConnectorView {
+            fn default() -> Self {
+                Self {
+                    account_label: Ok(Default::default()),
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    provider: Err("no value supplied for provider".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                }
+            }
+        }
+        impl ConnectorView {
+            pub fn account_label<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.account_label = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for account_label: {e}"));
+                self
+            }
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_at: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn provider<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.provider = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for provider: {e}"));
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for updated_at: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ConnectorView> for super::ConnectorView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ConnectorView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    account_label: value.account_label?,
+                    created_at: value.created_at?,
+                    id: value.id?,
+                    provider: value.provider?,
+                    updated_at: value.updated_at?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ConnectorView> for ConnectorView {
+            fn from(value: super::ConnectorView) -> Self {
+                Self {
+                    account_label: Ok(value.account_label),
+                    created_at: Ok(value.created_at),
+                    id: Ok(value.id),
+                    provider: Ok(value.provider),
+                    updated_at: Ok(value.updated_at),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ContextConnectorView {
+            account_label: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            enabled: ::std::result::Result<bool, ::std::string::String>,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            provider: ::std::result::Result<::std::string::String, ::std::string::String>,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ContextConnectorView {
+            fn default() -> Self {
+                Self {
+                    account_label: Ok(Default::default()),
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    enabled: Err("no value supplied for enabled".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    provider: Err("no value supplied for provider".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                }
+            }
+        }
+        impl ContextConnectorView {
+            pub fn account_label<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.account_label = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for account_label: {e}"));
+                self
+            }
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_at: {e}"));
+                self
+            }
+            pub fn enabled<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.enabled = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for enabled: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn provider<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.provider = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for provider: {e}"));
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for updated_at: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ContextConnectorView> for super::ContextConnectorView {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ContextConnectorView,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    account_label: value.account_label?,
+                    created_at: value.created_at?,
+                    enabled: value.enabled?,
+                    id: value.id?,
+                    provider: value.provider?,
+                    updated_at: value.updated_at?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ContextConnectorView> for ContextConnectorView {
+            fn from(value: super::ContextConnectorView) -> Self {
+                Self {
+                    account_label: Ok(value.account_label),
+                    created_at: Ok(value.created_at),
+                    enabled: Ok(value.enabled),
+                    id: Ok(value.id),
+                    provider: Ok(value.provider),
+                    updated_at: Ok(value.updated_at),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ContextResponse {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            created_by: ::std::result::Result<::std::string::String, ::std::string::String>,
+            curate_task_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            description: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            explore_task_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            groom_artifact_count:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            groom_task_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            guide: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            has_sources: ::std::result::Result<bool, ::std::string::String>,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            import_task_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            is_curating: ::std::result::Result<bool, ::std::string::String>,
+            is_exploring: ::std::result::Result<bool, ::std::string::String>,
+            is_grooming: ::std::result::Result<bool, ::std::string::String>,
+            is_importing: ::std::result::Result<bool, ::std::string::String>,
+            is_optimizing: ::std::result::Result<bool, ::std::string::String>,
+            is_restoring: ::std::result::Result<bool, ::std::string::String>,
+            kind: ::std::result::Result<super::ContextKind, ::std::string::String>,
+            last_curated_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            last_groomed_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            last_optimized_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            last_source_import_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            manifest: ::std::result::Result<
+                ::std::option::Option<super::Manifest>,
+                ::std::string::String,
+            >,
+            manifest_suggestion: ::std::result::Result<
+                ::std::option::Option<super::ManifestSuggestion>,
+                ::std::string::String,
+            >,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            optimize_iterations:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            optimize_score:
+                ::std::result::Result<::std::option::Option<f64>, ::std::string::String>,
+            optimize_task_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            restore_task_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            sample_queries: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            slug: ::std::result::Result<::std::string::String, ::std::string::String>,
+            stats: ::std::result::Result<
+                ::std::option::Option<super::ContextStats>,
+                ::std::string::String,
+            >,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            workspace: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ContextResponse {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    created_by: Err("no value supplied for created_by".to_string()),
+                    curate_task_id: Ok(Default::default()),
+                    description: Err("no value supplied for description".to_string()),
+                    explore_task_id: Ok(Default::default()),
+                    groom_artifact_count: Ok(Default::default()),
+                    groom_task_id: Ok(Default::default()),
+                    guide: Ok(Default::default()),
+                    has_sources: Err("no value supplied for has_sources".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    import_task_id: Ok(Default::default()),
+                    is_curating: Err("no value supplied for is_curating".to_string()),
+                    is_exploring: Err("no value supplied for is_exploring".to_string()),
+                    is_grooming: Err("no value supplied for is_grooming".to_string()),
+                    is_importing: Err("no value supplied for is_importing".to_string()),
+                    is_optimizing: Err("no value supplied for is_optimizing".to_string()),
+                    is_restoring: Err("no value supplied for is_restoring".to_string()),
+                    kind: Err("no value supplied for kind".to_string()),
+                    last_curated_at: Ok(Default::default()),
+                    last_groomed_at: Ok(Default::default()),
+                    last_optimized_at: Ok(Default::default()),
+                    last_source_import_at: Ok(Default::default()),
+                    manifest: Ok(Default::default()),
+                    manifest_suggestion: Ok(Default::default()),
+                    name: Err("no value supplied for name".to_string()),
+                    optimize_iterations: Ok(Default::default()),
+                    optimize_score: Ok(Default::default()),
+                    optimize_task_id: Ok(Default::default()),
+                    restore_task_id: Ok(Default::default()),
+                    sample_queries: Ok(Default::default()),
+                    slug: Err("no value supplied for slug".to_string()),
+                    stats: Ok(Default::default()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                    workspace: Ok(Default::default()),
+                }
+            }
+        }
+        impl ContextResponse {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_at: {e}"));
+                self
+            }
+            pub fn created_by<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_by = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_by: {e}"));
+                self
+            }
+            pub fn curate_task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.curate_task_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for curate_task_id: {e}")
+                });
+                self
+            }
+            pub fn description<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.description = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for description: {e}"));
+                self
+            }
+            pub fn explore_task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.explore_task_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for explore_task_id: {e}")
+                });
+                self
+            }
+            pub fn groom_artifact_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.groom_artifact_count = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for groom_artifact_count: {e}")
+                });
+                self
+            }
+            pub fn groom_task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.groom_task_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for groom_task_id: {e}"));
+                self
+            }
+            pub fn guide<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.guide = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for guide: {e}"));
+                self
+            }
+            pub fn has_sources<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.has_sources = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for has_sources: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn import_task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.import_task_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for import_task_id: {e}")
+                });
+                self
+            }
+            pub fn is_curating<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.is_curating = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for is_curating: {e}"));
+                self
+            }
+            pub fn is_exploring<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.is_exploring = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for is_exploring: {e}"));
+                self
+            }
+            pub fn is_grooming<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.is_grooming = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for is_grooming: {e}"));
+                self
+            }
+            pub fn is_importing<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.is_importing = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for is_importing: {e}"));
+                self
+            }
+            pub fn is_optimizing<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.is_optimizing = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for is_optimizing: {e}"));
+                self
+            }
+            pub fn is_restoring<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.is_restoring = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for is_restoring: {e}"));
+                self
+            }
+            pub fn kind<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ContextKind>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.kind = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for kind: {e}"));
+                self
+            }
+            pub fn last_curated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_curated_at = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for last_curated_at: {e}")
+                });
+                self
+            }
+            pub fn last_groomed_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_groomed_at = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for last_groomed_at: {e}")
+                });
+                self
+            }
+            pub fn last_optimized_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_optimized_at = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for last_optimized_at: {e}")
+                });
+                self
+            }
+            pub fn last_source_import_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_source_import_at = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for last_source_import_at: {e}")
+                });
+                self
+            }
+            pub fn manifest<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::Manifest>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest: {e}"));
+                self
+            }
+            pub fn manifest_suggestion<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ManifestSuggestion>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest_suggestion = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for manifest_suggestion: {e}")
+                });
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn optimize_iterations<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.optimize_iterations = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for optimize_iterations: {e}")
+                });
+                self
+            }
+            pub fn optimize_score<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<f64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.optimize_score = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for optimize_score: {e}")
+                });
+                self
+            }
+            pub fn optimize_task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.optimize_task_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for optimize_task_id: {e}")
+                });
+                self
+            }
+            pub fn restore_task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.restore_task_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for restore_task_id: {e}")
+                });
+                self
+            }
+            pub fn sample_queries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sample_queries = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for sample_queries: {e}")
+                });
+                self
+            }
+            pub fn slug<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.slug = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for slug: {e}"));
+                self
+            }
+            pub fn stats<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ContextStats>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.stats = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for stats: {e}"));
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for updated_at: {e}"));
+                self
+            }
+            pub fn workspace<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.workspace = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for workspace: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ContextResponse> for super::ContextResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ContextResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    created_by: value.created_by?,
+                    curate_task_id: value.curate_task_id?,
+                    description: value.description?,
+                    explore_task_id: value.explore_task_id?,
+                    groom_artifact_count: value.groom_artifact_count?,
+                    groom_task_id: value.groom_task_id?,
+                    guide: value.guide?,
+                    has_sources: value.has_sources?,
+                    id: value.id?,
+                    import_task_id: value.import_task_id?,
+                    is_curating: value.is_curating?,
+                    is_exploring: value.is_exploring?,
+                    is_grooming: value.is_grooming?,
+                    is_importing: value.is_importing?,
+                    is_optimizing: value.is_optimizing?,
+                    is_restoring: value.is_restoring?,
+                    kind: value.kind?,
+                    last_curated_at: value.last_curated_at?,
+                    last_groomed_at: value.last_groomed_at?,
+                    last_optimized_at: value.last_optimized_at?,
+                    last_source_import_at: value.last_source_import_at?,
+                    manifest: value.manifest?,
+                    manifest_suggestion: value.manifest_suggestion?,
+                    name: value.name?,
+                    optimize_iterations: value.optimize_iterations?,
+                    optimize_score: value.optimize_score?,
+                    optimize_task_id: value.optimize_task_id?,
+                    restore_task_id: value.restore_task_id?,
+                    sample_queries: value.sample_queries?,
+                    slug: value.slug?,
+                    stats: value.stats?,
+                    updated_at: value.updated_at?,
+                    workspace: value.workspace?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ContextResponse> for ContextResponse {
+            fn from(value: super::ContextResponse) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    created_by: Ok(value.created_by),
+                    curate_task_id: Ok(value.curate_task_id),
+                    description: Ok(value.description),
+                    explore_task_id: Ok(value.explore_task_id),
+                    groom_artifact_count: Ok(value.groom_artifact_count),
+                    groom_task_id: Ok(value.groom_task_id),
+                    guide: Ok(value.guide),
+                    has_sources: Ok(value.has_sources),
+                    id: Ok(value.id),
+                    import_task_id: Ok(value.import_task_id),
+                    is_curating: Ok(value.is_curating),
+                    is_exploring: Ok(value.is_exploring),
+                    is_grooming: Ok(value.is_grooming),
+                    is_importing: Ok(value.is_importing),
+                    is_optimizing: Ok(value.is_optimizing),
+                    is_restoring: Ok(value.is_restoring),
+                    kind: Ok(value.kind),
+                    last_curated_at: Ok(value.last_curated_at),
+                    last_groomed_at: Ok(value.last_groomed_at),
+                    last_optimized_at: Ok(value.last_optimized_at),
+                    last_source_import_at: Ok(value.last_source_import_at),
+                    manifest: Ok(value.manifest),
+                    manifest_suggestion: Ok(value.manifest_suggestion),
+                    name: Ok(value.name),
+                    optimize_iterations: Ok(value.optimize_iterations),
+                    optimize_score: Ok(value.optimize_score),
+                    optimize_task_id: Ok(value.optimize_task_id),
+                    restore_task_id: Ok(value.restore_task_id),
+                    sample_queries: Ok(value.sample_queries),
+                    slug: Ok(value.slug),
+                    stats: Ok(value.stats),
+                    updated_at: Ok(value.updated_at),
+                    workspace: Ok(value.workspace),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ContextStats {
+            runtime_seconds: ::std::result::Result<i64, ::std::string::String>,
+            tasks_active: ::std::result::Result<i64, ::std::string::String>,
+            tasks_cancelled: ::std::result::Result<i64, ::std::string::String>,
+            tasks_completed: ::std::result::Result<i64, ::std::string::String>,
+            tasks_failed: ::std::result::Result<i64, ::std::string::String>,
+            tasks_total: ::std::result::Result<i64, ::std::string::String>,
+            tokens_total: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ContextStats {
+            fn default() -> Self {
+                Self {
+                    runtime_seconds: Err("no value supplied for runtime_seconds".to_string()),
+                    tasks_active: Err("no value supplied for tasks_active".to_string()),
+                    tasks_cancelled: Err("no value supplied for tasks_cancelled".to_string()),
+                    tasks_completed: Err("no value supplied for tasks_completed".to_string()),
+                    tasks_failed: Err("no value supplied for tasks_failed".to_string()),
+                    tasks_total: Err("no value supplied for tasks_total".to_string()),
+                    tokens_total: Err("no value supplied for tokens_total".to_string()),
+                }
+            }
+        }
+        impl ContextStats {
+            pub fn runtime_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.runtime_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for runtime_seconds: {e}")
+                });
+                self
+            }
+            pub fn tasks_active<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_active = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tasks_active: {e}"));
+                self
+            }
+            pub fn tasks_cancelled<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_cancelled = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tasks_cancelled: {e}")
+                });
+                self
+            }
+            pub fn tasks_completed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_completed = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tasks_completed: {e}")
+                });
+                self
+            }
+            pub fn tasks_failed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_failed = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tasks_failed: {e}"));
+                self
+            }
+            pub fn tasks_total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tasks_total: {e}"));
+                self
+            }
+            pub fn tokens_total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_total: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ContextStats> for super::ContextStats {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ContextStats,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    runtime_seconds: value.runtime_seconds?,
+                    tasks_active: value.tasks_active?,
+                    tasks_cancelled: value.tasks_cancelled?,
+                    tasks_completed: value.tasks_completed?,
+                    tasks_failed: value.tasks_failed?,
+                    tasks_total: value.tasks_total?,
+                    tokens_total: value.tokens_total?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ContextStats> for ContextStats {
+            fn from(value: super::ContextStats) -> Self {
+                Self {
+                    runtime_seconds: Ok(value.runtime_seconds),
+                    tasks_active: Ok(value.tasks_active),
+                    tasks_cancelled: Ok(value.tasks_cancelled),
+                    tasks_completed: Ok(value.tasks_completed),
+                    tasks_failed: Ok(value.tasks_failed),
+                    tasks_total: Ok(value.tasks_total),
+                    tokens_total: Ok(value.tokens_total),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CorpusGroup {
+            added_version: ::std::result::Result<i64, ::std::string::String>,
+            canonical_name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            group_key: ::std::result::Result<::std::string::String, ::std::string::String>,
+            member_sources: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            membership_hash: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for CorpusGroup {
+            fn default() -> Self {
+                Self {
+                    added_version: Ok(Default::default()),
+                    canonical_name: Err("no value supplied for canonical_name".to_string()),
+                    group_key: Err("no value supplied for group_key".to_string()),
+                    member_sources: Err("no value supplied for member_sources".to_string()),
+                    membership_hash: Err("no value supplied for membership_hash".to_string()),
+                }
+            }
+        }
+        impl CorpusGroup {
+            pub fn added_version<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.added_version = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for added_version: {e}"));
+                self
+            }
+            pub fn canonical_name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.canonical_name = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for canonical_name: {e}")
+                });
+                self
+            }
+            pub fn group_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.group_key = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for group_key: {e}"));
+                self
+            }
+            pub fn member_sources<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.member_sources = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for member_sources: {e}")
+                });
+                self
+            }
+            pub fn membership_hash<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.membership_hash = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for membership_hash: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CorpusGroup> for super::CorpusGroup {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CorpusGroup,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    added_version: value.added_version?,
+                    canonical_name: value.canonical_name?,
+                    group_key: value.group_key?,
+                    member_sources: value.member_sources?,
+                    membership_hash: value.membership_hash?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CorpusGroup> for CorpusGroup {
+            fn from(value: super::CorpusGroup) -> Self {
+                Self {
+                    added_version: Ok(value.added_version),
+                    canonical_name: Ok(value.canonical_name),
+                    group_key: Ok(value.group_key),
+                    member_sources: Ok(value.member_sources),
+                    membership_hash: Ok(value.membership_hash),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CreateConnectorBody {
+            account_label: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            api_key: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for CreateConnectorBody {
+            fn default() -> Self {
+                Self {
+                    account_label: Ok(Default::default()),
+                    api_key: Err("no value supplied for api_key".to_string()),
+                }
+            }
+        }
+        impl CreateConnectorBody {
+            pub fn account_label<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.account_label = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for account_label: {e}"));
+                self
+            }
+            pub fn api_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.api_key = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for api_key: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CreateConnectorBody> for super::CreateConnectorBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CreateConnectorBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    account_label: value.account_label?,
+                    api_key: value.api_key?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CreateConnectorBody> for CreateConnectorBody {
+            fn from(value: super::CreateConnectorBody) -> Self {
+                Self {
+                    account_label: Ok(value.account_label),
+                    api_key: Ok(value.api_key),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CreateContextRequest {
+            description: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            guide: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            kind: ::std::result::Result<
+                ::std::option::Option<super::ContextKind>,
+                ::std::string::String,
+            >,
+            manifest: ::std::result::Result<
+                ::std::option::Option<super::Manifest>,
+                ::std::string::String,
+            >,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            slug: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for CreateContextRequest {
+            fn default() -> Self {
+                Self {
+                    description: Ok(Default::default()),
+                    guide: Ok(Default::default()),
+                    kind: Ok(Default::default()),
+                    manifest: Ok(Default::default()),
+                    name: Err("no value supplied for name".to_string()),
+                    slug: Err("no value supplied for slug".to_string()),
+                }
+            }
+        }
+        impl CreateContextRequest {
+            pub fn description<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.description = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for description: {e}"));
+                self
+            }
+            pub fn guide<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.guide = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for guide: {e}"));
+                self
+            }
+            pub fn kind<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ContextKind>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.kind = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for kind: {e}"));
+                self
+            }
+            pub fn manifest<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::Manifest>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn slug<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.slug = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for slug: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CreateContextRequest> for super::CreateContextRequest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CreateContextRequest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    description: value.description?,
+                    guide: value.guide?,
+                    kind: value.kind?,
+                    manifest: value.manifest?,
+                    name: value.name?,
+                    slug: value.slug?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CreateContextRequest> for CreateContextRequest {
+            fn from(value: super::CreateContextRequest) -> Self {
+                Self {
+                    description: Ok(value.description),
+                    guide: Ok(value.guide),
+                    kind: Ok(value.kind),
+                    manifest: Ok(value.manifest),
+                    name: Ok(value.name),
+                    slug: Ok(value.slug),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CreateQueryFeedbackBody {
+            comment: ::std::result::Result<
+                ::std::option::Option<super::CreateQueryFeedbackBodyComment>,
+                ::std::string::String,
+            >,
+            rating: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for CreateQueryFeedbackBody {
+            fn default() -> Self {
+                Self {
+                    comment: Ok(Default::default()),
+                    rating: Err("no value supplied for rating".to_string()),
+                }
+            }
+        }
+        impl CreateQueryFeedbackBody {
+            pub fn comment<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<super::CreateQueryFeedbackBodyComment>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.comment = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for comment: {e}"));
+                self
+            }
+            pub fn rating<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.rating = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for rating: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CreateQueryFeedbackBody> for super::CreateQueryFeedbackBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CreateQueryFeedbackBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    comment: value.comment?,
+                    rating: value.rating?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CreateQueryFeedbackBody> for CreateQueryFeedbackBody {
+            fn from(value: super::CreateQueryFeedbackBody) -> Self {
+                Self {
+                    comment: Ok(value.comment),
+                    rating: Ok(value.rating),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurateContextBody {
+            batch_size: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            force: ::std::result::Result<bool, ::std::string::String>,
+            model: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            pinecone_api_key: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            scope: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            trigger: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for CurateContextBody {
+            fn default() -> Self {
+                Self {
+                    batch_size: Ok(Default::default()),
+                    force: Ok(Default::default()),
+                    model: Ok(Default::default()),
+                    pinecone_api_key: Ok(Default::default()),
+                    scope: Ok(Default::default()),
+                    trigger: Ok(Default::default()),
+                }
+            }
+        }
+        impl CurateContextBody {
+            pub fn batch_size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.batch_size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for batch_size: {e}"));
+                self
+            }
+            pub fn force<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.force = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for force: {e}"));
+                self
+            }
+            pub fn model<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.model = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for model: {e}"));
+                self
+            }
+            pub fn pinecone_api_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pinecone_api_key = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for pinecone_api_key: {e}")
+                });
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+            pub fn trigger<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.trigger = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for trigger: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurateContextBody> for super::CurateContextBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurateContextBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    batch_size: value.batch_size?,
+                    force: value.force?,
+                    model: value.model?,
+                    pinecone_api_key: value.pinecone_api_key?,
+                    scope: value.scope?,
+                    trigger: value.trigger?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurateContextBody> for CurateContextBody {
+            fn from(value: super::CurateContextBody) -> Self {
+                Self {
+                    batch_size: Ok(value.batch_size),
+                    force: Ok(value.force),
+                    model: Ok(value.model),
+                    pinecone_api_key: Ok(value.pinecone_api_key),
+                    scope: Ok(value.scope),
+                    trigger: Ok(value.trigger),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurateInput {
+            artifacts_reset:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            batch_size: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            claimed_version:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            force: ::std::result::Result<bool, ::std::string::String>,
+            legs: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            models: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            scope: ::std::result::Result<::std::string::String, ::std::string::String>,
+            skip_corpus_aggregation:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            trigger: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for CurateInput {
+            fn default() -> Self {
+                Self {
+                    artifacts_reset: Ok(Default::default()),
+                    batch_size: Ok(Default::default()),
+                    claimed_version: Ok(Default::default()),
+                    force: Err("no value supplied for force".to_string()),
+                    legs: Ok(Default::default()),
+                    models: Ok(Default::default()),
+                    scope: Err("no value supplied for scope".to_string()),
+                    skip_corpus_aggregation: Ok(Default::default()),
+                    trigger: Err("no value supplied for trigger".to_string()),
+                }
+            }
+        }
+        impl CurateInput {
+            pub fn artifacts_reset<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_reset = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_reset: {e}")
+                });
+                self
+            }
+            pub fn batch_size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.batch_size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for batch_size: {e}"));
+                self
+            }
+            pub fn claimed_version<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.claimed_version = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for claimed_version: {e}")
+                });
+                self
+            }
+            pub fn force<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.force = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for force: {e}"));
+                self
+            }
+            pub fn legs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.legs = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for legs: {e}"));
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+            pub fn skip_corpus_aggregation<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.skip_corpus_aggregation = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for skip_corpus_aggregation: {e}")
+                });
+                self
+            }
+            pub fn trigger<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.trigger = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for trigger: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurateInput> for super::CurateInput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurateInput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    artifacts_reset: value.artifacts_reset?,
+                    batch_size: value.batch_size?,
+                    claimed_version: value.claimed_version?,
+                    force: value.force?,
+                    legs: value.legs?,
+                    models: value.models?,
+                    scope: value.scope?,
+                    skip_corpus_aggregation: value.skip_corpus_aggregation?,
+                    trigger: value.trigger?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurateInput> for CurateInput {
+            fn from(value: super::CurateInput) -> Self {
+                Self {
+                    artifacts_reset: Ok(value.artifacts_reset),
+                    batch_size: Ok(value.batch_size),
+                    claimed_version: Ok(value.claimed_version),
+                    force: Ok(value.force),
+                    legs: Ok(value.legs),
+                    models: Ok(value.models),
+                    scope: Ok(value.scope),
+                    skip_corpus_aggregation: Ok(value.skip_corpus_aggregation),
+                    trigger: Ok(value.trigger),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurateManifest {
+            artifacts: ::std::result::Result<
+                ::std::option::Option<super::ArtifactsConfig>,
+                ::std::string::String,
+            >,
+            chunks: ::std::result::Result<
+                ::std::option::Option<super::ChunksConfig>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for CurateManifest {
+            fn default() -> Self {
+                Self {
+                    artifacts: Ok(Default::default()),
+                    chunks: Ok(Default::default()),
+                }
+            }
+        }
+        impl CurateManifest {
+            pub fn artifacts<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ArtifactsConfig>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for artifacts: {e}"));
+                self
+            }
+            pub fn chunks<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::ChunksConfig>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunks = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for chunks: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurateManifest> for super::CurateManifest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurateManifest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    artifacts: value.artifacts?,
+                    chunks: value.chunks?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurateManifest> for CurateManifest {
+            fn from(value: super::CurateManifest) -> Self {
+                Self {
+                    artifacts: Ok(value.artifacts),
+                    chunks: Ok(value.chunks),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurateManifestTuneOutput {
+            delta:
+                ::std::result::Result<super::CurateManifestTuneOutputDelta, ::std::string::String>,
+            flipped: ::std::result::Result<bool, ::std::string::String>,
+            mode: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+            usage: ::std::result::Result<super::CurateUsage, ::std::string::String>,
+            versioned: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for CurateManifestTuneOutput {
+            fn default() -> Self {
+                Self {
+                    delta: Err("no value supplied for delta".to_string()),
+                    flipped: Err("no value supplied for flipped".to_string()),
+                    mode: Err("no value supplied for mode".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                    usage: Err("no value supplied for usage".to_string()),
+                    versioned: Err("no value supplied for versioned".to_string()),
+                }
+            }
+        }
+        impl CurateManifestTuneOutput {
+            pub fn delta<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CurateManifestTuneOutputDelta>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.delta = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for delta: {e}"));
+                self
+            }
+            pub fn flipped<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.flipped = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for flipped: {e}"));
+                self
+            }
+            pub fn mode<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mode = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for mode: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn usage<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CurateUsage>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.usage = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for usage: {e}"));
+                self
+            }
+            pub fn versioned<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.versioned = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for versioned: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurateManifestTuneOutput> for super::CurateManifestTuneOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurateManifestTuneOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    delta: value.delta?,
+                    flipped: value.flipped?,
+                    mode: value.mode?,
+                    status: value.status?,
+                    usage: value.usage?,
+                    versioned: value.versioned?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurateManifestTuneOutput> for CurateManifestTuneOutput {
+            fn from(value: super::CurateManifestTuneOutput) -> Self {
+                Self {
+                    delta: Ok(value.delta),
+                    flipped: Ok(value.flipped),
+                    mode: Ok(value.mode),
+                    status: Ok(value.status),
+                    usage: Ok(value.usage),
+                    versioned: Ok(value.versioned),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurateManifestTuneOutputDelta {
+            artifacts_created: ::std::result::Result<i64, ::std::string::String>,
+            artifacts_errored: ::std::result::Result<i64, ::std::string::String>,
+            artifacts_reevaluated: ::std::result::Result<i64, ::std::string::String>,
+            artifacts_screened: ::std::result::Result<i64, ::std::string::String>,
+            artifacts_updated: ::std::result::Result<i64, ::std::string::String>,
+            chunks_created: ::std::result::Result<i64, ::std::string::String>,
+            chunks_screened: ::std::result::Result<i64, ::std::string::String>,
+            chunks_updated: ::std::result::Result<i64, ::std::string::String>,
+            corpus_artifacts: ::std::result::Result<i64, ::std::string::String>,
+            corpus_edges: ::std::result::Result<i64, ::std::string::String>,
+            failed: ::std::result::Result<i64, ::std::string::String>,
+            failed_sources: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            failed_sources_file:
+                ::std::result::Result<::std::string::String, ::std::string::String>,
+            failed_sources_truncated: ::std::result::Result<bool, ::std::string::String>,
+            images_skipped_no_vision: ::std::result::Result<i64, ::std::string::String>,
+            sources_content_truncated: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for CurateManifestTuneOutputDelta {
+            fn default() -> Self {
+                Self {
+                    artifacts_created: Err("no value supplied for artifacts_created".to_string()),
+                    artifacts_errored: Err("no value supplied for artifacts_errored".to_string()),
+                    artifacts_reevaluated: Err(
+                        "no value supplied for artifacts_reevaluated".to_string()
+                    ),
+                    artifacts_screened: Err("no value supplied for artifacts_screened".to_string()),
+                    artifacts_updated: Err("no value supplied for artifacts_updated".to_string()),
+                    chunks_created: Err("no value supplied for chunks_created".to_string()),
+                    chunks_screened: Err("no value supplied for chunks_screened".to_string()),
+                    chunks_updated: Err("no value supplied for chunks_updated".to_string()),
+                    corpus_artifacts: Err("no value supplied for corpus_artifacts".to_string()),
+                    corpus_edges: Err("no value supplied for corpus_edges".to_string()),
+                    failed: Err("no value supplied for failed".to_string()),
+                    failed_sources: Err("no value supplied for failed_sources".to_string()),
+                    failed_sources_file: Err(
+                        "no value supplied for failed_sources_file".to_string()
+                    ),
+                    failed_sources_truncated: Err(
+                        "no value supplied for failed_sources_truncated".to_string()
+                    ),
+                    images_skipped_no_vision: Err(
+                        "no value supplied for images_skipped_no_vision".to_string()
+                    ),
+                    sources_content_truncated: Err(
+                        "no value supplied for sources_content_truncated".to_string(),
+                    ),
+                }
+            }
+        }
+        impl CurateManifestTuneOutputDelta {
+            pub fn artifacts_created<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_created = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_created: {e}")
+                });
+                self
+            }
+            pub fn artifacts_errored<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_errored = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_errored: {e}")
+                });
+                self
+            }
+            pub fn artifacts_reevaluated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_reevaluated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_reevaluated: {e}")
+                });
+                self
+            }
+            pub fn artifacts_screened<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_screened = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_screened: {e}")
+                });
+                self
+            }
+            pub fn artifacts_updated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_updated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_updated: {e}")
+                });
+                self
+            }
+            pub fn chunks_created<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunks_created = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for chunks_created: {e}")
+                });
+                self
+            }
+            pub fn chunks_screened<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunks_screened = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for chunks_screened: {e}")
+                });
+                self
+            }
+            pub fn chunks_updated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunks_updated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for chunks_updated: {e}")
+                });
+                self
+            }
+            pub fn corpus_artifacts<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.corpus_artifacts = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for corpus_artifacts: {e}")
+                });
+                self
+            }
+            pub fn corpus_edges<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.corpus_edges = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for corpus_edges: {e}"));
+                self
+            }
+            pub fn failed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failed = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for failed: {e}"));
+                self
+            }
+            pub fn failed_sources<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failed_sources = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for failed_sources: {e}")
+                });
+                self
+            }
+            pub fn failed_sources_file<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failed_sources_file = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for failed_sources_file: {e}")
+                });
+                self
+            }
+            pub fn failed_sources_truncated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failed_sources_truncated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for failed_sources_truncated: {e}")
+                });
+                self
+            }
+            pub fn images_skipped_no_vision<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.images_skipped_no_vision = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for images_skipped_no_vision: {e}")
+                });
+                self
+            }
+            pub fn sources_content_truncated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sources_content_truncated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for sources_content_truncated: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurateManifestTuneOutputDelta>
+            for super::CurateManifestTuneOutputDelta
+        {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurateManifestTuneOutputDelta,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    artifacts_created: value.artifacts_created?,
+                    artifacts_errored: value.artifacts_errored?,
+                    artifacts_reevaluated: value.artifacts_reevaluated?,
+                    artifacts_screened: value.artifacts_screened?,
+                    artifacts_updated: value.artifacts_updated?,
+                    chunks_created: value.chunks_created?,
+                    chunks_screened: value.chunks_screened?,
+                    chunks_updated: value.chunks_updated?,
+                    corpus_artifacts: value.corpus_artifacts?,
+                    corpus_edges: value.corpus_edges?,
+                    failed: value.failed?,
+                    failed_sources: value.failed_sources?,
+                    failed_sources_file: value.failed_sources_file?,
+                    failed_sources_truncated: value.failed_sources_truncated?,
+                    images_skipped_no_vision: value.images_skipped_no_vision?,
+                    sources_content_truncated: value.sources_content_truncated?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurateManifestTuneOutputDelta> for CurateManifestTuneOutputDelta {
+            fn from(value: super::CurateManifestTuneOutputDelta) -> Self {
+                Self {
+                    artifacts_created: Ok(value.artifacts_created),
+                    artifacts_errored: Ok(value.artifacts_errored),
+                    artifacts_reevaluated: Ok(value.artifacts_reevaluated),
+                    artifacts_screened: Ok(value.artifacts_screened),
+                    artifacts_updated: Ok(value.artifacts_updated),
+                    chunks_created: Ok(value.chunks_created),
+                    chunks_screened: Ok(value.chunks_screened),
+                    chunks_updated: Ok(value.chunks_updated),
+                    corpus_artifacts: Ok(value.corpus_artifacts),
+                    corpus_edges: Ok(value.corpus_edges),
+                    failed: Ok(value.failed),
+                    failed_sources: Ok(value.failed_sources),
+                    failed_sources_file: Ok(value.failed_sources_file),
+                    failed_sources_truncated: Ok(value.failed_sources_truncated),
+                    images_skipped_no_vision: Ok(value.images_skipped_no_vision),
+                    sources_content_truncated: Ok(value.sources_content_truncated),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurateNoopOutput {
+            delta: ::std::result::Result<::std::string::String, ::std::string::String>,
+            flipped: ::std::result::Result<bool, ::std::string::String>,
+            mode: ::std::result::Result<::std::string::String, ::std::string::String>,
+            scope: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+            versioned: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for CurateNoopOutput {
+            fn default() -> Self {
+                Self {
+                    delta: Err("no value supplied for delta".to_string()),
+                    flipped: Err("no value supplied for flipped".to_string()),
+                    mode: Err("no value supplied for mode".to_string()),
+                    scope: Err("no value supplied for scope".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                    versioned: Err("no value supplied for versioned".to_string()),
+                }
+            }
+        }
+        impl CurateNoopOutput {
+            pub fn delta<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.delta = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for delta: {e}"));
+                self
+            }
+            pub fn flipped<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.flipped = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for flipped: {e}"));
+                self
+            }
+            pub fn mode<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mode = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for mode: {e}"));
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn versioned<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.versioned = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for versioned: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurateNoopOutput> for super::CurateNoopOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurateNoopOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    delta: value.delta?,
+                    flipped: value.flipped?,
+                    mode: value.mode?,
+                    scope: value.scope?,
+                    status: value.status?,
+                    versioned: value.versioned?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurateNoopOutput> for CurateNoopOutput {
+            fn from(value: super::CurateNoopOutput) -> Self {
+                Self {
+                    delta: Ok(value.delta),
+                    flipped: Ok(value.flipped),
+                    mode: Ok(value.mode),
+                    scope: Ok(value.scope),
+                    status: Ok(value.status),
+                    versioned: Ok(value.versioned),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurateRunOutput {
+            delta: ::std::result::Result<super::CurateRunOutputDelta, ::std::string::String>,
+            flipped: ::std::result::Result<bool, ::std::string::String>,
+            images_skipped_no_vision: ::std::result::Result<i64, ::std::string::String>,
+            mode: ::std::result::Result<::std::string::String, ::std::string::String>,
+            sample_queries: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            scope: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+            usage: ::std::result::Result<super::CurateUsage, ::std::string::String>,
+            versioned: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for CurateRunOutput {
+            fn default() -> Self {
+                Self {
+                    delta: Err("no value supplied for delta".to_string()),
+                    flipped: Err("no value supplied for flipped".to_string()),
+                    images_skipped_no_vision: Err(
+                        "no value supplied for images_skipped_no_vision".to_string()
+                    ),
+                    mode: Err("no value supplied for mode".to_string()),
+                    sample_queries: Err("no value supplied for sample_queries".to_string()),
+                    scope: Err("no value supplied for scope".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                    usage: Err("no value supplied for usage".to_string()),
+                    versioned: Err("no value supplied for versioned".to_string()),
+                }
+            }
+        }
+        impl CurateRunOutput {
+            pub fn delta<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CurateRunOutputDelta>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.delta = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for delta: {e}"));
+                self
+            }
+            pub fn flipped<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.flipped = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for flipped: {e}"));
+                self
+            }
+            pub fn images_skipped_no_vision<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.images_skipped_no_vision = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for images_skipped_no_vision: {e}")
+                });
+                self
+            }
+            pub fn mode<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mode = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for mode: {e}"));
+                self
+            }
+            pub fn sample_queries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sample_queries = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for sample_queries: {e}")
+                });
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn usage<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::CurateUsage>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.usage = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for usage: {e}"));
+                self
+            }
+            pub fn versioned<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.versioned = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for versioned: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurateRunOutput> for super::CurateRunOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurateRunOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    delta: value.delta?,
+                    flipped: value.flipped?,
+                    images_skipped_no_vision: value.images_skipped_no_vision?,
+                    mode: value.mode?,
+                    sample_queries: value.sample_queries?,
+                    scope: value.scope?,
+                    status: value.status?,
+                    usage: value.usage?,
+                    versioned: value.versioned?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurateRunOutput> for CurateRunOutput {
+            fn from(value: super::CurateRunOutput) -> Self {
+                Self {
+                    delta: Ok(value.delta),
+                    flipped: Ok(value.flipped),
+                    images_skipped_no_vision: Ok(value.images_skipped_no_vision),
+                    mode: Ok(value.mode),
+                    sample_queries: Ok(value.sample_queries),
+                    scope: Ok(value.scope),
+                    status: Ok(value.status),
+                    usage: Ok(value.usage),
+                    versioned: Ok(value.versioned),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurateRunOutputDelta {
+            artifacts_created: ::std::result::Result<i64, ::std::string::String>,
+            artifacts_errored: ::std::result::Result<i64, ::std::string::String>,
+            artifacts_screened: ::std::result::Result<i64, ::std::string::String>,
+            artifacts_updated: ::std::result::Result<i64, ::std::string::String>,
+            changed: ::std::result::Result<i64, ::std::string::String>,
+            chunks_created: ::std::result::Result<i64, ::std::string::String>,
+            chunks_screened: ::std::result::Result<i64, ::std::string::String>,
+            chunks_updated: ::std::result::Result<i64, ::std::string::String>,
+            corpus_artifacts: ::std::result::Result<i64, ::std::string::String>,
+            corpus_artifacts_screened: ::std::result::Result<i64, ::std::string::String>,
+            corpus_edges: ::std::result::Result<i64, ::std::string::String>,
+            deleted: ::std::result::Result<i64, ::std::string::String>,
+            failed: ::std::result::Result<i64, ::std::string::String>,
+            failed_sources: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            failed_sources_file:
+                ::std::result::Result<::std::string::String, ::std::string::String>,
+            failed_sources_truncated: ::std::result::Result<bool, ::std::string::String>,
+            images_skipped_no_vision: ::std::result::Result<i64, ::std::string::String>,
+            new: ::std::result::Result<i64, ::std::string::String>,
+            processed: ::std::result::Result<i64, ::std::string::String>,
+            screened: ::std::result::Result<i64, ::std::string::String>,
+            sources_content_truncated: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for CurateRunOutputDelta {
+            fn default() -> Self {
+                Self {
+                    artifacts_created: Err("no value supplied for artifacts_created".to_string()),
+                    artifacts_errored: Err("no value supplied for artifacts_errored".to_string()),
+                    artifacts_screened: Err("no value supplied for artifacts_screened".to_string()),
+                    artifacts_updated: Err("no value supplied for artifacts_updated".to_string()),
+                    changed: Err("no value supplied for changed".to_string()),
+                    chunks_created: Err("no value supplied for chunks_created".to_string()),
+                    chunks_screened: Err("no value supplied for chunks_screened".to_string()),
+                    chunks_updated: Err("no value supplied for chunks_updated".to_string()),
+                    corpus_artifacts: Err("no value supplied for corpus_artifacts".to_string()),
+                    corpus_artifacts_screened: Err(
+                        "no value supplied for corpus_artifacts_screened".to_string(),
+                    ),
+                    corpus_edges: Err("no value supplied for corpus_edges".to_string()),
+                    deleted: Err("no value supplied for deleted".to_string()),
+                    failed: Err("no value supplied for failed".to_string()),
+                    failed_sources: Err("no value supplied for failed_sources".to_string()),
+                    failed_sources_file: Err(
+                        "no value supplied for failed_sources_file".to_string()
+                    ),
+                    failed_sources_truncated: Err(
+                        "no value supplied for failed_sources_truncated".to_string()
+                    ),
+                    images_skipped_no_vision: Err(
+                        "no value supplied for images_skipped_no_vision".to_string()
+                    ),
+                    new: Err("no value supplied for new".to_string()),
+                    processed: Err("no value supplied for processed".to_string()),
+                    screened: Err("no value supplied for screened".to_string()),
+                    sources_content_truncated: Err(
+                        "no value supplied for sources_content_truncated".to_string(),
+                    ),
+                }
+            }
+        }
+        impl CurateRunOutputDelta {
+            pub fn artifacts_created<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_created = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_created: {e}")
+                });
+                self
+            }
+            pub fn artifacts_errored<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_errored = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_errored: {e}")
+                });
+                self
+            }
+            pub fn artifacts_screened<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_screened = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_screened: {e}")
+                });
+                self
+            }
+            pub fn artifacts_updated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_updated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_updated: {e}")
+                });
+                self
+            }
+            pub fn changed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.changed = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for changed: {e}"));
+                self
+            }
+            pub fn chunks_created<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunks_created = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for chunks_created: {e}")
+                });
+                self
+            }
+            pub fn chunks_screened<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunks_screened = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for chunks_screened: {e}")
+                });
+                self
+            }
+            pub fn chunks_updated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunks_updated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for chunks_updated: {e}")
+                });
+                self
+            }
+            pub fn corpus_artifacts<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.corpus_artifacts = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for corpus_artifacts: {e}")
+                });
+                self
+            }
+            pub fn corpus_artifacts_screened<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.corpus_artifacts_screened = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for corpus_artifacts_screened: {e}")
+                });
+                self
+            }
+            pub fn corpus_edges<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.corpus_edges = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for corpus_edges: {e}"));
+                self
+            }
+            pub fn deleted<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deleted = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for deleted: {e}"));
+                self
+            }
+            pub fn failed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failed = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for failed: {e}"));
+                self
+            }
+            pub fn failed_sources<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failed_sources = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for failed_sources: {e}")
+                });
+                self
+            }
+            pub fn failed_sources_file<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failed_sources_file = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for failed_sources_file: {e}")
+                });
+                self
+            }
+            pub fn failed_sources_truncated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failed_sources_truncated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for failed_sources_truncated: {e}")
+                });
+                self
+            }
+            pub fn images_skipped_no_vision<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.images_skipped_no_vision = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for images_skipped_no_vision: {e}")
+                });
+                self
+            }
+            pub fn new<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.new = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for new: {e}"));
+                self
+            }
+            pub fn processed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.processed = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for processed: {e}"));
+                self
+            }
+            pub fn screened<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.screened = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for screened: {e}"));
+                self
+            }
+            pub fn sources_content_truncated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sources_content_truncated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for sources_content_truncated: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurateRunOutputDelta> for super::CurateRunOutputDelta {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurateRunOutputDelta,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    artifacts_created: value.artifacts_created?,
+                    artifacts_errored: value.artifacts_errored?,
+                    artifacts_screened: value.artifacts_screened?,
+                    artifacts_updated: value.artifacts_updated?,
+                    changed: value.changed?,
+                    chunks_created: value.chunks_created?,
+                    chunks_screened: value.chunks_screened?,
+                    chunks_updated: value.chunks_updated?,
+                    corpus_artifacts: value.corpus_artifacts?,
+                    corpus_artifacts_screened: value.corpus_artifacts_screened?,
+                    corpus_edges: value.corpus_edges?,
+                    deleted: value.deleted?,
+                    failed: value.failed?,
+                    failed_sources: value.failed_sources?,
+                    failed_sources_file: value.failed_sources_file?,
+                    failed_sources_truncated: value.failed_sources_truncated?,
+                    images_skipped_no_vision: value.images_skipped_no_vision?,
+                    new: value.new?,
+                    processed: value.processed?,
+                    screened: value.screened?,
+                    sources_content_truncated: value.sources_content_truncated?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurateRunOutputDelta> for CurateRunOutputDelta {
+            fn from(value: super::CurateRunOutputDelta) -> Self {
+                Self {
+                    artifacts_created: Ok(value.artifacts_created),
+                    artifacts_errored: Ok(value.artifacts_errored),
+                    artifacts_screened: Ok(value.artifacts_screened),
+                    artifacts_updated: Ok(value.artifacts_updated),
+                    changed: Ok(value.changed),
+                    chunks_created: Ok(value.chunks_created),
+                    chunks_screened: Ok(value.chunks_screened),
+                    chunks_updated: Ok(value.chunks_updated),
+                    corpus_artifacts: Ok(value.corpus_artifacts),
+                    corpus_artifacts_screened: Ok(value.corpus_artifacts_screened),
+                    corpus_edges: Ok(value.corpus_edges),
+                    deleted: Ok(value.deleted),
+                    failed: Ok(value.failed),
+                    failed_sources: Ok(value.failed_sources),
+                    failed_sources_file: Ok(value.failed_sources_file),
+                    failed_sources_truncated: Ok(value.failed_sources_truncated),
+                    images_skipped_no_vision: Ok(value.images_skipped_no_vision),
+                    new: Ok(value.new),
+                    processed: Ok(value.processed),
+                    screened: Ok(value.screened),
+                    sources_content_truncated: Ok(value.sources_content_truncated),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurateUsage {
+            by_model: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, super::ModelUsage>,
+                ::std::string::String,
+            >,
+            completion_tokens: ::std::result::Result<i64, ::std::string::String>,
+            embed_by_model: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, super::SeamUsage>,
+                ::std::string::String,
+            >,
+            prompt_tokens: ::std::result::Result<i64, ::std::string::String>,
+            total_tokens: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for CurateUsage {
+            fn default() -> Self {
+                Self {
+                    by_model: Err("no value supplied for by_model".to_string()),
+                    completion_tokens: Err("no value supplied for completion_tokens".to_string()),
+                    embed_by_model: Err("no value supplied for embed_by_model".to_string()),
+                    prompt_tokens: Err("no value supplied for prompt_tokens".to_string()),
+                    total_tokens: Err("no value supplied for total_tokens".to_string()),
+                }
+            }
+        }
+        impl CurateUsage {
+            pub fn by_model<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<::std::string::String, super::ModelUsage>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.by_model = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for by_model: {e}"));
+                self
+            }
+            pub fn completion_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.completion_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for completion_tokens: {e}")
+                });
+                self
+            }
+            pub fn embed_by_model<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<::std::string::String, super::SeamUsage>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.embed_by_model = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for embed_by_model: {e}")
+                });
+                self
+            }
+            pub fn prompt_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.prompt_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for prompt_tokens: {e}"));
+                self
+            }
+            pub fn total_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total_tokens: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurateUsage> for super::CurateUsage {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurateUsage,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    by_model: value.by_model?,
+                    completion_tokens: value.completion_tokens?,
+                    embed_by_model: value.embed_by_model?,
+                    prompt_tokens: value.prompt_tokens?,
+                    total_tokens: value.total_tokens?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurateUsage> for CurateUsage {
+            fn from(value: super::CurateUsage) -> Self {
+                Self {
+                    by_model: Ok(value.by_model),
+                    completion_tokens: Ok(value.completion_tokens),
+                    embed_by_model: Ok(value.embed_by_model),
+                    prompt_tokens: Ok(value.prompt_tokens),
+                    total_tokens: Ok(value.total_tokens),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CurationState {
+            artifact_reclaim: ::std::result::Result<
+                ::std::vec::Vec<super::ArtifactReclaim>,
+                ::std::string::String,
+            >,
+            chunk_ids: ::std::result::Result<
+                ::std::collections::HashMap<
+                    ::std::string::String,
+                    ::std::vec::Vec<::std::string::String>,
+                >,
+                ::std::string::String,
+            >,
+            chunk_reclaim:
+                ::std::result::Result<::std::vec::Vec<super::ChunkReclaim>, ::std::string::String>,
+            corpus_groups:
+                ::std::result::Result<::std::vec::Vec<super::CorpusGroup>, ::std::string::String>,
+            edges: ::std::result::Result<
+                ::std::collections::HashMap<
+                    ::std::string::String,
+                    ::std::vec::Vec<::std::string::String>,
+                >,
+                ::std::string::String,
+            >,
+            live_version: ::std::result::Result<i64, ::std::string::String>,
+            manifest: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, super::SourceManifestEntry>,
+                ::std::string::String,
+            >,
+            redispatch_count: ::std::result::Result<i64, ::std::string::String>,
+            source_glossary: ::std::result::Result<
+                ::std::collections::HashMap<
+                    ::std::string::String,
+                    ::std::vec::Vec<super::GlossaryEntry>,
+                >,
+                ::std::string::String,
+            >,
+            source_pointers: ::std::result::Result<
+                ::std::collections::HashMap<
+                    ::std::string::String,
+                    ::std::vec::Vec<super::PointerEntry>,
+                >,
+                ::std::string::String,
+            >,
+            source_removed: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, super::SourceRemoved>,
+                ::std::string::String,
+            >,
+            versions_stamped: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for CurationState {
+            fn default() -> Self {
+                Self {
+                    artifact_reclaim: Err("no value supplied for artifact_reclaim".to_string()),
+                    chunk_ids: Err("no value supplied for chunk_ids".to_string()),
+                    chunk_reclaim: Err("no value supplied for chunk_reclaim".to_string()),
+                    corpus_groups: Err("no value supplied for corpus_groups".to_string()),
+                    edges: Err("no value supplied for edges".to_string()),
+                    live_version: Err("no value supplied for live_version".to_string()),
+                    manifest: Err("no value supplied for manifest".to_string()),
+                    redispatch_count: Err("no value supplied for redispatch_count".to_string()),
+                    source_glossary: Err("no value supplied for source_glossary".to_string()),
+                    source_pointers: Err("no value supplied for source_pointers".to_string()),
+                    source_removed: Err("no value supplied for source_removed".to_string()),
+                    versions_stamped: Err("no value supplied for versions_stamped".to_string()),
+                }
+            }
+        }
+        impl CurationState {
+            pub fn artifact_reclaim<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ArtifactReclaim>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifact_reclaim = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifact_reclaim: {e}")
+                });
+                self
+            }
+            pub fn chunk_ids<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<
+                            ::std::string::String,
+                            ::std::vec::Vec<::std::string::String>,
+                        >,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunk_ids = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for chunk_ids: {e}"));
+                self
+            }
+            pub fn chunk_reclaim<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ChunkReclaim>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunk_reclaim = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for chunk_reclaim: {e}"));
+                self
+            }
+            pub fn corpus_groups<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::CorpusGroup>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.corpus_groups = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for corpus_groups: {e}"));
+                self
+            }
+            pub fn edges<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<
+                            ::std::string::String,
+                            ::std::vec::Vec<::std::string::String>,
+                        >,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.edges = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for edges: {e}"));
+                self
+            }
+            pub fn live_version<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.live_version = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for live_version: {e}"));
+                self
+            }
+            pub fn manifest<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<
+                            ::std::string::String,
+                            super::SourceManifestEntry,
+                        >,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest: {e}"));
+                self
+            }
+            pub fn redispatch_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.redispatch_count = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for redispatch_count: {e}")
+                });
+                self
+            }
+            pub fn source_glossary<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<
+                            ::std::string::String,
+                            ::std::vec::Vec<super::GlossaryEntry>,
+                        >,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.source_glossary = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for source_glossary: {e}")
+                });
+                self
+            }
+            pub fn source_pointers<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<
+                            ::std::string::String,
+                            ::std::vec::Vec<super::PointerEntry>,
+                        >,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.source_pointers = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for source_pointers: {e}")
+                });
+                self
+            }
+            pub fn source_removed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<::std::string::String, super::SourceRemoved>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.source_removed = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for source_removed: {e}")
+                });
+                self
+            }
+            pub fn versions_stamped<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.versions_stamped = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for versions_stamped: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CurationState> for super::CurationState {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CurationState,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    artifact_reclaim: value.artifact_reclaim?,
+                    chunk_ids: value.chunk_ids?,
+                    chunk_reclaim: value.chunk_reclaim?,
+                    corpus_groups: value.corpus_groups?,
+                    edges: value.edges?,
+                    live_version: value.live_version?,
+                    manifest: value.manifest?,
+                    redispatch_count: value.redispatch_count?,
+                    source_glossary: value.source_glossary?,
+                    source_pointers: value.source_pointers?,
+                    source_removed: value.source_removed?,
+                    versions_stamped: value.versions_stamped?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CurationState> for CurationState {
+            fn from(value: super::CurationState) -> Self {
+                Self {
+                    artifact_reclaim: Ok(value.artifact_reclaim),
+                    chunk_ids: Ok(value.chunk_ids),
+                    chunk_reclaim: Ok(value.chunk_reclaim),
+                    corpus_groups: Ok(value.corpus_groups),
+                    edges: Ok(value.edges),
+                    live_version: Ok(value.live_version),
+                    manifest: Ok(value.manifest),
+                    redispatch_count: Ok(value.redispatch_count),
+                    source_glossary: Ok(value.source_glossary),
+                    source_pointers: Ok(value.source_pointers),
+                    source_removed: Ok(value.source_removed),
+                    versions_stamped: Ok(value.versions_stamped),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct DeleteConnectorResponse {
+            deleted: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for DeleteConnectorResponse {
+            fn default() -> Self {
+                Self {
+                    deleted: Err("no value supplied for deleted".to_string()),
+                }
+            }
+        }
+        impl DeleteConnectorResponse {
+            pub fn deleted<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deleted = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for deleted: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DeleteConnectorResponse> for super::DeleteConnectorResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DeleteConnectorResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    deleted: value.deleted?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DeleteConnectorResponse> for DeleteConnectorResponse {
+            fn from(value: super::DeleteConnectorResponse) -> Self {
+                Self {
+                    deleted: Ok(value.deleted),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct DeleteCuratedSourcesBody {
+            sources: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for DeleteCuratedSourcesBody {
+            fn default() -> Self {
+                Self {
+                    sources: Err("no value supplied for sources".to_string()),
+                }
+            }
+        }
+        impl DeleteCuratedSourcesBody {
+            pub fn sources<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sources = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for sources: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DeleteCuratedSourcesBody> for super::DeleteCuratedSourcesBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DeleteCuratedSourcesBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    sources: value.sources?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DeleteCuratedSourcesBody> for DeleteCuratedSourcesBody {
+            fn from(value: super::DeleteCuratedSourcesBody) -> Self {
+                Self {
+                    sources: Ok(value.sources),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct DeleteSessionResponse {
+            deleted: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for DeleteSessionResponse {
+            fn default() -> Self {
+                Self {
+                    deleted: Err("no value supplied for deleted".to_string()),
+                }
+            }
+        }
+        impl DeleteSessionResponse {
+            pub fn deleted<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deleted = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for deleted: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DeleteSessionResponse> for super::DeleteSessionResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DeleteSessionResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    deleted: value.deleted?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DeleteSessionResponse> for DeleteSessionResponse {
+            fn from(value: super::DeleteSessionResponse) -> Self {
+                Self {
+                    deleted: Ok(value.deleted),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct DeleteSourceFileResponse {
+            deleted: ::std::result::Result<bool, ::std::string::String>,
+            path: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for DeleteSourceFileResponse {
+            fn default() -> Self {
+                Self {
+                    deleted: Err("no value supplied for deleted".to_string()),
+                    path: Err("no value supplied for path".to_string()),
+                }
+            }
+        }
+        impl DeleteSourceFileResponse {
+            pub fn deleted<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deleted = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for deleted: {e}"));
+                self
+            }
+            pub fn path<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.path = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for path: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DeleteSourceFileResponse> for super::DeleteSourceFileResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DeleteSourceFileResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    deleted: value.deleted?,
+                    path: value.path?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DeleteSourceFileResponse> for DeleteSourceFileResponse {
+            fn from(value: super::DeleteSourceFileResponse) -> Self {
+                Self {
+                    deleted: Ok(value.deleted),
+                    path: Ok(value.path),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct DeleteTaskFileResponse {
+            deleted: ::std::result::Result<bool, ::std::string::String>,
+            path: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for DeleteTaskFileResponse {
+            fn default() -> Self {
+                Self {
+                    deleted: Err("no value supplied for deleted".to_string()),
+                    path: Ok(Default::default()),
+                }
+            }
+        }
+        impl DeleteTaskFileResponse {
+            pub fn deleted<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deleted = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for deleted: {e}"));
+                self
+            }
+            pub fn path<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.path = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for path: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DeleteTaskFileResponse> for super::DeleteTaskFileResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DeleteTaskFileResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    deleted: value.deleted?,
+                    path: value.path?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DeleteTaskFileResponse> for DeleteTaskFileResponse {
+            fn from(value: super::DeleteTaskFileResponse) -> Self {
+                Self {
+                    deleted: Ok(value.deleted),
+                    path: Ok(value.path),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct DirListing {
+            entries: ::std::result::Result<
+                ::std::vec::Vec<super::DirListingEntriesItem>,
+                ::std::string::String,
+            >,
+            limit: ::std::result::Result<i64, ::std::string::String>,
+            next_offset: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            offset: ::std::result::Result<i64, ::std::string::String>,
+            total: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for DirListing {
+            fn default() -> Self {
+                Self {
+                    entries: Err("no value supplied for entries".to_string()),
+                    limit: Err("no value supplied for limit".to_string()),
+                    next_offset: Ok(Default::default()),
+                    offset: Err("no value supplied for offset".to_string()),
+                    total: Err("no value supplied for total".to_string()),
+                }
+            }
+        }
+        impl DirListing {
+            pub fn entries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::DirListingEntriesItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.entries = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for entries: {e}"));
+                self
+            }
+            pub fn limit<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.limit = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for limit: {e}"));
+                self
+            }
+            pub fn next_offset<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.next_offset = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for next_offset: {e}"));
+                self
+            }
+            pub fn offset<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.offset = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for offset: {e}"));
+                self
+            }
+            pub fn total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DirListing> for super::DirListing {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DirListing,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    entries: value.entries?,
+                    limit: value.limit?,
+                    next_offset: value.next_offset?,
+                    offset: value.offset?,
+                    total: value.total?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DirListing> for DirListing {
+            fn from(value: super::DirListing) -> Self {
+                Self {
+                    entries: Ok(value.entries),
+                    limit: Ok(value.limit),
+                    next_offset: Ok(value.next_offset),
+                    offset: Ok(value.offset),
+                    total: Ok(value.total),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct DirListingEntriesItem {
+            kind: ::std::result::Result<::std::string::String, ::std::string::String>,
+            mtime: ::std::result::Result<::std::string::String, ::std::string::String>,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            size: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for DirListingEntriesItem {
+            fn default() -> Self {
+                Self {
+                    kind: Err("no value supplied for kind".to_string()),
+                    mtime: Err("no value supplied for mtime".to_string()),
+                    name: Err("no value supplied for name".to_string()),
+                    size: Err("no value supplied for size".to_string()),
+                }
+            }
+        }
+        impl DirListingEntriesItem {
+            pub fn kind<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.kind = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for kind: {e}"));
+                self
+            }
+            pub fn mtime<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mtime = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for mtime: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for size: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<DirListingEntriesItem> for super::DirListingEntriesItem {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: DirListingEntriesItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    kind: value.kind?,
+                    mtime: value.mtime?,
+                    name: value.name?,
+                    size: value.size?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::DirListingEntriesItem> for DirListingEntriesItem {
+            fn from(value: super::DirListingEntriesItem) -> Self {
+                Self {
+                    kind: Ok(value.kind),
+                    mtime: Ok(value.mtime),
+                    name: Ok(value.name),
+                    size: Ok(value.size),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct EdgeType {
+            attributes: ::std::result::Result<
+                ::std::vec::Vec<super::EdgeTypeAttributesItem>,
+                ::std::string::String,
+            >,
+            description: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            from: ::std::result::Result<super::EdgeTypeFrom, ::std::string::String>,
+            name: ::std::result::Result<super::EdgeTypeName, ::std::string::String>,
+            to: ::std::result::Result<super::EdgeTypeTo, ::std::string::String>,
+        }
+        impl ::std::default::Default for EdgeType {
+            fn default() -> Self {
+                Self {
+                    attributes: Ok(Default::default()),
+                    description: Ok(Default::default()),
+                    from: Err("no value supplied for from".to_string()),
+                    name: Err("no value supplied for name".to_string()),
+                    to: Err("no value supplied for to".to_string()),
+                }
+            }
+        }
+        impl EdgeType {
+            pub fn attributes<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::EdgeTypeAttributesItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.attributes = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for attributes: {e}"));
+                self
+            }
+            pub fn description<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.description = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for description: {e}"));
+                self
+            }
+            pub fn from<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::EdgeTypeFrom>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.from = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for from: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::EdgeTypeName>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn to<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::EdgeTypeTo>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.to = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for to: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<EdgeType> for super::EdgeType {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: EdgeType,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    attributes: value.attributes?,
+                    description: value.description?,
+                    from: value.from?,
+                    name: value.name?,
+                    to: value.to?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::EdgeType> for EdgeType {
+            fn from(value: super::EdgeType) -> Self {
+                Self {
+                    attributes: Ok(value.attributes),
+                    description: Ok(value.description),
+                    from: Ok(value.from),
+                    name: Ok(value.name),
+                    to: Ok(value.to),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct Error {
+            code: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            message: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for Error {
+            fn default() -> Self {
+                Self {
+                    code: Ok(Default::default()),
+                    message: Err("no value supplied for message".to_string()),
+                }
+            }
+        }
+        impl Error {
+            pub fn code<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.code = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for code: {e}"));
+                self
+            }
+            pub fn message<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.message = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for message: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<Error> for super::Error {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Error,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    code: value.code?,
+                    message: value.message?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::Error> for Error {
+            fn from(value: super::Error) -> Self {
+                Self {
+                    code: Ok(value.code),
+                    message: Ok(value.message),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ExploreContextBody {
+            guide: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            pinecone_api_key: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ExploreContextBody {
+            fn default() -> Self {
+                Self {
+                    guide: Ok(Default::default()),
+                    pinecone_api_key: Ok(Default::default()),
+                }
+            }
+        }
+        impl ExploreContextBody {
+            pub fn guide<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.guide = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for guide: {e}"));
+                self
+            }
+            pub fn pinecone_api_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pinecone_api_key = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for pinecone_api_key: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ExploreContextBody> for super::ExploreContextBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ExploreContextBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    guide: value.guide?,
+                    pinecone_api_key: value.pinecone_api_key?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ExploreContextBody> for ExploreContextBody {
+            fn from(value: super::ExploreContextBody) -> Self {
+                Self {
+                    guide: Ok(value.guide),
+                    pinecone_api_key: Ok(value.pinecone_api_key),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ExploreInput {
+            guide: ::std::result::Result<::std::string::String, ::std::string::String>,
+            trigger: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ExploreInput {
+            fn default() -> Self {
+                Self {
+                    guide: Err("no value supplied for guide".to_string()),
+                    trigger: Err("no value supplied for trigger".to_string()),
+                }
+            }
+        }
+        impl ExploreInput {
+            pub fn guide<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.guide = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for guide: {e}"));
+                self
+            }
+            pub fn trigger<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.trigger = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for trigger: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ExploreInput> for super::ExploreInput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ExploreInput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    guide: value.guide?,
+                    trigger: value.trigger?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ExploreInput> for ExploreInput {
+            fn from(value: super::ExploreInput) -> Self {
+                Self {
+                    guide: Ok(value.guide),
+                    trigger: Ok(value.trigger),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ExploreOutput {
+            guide: ::std::result::Result<::std::string::String, ::std::string::String>,
+            matches:
+                ::std::result::Result<::std::vec::Vec<super::TemplateMatch>, ::std::string::String>,
+            models: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+                ::std::string::String,
+            >,
+            none: ::std::result::Result<bool, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+            usage: ::std::result::Result<super::ChatUsage, ::std::string::String>,
+        }
+        impl ::std::default::Default for ExploreOutput {
+            fn default() -> Self {
+                Self {
+                    guide: Err("no value supplied for guide".to_string()),
+                    matches: Err("no value supplied for matches".to_string()),
+                    models: Err("no value supplied for models".to_string()),
+                    none: Err("no value supplied for none".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                    usage: Err("no value supplied for usage".to_string()),
+                }
+            }
+        }
+        impl ExploreOutput {
+            pub fn guide<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.guide = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for guide: {e}"));
+                self
+            }
+            pub fn matches<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TemplateMatch>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.matches = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for matches: {e}"));
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn none<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.none = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for none: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn usage<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ChatUsage>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.usage = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for usage: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ExploreOutput> for super::ExploreOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ExploreOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    guide: value.guide?,
+                    matches: value.matches?,
+                    models: value.models?,
+                    none: value.none?,
+                    status: value.status?,
+                    usage: value.usage?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ExploreOutput> for ExploreOutput {
+            fn from(value: super::ExploreOutput) -> Self {
+                Self {
+                    guide: Ok(value.guide),
+                    matches: Ok(value.matches),
+                    models: Ok(value.models),
+                    none: Ok(value.none),
+                    status: Ok(value.status),
+                    usage: Ok(value.usage),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct FileStats {
+            dir_count: ::std::result::Result<i64, ::std::string::String>,
+            file_count: ::std::result::Result<i64, ::std::string::String>,
+            total_size: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for FileStats {
+            fn default() -> Self {
+                Self {
+                    dir_count: Err("no value supplied for dir_count".to_string()),
+                    file_count: Err("no value supplied for file_count".to_string()),
+                    total_size: Err("no value supplied for total_size".to_string()),
+                }
+            }
+        }
+        impl FileStats {
+            pub fn dir_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.dir_count = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for dir_count: {e}"));
+                self
+            }
+            pub fn file_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.file_count = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for file_count: {e}"));
+                self
+            }
+            pub fn total_size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total_size: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<FileStats> for super::FileStats {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: FileStats,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    dir_count: value.dir_count?,
+                    file_count: value.file_count?,
+                    total_size: value.total_size?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::FileStats> for FileStats {
+            fn from(value: super::FileStats) -> Self {
+                Self {
+                    dir_count: Ok(value.dir_count),
+                    file_count: Ok(value.file_count),
+                    total_size: Ok(value.total_size),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ForkContextBody {
+            target_slug: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ForkContextBody {
+            fn default() -> Self {
+                Self {
+                    target_slug: Err("no value supplied for target_slug".to_string()),
+                }
+            }
+        }
+        impl ForkContextBody {
+            pub fn target_slug<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.target_slug = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for target_slug: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ForkContextBody> for super::ForkContextBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ForkContextBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    target_slug: value.target_slug?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ForkContextBody> for ForkContextBody {
+            fn from(value: super::ForkContextBody) -> Self {
+                Self {
+                    target_slug: Ok(value.target_slug),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ForkContextResponse {
+            success: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for ForkContextResponse {
+            fn default() -> Self {
+                Self {
+                    success: Err("no value supplied for success".to_string()),
+                }
+            }
+        }
+        impl ForkContextResponse {
+            pub fn success<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.success = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for success: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ForkContextResponse> for super::ForkContextResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ForkContextResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    success: value.success?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ForkContextResponse> for ForkContextResponse {
+            fn from(value: super::ForkContextResponse) -> Self {
+                Self {
+                    success: Ok(value.success),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GetIdentityResponse {
+            project_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            project_name: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            user: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for GetIdentityResponse {
+            fn default() -> Self {
+                Self {
+                    project_id: Err("no value supplied for project_id".to_string()),
+                    project_name: Ok(Default::default()),
+                    user: Err("no value supplied for user".to_string()),
+                }
+            }
+        }
+        impl GetIdentityResponse {
+            pub fn project_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for project_id: {e}"));
+                self
+            }
+            pub fn project_name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for project_name: {e}"));
+                self
+            }
+            pub fn user<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.user = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for user: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GetIdentityResponse> for super::GetIdentityResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GetIdentityResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    project_id: value.project_id?,
+                    project_name: value.project_name?,
+                    user: value.user?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GetIdentityResponse> for GetIdentityResponse {
+            fn from(value: super::GetIdentityResponse) -> Self {
+                Self {
+                    project_id: Ok(value.project_id),
+                    project_name: Ok(value.project_name),
+                    user: Ok(value.user),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GetProjectTaskStatsResponse {
+            captured_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            tasks_active: ::std::result::Result<i64, ::std::string::String>,
+            tasks_by_state: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, i64>,
+                ::std::string::String,
+            >,
+            tasks_by_workflow: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, i64>,
+                ::std::string::String,
+            >,
+            tasks_cancelled: ::std::result::Result<i64, ::std::string::String>,
+            tasks_completed: ::std::result::Result<i64, ::std::string::String>,
+            tasks_total: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for GetProjectTaskStatsResponse {
+            fn default() -> Self {
+                Self {
+                    captured_at: Err("no value supplied for captured_at".to_string()),
+                    tasks_active: Err("no value supplied for tasks_active".to_string()),
+                    tasks_by_state: Err("no value supplied for tasks_by_state".to_string()),
+                    tasks_by_workflow: Err("no value supplied for tasks_by_workflow".to_string()),
+                    tasks_cancelled: Err("no value supplied for tasks_cancelled".to_string()),
+                    tasks_completed: Err("no value supplied for tasks_completed".to_string()),
+                    tasks_total: Err("no value supplied for tasks_total".to_string()),
+                }
+            }
+        }
+        impl GetProjectTaskStatsResponse {
+            pub fn captured_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.captured_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for captured_at: {e}"));
+                self
+            }
+            pub fn tasks_active<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_active = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tasks_active: {e}"));
+                self
+            }
+            pub fn tasks_by_state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::collections::HashMap<::std::string::String, i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_by_state = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tasks_by_state: {e}")
+                });
+                self
+            }
+            pub fn tasks_by_workflow<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::collections::HashMap<::std::string::String, i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_by_workflow = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tasks_by_workflow: {e}")
+                });
+                self
+            }
+            pub fn tasks_cancelled<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_cancelled = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tasks_cancelled: {e}")
+                });
+                self
+            }
+            pub fn tasks_completed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_completed = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tasks_completed: {e}")
+                });
+                self
+            }
+            pub fn tasks_total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tasks_total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tasks_total: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GetProjectTaskStatsResponse> for super::GetProjectTaskStatsResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GetProjectTaskStatsResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    captured_at: value.captured_at?,
+                    tasks_active: value.tasks_active?,
+                    tasks_by_state: value.tasks_by_state?,
+                    tasks_by_workflow: value.tasks_by_workflow?,
+                    tasks_cancelled: value.tasks_cancelled?,
+                    tasks_completed: value.tasks_completed?,
+                    tasks_total: value.tasks_total?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GetProjectTaskStatsResponse> for GetProjectTaskStatsResponse {
+            fn from(value: super::GetProjectTaskStatsResponse) -> Self {
+                Self {
+                    captured_at: Ok(value.captured_at),
+                    tasks_active: Ok(value.tasks_active),
+                    tasks_by_state: Ok(value.tasks_by_state),
+                    tasks_by_workflow: Ok(value.tasks_by_workflow),
+                    tasks_cancelled: Ok(value.tasks_cancelled),
+                    tasks_completed: Ok(value.tasks_completed),
+                    tasks_total: Ok(value.tasks_total),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GetSessionResponse {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            created_by: ::std::result::Result<::std::string::String, ::std::string::String>,
+            guardrails: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            last_query_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            models: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            project_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            queries: ::std::result::Result<::std::vec::Vec<super::Query>, ::std::string::String>,
+            scope: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            system_prompt: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            title: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            tools: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            workflow: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            workspace: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for GetSessionResponse {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    created_by: Err("no value supplied for created_by".to_string()),
+                    guardrails: Ok(Default::default()),
+                    id: Err("no value supplied for id".to_string()),
+                    last_query_id: Ok(Default::default()),
+                    models: Err("no value supplied for models".to_string()),
+                    project_id: Err("no value supplied for project_id".to_string()),
+                    queries: Err("no value supplied for queries".to_string()),
+                    scope: Err("no value supplied for scope".to_string()),
+                    system_prompt: Ok(Default::default()),
+                    title: Ok(Default::default()),
+                    tools: Err("no value supplied for tools".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                    workflow: Ok(Default::default()),
+                    workspace: Ok(Default::default()),
+                }
+            }
+        }
+        impl GetSessionResponse {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_at: {e}"));
+                self
+            }
+            pub fn created_by<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_by = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_by: {e}"));
+                self
+            }
+            pub fn guardrails<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.guardrails = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for guardrails: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn last_query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for last_query_id: {e}"));
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn project_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for project_id: {e}"));
+                self
+            }
+            pub fn queries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::Query>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.queries = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for queries: {e}"));
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+            pub fn system_prompt<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.system_prompt = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for system_prompt: {e}"));
+                self
+            }
+            pub fn title<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.title = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for title: {e}"));
+                self
+            }
+            pub fn tools<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tools = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tools: {e}"));
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for updated_at: {e}"));
+                self
+            }
+            pub fn workflow<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.workflow = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for workflow: {e}"));
+                self
+            }
+            pub fn workspace<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.workspace = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for workspace: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GetSessionResponse> for super::GetSessionResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GetSessionResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    created_by: value.created_by?,
+                    guardrails: value.guardrails?,
+                    id: value.id?,
+                    last_query_id: value.last_query_id?,
+                    models: value.models?,
+                    project_id: value.project_id?,
+                    queries: value.queries?,
+                    scope: value.scope?,
+                    system_prompt: value.system_prompt?,
+                    title: value.title?,
+                    tools: value.tools?,
+                    updated_at: value.updated_at?,
+                    workflow: value.workflow?,
+                    workspace: value.workspace?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GetSessionResponse> for GetSessionResponse {
+            fn from(value: super::GetSessionResponse) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    created_by: Ok(value.created_by),
+                    guardrails: Ok(value.guardrails),
+                    id: Ok(value.id),
+                    last_query_id: Ok(value.last_query_id),
+                    models: Ok(value.models),
+                    project_id: Ok(value.project_id),
+                    queries: Ok(value.queries),
+                    scope: Ok(value.scope),
+                    system_prompt: Ok(value.system_prompt),
+                    title: Ok(value.title),
+                    tools: Ok(value.tools),
+                    updated_at: Ok(value.updated_at),
+                    workflow: Ok(value.workflow),
+                    workspace: Ok(value.workspace),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GetSourceManifestResponse {
+            files: ::std::result::Result<
+                ::std::vec::Vec<super::GetSourceManifestResponseFilesItem>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for GetSourceManifestResponse {
+            fn default() -> Self {
+                Self {
+                    files: Err("no value supplied for files".to_string()),
+                }
+            }
+        }
+        impl GetSourceManifestResponse {
+            pub fn files<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::vec::Vec<super::GetSourceManifestResponseFilesItem>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.files = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for files: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GetSourceManifestResponse> for super::GetSourceManifestResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GetSourceManifestResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    files: value.files?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GetSourceManifestResponse> for GetSourceManifestResponse {
+            fn from(value: super::GetSourceManifestResponse) -> Self {
+                Self {
+                    files: Ok(value.files),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GetSourceManifestResponseFilesItem {
+            last_modified: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            path: ::std::result::Result<::std::string::String, ::std::string::String>,
+            size: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for GetSourceManifestResponseFilesItem {
+            fn default() -> Self {
+                Self {
+                    last_modified: Ok(Default::default()),
+                    path: Err("no value supplied for path".to_string()),
+                    size: Err("no value supplied for size".to_string()),
+                }
+            }
+        }
+        impl GetSourceManifestResponseFilesItem {
+            pub fn last_modified<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_modified = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for last_modified: {e}"));
+                self
+            }
+            pub fn path<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.path = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for path: {e}"));
+                self
+            }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for size: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GetSourceManifestResponseFilesItem>
+            for super::GetSourceManifestResponseFilesItem
+        {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GetSourceManifestResponseFilesItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    last_modified: value.last_modified?,
+                    path: value.path?,
+                    size: value.size?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GetSourceManifestResponseFilesItem>
+            for GetSourceManifestResponseFilesItem
+        {
+            fn from(value: super::GetSourceManifestResponseFilesItem) -> Self {
+                Self {
+                    last_modified: Ok(value.last_modified),
+                    path: Ok(value.path),
+                    size: Ok(value.size),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GlossaryEntry {
+            clause: ::std::result::Result<::std::string::String, ::std::string::String>,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            type_: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for GlossaryEntry {
+            fn default() -> Self {
+                Self {
+                    clause: Err("no value supplied for clause".to_string()),
+                    name: Err("no value supplied for name".to_string()),
+                    type_: Err("no value supplied for type_".to_string()),
+                }
+            }
+        }
+        impl GlossaryEntry {
+            pub fn clause<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.clause = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for clause: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for type_: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GlossaryEntry> for super::GlossaryEntry {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GlossaryEntry,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    clause: value.clause?,
+                    name: value.name?,
+                    type_: value.type_?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GlossaryEntry> for GlossaryEntry {
+            fn from(value: super::GlossaryEntry) -> Self {
+                Self {
+                    clause: Ok(value.clause),
+                    name: Ok(value.name),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GroomInput {
+            budget: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            groom_timeout_seconds:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            models: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for GroomInput {
+            fn default() -> Self {
+                Self {
+                    budget: Ok(Default::default()),
+                    groom_timeout_seconds: Ok(Default::default()),
+                    models: Ok(Default::default()),
+                }
+            }
+        }
+        impl GroomInput {
+            pub fn budget<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.budget = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for budget: {e}"));
+                self
+            }
+            pub fn groom_timeout_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.groom_timeout_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for groom_timeout_seconds: {e}")
+                });
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GroomInput> for super::GroomInput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GroomInput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    budget: value.budget?,
+                    groom_timeout_seconds: value.groom_timeout_seconds?,
+                    models: value.models?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GroomInput> for GroomInput {
+            fn from(value: super::GroomInput) -> Self {
+                Self {
+                    budget: Ok(value.budget),
+                    groom_timeout_seconds: Ok(value.groom_timeout_seconds),
+                    models: Ok(value.models),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct GroomMetricsOutput {
+            artifact_bytes: ::std::result::Result<i64, ::std::string::String>,
+            artifact_count: ::std::result::Result<i64, ::std::string::String>,
+            artifact_files_deleted: ::std::result::Result<i64, ::std::string::String>,
+            artifact_files_written: ::std::result::Result<i64, ::std::string::String>,
+            artifacts_pruned: ::std::result::Result<i64, ::std::string::String>,
+            batches_consumed: ::std::result::Result<i64, ::std::string::String>,
+            batches_staged: ::std::result::Result<i64, ::std::string::String>,
+            budget: ::std::result::Result<i64, ::std::string::String>,
+            duration_ms: ::std::result::Result<i64, ::std::string::String>,
+            edges_added: ::std::result::Result<i64, ::std::string::String>,
+            facts_added: ::std::result::Result<i64, ::std::string::String>,
+            facts_distilled: ::std::result::Result<i64, ::std::string::String>,
+            facts_dropped_untyped: ::std::result::Result<i64, ::std::string::String>,
+            facts_merged: ::std::result::Result<i64, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for GroomMetricsOutput {
+            fn default() -> Self {
+                Self {
+                    artifact_bytes: Err("no value supplied for artifact_bytes".to_string()),
+                    artifact_count: Err("no value supplied for artifact_count".to_string()),
+                    artifact_files_deleted: Err(
+                        "no value supplied for artifact_files_deleted".to_string()
+                    ),
+                    artifact_files_written: Err(
+                        "no value supplied for artifact_files_written".to_string()
+                    ),
+                    artifacts_pruned: Err("no value supplied for artifacts_pruned".to_string()),
+                    batches_consumed: Err("no value supplied for batches_consumed".to_string()),
+                    batches_staged: Err("no value supplied for batches_staged".to_string()),
+                    budget: Err("no value supplied for budget".to_string()),
+                    duration_ms: Err("no value supplied for duration_ms".to_string()),
+                    edges_added: Err("no value supplied for edges_added".to_string()),
+                    facts_added: Err("no value supplied for facts_added".to_string()),
+                    facts_distilled: Err("no value supplied for facts_distilled".to_string()),
+                    facts_dropped_untyped: Err(
+                        "no value supplied for facts_dropped_untyped".to_string()
+                    ),
+                    facts_merged: Err("no value supplied for facts_merged".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                }
+            }
+        }
+        impl GroomMetricsOutput {
+            pub fn artifact_bytes<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifact_bytes = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifact_bytes: {e}")
+                });
+                self
+            }
+            pub fn artifact_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifact_count = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifact_count: {e}")
+                });
+                self
+            }
+            pub fn artifact_files_deleted<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifact_files_deleted = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifact_files_deleted: {e}")
+                });
+                self
+            }
+            pub fn artifact_files_written<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifact_files_written = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifact_files_written: {e}")
+                });
+                self
+            }
+            pub fn artifacts_pruned<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_pruned = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_pruned: {e}")
+                });
+                self
+            }
+            pub fn batches_consumed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.batches_consumed = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for batches_consumed: {e}")
+                });
+                self
+            }
+            pub fn batches_staged<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.batches_staged = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for batches_staged: {e}")
+                });
+                self
+            }
+            pub fn budget<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.budget = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for budget: {e}"));
+                self
+            }
+            pub fn duration_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.duration_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for duration_ms: {e}"));
+                self
+            }
+            pub fn edges_added<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.edges_added = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for edges_added: {e}"));
+                self
+            }
+            pub fn facts_added<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.facts_added = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for facts_added: {e}"));
+                self
+            }
+            pub fn facts_distilled<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.facts_distilled = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for facts_distilled: {e}")
+                });
+                self
+            }
+            pub fn facts_dropped_untyped<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.facts_dropped_untyped = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for facts_dropped_untyped: {e}")
+                });
+                self
+            }
+            pub fn facts_merged<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.facts_merged = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for facts_merged: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<GroomMetricsOutput> for super::GroomMetricsOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: GroomMetricsOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    artifact_bytes: value.artifact_bytes?,
+                    artifact_count: value.artifact_count?,
+                    artifact_files_deleted: value.artifact_files_deleted?,
+                    artifact_files_written: value.artifact_files_written?,
+                    artifacts_pruned: value.artifacts_pruned?,
+                    batches_consumed: value.batches_consumed?,
+                    batches_staged: value.batches_staged?,
+                    budget: value.budget?,
+                    duration_ms: value.duration_ms?,
+                    edges_added: value.edges_added?,
+                    facts_added: value.facts_added?,
+                    facts_distilled: value.facts_distilled?,
+                    facts_dropped_untyped: value.facts_dropped_untyped?,
+                    facts_merged: value.facts_merged?,
+                    status: value.status?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::GroomMetricsOutput> for GroomMetricsOutput {
+            fn from(value: super::GroomMetricsOutput) -> Self {
+                Self {
+                    artifact_bytes: Ok(value.artifact_bytes),
+                    artifact_count: Ok(value.artifact_count),
+                    artifact_files_deleted: Ok(value.artifact_files_deleted),
+                    artifact_files_written: Ok(value.artifact_files_written),
+                    artifacts_pruned: Ok(value.artifacts_pruned),
+                    batches_consumed: Ok(value.batches_consumed),
+                    batches_staged: Ok(value.batches_staged),
+                    budget: Ok(value.budget),
+                    duration_ms: Ok(value.duration_ms),
+                    edges_added: Ok(value.edges_added),
+                    facts_added: Ok(value.facts_added),
+                    facts_distilled: Ok(value.facts_distilled),
+                    facts_dropped_untyped: Ok(value.facts_dropped_untyped),
+                    facts_merged: Ok(value.facts_merged),
+                    status: Ok(value.status),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ImportContextSourcesBody {
+            connector_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            files: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            folder: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            item_type: ::std::result::Result<::std::string::String, ::std::string::String>,
+            path: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ImportContextSourcesBody {
+            fn default() -> Self {
+                Self {
+                    connector_id: Err("no value supplied for connector_id".to_string()),
+                    files: Ok(Default::default()),
+                    folder: Ok(Default::default()),
+                    item_type: Ok(super::defaults::import_context_sources_body_item_type()),
+                    path: Ok(Default::default()),
+                }
+            }
+        }
+        impl ImportContextSourcesBody {
+            pub fn connector_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.connector_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for connector_id: {e}"));
+                self
+            }
+            pub fn files<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.files = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for files: {e}"));
+                self
+            }
+            pub fn folder<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.folder = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for folder: {e}"));
+                self
+            }
+            pub fn item_type<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.item_type = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for item_type: {e}"));
+                self
+            }
+            pub fn path<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.path = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for path: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ImportContextSourcesBody> for super::ImportContextSourcesBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ImportContextSourcesBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    connector_id: value.connector_id?,
+                    files: value.files?,
+                    folder: value.folder?,
+                    item_type: value.item_type?,
+                    path: value.path?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ImportContextSourcesBody> for ImportContextSourcesBody {
+            fn from(value: super::ImportContextSourcesBody) -> Self {
+                Self {
+                    connector_id: Ok(value.connector_id),
+                    files: Ok(value.files),
+                    folder: Ok(value.folder),
+                    item_type: Ok(value.item_type),
+                    path: Ok(value.path),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ImportManifestEntry {
+            action: ::std::result::Result<::std::string::String, ::std::string::String>,
+            bytes: ::std::result::Result<i64, ::std::string::String>,
+            fmt: ::std::result::Result<::std::string::String, ::std::string::String>,
+            out: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            reason: ::std::result::Result<::std::string::String, ::std::string::String>,
+            src: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ImportManifestEntry {
+            fn default() -> Self {
+                Self {
+                    action: Err("no value supplied for action".to_string()),
+                    bytes: Err("no value supplied for bytes".to_string()),
+                    fmt: Err("no value supplied for fmt".to_string()),
+                    out: Err("no value supplied for out".to_string()),
+                    reason: Err("no value supplied for reason".to_string()),
+                    src: Err("no value supplied for src".to_string()),
+                }
+            }
+        }
+        impl ImportManifestEntry {
+            pub fn action<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.action = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for action: {e}"));
+                self
+            }
+            pub fn bytes<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.bytes = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for bytes: {e}"));
+                self
+            }
+            pub fn fmt<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.fmt = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for fmt: {e}"));
+                self
+            }
+            pub fn out<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.out = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for out: {e}"));
+                self
+            }
+            pub fn reason<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.reason = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for reason: {e}"));
+                self
+            }
+            pub fn src<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.src = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for src: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ImportManifestEntry> for super::ImportManifestEntry {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ImportManifestEntry,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    action: value.action?,
+                    bytes: value.bytes?,
+                    fmt: value.fmt?,
+                    out: value.out?,
+                    reason: value.reason?,
+                    src: value.src?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ImportManifestEntry> for ImportManifestEntry {
+            fn from(value: super::ImportManifestEntry) -> Self {
+                Self {
+                    action: Ok(value.action),
+                    bytes: Ok(value.bytes),
+                    fmt: Ok(value.fmt),
+                    out: Ok(value.out),
+                    reason: Ok(value.reason),
+                    src: Ok(value.src),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ImportOutput {
+            failed: ::std::result::Result<i64, ::std::string::String>,
+            imported_items: ::std::result::Result<i64, ::std::string::String>,
+            manifest_file: ::std::result::Result<::std::string::String, ::std::string::String>,
+            manifest_object: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            manifest_sample: ::std::result::Result<
+                ::std::vec::Vec<super::ImportManifestEntry>,
+                ::std::string::String,
+            >,
+            manifest_truncated: ::std::result::Result<bool, ::std::string::String>,
+            output_files: ::std::result::Result<i64, ::std::string::String>,
+            skipped: ::std::result::Result<i64, ::std::string::String>,
+            skipped_items: ::std::result::Result<
+                ::std::vec::Vec<super::ImportManifestEntry>,
+                ::std::string::String,
+            >,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ImportOutput {
+            fn default() -> Self {
+                Self {
+                    failed: Err("no value supplied for failed".to_string()),
+                    imported_items: Err("no value supplied for imported_items".to_string()),
+                    manifest_file: Err("no value supplied for manifest_file".to_string()),
+                    manifest_object: Ok(Default::default()),
+                    manifest_sample: Err("no value supplied for manifest_sample".to_string()),
+                    manifest_truncated: Err("no value supplied for manifest_truncated".to_string()),
+                    output_files: Err("no value supplied for output_files".to_string()),
+                    skipped: Err("no value supplied for skipped".to_string()),
+                    skipped_items: Err("no value supplied for skipped_items".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                }
+            }
+        }
+        impl ImportOutput {
+            pub fn failed<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.failed = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for failed: {e}"));
+                self
+            }
+            pub fn imported_items<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.imported_items = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for imported_items: {e}")
+                });
+                self
+            }
+            pub fn manifest_file<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest_file = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest_file: {e}"));
+                self
+            }
+            pub fn manifest_object<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest_object = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for manifest_object: {e}")
+                });
+                self
+            }
+            pub fn manifest_sample<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ImportManifestEntry>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest_sample = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for manifest_sample: {e}")
+                });
+                self
+            }
+            pub fn manifest_truncated<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest_truncated = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for manifest_truncated: {e}")
+                });
+                self
+            }
+            pub fn output_files<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.output_files = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for output_files: {e}"));
+                self
+            }
+            pub fn skipped<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.skipped = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for skipped: {e}"));
+                self
+            }
+            pub fn skipped_items<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ImportManifestEntry>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.skipped_items = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for skipped_items: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ImportOutput> for super::ImportOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ImportOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    failed: value.failed?,
+                    imported_items: value.imported_items?,
+                    manifest_file: value.manifest_file?,
+                    manifest_object: value.manifest_object?,
+                    manifest_sample: value.manifest_sample?,
+                    manifest_truncated: value.manifest_truncated?,
+                    output_files: value.output_files?,
+                    skipped: value.skipped?,
+                    skipped_items: value.skipped_items?,
+                    status: value.status?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ImportOutput> for ImportOutput {
+            fn from(value: super::ImportOutput) -> Self {
+                Self {
+                    failed: Ok(value.failed),
+                    imported_items: Ok(value.imported_items),
+                    manifest_file: Ok(value.manifest_file),
+                    manifest_object: Ok(value.manifest_object),
+                    manifest_sample: Ok(value.manifest_sample),
+                    manifest_truncated: Ok(value.manifest_truncated),
+                    output_files: Ok(value.output_files),
+                    skipped: Ok(value.skipped),
+                    skipped_items: Ok(value.skipped_items),
+                    status: Ok(value.status),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ListConnectorItemsResponse {
+            folder: ::std::result::Result<::std::string::String, ::std::string::String>,
+            items:
+                ::std::result::Result<::std::vec::Vec<super::ConnectorItem>, ::std::string::String>,
+        }
+        impl ::std::default::Default for ListConnectorItemsResponse {
+            fn default() -> Self {
+                Self {
+                    folder: Err("no value supplied for folder".to_string()),
+                    items: Err("no value supplied for items".to_string()),
+                }
+            }
+        }
+        impl ListConnectorItemsResponse {
+            pub fn folder<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.folder = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for folder: {e}"));
+                self
+            }
+            pub fn items<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ConnectorItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.items = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for items: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ListConnectorItemsResponse> for super::ListConnectorItemsResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ListConnectorItemsResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    folder: value.folder?,
+                    items: value.items?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ListConnectorItemsResponse> for ListConnectorItemsResponse {
+            fn from(value: super::ListConnectorItemsResponse) -> Self {
+                Self {
+                    folder: Ok(value.folder),
+                    items: Ok(value.items),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ListSessionsResponse {
+            sessions: ::std::result::Result<::std::vec::Vec<super::Session>, ::std::string::String>,
+        }
+        impl ::std::default::Default for ListSessionsResponse {
+            fn default() -> Self {
+                Self {
+                    sessions: Err("no value supplied for sessions".to_string()),
+                }
+            }
+        }
+        impl ListSessionsResponse {
+            pub fn sessions<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::Session>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sessions = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for sessions: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ListSessionsResponse> for super::ListSessionsResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ListSessionsResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    sessions: value.sessions?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ListSessionsResponse> for ListSessionsResponse {
+            fn from(value: super::ListSessionsResponse) -> Self {
+                Self {
+                    sessions: Ok(value.sessions),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ListTasksResponse {
+            items:
+                ::std::result::Result<::std::vec::Vec<super::TaskResponse>, ::std::string::String>,
+            limit: ::std::result::Result<i64, ::std::string::String>,
+            offset: ::std::result::Result<i64, ::std::string::String>,
+            page: ::std::result::Result<i64, ::std::string::String>,
+            pages: ::std::result::Result<i64, ::std::string::String>,
+            total: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ListTasksResponse {
+            fn default() -> Self {
+                Self {
+                    items: Err("no value supplied for items".to_string()),
+                    limit: Err("no value supplied for limit".to_string()),
+                    offset: Err("no value supplied for offset".to_string()),
+                    page: Err("no value supplied for page".to_string()),
+                    pages: Err("no value supplied for pages".to_string()),
+                    total: Err("no value supplied for total".to_string()),
+                }
+            }
+        }
+        impl ListTasksResponse {
+            pub fn items<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TaskResponse>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.items = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for items: {e}"));
+                self
+            }
+            pub fn limit<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.limit = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for limit: {e}"));
+                self
+            }
+            pub fn offset<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.offset = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for offset: {e}"));
+                self
+            }
+            pub fn page<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.page = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for page: {e}"));
+                self
+            }
+            pub fn pages<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pages = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pages: {e}"));
+                self
+            }
+            pub fn total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ListTasksResponse> for super::ListTasksResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ListTasksResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    items: value.items?,
+                    limit: value.limit?,
+                    offset: value.offset?,
+                    page: value.page?,
+                    pages: value.pages?,
+                    total: value.total?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ListTasksResponse> for ListTasksResponse {
+            fn from(value: super::ListTasksResponse) -> Self {
+                Self {
+                    items: Ok(value.items),
+                    limit: Ok(value.limit),
+                    offset: Ok(value.offset),
+                    page: Ok(value.page),
+                    pages: Ok(value.pages),
+                    total: Ok(value.total),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct LoginBody {
+            api_key: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for LoginBody {
+            fn default() -> Self {
+                Self {
+                    api_key: Ok(Default::default()),
+                }
+            }
+        }
+        impl LoginBody {
+            pub fn api_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.api_key = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for api_key: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<LoginBody> for super::LoginBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: LoginBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    api_key: value.api_key?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::LoginBody> for LoginBody {
+            fn from(value: super::LoginBody) -> Self {
+                Self {
+                    api_key: Ok(value.api_key),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct LoginResponse {
+            principal: ::std::result::Result<::std::string::String, ::std::string::String>,
+            project_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            project_name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            token: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for LoginResponse {
+            fn default() -> Self {
+                Self {
+                    principal: Err("no value supplied for principal".to_string()),
+                    project_id: Err("no value supplied for project_id".to_string()),
+                    project_name: Err("no value supplied for project_name".to_string()),
+                    token: Err("no value supplied for token".to_string()),
+                }
+            }
+        }
+        impl LoginResponse {
+            pub fn principal<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.principal = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for principal: {e}"));
+                self
+            }
+            pub fn project_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for project_id: {e}"));
+                self
+            }
+            pub fn project_name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for project_name: {e}"));
+                self
+            }
+            pub fn token<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.token = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for token: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<LoginResponse> for super::LoginResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: LoginResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    principal: value.principal?,
+                    project_id: value.project_id?,
+                    project_name: value.project_name?,
+                    token: value.token?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::LoginResponse> for LoginResponse {
+            fn from(value: super::LoginResponse) -> Self {
+                Self {
+                    principal: Ok(value.principal),
+                    project_id: Ok(value.project_id),
+                    project_name: Ok(value.project_name),
+                    token: Ok(value.token),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct Manifest {
+            curate: ::std::result::Result<
+                ::std::option::Option<super::CurateManifest>,
+                ::std::string::String,
+            >,
+            optimize: ::std::result::Result<
+                ::std::option::Option<super::OptimizeManifest>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for Manifest {
+            fn default() -> Self {
+                Self {
+                    curate: Ok(Default::default()),
+                    optimize: Ok(Default::default()),
+                }
+            }
+        }
+        impl Manifest {
+            pub fn curate<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::CurateManifest>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.curate = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for curate: {e}"));
+                self
+            }
+            pub fn optimize<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::OptimizeManifest>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.optimize = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for optimize: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<Manifest> for super::Manifest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Manifest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    curate: value.curate?,
+                    optimize: value.optimize?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::Manifest> for Manifest {
+            fn from(value: super::Manifest) -> Self {
+                Self {
+                    curate: Ok(value.curate),
+                    optimize: Ok(value.optimize),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ManifestSuggestion {
+            explored_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            matches:
+                ::std::result::Result<::std::vec::Vec<super::TemplateMatch>, ::std::string::String>,
+            none: ::std::result::Result<bool, ::std::string::String>,
+            task_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ManifestSuggestion {
+            fn default() -> Self {
+                Self {
+                    explored_at: Err("no value supplied for explored_at".to_string()),
+                    matches: Err("no value supplied for matches".to_string()),
+                    none: Err("no value supplied for none".to_string()),
+                    task_id: Ok(Default::default()),
+                }
+            }
+        }
+        impl ManifestSuggestion {
+            pub fn explored_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.explored_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for explored_at: {e}"));
+                self
+            }
+            pub fn matches<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TemplateMatch>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.matches = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for matches: {e}"));
+                self
+            }
+            pub fn none<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.none = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for none: {e}"));
+                self
+            }
+            pub fn task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.task_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for task_id: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ManifestSuggestion> for super::ManifestSuggestion {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ManifestSuggestion,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    explored_at: value.explored_at?,
+                    matches: value.matches?,
+                    none: value.none?,
+                    task_id: value.task_id?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ManifestSuggestion> for ManifestSuggestion {
+            fn from(value: super::ManifestSuggestion) -> Self {
+                Self {
+                    explored_at: Ok(value.explored_at),
+                    matches: Ok(value.matches),
+                    none: Ok(value.none),
+                    task_id: Ok(value.task_id),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ManifestTemplate {
+            default: ::std::result::Result<bool, ::std::string::String>,
+            description: ::std::result::Result<::std::string::String, ::std::string::String>,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            label: ::std::result::Result<::std::string::String, ::std::string::String>,
+            manifest: ::std::result::Result<super::Manifest, ::std::string::String>,
+            sample_questions: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            when_to_use: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ManifestTemplate {
+            fn default() -> Self {
+                Self {
+                    default: Err("no value supplied for default".to_string()),
+                    description: Err("no value supplied for description".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    label: Err("no value supplied for label".to_string()),
+                    manifest: Err("no value supplied for manifest".to_string()),
+                    sample_questions: Err("no value supplied for sample_questions".to_string()),
+                    when_to_use: Err("no value supplied for when_to_use".to_string()),
+                }
+            }
+        }
+        impl ManifestTemplate {
+            pub fn default<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.default = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for default: {e}"));
+                self
+            }
+            pub fn description<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.description = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for description: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn label<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.label = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for label: {e}"));
+                self
+            }
+            pub fn manifest<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::Manifest>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest: {e}"));
+                self
+            }
+            pub fn sample_questions<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sample_questions = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for sample_questions: {e}")
+                });
+                self
+            }
+            pub fn when_to_use<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.when_to_use = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for when_to_use: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ManifestTemplate> for super::ManifestTemplate {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ManifestTemplate,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    default: value.default?,
+                    description: value.description?,
+                    id: value.id?,
+                    label: value.label?,
+                    manifest: value.manifest?,
+                    sample_questions: value.sample_questions?,
+                    when_to_use: value.when_to_use?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ManifestTemplate> for ManifestTemplate {
+            fn from(value: super::ManifestTemplate) -> Self {
+                Self {
+                    default: Ok(value.default),
+                    description: Ok(value.description),
+                    id: Ok(value.id),
+                    label: Ok(value.label),
+                    manifest: Ok(value.manifest),
+                    sample_questions: Ok(value.sample_questions),
+                    when_to_use: Ok(value.when_to_use),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ManifestTemplateCatalog {
+            default_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            templates: ::std::result::Result<
+                ::std::vec::Vec<super::ManifestTemplate>,
+                ::std::string::String,
+            >,
+            version: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ManifestTemplateCatalog {
+            fn default() -> Self {
+                Self {
+                    default_id: Err("no value supplied for default_id".to_string()),
+                    templates: Err("no value supplied for templates".to_string()),
+                    version: Err("no value supplied for version".to_string()),
+                }
+            }
+        }
+        impl ManifestTemplateCatalog {
+            pub fn default_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.default_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for default_id: {e}"));
+                self
+            }
+            pub fn templates<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ManifestTemplate>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.templates = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for templates: {e}"));
+                self
+            }
+            pub fn version<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.version = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for version: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ManifestTemplateCatalog> for super::ManifestTemplateCatalog {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ManifestTemplateCatalog,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    default_id: value.default_id?,
+                    templates: value.templates?,
+                    version: value.version?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ManifestTemplateCatalog> for ManifestTemplateCatalog {
+            fn from(value: super::ManifestTemplateCatalog) -> Self {
+                Self {
+                    default_id: Ok(value.default_id),
+                    templates: Ok(value.templates),
+                    version: Ok(value.version),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ModelCatalog {
+            default: ::std::result::Result<::std::string::String, ::std::string::String>,
+            models: ::std::result::Result<
+                ::std::vec::Vec<super::ModelCatalogModelsItem>,
+                ::std::string::String,
+            >,
+            phase_defaults: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+                ::std::string::String,
+            >,
+            supported_curate_models: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            tiers: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ModelCatalog {
+            fn default() -> Self {
+                Self {
+                    default: Err("no value supplied for default".to_string()),
+                    models: Err("no value supplied for models".to_string()),
+                    phase_defaults: Err("no value supplied for phase_defaults".to_string()),
+                    supported_curate_models: Err(
+                        "no value supplied for supported_curate_models".to_string()
+                    ),
+                    tiers: Err("no value supplied for tiers".to_string()),
+                }
+            }
+        }
+        impl ModelCatalog {
+            pub fn default<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.default = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for default: {e}"));
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ModelCatalogModelsItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn phase_defaults<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.phase_defaults = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for phase_defaults: {e}")
+                });
+                self
+            }
+            pub fn supported_curate_models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.supported_curate_models = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for supported_curate_models: {e}")
+                });
+                self
+            }
+            pub fn tiers<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tiers = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tiers: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ModelCatalog> for super::ModelCatalog {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ModelCatalog,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    default: value.default?,
+                    models: value.models?,
+                    phase_defaults: value.phase_defaults?,
+                    supported_curate_models: value.supported_curate_models?,
+                    tiers: value.tiers?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ModelCatalog> for ModelCatalog {
+            fn from(value: super::ModelCatalog) -> Self {
+                Self {
+                    default: Ok(value.default),
+                    models: Ok(value.models),
+                    phase_defaults: Ok(value.phase_defaults),
+                    supported_curate_models: Ok(value.supported_curate_models),
+                    tiers: Ok(value.tiers),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ModelCatalogModelsItem {
+            available: ::std::result::Result<bool, ::std::string::String>,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            label: ::std::result::Result<::std::string::String, ::std::string::String>,
+            provider: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ModelCatalogModelsItem {
+            fn default() -> Self {
+                Self {
+                    available: Err("no value supplied for available".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    label: Err("no value supplied for label".to_string()),
+                    provider: Err("no value supplied for provider".to_string()),
+                }
+            }
+        }
+        impl ModelCatalogModelsItem {
+            pub fn available<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.available = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for available: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn label<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.label = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for label: {e}"));
+                self
+            }
+            pub fn provider<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.provider = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for provider: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ModelCatalogModelsItem> for super::ModelCatalogModelsItem {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ModelCatalogModelsItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    available: value.available?,
+                    id: value.id?,
+                    label: value.label?,
+                    provider: value.provider?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ModelCatalogModelsItem> for ModelCatalogModelsItem {
+            fn from(value: super::ModelCatalogModelsItem) -> Self {
+                Self {
+                    available: Ok(value.available),
+                    id: Ok(value.id),
+                    label: Ok(value.label),
+                    provider: Ok(value.provider),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ModelUsage {
+            cache_read_tokens: ::std::result::Result<i64, ::std::string::String>,
+            cache_write_tokens: ::std::result::Result<i64, ::std::string::String>,
+            completion_tokens: ::std::result::Result<i64, ::std::string::String>,
+            prompt_tokens: ::std::result::Result<i64, ::std::string::String>,
+            tier: ::std::result::Result<::std::string::String, ::std::string::String>,
+            total_tokens: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ModelUsage {
+            fn default() -> Self {
+                Self {
+                    cache_read_tokens: Err("no value supplied for cache_read_tokens".to_string()),
+                    cache_write_tokens: Err("no value supplied for cache_write_tokens".to_string()),
+                    completion_tokens: Err("no value supplied for completion_tokens".to_string()),
+                    prompt_tokens: Err("no value supplied for prompt_tokens".to_string()),
+                    tier: Err("no value supplied for tier".to_string()),
+                    total_tokens: Err("no value supplied for total_tokens".to_string()),
+                }
+            }
+        }
+        impl ModelUsage {
+            pub fn cache_read_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_read_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_read_tokens: {e}")
+                });
+                self
+            }
+            pub fn cache_write_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_write_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_write_tokens: {e}")
+                });
+                self
+            }
+            pub fn completion_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.completion_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for completion_tokens: {e}")
+                });
+                self
+            }
+            pub fn prompt_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.prompt_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for prompt_tokens: {e}"));
+                self
+            }
+            pub fn tier<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tier = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tier: {e}"));
+                self
+            }
+            pub fn total_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total_tokens: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ModelUsage> for super::ModelUsage {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ModelUsage,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    cache_read_tokens: value.cache_read_tokens?,
+                    cache_write_tokens: value.cache_write_tokens?,
+                    completion_tokens: value.completion_tokens?,
+                    prompt_tokens: value.prompt_tokens?,
+                    tier: value.tier?,
+                    total_tokens: value.total_tokens?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ModelUsage> for ModelUsage {
+            fn from(value: super::ModelUsage) -> Self {
+                Self {
+                    cache_read_tokens: Ok(value.cache_read_tokens),
+                    cache_write_tokens: Ok(value.cache_write_tokens),
+                    completion_tokens: Ok(value.completion_tokens),
+                    prompt_tokens: Ok(value.prompt_tokens),
+                    tier: Ok(value.tier),
+                    total_tokens: Ok(value.total_tokens),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct OptimizeContextBody {
+            candidate_queries: ::std::result::Result<
+                ::std::vec::Vec<super::CandidateQuery>,
+                ::std::string::String,
+            >,
+            eval_pass_rate_threshold:
+                ::std::result::Result<::std::option::Option<f64>, ::std::string::String>,
+            max_iterations:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            max_tool_turns:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            models: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            optimize_timeout_seconds:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            pinecone_api_key: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            retrieval_p90_latency_ms:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+        }
+        impl ::std::default::Default for OptimizeContextBody {
+            fn default() -> Self {
+                Self {
+                    candidate_queries: Ok(Default::default()),
+                    eval_pass_rate_threshold: Ok(Default::default()),
+                    max_iterations: Ok(Default::default()),
+                    max_tool_turns: Ok(Default::default()),
+                    models: Ok(Default::default()),
+                    optimize_timeout_seconds: Ok(Default::default()),
+                    pinecone_api_key: Ok(Default::default()),
+                    retrieval_p90_latency_ms: Ok(Default::default()),
+                }
+            }
+        }
+        impl OptimizeContextBody {
+            pub fn candidate_queries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::CandidateQuery>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.candidate_queries = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for candidate_queries: {e}")
+                });
+                self
+            }
+            pub fn eval_pass_rate_threshold<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<f64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.eval_pass_rate_threshold = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for eval_pass_rate_threshold: {e}")
+                });
+                self
+            }
+            pub fn max_iterations<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_iterations = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_iterations: {e}")
+                });
+                self
+            }
+            pub fn max_tool_turns<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_tool_turns = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_tool_turns: {e}")
+                });
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn optimize_timeout_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.optimize_timeout_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for optimize_timeout_seconds: {e}")
+                });
+                self
+            }
+            pub fn pinecone_api_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pinecone_api_key = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for pinecone_api_key: {e}")
+                });
+                self
+            }
+            pub fn retrieval_p90_latency_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.retrieval_p90_latency_ms = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for retrieval_p90_latency_ms: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<OptimizeContextBody> for super::OptimizeContextBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: OptimizeContextBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    candidate_queries: value.candidate_queries?,
+                    eval_pass_rate_threshold: value.eval_pass_rate_threshold?,
+                    max_iterations: value.max_iterations?,
+                    max_tool_turns: value.max_tool_turns?,
+                    models: value.models?,
+                    optimize_timeout_seconds: value.optimize_timeout_seconds?,
+                    pinecone_api_key: value.pinecone_api_key?,
+                    retrieval_p90_latency_ms: value.retrieval_p90_latency_ms?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::OptimizeContextBody> for OptimizeContextBody {
+            fn from(value: super::OptimizeContextBody) -> Self {
+                Self {
+                    candidate_queries: Ok(value.candidate_queries),
+                    eval_pass_rate_threshold: Ok(value.eval_pass_rate_threshold),
+                    max_iterations: Ok(value.max_iterations),
+                    max_tool_turns: Ok(value.max_tool_turns),
+                    models: Ok(value.models),
+                    optimize_timeout_seconds: Ok(value.optimize_timeout_seconds),
+                    pinecone_api_key: Ok(value.pinecone_api_key),
+                    retrieval_p90_latency_ms: Ok(value.retrieval_p90_latency_ms),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct OptimizeInput {
+            candidate_queries: ::std::result::Result<
+                ::std::vec::Vec<super::CandidateQuery>,
+                ::std::string::String,
+            >,
+            eval_pass_rate_threshold:
+                ::std::result::Result<::std::option::Option<f64>, ::std::string::String>,
+            max_iterations:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            max_tool_turns:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            models: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            optimize_timeout_seconds:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            retrieval_p90_latency_ms:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+        }
+        impl ::std::default::Default for OptimizeInput {
+            fn default() -> Self {
+                Self {
+                    candidate_queries: Ok(Default::default()),
+                    eval_pass_rate_threshold: Ok(Default::default()),
+                    max_iterations: Ok(Default::default()),
+                    max_tool_turns: Ok(Default::default()),
+                    models: Ok(Default::default()),
+                    optimize_timeout_seconds: Ok(Default::default()),
+                    retrieval_p90_latency_ms: Ok(Default::default()),
+                }
+            }
+        }
+        impl OptimizeInput {
+            pub fn candidate_queries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::CandidateQuery>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.candidate_queries = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for candidate_queries: {e}")
+                });
+                self
+            }
+            pub fn eval_pass_rate_threshold<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<f64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.eval_pass_rate_threshold = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for eval_pass_rate_threshold: {e}")
+                });
+                self
+            }
+            pub fn max_iterations<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_iterations = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_iterations: {e}")
+                });
+                self
+            }
+            pub fn max_tool_turns<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_tool_turns = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_tool_turns: {e}")
+                });
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn optimize_timeout_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.optimize_timeout_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for optimize_timeout_seconds: {e}")
+                });
+                self
+            }
+            pub fn retrieval_p90_latency_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.retrieval_p90_latency_ms = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for retrieval_p90_latency_ms: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<OptimizeInput> for super::OptimizeInput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: OptimizeInput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    candidate_queries: value.candidate_queries?,
+                    eval_pass_rate_threshold: value.eval_pass_rate_threshold?,
+                    max_iterations: value.max_iterations?,
+                    max_tool_turns: value.max_tool_turns?,
+                    models: value.models?,
+                    optimize_timeout_seconds: value.optimize_timeout_seconds?,
+                    retrieval_p90_latency_ms: value.retrieval_p90_latency_ms?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::OptimizeInput> for OptimizeInput {
+            fn from(value: super::OptimizeInput) -> Self {
+                Self {
+                    candidate_queries: Ok(value.candidate_queries),
+                    eval_pass_rate_threshold: Ok(value.eval_pass_rate_threshold),
+                    max_iterations: Ok(value.max_iterations),
+                    max_tool_turns: Ok(value.max_tool_turns),
+                    models: Ok(value.models),
+                    optimize_timeout_seconds: Ok(value.optimize_timeout_seconds),
+                    retrieval_p90_latency_ms: Ok(value.retrieval_p90_latency_ms),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct OptimizeManifest {
+            eval_pass_rate_threshold: ::std::result::Result<f64, ::std::string::String>,
+            latency_threshold_ms: ::std::result::Result<i64, ::std::string::String>,
+            max_iterations: ::std::result::Result<::std::num::NonZeroU64, ::std::string::String>,
+            min_group_size: ::std::result::Result<::std::num::NonZeroU64, ::std::string::String>,
+            schedule: ::std::result::Result<super::OptimizeManifestSchedule, ::std::string::String>,
+        }
+        impl ::std::default::Default for OptimizeManifest {
+            fn default() -> Self {
+                Self {
+                    eval_pass_rate_threshold: Ok(
+                        super::defaults::optimize_manifest_eval_pass_rate_threshold(),
+                    ),
+                    latency_threshold_ms: Ok(super::defaults::default_u64::<i64, 60000>()),
+                    max_iterations: Ok(
+                        super::defaults::default_nzu64::<::std::num::NonZeroU64, 20>(),
+                    ),
+                    min_group_size: Ok(
+                        super::defaults::default_nzu64::<::std::num::NonZeroU64, 2>(),
+                    ),
+                    schedule: Ok(super::defaults::optimize_manifest_schedule()),
+                }
+            }
+        }
+        impl OptimizeManifest {
+            pub fn eval_pass_rate_threshold<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.eval_pass_rate_threshold = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for eval_pass_rate_threshold: {e}")
+                });
+                self
+            }
+            pub fn latency_threshold_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.latency_threshold_ms = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for latency_threshold_ms: {e}")
+                });
+                self
+            }
+            pub fn max_iterations<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::num::NonZeroU64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_iterations = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_iterations: {e}")
+                });
+                self
+            }
+            pub fn min_group_size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::num::NonZeroU64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.min_group_size = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for min_group_size: {e}")
+                });
+                self
+            }
+            pub fn schedule<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::OptimizeManifestSchedule>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.schedule = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for schedule: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<OptimizeManifest> for super::OptimizeManifest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: OptimizeManifest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    eval_pass_rate_threshold: value.eval_pass_rate_threshold?,
+                    latency_threshold_ms: value.latency_threshold_ms?,
+                    max_iterations: value.max_iterations?,
+                    min_group_size: value.min_group_size?,
+                    schedule: value.schedule?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::OptimizeManifest> for OptimizeManifest {
+            fn from(value: super::OptimizeManifest) -> Self {
+                Self {
+                    eval_pass_rate_threshold: Ok(value.eval_pass_rate_threshold),
+                    latency_threshold_ms: Ok(value.latency_threshold_ms),
+                    max_iterations: Ok(value.max_iterations),
+                    min_group_size: Ok(value.min_group_size),
+                    schedule: Ok(value.schedule),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct OptimizeNoopOutput {
+            candidate_queries: ::std::result::Result<i64, ::std::string::String>,
+            problems: ::std::result::Result<i64, ::std::string::String>,
+            reason: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for OptimizeNoopOutput {
+            fn default() -> Self {
+                Self {
+                    candidate_queries: Err("no value supplied for candidate_queries".to_string()),
+                    problems: Err("no value supplied for problems".to_string()),
+                    reason: Err("no value supplied for reason".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                }
+            }
+        }
+        impl OptimizeNoopOutput {
+            pub fn candidate_queries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.candidate_queries = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for candidate_queries: {e}")
+                });
+                self
+            }
+            pub fn problems<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.problems = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for problems: {e}"));
+                self
+            }
+            pub fn reason<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.reason = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for reason: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<OptimizeNoopOutput> for super::OptimizeNoopOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: OptimizeNoopOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    candidate_queries: value.candidate_queries?,
+                    problems: value.problems?,
+                    reason: value.reason?,
+                    status: value.status?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::OptimizeNoopOutput> for OptimizeNoopOutput {
+            fn from(value: super::OptimizeNoopOutput) -> Self {
+                Self {
+                    candidate_queries: Ok(value.candidate_queries),
+                    problems: Ok(value.problems),
+                    reason: Ok(value.reason),
+                    status: Ok(value.status),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct OptimizeResultOutput {
+            best_iteration: ::std::result::Result<i64, ::std::string::String>,
+            best_latency_ok: ::std::result::Result<bool, ::std::string::String>,
+            best_score: ::std::result::Result<f64, ::std::string::String>,
+            changed_legs: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            elapsed_seconds: ::std::result::Result<f64, ::std::string::String>,
+            manifest: ::std::result::Result<super::Manifest, ::std::string::String>,
+            models: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+                ::std::string::String,
+            >,
+            p90_latency_limit_ms:
+                ::std::result::Result<::std::option::Option<f64>, ::std::string::String>,
+            pass_rate_threshold: ::std::result::Result<f64, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+            total_iterations: ::std::result::Result<i64, ::std::string::String>,
+            usage: ::std::result::Result<super::ChatUsage, ::std::string::String>,
+        }
+        impl ::std::default::Default for OptimizeResultOutput {
+            fn default() -> Self {
+                Self {
+                    best_iteration: Err("no value supplied for best_iteration".to_string()),
+                    best_latency_ok: Err("no value supplied for best_latency_ok".to_string()),
+                    best_score: Err("no value supplied for best_score".to_string()),
+                    changed_legs: Err("no value supplied for changed_legs".to_string()),
+                    elapsed_seconds: Err("no value supplied for elapsed_seconds".to_string()),
+                    manifest: Err("no value supplied for manifest".to_string()),
+                    models: Err("no value supplied for models".to_string()),
+                    p90_latency_limit_ms: Err(
+                        "no value supplied for p90_latency_limit_ms".to_string()
+                    ),
+                    pass_rate_threshold: Err(
+                        "no value supplied for pass_rate_threshold".to_string()
+                    ),
+                    status: Err("no value supplied for status".to_string()),
+                    total_iterations: Err("no value supplied for total_iterations".to_string()),
+                    usage: Err("no value supplied for usage".to_string()),
+                }
+            }
+        }
+        impl OptimizeResultOutput {
+            pub fn best_iteration<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.best_iteration = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for best_iteration: {e}")
+                });
+                self
+            }
+            pub fn best_latency_ok<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.best_latency_ok = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for best_latency_ok: {e}")
+                });
+                self
+            }
+            pub fn best_score<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.best_score = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for best_score: {e}"));
+                self
+            }
+            pub fn changed_legs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.changed_legs = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for changed_legs: {e}"));
+                self
+            }
+            pub fn elapsed_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.elapsed_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for elapsed_seconds: {e}")
+                });
+                self
+            }
+            pub fn manifest<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::Manifest>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest: {e}"));
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::collections::HashMap<::std::string::String, ::std::string::String>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn p90_latency_limit_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<f64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.p90_latency_limit_ms = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for p90_latency_limit_ms: {e}")
+                });
+                self
+            }
+            pub fn pass_rate_threshold<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pass_rate_threshold = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for pass_rate_threshold: {e}")
+                });
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn total_iterations<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_iterations = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for total_iterations: {e}")
+                });
+                self
+            }
+            pub fn usage<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ChatUsage>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.usage = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for usage: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<OptimizeResultOutput> for super::OptimizeResultOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: OptimizeResultOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    best_iteration: value.best_iteration?,
+                    best_latency_ok: value.best_latency_ok?,
+                    best_score: value.best_score?,
+                    changed_legs: value.changed_legs?,
+                    elapsed_seconds: value.elapsed_seconds?,
+                    manifest: value.manifest?,
+                    models: value.models?,
+                    p90_latency_limit_ms: value.p90_latency_limit_ms?,
+                    pass_rate_threshold: value.pass_rate_threshold?,
+                    status: value.status?,
+                    total_iterations: value.total_iterations?,
+                    usage: value.usage?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::OptimizeResultOutput> for OptimizeResultOutput {
+            fn from(value: super::OptimizeResultOutput) -> Self {
+                Self {
+                    best_iteration: Ok(value.best_iteration),
+                    best_latency_ok: Ok(value.best_latency_ok),
+                    best_score: Ok(value.best_score),
+                    changed_legs: Ok(value.changed_legs),
+                    elapsed_seconds: Ok(value.elapsed_seconds),
+                    manifest: Ok(value.manifest),
+                    models: Ok(value.models),
+                    p90_latency_limit_ms: Ok(value.p90_latency_limit_ms),
+                    pass_rate_threshold: Ok(value.pass_rate_threshold),
+                    status: Ok(value.status),
+                    total_iterations: Ok(value.total_iterations),
+                    usage: Ok(value.usage),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct PackDetails {
+            description: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            sample_queries: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for PackDetails {
+            fn default() -> Self {
+                Self {
+                    description: Ok(Default::default()),
+                    sample_queries: Ok(Default::default()),
+                }
+            }
+        }
+        impl PackDetails {
+            pub fn description<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.description = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for description: {e}"));
+                self
+            }
+            pub fn sample_queries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sample_queries = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for sample_queries: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<PackDetails> for super::PackDetails {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: PackDetails,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    description: value.description?,
+                    sample_queries: value.sample_queries?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::PackDetails> for PackDetails {
+            fn from(value: super::PackDetails) -> Self {
+                Self {
+                    description: Ok(value.description),
+                    sample_queries: Ok(value.sample_queries),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct PackInput {
+            context_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            include_traces: ::std::result::Result<bool, ::std::string::String>,
+            slug: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for PackInput {
+            fn default() -> Self {
+                Self {
+                    context_id: Err("no value supplied for context_id".to_string()),
+                    include_traces: Err("no value supplied for include_traces".to_string()),
+                    slug: Err("no value supplied for slug".to_string()),
+                }
+            }
+        }
+        impl PackInput {
+            pub fn context_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.context_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for context_id: {e}"));
+                self
+            }
+            pub fn include_traces<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.include_traces = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for include_traces: {e}")
+                });
+                self
+            }
+            pub fn slug<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.slug = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for slug: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<PackInput> for super::PackInput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: PackInput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    context_id: value.context_id?,
+                    include_traces: value.include_traces?,
+                    slug: value.slug?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::PackInput> for PackInput {
+            fn from(value: super::PackInput) -> Self {
+                Self {
+                    context_id: Ok(value.context_id),
+                    include_traces: Ok(value.include_traces),
+                    slug: Ok(value.slug),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct PackTaskOutput {
+            bytes_collected:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            completed_at: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            corpus_groups_included:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            details: ::std::result::Result<
+                ::std::option::Option<super::PackDetails>,
+                ::std::string::String,
+            >,
+            enriching: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            error: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            files_written: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            include_traces:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            knowledge_files:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            knowledge_total:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            pack_filename: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            pack_size: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            slug: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            sources_files: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            sources_total: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            started_at: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            traces_files: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            traces_included:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            traces_total: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+        }
+        impl ::std::default::Default for PackTaskOutput {
+            fn default() -> Self {
+                Self {
+                    bytes_collected: Ok(Default::default()),
+                    completed_at: Ok(Default::default()),
+                    corpus_groups_included: Ok(Default::default()),
+                    details: Ok(Default::default()),
+                    enriching: Ok(Default::default()),
+                    error: Ok(Default::default()),
+                    files_written: Ok(Default::default()),
+                    include_traces: Ok(Default::default()),
+                    knowledge_files: Ok(Default::default()),
+                    knowledge_total: Ok(Default::default()),
+                    pack_filename: Ok(Default::default()),
+                    pack_size: Ok(Default::default()),
+                    slug: Ok(Default::default()),
+                    sources_files: Ok(Default::default()),
+                    sources_total: Ok(Default::default()),
+                    started_at: Ok(Default::default()),
+                    state: Err("no value supplied for state".to_string()),
+                    traces_files: Ok(Default::default()),
+                    traces_included: Ok(Default::default()),
+                    traces_total: Ok(Default::default()),
+                }
+            }
+        }
+        impl PackTaskOutput {
+            pub fn bytes_collected<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.bytes_collected = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for bytes_collected: {e}")
+                });
+                self
+            }
+            pub fn completed_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.completed_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for completed_at: {e}"));
+                self
+            }
+            pub fn corpus_groups_included<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.corpus_groups_included = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for corpus_groups_included: {e}")
+                });
+                self
+            }
+            pub fn details<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::PackDetails>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.details = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for details: {e}"));
+                self
+            }
+            pub fn enriching<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.enriching = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for enriching: {e}"));
+                self
+            }
+            pub fn error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.error = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for error: {e}"));
+                self
+            }
+            pub fn files_written<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.files_written = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for files_written: {e}"));
+                self
+            }
+            pub fn include_traces<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.include_traces = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for include_traces: {e}")
+                });
+                self
+            }
+            pub fn knowledge_files<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.knowledge_files = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for knowledge_files: {e}")
+                });
+                self
+            }
+            pub fn knowledge_total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.knowledge_total = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for knowledge_total: {e}")
+                });
+                self
+            }
+            pub fn pack_filename<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pack_filename = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pack_filename: {e}"));
+                self
+            }
+            pub fn pack_size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pack_size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pack_size: {e}"));
+                self
+            }
+            pub fn slug<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.slug = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for slug: {e}"));
+                self
+            }
+            pub fn sources_files<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sources_files = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for sources_files: {e}"));
+                self
+            }
+            pub fn sources_total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sources_total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for sources_total: {e}"));
+                self
+            }
+            pub fn started_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.started_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for started_at: {e}"));
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for state: {e}"));
+                self
+            }
+            pub fn traces_files<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.traces_files = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for traces_files: {e}"));
+                self
+            }
+            pub fn traces_included<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.traces_included = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for traces_included: {e}")
+                });
+                self
+            }
+            pub fn traces_total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.traces_total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for traces_total: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<PackTaskOutput> for super::PackTaskOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: PackTaskOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    bytes_collected: value.bytes_collected?,
+                    completed_at: value.completed_at?,
+                    corpus_groups_included: value.corpus_groups_included?,
+                    details: value.details?,
+                    enriching: value.enriching?,
+                    error: value.error?,
+                    files_written: value.files_written?,
+                    include_traces: value.include_traces?,
+                    knowledge_files: value.knowledge_files?,
+                    knowledge_total: value.knowledge_total?,
+                    pack_filename: value.pack_filename?,
+                    pack_size: value.pack_size?,
+                    slug: value.slug?,
+                    sources_files: value.sources_files?,
+                    sources_total: value.sources_total?,
+                    started_at: value.started_at?,
+                    state: value.state?,
+                    traces_files: value.traces_files?,
+                    traces_included: value.traces_included?,
+                    traces_total: value.traces_total?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::PackTaskOutput> for PackTaskOutput {
+            fn from(value: super::PackTaskOutput) -> Self {
+                Self {
+                    bytes_collected: Ok(value.bytes_collected),
+                    completed_at: Ok(value.completed_at),
+                    corpus_groups_included: Ok(value.corpus_groups_included),
+                    details: Ok(value.details),
+                    enriching: Ok(value.enriching),
+                    error: Ok(value.error),
+                    files_written: Ok(value.files_written),
+                    include_traces: Ok(value.include_traces),
+                    knowledge_files: Ok(value.knowledge_files),
+                    knowledge_total: Ok(value.knowledge_total),
+                    pack_filename: Ok(value.pack_filename),
+                    pack_size: Ok(value.pack_size),
+                    slug: Ok(value.slug),
+                    sources_files: Ok(value.sources_files),
+                    sources_total: Ok(value.sources_total),
+                    started_at: Ok(value.started_at),
+                    state: Ok(value.state),
+                    traces_files: Ok(value.traces_files),
+                    traces_included: Ok(value.traces_included),
+                    traces_total: Ok(value.traces_total),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct PointerEntry {
+            mention: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            seq: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            type_: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for PointerEntry {
+            fn default() -> Self {
+                Self {
+                    mention: Ok(Default::default()),
+                    name: Err("no value supplied for name".to_string()),
+                    seq: Ok(Default::default()),
+                    type_: Err("no value supplied for type_".to_string()),
+                }
+            }
+        }
+        impl PointerEntry {
+            pub fn mention<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mention = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for mention: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn seq<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.seq = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for seq: {e}"));
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for type_: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<PointerEntry> for super::PointerEntry {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: PointerEntry,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    mention: value.mention?,
+                    name: value.name?,
+                    seq: value.seq?,
+                    type_: value.type_?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::PointerEntry> for PointerEntry {
+            fn from(value: super::PointerEntry) -> Self {
+                Self {
+                    mention: Ok(value.mention),
+                    name: Ok(value.name),
+                    seq: Ok(value.seq),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct PreviewLimits {
+            allow_archives: ::std::result::Result<bool, ::std::string::String>,
+            allowed_extensions: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            remaining_bytes: ::std::result::Result<i64, ::std::string::String>,
+            remaining_files: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for PreviewLimits {
+            fn default() -> Self {
+                Self {
+                    allow_archives: Err("no value supplied for allow_archives".to_string()),
+                    allowed_extensions: Err("no value supplied for allowed_extensions".to_string()),
+                    remaining_bytes: Err("no value supplied for remaining_bytes".to_string()),
+                    remaining_files: Err("no value supplied for remaining_files".to_string()),
+                }
+            }
+        }
+        impl PreviewLimits {
+            pub fn allow_archives<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.allow_archives = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for allow_archives: {e}")
+                });
+                self
+            }
+            pub fn allowed_extensions<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.allowed_extensions = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for allowed_extensions: {e}")
+                });
+                self
+            }
+            pub fn remaining_bytes<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.remaining_bytes = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for remaining_bytes: {e}")
+                });
+                self
+            }
+            pub fn remaining_files<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.remaining_files = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for remaining_files: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<PreviewLimits> for super::PreviewLimits {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: PreviewLimits,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    allow_archives: value.allow_archives?,
+                    allowed_extensions: value.allowed_extensions?,
+                    remaining_bytes: value.remaining_bytes?,
+                    remaining_files: value.remaining_files?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::PreviewLimits> for PreviewLimits {
+            fn from(value: super::PreviewLimits) -> Self {
+                Self {
+                    allow_archives: Ok(value.allow_archives),
+                    allowed_extensions: Ok(value.allowed_extensions),
+                    remaining_bytes: Ok(value.remaining_bytes),
+                    remaining_files: Ok(value.remaining_files),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileContextBody {
+            manifest: ::std::result::Result<
+                ::std::option::Option<super::Manifest>,
+                ::std::string::String,
+            >,
+            pinecone_api_key: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for ProfileContextBody {
+            fn default() -> Self {
+                Self {
+                    manifest: Ok(Default::default()),
+                    pinecone_api_key: Ok(Default::default()),
+                }
+            }
+        }
+        impl ProfileContextBody {
+            pub fn manifest<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::Manifest>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest: {e}"));
+                self
+            }
+            pub fn pinecone_api_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pinecone_api_key = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for pinecone_api_key: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileContextBody> for super::ProfileContextBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileContextBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    manifest: value.manifest?,
+                    pinecone_api_key: value.pinecone_api_key?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileContextBody> for ProfileContextBody {
+            fn from(value: super::ProfileContextBody) -> Self {
+                Self {
+                    manifest: Ok(value.manifest),
+                    pinecone_api_key: Ok(value.pinecone_api_key),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileEmptyOutput {
+            reason: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileEmptyOutput {
+            fn default() -> Self {
+                Self {
+                    reason: Err("no value supplied for reason".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                }
+            }
+        }
+        impl ProfileEmptyOutput {
+            pub fn reason<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.reason = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for reason: {e}"));
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for state: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileEmptyOutput> for super::ProfileEmptyOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileEmptyOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    reason: value.reason?,
+                    state: value.state?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileEmptyOutput> for ProfileEmptyOutput {
+            fn from(value: super::ProfileEmptyOutput) -> Self {
+                Self {
+                    reason: Ok(value.reason),
+                    state: Ok(value.state),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileEstimateOutput {
+            cost: ::std::result::Result<super::ProfileEstimateOutputCost, ::std::string::String>,
+            density:
+                ::std::result::Result<super::ProfileEstimateOutputDensity, ::std::string::String>,
+            g: ::std::result::Result<super::ProfileEstimateOutputG, ::std::string::String>,
+            sampling:
+                ::std::result::Result<super::ProfileEstimateOutputSampling, ::std::string::String>,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileEstimateOutput {
+            fn default() -> Self {
+                Self {
+                    cost: Err("no value supplied for cost".to_string()),
+                    density: Err("no value supplied for density".to_string()),
+                    g: Err("no value supplied for g".to_string()),
+                    sampling: Err("no value supplied for sampling".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                }
+            }
+        }
+        impl ProfileEstimateOutput {
+            pub fn cost<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileEstimateOutputCost>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cost = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for cost: {e}"));
+                self
+            }
+            pub fn density<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileEstimateOutputDensity>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.density = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for density: {e}"));
+                self
+            }
+            pub fn g<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileEstimateOutputG>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.g = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for g: {e}"));
+                self
+            }
+            pub fn sampling<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileEstimateOutputSampling>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sampling = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for sampling: {e}"));
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for state: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileEstimateOutput> for super::ProfileEstimateOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileEstimateOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    cost: value.cost?,
+                    density: value.density?,
+                    g: value.g?,
+                    sampling: value.sampling?,
+                    state: value.state?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileEstimateOutput> for ProfileEstimateOutput {
+            fn from(value: super::ProfileEstimateOutput) -> Self {
+                Self {
+                    cost: Ok(value.cost),
+                    density: Ok(value.density),
+                    g: Ok(value.g),
+                    sampling: Ok(value.sampling),
+                    state: Ok(value.state),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileEstimateOutputCost {
+            by_tier: ::std::result::Result<
+                super::ProfileEstimateOutputCostByTier,
+                ::std::string::String,
+            >,
+            default_tier: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileEstimateOutputCost {
+            fn default() -> Self {
+                Self {
+                    by_tier: Err("no value supplied for by_tier".to_string()),
+                    default_tier: Err("no value supplied for default_tier".to_string()),
+                }
+            }
+        }
+        impl ProfileEstimateOutputCost {
+            pub fn by_tier<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileEstimateOutputCostByTier>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.by_tier = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for by_tier: {e}"));
+                self
+            }
+            pub fn default_tier<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.default_tier = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for default_tier: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileEstimateOutputCost> for super::ProfileEstimateOutputCost {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileEstimateOutputCost,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    by_tier: value.by_tier?,
+                    default_tier: value.default_tier?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileEstimateOutputCost> for ProfileEstimateOutputCost {
+            fn from(value: super::ProfileEstimateOutputCost) -> Self {
+                Self {
+                    by_tier: Ok(value.by_tier),
+                    default_tier: Ok(value.default_tier),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileEstimateOutputCostByTier {
+            lite: ::std::result::Result<super::ProfileTierCost, ::std::string::String>,
+            pro: ::std::result::Result<super::ProfileTierCost, ::std::string::String>,
+            standard: ::std::result::Result<super::ProfileTierCost, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileEstimateOutputCostByTier {
+            fn default() -> Self {
+                Self {
+                    lite: Err("no value supplied for lite".to_string()),
+                    pro: Err("no value supplied for pro".to_string()),
+                    standard: Err("no value supplied for standard".to_string()),
+                }
+            }
+        }
+        impl ProfileEstimateOutputCostByTier {
+            pub fn lite<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileTierCost>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.lite = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for lite: {e}"));
+                self
+            }
+            pub fn pro<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileTierCost>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pro = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pro: {e}"));
+                self
+            }
+            pub fn standard<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileTierCost>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.standard = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for standard: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileEstimateOutputCostByTier>
+            for super::ProfileEstimateOutputCostByTier
+        {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileEstimateOutputCostByTier,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    lite: value.lite?,
+                    pro: value.pro?,
+                    standard: value.standard?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileEstimateOutputCostByTier>
+            for ProfileEstimateOutputCostByTier
+        {
+            fn from(value: super::ProfileEstimateOutputCostByTier) -> Self {
+                Self {
+                    lite: Ok(value.lite),
+                    pro: Ok(value.pro),
+                    standard: Ok(value.standard),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileEstimateOutputDensity {
+            avg_doc_chars: ::std::result::Result<i64, ::std::string::String>,
+            entities_per_doc: ::std::result::Result<f64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileEstimateOutputDensity {
+            fn default() -> Self {
+                Self {
+                    avg_doc_chars: Err("no value supplied for avg_doc_chars".to_string()),
+                    entities_per_doc: Err("no value supplied for entities_per_doc".to_string()),
+                }
+            }
+        }
+        impl ProfileEstimateOutputDensity {
+            pub fn avg_doc_chars<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.avg_doc_chars = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for avg_doc_chars: {e}"));
+                self
+            }
+            pub fn entities_per_doc<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.entities_per_doc = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for entities_per_doc: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileEstimateOutputDensity> for super::ProfileEstimateOutputDensity {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileEstimateOutputDensity,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    avg_doc_chars: value.avg_doc_chars?,
+                    entities_per_doc: value.entities_per_doc?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileEstimateOutputDensity> for ProfileEstimateOutputDensity {
+            fn from(value: super::ProfileEstimateOutputDensity) -> Self {
+                Self {
+                    avg_doc_chars: Ok(value.avg_doc_chars),
+                    entities_per_doc: Ok(value.entities_per_doc),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileEstimateOutputG {
+            confidence: ::std::result::Result<::std::string::String, ::std::string::String>,
+            hi: ::std::result::Result<i64, ::std::string::String>,
+            lo: ::std::result::Result<i64, ::std::string::String>,
+            method: ::std::result::Result<::std::string::String, ::std::string::String>,
+            note: ::std::result::Result<::std::string::String, ::std::string::String>,
+            recurrence: ::std::result::Result<f64, ::std::string::String>,
+            value: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileEstimateOutputG {
+            fn default() -> Self {
+                Self {
+                    confidence: Err("no value supplied for confidence".to_string()),
+                    hi: Err("no value supplied for hi".to_string()),
+                    lo: Err("no value supplied for lo".to_string()),
+                    method: Err("no value supplied for method".to_string()),
+                    note: Err("no value supplied for note".to_string()),
+                    recurrence: Err("no value supplied for recurrence".to_string()),
+                    value: Err("no value supplied for value".to_string()),
+                }
+            }
+        }
+        impl ProfileEstimateOutputG {
+            pub fn confidence<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.confidence = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for confidence: {e}"));
+                self
+            }
+            pub fn hi<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.hi = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for hi: {e}"));
+                self
+            }
+            pub fn lo<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.lo = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for lo: {e}"));
+                self
+            }
+            pub fn method<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.method = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for method: {e}"));
+                self
+            }
+            pub fn note<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.note = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for note: {e}"));
+                self
+            }
+            pub fn recurrence<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.recurrence = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for recurrence: {e}"));
+                self
+            }
+            pub fn value<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.value = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for value: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileEstimateOutputG> for super::ProfileEstimateOutputG {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileEstimateOutputG,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    confidence: value.confidence?,
+                    hi: value.hi?,
+                    lo: value.lo?,
+                    method: value.method?,
+                    note: value.note?,
+                    recurrence: value.recurrence?,
+                    value: value.value?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileEstimateOutputG> for ProfileEstimateOutputG {
+            fn from(value: super::ProfileEstimateOutputG) -> Self {
+                Self {
+                    confidence: Ok(value.confidence),
+                    hi: Ok(value.hi),
+                    lo: Ok(value.lo),
+                    method: Ok(value.method),
+                    note: Ok(value.note),
+                    recurrence: Ok(value.recurrence),
+                    value: Ok(value.value),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileEstimateOutputSampling {
+            fraction: ::std::result::Result<f64, ::std::string::String>,
+            n_sampled: ::std::result::Result<i64, ::std::string::String>,
+            n_total: ::std::result::Result<i64, ::std::string::String>,
+            wall_s: ::std::result::Result<f64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileEstimateOutputSampling {
+            fn default() -> Self {
+                Self {
+                    fraction: Err("no value supplied for fraction".to_string()),
+                    n_sampled: Err("no value supplied for n_sampled".to_string()),
+                    n_total: Err("no value supplied for n_total".to_string()),
+                    wall_s: Err("no value supplied for wall_s".to_string()),
+                }
+            }
+        }
+        impl ProfileEstimateOutputSampling {
+            pub fn fraction<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.fraction = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for fraction: {e}"));
+                self
+            }
+            pub fn n_sampled<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.n_sampled = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for n_sampled: {e}"));
+                self
+            }
+            pub fn n_total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.n_total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for n_total: {e}"));
+                self
+            }
+            pub fn wall_s<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.wall_s = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for wall_s: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileEstimateOutputSampling>
+            for super::ProfileEstimateOutputSampling
+        {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileEstimateOutputSampling,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    fraction: value.fraction?,
+                    n_sampled: value.n_sampled?,
+                    n_total: value.n_total?,
+                    wall_s: value.wall_s?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileEstimateOutputSampling> for ProfileEstimateOutputSampling {
+            fn from(value: super::ProfileEstimateOutputSampling) -> Self {
+                Self {
+                    fraction: Ok(value.fraction),
+                    n_sampled: Ok(value.n_sampled),
+                    n_total: Ok(value.n_total),
+                    wall_s: Ok(value.wall_s),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileInput {
+            manifest: ::std::result::Result<super::Manifest, ::std::string::String>,
+            trigger: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileInput {
+            fn default() -> Self {
+                Self {
+                    manifest: Err("no value supplied for manifest".to_string()),
+                    trigger: Err("no value supplied for trigger".to_string()),
+                }
+            }
+        }
+        impl ProfileInput {
+            pub fn manifest<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::Manifest>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest: {e}"));
+                self
+            }
+            pub fn trigger<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.trigger = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for trigger: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileInput> for super::ProfileInput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileInput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    manifest: value.manifest?,
+                    trigger: value.trigger?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileInput> for ProfileInput {
+            fn from(value: super::ProfileInput) -> Self {
+                Self {
+                    manifest: Ok(value.manifest),
+                    trigger: Ok(value.trigger),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileTierCost {
+            time_s: ::std::result::Result<super::ProfileTierCostTimeS, ::std::string::String>,
+            tokens: ::std::result::Result<super::ProfileTierCostTokens, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileTierCost {
+            fn default() -> Self {
+                Self {
+                    time_s: Err("no value supplied for time_s".to_string()),
+                    tokens: Err("no value supplied for tokens".to_string()),
+                }
+            }
+        }
+        impl ProfileTierCost {
+            pub fn time_s<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileTierCostTimeS>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.time_s = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for time_s: {e}"));
+                self
+            }
+            pub fn tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::ProfileTierCostTokens>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileTierCost> for super::ProfileTierCost {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileTierCost,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    time_s: value.time_s?,
+                    tokens: value.tokens?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileTierCost> for ProfileTierCost {
+            fn from(value: super::ProfileTierCost) -> Self {
+                Self {
+                    time_s: Ok(value.time_s),
+                    tokens: Ok(value.tokens),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileTierCostTimeS {
+            hi: ::std::result::Result<i64, ::std::string::String>,
+            lo: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileTierCostTimeS {
+            fn default() -> Self {
+                Self {
+                    hi: Err("no value supplied for hi".to_string()),
+                    lo: Err("no value supplied for lo".to_string()),
+                }
+            }
+        }
+        impl ProfileTierCostTimeS {
+            pub fn hi<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.hi = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for hi: {e}"));
+                self
+            }
+            pub fn lo<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.lo = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for lo: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileTierCostTimeS> for super::ProfileTierCostTimeS {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileTierCostTimeS,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    hi: value.hi?,
+                    lo: value.lo?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileTierCostTimeS> for ProfileTierCostTimeS {
+            fn from(value: super::ProfileTierCostTimeS) -> Self {
+                Self {
+                    hi: Ok(value.hi),
+                    lo: Ok(value.lo),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProfileTierCostTokens {
+            hi: ::std::result::Result<i64, ::std::string::String>,
+            input: ::std::result::Result<i64, ::std::string::String>,
+            lo: ::std::result::Result<i64, ::std::string::String>,
+            output: ::std::result::Result<i64, ::std::string::String>,
+            point: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProfileTierCostTokens {
+            fn default() -> Self {
+                Self {
+                    hi: Err("no value supplied for hi".to_string()),
+                    input: Err("no value supplied for input".to_string()),
+                    lo: Err("no value supplied for lo".to_string()),
+                    output: Err("no value supplied for output".to_string()),
+                    point: Err("no value supplied for point".to_string()),
+                }
+            }
+        }
+        impl ProfileTierCostTokens {
+            pub fn hi<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.hi = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for hi: {e}"));
+                self
+            }
+            pub fn input<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.input = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for input: {e}"));
+                self
+            }
+            pub fn lo<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.lo = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for lo: {e}"));
+                self
+            }
+            pub fn output<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.output = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for output: {e}"));
+                self
+            }
+            pub fn point<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.point = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for point: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProfileTierCostTokens> for super::ProfileTierCostTokens {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProfileTierCostTokens,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    hi: value.hi?,
+                    input: value.input?,
+                    lo: value.lo?,
+                    output: value.output?,
+                    point: value.point?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProfileTierCostTokens> for ProfileTierCostTokens {
+            fn from(value: super::ProfileTierCostTokens) -> Self {
+                Self {
+                    hi: Ok(value.hi),
+                    input: Ok(value.input),
+                    lo: Ok(value.lo),
+                    output: Ok(value.output),
+                    point: Ok(value.point),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct Project {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for Project {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    name: Err("no value supplied for name".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                }
+            }
+        }
+        impl Project {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_at: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for updated_at: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<Project> for super::Project {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Project,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    id: value.id?,
+                    name: value.name?,
+                    updated_at: value.updated_at?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::Project> for Project {
+            fn from(value: super::Project) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    id: Ok(value.id),
+                    name: Ok(value.name),
+                    updated_at: Ok(value.updated_at),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ProjectWithWorkspaces {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            workspaces_required: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for ProjectWithWorkspaces {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    name: Err("no value supplied for name".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                    workspaces_required: Err(
+                        "no value supplied for workspaces_required".to_string()
+                    ),
+                }
+            }
+        }
+        impl ProjectWithWorkspaces {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_at: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for updated_at: {e}"));
+                self
+            }
+            pub fn workspaces_required<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.workspaces_required = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for workspaces_required: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ProjectWithWorkspaces> for super::ProjectWithWorkspaces {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ProjectWithWorkspaces,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    id: value.id?,
+                    name: value.name?,
+                    updated_at: value.updated_at?,
+                    workspaces_required: value.workspaces_required?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ProjectWithWorkspaces> for ProjectWithWorkspaces {
+            fn from(value: super::ProjectWithWorkspaces) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    id: Ok(value.id),
+                    name: Ok(value.name),
+                    updated_at: Ok(value.updated_at),
+                    workspaces_required: Ok(value.workspaces_required),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct Query {
+            citations:
+                ::std::result::Result<::std::vec::Vec<super::Citation>, ::std::string::String>,
+            comparison: ::std::result::Result<
+                ::std::option::Option<::std::vec::Vec<super::QueryComparisonMember>>,
+                ::std::string::String,
+            >,
+            created: ::std::result::Result<i64, ::std::string::String>,
+            error: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            feedback: ::std::result::Result<
+                ::std::option::Option<super::QueryFeedback>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            input: ::std::result::Result<
+                ::std::vec::Vec<super::QueryInputItem>,
+                ::std::string::String,
+            >,
+            model: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            object: ::std::result::Result<::std::string::String, ::std::string::String>,
+            output: ::std::result::Result<
+                ::std::vec::Vec<super::QueryOutputItem>,
+                ::std::string::String,
+            >,
+            output_json: ::std::result::Result<
+                ::std::option::Option<
+                    ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                >,
+                ::std::string::String,
+            >,
+            previous_query_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            rollup: ::std::result::Result<
+                ::std::option::Option<super::QueryRollup>,
+                ::std::string::String,
+            >,
+            runtime_ms: ::std::result::Result<i64, ::std::string::String>,
+            session_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<crate::QueryStatus, ::std::string::String>,
+            steps: ::std::result::Result<::std::vec::Vec<super::QueryStep>, ::std::string::String>,
+            synthesis: ::std::result::Result<
+                ::std::option::Option<super::QuerySynthesis>,
+                ::std::string::String,
+            >,
+            trace_ref: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            usage: ::std::result::Result<super::QueryUsage, ::std::string::String>,
+        }
+        impl ::std::default::Default for Query {
+            fn default() -> Self {
+                Self {
+                    citations: Err("no value supplied for citations".to_string()),
+                    comparison: Ok(Default::default()),
+                    created: Err("no value supplied for created".to_string()),
+                    error: Ok(Default::default()),
+                    feedback: Ok(Default::default()),
+                    id: Err("no value supplied for id".to_string()),
+                    input: Err("no value supplied for input".to_string()),
+                    model: Ok(Default::default()),
+                    object: Err("no value supplied for object".to_string()),
+                    output: Err("no value supplied for output".to_string()),
+                    output_json: Ok(Default::default()),
+                    previous_query_id: Ok(Default::default()),
+                    rollup: Ok(Default::default()),
+                    runtime_ms: Err("no value supplied for runtime_ms".to_string()),
+                    session_id: Err("no value supplied for session_id".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                    steps: Err("no value supplied for steps".to_string()),
+                    synthesis: Ok(Default::default()),
+                    trace_ref: Ok(Default::default()),
+                    usage: Err("no value supplied for usage".to_string()),
+                }
+            }
+        }
+        impl Query {
+            pub fn citations<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::Citation>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.citations = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for citations: {e}"));
+                self
+            }
+            pub fn comparison<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::std::vec::Vec<super::QueryComparisonMember>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.comparison = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for comparison: {e}"));
+                self
+            }
+            pub fn created<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created: {e}"));
+                self
+            }
+            pub fn error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.error = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for error: {e}"));
+                self
+            }
+            pub fn feedback<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::QueryFeedback>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.feedback = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for feedback: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn input<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::QueryInputItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.input = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for input: {e}"));
+                self
+            }
+            pub fn model<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.model = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for model: {e}"));
+                self
+            }
+            pub fn object<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.object = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for object: {e}"));
+                self
+            }
+            pub fn output<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::QueryOutputItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.output = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for output: {e}"));
+                self
+            }
+            pub fn output_json<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<
+                            ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                        >,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.output_json = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for output_json: {e}"));
+                self
+            }
+            pub fn previous_query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.previous_query_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for previous_query_id: {e}")
+                });
+                self
+            }
+            pub fn rollup<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::QueryRollup>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.rollup = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for rollup: {e}"));
+                self
+            }
+            pub fn runtime_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.runtime_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for runtime_ms: {e}"));
+                self
+            }
+            pub fn session_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.session_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for session_id: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<crate::QueryStatus>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn steps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::QueryStep>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.steps = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for steps: {e}"));
+                self
+            }
+            pub fn synthesis<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::QuerySynthesis>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.synthesis = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for synthesis: {e}"));
+                self
+            }
+            pub fn trace_ref<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.trace_ref = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for trace_ref: {e}"));
+                self
+            }
+            pub fn usage<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::QueryUsage>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.usage = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for usage: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<Query> for super::Query {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Query,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    citations: value.citations?,
+                    comparison: value.comparison?,
+                    created: value.created?,
+                    error: value.error?,
+                    feedback: value.feedback?,
+                    id: value.id?,
+                    input: value.input?,
+                    model: value.model?,
+                    object: value.object?,
+                    output: value.output?,
+                    output_json: value.output_json?,
+                    previous_query_id: value.previous_query_id?,
+                    rollup: value.rollup?,
+                    runtime_ms: value.runtime_ms?,
+                    session_id: value.session_id?,
+                    status: value.status?,
+                    steps: value.steps?,
+                    synthesis: value.synthesis?,
+                    trace_ref: value.trace_ref?,
+                    usage: value.usage?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::Query> for Query {
+            fn from(value: super::Query) -> Self {
+                Self {
+                    citations: Ok(value.citations),
+                    comparison: Ok(value.comparison),
+                    created: Ok(value.created),
+                    error: Ok(value.error),
+                    feedback: Ok(value.feedback),
+                    id: Ok(value.id),
+                    input: Ok(value.input),
+                    model: Ok(value.model),
+                    object: Ok(value.object),
+                    output: Ok(value.output),
+                    output_json: Ok(value.output_json),
+                    previous_query_id: Ok(value.previous_query_id),
+                    rollup: Ok(value.rollup),
+                    runtime_ms: Ok(value.runtime_ms),
+                    session_id: Ok(value.session_id),
+                    status: Ok(value.status),
+                    steps: Ok(value.steps),
+                    synthesis: Ok(value.synthesis),
+                    trace_ref: Ok(value.trace_ref),
+                    usage: Ok(value.usage),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryComparisonMember {
+            model: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            query_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            workflow: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for QueryComparisonMember {
+            fn default() -> Self {
+                Self {
+                    model: Ok(Default::default()),
+                    query_id: Err("no value supplied for query_id".to_string()),
+                    workflow: Err("no value supplied for workflow".to_string()),
+                }
+            }
+        }
+        impl QueryComparisonMember {
+            pub fn model<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.model = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for model: {e}"));
+                self
+            }
+            pub fn query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for query_id: {e}"));
+                self
+            }
+            pub fn workflow<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.workflow = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for workflow: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryComparisonMember> for super::QueryComparisonMember {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryComparisonMember,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    model: value.model?,
+                    query_id: value.query_id?,
+                    workflow: value.workflow?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryComparisonMember> for QueryComparisonMember {
+            fn from(value: super::QueryComparisonMember) -> Self {
+                Self {
+                    model: Ok(value.model),
+                    query_id: Ok(value.query_id),
+                    workflow: Ok(value.workflow),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryEvent {
+            answer_preview: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            by_category: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, i64>,
+                ::std::string::String,
+            >,
+            cache_read_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            cache_write_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            code: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            commentary: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            cum_input_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            cum_output_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            delta: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            duration_ms: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            error: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            fns: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            ms: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            n_steps: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            n_tool_calls: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            query_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            session_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            status: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            step_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            tokens_in: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_in_cache_write:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_in_cached:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_in_fresh:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_out: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            total_hits: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            trace_ref: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            type_: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for QueryEvent {
+            fn default() -> Self {
+                Self {
+                    answer_preview: Ok(Default::default()),
+                    by_category: Ok(Default::default()),
+                    cache_read_tokens: Ok(Default::default()),
+                    cache_write_tokens: Ok(Default::default()),
+                    code: Ok(Default::default()),
+                    commentary: Ok(Default::default()),
+                    cum_input_tokens: Ok(Default::default()),
+                    cum_output_tokens: Ok(Default::default()),
+                    delta: Ok(Default::default()),
+                    duration_ms: Ok(Default::default()),
+                    error: Ok(Default::default()),
+                    fns: Ok(Default::default()),
+                    ms: Ok(Default::default()),
+                    n_steps: Ok(Default::default()),
+                    n_tool_calls: Ok(Default::default()),
+                    query_id: Err("no value supplied for query_id".to_string()),
+                    session_id: Ok(Default::default()),
+                    status: Ok(Default::default()),
+                    step_id: Ok(Default::default()),
+                    tokens_in: Ok(Default::default()),
+                    tokens_in_cache_write: Ok(Default::default()),
+                    tokens_in_cached: Ok(Default::default()),
+                    tokens_in_fresh: Ok(Default::default()),
+                    tokens_out: Ok(Default::default()),
+                    total_hits: Ok(Default::default()),
+                    trace_ref: Ok(Default::default()),
+                    type_: Err("no value supplied for type_".to_string()),
+                }
+            }
+        }
+        impl QueryEvent {
+            pub fn answer_preview<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.answer_preview = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for answer_preview: {e}")
+                });
+                self
+            }
+            pub fn by_category<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::collections::HashMap<::std::string::String, i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.by_category = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for by_category: {e}"));
+                self
+            }
+            pub fn cache_read_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_read_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_read_tokens: {e}")
+                });
+                self
+            }
+            pub fn cache_write_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_write_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_write_tokens: {e}")
+                });
+                self
+            }
+            pub fn code<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.code = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for code: {e}"));
+                self
+            }
+            pub fn commentary<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commentary = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for commentary: {e}"));
+                self
+            }
+            pub fn cum_input_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cum_input_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cum_input_tokens: {e}")
+                });
+                self
+            }
+            pub fn cum_output_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cum_output_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cum_output_tokens: {e}")
+                });
+                self
+            }
+            pub fn delta<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.delta = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for delta: {e}"));
+                self
+            }
+            pub fn duration_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.duration_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for duration_ms: {e}"));
+                self
+            }
+            pub fn error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.error = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for error: {e}"));
+                self
+            }
+            pub fn fns<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.fns = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for fns: {e}"));
+                self
+            }
+            pub fn ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for ms: {e}"));
+                self
+            }
+            pub fn n_steps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.n_steps = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for n_steps: {e}"));
+                self
+            }
+            pub fn n_tool_calls<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.n_tool_calls = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for n_tool_calls: {e}"));
+                self
+            }
+            pub fn query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for query_id: {e}"));
+                self
+            }
+            pub fn session_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.session_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for session_id: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn step_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.step_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for step_id: {e}"));
+                self
+            }
+            pub fn tokens_in<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_in: {e}"));
+                self
+            }
+            pub fn tokens_in_cache_write<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in_cache_write = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_in_cache_write: {e}")
+                });
+                self
+            }
+            pub fn tokens_in_cached<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in_cached = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_in_cached: {e}")
+                });
+                self
+            }
+            pub fn tokens_in_fresh<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in_fresh = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_in_fresh: {e}")
+                });
+                self
+            }
+            pub fn tokens_out<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_out = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_out: {e}"));
+                self
+            }
+            pub fn total_hits<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_hits = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total_hits: {e}"));
+                self
+            }
+            pub fn trace_ref<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.trace_ref = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for trace_ref: {e}"));
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for type_: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryEvent> for super::QueryEvent {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryEvent,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    answer_preview: value.answer_preview?,
+                    by_category: value.by_category?,
+                    cache_read_tokens: value.cache_read_tokens?,
+                    cache_write_tokens: value.cache_write_tokens?,
+                    code: value.code?,
+                    commentary: value.commentary?,
+                    cum_input_tokens: value.cum_input_tokens?,
+                    cum_output_tokens: value.cum_output_tokens?,
+                    delta: value.delta?,
+                    duration_ms: value.duration_ms?,
+                    error: value.error?,
+                    fns: value.fns?,
+                    ms: value.ms?,
+                    n_steps: value.n_steps?,
+                    n_tool_calls: value.n_tool_calls?,
+                    query_id: value.query_id?,
+                    session_id: value.session_id?,
+                    status: value.status?,
+                    step_id: value.step_id?,
+                    tokens_in: value.tokens_in?,
+                    tokens_in_cache_write: value.tokens_in_cache_write?,
+                    tokens_in_cached: value.tokens_in_cached?,
+                    tokens_in_fresh: value.tokens_in_fresh?,
+                    tokens_out: value.tokens_out?,
+                    total_hits: value.total_hits?,
+                    trace_ref: value.trace_ref?,
+                    type_: value.type_?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryEvent> for QueryEvent {
+            fn from(value: super::QueryEvent) -> Self {
+                Self {
+                    answer_preview: Ok(value.answer_preview),
+                    by_category: Ok(value.by_category),
+                    cache_read_tokens: Ok(value.cache_read_tokens),
+                    cache_write_tokens: Ok(value.cache_write_tokens),
+                    code: Ok(value.code),
+                    commentary: Ok(value.commentary),
+                    cum_input_tokens: Ok(value.cum_input_tokens),
+                    cum_output_tokens: Ok(value.cum_output_tokens),
+                    delta: Ok(value.delta),
+                    duration_ms: Ok(value.duration_ms),
+                    error: Ok(value.error),
+                    fns: Ok(value.fns),
+                    ms: Ok(value.ms),
+                    n_steps: Ok(value.n_steps),
+                    n_tool_calls: Ok(value.n_tool_calls),
+                    query_id: Ok(value.query_id),
+                    session_id: Ok(value.session_id),
+                    status: Ok(value.status),
+                    step_id: Ok(value.step_id),
+                    tokens_in: Ok(value.tokens_in),
+                    tokens_in_cache_write: Ok(value.tokens_in_cache_write),
+                    tokens_in_cached: Ok(value.tokens_in_cached),
+                    tokens_in_fresh: Ok(value.tokens_in_fresh),
+                    tokens_out: Ok(value.tokens_out),
+                    total_hits: Ok(value.total_hits),
+                    trace_ref: Ok(value.trace_ref),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryFeedback {
+            comment: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            rating: ::std::result::Result<crate::Rating, ::std::string::String>,
+        }
+        impl ::std::default::Default for QueryFeedback {
+            fn default() -> Self {
+                Self {
+                    comment: Ok(Default::default()),
+                    rating: Err("no value supplied for rating".to_string()),
+                }
+            }
+        }
+        impl QueryFeedback {
+            pub fn comment<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.comment = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for comment: {e}"));
+                self
+            }
+            pub fn rating<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<crate::Rating>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.rating = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for rating: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryFeedback> for super::QueryFeedback {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryFeedback,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    comment: value.comment?,
+                    rating: value.rating?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryFeedback> for QueryFeedback {
+            fn from(value: super::QueryFeedback) -> Self {
+                Self {
+                    comment: Ok(value.comment),
+                    rating: Ok(value.rating),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryInputItem {
+            content: ::std::result::Result<::std::string::String, ::std::string::String>,
+            role: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for QueryInputItem {
+            fn default() -> Self {
+                Self {
+                    content: Err("no value supplied for content".to_string()),
+                    role: Err("no value supplied for role".to_string()),
+                }
+            }
+        }
+        impl QueryInputItem {
+            pub fn content<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.content = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for content: {e}"));
+                self
+            }
+            pub fn role<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.role = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for role: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryInputItem> for super::QueryInputItem {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryInputItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    content: value.content?,
+                    role: value.role?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryInputItem> for QueryInputItem {
+            fn from(value: super::QueryInputItem) -> Self {
+                Self {
+                    content: Ok(value.content),
+                    role: Ok(value.role),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryOutputItem {
+            content: ::std::result::Result<
+                ::std::vec::Vec<super::QueryOutputItemContentItem>,
+                ::std::string::String,
+            >,
+            role: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for QueryOutputItem {
+            fn default() -> Self {
+                Self {
+                    content: Err("no value supplied for content".to_string()),
+                    role: Err("no value supplied for role".to_string()),
+                }
+            }
+        }
+        impl QueryOutputItem {
+            pub fn content<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::QueryOutputItemContentItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.content = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for content: {e}"));
+                self
+            }
+            pub fn role<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.role = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for role: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryOutputItem> for super::QueryOutputItem {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryOutputItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    content: value.content?,
+                    role: value.role?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryOutputItem> for QueryOutputItem {
+            fn from(value: super::QueryOutputItem) -> Self {
+                Self {
+                    content: Ok(value.content),
+                    role: Ok(value.role),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryOutputItemContentItem {
+            text: ::std::result::Result<::std::string::String, ::std::string::String>,
+            type_: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for QueryOutputItemContentItem {
+            fn default() -> Self {
+                Self {
+                    text: Err("no value supplied for text".to_string()),
+                    type_: Err("no value supplied for type_".to_string()),
+                }
+            }
+        }
+        impl QueryOutputItemContentItem {
+            pub fn text<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.text = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for text: {e}"));
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for type_: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryOutputItemContentItem> for super::QueryOutputItemContentItem {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryOutputItemContentItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    text: value.text?,
+                    type_: value.type_?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryOutputItemContentItem> for QueryOutputItemContentItem {
+            fn from(value: super::QueryOutputItemContentItem) -> Self {
+                Self {
+                    text: Ok(value.text),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryRequest {
+            artifacts_only:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            ask: ::std::result::Result<::std::string::String, ::std::string::String>,
+            background: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            chunks_only: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            comparison_group: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            compose: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            guardrails: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            max_retrieved: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            max_retrieved_chars:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            max_steps: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            model: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            models: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            pointers_only:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            previous_query_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            retrieval_only:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            scope: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            session_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            shape: ::std::result::Result<
+                ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                ::std::string::String,
+            >,
+            stream: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            system_prompt: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            thinking_level: ::std::result::Result<
+                ::std::option::Option<crate::ThinkingLevel>,
+                ::std::string::String,
+            >,
+            timeout_seconds:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tools: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            workflow: ::std::result::Result<
+                ::std::option::Option<crate::Workflow>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for QueryRequest {
+            fn default() -> Self {
+                Self {
+                    artifacts_only: Ok(Default::default()),
+                    ask: Err("no value supplied for ask".to_string()),
+                    background: Ok(Default::default()),
+                    chunks_only: Ok(Default::default()),
+                    comparison_group: Ok(Default::default()),
+                    compose: Ok(Default::default()),
+                    guardrails: Ok(Default::default()),
+                    max_retrieved: Ok(Default::default()),
+                    max_retrieved_chars: Ok(Default::default()),
+                    max_steps: Ok(Default::default()),
+                    model: Ok(Default::default()),
+                    models: Ok(Default::default()),
+                    pointers_only: Ok(Default::default()),
+                    previous_query_id: Ok(Default::default()),
+                    retrieval_only: Ok(Default::default()),
+                    scope: Ok(Default::default()),
+                    session_id: Ok(Default::default()),
+                    shape: Ok(Default::default()),
+                    stream: Ok(Default::default()),
+                    system_prompt: Ok(Default::default()),
+                    thinking_level: Ok(Default::default()),
+                    timeout_seconds: Ok(Default::default()),
+                    tools: Ok(Default::default()),
+                    workflow: Ok(Default::default()),
+                }
+            }
+        }
+        impl QueryRequest {
+            pub fn artifacts_only<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_only = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_only: {e}")
+                });
+                self
+            }
+            pub fn ask<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ask = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for ask: {e}"));
+                self
+            }
+            pub fn background<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.background = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for background: {e}"));
+                self
+            }
+            pub fn chunks_only<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunks_only = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for chunks_only: {e}"));
+                self
+            }
+            pub fn comparison_group<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.comparison_group = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for comparison_group: {e}")
+                });
+                self
+            }
+            pub fn compose<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.compose = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for compose: {e}"));
+                self
+            }
+            pub fn guardrails<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.guardrails = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for guardrails: {e}"));
+                self
+            }
+            pub fn max_retrieved<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_retrieved = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for max_retrieved: {e}"));
+                self
+            }
+            pub fn max_retrieved_chars<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_retrieved_chars = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_retrieved_chars: {e}")
+                });
+                self
+            }
+            pub fn max_steps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_steps = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for max_steps: {e}"));
+                self
+            }
+            pub fn model<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.model = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for model: {e}"));
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn pointers_only<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pointers_only = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pointers_only: {e}"));
+                self
+            }
+            pub fn previous_query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.previous_query_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for previous_query_id: {e}")
+                });
+                self
+            }
+            pub fn retrieval_only<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.retrieval_only = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for retrieval_only: {e}")
+                });
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+            pub fn session_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.session_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for session_id: {e}"));
+                self
+            }
+            pub fn shape<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.shape = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for shape: {e}"));
+                self
+            }
+            pub fn stream<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.stream = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for stream: {e}"));
+                self
+            }
+            pub fn system_prompt<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.system_prompt = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for system_prompt: {e}"));
+                self
+            }
+            pub fn thinking_level<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<crate::ThinkingLevel>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.thinking_level = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for thinking_level: {e}")
+                });
+                self
+            }
+            pub fn timeout_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.timeout_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for timeout_seconds: {e}")
+                });
+                self
+            }
+            pub fn tools<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tools = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tools: {e}"));
+                self
+            }
+            pub fn workflow<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<crate::Workflow>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.workflow = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for workflow: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryRequest> for super::QueryRequest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryRequest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    artifacts_only: value.artifacts_only?,
+                    ask: value.ask?,
+                    background: value.background?,
+                    chunks_only: value.chunks_only?,
+                    comparison_group: value.comparison_group?,
+                    compose: value.compose?,
+                    guardrails: value.guardrails?,
+                    max_retrieved: value.max_retrieved?,
+                    max_retrieved_chars: value.max_retrieved_chars?,
+                    max_steps: value.max_steps?,
+                    model: value.model?,
+                    models: value.models?,
+                    pointers_only: value.pointers_only?,
+                    previous_query_id: value.previous_query_id?,
+                    retrieval_only: value.retrieval_only?,
+                    scope: value.scope?,
+                    session_id: value.session_id?,
+                    shape: value.shape?,
+                    stream: value.stream?,
+                    system_prompt: value.system_prompt?,
+                    thinking_level: value.thinking_level?,
+                    timeout_seconds: value.timeout_seconds?,
+                    tools: value.tools?,
+                    workflow: value.workflow?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryRequest> for QueryRequest {
+            fn from(value: super::QueryRequest) -> Self {
+                Self {
+                    artifacts_only: Ok(value.artifacts_only),
+                    ask: Ok(value.ask),
+                    background: Ok(value.background),
+                    chunks_only: Ok(value.chunks_only),
+                    comparison_group: Ok(value.comparison_group),
+                    compose: Ok(value.compose),
+                    guardrails: Ok(value.guardrails),
+                    max_retrieved: Ok(value.max_retrieved),
+                    max_retrieved_chars: Ok(value.max_retrieved_chars),
+                    max_steps: Ok(value.max_steps),
+                    model: Ok(value.model),
+                    models: Ok(value.models),
+                    pointers_only: Ok(value.pointers_only),
+                    previous_query_id: Ok(value.previous_query_id),
+                    retrieval_only: Ok(value.retrieval_only),
+                    scope: Ok(value.scope),
+                    session_id: Ok(value.session_id),
+                    shape: Ok(value.shape),
+                    stream: Ok(value.stream),
+                    system_prompt: Ok(value.system_prompt),
+                    thinking_level: Ok(value.thinking_level),
+                    timeout_seconds: Ok(value.timeout_seconds),
+                    tools: Ok(value.tools),
+                    workflow: Ok(value.workflow),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryRollup {
+            by_category: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, i64>,
+                ::std::string::String,
+            >,
+            cache_read_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            cache_write_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            duration_ms: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            n_steps: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            n_tool_calls: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            query_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            total_hits: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            type_: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for QueryRollup {
+            fn default() -> Self {
+                Self {
+                    by_category: Ok(Default::default()),
+                    cache_read_tokens: Ok(Default::default()),
+                    cache_write_tokens: Ok(Default::default()),
+                    duration_ms: Ok(Default::default()),
+                    n_steps: Ok(Default::default()),
+                    n_tool_calls: Ok(Default::default()),
+                    query_id: Ok(Default::default()),
+                    total_hits: Ok(Default::default()),
+                    type_: Ok(Default::default()),
+                }
+            }
+        }
+        impl QueryRollup {
+            pub fn by_category<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::collections::HashMap<::std::string::String, i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.by_category = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for by_category: {e}"));
+                self
+            }
+            pub fn cache_read_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_read_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_read_tokens: {e}")
+                });
+                self
+            }
+            pub fn cache_write_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_write_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_write_tokens: {e}")
+                });
+                self
+            }
+            pub fn duration_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.duration_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for duration_ms: {e}"));
+                self
+            }
+            pub fn n_steps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.n_steps = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for n_steps: {e}"));
+                self
+            }
+            pub fn n_tool_calls<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.n_tool_calls = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for n_tool_calls: {e}"));
+                self
+            }
+            pub fn query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for query_id: {e}"));
+                self
+            }
+            pub fn total_hits<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_hits = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total_hits: {e}"));
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for type_: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryRollup> for super::QueryRollup {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryRollup,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    by_category: value.by_category?,
+                    cache_read_tokens: value.cache_read_tokens?,
+                    cache_write_tokens: value.cache_write_tokens?,
+                    duration_ms: value.duration_ms?,
+                    n_steps: value.n_steps?,
+                    n_tool_calls: value.n_tool_calls?,
+                    query_id: value.query_id?,
+                    total_hits: value.total_hits?,
+                    type_: value.type_?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryRollup> for QueryRollup {
+            fn from(value: super::QueryRollup) -> Self {
+                Self {
+                    by_category: Ok(value.by_category),
+                    cache_read_tokens: Ok(value.cache_read_tokens),
+                    cache_write_tokens: Ok(value.cache_write_tokens),
+                    duration_ms: Ok(value.duration_ms),
+                    n_steps: Ok(value.n_steps),
+                    n_tool_calls: Ok(value.n_tool_calls),
+                    query_id: Ok(value.query_id),
+                    total_hits: Ok(value.total_hits),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryStep {
+            code: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            commentary: ::std::result::Result<::std::string::String, ::std::string::String>,
+            cum_input_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            cum_output_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            fns: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+            step_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for QueryStep {
+            fn default() -> Self {
+                Self {
+                    code: Ok(Default::default()),
+                    commentary: Err("no value supplied for commentary".to_string()),
+                    cum_input_tokens: Ok(Default::default()),
+                    cum_output_tokens: Ok(Default::default()),
+                    fns: Ok(Default::default()),
+                    status: Err("no value supplied for status".to_string()),
+                    step_id: Err("no value supplied for step_id".to_string()),
+                }
+            }
+        }
+        impl QueryStep {
+            pub fn code<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.code = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for code: {e}"));
+                self
+            }
+            pub fn commentary<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commentary = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for commentary: {e}"));
+                self
+            }
+            pub fn cum_input_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cum_input_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cum_input_tokens: {e}")
+                });
+                self
+            }
+            pub fn cum_output_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cum_output_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cum_output_tokens: {e}")
+                });
+                self
+            }
+            pub fn fns<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.fns = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for fns: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn step_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.step_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for step_id: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryStep> for super::QueryStep {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryStep,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    code: value.code?,
+                    commentary: value.commentary?,
+                    cum_input_tokens: value.cum_input_tokens?,
+                    cum_output_tokens: value.cum_output_tokens?,
+                    fns: value.fns?,
+                    status: value.status?,
+                    step_id: value.step_id?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryStep> for QueryStep {
+            fn from(value: super::QueryStep) -> Self {
+                Self {
+                    code: Ok(value.code),
+                    commentary: Ok(value.commentary),
+                    cum_input_tokens: Ok(value.cum_input_tokens),
+                    cum_output_tokens: Ok(value.cum_output_tokens),
+                    fns: Ok(value.fns),
+                    status: Ok(value.status),
+                    step_id: Ok(value.step_id),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QuerySynthesis {
+            answer_preview: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            ms: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            query_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            status: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            tokens_in: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_in_cache_write:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_in_cached:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_in_fresh:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_out: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            type_: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for QuerySynthesis {
+            fn default() -> Self {
+                Self {
+                    answer_preview: Ok(Default::default()),
+                    ms: Ok(Default::default()),
+                    query_id: Ok(Default::default()),
+                    status: Ok(Default::default()),
+                    tokens_in: Ok(Default::default()),
+                    tokens_in_cache_write: Ok(Default::default()),
+                    tokens_in_cached: Ok(Default::default()),
+                    tokens_in_fresh: Ok(Default::default()),
+                    tokens_out: Ok(Default::default()),
+                    type_: Ok(Default::default()),
+                }
+            }
+        }
+        impl QuerySynthesis {
+            pub fn answer_preview<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.answer_preview = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for answer_preview: {e}")
+                });
+                self
+            }
+            pub fn ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for ms: {e}"));
+                self
+            }
+            pub fn query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for query_id: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn tokens_in<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_in: {e}"));
+                self
+            }
+            pub fn tokens_in_cache_write<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in_cache_write = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_in_cache_write: {e}")
+                });
+                self
+            }
+            pub fn tokens_in_cached<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in_cached = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_in_cached: {e}")
+                });
+                self
+            }
+            pub fn tokens_in_fresh<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in_fresh = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_in_fresh: {e}")
+                });
+                self
+            }
+            pub fn tokens_out<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_out = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_out: {e}"));
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for type_: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QuerySynthesis> for super::QuerySynthesis {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QuerySynthesis,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    answer_preview: value.answer_preview?,
+                    ms: value.ms?,
+                    query_id: value.query_id?,
+                    status: value.status?,
+                    tokens_in: value.tokens_in?,
+                    tokens_in_cache_write: value.tokens_in_cache_write?,
+                    tokens_in_cached: value.tokens_in_cached?,
+                    tokens_in_fresh: value.tokens_in_fresh?,
+                    tokens_out: value.tokens_out?,
+                    type_: value.type_?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QuerySynthesis> for QuerySynthesis {
+            fn from(value: super::QuerySynthesis) -> Self {
+                Self {
+                    answer_preview: Ok(value.answer_preview),
+                    ms: Ok(value.ms),
+                    query_id: Ok(value.query_id),
+                    status: Ok(value.status),
+                    tokens_in: Ok(value.tokens_in),
+                    tokens_in_cache_write: Ok(value.tokens_in_cache_write),
+                    tokens_in_cached: Ok(value.tokens_in_cached),
+                    tokens_in_fresh: Ok(value.tokens_in_fresh),
+                    tokens_out: Ok(value.tokens_out),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct QueryUsage {
+            input_tokens: ::std::result::Result<i64, ::std::string::String>,
+            output_tokens: ::std::result::Result<i64, ::std::string::String>,
+            total_tokens: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for QueryUsage {
+            fn default() -> Self {
+                Self {
+                    input_tokens: Err("no value supplied for input_tokens".to_string()),
+                    output_tokens: Err("no value supplied for output_tokens".to_string()),
+                    total_tokens: Err("no value supplied for total_tokens".to_string()),
+                }
+            }
+        }
+        impl QueryUsage {
+            pub fn input_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.input_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for input_tokens: {e}"));
+                self
+            }
+            pub fn output_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.output_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for output_tokens: {e}"));
+                self
+            }
+            pub fn total_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total_tokens: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<QueryUsage> for super::QueryUsage {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: QueryUsage,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    input_tokens: value.input_tokens?,
+                    output_tokens: value.output_tokens?,
+                    total_tokens: value.total_tokens?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::QueryUsage> for QueryUsage {
+            fn from(value: super::QueryUsage) -> Self {
+                Self {
+                    input_tokens: Ok(value.input_tokens),
+                    output_tokens: Ok(value.output_tokens),
+                    total_tokens: Ok(value.total_tokens),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct RestoreInput {
+            pack_filename: ::std::result::Result<::std::string::String, ::std::string::String>,
+            pack_key: ::std::result::Result<::std::string::String, ::std::string::String>,
+            target_context_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            target_name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            target_slug: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for RestoreInput {
+            fn default() -> Self {
+                Self {
+                    pack_filename: Err("no value supplied for pack_filename".to_string()),
+                    pack_key: Err("no value supplied for pack_key".to_string()),
+                    target_context_id: Err("no value supplied for target_context_id".to_string()),
+                    target_name: Err("no value supplied for target_name".to_string()),
+                    target_slug: Err("no value supplied for target_slug".to_string()),
+                }
+            }
+        }
+        impl RestoreInput {
+            pub fn pack_filename<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pack_filename = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pack_filename: {e}"));
+                self
+            }
+            pub fn pack_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pack_key = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pack_key: {e}"));
+                self
+            }
+            pub fn target_context_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.target_context_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for target_context_id: {e}")
+                });
+                self
+            }
+            pub fn target_name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.target_name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for target_name: {e}"));
+                self
+            }
+            pub fn target_slug<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.target_slug = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for target_slug: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<RestoreInput> for super::RestoreInput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: RestoreInput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    pack_filename: value.pack_filename?,
+                    pack_key: value.pack_key?,
+                    target_context_id: value.target_context_id?,
+                    target_name: value.target_name?,
+                    target_slug: value.target_slug?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::RestoreInput> for RestoreInput {
+            fn from(value: super::RestoreInput) -> Self {
+                Self {
+                    pack_filename: Ok(value.pack_filename),
+                    pack_key: Ok(value.pack_key),
+                    target_context_id: Ok(value.target_context_id),
+                    target_name: Ok(value.target_name),
+                    target_slug: Ok(value.target_slug),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct RestoreTaskOutput {
+            completed_at: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            corpus_groups_set:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            knowledge_count:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            knowledge_staged:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            manifest_set: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            pack_filename: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            pack_size: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            sources_count: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            sources_staged:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            stage_progress: ::std::result::Result<
+                ::std::option::Option<super::RestoreTaskOutputStageProgress>,
+                ::std::string::String,
+            >,
+            started_at: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            target_context_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            target_slug: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for RestoreTaskOutput {
+            fn default() -> Self {
+                Self {
+                    completed_at: Ok(Default::default()),
+                    corpus_groups_set: Ok(Default::default()),
+                    knowledge_count: Ok(Default::default()),
+                    knowledge_staged: Ok(Default::default()),
+                    manifest_set: Ok(Default::default()),
+                    pack_filename: Ok(Default::default()),
+                    pack_size: Ok(Default::default()),
+                    sources_count: Ok(Default::default()),
+                    sources_staged: Ok(Default::default()),
+                    stage_progress: Ok(Default::default()),
+                    started_at: Ok(Default::default()),
+                    state: Err("no value supplied for state".to_string()),
+                    target_context_id: Ok(Default::default()),
+                    target_slug: Ok(Default::default()),
+                }
+            }
+        }
+        impl RestoreTaskOutput {
+            pub fn completed_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.completed_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for completed_at: {e}"));
+                self
+            }
+            pub fn corpus_groups_set<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.corpus_groups_set = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for corpus_groups_set: {e}")
+                });
+                self
+            }
+            pub fn knowledge_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.knowledge_count = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for knowledge_count: {e}")
+                });
+                self
+            }
+            pub fn knowledge_staged<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.knowledge_staged = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for knowledge_staged: {e}")
+                });
+                self
+            }
+            pub fn manifest_set<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest_set = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest_set: {e}"));
+                self
+            }
+            pub fn pack_filename<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pack_filename = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pack_filename: {e}"));
+                self
+            }
+            pub fn pack_size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pack_size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pack_size: {e}"));
+                self
+            }
+            pub fn sources_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sources_count = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for sources_count: {e}"));
+                self
+            }
+            pub fn sources_staged<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.sources_staged = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for sources_staged: {e}")
+                });
+                self
+            }
+            pub fn stage_progress<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<super::RestoreTaskOutputStageProgress>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.stage_progress = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for stage_progress: {e}")
+                });
+                self
+            }
+            pub fn started_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.started_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for started_at: {e}"));
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for state: {e}"));
+                self
+            }
+            pub fn target_context_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.target_context_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for target_context_id: {e}")
+                });
+                self
+            }
+            pub fn target_slug<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.target_slug = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for target_slug: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<RestoreTaskOutput> for super::RestoreTaskOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: RestoreTaskOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    completed_at: value.completed_at?,
+                    corpus_groups_set: value.corpus_groups_set?,
+                    knowledge_count: value.knowledge_count?,
+                    knowledge_staged: value.knowledge_staged?,
+                    manifest_set: value.manifest_set?,
+                    pack_filename: value.pack_filename?,
+                    pack_size: value.pack_size?,
+                    sources_count: value.sources_count?,
+                    sources_staged: value.sources_staged?,
+                    stage_progress: value.stage_progress?,
+                    started_at: value.started_at?,
+                    state: value.state?,
+                    target_context_id: value.target_context_id?,
+                    target_slug: value.target_slug?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::RestoreTaskOutput> for RestoreTaskOutput {
+            fn from(value: super::RestoreTaskOutput) -> Self {
+                Self {
+                    completed_at: Ok(value.completed_at),
+                    corpus_groups_set: Ok(value.corpus_groups_set),
+                    knowledge_count: Ok(value.knowledge_count),
+                    knowledge_staged: Ok(value.knowledge_staged),
+                    manifest_set: Ok(value.manifest_set),
+                    pack_filename: Ok(value.pack_filename),
+                    pack_size: Ok(value.pack_size),
+                    sources_count: Ok(value.sources_count),
+                    sources_staged: Ok(value.sources_staged),
+                    stage_progress: Ok(value.stage_progress),
+                    started_at: Ok(value.started_at),
+                    state: Ok(value.state),
+                    target_context_id: Ok(value.target_context_id),
+                    target_slug: Ok(value.target_slug),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct RestoreTaskOutputStageProgress {
+            done: ::std::result::Result<i64, ::std::string::String>,
+            phase: ::std::result::Result<::std::string::String, ::std::string::String>,
+            total: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for RestoreTaskOutputStageProgress {
+            fn default() -> Self {
+                Self {
+                    done: Err("no value supplied for done".to_string()),
+                    phase: Err("no value supplied for phase".to_string()),
+                    total: Err("no value supplied for total".to_string()),
+                }
+            }
+        }
+        impl RestoreTaskOutputStageProgress {
+            pub fn done<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.done = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for done: {e}"));
+                self
+            }
+            pub fn phase<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.phase = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for phase: {e}"));
+                self
+            }
+            pub fn total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<RestoreTaskOutputStageProgress>
+            for super::RestoreTaskOutputStageProgress
+        {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: RestoreTaskOutputStageProgress,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    done: value.done?,
+                    phase: value.phase?,
+                    total: value.total?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::RestoreTaskOutputStageProgress>
+            for RestoreTaskOutputStageProgress
+        {
+            fn from(value: super::RestoreTaskOutputStageProgress) -> Self {
+                Self {
+                    done: Ok(value.done),
+                    phase: Ok(value.phase),
+                    total: Ok(value.total),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SeamUsage {
+            embed_tokens: ::std::result::Result<i64, ::std::string::String>,
+            kind: ::std::result::Result<::std::string::String, ::std::string::String>,
+            rerank_units: ::std::result::Result<i64, ::std::string::String>,
+            tier: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for SeamUsage {
+            fn default() -> Self {
+                Self {
+                    embed_tokens: Err("no value supplied for embed_tokens".to_string()),
+                    kind: Err("no value supplied for kind".to_string()),
+                    rerank_units: Err("no value supplied for rerank_units".to_string()),
+                    tier: Err("no value supplied for tier".to_string()),
+                }
+            }
+        }
+        impl SeamUsage {
+            pub fn embed_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.embed_tokens = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for embed_tokens: {e}"));
+                self
+            }
+            pub fn kind<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.kind = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for kind: {e}"));
+                self
+            }
+            pub fn rerank_units<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.rerank_units = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for rerank_units: {e}"));
+                self
+            }
+            pub fn tier<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tier = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tier: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SeamUsage> for super::SeamUsage {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SeamUsage,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    embed_tokens: value.embed_tokens?,
+                    kind: value.kind?,
+                    rerank_units: value.rerank_units?,
+                    tier: value.tier?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SeamUsage> for SeamUsage {
+            fn from(value: super::SeamUsage) -> Self {
+                Self {
+                    embed_tokens: Ok(value.embed_tokens),
+                    kind: Ok(value.kind),
+                    rerank_units: Ok(value.rerank_units),
+                    tier: Ok(value.tier),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SearchCcTurnCompletedOutput {
+            answer: ::std::result::Result<::std::string::String, ::std::string::String>,
+            citations: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            latency_ms: ::std::result::Result<i64, ::std::string::String>,
+            query_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+            steps: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for SearchCcTurnCompletedOutput {
+            fn default() -> Self {
+                Self {
+                    answer: Err("no value supplied for answer".to_string()),
+                    citations: Err("no value supplied for citations".to_string()),
+                    latency_ms: Err("no value supplied for latency_ms".to_string()),
+                    query_id: Err("no value supplied for query_id".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                    steps: Err("no value supplied for steps".to_string()),
+                }
+            }
+        }
+        impl SearchCcTurnCompletedOutput {
+            pub fn answer<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.answer = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for answer: {e}"));
+                self
+            }
+            pub fn citations<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.citations = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for citations: {e}"));
+                self
+            }
+            pub fn latency_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.latency_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for latency_ms: {e}"));
+                self
+            }
+            pub fn query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for query_id: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn steps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.steps = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for steps: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SearchCcTurnCompletedOutput> for super::SearchCcTurnCompletedOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SearchCcTurnCompletedOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    answer: value.answer?,
+                    citations: value.citations?,
+                    latency_ms: value.latency_ms?,
+                    query_id: value.query_id?,
+                    status: value.status?,
+                    steps: value.steps?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SearchCcTurnCompletedOutput> for SearchCcTurnCompletedOutput {
+            fn from(value: super::SearchCcTurnCompletedOutput) -> Self {
+                Self {
+                    answer: Ok(value.answer),
+                    citations: Ok(value.citations),
+                    latency_ms: Ok(value.latency_ms),
+                    query_id: Ok(value.query_id),
+                    status: Ok(value.status),
+                    steps: Ok(value.steps),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SearchInput {
+            ask: ::std::result::Result<::std::string::String, ::std::string::String>,
+            comparison_group: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            instructions: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            messages: ::std::result::Result<
+                ::std::vec::Vec<super::SearchInputMessagesItem>,
+                ::std::string::String,
+            >,
+            models: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            query_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            retrieval: ::std::result::Result<super::SearchInputRetrieval, ::std::string::String>,
+            scope: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            session_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            shape: ::std::result::Result<
+                ::std::option::Option<
+                    ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                >,
+                ::std::string::String,
+            >,
+            tools: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            turn_timeout_seconds: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for SearchInput {
+            fn default() -> Self {
+                Self {
+                    ask: Err("no value supplied for ask".to_string()),
+                    comparison_group: Err("no value supplied for comparison_group".to_string()),
+                    instructions: Err("no value supplied for instructions".to_string()),
+                    messages: Err("no value supplied for messages".to_string()),
+                    models: Err("no value supplied for models".to_string()),
+                    query_id: Err("no value supplied for query_id".to_string()),
+                    retrieval: Err("no value supplied for retrieval".to_string()),
+                    scope: Err("no value supplied for scope".to_string()),
+                    session_id: Err("no value supplied for session_id".to_string()),
+                    shape: Err("no value supplied for shape".to_string()),
+                    tools: Err("no value supplied for tools".to_string()),
+                    turn_timeout_seconds: Err(
+                        "no value supplied for turn_timeout_seconds".to_string()
+                    ),
+                }
+            }
+        }
+        impl SearchInput {
+            pub fn ask<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ask = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for ask: {e}"));
+                self
+            }
+            pub fn comparison_group<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.comparison_group = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for comparison_group: {e}")
+                });
+                self
+            }
+            pub fn instructions<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.instructions = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for instructions: {e}"));
+                self
+            }
+            pub fn messages<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::SearchInputMessagesItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.messages = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for messages: {e}"));
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for query_id: {e}"));
+                self
+            }
+            pub fn retrieval<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::SearchInputRetrieval>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.retrieval = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for retrieval: {e}"));
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+            pub fn session_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.session_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for session_id: {e}"));
+                self
+            }
+            pub fn shape<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<
+                            ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                        >,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.shape = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for shape: {e}"));
+                self
+            }
+            pub fn tools<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tools = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tools: {e}"));
+                self
+            }
+            pub fn turn_timeout_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.turn_timeout_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for turn_timeout_seconds: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SearchInput> for super::SearchInput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SearchInput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    ask: value.ask?,
+                    comparison_group: value.comparison_group?,
+                    instructions: value.instructions?,
+                    messages: value.messages?,
+                    models: value.models?,
+                    query_id: value.query_id?,
+                    retrieval: value.retrieval?,
+                    scope: value.scope?,
+                    session_id: value.session_id?,
+                    shape: value.shape?,
+                    tools: value.tools?,
+                    turn_timeout_seconds: value.turn_timeout_seconds?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SearchInput> for SearchInput {
+            fn from(value: super::SearchInput) -> Self {
+                Self {
+                    ask: Ok(value.ask),
+                    comparison_group: Ok(value.comparison_group),
+                    instructions: Ok(value.instructions),
+                    messages: Ok(value.messages),
+                    models: Ok(value.models),
+                    query_id: Ok(value.query_id),
+                    retrieval: Ok(value.retrieval),
+                    scope: Ok(value.scope),
+                    session_id: Ok(value.session_id),
+                    shape: Ok(value.shape),
+                    tools: Ok(value.tools),
+                    turn_timeout_seconds: Ok(value.turn_timeout_seconds),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SearchInputMessagesItem {
+            content: ::std::result::Result<::std::string::String, ::std::string::String>,
+            role: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for SearchInputMessagesItem {
+            fn default() -> Self {
+                Self {
+                    content: Err("no value supplied for content".to_string()),
+                    role: Err("no value supplied for role".to_string()),
+                }
+            }
+        }
+        impl SearchInputMessagesItem {
+            pub fn content<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.content = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for content: {e}"));
+                self
+            }
+            pub fn role<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.role = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for role: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SearchInputMessagesItem> for super::SearchInputMessagesItem {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SearchInputMessagesItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    content: value.content?,
+                    role: value.role?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SearchInputMessagesItem> for SearchInputMessagesItem {
+            fn from(value: super::SearchInputMessagesItem) -> Self {
+                Self {
+                    content: Ok(value.content),
+                    role: Ok(value.role),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SearchInputRetrieval {
+            artifacts_only:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            chunks_only: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            compose: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            max_retrieved: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            max_retrieved_chars:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            max_steps: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            pointers_only:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            retrieval_only:
+                ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            thinking_level: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for SearchInputRetrieval {
+            fn default() -> Self {
+                Self {
+                    artifacts_only: Err("no value supplied for artifacts_only".to_string()),
+                    chunks_only: Err("no value supplied for chunks_only".to_string()),
+                    compose: Err("no value supplied for compose".to_string()),
+                    max_retrieved: Err("no value supplied for max_retrieved".to_string()),
+                    max_retrieved_chars: Err(
+                        "no value supplied for max_retrieved_chars".to_string()
+                    ),
+                    max_steps: Err("no value supplied for max_steps".to_string()),
+                    pointers_only: Err("no value supplied for pointers_only".to_string()),
+                    retrieval_only: Err("no value supplied for retrieval_only".to_string()),
+                    thinking_level: Err("no value supplied for thinking_level".to_string()),
+                }
+            }
+        }
+        impl SearchInputRetrieval {
+            pub fn artifacts_only<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.artifacts_only = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for artifacts_only: {e}")
+                });
+                self
+            }
+            pub fn chunks_only<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.chunks_only = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for chunks_only: {e}"));
+                self
+            }
+            pub fn compose<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.compose = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for compose: {e}"));
+                self
+            }
+            pub fn max_retrieved<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_retrieved = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for max_retrieved: {e}"));
+                self
+            }
+            pub fn max_retrieved_chars<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_retrieved_chars = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_retrieved_chars: {e}")
+                });
+                self
+            }
+            pub fn max_steps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_steps = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for max_steps: {e}"));
+                self
+            }
+            pub fn pointers_only<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pointers_only = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pointers_only: {e}"));
+                self
+            }
+            pub fn retrieval_only<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.retrieval_only = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for retrieval_only: {e}")
+                });
+                self
+            }
+            pub fn thinking_level<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.thinking_level = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for thinking_level: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SearchInputRetrieval> for super::SearchInputRetrieval {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SearchInputRetrieval,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    artifacts_only: value.artifacts_only?,
+                    chunks_only: value.chunks_only?,
+                    compose: value.compose?,
+                    max_retrieved: value.max_retrieved?,
+                    max_retrieved_chars: value.max_retrieved_chars?,
+                    max_steps: value.max_steps?,
+                    pointers_only: value.pointers_only?,
+                    retrieval_only: value.retrieval_only?,
+                    thinking_level: value.thinking_level?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SearchInputRetrieval> for SearchInputRetrieval {
+            fn from(value: super::SearchInputRetrieval) -> Self {
+                Self {
+                    artifacts_only: Ok(value.artifacts_only),
+                    chunks_only: Ok(value.chunks_only),
+                    compose: Ok(value.compose),
+                    max_retrieved: Ok(value.max_retrieved),
+                    max_retrieved_chars: Ok(value.max_retrieved_chars),
+                    max_steps: Ok(value.max_steps),
+                    pointers_only: Ok(value.pointers_only),
+                    retrieval_only: Ok(value.retrieval_only),
+                    thinking_level: Ok(value.thinking_level),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SearchTurnCompletedOutput {
+            answer: ::std::result::Result<::std::string::String, ::std::string::String>,
+            citations: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            latency_ms: ::std::result::Result<i64, ::std::string::String>,
+            output_json: ::std::result::Result<
+                ::std::option::Option<
+                    ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                >,
+                ::std::string::String,
+            >,
+            query_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for SearchTurnCompletedOutput {
+            fn default() -> Self {
+                Self {
+                    answer: Err("no value supplied for answer".to_string()),
+                    citations: Err("no value supplied for citations".to_string()),
+                    latency_ms: Err("no value supplied for latency_ms".to_string()),
+                    output_json: Err("no value supplied for output_json".to_string()),
+                    query_id: Err("no value supplied for query_id".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                }
+            }
+        }
+        impl SearchTurnCompletedOutput {
+            pub fn answer<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.answer = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for answer: {e}"));
+                self
+            }
+            pub fn citations<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.citations = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for citations: {e}"));
+                self
+            }
+            pub fn latency_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.latency_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for latency_ms: {e}"));
+                self
+            }
+            pub fn output_json<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<
+                            ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                        >,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.output_json = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for output_json: {e}"));
+                self
+            }
+            pub fn query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for query_id: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SearchTurnCompletedOutput> for super::SearchTurnCompletedOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SearchTurnCompletedOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    answer: value.answer?,
+                    citations: value.citations?,
+                    latency_ms: value.latency_ms?,
+                    output_json: value.output_json?,
+                    query_id: value.query_id?,
+                    status: value.status?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SearchTurnCompletedOutput> for SearchTurnCompletedOutput {
+            fn from(value: super::SearchTurnCompletedOutput) -> Self {
+                Self {
+                    answer: Ok(value.answer),
+                    citations: Ok(value.citations),
+                    latency_ms: Ok(value.latency_ms),
+                    output_json: Ok(value.output_json),
+                    query_id: Ok(value.query_id),
+                    status: Ok(value.status),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SearchTurnFailedOutput {
+            error: ::std::result::Result<::std::string::String, ::std::string::String>,
+            query_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for SearchTurnFailedOutput {
+            fn default() -> Self {
+                Self {
+                    error: Err("no value supplied for error".to_string()),
+                    query_id: Err("no value supplied for query_id".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                }
+            }
+        }
+        impl SearchTurnFailedOutput {
+            pub fn error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.error = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for error: {e}"));
+                self
+            }
+            pub fn query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for query_id: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SearchTurnFailedOutput> for super::SearchTurnFailedOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SearchTurnFailedOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    error: value.error?,
+                    query_id: value.query_id?,
+                    status: value.status?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SearchTurnFailedOutput> for SearchTurnFailedOutput {
+            fn from(value: super::SearchTurnFailedOutput) -> Self {
+                Self {
+                    error: Ok(value.error),
+                    query_id: Ok(value.query_id),
+                    status: Ok(value.status),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct Session {
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            created_by: ::std::result::Result<::std::string::String, ::std::string::String>,
+            guardrails: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            last_query_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            models: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            project_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            scope: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            system_prompt: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            title: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            tools: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            updated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            workflow: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            workspace: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for Session {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    created_by: Err("no value supplied for created_by".to_string()),
+                    guardrails: Ok(Default::default()),
+                    id: Err("no value supplied for id".to_string()),
+                    last_query_id: Ok(Default::default()),
+                    models: Err("no value supplied for models".to_string()),
+                    project_id: Err("no value supplied for project_id".to_string()),
+                    scope: Err("no value supplied for scope".to_string()),
+                    system_prompt: Ok(Default::default()),
+                    title: Ok(Default::default()),
+                    tools: Err("no value supplied for tools".to_string()),
+                    updated_at: Err("no value supplied for updated_at".to_string()),
+                    workflow: Ok(Default::default()),
+                    workspace: Ok(Default::default()),
+                }
+            }
+        }
+        impl Session {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_at: {e}"));
+                self
+            }
+            pub fn created_by<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_by = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_by: {e}"));
+                self
+            }
+            pub fn guardrails<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.guardrails = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for guardrails: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn last_query_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_query_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for last_query_id: {e}"));
+                self
+            }
+            pub fn models<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.models = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for models: {e}"));
+                self
+            }
+            pub fn project_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for project_id: {e}"));
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+            pub fn system_prompt<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.system_prompt = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for system_prompt: {e}"));
+                self
+            }
+            pub fn title<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.title = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for title: {e}"));
+                self
+            }
+            pub fn tools<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tools = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tools: {e}"));
+                self
+            }
+            pub fn updated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.updated_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for updated_at: {e}"));
+                self
+            }
+            pub fn workflow<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.workflow = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for workflow: {e}"));
+                self
+            }
+            pub fn workspace<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.workspace = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for workspace: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<Session> for super::Session {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Session,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    created_by: value.created_by?,
+                    guardrails: value.guardrails?,
+                    id: value.id?,
+                    last_query_id: value.last_query_id?,
+                    models: value.models?,
+                    project_id: value.project_id?,
+                    scope: value.scope?,
+                    system_prompt: value.system_prompt?,
+                    title: value.title?,
+                    tools: value.tools?,
+                    updated_at: value.updated_at?,
+                    workflow: value.workflow?,
+                    workspace: value.workspace?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::Session> for Session {
+            fn from(value: super::Session) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    created_by: Ok(value.created_by),
+                    guardrails: Ok(value.guardrails),
+                    id: Ok(value.id),
+                    last_query_id: Ok(value.last_query_id),
+                    models: Ok(value.models),
+                    project_id: Ok(value.project_id),
+                    scope: Ok(value.scope),
+                    system_prompt: Ok(value.system_prompt),
+                    title: Ok(value.title),
+                    tools: Ok(value.tools),
+                    updated_at: Ok(value.updated_at),
+                    workflow: Ok(value.workflow),
+                    workspace: Ok(value.workspace),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SourceManifestEntry {
+            curated_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            hash: ::std::result::Result<::std::string::String, ::std::string::String>,
+            mtime: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            size: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for SourceManifestEntry {
+            fn default() -> Self {
+                Self {
+                    curated_at: Err("no value supplied for curated_at".to_string()),
+                    hash: Err("no value supplied for hash".to_string()),
+                    mtime: Ok(Default::default()),
+                    size: Ok(Default::default()),
+                }
+            }
+        }
+        impl SourceManifestEntry {
+            pub fn curated_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.curated_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for curated_at: {e}"));
+                self
+            }
+            pub fn hash<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.hash = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for hash: {e}"));
+                self
+            }
+            pub fn mtime<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mtime = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for mtime: {e}"));
+                self
+            }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for size: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SourceManifestEntry> for super::SourceManifestEntry {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SourceManifestEntry,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    curated_at: value.curated_at?,
+                    hash: value.hash?,
+                    mtime: value.mtime?,
+                    size: value.size?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SourceManifestEntry> for SourceManifestEntry {
+            fn from(value: super::SourceManifestEntry) -> Self {
+                Self {
+                    curated_at: Ok(value.curated_at),
+                    hash: Ok(value.hash),
+                    mtime: Ok(value.mtime),
+                    size: Ok(value.size),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SourceRemoved {
+            removed_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            removed_version: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for SourceRemoved {
+            fn default() -> Self {
+                Self {
+                    removed_at: Ok(Default::default()),
+                    removed_version: Err("no value supplied for removed_version".to_string()),
+                }
+            }
+        }
+        impl SourceRemoved {
+            pub fn removed_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.removed_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for removed_at: {e}"));
+                self
+            }
+            pub fn removed_version<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.removed_version = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for removed_version: {e}")
+                });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SourceRemoved> for super::SourceRemoved {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SourceRemoved,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    removed_at: value.removed_at?,
+                    removed_version: value.removed_version?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SourceRemoved> for SourceRemoved {
+            fn from(value: super::SourceRemoved) -> Self {
+                Self {
+                    removed_at: Ok(value.removed_at),
+                    removed_version: Ok(value.removed_version),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct SourceStats {
+            dir_count: ::std::result::Result<i64, ::std::string::String>,
+            file_count: ::std::result::Result<i64, ::std::string::String>,
+            max_bytes_per_context:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            max_files_per_context:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            total_size: ::std::result::Result<i64, ::std::string::String>,
+            used_bytes: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            used_files: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+        }
+        impl ::std::default::Default for SourceStats {
+            fn default() -> Self {
+                Self {
+                    dir_count: Err("no value supplied for dir_count".to_string()),
+                    file_count: Err("no value supplied for file_count".to_string()),
+                    max_bytes_per_context: Ok(Default::default()),
+                    max_files_per_context: Ok(Default::default()),
+                    total_size: Err("no value supplied for total_size".to_string()),
+                    used_bytes: Ok(Default::default()),
+                    used_files: Ok(Default::default()),
+                }
+            }
+        }
+        impl SourceStats {
+            pub fn dir_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.dir_count = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for dir_count: {e}"));
+                self
+            }
+            pub fn file_count<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.file_count = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for file_count: {e}"));
+                self
+            }
+            pub fn max_bytes_per_context<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_bytes_per_context = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_bytes_per_context: {e}")
+                });
+                self
+            }
+            pub fn max_files_per_context<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_files_per_context = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for max_files_per_context: {e}")
+                });
+                self
+            }
+            pub fn total_size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total_size: {e}"));
+                self
+            }
+            pub fn used_bytes<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.used_bytes = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for used_bytes: {e}"));
+                self
+            }
+            pub fn used_files<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.used_files = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for used_files: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SourceStats> for super::SourceStats {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SourceStats,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    dir_count: value.dir_count?,
+                    file_count: value.file_count?,
+                    max_bytes_per_context: value.max_bytes_per_context?,
+                    max_files_per_context: value.max_files_per_context?,
+                    total_size: value.total_size?,
+                    used_bytes: value.used_bytes?,
+                    used_files: value.used_files?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::SourceStats> for SourceStats {
+            fn from(value: super::SourceStats) -> Self {
+                Self {
+                    dir_count: Ok(value.dir_count),
+                    file_count: Ok(value.file_count),
+                    max_bytes_per_context: Ok(value.max_bytes_per_context),
+                    max_files_per_context: Ok(value.max_files_per_context),
+                    total_size: Ok(value.total_size),
+                    used_bytes: Ok(value.used_bytes),
+                    used_files: Ok(value.used_files),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct StartConnectorOauthResponse {
+            authorize_url: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for StartConnectorOauthResponse {
+            fn default() -> Self {
+                Self {
+                    authorize_url: Err("no value supplied for authorize_url".to_string()),
+                }
+            }
+        }
+        impl StartConnectorOauthResponse {
+            pub fn authorize_url<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.authorize_url = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for authorize_url: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<StartConnectorOauthResponse> for super::StartConnectorOauthResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: StartConnectorOauthResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    authorize_url: value.authorize_url?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::StartConnectorOauthResponse> for StartConnectorOauthResponse {
+            fn from(value: super::StartConnectorOauthResponse) -> Self {
+                Self {
+                    authorize_url: Ok(value.authorize_url),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct StateFailedOutput {
+            error: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for StateFailedOutput {
+            fn default() -> Self {
+                Self {
+                    error: Err("no value supplied for error".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                }
+            }
+        }
+        impl StateFailedOutput {
+            pub fn error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.error = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for error: {e}"));
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for state: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<StateFailedOutput> for super::StateFailedOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: StateFailedOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    error: value.error?,
+                    state: value.state?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::StateFailedOutput> for StateFailedOutput {
+            fn from(value: super::StateFailedOutput) -> Self {
+                Self {
+                    error: Ok(value.error),
+                    state: Ok(value.state),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct StatusErrorOutput {
+            error: ::std::result::Result<::std::string::String, ::std::string::String>,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for StatusErrorOutput {
+            fn default() -> Self {
+                Self {
+                    error: Err("no value supplied for error".to_string()),
+                    status: Err("no value supplied for status".to_string()),
+                }
+            }
+        }
+        impl StatusErrorOutput {
+            pub fn error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.error = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for error: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<StatusErrorOutput> for super::StatusErrorOutput {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: StatusErrorOutput,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    error: value.error?,
+                    status: value.status?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::StatusErrorOutput> for StatusErrorOutput {
+            fn from(value: super::StatusErrorOutput) -> Self {
+                Self {
+                    error: Ok(value.error),
+                    status: Ok(value.status),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TaskFileListing {
+            entries: ::std::result::Result<
+                ::std::vec::Vec<super::TaskFileListingEntriesItem>,
+                ::std::string::String,
+            >,
+            limit: ::std::result::Result<i64, ::std::string::String>,
+            next_offset: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            offset: ::std::result::Result<i64, ::std::string::String>,
+            total: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for TaskFileListing {
+            fn default() -> Self {
+                Self {
+                    entries: Err("no value supplied for entries".to_string()),
+                    limit: Err("no value supplied for limit".to_string()),
+                    next_offset: Ok(Default::default()),
+                    offset: Err("no value supplied for offset".to_string()),
+                    total: Err("no value supplied for total".to_string()),
+                }
+            }
+        }
+        impl TaskFileListing {
+            pub fn entries<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TaskFileListingEntriesItem>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.entries = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for entries: {e}"));
+                self
+            }
+            pub fn limit<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.limit = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for limit: {e}"));
+                self
+            }
+            pub fn next_offset<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.next_offset = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for next_offset: {e}"));
+                self
+            }
+            pub fn offset<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.offset = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for offset: {e}"));
+                self
+            }
+            pub fn total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TaskFileListing> for super::TaskFileListing {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TaskFileListing,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    entries: value.entries?,
+                    limit: value.limit?,
+                    next_offset: value.next_offset?,
+                    offset: value.offset?,
+                    total: value.total?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TaskFileListing> for TaskFileListing {
+            fn from(value: super::TaskFileListing) -> Self {
+                Self {
+                    entries: Ok(value.entries),
+                    limit: Ok(value.limit),
+                    next_offset: Ok(value.next_offset),
+                    offset: Ok(value.offset),
+                    total: Ok(value.total),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TaskFileListingEntriesItem {
+            kind: ::std::result::Result<::std::string::String, ::std::string::String>,
+            mode: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            mtime: ::std::result::Result<::std::string::String, ::std::string::String>,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            size: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for TaskFileListingEntriesItem {
+            fn default() -> Self {
+                Self {
+                    kind: Err("no value supplied for kind".to_string()),
+                    mode: Ok(Default::default()),
+                    mtime: Err("no value supplied for mtime".to_string()),
+                    name: Err("no value supplied for name".to_string()),
+                    size: Err("no value supplied for size".to_string()),
+                }
+            }
+        }
+        impl TaskFileListingEntriesItem {
+            pub fn kind<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.kind = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for kind: {e}"));
+                self
+            }
+            pub fn mode<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mode = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for mode: {e}"));
+                self
+            }
+            pub fn mtime<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mtime = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for mtime: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn size<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.size = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for size: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TaskFileListingEntriesItem> for super::TaskFileListingEntriesItem {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TaskFileListingEntriesItem,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    kind: value.kind?,
+                    mode: value.mode?,
+                    mtime: value.mtime?,
+                    name: value.name?,
+                    size: value.size?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TaskFileListingEntriesItem> for TaskFileListingEntriesItem {
+            fn from(value: super::TaskFileListingEntriesItem) -> Self {
+                Self {
+                    kind: Ok(value.kind),
+                    mode: Ok(value.mode),
+                    mtime: Ok(value.mtime),
+                    name: Ok(value.name),
+                    size: Ok(value.size),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TaskProgress {
+            eta_seconds: ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            label: ::std::result::Result<::std::string::String, ::std::string::String>,
+            pct: ::std::result::Result<f64, ::std::string::String>,
+            phase: ::std::result::Result<i64, ::std::string::String>,
+            phases: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for TaskProgress {
+            fn default() -> Self {
+                Self {
+                    eta_seconds: Ok(Default::default()),
+                    label: Err("no value supplied for label".to_string()),
+                    pct: Err("no value supplied for pct".to_string()),
+                    phase: Err("no value supplied for phase".to_string()),
+                    phases: Err("no value supplied for phases".to_string()),
+                }
+            }
+        }
+        impl TaskProgress {
+            pub fn eta_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.eta_seconds = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for eta_seconds: {e}"));
+                self
+            }
+            pub fn label<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.label = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for label: {e}"));
+                self
+            }
+            pub fn pct<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pct = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for pct: {e}"));
+                self
+            }
+            pub fn phase<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.phase = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for phase: {e}"));
+                self
+            }
+            pub fn phases<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.phases = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for phases: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TaskProgress> for super::TaskProgress {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TaskProgress,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    eta_seconds: value.eta_seconds?,
+                    label: value.label?,
+                    pct: value.pct?,
+                    phase: value.phase?,
+                    phases: value.phases?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TaskProgress> for TaskProgress {
+            fn from(value: super::TaskProgress) -> Self {
+                Self {
+                    eta_seconds: Ok(value.eta_seconds),
+                    label: Ok(value.label),
+                    pct: Ok(value.pct),
+                    phase: Ok(value.phase),
+                    phases: Ok(value.phases),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TaskResponse {
+            agent_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            archived_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            context_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            created_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            created_by: ::std::result::Result<::std::string::String, ::std::string::String>,
+            error: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            input: ::std::result::Result<super::TaskInput, ::std::string::String>,
+            last_activity_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            output: ::std::result::Result<
+                ::std::option::Option<super::TaskOutput>,
+                ::std::string::String,
+            >,
+            parent_task_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            progress: ::std::result::Result<
+                ::std::option::Option<super::TaskProgress>,
+                ::std::string::String,
+            >,
+            project_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            running_from: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            runtime_seconds: ::std::result::Result<i64, ::std::string::String>,
+            schedule: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            scheduled_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            session_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            state: ::std::result::Result<crate::TaskStatus, ::std::string::String>,
+            steps: ::std::result::Result<::std::vec::Vec<super::TaskStep>, ::std::string::String>,
+            timeout_at: ::std::result::Result<
+                ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                ::std::string::String,
+            >,
+            timeout_seconds:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_completion: ::std::result::Result<i64, ::std::string::String>,
+            tokens_prompt: ::std::result::Result<i64, ::std::string::String>,
+            workflow: ::std::result::Result<crate::Workflow, ::std::string::String>,
+        }
+        impl ::std::default::Default for TaskResponse {
+            fn default() -> Self {
+                Self {
+                    agent_id: Ok(Default::default()),
+                    archived_at: Ok(Default::default()),
+                    context_id: Ok(Default::default()),
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    created_by: Err("no value supplied for created_by".to_string()),
+                    error: Ok(Default::default()),
+                    id: Err("no value supplied for id".to_string()),
+                    input: Err("no value supplied for input".to_string()),
+                    last_activity_at: Ok(Default::default()),
+                    output: Ok(Default::default()),
+                    parent_task_id: Ok(Default::default()),
+                    progress: Ok(Default::default()),
+                    project_id: Err("no value supplied for project_id".to_string()),
+                    running_from: Ok(Default::default()),
+                    runtime_seconds: Err("no value supplied for runtime_seconds".to_string()),
+                    schedule: Ok(Default::default()),
+                    scheduled_at: Ok(Default::default()),
+                    session_id: Ok(Default::default()),
+                    state: Err("no value supplied for state".to_string()),
+                    steps: Err("no value supplied for steps".to_string()),
+                    timeout_at: Ok(Default::default()),
+                    timeout_seconds: Ok(Default::default()),
+                    tokens_completion: Err("no value supplied for tokens_completion".to_string()),
+                    tokens_prompt: Err("no value supplied for tokens_prompt".to_string()),
+                    workflow: Err("no value supplied for workflow".to_string()),
+                }
+            }
+        }
+        impl TaskResponse {
+            pub fn agent_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.agent_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for agent_id: {e}"));
+                self
+            }
+            pub fn archived_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.archived_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for archived_at: {e}"));
+                self
+            }
+            pub fn context_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.context_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for context_id: {e}"));
+                self
+            }
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_at: {e}"));
+                self
+            }
+            pub fn created_by<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_by = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for created_by: {e}"));
+                self
+            }
+            pub fn error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.error = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for error: {e}"));
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn input<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::TaskInput>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.input = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for input: {e}"));
+                self
+            }
+            pub fn last_activity_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.last_activity_at = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for last_activity_at: {e}")
+                });
+                self
+            }
+            pub fn output<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::TaskOutput>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.output = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for output: {e}"));
+                self
+            }
+            pub fn parent_task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.parent_task_id = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for parent_task_id: {e}")
+                });
+                self
+            }
+            pub fn progress<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::TaskProgress>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.progress = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for progress: {e}"));
+                self
+            }
+            pub fn project_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.project_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for project_id: {e}"));
+                self
+            }
+            pub fn running_from<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.running_from = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for running_from: {e}"));
+                self
+            }
+            pub fn runtime_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.runtime_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for runtime_seconds: {e}")
+                });
+                self
+            }
+            pub fn schedule<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.schedule = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for schedule: {e}"));
+                self
+            }
+            pub fn scheduled_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scheduled_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scheduled_at: {e}"));
+                self
+            }
+            pub fn session_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.session_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for session_id: {e}"));
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<crate::TaskStatus>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for state: {e}"));
+                self
+            }
+            pub fn steps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TaskStep>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.steps = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for steps: {e}"));
+                self
+            }
+            pub fn timeout_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::std::option::Option<::chrono::DateTime<::chrono::offset::Utc>>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.timeout_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for timeout_at: {e}"));
+                self
+            }
+            pub fn timeout_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.timeout_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for timeout_seconds: {e}")
+                });
+                self
+            }
+            pub fn tokens_completion<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_completion = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_completion: {e}")
+                });
+                self
+            }
+            pub fn tokens_prompt<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_prompt = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_prompt: {e}"));
+                self
+            }
+            pub fn workflow<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<crate::Workflow>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.workflow = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for workflow: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TaskResponse> for super::TaskResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TaskResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    agent_id: value.agent_id?,
+                    archived_at: value.archived_at?,
+                    context_id: value.context_id?,
+                    created_at: value.created_at?,
+                    created_by: value.created_by?,
+                    error: value.error?,
+                    id: value.id?,
+                    input: value.input?,
+                    last_activity_at: value.last_activity_at?,
+                    output: value.output?,
+                    parent_task_id: value.parent_task_id?,
+                    progress: value.progress?,
+                    project_id: value.project_id?,
+                    running_from: value.running_from?,
+                    runtime_seconds: value.runtime_seconds?,
+                    schedule: value.schedule?,
+                    scheduled_at: value.scheduled_at?,
+                    session_id: value.session_id?,
+                    state: value.state?,
+                    steps: value.steps?,
+                    timeout_at: value.timeout_at?,
+                    timeout_seconds: value.timeout_seconds?,
+                    tokens_completion: value.tokens_completion?,
+                    tokens_prompt: value.tokens_prompt?,
+                    workflow: value.workflow?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TaskResponse> for TaskResponse {
+            fn from(value: super::TaskResponse) -> Self {
+                Self {
+                    agent_id: Ok(value.agent_id),
+                    archived_at: Ok(value.archived_at),
+                    context_id: Ok(value.context_id),
+                    created_at: Ok(value.created_at),
+                    created_by: Ok(value.created_by),
+                    error: Ok(value.error),
+                    id: Ok(value.id),
+                    input: Ok(value.input),
+                    last_activity_at: Ok(value.last_activity_at),
+                    output: Ok(value.output),
+                    parent_task_id: Ok(value.parent_task_id),
+                    progress: Ok(value.progress),
+                    project_id: Ok(value.project_id),
+                    running_from: Ok(value.running_from),
+                    runtime_seconds: Ok(value.runtime_seconds),
+                    schedule: Ok(value.schedule),
+                    scheduled_at: Ok(value.scheduled_at),
+                    session_id: Ok(value.session_id),
+                    state: Ok(value.state),
+                    steps: Ok(value.steps),
+                    timeout_at: Ok(value.timeout_at),
+                    timeout_seconds: Ok(value.timeout_seconds),
+                    tokens_completion: Ok(value.tokens_completion),
+                    tokens_prompt: Ok(value.tokens_prompt),
+                    workflow: Ok(value.workflow),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TaskStats {
+            captured_at: ::std::result::Result<
+                ::chrono::DateTime<::chrono::offset::Utc>,
+                ::std::string::String,
+            >,
+            runtime_seconds: ::std::result::Result<i64, ::std::string::String>,
+            task_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            tokens_completion: ::std::result::Result<i64, ::std::string::String>,
+            tokens_prompt: ::std::result::Result<i64, ::std::string::String>,
+            tokens_total: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for TaskStats {
+            fn default() -> Self {
+                Self {
+                    captured_at: Err("no value supplied for captured_at".to_string()),
+                    runtime_seconds: Err("no value supplied for runtime_seconds".to_string()),
+                    task_id: Err("no value supplied for task_id".to_string()),
+                    tokens_completion: Err("no value supplied for tokens_completion".to_string()),
+                    tokens_prompt: Err("no value supplied for tokens_prompt".to_string()),
+                    tokens_total: Err("no value supplied for tokens_total".to_string()),
+                }
+            }
+        }
+        impl TaskStats {
+            pub fn captured_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::chrono::DateTime<::chrono::offset::Utc>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.captured_at = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for captured_at: {e}"));
+                self
+            }
+            pub fn runtime_seconds<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.runtime_seconds = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for runtime_seconds: {e}")
+                });
+                self
+            }
+            pub fn task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.task_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for task_id: {e}"));
+                self
+            }
+            pub fn tokens_completion<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_completion = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_completion: {e}")
+                });
+                self
+            }
+            pub fn tokens_prompt<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_prompt = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_prompt: {e}"));
+                self
+            }
+            pub fn tokens_total<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_total = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_total: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TaskStats> for super::TaskStats {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TaskStats,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    captured_at: value.captured_at?,
+                    runtime_seconds: value.runtime_seconds?,
+                    task_id: value.task_id?,
+                    tokens_completion: value.tokens_completion?,
+                    tokens_prompt: value.tokens_prompt?,
+                    tokens_total: value.tokens_total?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TaskStats> for TaskStats {
+            fn from(value: super::TaskStats) -> Self {
+                Self {
+                    captured_at: Ok(value.captured_at),
+                    runtime_seconds: Ok(value.runtime_seconds),
+                    task_id: Ok(value.task_id),
+                    tokens_completion: Ok(value.tokens_completion),
+                    tokens_prompt: Ok(value.tokens_prompt),
+                    tokens_total: Ok(value.tokens_total),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TaskStep {
+            code: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            commentary: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            cum_input_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            cum_output_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            job_id: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            path: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            result: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            status: ::std::result::Result<::std::string::String, ::std::string::String>,
+            step_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            type_: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for TaskStep {
+            fn default() -> Self {
+                Self {
+                    code: Ok(Default::default()),
+                    commentary: Ok(Default::default()),
+                    cum_input_tokens: Ok(Default::default()),
+                    cum_output_tokens: Ok(Default::default()),
+                    job_id: Ok(Default::default()),
+                    path: Ok(Default::default()),
+                    result: Ok(Default::default()),
+                    status: Err("no value supplied for status".to_string()),
+                    step_id: Err("no value supplied for step_id".to_string()),
+                    type_: Ok(Default::default()),
+                }
+            }
+        }
+        impl TaskStep {
+            pub fn code<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.code = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for code: {e}"));
+                self
+            }
+            pub fn commentary<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commentary = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for commentary: {e}"));
+                self
+            }
+            pub fn cum_input_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cum_input_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cum_input_tokens: {e}")
+                });
+                self
+            }
+            pub fn cum_output_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cum_output_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cum_output_tokens: {e}")
+                });
+                self
+            }
+            pub fn job_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.job_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for job_id: {e}"));
+                self
+            }
+            pub fn path<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.path = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for path: {e}"));
+                self
+            }
+            pub fn result<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.result = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for result: {e}"));
+                self
+            }
+            pub fn status<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.status = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for status: {e}"));
+                self
+            }
+            pub fn step_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.step_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for step_id: {e}"));
+                self
+            }
+            pub fn type_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.type_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for type_: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TaskStep> for super::TaskStep {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TaskStep,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    code: value.code?,
+                    commentary: value.commentary?,
+                    cum_input_tokens: value.cum_input_tokens?,
+                    cum_output_tokens: value.cum_output_tokens?,
+                    job_id: value.job_id?,
+                    path: value.path?,
+                    result: value.result?,
+                    status: value.status?,
+                    step_id: value.step_id?,
+                    type_: value.type_?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TaskStep> for TaskStep {
+            fn from(value: super::TaskStep) -> Self {
+                Self {
+                    code: Ok(value.code),
+                    commentary: Ok(value.commentary),
+                    cum_input_tokens: Ok(value.cum_input_tokens),
+                    cum_output_tokens: Ok(value.cum_output_tokens),
+                    job_id: Ok(value.job_id),
+                    path: Ok(value.path),
+                    result: Ok(value.result),
+                    status: Ok(value.status),
+                    step_id: Ok(value.step_id),
+                    type_: Ok(value.type_),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TemplateMatch {
+            confidence: ::std::result::Result<f64, ::std::string::String>,
+            rationale: ::std::result::Result<::std::string::String, ::std::string::String>,
+            template_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for TemplateMatch {
+            fn default() -> Self {
+                Self {
+                    confidence: Err("no value supplied for confidence".to_string()),
+                    rationale: Err("no value supplied for rationale".to_string()),
+                    template_id: Err("no value supplied for template_id".to_string()),
+                }
+            }
+        }
+        impl TemplateMatch {
+            pub fn confidence<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<f64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.confidence = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for confidence: {e}"));
+                self
+            }
+            pub fn rationale<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.rationale = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for rationale: {e}"));
+                self
+            }
+            pub fn template_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.template_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for template_id: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TemplateMatch> for super::TemplateMatch {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TemplateMatch,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    confidence: value.confidence?,
+                    rationale: value.rationale?,
+                    template_id: value.template_id?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TemplateMatch> for TemplateMatch {
+            fn from(value: super::TemplateMatch) -> Self {
+                Self {
+                    confidence: Ok(value.confidence),
+                    rationale: Ok(value.rationale),
+                    template_id: Ok(value.template_id),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct Trace {
+            rollup: ::std::result::Result<
+                ::std::option::Option<super::TraceRollup>,
+                ::std::string::String,
+            >,
+            steps: ::std::result::Result<::std::vec::Vec<super::TraceStep>, ::std::string::String>,
+        }
+        impl ::std::default::Default for Trace {
+            fn default() -> Self {
+                Self {
+                    rollup: Ok(Default::default()),
+                    steps: Ok(Default::default()),
+                }
+            }
+        }
+        impl Trace {
+            pub fn rollup<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::TraceRollup>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.rollup = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for rollup: {e}"));
+                self
+            }
+            pub fn steps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TraceStep>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.steps = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for steps: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<Trace> for super::Trace {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: Trace,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    rollup: value.rollup?,
+                    steps: value.steps?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::Trace> for Trace {
+            fn from(value: super::Trace) -> Self {
+                Self {
+                    rollup: Ok(value.rollup),
+                    steps: Ok(value.steps),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TraceCall {
+            args: ::std::result::Result<
+                ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                ::std::string::String,
+            >,
+            category: ::std::result::Result<::std::string::String, ::std::string::String>,
+            duration_ms: ::std::result::Result<i64, ::std::string::String>,
+            error: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            fn_: ::std::result::Result<::std::string::String, ::std::string::String>,
+            ok: ::std::result::Result<bool, ::std::string::String>,
+            result: ::std::result::Result<::serde_json::Value, ::std::string::String>,
+            score_space: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for TraceCall {
+            fn default() -> Self {
+                Self {
+                    args: Err("no value supplied for args".to_string()),
+                    category: Err("no value supplied for category".to_string()),
+                    duration_ms: Err("no value supplied for duration_ms".to_string()),
+                    error: Ok(Default::default()),
+                    fn_: Err("no value supplied for fn_".to_string()),
+                    ok: Err("no value supplied for ok".to_string()),
+                    result: Err("no value supplied for result".to_string()),
+                    score_space: Ok(Default::default()),
+                }
+            }
+        }
+        impl TraceCall {
+            pub fn args<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                        ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+                    >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.args = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for args: {e}"));
+                self
+            }
+            pub fn category<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.category = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for category: {e}"));
+                self
+            }
+            pub fn duration_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.duration_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for duration_ms: {e}"));
+                self
+            }
+            pub fn error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.error = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for error: {e}"));
+                self
+            }
+            pub fn fn_<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.fn_ = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for fn_: {e}"));
+                self
+            }
+            pub fn ok<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ok = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for ok: {e}"));
+                self
+            }
+            pub fn result<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::serde_json::Value>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.result = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for result: {e}"));
+                self
+            }
+            pub fn score_space<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.score_space = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for score_space: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TraceCall> for super::TraceCall {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TraceCall,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    args: value.args?,
+                    category: value.category?,
+                    duration_ms: value.duration_ms?,
+                    error: value.error?,
+                    fn_: value.fn_?,
+                    ok: value.ok?,
+                    result: value.result?,
+                    score_space: value.score_space?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TraceCall> for TraceCall {
+            fn from(value: super::TraceCall) -> Self {
+                Self {
+                    args: Ok(value.args),
+                    category: Ok(value.category),
+                    duration_ms: Ok(value.duration_ms),
+                    error: Ok(value.error),
+                    fn_: Ok(value.fn_),
+                    ok: Ok(value.ok),
+                    result: Ok(value.result),
+                    score_space: Ok(value.score_space),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TraceRollup {
+            by_category: ::std::result::Result<
+                ::std::collections::HashMap<::std::string::String, i64>,
+                ::std::string::String,
+            >,
+            cache_read_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            cache_write_tokens:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            duration_ms: ::std::result::Result<i64, ::std::string::String>,
+            n_steps: ::std::result::Result<i64, ::std::string::String>,
+            n_tool_calls: ::std::result::Result<i64, ::std::string::String>,
+            total_hits: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for TraceRollup {
+            fn default() -> Self {
+                Self {
+                    by_category: Ok(Default::default()),
+                    cache_read_tokens: Ok(Default::default()),
+                    cache_write_tokens: Ok(Default::default()),
+                    duration_ms: Err("no value supplied for duration_ms".to_string()),
+                    n_steps: Err("no value supplied for n_steps".to_string()),
+                    n_tool_calls: Err("no value supplied for n_tool_calls".to_string()),
+                    total_hits: Err("no value supplied for total_hits".to_string()),
+                }
+            }
+        }
+        impl TraceRollup {
+            pub fn by_category<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::collections::HashMap<::std::string::String, i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.by_category = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for by_category: {e}"));
+                self
+            }
+            pub fn cache_read_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_read_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_read_tokens: {e}")
+                });
+                self
+            }
+            pub fn cache_write_tokens<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cache_write_tokens = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for cache_write_tokens: {e}")
+                });
+                self
+            }
+            pub fn duration_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.duration_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for duration_ms: {e}"));
+                self
+            }
+            pub fn n_steps<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.n_steps = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for n_steps: {e}"));
+                self
+            }
+            pub fn n_tool_calls<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.n_tool_calls = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for n_tool_calls: {e}"));
+                self
+            }
+            pub fn total_hits<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.total_hits = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for total_hits: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TraceRollup> for super::TraceRollup {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TraceRollup,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    by_category: value.by_category?,
+                    cache_read_tokens: value.cache_read_tokens?,
+                    cache_write_tokens: value.cache_write_tokens?,
+                    duration_ms: value.duration_ms?,
+                    n_steps: value.n_steps?,
+                    n_tool_calls: value.n_tool_calls?,
+                    total_hits: value.total_hits?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TraceRollup> for TraceRollup {
+            fn from(value: super::TraceRollup) -> Self {
+                Self {
+                    by_category: Ok(value.by_category),
+                    cache_read_tokens: Ok(value.cache_read_tokens),
+                    cache_write_tokens: Ok(value.cache_write_tokens),
+                    duration_ms: Ok(value.duration_ms),
+                    n_steps: Ok(value.n_steps),
+                    n_tool_calls: Ok(value.n_tool_calls),
+                    total_hits: Ok(value.total_hits),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TraceStep {
+            calls: ::std::result::Result<::std::vec::Vec<super::TraceCall>, ::std::string::String>,
+            code: ::std::result::Result<::std::string::String, ::std::string::String>,
+            commentary: ::std::result::Result<::std::string::String, ::std::string::String>,
+            cost: ::std::result::Result<
+                ::std::option::Option<super::TraceStepCost>,
+                ::std::string::String,
+            >,
+            step_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            strategy: ::std::result::Result<super::TraceStepStrategy, ::std::string::String>,
+        }
+        impl ::std::default::Default for TraceStep {
+            fn default() -> Self {
+                Self {
+                    calls: Ok(Default::default()),
+                    code: Err("no value supplied for code".to_string()),
+                    commentary: Err("no value supplied for commentary".to_string()),
+                    cost: Ok(Default::default()),
+                    step_id: Err("no value supplied for step_id".to_string()),
+                    strategy: Err("no value supplied for strategy".to_string()),
+                }
+            }
+        }
+        impl TraceStep {
+            pub fn calls<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::TraceCall>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.calls = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for calls: {e}"));
+                self
+            }
+            pub fn code<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.code = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for code: {e}"));
+                self
+            }
+            pub fn commentary<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.commentary = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for commentary: {e}"));
+                self
+            }
+            pub fn cost<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::TraceStepCost>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cost = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for cost: {e}"));
+                self
+            }
+            pub fn step_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.step_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for step_id: {e}"));
+                self
+            }
+            pub fn strategy<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<super::TraceStepStrategy>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.strategy = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for strategy: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TraceStep> for super::TraceStep {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TraceStep,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    calls: value.calls?,
+                    code: value.code?,
+                    commentary: value.commentary?,
+                    cost: value.cost?,
+                    step_id: value.step_id?,
+                    strategy: value.strategy?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TraceStep> for TraceStep {
+            fn from(value: super::TraceStep) -> Self {
+                Self {
+                    calls: Ok(value.calls),
+                    code: Ok(value.code),
+                    commentary: Ok(value.commentary),
+                    cost: Ok(value.cost),
+                    step_id: Ok(value.step_id),
+                    strategy: Ok(value.strategy),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TraceStepCost {
+            decide_ms: ::std::result::Result<i64, ::std::string::String>,
+            execute_ms: ::std::result::Result<i64, ::std::string::String>,
+            tokens_in: ::std::result::Result<i64, ::std::string::String>,
+            tokens_in_cache_write:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_in_cached:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_in_fresh:
+                ::std::result::Result<::std::option::Option<i64>, ::std::string::String>,
+            tokens_out: ::std::result::Result<i64, ::std::string::String>,
+        }
+        impl ::std::default::Default for TraceStepCost {
+            fn default() -> Self {
+                Self {
+                    decide_ms: Err("no value supplied for decide_ms".to_string()),
+                    execute_ms: Err("no value supplied for execute_ms".to_string()),
+                    tokens_in: Err("no value supplied for tokens_in".to_string()),
+                    tokens_in_cache_write: Ok(Default::default()),
+                    tokens_in_cached: Ok(Default::default()),
+                    tokens_in_fresh: Ok(Default::default()),
+                    tokens_out: Err("no value supplied for tokens_out".to_string()),
+                }
+            }
+        }
+        impl TraceStepCost {
+            pub fn decide_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.decide_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for decide_ms: {e}"));
+                self
+            }
+            pub fn execute_ms<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.execute_ms = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for execute_ms: {e}"));
+                self
+            }
+            pub fn tokens_in<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_in: {e}"));
+                self
+            }
+            pub fn tokens_in_cache_write<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in_cache_write = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_in_cache_write: {e}")
+                });
+                self
+            }
+            pub fn tokens_in_cached<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in_cached = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_in_cached: {e}")
+                });
+                self
+            }
+            pub fn tokens_in_fresh<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_in_fresh = value.try_into().map_err(|e| {
+                    format!("error converting supplied value for tokens_in_fresh: {e}")
+                });
+                self
+            }
+            pub fn tokens_out<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.tokens_out = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for tokens_out: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TraceStepCost> for super::TraceStepCost {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TraceStepCost,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    decide_ms: value.decide_ms?,
+                    execute_ms: value.execute_ms?,
+                    tokens_in: value.tokens_in?,
+                    tokens_in_cache_write: value.tokens_in_cache_write?,
+                    tokens_in_cached: value.tokens_in_cached?,
+                    tokens_in_fresh: value.tokens_in_fresh?,
+                    tokens_out: value.tokens_out?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TraceStepCost> for TraceStepCost {
+            fn from(value: super::TraceStepCost) -> Self {
+                Self {
+                    decide_ms: Ok(value.decide_ms),
+                    execute_ms: Ok(value.execute_ms),
+                    tokens_in: Ok(value.tokens_in),
+                    tokens_in_cache_write: Ok(value.tokens_in_cache_write),
+                    tokens_in_cached: Ok(value.tokens_in_cached),
+                    tokens_in_fresh: Ok(value.tokens_in_fresh),
+                    tokens_out: Ok(value.tokens_out),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct TraceStepStrategy {
+            fns: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            kind: ::std::result::Result<::std::string::String, ::std::string::String>,
+            label: ::std::result::Result<::std::string::String, ::std::string::String>,
+            scope: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for TraceStepStrategy {
+            fn default() -> Self {
+                Self {
+                    fns: Err("no value supplied for fns".to_string()),
+                    kind: Err("no value supplied for kind".to_string()),
+                    label: Err("no value supplied for label".to_string()),
+                    scope: Err("no value supplied for scope".to_string()),
+                }
+            }
+        }
+        impl TraceStepStrategy {
+            pub fn fns<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.fns = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for fns: {e}"));
+                self
+            }
+            pub fn kind<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.kind = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for kind: {e}"));
+                self
+            }
+            pub fn label<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.label = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for label: {e}"));
+                self
+            }
+            pub fn scope<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.scope = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for scope: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<TraceStepStrategy> for super::TraceStepStrategy {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: TraceStepStrategy,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    fns: value.fns?,
+                    kind: value.kind?,
+                    label: value.label?,
+                    scope: value.scope?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::TraceStepStrategy> for TraceStepStrategy {
+            fn from(value: super::TraceStepStrategy) -> Self {
+                Self {
+                    fns: Ok(value.fns),
+                    kind: Ok(value.kind),
+                    label: Ok(value.label),
+                    scope: Ok(value.scope),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct UpdateContextConnectorBody {
+            enabled: ::std::result::Result<bool, ::std::string::String>,
+        }
+        impl ::std::default::Default for UpdateContextConnectorBody {
+            fn default() -> Self {
+                Self {
+                    enabled: Err("no value supplied for enabled".to_string()),
+                }
+            }
+        }
+        impl UpdateContextConnectorBody {
+            pub fn enabled<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.enabled = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for enabled: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<UpdateContextConnectorBody> for super::UpdateContextConnectorBody {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: UpdateContextConnectorBody,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    enabled: value.enabled?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::UpdateContextConnectorBody> for UpdateContextConnectorBody {
+            fn from(value: super::UpdateContextConnectorBody) -> Self {
+                Self {
+                    enabled: Ok(value.enabled),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct UpdateContextRequest {
+            description: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            guide: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            manifest: ::std::result::Result<
+                ::std::option::Option<super::Manifest>,
+                ::std::string::String,
+            >,
+            name: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            slug: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for UpdateContextRequest {
+            fn default() -> Self {
+                Self {
+                    description: Ok(Default::default()),
+                    guide: Ok(Default::default()),
+                    manifest: Ok(Default::default()),
+                    name: Ok(Default::default()),
+                    slug: Ok(Default::default()),
+                }
+            }
+        }
+        impl UpdateContextRequest {
+            pub fn description<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.description = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for description: {e}"));
+                self
+            }
+            pub fn guide<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.guide = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for guide: {e}"));
+                self
+            }
+            pub fn manifest<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<super::Manifest>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.manifest = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for manifest: {e}"));
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for name: {e}"));
+                self
+            }
+            pub fn slug<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.slug = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for slug: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<UpdateContextRequest> for super::UpdateContextRequest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: UpdateContextRequest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    description: value.description?,
+                    guide: value.guide?,
+                    manifest: value.manifest?,
+                    name: value.name?,
+                    slug: value.slug?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::UpdateContextRequest> for UpdateContextRequest {
+            fn from(value: super::UpdateContextRequest) -> Self {
+                Self {
+                    description: Ok(value.description),
+                    guide: Ok(value.guide),
+                    manifest: Ok(value.manifest),
+                    name: Ok(value.name),
+                    slug: Ok(value.slug),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct WorkflowTriggerResponse {
+            exploring: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            importing: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            profiling: ::std::result::Result<::std::option::Option<bool>, ::std::string::String>,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+            task_id: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for WorkflowTriggerResponse {
+            fn default() -> Self {
+                Self {
+                    exploring: Ok(Default::default()),
+                    importing: Ok(Default::default()),
+                    profiling: Ok(Default::default()),
+                    state: Err("no value supplied for state".to_string()),
+                    task_id: Err("no value supplied for task_id".to_string()),
+                }
+            }
+        }
+        impl WorkflowTriggerResponse {
+            pub fn exploring<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.exploring = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for exploring: {e}"));
+                self
+            }
+            pub fn importing<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.importing = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for importing: {e}"));
+                self
+            }
+            pub fn profiling<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.profiling = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for profiling: {e}"));
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for state: {e}"));
+                self
+            }
+            pub fn task_id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.task_id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for task_id: {e}"));
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<WorkflowTriggerResponse> for super::WorkflowTriggerResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: WorkflowTriggerResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    exploring: value.exploring?,
+                    importing: value.importing?,
+                    profiling: value.profiling?,
+                    state: value.state?,
+                    task_id: value.task_id?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::WorkflowTriggerResponse> for WorkflowTriggerResponse {
+            fn from(value: super::WorkflowTriggerResponse) -> Self {
+                Self {
+                    exploring: Ok(value.exploring),
+                    importing: Ok(value.importing),
+                    profiling: Ok(value.profiling),
+                    state: Ok(value.state),
+                    task_id: Ok(value.task_id),
+                }
+            }
+        }
     }
     /// Generation of default values for serde.
     pub mod defaults {

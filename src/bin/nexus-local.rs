@@ -27,6 +27,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use nexus_knowql::local::{LocalNexus, verify_data_dir};
@@ -82,6 +83,12 @@ struct Args {
     /// is closed. Loopback clients all share 127.0.0.1.
     #[arg(long, default_value_t = 192)]
     max_connections_per_peer: usize,
+    /// Simulate rate limiting: at most N API requests per SECS seconds
+    /// (default 60). Past it, 429 `rate_limited` with Retry-After; every
+    /// answer carries x-ratelimit-limit-requests, -remaining-requests and
+    /// -reset-requests. Every answer carries an x-request-id either way.
+    #[arg(long, value_name = "N[/SECS]", value_parser = parse_rate_limit)]
+    rate_limit: Option<(u32, Duration)>,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -135,6 +142,22 @@ fn parse_context(s: &str) -> Result<(String, PathBuf), String> {
         return Err(format!("expected SLUG=DIR, got {s:?}"));
     }
     Ok((slug.to_owned(), PathBuf::from(dir)))
+}
+
+fn parse_rate_limit(s: &str) -> Result<(u32, Duration), String> {
+    let (requests, secs) = s.split_once('/').unwrap_or((s, "60"));
+    let requests: u32 = requests
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected N[/SECS] with N a whole number from 1, got {s:?}"))?;
+    let secs: u64 = secs
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected N[/SECS] with SECS a whole number from 1, got {s:?}"))?;
+    if requests == 0 || secs == 0 {
+        return Err(format!("N and SECS must be at least 1, got {s:?}"));
+    }
+    Ok((requests, Duration::from_secs(secs)))
 }
 
 fn init_logs(format: LogFormat) {
@@ -193,6 +216,9 @@ async fn main() -> ExitCode {
         .allow_hosts(args.allow_hosts)
         .allow_origins(args.allow_origins)
         .faults_from_env();
+    if let Some((requests, window)) = args.rate_limit {
+        builder = builder.rate_limit(requests, window);
+    }
     if let Some(key) = args.api_key {
         builder = builder.api_key(key);
     }

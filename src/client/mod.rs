@@ -11,7 +11,8 @@ use secrecy::SecretString;
 mod response;
 mod wait;
 
-pub use response::{Call, MAX_RATE_LIMIT_HEADERS, ResponseMeta};
+pub use crate::error::MAX_RATE_LIMIT_HEADERS;
+pub use response::{Call, ResponseMeta};
 pub(crate) use wait::Poller;
 pub use wait::WaitPolicy;
 

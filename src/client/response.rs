@@ -9,12 +9,9 @@ use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 
-use crate::error::Result;
+use crate::error::{RateLimits, Result};
 use crate::transport::retry::retry_after;
 use crate::transport::tuning::request_id;
-
-/// The most `x-ratelimit-*` headers one [`ResponseMeta`] keeps.
-pub const MAX_RATE_LIMIT_HEADERS: usize = 16;
 
 /// What the server's answer to one call said besides its body: its status,
 /// its request id (for a support ticket or a log line) and its rate-limit
@@ -40,8 +37,7 @@ pub struct ResponseMeta {
     status: u16,
     request_id: Option<String>,
     retry_after: Option<Duration>,
-    /// `(name after "x-ratelimit-", value)`, as sent, lowercase names.
-    rate_limit: Vec<(String, String)>,
+    rate_limit: RateLimits,
 }
 
 impl ResponseMeta {
@@ -52,23 +48,11 @@ impl ResponseMeta {
     /// is cut at 256 bytes and a rate-limit value at 64; at most 16
     /// rate-limit headers are kept.
     pub fn from_headers(status: u16, headers: &HeaderMap) -> Self {
-        const MAX_VALUE_LEN: usize = 64;
-        let rate_limit = headers
-            .iter()
-            .filter_map(|(name, value)| {
-                let rest = name.as_str().strip_prefix("x-ratelimit-")?;
-                let value = value.to_str().ok()?;
-                // `to_str` let only visible ASCII through: any byte is a boundary.
-                let value = &value[..value.len().min(MAX_VALUE_LEN)];
-                Some((rest.to_owned(), value.to_owned()))
-            })
-            .take(MAX_RATE_LIMIT_HEADERS)
-            .collect();
         ResponseMeta {
             status,
             request_id: request_id(headers),
             retry_after: retry_after(headers),
-            rate_limit,
+            rate_limit: RateLimits::from_headers(headers),
         }
     }
 
@@ -91,18 +75,13 @@ impl ResponseMeta {
     /// The value of the rate-limit header `x-ratelimit-{name}` (for example
     /// `rate_limit("remaining-requests")`), when the answer carried it.
     pub fn rate_limit(&self, name: &str) -> Option<&str> {
-        self.rate_limit
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.rate_limit.get(name)
     }
 
     /// Every `x-ratelimit-*` header of the answer, as `(name without the
     /// prefix, value)`.
     pub fn rate_limits(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.rate_limit
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
+        self.rate_limit.iter()
     }
 }
 

@@ -327,6 +327,7 @@ pub struct LocalNexusBuilder {
     connector_roots: Vec<PathBuf>,
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
+    rate_limit: Option<(u32, Duration)>,
 }
 
 impl Default for LocalNexusBuilder {
@@ -354,6 +355,7 @@ impl Default for LocalNexusBuilder {
             connector_roots: Vec::new(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
+            rate_limit: None,
         }
     }
 }
@@ -509,6 +511,17 @@ impl LocalNexusBuilder {
         self
     }
 
+    /// Simulates rate limiting: at most `requests` API requests in each
+    /// `window` (from the first request of the window); past it, 429 with
+    /// code `rate_limited` and `Retry-After`. Every API answer then carries
+    /// `x-ratelimit-limit-requests`, `x-ratelimit-remaining-requests` and
+    /// `x-ratelimit-reset-requests`. Off by default; `requests` or `window`
+    /// of zero turns it off.
+    pub fn rate_limit(mut self, requests: u32, window: Duration) -> Self {
+        self.rate_limit = (requests > 0 && !window.is_zero()).then_some((requests, window));
+        self
+    }
+
     /// Fault: answers the first `n` requests with 503 and `Retry-After`.
     pub fn fail_first_requests(mut self, n: usize) -> Self {
         self.fail_next = n;
@@ -600,6 +613,7 @@ impl LocalNexusBuilder {
             connector_roots: self.connector_roots,
             allowed_hosts: self.allowed_hosts,
             allowed_origins: self.allowed_origins,
+            rate_limit: self.rate_limit,
         };
         let faults = faults::Faults::new(
             self.cut_after_frames,

@@ -51,6 +51,8 @@ pub(crate) struct Config {
     pub(crate) allowed_hosts: Vec<String>,
     /// `Origin` values accepted besides local pages.
     pub(crate) allowed_origins: Vec<String>,
+    /// Simulated rate limit: at most this many requests per window.
+    pub(crate) rate_limit: Option<(u32, std::time::Duration)>,
 }
 
 /// Shared server state. Handlers get it as `State<Arc<AppState>>`.

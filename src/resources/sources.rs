@@ -256,7 +256,7 @@ impl<'c> Sources<'c> {
                     return Ok(vec![task]);
                 }
                 // The server refuses archives: fall back to single files.
-                Err(e) if e.status() == Some(400) => {
+                Err(e) if e.status() == Some(http::StatusCode::BAD_REQUEST) => {
                     tracing::debug!("archive refused ({e}); importing file by file");
                 }
                 Err(e) => return Err(e),

@@ -700,6 +700,7 @@ pub(crate) fn error_from_answer(
     let mut e = Error::api(operation, status, code, message, request_id, raw_body);
     if let Error::Api(api) = &mut e {
         api.retry_after = retry::retry_after(headers);
+        api.rate_limits = crate::error::RateLimits::from_headers(headers);
     }
     e
 }

@@ -163,9 +163,36 @@ fn generate(spec_path: &Path) -> String {
         *schema = openapiv3::ReferenceOr::Item(json_object(schema));
     }
 
+    // Operations take positional arguments; the types come from a second
+    // run in builder style, which gives every struct a builder.
+    let mut client = syn_file(&spec, progenitor::InterfaceStyle::Positional);
+    let with_builders = syn_file(&spec, progenitor::InterfaceStyle::Builder);
+    let mut types = types_module(&with_builders).clone();
+    mark_non_exhaustive(&mut types);
+    let slot = client
+        .items
+        .iter_mut()
+        .find(|item| matches!(item, syn::Item::Mod(m) if m.ident == TYPES_MODULE))
+        .expect("generated code layout changed: no `types` module");
+    *slot = syn::Item::Mod(types);
+    let code = prettyplease::unparse(&client);
+    assert!(
+        code.contains(EMPTY_HOOKS),
+        "generated code layout changed: hooks impl not found"
+    );
+    let code = code.replace(EMPTY_HOOKS, "");
+
+    format!("{}{}", header(), crate_private_constructor(&rustfmt(&code)))
+}
+
+/// The module progenitor puts the schema types in.
+const TYPES_MODULE: &str = "types";
+
+/// progenitor's output for `spec` with operations in `interface` style.
+fn syn_file(spec: &openapiv3::OpenAPI, interface: progenitor::InterfaceStyle) -> syn::File {
     let mut settings = progenitor::GenerationSettings::default();
     settings
-        .with_interface(progenitor::InterfaceStyle::Positional)
+        .with_interface(interface)
         .with_tag(progenitor::TagStyle::Merged)
         .with_derive("PartialEq")
         .with_inner_type(
@@ -182,18 +209,45 @@ fn generate(spec_path: &Path) -> String {
     }
     let mut generator = progenitor::Generator::new(&settings);
     let tokens = generator
-        .generate_tokens(&spec)
+        .generate_tokens(spec)
         .unwrap_or_else(|e| panic!("generate client from {SPEC}: {e}"));
-    let ast: syn::File =
-        syn::parse2(tokens).unwrap_or_else(|e| panic!("parse generated code: {e}"));
-    let code = prettyplease::unparse(&ast);
-    assert!(
-        code.contains(EMPTY_HOOKS),
-        "generated code layout changed: hooks impl not found"
-    );
-    let code = code.replace(EMPTY_HOOKS, "");
+    syn::parse2(tokens).unwrap_or_else(|e| panic!("parse generated code: {e}"))
+}
 
-    format!("{}{}", header(), crate_private_constructor(&rustfmt(&code)))
+/// The `types` module of a generated file.
+fn types_module(file: &syn::File) -> &syn::ItemMod {
+    file.items
+        .iter()
+        .find_map(|item| match item {
+            syn::Item::Mod(m) if m.ident == TYPES_MODULE => Some(m),
+            _ => None,
+        })
+        .expect("generated code layout changed: no `types` module")
+}
+
+/// Every struct with named fields and every enum of the module (not of its
+/// submodules) becomes `#[non_exhaustive]`: a field or variant a later API
+/// revision adds is then not a breaking change. Other crates read them as
+/// before, match them with `..` or `_`, and build them with their builders.
+fn mark_non_exhaustive(types: &mut syn::ItemMod) {
+    let (_, items) = types
+        .content
+        .as_mut()
+        .expect("generated code layout changed: `types` has no body");
+    let mut marked = 0;
+    for item in items.iter_mut() {
+        let attrs = match item {
+            syn::Item::Struct(s) if matches!(s.fields, syn::Fields::Named(_)) => &mut s.attrs,
+            syn::Item::Enum(e) => &mut e.attrs,
+            _ => continue,
+        };
+        attrs.push(syn::parse_quote!(#[non_exhaustive]));
+        marked += 1;
+    }
+    assert!(
+        marked > 100,
+        "generated code layout changed: {marked} types marked"
+    );
 }
 
 /// A JSON object schema standing for the `anyOf` union `schema`: any
@@ -317,6 +371,8 @@ fn header() -> String {
          // provides the crate's own. The constructor `new` is removed and\n\
          // `new_with_client` is crate-private. The task unions ({unions}) are JSON objects.\n\
          // The open enums ({typed}) are the crate's typed enums.\n\
+         // The types come from a run in builder style (a builder per struct); every\n\
+         // struct with named fields and every enum is `#[non_exhaustive]`.\n\
          // Formatted with prettyplease, then rustfmt.\n\
          // Regenerate (tests/generated/code.rs): {REGENERATE}\n\n",
         ops = HAND_WRITTEN_OPS.join(", "),

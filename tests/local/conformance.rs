@@ -88,7 +88,7 @@ async fn implemented_operations_decode_with_the_sdk_and_match_the_spec() {
 
     // Through the generated client: every answer decodes into its type.
     let login = api
-        .login(&types::LoginBody { api_key: None })
+        .login(&types::LoginBody::builder().try_into().unwrap())
         .await
         .unwrap()
         .into_inner();
@@ -154,10 +154,10 @@ async fn implemented_operations_decode_with_the_sdk_and_match_the_spec() {
     api.stream_query_events(&q.id, Some("2")).await.unwrap();
     api.create_query_feedback(
         &q.id,
-        &types::CreateQueryFeedbackBody {
-            comment: None,
-            rating: "down".into(),
-        },
+        &types::CreateQueryFeedbackBody::builder()
+            .rating("down")
+            .try_into()
+            .unwrap(),
     )
     .await
     .unwrap();

@@ -32,6 +32,7 @@ mod private;
 mod query;
 #[cfg(feature = "failpoints")]
 mod races;
+mod rate_limits;
 mod refused_uploads;
 mod restart_fidelity;
 mod safety;

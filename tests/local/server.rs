@@ -127,7 +127,7 @@ async fn context_crud_and_bad_inputs() {
         .create(&create_req("Not A Slug"))
         .await
         .unwrap_err();
-    assert_eq!(bad.status(), Some(400));
+    assert_eq!(bad.status().map(|s| s.as_u16()), Some(400));
     let upd: types::UpdateContextRequest =
         serde_json::from_value(json!({"name": "renamed", "description": "d"})).unwrap();
     let ctx = client.contexts().update("a", &upd).await.unwrap();
@@ -150,7 +150,7 @@ async fn context_crud_and_bad_inputs() {
         .upload_bytes("big.md", vec![b'x'; 4096], None)
         .await
         .unwrap_err();
-    assert_eq!(big.status(), Some(413));
+    assert_eq!(big.status().map(|s| s.as_u16()), Some(413));
     let unsafe_name = reqwest::Client::new()
         .post(format!("{}/contexts/a/import/upload", server.base_url()))
         .multipart(reqwest::multipart::Form::new().part(
@@ -346,7 +346,7 @@ async fn injected_503s_are_retried_by_idempotent_calls_only() {
         .create(&create_req("x"))
         .await
         .unwrap_err();
-    assert_eq!(err.status(), Some(503));
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(503));
     assert!(err.is_retryable());
     client.contexts().create(&create_req("x")).await.unwrap();
 }

@@ -43,7 +43,7 @@ async fn a_declared_error_answer_keeps_status_code_message_and_request_id() {
         .await;
     let c = client(&format!("{}/api", server.uri()));
     let err = get_context(&c, "missing").await.unwrap_err();
-    assert_eq!(err.status(), Some(404));
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(404));
     assert_eq!(err.code(), Some("not_found"));
     assert_eq!(err.request_id(), Some("req-404"));
     assert!(err.is_not_found());
@@ -72,7 +72,7 @@ async fn an_undeclared_error_answer_keeps_its_body_and_retry_after() {
         .await;
     let c = client(&format!("{}/api", server.uri()));
     let err = list_contexts(&c).await.unwrap_err();
-    assert_eq!(err.status(), Some(503));
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(503));
     assert_eq!(err.request_id(), Some("req-503"));
     assert_eq!(err.retry_after(), Some(Duration::from_secs(7)));
     assert!(err.is_retryable());
@@ -143,4 +143,38 @@ fn assert_causes_print_once(err: &(dyn std::error::Error + 'static)) {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_rate_limited_answer_keeps_its_rate_limit_headers() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/contexts"))
+        .respond_with(
+            ResponseTemplate::new(429)
+                .insert_header("x-request-id", "req-429")
+                .insert_header("retry-after", "3")
+                .insert_header("x-ratelimit-limit-requests", "60")
+                .insert_header("x-ratelimit-remaining-requests", "0")
+                .set_body_json(json!({"message": "slow down", "code": "rate_limited"})),
+        )
+        .mount(&server)
+        .await;
+    let c = client(&format!("{}/api", server.uri()));
+    let generated = list_contexts(&c).await.unwrap_err();
+    let resource = c.contexts().list().await.unwrap_err();
+    for err in [generated, resource] {
+        assert!(err.is_rate_limited(), "{err:?}");
+        assert_eq!(
+            err.status(),
+            Some(nexus_knowql::http::StatusCode::TOO_MANY_REQUESTS)
+        );
+        assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));
+        assert_eq!(err.request_id(), Some("req-429"));
+        assert_eq!(err.rate_limits().get("remaining-requests"), Some("0"));
+        assert_eq!(err.rate_limits().get("LIMIT-requests"), Some("60"));
+        assert_eq!(err.rate_limits().iter().count(), 2);
+    }
+    let not_found = Error::InvalidRequest("x".into());
+    assert!(!not_found.is_rate_limited() && not_found.rate_limits().is_empty());
 }

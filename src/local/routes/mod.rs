@@ -10,6 +10,7 @@ mod files;
 mod knowledge;
 mod project;
 mod queries;
+mod rate_limit;
 mod sessions;
 mod sources;
 mod task_files;
@@ -175,11 +176,20 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             delete(task_files::delete),
         )
         .method_not_allowed_fallback(method_not_allowed);
+    let mut api = api;
+    if let Some((requests, window)) = state.config.rate_limit {
+        let limiter = Arc::new(rate_limit::Limiter::new(requests, window));
+        api = api.layer(middleware::from_fn_with_state(
+            limiter,
+            rate_limit::simulate,
+        ));
+    }
     Router::new()
         .nest("/api", api)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), gate))
         .layer(DefaultBodyLimit::max(json_limit))
+        .layer(middleware::from_fn(rate_limit::request_id))
         .with_state(state)
 }
 
@@ -456,6 +466,7 @@ mod tests {
             connector_roots: Vec::new(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
+            rate_limit: None,
         };
         let faults = Faults::new(None, Duration::ZERO, 0, 1);
         let policy = HostPolicy::new(([127, 0, 0, 1], 8808).into(), &[], &[]);

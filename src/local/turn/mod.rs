@@ -414,6 +414,7 @@ mod tests {
             chunk_chars: 1200,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
+            rate_limit: None,
         };
         let faults = Faults::new(None, Duration::ZERO, 0, 1);
         let policy = HostPolicy::new(([127, 0, 0, 1], 0).into(), &[], &[]);

@@ -485,7 +485,9 @@ impl NexusServer {
         };
         match client.contexts().list().await {
             Ok(_) => KeyProof::Accepted,
-            Err(e) if matches!(e.status(), Some(401 | 403)) => KeyProof::Refused,
+            Err(e) if matches!(e.status().map(|s| s.as_u16()), Some(401 | 403)) => {
+                KeyProof::Refused
+            }
             Err(_) => KeyProof::Undecided,
         }
     }

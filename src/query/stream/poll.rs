@@ -228,7 +228,7 @@ impl EventConnection {
                 self.state = State::Open(Box::pin(resp.bytes_stream()));
             }
             Poll::Ready(Err(e)) => {
-                let gone = matches!(e.status(), Some(404 | 410));
+                let gone = matches!(e.status().map(|s| s.as_u16()), Some(404 | 410));
                 if self.terminal_seen {
                     // Only the final Query was missing; the stored one
                     // stands in for it.
