@@ -157,6 +157,19 @@ impl LocalError {
 
     /// An upload refused because the most uploads are being staged: 503,
     /// code `busy`, with `Retry-After`. Nothing was applied.
+    /// An upload waited its turn on a context (the imports, removals and
+    /// forks ahead of it) for too long: 503, code `busy`, nothing changed.
+    pub(crate) fn context_busy() -> Self {
+        LocalError {
+            code: Some("busy"),
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the context is busy with other imports; retry shortly",
+            )
+        }
+    }
+
     pub(crate) fn staging_full() -> Self {
         LocalError {
             code: Some("busy"),

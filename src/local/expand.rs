@@ -268,28 +268,12 @@ pub(crate) fn stage(
             out.add(&raw, &mut entry)?;
         }
     } else if lower.ends_with(".tar") || lower.ends_with(".tar.gz") || lower.ends_with(".tgz") {
-        let file = std::io::BufReader::new(std::fs::File::open(upload).map_err(io)?);
-        // A gzip file may hold several members (`cat a.tar.gz b.tar.gz`):
-        // all of them are read, as `gzip -d` does.
-        let reader: Box<dyn Read> = if lower.ends_with(".tar") {
-            Box::new(file)
-        } else {
-            Box::new(flate2::read::MultiGzDecoder::new(file))
-        };
-        // Every byte of the expanded stream counts (headers and padding
-        // too), as it streams: refused at the first byte over the limit.
-        let counted = Counted {
-            inner: reader,
-            count: 0,
-            limit,
-            over: over.clone(),
-            cancel: caps.cancel.clone(),
-        };
-        let mut tar = tar::Archive::new(counted);
-        // Concatenated archives (`cat a.tar b.tar`, or the members above)
-        // hold an end-of-archive marker between them: read past it, so the
-        // whole upload is imported, never its first part alone.
-        tar.set_ignore_zeros(true);
+        let gz = !lower.ends_with(".tar");
+        // Counted before anything is written: too many entries are refused
+        // after reading the headers alone.
+        count_tar_entries(tar_stream(upload, gz, limit, &over, &caps)?, caps.entries)
+            .map_err(|e| out.stream_stage_error(&over, e))?;
+        let mut tar = tar_archive(tar_stream(upload, gz, limit, &over, &caps)?);
         // Raw entries: long-name and PAX records come as entries of their
         // own, so their size is checked before any of them is read (the
         // tar crate would read them whole).
@@ -342,6 +326,133 @@ pub(crate) fn stage(
         skipped: out.skipped,
         skipped_count: out.skipped_count,
     })
+}
+
+/// The expanded stream of a tar (`gz`: a gzip of one) at `upload`, every
+/// byte counted toward `limit` (headers and padding too) as it streams:
+/// refused at the first byte over it, or once the request is gone.
+fn tar_stream(
+    upload: &Path,
+    gz: bool,
+    limit: u64,
+    over: &Rc<Cell<Option<Over>>>,
+    caps: &Caps,
+) -> Result<Counted<Box<dyn Read>>, StageError> {
+    let file =
+        std::io::BufReader::new(std::fs::File::open(upload).map_err(|e| StageError::io(&e))?);
+    // A gzip file may hold several members (`cat a.tar.gz b.tar.gz`) and
+    // NUL padding after the last: read as `gzip -d` reads it.
+    let inner: Box<dyn Read> = if gz {
+        Box::new(GzMembers::new(file))
+    } else {
+        Box::new(file)
+    };
+    Ok(Counted {
+        inner,
+        count: 0,
+        limit,
+        over: over.clone(),
+        cancel: caps.cancel.clone(),
+    })
+}
+
+/// A tar reader over `stream` that reads concatenated archives (`cat a.tar
+/// b.tar`, or several gzip members) whole: the end-of-archive marker
+/// between them is read past, so an upload is never taken for its first
+/// part alone.
+fn tar_archive<R: Read>(stream: R) -> tar::Archive<R> {
+    let mut tar = tar::Archive::new(stream);
+    tar.set_ignore_zeros(true);
+    tar
+}
+
+/// Reads a tar's headers only (entries' data is skipped, not written) and
+/// refuses it when it holds more than `max` entries of any kind, before
+/// any of them is expanded.
+fn count_tar_entries<R: Read>(stream: R, max: usize) -> Result<(), StageError> {
+    let mut tar = tar_archive(stream);
+    let entries = tar
+        .entries()
+        .map_err(|e| StageError::Invalid(format!("not a readable tar archive: {e}")))?
+        .raw(true);
+    for (seen, entry) in entries.enumerate() {
+        let entry = entry.map_err(|e| StageError::Invalid(format!("tar entry: {e}")))?;
+        // Checked before the next entry skips past it.
+        if is_name_record(entry.header().entry_type()) {
+            check_name_record(entry.declared_size())?;
+        }
+        if seen >= max {
+            return Err(StageError::TooLarge(format!(
+                "the archive holds more than {max} entries (the limit; files, directories, links, hidden and unsafe entries all count)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The gzip members of a file, decompressed one after another, as `gzip -d`
+/// reads them: NUL bytes after the last member (padding to a block size,
+/// as tape tools and some archivers write) end the stream; any other byte
+/// there is an error, never taken for the start of another member.
+struct GzMembers<R: std::io::BufRead> {
+    member: Option<flate2::bufread::GzDecoder<R>>,
+}
+
+impl<R: std::io::BufRead> GzMembers<R> {
+    fn new(inner: R) -> Self {
+        GzMembers {
+            member: Some(flate2::bufread::GzDecoder::new(inner)),
+        }
+    }
+}
+
+impl<R: std::io::BufRead> Read for GzMembers<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            let Some(member) = self.member.as_mut() else {
+                return Ok(0);
+            };
+            let n = member.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            // This member ended: another follows, or padding, or nothing.
+            let Some(mut rest) = self
+                .member
+                .take()
+                .map(flate2::bufread::GzDecoder::into_inner)
+            else {
+                return Ok(0);
+            };
+            if another_member(&mut rest)? {
+                self.member = Some(flate2::bufread::GzDecoder::new(rest));
+            }
+        }
+    }
+}
+
+/// Whether another gzip member starts here; `false` at the end of the file
+/// or of its NUL padding (consumed). Other bytes after padding are an error.
+fn another_member(r: &mut impl std::io::BufRead) -> std::io::Result<bool> {
+    let mut padded = false;
+    loop {
+        let buf = r.fill_buf()?;
+        let Some(&first) = buf.first() else {
+            return Ok(false);
+        };
+        if first != 0 {
+            if padded {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "bytes after the gzip padding",
+                ));
+            }
+            return Ok(true);
+        }
+        let zeros = buf.iter().take_while(|b| **b == 0).count();
+        r.consume(zeros);
+        padded = true;
+    }
 }
 
 /// Refuses a zip archive whose central directory, as its end records
@@ -398,11 +509,7 @@ fn read_name_record(
     kind: tar::EntryType,
 ) -> Result<Option<String>, StageError> {
     let size = entry.declared_size();
-    if size > MAX_TAR_NAME_RECORD {
-        return Err(StageError::TooLarge(format!(
-            "the archive holds a tar name record of {size} bytes; at most {MAX_TAR_NAME_RECORD} are accepted"
-        )));
-    }
+    check_name_record(size)?;
     let mut data = Vec::with_capacity(size as usize);
     entry
         .take_reader(MAX_TAR_NAME_RECORD)
@@ -422,6 +529,17 @@ fn read_name_record(
         }
     }
     Ok(None)
+}
+
+/// Refuses a metadata record declaring more than [`MAX_TAR_NAME_RECORD`]
+/// bytes, before any of it is read.
+fn check_name_record(size: u64) -> Result<(), StageError> {
+    if size > MAX_TAR_NAME_RECORD {
+        return Err(StageError::TooLarge(format!(
+            "the archive holds a tar name record of {size} bytes; at most {MAX_TAR_NAME_RECORD} are accepted"
+        )));
+    }
+    Ok(())
 }
 
 /// A tar entry as [`read_name_record`] reads it.

@@ -8,11 +8,13 @@
 //! is the upload acknowledged, so an acknowledged upload survives a crash.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::durable;
 use super::error::{LocalError, LocalResult};
@@ -24,44 +26,38 @@ use super::paths::safe_join;
 use super::state::AppState;
 use crate::types;
 
-/// Registers the import task of a staged upload (409 while one runs),
-/// moves its files into place on a task of its own and saves the state;
-/// answers once that is done, so what it acknowledges is on disk.
+/// Longest a staged upload waits for its turn on a context (the import
+/// running there, a removal or fork of its sources) before it is refused
+/// with 503 `busy`.
+const QUEUE_WAIT: Duration = Duration::from_secs(30);
+/// How often a queued upload looks again besides being woken by an
+/// import's end (removals and forks end without waking it).
+const QUEUE_RECHECK: Duration = Duration::from_millis(200);
+
+/// Registers the import task of a staged upload, moves its files into
+/// place on a task of its own and saves the state; answers once that is
+/// done, so what it acknowledges is on disk. Imports on one context run
+/// one at a time: an upload queues behind the one running (and behind a
+/// removal or fork of the context's sources), up to [`QUEUE_WAIT`].
 pub(crate) async fn start(
     state: &Arc<AppState>,
     context: &str,
     staged: Staged,
 ) -> LocalResult<types::WorkflowTriggerResponse> {
+    let queued_until = tokio::time::Instant::now() + QUEUE_WAIT;
     let cancel = state.shutdown.child_token();
-    let (task, context_id, job) = {
-        let mut inner = state.store.lock();
-        let ctx = inner.context(context)?;
-        if ctx.importing {
-            return Err(LocalError::conflict(format!(
-                "an import is already running on context {:?}",
-                ctx.slug
-            )));
+    let (task, context_id, job) = loop {
+        let ended = state.imports_ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if let Some(registered) = register(state, context, &staged, &cancel)? {
+            break registered;
         }
-        if ctx.sources_held > 0 {
-            return Err(LocalError::conflict(format!(
-                "sources of context {:?} are being removed or forked; upload after that ends",
-                ctx.slug
-            )));
+        let now = tokio::time::Instant::now();
+        if now >= queued_until {
+            return Err(LocalError::context_busy());
         }
-        check_fits(ctx, &staged, state.config.context_bytes_limit)?;
-        let context_id = ctx.id.clone();
-        let input: types::TaskInput = serde_json::from_value(serde_json::json!({
-            "raw_archive_key": format!("uploads/{}", staged.name),
-            "path": staged.dir,
-        }))
-        .map_err(|e| LocalError::internal("import task input", e))?;
-        let task = inner.new_task("import", Some(&context_id), None, input, cancel.clone());
-        let ctx = inner.context_mut(&context_id)?;
-        ctx.importing = true;
-        ctx.import_task_id = Some(task.id.clone());
-        inner.dirty.contexts.insert(context_id.clone());
-        let job = inner.context_job(&context_id);
-        (task, context_id, job)
+        let _ = tokio::time::timeout_at(queued_until.min(now + QUEUE_RECHECK), ended).await;
     };
     state.store.changed();
     let (applied_tx, applied_rx) = tokio::sync::oneshot::channel();
@@ -85,6 +81,36 @@ pub(crate) async fn start(
             "the import task ended without an answer",
         )),
     }
+}
+
+/// Registers the import task of `staged` on `context` unless an import or
+/// a removal or fork of its sources is under way there (`None`: its turn
+/// has not come).
+fn register(
+    state: &AppState,
+    context: &str,
+    staged: &Staged,
+    cancel: &CancellationToken,
+) -> LocalResult<Option<(types::TaskResponse, String, TaskTrackerToken)>> {
+    let mut inner = state.store.lock();
+    let ctx = inner.context(context)?;
+    if ctx.importing || ctx.sources_held > 0 {
+        return Ok(None);
+    }
+    check_fits(ctx, staged, state.config.context_bytes_limit)?;
+    let context_id = ctx.id.clone();
+    let input: types::TaskInput = serde_json::from_value(serde_json::json!({
+        "raw_archive_key": format!("uploads/{}", staged.name),
+        "path": staged.dir,
+    }))
+    .map_err(|e| LocalError::internal("import task input", e))?;
+    let task = inner.new_task("import", Some(&context_id), None, input, cancel.clone());
+    let ctx = inner.context_mut(&context_id)?;
+    ctx.importing = true;
+    ctx.import_task_id = Some(task.id.clone());
+    inner.dirty.contexts.insert(context_id.clone());
+    let job = inner.context_job(&context_id);
+    Ok(Some((task, context_id, job)))
 }
 
 async fn run(
@@ -342,13 +368,17 @@ fn finish(
     output: Option<types::TaskOutput>,
     error: Option<String>,
 ) {
-    let mut inner = state.store.lock();
-    inner.end_task(task_id, end, output, error);
-    if let Some(ctx) = inner.contexts.get_mut(context_id)
-        && ctx.import_task_id.as_deref() == Some(task_id)
     {
-        ctx.importing = false;
+        let mut inner = state.store.lock();
+        inner.end_task(task_id, end, output, error);
+        if let Some(ctx) = inner.contexts.get_mut(context_id)
+            && ctx.import_task_id.as_deref() == Some(task_id)
+        {
+            ctx.importing = false;
+        }
     }
+    // Uploads queued on the context try again.
+    state.imports_ended.notify_waiters();
 }
 
 /// The files an import task leaves: its report and the list of the files

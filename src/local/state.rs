@@ -70,6 +70,8 @@ pub(crate) struct AppState {
     /// Uploads being staged at once (each may expand to the context
     /// limit on disk and in work); past it an upload gets 503 `busy`.
     pub(crate) staging_slots: Arc<tokio::sync::Semaphore>,
+    /// Woken when an import ends: uploads queued on its context look again.
+    pub(crate) imports_ended: tokio::sync::Notify,
     /// Connector OAuth flows started and not yet completed.
     pub(crate) oauth: OauthStates,
     tokens: Mutex<TokenSet>,
@@ -90,6 +92,7 @@ impl AppState {
             policy,
             staging_slots: Arc::new(tokio::sync::Semaphore::new(STAGING_SLOTS)),
             oauth: OauthStates::default(),
+            imports_ended: tokio::sync::Notify::new(),
             tokens: Mutex::new(TokenSet::restored(store.take_saved_tokens())),
             store: Arc::new(store),
         })

@@ -130,7 +130,10 @@ impl<'c> Sources<'c> {
     /// Sends the multipart upload. A multipart body cannot be cloned, so the
     /// request is built again from `part` for every attempt: a refused token
     /// (401 with [`login`](crate::ClientBuilder::login)) logs in again and a
-    /// connection that could not be opened is retried, as for any other call.
+    /// connection that could not be opened is retried, as for any other call;
+    /// an upload shed as busy (503 with a `Retry-After` within the retry
+    /// policy's longest delay: refused before anything changed) is sent again
+    /// after that wait, up to the policy's number of retries.
     async fn send_upload(
         &self,
         part: &(dyn Fn() -> Result<reqwest::multipart::Part> + Send + Sync),
@@ -160,11 +163,33 @@ impl<'c> Sources<'c> {
                 None
             }
         };
-        let resp = self
-            .client
-            .transport()
-            .send_rebuilding(build()?, Some(&rebuild), op)
-            .await?;
+        let transport = self.client.transport();
+        let policy = transport.retry_policy();
+        let mut refused = 0;
+        let resp = loop {
+            match transport
+                .send_rebuilding(build()?, Some(&rebuild), op)
+                .await
+            {
+                // Shed with `Retry-After` (a busy server: refused before
+                // anything changed): sent again after the wait it asks for,
+                // within the client's retry policy.
+                Err(Error::Api(e))
+                    if e.status == 503
+                        && refused < policy.max_retries
+                        && e.retry_after.is_some_and(|d| d <= policy.max_delay) =>
+                {
+                    refused += 1;
+                    tracing::debug!(
+                        status = e.status,
+                        refused,
+                        "upload refused as busy; retrying"
+                    );
+                    tokio::time::sleep(e.retry_after.unwrap_or_default()).await;
+                }
+                other => break other?,
+            }
+        };
         let meta = ResponseMeta::from_headers(resp.status().as_u16(), resp.headers());
         let body = resp
             .bytes()

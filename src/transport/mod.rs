@@ -168,6 +168,11 @@ impl Transport {
         &self.inner.http
     }
 
+    /// The retry policy calls through this transport follow.
+    pub(crate) fn retry_policy(&self) -> &retry::RetryPolicy {
+        &self.tuning.retry
+    }
+
     /// A new built-in HTTP client (its own connection pool) made like this
     /// transport's; `None` when the caller supplied the client.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]

@@ -79,3 +79,46 @@ async fn refused_uploads_leave_staging_empty() {
     assert_eq!(staging_left(&data).await, Vec::<String>::new());
     server.shutdown().await;
 }
+
+/// Reproduction: uploads to one context while an import ran there got 409,
+/// which the SDK does not retry. They queue behind it now (and an upload
+/// shed as busy is sent again by the SDK): every one of eight concurrent
+/// clients' uploads lands.
+#[tokio::test]
+async fn concurrent_uploads_to_one_context_all_land() {
+    let tmp = TempDir::new("concurrent-uploads");
+    // Each import's task stays open a moment after it answers, so the
+    // uploads overlap the import before them.
+    let server = LocalNexus::builder()
+        .data_dir(tmp.path().join("data"))
+        .frame_delay(Duration::from_millis(150))
+        .start()
+        .await
+        .unwrap();
+    let client = server.client().unwrap();
+    let base = server.base_url().to_owned();
+    let (status, body) = post_json(
+        &format!("{base}/contexts"),
+        json!({"slug": "docs", "name": "Docs"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let uploads = (0..8).map(|c| {
+        let client = client.clone();
+        async move {
+            for n in 0..3 {
+                let name = format!("c{c}-{n}.md");
+                client
+                    .sources("docs")
+                    .upload_bytes(&name, format!("# {name}\n"), None)
+                    .await
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        }
+    });
+    futures::future::join_all(uploads).await;
+    let (status, listing) = get_json(&format!("{base}/contexts/docs/source/list/uploads")).await;
+    assert_eq!(status, 200, "{listing}");
+    assert_eq!(listing["total"], 24, "{listing}");
+    server.shutdown().await;
+}

@@ -236,3 +236,54 @@ async fn huge_retry_after_values_are_clamped_not_overflowed() {
         assert_eq!(server.received_requests().await.unwrap().len(), 2);
     }
 }
+
+/// Reproduction: an upload refused as busy (503 with `Retry-After`: shed
+/// before anything changed, as a server answers concurrent uploads it
+/// cannot stage yet) was returned as an error instead of being sent again;
+/// a 503 without `Retry-After` (its outcome unknown) still is not retried.
+#[tokio::test]
+async fn an_upload_refused_as_busy_is_sent_again_after_its_wait() {
+    let server = MockServer::start().await;
+    let busy = json!({"message": "other uploads are being staged", "code": "busy"});
+    Mock::given(method("POST"))
+        .and(path("/api/contexts/docs/import/upload"))
+        .respond_with(
+            ResponseTemplate::new(503)
+                .insert_header("Retry-After", "0")
+                .set_body_json(&busy),
+        )
+        .up_to_n_times(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/api/contexts/docs/import/upload"))
+        .respond_with(ResponseTemplate::new(503).set_body_json(&busy))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/api/contexts/docs/import/upload"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(trigger()))
+        .mount(&server)
+        .await;
+    let client = Client::builder()
+        .base_url(format!("{}/api", server.uri()))
+        .api_key(KEY)
+        .retry(fast())
+        .build()
+        .unwrap();
+    let docs = client.sources("docs");
+    // Two busy answers, then one without a wait: an error after 3 sends.
+    let err = docs
+        .upload_bytes("policy.md", CONTENT, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(503), "{err:?}");
+    let sent = uploads(&server).await;
+    assert_eq!(sent.len(), 3);
+    assert!(sent.iter().all(carries_whole_file));
+    // The next one goes through at once.
+    let started = docs.upload_bytes("policy.md", CONTENT, None).await.unwrap();
+    assert_eq!(started.task_id, "task_1");
+    assert_eq!(uploads(&server).await.len(), 4);
+}

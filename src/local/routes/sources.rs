@@ -40,27 +40,25 @@ pub(super) async fn upload(
             "the upload exceeds the {limit} byte limit"
         )));
     }
-    {
-        let inner = state.store.lock();
-        let ctx = inner.context(&slug)?;
-        if ctx.importing {
-            return Err(LocalError::conflict(format!(
-                "an import is already running on context {:?}",
-                ctx.slug
-            )));
-        }
-    }
+    // An unknown context is refused before anything is read; an import
+    // running there is waited for once this one is staged.
+    state.store.lock().context(&slug)?;
     let dir = match params.path.as_deref().map(str::trim) {
         None | Some("") => "uploads".to_owned(),
         Some(p) => import::safe_path(p)
             .ok_or_else(|| LocalError::bad_request(format!("unsafe upload path {p:?}")))?,
     };
-    // Two uploads are staged at a time; more wait on the client's side.
-    let _slot = state
-        .staging_slots
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| LocalError::staging_full())?;
+    // Two uploads are staged (and queued for their import) at a time; more
+    // wait their turn a moment, then are shed as busy. The wait is short of
+    // the body's pace window, which runs meanwhile.
+    let _slot = tokio::time::timeout(
+        STAGING_SLOT_WAIT,
+        state.staging_slots.clone().acquire_owned(),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .ok_or_else(LocalError::staging_full)?;
     let mut multipart = multipart.map_err(|e| LocalError::new(e.status(), e.body_text()))?;
     let multipart_error = |e: axum::extract::multipart::MultipartError| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -121,6 +119,9 @@ pub(super) async fn upload(
     }
     Err(LocalError::bad_request("the form has no `file` part"))
 }
+
+/// Longest an upload waits for a staging slot before it is shed as busy.
+const STAGING_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Room for a multipart form's own headers beside its file.
 const FORM_OVERHEAD: u64 = 64 * 1024;

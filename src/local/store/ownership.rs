@@ -331,7 +331,9 @@ mod tests {
     /// adopted as an earlier version's and rearranged.
     #[test]
     fn only_the_exact_layout_of_an_earlier_version_is_adopted() {
-        let cases: [(&str, &[(&str, &[u8])]); 4] = [
+        // (what the refusal names, the files the folder holds)
+        type Case = (&'static str, &'static [(&'static str, &'static [u8])]);
+        let cases: [Case; 4] = [
             // Some other program's state.json.
             ("state.json", &[("state.json", br#"{"theme":"dark"}"#)]),
             // A state.db that is no SQLite database.
