@@ -54,6 +54,64 @@ where
     Ok(exposed.into())
 }
 
+/// `text` without the sentences and clauses (ended by `.` or `;` outside
+/// parentheses) that name one of the `hidden` tools: instructions never
+/// point a model at a tool it cannot call.
+pub(crate) fn without_mentions(text: &str, hidden: &[String]) -> String {
+    if hidden.is_empty() {
+        return text.to_owned();
+    }
+    text.split("\n\n")
+        .map(|paragraph| kept_pieces(paragraph, hidden))
+        .filter(|kept| !kept.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// The pieces of `paragraph` that name no `hidden` tool, joined.
+fn kept_pieces(paragraph: &str, hidden: &[String]) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    let bytes = paragraph.as_bytes();
+    for (i, &byte) in bytes.iter().enumerate() {
+        match byte {
+            b'(' => depth += 1,
+            b')' => depth = depth.saturating_sub(1),
+            b'.' | b';' if depth == 0 => {
+                let ends = bytes.get(i + 1).is_none_or(u8::is_ascii_whitespace);
+                if ends {
+                    kept.push(&paragraph[start..=i]);
+                    start = i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    kept.push(&paragraph[start..]);
+    let out: Vec<&str> = kept
+        .into_iter()
+        .map(str::trim)
+        .filter(|piece| !piece.is_empty() && !hidden.iter().any(|tool| names(piece, tool)))
+        .collect();
+    let mut joined = out.join(" ");
+    if joined.ends_with(';') {
+        joined.pop();
+        joined.push('.');
+    }
+    joined
+}
+
+/// Whether `text` names `tool` as a whole word.
+fn names(text: &str, tool: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(tool).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + tool.len()..].chars().next();
+        !before.is_some_and(word) && !after.is_some_and(word)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +133,26 @@ mod tests {
             checked([" ", ""], &served()),
             Err(ToolAllowListError::Empty)
         );
+    }
+
+    #[test]
+    fn instructions_lose_what_names_a_hidden_tool() {
+        let text = "Intro. Flow: 1) call list_things (cached; see x); 2) call query_it; \
+                    3) call get_it.\n\nOther: count counts (query_it too). Last one.";
+        let hidden = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            without_mentions(text, &hidden(&["list_things"])),
+            "Intro. 2) call query_it; 3) call get_it.\n\nOther: count counts (query_it too). Last one."
+        );
+        assert_eq!(
+            without_mentions(text, &hidden(&["query_it"])),
+            "Intro. Flow: 1) call list_things (cached; see x); 3) call get_it.\n\nLast one."
+        );
+        assert_eq!(
+            without_mentions(text, &hidden(&["get_it", "count"])),
+            "Intro. Flow: 1) call list_things (cached; see x); 2) call query_it.\n\nLast one."
+        );
+        // Whole words only: `query` is not `query_it`.
+        assert_eq!(without_mentions(text, &hidden(&["query"])), text);
     }
 }

@@ -247,11 +247,12 @@ impl NexusMcp {
 
     /// The families configured, for resources, prompts and completions.
     fn families(&self) -> Families<'_> {
-        Families {
-            nexus: self.nexus.as_deref(),
-            pinecone: self.pinecone.as_deref(),
-            metrics: &self.metrics,
-        }
+        Families::new(
+            self.nexus.as_deref(),
+            self.pinecone.as_deref(),
+            self.exposed.as_deref(),
+            &self.metrics,
+        )
     }
 
     /// The family that serves tool `name`, if it is exposed.
@@ -356,7 +357,13 @@ impl NexusMcp {
         if text.is_empty() {
             text.push_str("No tool family is configured on this server.");
         }
-        text
+        let hidden: Vec<String> = self
+            .family_tools()
+            .into_iter()
+            .filter(|t| !self.exposes(&t.name))
+            .map(|t| t.name.into_owned())
+            .collect();
+        allow_list::without_mentions(&text, &hidden)
     }
 }
 

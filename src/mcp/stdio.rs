@@ -124,10 +124,15 @@ where
         }
     }
 
-    /// Writes the JSON-RPC error for `invalid` in the background: a
-    /// cancelled `receive` never leaves half a line behind.
+    /// Writes the JSON-RPC error for `invalid` in the background.
     fn answer_invalid(&self, invalid: &Invalid) {
-        let mut line = error_json(invalid).to_string().into_bytes();
+        self.answer(error_json(invalid));
+    }
+
+    /// Writes `answer` in the background: a cancelled `receive` never
+    /// leaves half a line behind.
+    fn answer(&self, answer: serde_json::Value) {
+        let mut line = answer.to_string().into_bytes();
         line.push(b'\n');
         let output = Arc::clone(&self.output);
         tokio::spawn(async move {
@@ -203,8 +208,8 @@ where
             match decoded {
                 None | Some(Ok(None)) => {}
                 Some(Ok(Some(mut message))) => {
-                    if let Some(refused) = ping_without_the_method(&message) {
-                        self.answer_invalid(&refused);
+                    if let Some(answer) = ping_answer(&message) {
+                        self.answer(answer);
                         continue;
                     }
                     // This transport writes tool results itself: their
@@ -232,26 +237,28 @@ where
     }
 }
 
-/// The answer to a `ping` whose own `_meta` names a revision without the
-/// method (2026-07-28 on): `-32601`, as the service answers it once a
-/// revision is chosen. The service answers any `ping` before it has chosen
-/// one with `{}`; this keeps one answer per revision, whatever came first.
-fn ping_without_the_method(message: &ClientJsonRpcMessage) -> Option<Invalid> {
+/// The answer to a `ping`, the same whatever came before it: `-32601` when
+/// its own `_meta` names a revision without the method (2026-07-28 on),
+/// else `{}`. The service would answer by the revision it has chosen
+/// (after `server/discover`, a `ping` without `_meta` was refused), so the
+/// transport answers every `ping` itself.
+fn ping_answer(message: &ClientJsonRpcMessage) -> Option<serde_json::Value> {
     let JsonRpcMessage::Request(request) = message else {
         return None;
     };
     if !matches!(request.request, ClientRequest::PingRequest(_)) {
         return None;
     }
-    let version = request.request.get_meta().protocol_version()?;
-    if version.has_initialize() {
-        return None;
+    let id = serde_json::to_value(&request.id).unwrap_or(serde_json::Value::Null);
+    let version = request.request.get_meta().protocol_version();
+    if version.is_some_and(|v| !v.has_initialize()) {
+        return Some(error_json(&Invalid {
+            code: METHOD_NOT_FOUND,
+            message: PingRequestMethod::VALUE.to_owned(),
+            id,
+        }));
     }
-    Some(Invalid {
-        code: METHOD_NOT_FOUND,
-        message: PingRequestMethod::VALUE.to_owned(),
-        id: serde_json::to_value(&request.id).unwrap_or(serde_json::Value::Null),
-    })
+    Some(serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}}))
 }
 
 /// Checks one line and decodes it as a client message: `Ok(None)` for a

@@ -519,3 +519,109 @@ async fn knowledge_files_are_listed_and_their_paths_complete() {
         .expect("complete without slug");
     assert!(none.values.is_empty(), "{none:?}");
 }
+
+/// `--tools` hides what stands for a hidden tool: its resources, prompts,
+/// completions and the instructions that name it.
+#[tokio::test]
+async fn an_allow_list_hides_the_resources_prompts_completions_and_mentions_of_hidden_tools() {
+    let nexus = local_nexus().await;
+    let fake = PineconeFake::start().await;
+    let exposed = ["query_context", "get_query", "count"];
+    let server = NexusMcp::new()
+        .with_nexus(NexusServer::new(nexus_client(nexus.base_url())))
+        .with_pinecone(PineconeServer::new(fake.config()).expect("pinecone server"))
+        .with_tool_allow_list(exposed)
+        .expect("allow-list");
+    let hidden = [
+        "list_contexts",
+        "list_namespaces",
+        "namespace_router",
+        "suggest_query_params",
+        "query",
+        "keyword_search",
+        "query_documents",
+        "guided_query",
+        "generate_urls",
+    ];
+    let instructions = server.get_info().instructions.unwrap_or_default();
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    for tool in hidden {
+        let named = instructions.match_indices(tool).any(|(at, _)| {
+            !instructions[..at].chars().next_back().is_some_and(word)
+                && !instructions[at + tool.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(word)
+        });
+        assert!(!named, "the instructions name {tool}: {instructions}");
+    }
+    for tool in exposed {
+        assert!(instructions.contains(tool), "{tool}: {instructions}");
+    }
+    let client = connect(server).await;
+
+    // No context is served without list_contexts, no namespace without
+    // list_namespaces.
+    let resources = client.list_all_resources().await.expect("resources/list");
+    assert!(resources.is_empty(), "{resources:?}");
+    let templates = client
+        .list_all_resource_templates()
+        .await
+        .expect("templates");
+    assert!(templates.is_empty(), "{templates:?}");
+    for uri in ["nexus://contexts/docs", "pinecone://kb/wg21-papers"] {
+        let read = client
+            .read_resource(ReadResourceRequestParams::new(uri))
+            .await;
+        assert!(
+            matches!(&read, Err(ServiceError::McpError(e)) if e.code.0 == -32002),
+            "{uri}: {read:?}"
+        );
+    }
+
+    // ask_context's tools are exposed; research_namespace's are not.
+    let prompts = client.list_all_prompts().await.expect("prompts/list");
+    let names: Vec<&str> = prompts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["ask_context"]);
+    let args = json!({"context": "docs", "question": "How do I resume a stream?"});
+    let got = client
+        .get_prompt(
+            GetPromptRequestParams::new("ask_context")
+                .with_arguments(args.as_object().cloned().unwrap()),
+        )
+        .await
+        .expect("prompts/get");
+    let text = serde_json::to_value(&got.messages[0]).unwrap()["content"]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("query_context"), "{text}");
+    assert!(!text.contains("nexus://"), "{text}");
+    let args = json!({"index": "kb", "namespace": "wg21-papers", "topic": "senders"});
+    let refused = client
+        .get_prompt(
+            GetPromptRequestParams::new("research_namespace")
+                .with_arguments(args.as_object().cloned().unwrap()),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(ServiceError::McpError(e)) if e.code.0 == -32602),
+        "{refused:?}"
+    );
+
+    // Completions list nothing a hidden tool would.
+    let peer = client.peer();
+    let none = [
+        peer.complete_prompt_simple("ask_context", "context", "d")
+            .await,
+        peer.complete_prompt_simple("research_namespace", "index", "")
+            .await,
+        peer.complete_resource_simple("pinecone://{index}/{namespace}", "namespace", "")
+            .await,
+        peer.complete_resource_simple("nexus://contexts/{slug}", "slug", "")
+            .await,
+    ];
+    for got in none {
+        assert!(got.expect("an answer").is_empty());
+    }
+}

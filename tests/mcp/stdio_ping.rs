@@ -109,3 +109,29 @@ async fn ping_in_an_initialized_session_answers_empty_before_and_after_a_tool_ca
         assert_eq!(outcome(answer), json!({}), "{answer}");
     }
 }
+
+/// A `ping` without `_meta` names no revision: it answers `{}` whatever
+/// came before it, `server/discover` (which chooses 2026-07-28) included.
+#[tokio::test]
+async fn a_plain_ping_answers_empty_before_and_after_discovery() {
+    let nexus = fake_nexus(0).await;
+    let mut lines = Lines::start(&nexus.uri()).await;
+    let before = lines.request(1, "ping", json!({})).await;
+    let discovered = lines
+        .request(2, "server/discover", json!({"_meta": meta_2026()}))
+        .await;
+    assert!(discovered.get("result").is_some(), "{discovered}");
+    let after = lines.request(3, "ping", json!({})).await;
+    let call = json!({"name": "list_contexts", "arguments": {}, "_meta": meta_2026()});
+    let called = lines.request(5, "tools/call", call).await;
+    assert_eq!(called["result"]["isError"], false, "{called}");
+    let last = lines.request(6, "ping", json!({})).await;
+    for answer in [&before, &after, &last] {
+        assert_eq!(outcome(answer), json!({}), "{answer}");
+    }
+    // A ping that names 2026-07-28 still has no method there.
+    let named = lines
+        .request(7, "ping", json!({"_meta": meta_2026()}))
+        .await;
+    assert_eq!(outcome(&named), json!(-32601), "{named}");
+}

@@ -154,3 +154,39 @@ async fn the_binary_refuses_an_unknown_tool_name_at_start() {
         "{stderr}"
     );
 }
+
+/// Every default the TypeScript reference declares in its input schemas
+/// is declared in ours (`top_k` is the configured `--top-k`).
+#[tokio::test]
+async fn input_schemas_declare_the_references_defaults() {
+    let pinecone = PineconeFake::start().await;
+    let expected = [
+        ("namespace_router", "top_n", serde_json::json!(3)),
+        ("query", "top_k", serde_json::json!(10)),
+        ("query", "preset", serde_json::json!("full")),
+        ("keyword_search", "top_k", serde_json::json!(10)),
+        ("query_documents", "top_k", serde_json::json!(5)),
+        ("guided_query", "top_k", serde_json::json!(10)),
+        ("guided_query", "preferred_tool", serde_json::json!("auto")),
+        ("guided_query", "enrich_urls", serde_json::json!(true)),
+    ];
+    let default_of = |server: &PineconeServer, tool: &str, field: &str| {
+        let tool = server
+            .tools()
+            .into_iter()
+            .find(|t| t.name == tool)
+            .expect("tool");
+        tool.input_schema["properties"][field]["default"].clone()
+    };
+    let server = PineconeServer::new(pinecone.config()).expect("server");
+    for (tool, field, default) in &expected {
+        assert_eq!(&default_of(&server, tool, field), default, "{tool}.{field}");
+    }
+    let mut config = pinecone.config();
+    config.default_top_k = 25;
+    let server = PineconeServer::new(config).expect("server");
+    for tool in ["query", "keyword_search", "guided_query"] {
+        assert_eq!(default_of(&server, tool, "top_k"), 25, "{tool}");
+    }
+    assert_eq!(default_of(&server, "query_documents", "top_k"), 5);
+}

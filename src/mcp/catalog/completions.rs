@@ -180,6 +180,27 @@ fn target(reference: &Reference, argument: &str) -> Target {
     }
 }
 
+/// Whether the prompt or template `reference` names is served (its tools
+/// are exposed); a name the server does not have counts as served, and
+/// completes to nothing.
+fn served(families: Families<'_>, reference: &Reference) -> bool {
+    match reference {
+        Reference::Prompt(p) if p.name == ASK_CONTEXT => families.ask_context().is_some(),
+        Reference::Prompt(p) if p.name == RESEARCH_NAMESPACE => {
+            families.research_namespace().is_some()
+        }
+        Reference::Resource(r) if r.uri == CONTEXT_TEMPLATE || r.uri == KNOWLEDGE_TEMPLATE => {
+            families.contexts().is_some()
+        }
+        Reference::Resource(r)
+            if r.uri == NAMESPACE_TEMPLATE || r.uri == SOURCE_NAMESPACE_TEMPLATE =>
+        {
+            families.namespaces().is_some()
+        }
+        _ => true,
+    }
+}
+
 /// The caller's listing of `kind`, from the cache or upstream; `None` when
 /// the family is not configured or its upstream fails (nothing is cached
 /// then).
@@ -190,8 +211,8 @@ async fn listing(
     ctx: &RequestContext<RoleServer>,
 ) -> Option<Listing> {
     let policy = match kind {
-        Kind::Contexts => families.nexus?.key_policy(),
-        Kind::Namespaces => families.pinecone?.key_policy(),
+        Kind::Contexts => families.contexts()?.key_policy(),
+        Kind::Namespaces => families.namespaces()?.key_policy(),
     };
     let slot = match call_key(policy, &ctx.extensions).ok()? {
         CallKey::Configured => (None, kind),
@@ -203,7 +224,7 @@ async fn listing(
     let fresh = match kind {
         Kind::Contexts => {
             let contexts = families
-                .nexus?
+                .contexts()?
                 .caller_contexts(ctx)
                 .await
                 .inspect_err(|e| families.count_failure("nexus", e))
@@ -211,7 +232,7 @@ async fn listing(
             Listing::Contexts(contexts.into_iter().map(|c| c.slug).collect())
         }
         Kind::Namespaces => {
-            let pinecone = families.pinecone?;
+            let pinecone = families.namespaces()?;
             let rows = pinecone
                 .caller_namespaces(&ctx.extensions)
                 .await
@@ -245,7 +266,10 @@ pub(super) async fn complete(
     request: CompleteRequestParams,
     ctx: &RequestContext<RoleServer>,
 ) -> Result<CompleteResult, ErrorData> {
-    let target = target(&request.r#ref, &request.argument.name);
+    let target = match served(families, &request.r#ref) {
+        true => target(&request.r#ref, &request.argument.name),
+        false => Target::Nothing,
+    };
     let given = |name: &str| {
         request
             .context
@@ -260,7 +284,7 @@ pub(super) async fn complete(
             Some(Listing::Contexts(slugs)) => slugs,
             _ => Vec::new(),
         },
-        Target::KnowledgePaths => match (families.nexus, given("slug")) {
+        Target::KnowledgePaths => match (families.contexts(), given("slug")) {
             (Some(nexus), Some(slug)) => {
                 knowledge_paths(families, nexus, &slug, &request.argument.value, ctx).await
             }

@@ -39,19 +39,74 @@ pub const MAX_KNOWLEDGE_READ_BYTES: usize = 256 * 1024;
 /// The most resources in one `resources/list` page.
 pub const RESOURCE_PAGE_SIZE: usize = 50;
 
-/// The tool families a request may reach, and where their upstream
-/// failures are counted.
+/// The tool families a request may reach, the tools the operator exposes
+/// (`None`: every tool), and where their upstream failures are counted.
+///
+/// Resources, prompts and completions stand for tools, and are served only
+/// when those tools are exposed: read them through the methods below, never
+/// through the families themselves.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Families<'a> {
-    pub(crate) nexus: Option<&'a NexusServer>,
-    pub(crate) pinecone: Option<&'a PineconeServer>,
-    pub(crate) metrics: &'a Metrics,
+    nexus: Option<&'a NexusServer>,
+    pinecone: Option<&'a PineconeServer>,
+    exposed: Option<&'a [Box<str>]>,
+    metrics: &'a Metrics,
 }
 
-impl Families<'_> {
+/// The tools the prompt `ask_context` tells a model to call.
+const ASK_CONTEXT_TOOLS: [&str; 2] = ["query_context", "get_query"];
+/// The tools the prompt `research_namespace` tells a model to call.
+const RESEARCH_NAMESPACE_TOOLS: [&str; 3] = ["suggest_query_params", "query", "keyword_search"];
+
+impl<'a> Families<'a> {
+    /// The families configured, with the tools exposed (`None`: every tool).
+    pub(crate) fn new(
+        nexus: Option<&'a NexusServer>,
+        pinecone: Option<&'a PineconeServer>,
+        exposed: Option<&'a [Box<str>]>,
+        metrics: &'a Metrics,
+    ) -> Self {
+        Families {
+            nexus,
+            pinecone,
+            exposed,
+            metrics,
+        }
+    }
+
     /// Whether any family is configured.
     fn any(&self) -> bool {
         self.nexus.is_some() || self.pinecone.is_some()
+    }
+
+    fn exposes(&self, tool: &str) -> bool {
+        self.exposed
+            .is_none_or(|names| names.iter().any(|n| &**n == tool))
+    }
+
+    /// The Nexus family when its contexts are served (`list_contexts` is
+    /// exposed): context and knowledge resources, slug and path completions.
+    fn contexts(&self) -> Option<&'a NexusServer> {
+        self.nexus.filter(|_| self.exposes("list_contexts"))
+    }
+
+    /// The Nexus family when the prompt `ask_context` is served.
+    fn ask_context(&self) -> Option<&'a NexusServer> {
+        self.nexus
+            .filter(|_| ASK_CONTEXT_TOOLS.iter().all(|t| self.exposes(t)))
+    }
+
+    /// The Pinecone family when its namespaces are served (`list_namespaces`
+    /// is exposed): namespace resources, source, index, namespace and field
+    /// completions.
+    fn namespaces(&self) -> Option<&'a PineconeServer> {
+        self.pinecone.filter(|_| self.exposes("list_namespaces"))
+    }
+
+    /// The Pinecone family when the prompt `research_namespace` is served.
+    fn research_namespace(&self) -> Option<&'a PineconeServer> {
+        self.pinecone
+            .filter(|_| RESEARCH_NAMESPACE_TOOLS.iter().all(|t| self.exposes(t)))
     }
 
     /// Counts `e` in `upstream_errors_total` when the upstream of `family`

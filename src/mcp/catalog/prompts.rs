@@ -31,7 +31,7 @@ fn argument(name: &str, description: &str) -> PromptArgument {
 /// The prompts of the families configured.
 pub(super) fn list(families: Families<'_>) -> ListPromptsResult {
     let mut prompts = Vec::new();
-    if families.nexus.is_some() {
+    if families.ask_context().is_some() {
         prompts.push(
             Prompt::new(
                 ASK_CONTEXT,
@@ -47,7 +47,7 @@ pub(super) fn list(families: Families<'_>) -> ListPromptsResult {
             .with_title("Ask a Nexus context"),
         );
     }
-    if let Some(pinecone) = families.pinecone {
+    if let Some(pinecone) = families.research_namespace() {
         let mut arguments = vec![
             argument("index", "The Pinecone index holding the namespace."),
             argument("namespace", "The namespace to research."),
@@ -130,18 +130,21 @@ pub(super) async fn get(
 ) -> Result<GetPromptResult, ErrorData> {
     let args = request.arguments.as_ref();
     match request.name.as_str() {
-        ASK_CONTEXT if families.nexus.is_some() => {
+        ASK_CONTEXT if families.ask_context().is_some() => {
             let context = required_name(args, "context")?;
             let question = required(args, "question", MAX_QUESTION_CHARS)?;
+            // The context's resource is named only when resources are served.
+            let resource = families
+                .contexts()
+                .map(|_| format!(" (resource {})", uri::context_uri(context)))
+                .unwrap_or_default();
             let text = format!(
-                "Answer the question below from the Nexus context `{context}` \
-                 (resource {uri}).\n\n\
+                "Answer the question below from the Nexus context `{context}`{resource}.\n\n\
                  1. Call query_context with context=\"{context}\" and the question.\n\
                  2. Call get_query with the returned query_id (wait_seconds up to 60) until \
                  status is completed, failed or cancelled.\n\
                  3. Answer from the completed result only, citing its sources; if the turn \
                  failed, say why.\n\nQuestion: {question}",
-                uri = uri::context_uri(context),
             );
             Ok(
                 GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
@@ -149,7 +152,7 @@ pub(super) async fn get(
             )
         }
         RESEARCH_NAMESPACE => {
-            let Some(pinecone) = families.pinecone else {
+            let Some(pinecone) = families.research_namespace() else {
                 return Err(unknown(&request.name));
             };
             let multi = pinecone.state.config.is_multi_source();
@@ -160,8 +163,13 @@ pub(super) async fn get(
             let index = required_name(args, "index")?;
             let namespace = required_name(args, "namespace")?;
             let topic = required(args, "topic", MAX_QUESTION_CHARS)?;
-            // What the caller's key sees of the namespace, when it answers.
-            let rows = pinecone.caller_namespaces(&ctx.extensions).await;
+            // What the caller's key sees of the namespace, when it answers
+            // and namespaces are served.
+            let listed = families.namespaces().is_some();
+            let rows = match listed {
+                true => pinecone.caller_namespaces(&ctx.extensions).await,
+                false => Ok(Vec::new()),
+            };
             if let Err(e) = &rows {
                 families.count_failure("pinecone", e);
             }
@@ -186,14 +194,20 @@ pub(super) async fn get(
                 Some(source) => format!("namespace=\"{namespace}\", source=\"{source}\""),
                 None => format!("namespace=\"{namespace}\""),
             };
+            let resource = match listed {
+                true => format!(
+                    " (resource {})",
+                    uri::namespace_uri(source.as_deref(), index, namespace)
+                ),
+                false => String::new(),
+            };
             let mut text = format!(
                 "Research \"{topic}\" in the Pinecone namespace `{namespace}` of index \
-                 `{index}`{of} (resource {uri}).\n\n",
+                 `{index}`{of}{resource}.\n\n",
                 of = source
                     .as_deref()
                     .map(|s| format!(" of source `{s}`"))
                     .unwrap_or_default(),
-                uri = uri::namespace_uri(source.as_deref(), index, namespace),
             );
             if let Some(row) = &known {
                 let fields: Vec<String> = row

@@ -170,7 +170,7 @@ pub(super) async fn list(
     };
     let mut all = Vec::new();
     let mut failed = Vec::new();
-    if let Some(nexus) = families.nexus {
+    if let Some(nexus) = families.contexts() {
         match nexus.caller_contexts(ctx).await {
             Ok(contexts) => {
                 all.extend(contexts.iter().map(context_resource));
@@ -183,7 +183,7 @@ pub(super) async fn list(
             }
         }
     }
-    if let Some(pinecone) = families.pinecone {
+    if let Some(pinecone) = families.namespaces() {
         match pinecone.caller_namespaces(&ctx.extensions).await {
             Ok(rows) => all.extend(
                 rows.iter()
@@ -217,7 +217,7 @@ pub(super) async fn list(
 /// The URI templates of the families configured.
 pub(super) fn templates(families: Families<'_>) -> ListResourceTemplatesResult {
     let mut out = Vec::new();
-    if families.nexus.is_some() {
+    if families.contexts().is_some() {
         out.push(
             ResourceTemplate::new(uri::CONTEXT_TEMPLATE, "context")
                 .with_title("Nexus context")
@@ -238,7 +238,7 @@ pub(super) fn templates(families: Families<'_>) -> ListResourceTemplatesResult {
                 )),
         );
     }
-    if let Some(pinecone) = families.pinecone {
+    if let Some(pinecone) = families.namespaces() {
         let template = if pinecone.state.config.is_multi_source() {
             uri::SOURCE_NAMESPACE_TEMPLATE
         } else {
@@ -280,7 +280,7 @@ pub(super) async fn read(
     };
     match parsed {
         ResourceUri::Context { slug } => {
-            let Some(nexus) = families.nexus else {
+            let Some(nexus) = families.contexts() else {
                 return Err(not_found(raw));
             };
             let (context, sources) = nexus
@@ -290,7 +290,7 @@ pub(super) async fn read(
             context_contents(raw, &context, sources)
         }
         ResourceUri::Knowledge { slug, path } => {
-            let Some(nexus) = families.nexus else {
+            let Some(nexus) = families.contexts() else {
                 return Err(not_found(raw));
             };
             let head = nexus
@@ -304,7 +304,7 @@ pub(super) async fn read(
             index,
             namespace,
         } => {
-            let Some(pinecone) = families.pinecone else {
+            let Some(pinecone) = families.namespaces() else {
                 return Err(not_found(raw));
             };
             let rows = pinecone

@@ -22,7 +22,7 @@ pub(super) struct NamespaceRouterArgs {
     pub user_query: String,
     /// How many suggestions to return (1..5, default 3).
     #[serde(default)]
-    #[schemars(range(min = 1, max = 5))]
+    #[schemars(range(min = 1, max = 5), extend("default" = 3))]
     pub top_n: Option<i64>,
     /// Source name; omit to consider every source.
     #[serde(default)]
@@ -90,6 +90,7 @@ pub(super) struct QueryArgs {
     pub source: Option<String>,
     /// `fast`, `detailed` or `full` (default).
     #[serde(default)]
+    #[schemars(extend("default" = "full"))]
     pub preset: Option<Preset>,
     /// Rerank the results (default: when the source has a reranking model; ignored by `fast`).
     #[serde(default)]
@@ -127,7 +128,7 @@ pub(super) struct QueryDocumentsArgs {
     pub namespace: String,
     /// Documents wanted (1..20, default 5).
     #[serde(default)]
-    #[schemars(range(min = 1, max = 20))]
+    #[schemars(range(min = 1, max = 20), extend("default" = 5))]
     pub top_k: Option<i64>,
     /// Metadata filter.
     #[serde(default)]
@@ -178,9 +179,11 @@ pub(super) struct GuidedQueryArgs {
     pub top_k: Option<i64>,
     /// `auto` (default), `count`, `fast`, `detailed` or `full`.
     #[serde(default)]
+    #[schemars(extend("default" = "auto"))]
     pub preferred_tool: Option<PreferredTool>,
     /// Fill missing `url` metadata from the namespace's URL generator (default true).
     #[serde(default)]
+    #[schemars(extend("default" = true))]
     pub enrich_urls: Option<bool>,
     /// Source name.
     #[serde(default)]

@@ -41,6 +41,27 @@ pub(crate) struct State {
     pub(crate) urls: Arc<UrlRegistry>,
 }
 
+/// The tools whose `top_k` defaults to the configured `--top-k`.
+const TOP_K_TOOLS: [&str; 3] = ["query", "keyword_search", "guided_query"];
+
+/// Declares the configured `top_k` default in the input schemas of
+/// [`TOP_K_TOOLS`], as the schemas declare every other default.
+fn default_top_k(router: &mut ToolRouter<PineconeServer>, top_k: u32) {
+    for name in TOP_K_TOOLS {
+        let Some(route) = router.map.get_mut(name) else {
+            continue;
+        };
+        let mut schema = (*route.attr.input_schema).clone();
+        if let Some(serde_json::Value::Object(field)) = schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut("top_k"))
+        {
+            field.insert("default".to_owned(), top_k.into());
+        }
+        route.attr.input_schema = Arc::new(schema);
+    }
+}
+
 impl State {
     /// Bytes this state holds, or `None` while a namespace list is being
     /// refreshed.
@@ -161,6 +182,7 @@ impl PineconeServer {
             tool_router.remove_route("list_sources");
         }
         crate::mcp::schema::portable_router(&mut tool_router);
+        default_top_k(&mut tool_router, config.default_top_k);
         PineconeServer {
             state: Arc::new(State {
                 gate: Gate::new(config.suggest_flow, config.cache_ttl),
