@@ -56,7 +56,8 @@ struct Args {
     json: bool,
     /// The longest the turn is awaited, in seconds, from the question to
     /// the answer (default 960: the service's 900 s cap plus a margin).
-    #[arg(long, value_name = "SECS", default_value_t = 960)]
+    #[arg(long, value_name = "SECS", default_value_t = 960,
+          value_parser = clap::value_parser!(u64).range(1..))]
     timeout: u64,
     /// The question.
     question: String,
@@ -129,7 +130,7 @@ async fn cancel(client: &Client, query_id: Option<&str>) -> Failure {
 async fn run(args: Args) -> Result<(), Failure> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     let base_url = args.base_url.clone().or_else(|| env("NEXUS_BASE_URL"));
-    let limit = Duration::from_secs(args.timeout.max(1));
+    let limit = Duration::from_secs(args.timeout);
 
     // Keep the local server alive until the turn is done.
     let (_local, client) = match base_url {

@@ -427,7 +427,7 @@ impl Chat {
                 Cell::new(c.description.as_deref().unwrap_or_default()),
             ]);
         }
-        println!("{table}");
+        common::print_table(table);
         Ok(())
     }
 

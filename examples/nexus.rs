@@ -276,7 +276,7 @@ async fn contexts(client: &Client, json: bool) -> Result<ExitCode, String> {
             Cell::new(c.description.as_deref().unwrap_or_default()),
         ]);
     }
-    println!("{table}");
+    common::print_table(table);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -563,6 +563,12 @@ async fn curate(
 async fn tasks(client: &Client, json: bool, context: Option<&str>) -> Result<ExitCode, String> {
     let mut listing = client.tasks().list();
     if let Some(slug) = context {
+        // An unknown context is an error, not an empty listing.
+        client
+            .contexts()
+            .get(slug)
+            .await
+            .map_err(|e| context_error(slug, &e))?;
         listing = listing.context(slug);
     }
     let items = listing.await.map_err(|e| match context {
@@ -604,7 +610,7 @@ async fn tasks(client: &Client, json: bool, context: Option<&str>) -> Result<Exi
             Cell::new(when(&t.created_at)),
         ]);
     }
-    println!("{table}");
+    common::print_table(table);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -711,7 +717,7 @@ async fn sessions(client: &Client, json: bool) -> Result<ExitCode, String> {
             Cell::new(when(&s.updated_at)),
         ]);
     }
-    println!("{table}");
+    common::print_table(table);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -787,7 +793,7 @@ async fn models(client: &Client, json: bool) -> Result<ExitCode, String> {
             Cell::new(if m.available { "yes" } else { "no" }),
         ]);
     }
-    println!("{table}");
+    common::print_table(table);
     println!("* default");
     Ok(ExitCode::SUCCESS)
 }

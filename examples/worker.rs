@@ -103,7 +103,7 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("nexus_knowql=info")),
+                .unwrap_or_else(|_| EnvFilter::new("nexus_knowql=warn")),
         )
         .with_span_events(FmtSpan::CLOSE)
         .with_ansi(std::io::stderr().is_terminal())

@@ -22,6 +22,7 @@
 //!     while let Some(event) = turn.next().await {
 //!         if let QueryEvent::TextDelta { delta } = event? {
 //!             print!("{delta}");
+//!             std::io::Write::flush(&mut std::io::stdout()).ok();
 //!         }
 //!     }
 //!     Ok(())
@@ -220,8 +221,9 @@ pub mod prelude {
     pub use crate::typed::{ShapeOf, Typed, TypedTurn};
 }
 
-/// The README's code blocks compile as doctests.
-#[cfg(doctest)]
+/// The README's code blocks compile as doctests (its typed answer needs
+/// the `schema` feature).
+#[cfg(all(doctest, feature = "schema"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 

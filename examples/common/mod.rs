@@ -56,8 +56,11 @@ pub(crate) struct ServerArgs {
     #[arg(long, env = "NEXUS_API_VERSION", global = true)]
     pub(crate) api_version: Option<String>,
     /// Exchange the API key for a bearer token (`POST /auth/login`) and
-    /// send `Authorization: Bearer` instead of the key.
-    #[arg(long, global = true, requires = "api_key")]
+    /// send `Authorization: Bearer` instead of the key (needs `--api-key`
+    /// or `PINECONE_API_KEY`).
+    // Checked in `connect`, not with clap's `requires`: that one fails a
+    // global flag given on the other side of the subcommand.
+    #[arg(long, global = true)]
     pub(crate) login: bool,
 }
 
@@ -75,6 +78,10 @@ pub(crate) struct Connection {
 impl ServerArgs {
     /// Connects to the configured server, or starts the embedded one.
     pub(crate) async fn connect(&self) -> Result<Connection, String> {
+        let key = self.api_key.as_deref().filter(|k| !k.trim().is_empty());
+        if self.login && key.is_none() {
+            return Err("--login needs an API key: give --api-key or set PINECONE_API_KEY".into());
+        }
         let base_url = self
             .base_url
             .as_deref()
@@ -88,7 +95,7 @@ impl ServerArgs {
             }
         };
         let mut builder = Client::builder().base_url(url);
-        if let Some(key) = self.api_key.as_deref().filter(|k| !k.trim().is_empty()) {
+        if let Some(key) = key {
             builder = builder.api_key(key.trim()).login(self.login);
         }
         if let Some(version) = self.api_version.as_deref().filter(|v| !v.trim().is_empty()) {
@@ -148,7 +155,28 @@ pub(crate) fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
         }
         source = e.source();
     }
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
+    let mut line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    if let Some(error) = error.downcast_ref::<Error>() {
+        line.push_str(&answer_details(error));
+    }
+    line
+}
+
+/// What an error answer said besides its message, for a support ticket or
+/// a retry: ` (request ID, retry after N s)`, or nothing.
+fn answer_details(error: &Error) -> String {
+    let mut details = Vec::new();
+    if let Some(id) = error.request_id() {
+        details.push(format!("request {id}"));
+    }
+    if let Some(after) = error.retry_after() {
+        details.push(format!("retry after {} s", after.as_secs_f64().ceil()));
+    }
+    if details.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", details.join(", "))
+    }
 }
 
 /// Prints `error: LINE` on stderr and returns exit code 1.
@@ -165,6 +193,31 @@ pub(crate) fn context_error(slug: &str, error: &Error) -> String {
     } else {
         error_line(error)
     }
+}
+
+/// Prints a table. When stdout is not a terminal (a pipe, a file), the
+/// rows are plain tab-separated lines, header first, without rules, for
+/// `cut`, `awk` and `sort`; a tab or line break inside a cell becomes a
+/// space. On a terminal that reports no width (0 columns, as under
+/// `script` or some `docker exec`), the table is 100 columns wide.
+pub(crate) fn print_table(mut table: comfy_table::Table) {
+    if !std::io::stdout().is_terminal() {
+        let line = |row: &comfy_table::Row| {
+            let cells: Vec<String> = row
+                .cell_iter()
+                .map(|cell| cell.content().replace(['\t', '\n', '\r'], " "))
+                .collect();
+            cells.join("\t") + "\n"
+        };
+        let mut text: String = table.header().map(line).unwrap_or_default();
+        text.extend(table.row_iter().map(line));
+        out(format_args!("{text}"));
+        return;
+    }
+    if table.width().is_none_or(|width| width == 0) {
+        table.set_width(100);
+    }
+    out(format_args!("{table}\n"));
 }
 
 /// Whether stderr is a terminal (spinners and bars only make sense there).

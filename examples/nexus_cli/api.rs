@@ -121,15 +121,44 @@ const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
 /// What `nexus api` was asked to do.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ApiArgs {
-    /// The operation's `operationId` (see `--list`).
-    #[arg(required_unless_present = "list")]
+    /// The operation: its `operationId` (see `--list`), or a path such as
+    /// `/contexts/docs` or `/tasks?limit=5` (its parameters taken from the
+    /// path and the query string).
+    #[arg(required_unless_present = "list", value_name = "OPERATION|PATH")]
     operation: Option<String>,
+    /// The HTTP method of a PATH (default GET, or POST with a body or fields).
+    #[arg(long, short = 'X', value_name = "METHOD")]
+    method: Option<String>,
     /// A path, query or header parameter, as NAME=VALUE (repeatable).
     #[arg(long = "param", short = 'p', value_name = "NAME=VALUE")]
     params: Vec<String>,
     /// The JSON body: a file, or `-` for stdin (default `{}`).
     #[arg(long, value_name = "FILE|-")]
     body: Option<String>,
+    /// A body field with a string value, KEY=VALUE (repeatable).
+    #[arg(
+        long = "raw-field",
+        short = 'f',
+        value_name = "KEY=VALUE",
+        conflicts_with = "body"
+    )]
+    raw_fields: Vec<String>,
+    /// A body field with a typed value, KEY=VALUE: `true`, `false`, `null`,
+    /// a number or JSON (`[..]`, `{..}`); anything else a string (repeatable).
+    #[arg(
+        long = "field",
+        short = 'F',
+        value_name = "KEY=VALUE",
+        conflicts_with = "body"
+    )]
+    fields: Vec<String>,
+    /// Print the answer's status line and headers before its body.
+    #[arg(long, short = 'i')]
+    include: bool,
+    /// Follow every page of a listing (`offset` and `limit`, or `page`)
+    /// and print its items as one JSON array.
+    #[arg(long)]
+    paginate: bool,
     /// List the operations (id, method, path, parameters; `!` = required).
     #[arg(long, conflicts_with = "operation")]
     list: bool,
@@ -151,6 +180,13 @@ pub(crate) struct Call {
     params: BTreeMap<String, String>,
     body: Option<serde_json::Value>,
     json: bool,
+    /// Print the status line and headers first (`-i`).
+    include: bool,
+    /// Follow every page (`--paginate`).
+    paginate: bool,
+    /// While following pages: the answer of the page just fetched, kept
+    /// here instead of printed.
+    page: std::cell::RefCell<Option<serde_json::Value>>,
 }
 
 impl Call {
@@ -222,7 +258,7 @@ pub(crate) async fn run(
     if args.list {
         return list(json);
     }
-    let call = prepare(args, json)?;
+    let mut call = prepare(args, json)?;
     let conn = server.connect().await?;
     if conn.local {
         crate::local_note();
@@ -236,14 +272,40 @@ pub(crate) async fn run(
             .map(str::to_owned),
         login: server.login,
     };
+    if call.paginate {
+        return calls::paginate(&conn.client, &credentials, &mut call).await;
+    }
     calls::dispatch(&conn.client, &credentials, &call).await
 }
 
 /// Checks an invocation against its operation.
 fn prepare(args: ApiArgs, json: bool) -> Result<Call, String> {
-    let name = args.operation.unwrap_or_default();
-    let op = find(&name)?;
-    let mut params = BTreeMap::new();
+    let name = args.operation.clone().unwrap_or_default();
+    let has_fields = !args.raw_fields.is_empty() || !args.fields.is_empty();
+    let (op, mut params) = if name.starts_with('/') {
+        let method = match &args.method {
+            Some(m) => m.to_ascii_uppercase(),
+            None if args.body.is_some() || has_fields => "POST".to_owned(),
+            None => "GET".to_owned(),
+        };
+        find_path(&method, &name)?
+    } else {
+        if args.method.is_some() {
+            return Err("--method goes with a PATH; an operation id names its method".into());
+        }
+        (find(&name)?, BTreeMap::new())
+    };
+    if let Some(key) = params.keys().find(|key| {
+        !op.params
+            .iter()
+            .any(|p| p.trim_end_matches('!') == key.as_str())
+    }) {
+        return Err(format!(
+            "{} takes no parameter `{key}` (it takes: {})",
+            op.id,
+            takes(op)
+        ));
+    }
     for pair in &args.params {
         let Some((key, value)) = pair.split_once('=') else {
             return Err(format!("--param `{pair}`: expected NAME=VALUE"));
@@ -266,28 +328,182 @@ fn prepare(args: ApiArgs, json: bool) -> Result<Call, String> {
         }
     }
     let body = match (&args.body, op.body) {
+        (None, _) if has_fields => {
+            if op.body != Body::Json {
+                return Err(format!("{} takes no JSON body", op.id));
+            }
+            Some(fields_body(&args.raw_fields, &args.fields)?)
+        }
         (None, _) => None,
         (Some(_), Body::None | Body::File) => {
             return Err(format!("{} takes no JSON body", op.id));
         }
         (Some(source), Body::Json) => Some(read_body(source)?),
     };
+    let paginate = args.paginate;
+    if paginate && !pages(op) {
+        return Err(format!("{} is not a listing with pages", op.id));
+    }
     Ok(Call {
         op,
         params,
         body,
         json,
+        include: args.include,
+        paginate,
+        page: std::cell::RefCell::new(None),
     })
+}
+
+/// Whether an operation's listing has pages `--paginate` can follow.
+pub(crate) fn pages(op: &Operation) -> bool {
+    op.params.contains(&"offset") && op.params.contains(&"limit")
+}
+
+/// A JSON object from `-f` (string) and `-F` (typed) fields.
+fn fields_body(raw: &[String], typed: &[String]) -> Result<serde_json::Value, String> {
+    let mut body = serde_json::Map::new();
+    let all = raw
+        .iter()
+        .map(|f| (f, false))
+        .chain(typed.iter().map(|f| (f, true)));
+    for (field, is_typed) in all {
+        let Some((key, value)) = field.split_once('=') else {
+            return Err(format!("field `{field}`: expected KEY=VALUE"));
+        };
+        if key.is_empty() {
+            return Err(format!("field `{field}`: the key is empty"));
+        }
+        let value = match is_typed {
+            true => typed_value(value),
+            false => serde_json::Value::String(value.to_owned()),
+        };
+        if body.insert(key.to_owned(), value).is_some() {
+            return Err(format!("field {key} given twice"));
+        }
+    }
+    Ok(serde_json::Value::Object(body))
+}
+
+/// `-F`'s value: `true`, `false`, `null`, a number, a JSON array or
+/// object; anything else a string.
+fn typed_value(value: &str) -> serde_json::Value {
+    let json_like = matches!(value, "true" | "false" | "null")
+        || value.starts_with(['[', '{'])
+        || value.parse::<f64>().is_ok_and(f64::is_finite);
+    match json_like {
+        true => serde_json::from_str(value)
+            .unwrap_or_else(|_| serde_json::Value::String(value.to_owned())),
+        false => serde_json::Value::String(value.to_owned()),
+    }
+}
+
+/// The operation a method and a path name, with the parameters the path
+/// and its query string carry.
+fn find_path(
+    method: &str,
+    target: &str,
+) -> Result<(&'static Operation, BTreeMap<String, String>), String> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let path = path
+        .strip_prefix("/api")
+        .filter(|p| p.starts_with('/'))
+        .unwrap_or(path);
+    let mut matched = OPERATIONS
+        .iter()
+        .filter_map(|op| match_template(op.path, path).map(|params| (op, params)));
+    let Some((op, mut params)) = matched.clone().find(|(op, _)| op.method == method) else {
+        return Err(match matched.next() {
+            Some(_) => {
+                let methods: Vec<&str> = OPERATIONS
+                    .iter()
+                    .filter(|op| match_template(op.path, path).is_some())
+                    .map(|op| op.method)
+                    .collect();
+                format!(
+                    "{method} {path}: no such operation (the path takes {})",
+                    methods.join(", ")
+                )
+            }
+            None => format!(
+                "{method} {path}: no operation has this path (`nexus api --list` names the {})",
+                OPERATIONS.len()
+            ),
+        });
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if params.insert(key.to_owned(), value.to_owned()).is_some() {
+            return Err(format!("{key} given twice"));
+        }
+    }
+    Ok((op, params))
+}
+
+/// The parameters of `path` when it fits `template` (`{name}` is one
+/// segment; a last `{path}` is the rest of the path).
+fn match_template(template: &str, path: &str) -> Option<BTreeMap<String, String>> {
+    let mut params = BTreeMap::new();
+    let mut given = path.trim_start_matches('/').split('/');
+    let mut parts = template.trim_start_matches('/').split('/').peekable();
+    while let Some(part) = parts.next() {
+        match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+            Some("path") if parts.peek().is_none() => {
+                let rest: Vec<&str> = given.by_ref().collect();
+                if rest.is_empty() || rest.iter().any(|s| s.is_empty()) {
+                    return None;
+                }
+                params.insert("path".to_owned(), rest.join("/"));
+            }
+            Some(name) => {
+                let value = given.next().filter(|s| !s.is_empty())?;
+                params.insert(name.to_owned(), value.to_owned());
+            }
+            None => {
+                if given.next()? != part {
+                    return None;
+                }
+            }
+        }
+    }
+    given.next().is_none().then_some(params)
 }
 
 /// The operation named `name`, or why there is none.
 fn find(name: &str) -> Result<&'static Operation, String> {
     OPERATIONS.iter().find(|op| op.id == name).ok_or_else(|| {
+        let nearest = OPERATIONS
+            .iter()
+            .map(|op| (edit_distance(name, op.id), op.id))
+            .min()
+            .filter(|(distance, id)| *distance <= (id.len() / 3).max(2));
+        let hint = match nearest {
+            Some((_, id)) => format!("did you mean `{id}`? "),
+            None => String::new(),
+        };
         format!(
-            "unknown operation `{name}` (`nexus api --list` names the {})",
+            "unknown operation `{name}` ({hint}`nexus api --list` names the {})",
             OPERATIONS.len()
         )
     })
+}
+
+/// The Levenshtein distance between two operation ids.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The parameters an operation takes, for an error message.
@@ -357,25 +573,21 @@ fn list(json: bool) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One line for a failed generated call: the server's message and status
-/// when it answered, the transport's reason otherwise.
-fn failure<E: serde::Serialize + std::fmt::Debug + 'static>(
-    op: &str,
-    error: nexus_knowql::api::Error<E>,
-) -> String {
-    use nexus_knowql::api::Error as E;
-    match error {
-        E::ErrorResponse(answer) => {
-            let status = answer.status().as_u16();
-            let body = serde_json::to_value(answer.into_inner()).unwrap_or_default();
-            match body.get("message").and_then(|m| m.as_str()) {
-                Some(message) => format!("{op}: {message} (HTTP {status})"),
-                None => format!("{op}: the server answered {status}"),
-            }
-        }
-        E::UnexpectedResponse(answer) => {
-            format!("{op}: the server answered {}", answer.status().as_u16())
-        }
-        other => format!("{op}: {}", error_line(&other)),
+/// One line for a failed generated call, worded as every other error of
+/// the CLIs: the operation, the status, the server's code and message, its
+/// request id and `Retry-After` (through the SDK's own error, whatever
+/// status the spec lists for the operation); the transport's reason when
+/// no answer came.
+fn failure<E>(op: &str, error: nexus_knowql::api::Error<E>) -> String
+where
+    nexus_knowql::Error: From<nexus_knowql::api::Error<E>>,
+{
+    let error = nexus_knowql::Error::from(error);
+    let line = error_line(&error);
+    // The conversion cannot name the operation of a call that never got
+    // an answer; the CLI knows it.
+    match line.strip_prefix("api: ") {
+        Some(rest) => format!("{op}: {rest}"),
+        None => line,
     }
 }

@@ -13,22 +13,87 @@ use crate::common::{error_line, to_json};
 
 type Answer<T, E> = Result<ResponseValue<T>, nexus_knowql::api::Error<E>>;
 
-/// Prints a JSON answer.
+/// The most pages `--paginate` follows.
+const MAX_PAGES: usize = 100_000;
+
+/// With `-i`: the answer's status line and headers, then an empty line.
+fn head<T>(call: &Call, answer: &ResponseValue<T>) {
+    if !call.include {
+        return;
+    }
+    let mut text = format!("HTTP {}\n", answer.status());
+    for (name, value) in answer.headers() {
+        let value = String::from_utf8_lossy(value.as_bytes());
+        text.push_str(&format!("{name}: {value}\n"));
+    }
+    println!("{text}");
+}
+
+/// Prints a JSON answer (or keeps it, while following pages).
 fn show<T: serde::Serialize, E>(call: &Call, answer: Answer<T, E>) -> Result<ExitCode, String>
 where
-    E: serde::Serialize + std::fmt::Debug + 'static,
+    nexus_knowql::Error: From<nexus_knowql::api::Error<E>>,
 {
-    let value = answer.map_err(|e| failure(call.op.id, e))?.into_inner();
+    let answer = answer.map_err(|e| failure(call.op.id, e))?;
+    head(call, &answer);
+    let value = answer.into_inner();
+    if call.paginate {
+        let value = serde_json::to_value(&value).map_err(|e| format!("{}: {e}", call.op.id))?;
+        *call.page.borrow_mut() = Some(value);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("{}", to_json(&value));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--paginate`: every page of a listing from `offset` on, its entries
+/// printed as one JSON array.
+pub(crate) async fn paginate(
+    client: &Client,
+    credentials: &Credentials,
+    call: &mut Call,
+) -> Result<ExitCode, String> {
+    let mut all = Vec::new();
+    let mut offset = call.int("offset")?.unwrap_or(0);
+    for _ in 0..MAX_PAGES {
+        call.params.insert("offset".to_owned(), offset.to_string());
+        dispatch(client, credentials, call).await?;
+        let Some(page) = call.page.borrow_mut().take() else {
+            return Err(format!("{}: no page came back", call.op.id));
+        };
+        let items = ["entries", "items"]
+            .iter()
+            .find_map(|key| page.get(*key).and_then(|v| v.as_array()))
+            .cloned()
+            .unwrap_or_default();
+        let count = i64::try_from(items.len()).unwrap_or(i64::MAX);
+        all.extend(items);
+        let total = page.get("total").and_then(serde_json::Value::as_i64);
+        let next = page
+            .get("next_offset")
+            .and_then(serde_json::Value::as_i64)
+            .or_else(|| {
+                let next = offset.checked_add(count)?;
+                total.filter(|total| next < *total).map(|_| next)
+            });
+        match next {
+            Some(next) if count > 0 && next > offset => offset = next,
+            _ => {
+                println!("{}", to_json(&all));
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+    }
+    Err(format!("{}: more than {MAX_PAGES} pages", call.op.id))
 }
 
 /// Reports an answer without a body (its status, on stderr).
 fn done<E>(call: &Call, answer: Answer<(), E>) -> Result<ExitCode, String>
 where
-    E: serde::Serialize + std::fmt::Debug + 'static,
+    nexus_knowql::Error: From<nexus_knowql::api::Error<E>>,
 {
     let answer = answer.map_err(|e| failure(call.op.id, e))?;
+    head(call, &answer);
     if call.json {
         println!(
             "{}",
@@ -46,10 +111,9 @@ async fn copy_out(
     answer: Answer<ByteStream, types::Error>,
 ) -> Result<ExitCode, String> {
     use std::io::Write as _;
-    let mut body = answer
-        .map_err(|e| failure(call.op.id, e))?
-        .into_inner()
-        .into_inner();
+    let answer = answer.map_err(|e| failure(call.op.id, e))?;
+    head(call, &answer);
+    let mut body = answer.into_inner().into_inner();
     let mut stdout = std::io::stdout().lock();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| format!("{}: {}", call.op.id, error_line(&e)))?;
@@ -69,7 +133,9 @@ fn show_login(
     call: &Call,
     answer: Answer<types::LoginResponse, types::Error>,
 ) -> Result<ExitCode, String> {
-    let mut login = answer.map_err(|e| failure(call.op.id, e))?.into_inner();
+    let answer = answer.map_err(|e| failure(call.op.id, e))?;
+    head(call, &answer);
+    let mut login = answer.into_inner();
     login.token = "(hidden)".to_owned();
     println!("{}", to_json(&login));
     Ok(ExitCode::SUCCESS)

@@ -103,7 +103,7 @@ pub(crate) async fn stats(
         for (workflow, n) in rows {
             table.add_row(vec![Cell::new(workflow), Cell::new(n)]);
         }
-        println!("{table}");
+        crate::common::print_table(table);
         return Ok(ExitCode::SUCCESS);
     };
     let context = |what: &str| format!("cannot read the {what} of `{slug}`");
@@ -142,7 +142,7 @@ pub(crate) async fn stats(
         Cell::new(knowledge.dir_count),
         Cell::new(knowledge.total_size),
     ]);
-    println!("{table}");
+    crate::common::print_table(table);
     println!(
         "tasks: {} ({} active, {} completed, {} failed, {} cancelled)",
         tasks.tasks_total,
@@ -213,7 +213,7 @@ pub(crate) async fn connectors(
             Cell::new(when(&c.created_at)),
         ]);
     }
-    println!("{table}");
+    crate::common::print_table(table);
     Ok(ExitCode::SUCCESS)
 }
 

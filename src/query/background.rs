@@ -191,9 +191,10 @@ impl QueryHandle {
     }
 
     /// Polls `GET /queries/{id}` at `wait`'s intervals until the turn is
-    /// `completed`, `failed` or `cancelled`, for at most the client's
-    /// [`turn_timeout`](crate::ClientBuilder::turn_timeout) (counted from
-    /// this call).
+    /// `completed`, `failed` or `cancelled`, for at most the turn's
+    /// timeout ([`TurnBuilder::turn_timeout`](crate::TurnBuilder::turn_timeout),
+    /// else the client's [`turn_timeout`](crate::ClientBuilder::turn_timeout)),
+    /// counted from this call: time spent before it does not count.
     ///
     /// ```no_run
     /// # async fn run(mut handle: nexus_knowql::QueryHandle) -> nexus_knowql::Result<()> {

@@ -111,7 +111,7 @@ impl TurnBuilder {
 
     /// A JSON shape for the answer: the turn then fills `output_json`
     /// (read it with [`types::Query::json`], or decode it with a
-    /// [`TypedTurn`](crate::typed::TypedTurn) when feature `schema` is on).
+    /// `typed::TypedTurn` when feature `schema` is on).
     pub fn shape(mut self, shape: serde_json::Map<String, serde_json::Value>) -> Self {
         self.request.shape = shape;
         self

@@ -15,4 +15,5 @@ mod hostile_servers;
 mod kill_anywhere;
 mod nexus;
 mod nexus_api;
+mod scripting;
 mod tasks_json;

@@ -55,7 +55,7 @@ fn upload_of_a_directory_then_curate_wait_then_ask_answers_from_it() {
 
     nexus_ok(&url, &["create", "kb", "--description", "Team knowledge"]);
     let listed = nexus_ok(&url, &["contexts"]);
-    let row = line_with(&listed, " kb ").expect("kb is listed");
+    let row = line_with(&listed, "\tkb\t").expect("kb is listed");
     assert!(!row.contains('✓'), "not queryable before curation: {row}");
 
     let mut upload = Pty::spawn(example(
@@ -79,7 +79,7 @@ fn upload_of_a_directory_then_curate_wait_then_ask_answers_from_it() {
     assert_eq!(curate.exit_code(), Some(0));
 
     let listed = nexus_ok(&url, &["contexts"]);
-    let row = line_with(&listed, " kb ").expect("kb is listed");
+    let row = line_with(&listed, "\tkb\t").expect("kb is listed");
     assert!(row.contains('✓'), "queryable after curation: {row}");
 
     // Directories keep their layout on the server.
@@ -297,9 +297,9 @@ fn fork_manifest_stats_and_connectors_show_the_local_operations() {
     fork.expect("forked `docs` into `docs-copy`");
     assert_eq!(fork.exit_code(), Some(0));
     let listed = nexus_ok(&url, &["contexts"]);
-    assert!(line_with(&listed, " docs-copy ").is_some(), "{listed}");
+    assert!(line_with(&listed, "\tdocs-copy\t").is_some(), "{listed}");
 
-    // Tables are read through a pipe (a pseudo-terminal is narrow).
+    // Tables are read through a pipe: tab-separated lines.
     let shown = nexus_ok(&url, &["stats", "docs-copy"]);
     assert!(line_with(&shown, "sources").is_some(), "{shown}");
     assert!(line_with(&shown, "knowledge").is_some(), "{shown}");
