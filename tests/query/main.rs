@@ -7,6 +7,7 @@ mod support;
 
 mod adapters;
 mod advice;
+mod binding;
 mod edges;
 mod hostile_model;
 mod identity;
