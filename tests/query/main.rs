@@ -13,6 +13,7 @@ mod hostile_model;
 mod identity;
 mod integrity;
 mod integrity_prop;
+mod job_lock;
 mod one_bound;
 mod resume_prop;
 mod sequenced;
