@@ -115,10 +115,15 @@ async fn unless_ctrl_c<T>(work: impl std::future::Future<Output = T>) -> Option<
     }
 }
 
+/// Cancels the turn `id` on the server; the answer must name that turn.
+async fn cancel_turn(client: &Client, id: &str) -> nexus_knowql::Result<types::Query> {
+    client.queries().attach(id).await?.cancel().await
+}
+
 /// Cancels a turn on the server after Ctrl-C and says so.
 async fn cancel(client: &Client, query_id: Option<&str>) -> Failure {
     match query_id {
-        Some(id) => match client.queries().cancel(id).await {
+        Some(id) => match cancel_turn(client, id).await {
             Ok(_) => eprintln!("ask: interrupted; cancelled {id} on the server"),
             Err(e) => eprintln!("ask: interrupted; could not cancel {id}: {}", one_line(&e)),
         },
@@ -214,7 +219,7 @@ async fn run(args: Args) -> Result<(), Failure> {
                 Ok(Streamed::Closed(id)) => {
                     // Nobody reads the answer: stop the turn, quietly.
                     if let Some(id) = id {
-                        let _ = client.queries().cancel(&id).await;
+                        let _ = cancel_turn(&client, &id).await;
                     }
                     return Err(Failure::StdoutClosed);
                 }
@@ -231,8 +236,9 @@ async fn run(args: Args) -> Result<(), Failure> {
             if args.json
                 && let Error::TurnFailed { query_id, .. } | Error::TurnCancelled { query_id, .. } =
                     &e
-                && let Ok(q) = client.queries().get(query_id).await
+                && let Ok(handle) = client.queries().attach(query_id).await
             {
+                let q = handle.last_seen();
                 let text = serde_json::to_string_pretty(&q).map_err(|e| e.to_string())?;
                 out(&format!("{text}\n"))?;
             }

@@ -453,13 +453,13 @@ impl Chat {
     }
 
     async fn show_json(&self) -> Result<(), String> {
-        let query = self
+        let handle = self
             .client
             .queries()
-            .get(self.last_id()?)
+            .attach(self.last_id()?)
             .await
             .map_err(|e| error_line(&e))?;
-        println!("{}", common::to_json(&query));
+        println!("{}", common::to_json(handle.last_seen()));
         Ok(())
     }
 

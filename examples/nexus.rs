@@ -722,14 +722,16 @@ async fn sessions(client: &Client, json: bool) -> Result<ExitCode, String> {
 }
 
 async fn query(client: &Client, json: bool, id: &str) -> Result<ExitCode, String> {
-    let q = client
+    // Attaching checks that the answer is the turn asked for.
+    let handle = client
         .queries()
-        .get(id)
+        .attach(id)
         .await
         .map_err(|e| match e.is_not_found() {
             true => format!("unknown query `{id}`"),
             false => error_line(&e),
         })?;
+    let q = handle.last_seen();
     if json {
         return print_json(&q);
     }

@@ -35,7 +35,7 @@ pub(crate) const SNIPPET_LIMIT: usize = 512;
 #[non_exhaustive]
 pub enum Error {
     /// The server answered with an error status and (usually) the API's `Error` envelope.
-    #[error("{}{}: server answered {}{}: {}", .0.operation, query_suffix(&.0.query_id), .0.status, code_suffix(&.0.code), .0.message)]
+    #[error("{}{}: server answered {}{}: {}{}", .0.operation, query_suffix(&.0.query_id), .0.status, code_suffix(&.0.code), .0.message, started_note(api_may_have_started(.0)))]
     Api(Box<ApiError>),
 
     /// The server does not serve the API version this client sent.
@@ -58,7 +58,7 @@ pub enum Error {
     /// Its text says where it failed; the cause is its
     /// [`source`](std::error::Error::source) (without URLs), so an error
     /// report that prints the chain shows each part once.
-    #[error("{operation}: {}", transport_what(*.connect))]
+    #[error("{operation}: {}{}", transport_what(*.connect), started_note(!*.connect && starts_turn(operation)))]
     #[non_exhaustive]
     Transport {
         /// The operation under way.
@@ -72,7 +72,7 @@ pub enum Error {
 
     /// A deadline passed: a request timeout, an idle stream, a turn's
     /// deadline, or a `wait()` limit.
-    #[error("{operation}{}: timed out after {elapsed_ms} ms", query_suffix(.query_id))]
+    #[error("{operation}{}: timed out after {elapsed_ms} ms{}", query_suffix(.query_id), started_note(starts_turn(operation)))]
     #[non_exhaustive]
     Timeout {
         /// The operation under way.
@@ -85,7 +85,7 @@ pub enum Error {
     },
 
     /// A response body could not be decoded.
-    #[error("{}{}: could not decode the response: {} (body starts: {:?})", .0.operation, query_suffix(&.0.query_id), .0.message, .0.snippet)]
+    #[error("{}{}: could not decode the response: {} (body starts: {:?}){}", .0.operation, query_suffix(&.0.query_id), .0.message, .0.snippet, started_note(starts_turn(.0.operation)))]
     Decode(Box<DecodeFailure>),
 
     /// The request was rejected before anything was sent.
@@ -559,9 +559,7 @@ impl Error {
     /// turns (`Session::get`), instead.
     pub fn may_have_started(&self) -> bool {
         match self {
-            Error::Api(e) if starts_turn(e.operation) => {
-                (e.status == 408 || e.status >= 500) && !self.is_retryable()
-            }
+            Error::Api(e) => api_may_have_started(e),
             Error::Transport { operation, .. } => {
                 self.may_have_reached_server() && starts_turn(operation)
             }
@@ -747,9 +745,29 @@ pub(crate) fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Whether the operation starts a query turn when the server receives it.
+/// Whether an error answer to `e.operation` may come after the turn
+/// started: a turn start answered 408 or 5xx, but not a 503 with
+/// `Retry-After` (taken to mean nothing started).
+fn api_may_have_started(e: &ApiError) -> bool {
+    starts_turn(e.operation)
+        && (e.status == 408 || e.status >= 500)
+        && !(e.status == 503 && e.retry_after.is_some())
+}
+
+/// What an error's text adds when the turn may have started, so that every
+/// log line and CLI says it without matching on the error.
+fn started_note(may_have_started: bool) -> &'static str {
+    if may_have_started {
+        " (the turn may have started: attach to it or look at the session before asking again)"
+    } else {
+        ""
+    }
+}
+
+/// Whether the operation starts a query turn when the server receives it
+/// (the one table, [`crate::api::operations`]).
 pub(crate) fn starts_turn(operation: &str) -> bool {
-    matches!(operation, "create_query" | "query_turn")
+    crate::api::operations::starts_turn(operation)
 }
 
 /// The first [`SNIPPET_LIMIT`] bytes of a body, lossily decoded, cut on a char boundary.

@@ -20,9 +20,14 @@
 //!
 //! The conversion cannot name the operation of a call that failed before
 //! any answer arrived (a lost connection, a request that could not be
-//! built): such an error names the operation `api`. No generated call starts
-//! a query turn (`POST /query` is [`Session::ask`](crate::Session::ask)'s),
-//! so the retry advice holds without the name.
+//! built): such an error names the operation `api`, except for the one
+//! generated call that starts a query turn, `query` (`POST /query`), which
+//! is recognised by its path so that its error says
+//! [`may_have_started`](crate::Error::may_have_started) and is not
+//! retryable. Which operations start a turn is one table, for generated and
+//! hand-written calls alike. Prefer [`Session::ask`](crate::Session::ask):
+//! it checks, resumes and binds the turn; `client.api().query()` does none
+//! of that.
 //!
 //! A task's `input` and `output` ([`types::TaskInput`], [`types::TaskOutput`])
 //! are the JSON objects the server sent; read them as the type of the task's
@@ -45,6 +50,7 @@
 // spec and rewrites it with `NEXUS_REGENERATE=1 cargo test --test generated`.
 include!("generated.rs");
 
+pub(crate) mod operations;
 mod task_data;
 pub(crate) mod words;
 
@@ -148,7 +154,12 @@ fn from_generated<E: ErrorEnvelope>(err: progenitor_client::Error<E>) -> SdkErro
             SdkError::InvalidRequest(format!("{unknown}: {msg}"))
         }
         G::CommunicationError(e) | G::ResponseBodyError(e) | G::InvalidUpgrade(e) => {
-            crate::transport::map_reqwest(unknown, e, None)
+            // Without an answer the call is known by its URL only.
+            let operation = e
+                .url()
+                .and_then(|url| operations::turn_start_at(url.path()))
+                .unwrap_or(unknown);
+            crate::transport::map_reqwest(operation, e, None)
         }
         G::ErrorResponse(rv) => {
             let status = rv.status().as_u16();
@@ -194,15 +205,39 @@ fn from_generated<E: ErrorEnvelope>(err: progenitor_client::Error<E>) -> SdkErro
 
 #[cfg(test)]
 mod tests {
-    /// The conversion of a generated call's error names no operation when
-    /// no answer arrived, and then judges it as a call that starts no turn:
-    /// true only while no generated operation does.
+    use super::operations::{HAND_WRITTEN, SPEC_OPERATIONS, starts_turn};
+
+    /// The table lists every operation of the spec, with its method and
+    /// path, and only `query` starts a turn among them.
     #[test]
-    fn no_generated_operation_starts_a_turn() {
+    fn the_operation_table_is_the_spec() {
+        let text = include_str!("../../openapi/nexus_2026-07.oas.yaml");
+        let spec: serde_yaml::Value = serde_yaml::from_str(text).expect("the spec parses");
+        let mut listed = Vec::new();
+        for (path, item) in spec["paths"].as_mapping().expect("paths") {
+            for (method, op) in item.as_mapping().expect("a path item") {
+                if let Some(id) = op.get("operationId").and_then(|v| v.as_str()) {
+                    let method = method.as_str().unwrap_or_default().to_ascii_uppercase();
+                    listed.push((id.to_owned(), method, path.as_str().unwrap().to_owned()));
+                }
+            }
+        }
+        let table: Vec<_> = SPEC_OPERATIONS
+            .iter()
+            .map(|op| (op.name.to_owned(), op.method.to_owned(), op.path.to_owned()))
+            .collect();
+        assert_eq!(table, listed);
+        for (id, method, path) in &listed {
+            let turn = method == "POST" && path == "/query";
+            assert_eq!(starts_turn(id), turn, "{id}");
+        }
+        for op in HAND_WRITTEN {
+            assert!(starts_turn(op.name) && op.path == "/query", "{op:?}");
+        }
         let generated = include_str!("generated.rs");
-        for operation in ["create_query", "query_turn"] {
-            let id = format!("operation_id: \"{operation}\"");
-            assert!(!generated.contains(&id), "{operation} is generated");
+        for op in SPEC_OPERATIONS.iter().filter(|op| op.starts_turn) {
+            let id = format!("operation_id: \"{}\"", op.name);
+            assert!(generated.contains(&id), "{} is generated", op.name);
         }
     }
 }

@@ -57,4 +57,14 @@ pub enum CheckpointError {
         /// The turns that match.
         candidates: Vec<String>,
     },
+    /// Another process runs the job under this key now (it holds the
+    /// key's lock). Nothing of that job's was read or touched. Way out:
+    /// wait for it to end, or stop it, then run the job again.
+    #[error("checkpoint {key:?}: another process runs this job now (its lock is {}); wait for it or stop it", lock.display())]
+    Busy {
+        /// The job's key.
+        key: String,
+        /// The lock file held.
+        lock: PathBuf,
+    },
 }

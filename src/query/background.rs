@@ -8,7 +8,7 @@ use tracing::Instrument;
 use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText};
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
-use super::stream::{Delivery, EventConnection, StreamConfig, check_identity, open_events};
+use super::stream::{Delivery, EventConnection, StreamConfig, TurnBinding, open_events};
 use super::turn::QueryTurn;
 use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
@@ -33,6 +33,9 @@ use crate::{Client, types};
 pub struct QueryHandle {
     client: Client,
     query: types::Query,
+    /// What the turn must be: every poll and cancel answer is checked
+    /// against it.
+    binding: TurnBinding,
     slot: Option<TurnSlot>,
     stream_config: StreamConfig,
     /// A detached stream that had not named its turn yet: read on (and
@@ -53,9 +56,11 @@ impl fmt::Debug for QueryHandle {
 }
 
 impl QueryHandle {
+    /// A handle on `query`, which `binding` has checked.
     pub(crate) fn new(
         client: Client,
         query: types::Query,
+        binding: TurnBinding,
         slot: Option<TurnSlot>,
         stream_config: StreamConfig,
         span: TurnSpan,
@@ -64,6 +69,7 @@ impl QueryHandle {
         let mut handle = QueryHandle {
             client,
             query,
+            binding,
             slot,
             stream_config,
             unnamed: None,
@@ -84,6 +90,7 @@ impl QueryHandle {
         QueryHandle {
             client: conn.client().clone(),
             query,
+            binding: conn.binding().clone(),
             slot,
             stream_config,
             unnamed: Some(std::sync::Mutex::new(conn)),
@@ -110,11 +117,8 @@ impl QueryHandle {
     }
 
     /// Checks that `query` is this handle's turn, of its session.
-    fn check_identity(&self, query: &types::Query, place: &'static str) -> Result<()> {
-        let session = Some(self.query.session_id.as_str());
-        check_identity(query, &self.query.id, session, place).inspect_err(|e| {
-            tracing::warn!(error = %e, "the server answered about another turn");
-        })
+    fn check_identity(&mut self, query: &types::Query, place: &'static str) -> Result<()> {
+        self.binding.check_query(query, place)
     }
 
     fn observe(&mut self, query: types::Query) {
@@ -163,6 +167,7 @@ impl QueryHandle {
                 }
             }
             self.query.id = conn.query_id().unwrap_or_default().to_owned();
+            self.binding = conn.binding().clone();
             if let Some(slot) = &self.slot {
                 slot.learn(Some(&self.query.session_id), Some(&self.query.id));
             }
@@ -236,6 +241,7 @@ impl QueryHandle {
             if query.is_terminal() {
                 return query.into_result();
             }
+            super::fetch::check_known_status(&query)?;
             // The last poll lands on the bound: a turn that ends just
             // before it is still seen.
             if !poller.pause_until_timeout().await {
@@ -323,6 +329,7 @@ impl QueryHandle {
         let QueryHandle {
             client,
             query,
+            binding,
             slot,
             stream_config,
             unnamed: _,
@@ -331,18 +338,16 @@ impl QueryHandle {
         let conn = match after {
             // Everything was delivered: only the final Query is owed.
             Some(END_OF_TURN) => {
-                EventConnection::final_only(client, stream_config.clone(), query.id.clone())
+                EventConnection::final_only(client, stream_config.clone(), binding)
             }
             // The engine's verified resume: `Last-Event-ID: seq`, and the
             // replay must start at exactly `seq`.
-            Some(seq) => {
-                EventConnection::resume(client, stream_config.clone(), query.id.clone(), Some(seq))
-            }
+            Some(seq) => EventConnection::resume(client, stream_config.clone(), binding, Some(seq)),
             None => {
                 let resp = open_events(&client, &query.id, None)
                     .instrument(span.span())
                     .await?;
-                EventConnection::new(client, stream_config.clone(), resp, Some(query.id.clone()))
+                EventConnection::new(client, stream_config.clone(), resp, binding)
             }
         };
         let mut turn = QueryTurn::new(conn, slot, span, &stream_config);
@@ -384,7 +389,7 @@ impl QueryTurn {
     pub fn detach(self) -> QueryHandle {
         let d = self.detach_parts();
         match d.unnamed {
-            None => QueryHandle::new(d.client, d.query, d.slot, d.config, d.span),
+            None => QueryHandle::new(d.client, d.query, d.binding, d.slot, d.config, d.span),
             Some(conn) => QueryHandle::unnamed(conn, d.query, d.slot, d.config, d.span),
         }
     }
@@ -425,10 +430,12 @@ impl Queries<'_> {
             use tracing::Instrument;
             self.get(id).instrument(span.span()).await?
         };
-        check_identity(&query, id, None, "the stored turn")?;
+        let mut binding = TurnBinding::for_turn(id);
+        binding.check_query(&query, "the stored turn")?;
         Ok(QueryHandle::new(
             self.client.clone(),
             query,
+            binding,
             None,
             StreamConfig::default(),
             span,

@@ -15,7 +15,7 @@ use super::session::{Session, WhenBusy};
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
 use super::stream::{
-    EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, check_identity, expect_event_stream,
+    EventConnection, MAX_QUERY_BODY_BYTES, StreamConfig, TurnBinding, expect_event_stream,
 };
 use super::turn::QueryTurn;
 use crate::client::Poller;
@@ -37,6 +37,8 @@ pub struct TurnBuilder {
     request: types::QueryRequest,
     stream_config: StreamConfig,
     when_busy: WhenBusy,
+    /// What the turn must be, fixed when its request is prepared.
+    binding: TurnBinding,
 }
 
 impl fmt::Debug for TurnBuilder {
@@ -86,6 +88,7 @@ impl TurnBuilder {
             request: empty_request(ask),
             stream_config: StreamConfig::default(),
             when_busy,
+            binding: TurnBinding::default(),
         }
     }
 
@@ -283,6 +286,14 @@ impl TurnBuilder {
         let start = self.session.shared.lock().clone();
         span.learn(None, start.session_id.as_deref());
         let r = &mut self.request;
+        // The turn before this one: the session's last (when this process
+        // knows it), the one it continues, or none for a new session.
+        let previous = match (&start.session_id, &start.previous_query_id) {
+            (Some(_), _) => start.last_query_id.as_deref().map(Some),
+            (None, Some(prev)) => Some(Some(prev.as_str())),
+            (None, None) => Some(None),
+        };
+        self.binding = TurnBinding::for_request(&r.ask, start.session_id.as_deref(), previous);
         if let Some(id) = start.session_id {
             r.session_id = Some(id);
         } else if let Some(prev) = start.previous_query_id {
@@ -498,18 +509,17 @@ impl TurnBuilder {
         self.request.stream = Some(true);
         let (slot, resp) = self.post_turn(true, &span, started).await?;
         let client = self.session.client.clone();
-        // The session this turn continues, if it has one: every answer
-        // about the turn must name it.
-        let session_id = self.request.session_id.clone();
+        // What the turn must be: every answer about it is checked against it.
+        let mut binding = self.binding.clone();
         if is_json(&resp) {
             // The Query document instead of an event stream: the turn is
             // named, so it is followed by its id.
             let deadline = self.deadline(started);
             let idle = self.stream_config.idle_timeout;
             let query = decode_query_until("create_query", resp, started, deadline, idle).await?;
-            if let Err(e) = check_answer_session(&query, session_id.as_deref()) {
-                // The answer is about another session's turn: this one
-                // may run, unnamed; the session checks it next time.
+            if let Err(e) = binding.check_query(&query, "the answer to POST /query") {
+                // The answer is about another turn: this one may run,
+                // unnamed; the session checks it next time.
                 drop(slot);
                 return Err(e);
             }
@@ -517,6 +527,7 @@ impl TurnBuilder {
             return Ok(QueryTurn::from_query(
                 client,
                 query,
+                binding,
                 slot,
                 span,
                 &self.stream_config,
@@ -524,7 +535,8 @@ impl TurnBuilder {
             ));
         }
         let resp = expect_event_stream("create_query", None, resp)?;
-        let conn = EventConnection::new(client, self.stream_config.clone(), resp, None)
+        let session_id = binding.session_id().map(str::to_owned);
+        let conn = EventConnection::new(client, self.stream_config.clone(), resp, binding)
             .started_at(started);
         let mut turn = QueryTurn::new(conn, Some(slot), span, &self.stream_config);
         if let Some(session_id) = &session_id {
@@ -553,7 +565,8 @@ impl TurnBuilder {
             let deadline = self.deadline(started);
             let idle = self.stream_config.idle_timeout;
             let query = decode_query_until("create_query", resp, started, deadline, idle).await?;
-            if let Err(e) = check_answer_session(&query, self.request.session_id.as_deref()) {
+            let mut binding = self.binding.clone();
+            if let Err(e) = binding.check_query(&query, "the answer to POST /query") {
                 drop(slot);
                 return Err(e);
             }
@@ -561,6 +574,7 @@ impl TurnBuilder {
             Ok(QueryHandle::new(
                 self.session.client.clone(),
                 query,
+                binding,
                 Some(slot),
                 self.stream_config,
                 span,
@@ -588,16 +602,7 @@ fn says_in_flight(err: &Error) -> bool {
 
 /// Whether an answer is a JSON document (not an event stream).
 fn is_json(resp: &reqwest::Response) -> bool {
-    resp.headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"))
-}
-
-/// Checks that the Query answering `POST /query` belongs to the session
-/// the turn continues (`expected`, when it has one).
-fn check_answer_session(query: &types::Query, expected: Option<&str>) -> Result<()> {
-    check_identity(query, &query.id, expected, "the answer to POST /query")
+    crate::transport::media::content_type_is(resp.headers(), "application/json")
 }
 
 /// [`decode_query`] that gives up at `deadline` (when there is one) with

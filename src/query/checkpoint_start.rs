@@ -12,9 +12,6 @@ use crate::types;
 /// dead process may have posted (its request may still be on its way).
 pub(crate) const START_GRACE: Duration = Duration::from_secs(1);
 
-/// The most sessions a restart reads to find the one its job started.
-const MAX_CANDIDATES: usize = 20;
-
 /// The intent to record before posting `ask`: its digest and the newest
 /// session the server has now.
 pub(crate) async fn intent(client: &crate::Client, ask: &str) -> Result<StartIntent> {
@@ -54,8 +51,11 @@ async fn look(client: &crate::Client, key: &str, intent: &StartIntent) -> Result
         None => true,
         Some(mark) => s.id != mark.session_id && s.created_at >= mark.updated_at,
     });
+    // Every session created since the intent: a busy server may have made
+    // many since, and the job's own may be any of them. The listing is
+    // bounded by the API (200 sessions, one page).
     let mut matches = Vec::new();
-    for session in candidates.take(MAX_CANDIDATES) {
+    for session in candidates {
         let full = match client.sessions().get(&session.id).await {
             Ok(full) => full,
             // Deleted since it was listed: not the job's (it would still run).

@@ -33,6 +33,24 @@ pub trait CheckpointStore {
     /// # Errors
     /// The store could not remove it.
     fn clear(&self, key: &str) -> Result<()>;
+    /// Takes `key` for this process until the returned [`KeyLock`] is
+    /// dropped (or the process ends): one job per key at a time. The
+    /// default enforces nothing; [`FileCheckpointStore`] locks a file.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Busy`] when another process holds the key; the
+    /// store's errors.
+    fn lock(&self, key: &str) -> Result<KeyLock> {
+        let _ = key;
+        Ok(KeyLock { _file: None })
+    }
+}
+
+/// A key taken by this process (see [`CheckpointStore::lock`]); dropping it
+/// gives the key back, and so does the process's end, even by `kill -9`.
+#[derive(Debug)]
+pub struct KeyLock {
+    _file: Option<std::fs::File>,
 }
 
 impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
@@ -44,6 +62,9 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     fn clear(&self, key: &str) -> Result<()> {
         (**self).clear(key)
+    }
+    fn lock(&self, key: &str) -> Result<KeyLock> {
+        (**self).lock(key)
     }
 }
 
@@ -57,9 +78,16 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for &S {
     fn clear(&self, key: &str) -> Result<()> {
         (**self).clear(key)
     }
+    fn lock(&self, key: &str) -> Result<KeyLock> {
+        (**self).lock(key)
+    }
 }
 
 /// The longest key a [`FileCheckpointStore`] accepts.
+///
+/// A job takes its key with [`CheckpointStore::lock`] before it reads or
+/// writes anything under it, so the record and temporary files of a key
+/// are only ever touched by the one process that holds it.
 pub const MAX_KEY_LEN: usize = 128;
 /// The largest checkpoint file a [`FileCheckpointStore`] reads.
 pub const MAX_CHECKPOINT_BYTES: u64 = 4096;
@@ -282,14 +310,83 @@ impl CheckpointStore for FileCheckpointStore {
         sync_dir(&self.dir)
     }
 
+    /// Locks `<key>.lock` in the store's directory (an exclusive lock of
+    /// the operating system, released when the process ends however it
+    /// ends).
+    fn lock(&self, key: &str) -> Result<KeyLock> {
+        self.path(key)?;
+        let path = self.lock_path(key);
+        let busy = || {
+            Error::Checkpoint(CheckpointError::Busy {
+                key: key.to_owned(),
+                lock: path.clone(),
+            })
+        };
+        // A lock taken on a file that `clear` removed meanwhile is no lock:
+        // take it again on the file the path names now.
+        for _ in 0..8 {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(io("open", &path))?;
+            match file.try_lock() {
+                Ok(()) if still_at(&file, &path) => return Ok(KeyLock { _file: Some(file) }),
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => return Err(busy()),
+                Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", &path)(e)),
+            }
+        }
+        Err(busy())
+    }
+
     fn clear(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
         self.remove_leftovers(key);
         match std::fs::remove_file(&path) {
-            Ok(()) => sync_dir(&self.dir),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io("remove", &path)(e)),
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("remove", &path)(e)),
         }
+        self.remove_free_lock(key);
+        sync_dir(&self.dir)
+    }
+}
+
+impl FileCheckpointStore {
+    fn lock_path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.lock"))
+    }
+
+    /// Removes the key's lock file when no process holds it (taking it
+    /// first, so that no one holds a lock on a file that is gone); a held
+    /// one stays.
+    fn remove_free_lock(&self, key: &str) {
+        let path = self.lock_path(key);
+        let Ok(file) = std::fs::OpenOptions::new().write(true).open(&path) else {
+            return;
+        };
+        if file.try_lock().is_ok() && still_at(&file, &path) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// Whether `path` still names the file `file` has open.
+fn still_at(file: &std::fs::File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), std::fs::symlink_metadata(path)) {
+            (Ok(open), Ok(named)) => (open.dev(), open.ino()) == (named.dev(), named.ino()),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, path);
+        true
     }
 }
 

@@ -12,7 +12,7 @@ use super::builder::TurnBuilder;
 use super::checkpoint::Checkpoint;
 use super::checkpoint_record::{CheckpointRecord, FailedTurn, StartIntent};
 use super::checkpoint_start::{find_started, intent};
-use super::checkpoint_store::CheckpointStore;
+use super::checkpoint_store::{CheckpointStore, KeyLock};
 use super::event::QueryEvent;
 use super::turn::QueryTurn;
 use super::view::TurnView;
@@ -80,6 +80,9 @@ pub struct CheckpointedTurn<S, V = QueryTurn> {
     store_failed: bool,
     /// The turn failed verification: nothing more is saved as progress.
     failed: bool,
+    /// The key, held by this process while the job runs (none for a turn
+    /// made with [`CheckpointedTurn::new`]).
+    lock: Option<KeyLock>,
 }
 
 impl<S, V: TurnView> fmt::Debug for CheckpointedTurn<S, V> {
@@ -93,10 +96,11 @@ impl<S, V: TurnView> fmt::Debug for CheckpointedTurn<S, V> {
     }
 }
 
-/// A resumed job, or the store back when there was nothing to resume.
+/// A resumed job, or the store and the key's lock back when there was
+/// nothing to resume.
 enum Resumed<S> {
     Turn(Box<CheckpointedTurn<S>>),
-    Nothing(S),
+    Nothing(S, KeyLock),
 }
 
 /// Saves under `key` that the turn (`e`'s, else `query_id`) failed
@@ -135,6 +139,7 @@ impl<S: CheckpointStore + Unpin, V: TurnView> CheckpointedTurn<S, V> {
             resumed_from: None,
             store_failed: false,
             failed: false,
+            lock: None,
         }
     }
 }
@@ -147,7 +152,11 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     /// was starting a turn and the server has none that matches (see
     /// [`CheckpointedTurn::start_or_resume`], which then starts it).
     ///
+    /// The key is taken for this process first ([`CheckpointStore::lock`])
+    /// and held while the returned turn lives.
+    ///
     /// # Errors
+    /// [`CheckpointError::Busy`] when another process runs the job now;
     /// [`CheckpointError::Failed`] when the job's turn failed verification;
     /// [`CheckpointError::Unreadable`] for a record that cannot be used;
     /// [`CheckpointError::AmbiguousStart`]; the store's other errors; those
@@ -157,10 +166,12 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
         store: S,
         key: impl Into<String>,
     ) -> Result<Option<Self>> {
+        let key = key.into();
+        let lock = store.lock(&key)?;
         Ok(
-            match Self::resume_or_give_back(client, store, key.into()).await? {
+            match Self::resume_or_give_back(client, store, key, lock).await? {
                 Resumed::Turn(turn) => Some(*turn),
-                Resumed::Nothing(_) => None,
+                Resumed::Nothing(..) => None,
             },
         )
     }
@@ -169,9 +180,10 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
         client: &crate::Client,
         store: S,
         key: String,
+        lock: KeyLock,
     ) -> Result<Resumed<S>> {
         let checkpoint = match store.load(&key)? {
-            None => return Ok(Resumed::Nothing(store)),
+            None => return Ok(Resumed::Nothing(store, lock)),
             Some(CheckpointRecord::At(cp)) => cp,
             Some(CheckpointRecord::Failed(failed)) => {
                 return Err(Error::Checkpoint(CheckpointError::Failed {
@@ -182,7 +194,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
             }
             Some(CheckpointRecord::Starting(intent)) => {
                 match find_started(client, &key, &intent).await? {
-                    None => return Ok(Resumed::Nothing(store)),
+                    None => return Ok(Resumed::Nothing(store, lock)),
                     Some(query_id) => {
                         tracing::info!(key, query_id, "found the turn this job started");
                         let cp = Checkpoint::at_start(query_id);
@@ -205,6 +217,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
         let mut turn = CheckpointedTurn::new(turn, store, key);
         turn.saved = Some(checkpoint.clone());
         turn.resumed_from = Some(checkpoint);
+        turn.lock = Some(lock);
         Ok(Resumed::Turn(Box::new(turn)))
     }
 
@@ -231,6 +244,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
                 "a checkpointed job starts its turn in a new session".to_owned(),
             ));
         }
+        let lock = store.lock(&key)?;
         let ask_digest = StartIntent::ask_digest(ask.ask_text());
         if let Some(CheckpointRecord::Starting(recorded)) = store.load(&key)?
             && recorded.ask != ask_digest
@@ -239,14 +253,17 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
                 "the job under key {key:?} was started with another question; clear the key first"
             )));
         }
-        let store = match Self::resume_or_give_back(client, store, key.clone()).await? {
-            Resumed::Turn(turn) => return Ok(*turn),
-            Resumed::Nothing(store) => store,
-        };
+        let (store, lock) =
+            match Self::resume_or_give_back(client, store, key.clone(), lock).await? {
+                Resumed::Turn(turn) => return Ok(*turn),
+                Resumed::Nothing(store, lock) => (store, lock),
+            };
         let intent = intent(ask.client(), ask.ask_text()).await?;
         store.save(&key, &CheckpointRecord::Starting(intent))?;
         let turn = ask.stream().await?;
-        Ok(CheckpointedTurn::new(turn, store, key))
+        let mut turn = CheckpointedTurn::new(turn, store, key);
+        turn.lock = Some(lock);
+        Ok(turn)
     }
 }
 
@@ -311,10 +328,16 @@ impl<S: CheckpointStore + Unpin, V: TurnView> CheckpointedTurn<S, V> {
     /// Those of [`QueryTurn::cancel`] (the key stays then); the store's.
     pub async fn cancel(self) -> Result<types::Query> {
         let CheckpointedTurn {
-            inner, store, key, ..
+            inner,
+            store,
+            key,
+            lock,
+            ..
         } = self;
         let query = inner.into_turn().cancel().await?;
         store.clear(&key)?;
+        // The key is given back only once it was cleared.
+        drop(lock);
         Ok(query)
     }
 
@@ -347,6 +370,7 @@ impl<S: CheckpointStore + Unpin, V: TurnView> CheckpointedTurn<S, V> {
             store,
             key,
             failed,
+            lock,
             ..
         } = self;
         let result = match first_error {
@@ -359,6 +383,8 @@ impl<S: CheckpointStore + Unpin, V: TurnView> CheckpointedTurn<S, V> {
             }
             _ => {}
         }
+        // The key is given back once its last record is written.
+        drop(lock);
         result
     }
 }

@@ -160,6 +160,23 @@ impl StreamConfig {
     }
 }
 
+impl StreamConfig {
+    /// The most bytes the final `query` frame may grow to while it is
+    /// buffered: [`StreamConfig::max_query_frame_bytes`], but never more
+    /// than a Query within the turn's own bounds can take (its answer text
+    /// twice, as `output` and `output_json`, its steps, and 1 MiB for the
+    /// rest), so a frame far past the text bound is refused as it arrives,
+    /// not after it was buffered and decoded whole.
+    pub(crate) fn query_frame_limit(&self) -> usize {
+        let within_bounds = self
+            .max_text_bytes
+            .saturating_mul(2)
+            .saturating_add(self.max_step_bytes)
+            .saturating_add(1024 * 1024);
+        self.max_query_frame_bytes.min(within_bounds)
+    }
+}
+
 /// The most bytes of a Query document, as a JSON body or a `query` frame.
 pub(crate) const MAX_QUERY_BODY_BYTES: usize = 64 * 1024 * 1024;
 
@@ -171,3 +188,22 @@ pub(crate) const DEFAULT_MAX_STEP_BYTES: usize = 4 * 1024 * 1024;
 
 /// The default wait for the `query` frame after the terminal event.
 const DEFAULT_FINAL_QUERY_WAIT: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The final frame's bound follows the turn's text bound: a frame far
+    /// past it is refused while it arrives.
+    #[test]
+    fn the_query_frame_limit_follows_the_text_bound() {
+        let mib = 1024 * 1024;
+        assert_eq!(StreamConfig::default().query_frame_limit(), 37 * mib);
+        let small = StreamConfig::default()
+            .max_text_bytes(mib)
+            .max_step_bytes(mib);
+        assert_eq!(small.query_frame_limit(), 4 * mib);
+        let tight = StreamConfig::default().max_query_frame_bytes(mib);
+        assert_eq!(tight.query_frame_limit(), mib);
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::identity::check_identity;
+use super::identity::TurnBinding;
 use crate::client::{Poller, WaitPolicy};
 use crate::error::{Error, Result};
 use crate::status::QueryStatus;
@@ -65,9 +65,11 @@ pub(crate) fn expect_event_stream(
     let content_type = resp
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if content_type.is_empty() || content_type.starts_with("text/event-stream") {
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    if content_type.is_empty()
+        || crate::transport::media::media_type_is(content_type.as_bytes(), "text/event-stream")
+    {
         Ok(resp)
     } else {
         Err(Error::Stream {
@@ -90,7 +92,7 @@ pub(crate) fn content_encoding(resp: &reqwest::Response) -> Option<String> {
 
 /// `GET /queries/{id}` until the turn is terminal, polling with a growing
 /// interval (200 ms up to 5 s) for at most `limit`. Every answer must be
-/// the turn `query_id` (of the session `session_id`, when known).
+/// the turn `query_id` as `binding` describes it.
 ///
 /// # Errors
 /// [`Error::Timeout`] (operation `get_query`) when the turn is still running
@@ -100,7 +102,7 @@ pub(crate) fn content_encoding(resp: &reqwest::Response) -> Option<String> {
 pub(crate) async fn stored_terminal(
     client: &Client,
     query_id: &str,
-    session_id: Option<&str>,
+    mut binding: TurnBinding,
     limit: Duration,
 ) -> Result<types::Query> {
     let mut poller = Poller::new(&WaitPolicy::default().timeout(limit));
@@ -110,11 +112,11 @@ pub(crate) async fn stored_terminal(
             .get(query_id)
             .await
             .map_err(|e| e.for_query(query_id))?;
-        check_identity(&query, query_id, session_id, "the stored turn")?;
+        binding.check_query(&query, "the stored turn")?;
+        check_known_status(&query)?;
         if query.is_terminal() {
             return Ok(query);
         }
-        check_known_status(&query)?;
         if !poller.pause().await {
             return Err(poller.timed_out("get_query"));
         }

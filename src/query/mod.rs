@@ -72,7 +72,7 @@ pub use checkpoint_record::{
     CheckpointRecord, FailedTurn, MAX_REASON_CHARS, SessionMark, StartIntent,
 };
 pub use checkpoint_store::{
-    CheckpointStore, FileCheckpointStore, MAX_CHECKPOINT_BYTES, MAX_KEY_LEN,
+    CheckpointStore, FileCheckpointStore, KeyLock, MAX_CHECKPOINT_BYTES, MAX_KEY_LEN,
 };
 pub use checkpointed::CheckpointedTurn;
 pub use config::StreamConfig;

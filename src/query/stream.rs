@@ -36,8 +36,7 @@ use tokio::time::{Instant, Sleep};
 pub(crate) use super::config::{MAX_QUERY_BODY_BYTES, StreamConfig};
 use super::event::QueryEvent;
 pub(crate) use super::fetch::{expect_event_stream, open_events, stored_terminal};
-use super::identity::check_frame_identity;
-pub(crate) use super::identity::check_identity;
+pub(crate) use super::identity::TurnBinding;
 use super::sse::SseParser;
 pub(crate) use crate::error::millis;
 use crate::error::{Error, Result};
@@ -102,10 +101,9 @@ pub(crate) struct EventConnection {
     config: StreamConfig,
     state: State,
     parser: SseParser,
-    query_id: Option<String>,
-    /// The turn's session, once known: every frame that names a session
-    /// must name this one.
-    session_id: Option<String>,
+    /// What the turn must be: every frame and document is checked against
+    /// it, and it learns the turn's id and session as they are named.
+    binding: TurnBinding,
     /// The sequence number of the last delivered event.
     last_seq: Option<u64>,
     /// Whether any event was delivered (with or without an id).
@@ -167,7 +165,7 @@ impl std::fmt::Debug for EventConnection {
         };
         f.debug_struct("EventConnection")
             .field("state", &state)
-            .field("query_id", &self.query_id)
+            .field("query_id", &self.binding.query_id())
             .field("last_seq", &self.last_seq)
             .field("terminal_seen", &self.terminal_seen)
             .finish_non_exhaustive()
@@ -192,7 +190,7 @@ impl EventConnection {
         client: Client,
         config: StreamConfig,
         state: State,
-        query_id: Option<String>,
+        binding: TurnBinding,
     ) -> Self {
         let parser = new_parser(&config);
         let turn_timeout = client.transport().turn_timeout();
@@ -201,8 +199,7 @@ impl EventConnection {
             config,
             state,
             parser,
-            query_id,
-            session_id: None,
+            binding,
             last_seq: None,
             delivered_any: false,
             verify: None,
@@ -225,15 +222,15 @@ impl EventConnection {
         }
     }
 
-    /// Reads `resp`, an event stream of the turn `query_id` (if known yet).
+    /// Reads `resp`, an event stream of the turn `binding` describes.
     pub(crate) fn new(
         client: Client,
         config: StreamConfig,
         resp: reqwest::Response,
-        query_id: Option<String>,
+        binding: TurnBinding,
     ) -> Self {
         let body = State::Open(Box::pin(resp.bytes_stream()));
-        let mut conn = EventConnection::with_state(client, config, body, query_id);
+        let mut conn = EventConnection::with_state(client, config, body, binding);
         conn.body_operation = "create_query";
         conn
     }
@@ -277,11 +274,10 @@ impl EventConnection {
     pub(crate) fn resume(
         client: Client,
         config: StreamConfig,
-        query_id: String,
+        binding: TurnBinding,
         last_seen: Option<u64>,
     ) -> Self {
-        let mut conn =
-            EventConnection::with_state(client, config, State::Done, Some(query_id.clone()));
+        let mut conn = EventConnection::with_state(client, config, State::Done, binding);
         conn.last_seq = last_seen;
         conn.delivered_any = last_seen.is_some();
         conn.connect();
@@ -290,8 +286,8 @@ impl EventConnection {
 
     /// The final Query of `query_id` only (`GET /queries/{id}` once it is
     /// terminal): every event was delivered already.
-    pub(crate) fn final_only(client: Client, config: StreamConfig, query_id: String) -> Self {
-        let mut conn = EventConnection::with_state(client, config, State::Done, Some(query_id));
+    pub(crate) fn final_only(client: Client, config: StreamConfig, binding: TurnBinding) -> Self {
+        let mut conn = EventConnection::with_state(client, config, State::Done, binding);
         conn.terminal_seen = true;
         conn.delivered_any = true;
         conn.fetch_final();
@@ -299,27 +295,25 @@ impl EventConnection {
     }
 
     /// A connection of the ended turn `query_id` with nothing left to read.
-    pub(crate) fn named_closed(client: Client, config: StreamConfig, query_id: String) -> Self {
-        let mut conn = EventConnection::with_state(client, config, State::Done, Some(query_id));
+    pub(crate) fn named_closed(client: Client, config: StreamConfig, binding: TurnBinding) -> Self {
+        let mut conn = EventConnection::with_state(client, config, State::Done, binding);
         conn.terminal_seen = true;
         conn
     }
 
     pub(crate) fn query_id(&self) -> Option<&str> {
-        self.query_id.as_deref()
+        self.binding.query_id()
     }
 
-    /// The turn's session, once known.
-    pub(crate) fn session_id(&self) -> Option<&str> {
-        self.session_id.as_deref()
+    /// What the turn must be (its id and session once known).
+    pub(crate) fn binding(&self) -> &TurnBinding {
+        &self.binding
     }
 
     /// The session every frame of this turn must name (a session that
     /// exists already, or the one the turn's first frame named).
     pub(crate) fn expect_session(&mut self, session_id: &str) {
-        if !session_id.is_empty() && self.session_id.is_none() {
-            self.session_id = Some(session_id.to_owned());
-        }
+        self.binding.expect_session(session_id);
     }
 
     /// Takes up the `retry:` the server sent, whenever it came.
@@ -344,7 +338,8 @@ impl EventConnection {
 
     /// A connection that is over, to stand in for one moved elsewhere.
     pub(crate) fn closed(client: Client) -> Self {
-        EventConnection::with_state(client, StreamConfig::default(), State::Done, None)
+        let binding = TurnBinding::default();
+        EventConnection::with_state(client, StreamConfig::default(), State::Done, binding)
     }
 
     /// How many times the stream reconnected.
@@ -372,8 +367,7 @@ impl EventConnection {
             Err(e) => return Some(Err(e)),
         };
         let (event, data, bad_id) = (frame.event, frame.data, frame.bad_id);
-        if let Err(e) = check_frame_identity(&mut self.query_id, &mut self.session_id, event, data)
-        {
+        if let Err(e) = self.binding.check_frame(event, data) {
             return Some(Ok(Parsed::Foreign(e)));
         }
         if let Some(expected) = self.verify {
@@ -452,6 +446,11 @@ impl EventConnection {
         }
         let id = frame.id;
         let event = QueryEvent::decode(frame.event, frame.data);
+        if let QueryEvent::Query(query) = &event
+            && let Err(e) = self.binding.check_query(query, "the final query frame")
+        {
+            return Some(Ok(Parsed::Foreign(e)));
+        }
         Some(Ok(Parsed::Deliver(id, event)))
     }
 
@@ -468,7 +467,7 @@ impl EventConnection {
 }
 
 fn new_parser(config: &StreamConfig) -> SseParser {
-    SseParser::new(config.max_frame_bytes).with_query_frame_limit(config.max_query_frame_bytes)
+    SseParser::new(config.max_frame_bytes).with_query_frame_limit(config.query_frame_limit())
 }
 
 /// Whether a failed events request is worth another try.

@@ -58,7 +58,12 @@ async fn resume_from_a_known_event_skips_it_and_delivers_the_rest() {
          id: 4\nevent: response.completed\ndata: {}\n\n",
     )
     .await;
-    let mut conn = EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(
+        client,
+        StreamConfig::default(),
+        TurnBinding::for_turn("q1"),
+        Some(2),
+    );
     match next(&mut conn).await {
         Some(Ok(Delivery::Event(Some(3), QueryEvent::TextDelta { delta }))) => {
             assert_eq!(delta, "b")
@@ -85,7 +90,12 @@ async fn resume_that_skips_an_unseen_event_hands_over_the_stored_turn() {
     // from event 3, right after the id sent, would prove nothing missing).
     let (_server, client) =
         server("id: 4\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n").await;
-    let mut conn = EventConnection::resume(client, StreamConfig::default(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(
+        client,
+        StreamConfig::default(),
+        TurnBinding::for_turn("q1"),
+        Some(2),
+    );
     match next(&mut conn).await {
         Some(Ok(Delivery::Recovered(query, gap))) => {
             assert_eq!(query.answer_text(), "ab");
@@ -121,7 +131,8 @@ fn debug_shows_the_state_and_position() {
         .base_url("http://127.0.0.1:9")
         .build()
         .unwrap();
-    let conn = EventConnection::named_closed(client, StreamConfig::default(), "q1".into());
+    let conn =
+        EventConnection::named_closed(client, StreamConfig::default(), TurnBinding::for_turn("q1"));
     assert_eq!(
         format!("{conn:?}"),
         "EventConnection { state: \"done\", query_id: Some(\"q1\"), last_seq: None, \
@@ -142,7 +153,7 @@ async fn a_replay_that_sends_the_final_query_without_the_known_event_is_not_trus
         query_json(QueryStatus::Completed.as_str(), "ab")
     );
     let (_server, client) = server(Box::leak(frame.into_boxed_str())).await;
-    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
     match next(&mut conn).await {
         Some(Ok(Delivery::Recovered(query, gap))) => {
             assert_eq!(query.answer_text(), "ab");
@@ -165,7 +176,7 @@ async fn id_less_frames_replayed_before_the_known_event_are_skipped() {
          id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n",
     )
     .await;
-    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
     match next(&mut conn).await {
         Some(Ok(Delivery::Event(Some(3), QueryEvent::TextDelta { delta }))) => {
             assert_eq!(delta, "b")
@@ -191,7 +202,7 @@ async fn expect_delta(conn: &mut EventConnection, seq: u64, text: &str) {
 async fn an_id_sent_again_mid_stream_is_delivered_once() {
     let body = [delta(2, "a"), delta(3, "b"), delta(3, "b"), delta(4, "c")].concat();
     let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
-    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
     expect_delta(&mut conn, 3, "b").await;
     expect_delta(&mut conn, 4, "c").await;
 }
@@ -201,7 +212,7 @@ async fn a_jump_in_the_ids_is_noticed_and_resumed_from_the_last_delivered_event(
     // Every connection, the resumed one too, skips from 3 to 5.
     let body = [delta(2, "a"), delta(3, "b"), delta(5, "d")].concat();
     let (server, client) = server_for(Box::leak(body.into_boxed_str()), None).await;
-    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
     expect_delta(&mut conn, 3, "b").await;
     match next(&mut conn).await {
         Some(Ok(Delivery::Recovered(query, gap))) => {
@@ -240,7 +251,7 @@ async fn id_less_frames_between_replayed_events_are_skipped() {
     ]
     .concat();
     let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
-    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
     expect_delta(&mut conn, 3, "b").await;
     expect_delta(&mut conn, 4, "c").await;
 }
@@ -258,7 +269,7 @@ async fn the_final_query_is_delivered_even_between_replayed_events() {
     ]
     .concat();
     let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
-    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
     expect_delta(&mut conn, 3, "b").await;
     // The frame itself, not the stored turn ("ab") standing in for it.
     match next(&mut conn).await {
@@ -294,7 +305,7 @@ async fn id_less_frames_after_the_last_id_are_skipped_once_on_the_next_connectio
             .await;
     }
     let client = Client::builder().base_url(server.uri()).build().unwrap();
-    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
     expect_delta(&mut conn, 3, "b").await;
     for text in ["x", "y"] {
         match next(&mut conn).await {
@@ -328,7 +339,7 @@ async fn a_silent_server_meets_the_turn_timeout() {
         .build()
         .unwrap();
     let config = quick().idle_timeout(None);
-    let mut conn = EventConnection::resume(client, config, "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(client, config, TurnBinding::for_turn("q1"), Some(2));
     let got = tokio::time::timeout(Duration::from_secs(10), next(&mut conn))
         .await
         .expect("the turn's deadline ends the wait");
@@ -361,7 +372,7 @@ async fn a_refused_resume_is_final_even_after_delivered_events() {
         .mount(&server)
         .await;
     let client = Client::builder().base_url(server.uri()).build().unwrap();
-    let mut conn = EventConnection::resume(client, quick(), "q1".into(), Some(2));
+    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
     match next(&mut conn).await {
         Some(Err(e)) => assert_eq!(e.status().map(|s| s.as_u16()), Some(403), "{e:?}"),
         other => panic!("{other:?}"),

@@ -13,7 +13,9 @@ use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText, TextDigest};
 use super::event::QueryEvent;
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
-use super::stream::{Delivery, EventConnection, ReplayGap, StreamConfig, stored_terminal};
+use super::stream::{
+    Delivery, EventConnection, ReplayGap, StreamConfig, TurnBinding, stored_terminal,
+};
 use crate::error::{Error, Result};
 use crate::status::QueryStatus;
 use crate::types;
@@ -92,6 +94,8 @@ pub(crate) struct Detached {
     pub(crate) slot: Option<TurnSlot>,
     pub(crate) config: StreamConfig,
     pub(crate) span: TurnSpan,
+    /// What the turn must be, as far as the stream learnt it.
+    pub(crate) binding: TurnBinding,
     /// The connection, when the server has not named the turn yet.
     pub(crate) unnamed: Option<EventConnection>,
 }
@@ -138,22 +142,24 @@ impl QueryTurn {
     /// A turn the server answered with its Query document: a terminal one
     /// is replayed as its events; a running one is followed through
     /// `GET /queries/{id}/events` from the start.
+    /// `binding` has checked `query` already.
     pub(crate) fn from_query(
         client: crate::Client,
         query: types::Query,
+        binding: TurnBinding,
         slot: TurnSlot,
         span: TurnSpan,
         config: &StreamConfig,
         started: tokio::time::Instant,
     ) -> Self {
         if !query.is_terminal() {
-            let conn = EventConnection::resume(client, config.clone(), query.id.clone(), None)
-                .started_at(started);
+            let conn =
+                EventConnection::resume(client, config.clone(), binding, None).started_at(started);
             let mut turn = QueryTurn::new(conn, Some(slot), span, config);
             turn.set_session_id(&query.session_id);
             return turn;
         }
-        let conn = EventConnection::named_closed(client, config.clone(), query.id.clone());
+        let conn = EventConnection::named_closed(client, config.clone(), binding);
         let mut turn = QueryTurn::new(conn, Some(slot), span, config);
         turn.pending.push_back(QueryEvent::Created {
             query_id: query.id.clone(),
@@ -295,6 +301,7 @@ impl QueryTurn {
             }),
         });
         let client = self.conn.client().clone();
+        let binding = self.conn.binding().clone();
         let unnamed = if self.conn.query_id().is_some() {
             self.conn.close();
             None
@@ -311,6 +318,7 @@ impl QueryTurn {
             slot,
             config: self.stream_config.clone(),
             span: self.span.clone(),
+            binding,
             unnamed,
         }
     }
@@ -474,8 +482,8 @@ impl QueryTurn {
         };
         let id = id.as_str();
         let limit = self.conn.time_left();
-        let session_id = self.conn.session_id();
-        let stored = stored_terminal(self.conn.client(), id, session_id, limit);
+        let binding = self.conn.binding().clone();
+        let stored = stored_terminal(self.conn.client(), id, binding, limit);
         // The turn's deadline covers this read too.
         let query = match self.conn.deadline_at() {
             Some(at) => match tokio::time::timeout_at(at, stored).await {
@@ -532,15 +540,14 @@ impl QueryTurn {
         self.cancel_on_drop = false;
         let client = self.conn.client().clone();
         let id = self.conn.query_id().unwrap_or_default().to_owned();
-        let session_id = self.conn.session_id().map(str::to_owned);
+        let mut binding = self.conn.binding().clone();
         let result = client
             .queries()
             .cancel(&id)
             .instrument(self.span.span())
             .await
             .and_then(|q| {
-                let session = session_id.as_deref();
-                super::identity::check_identity(&q, &id, session, "the answer to cancel")?;
+                binding.check_query(&q, "the answer to cancel")?;
                 Ok(q)
             });
         if let (Ok(q), Some(slot)) = (&result, self.slot.take()) {

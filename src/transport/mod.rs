@@ -16,6 +16,7 @@ use tracing::Instrument;
 pub(crate) mod auth;
 mod bodies;
 pub(crate) mod marks;
+pub(crate) mod media;
 pub(crate) mod observe;
 pub(crate) mod redirect;
 pub(crate) mod retry;

@@ -117,15 +117,19 @@ impl RetryPolicy {
         )
     }
 
-    /// The delay before the next attempt: the server's `Retry-After` if it
-    /// gave one, else the next backoff step; never more than `max_delay`.
+    /// The delay before the next attempt: the next backoff step, or the
+    /// server's `Retry-After` when it asks for longer (a floor, never a
+    /// reason to retry sooner: a past date or `0` keeps the backoff); never
+    /// more than `max_delay`.
     pub(crate) fn next_delay(
         &self,
         backoff: &mut Backoff,
         retry_after: Option<Duration>,
     ) -> Duration {
         let step = backoff.next_delay();
-        retry_after.unwrap_or(step).min(self.max_delay)
+        retry_after
+            .map_or(step, |floor| floor.max(step))
+            .min(self.max_delay)
     }
 
     /// The wait a `Retry-After` header asks for, clamped to `max_delay`.
@@ -352,7 +356,7 @@ mod tests {
     }
 
     #[test]
-    fn backoff_grows_to_cap_and_retry_after_wins() {
+    fn backoff_grows_to_cap_and_retry_after_is_its_floor() {
         let policy = RetryPolicy::default()
             .jitter(0.0)
             .initial_delay(Duration::from_millis(100))
@@ -360,9 +364,16 @@ mod tests {
         let mut b = policy.backoff();
         let d: Vec<_> = (0..4).map(|_| policy.next_delay(&mut b, None)).collect();
         assert_eq!(d, [100, 200, 350, 350].map(Duration::from_millis).to_vec());
+        let mut b = policy.backoff();
         assert_eq!(
             policy.next_delay(&mut b, Some(Duration::from_millis(120))),
-            Duration::from_millis(120)
+            Duration::from_millis(120),
+            "a longer Retry-After wins"
+        );
+        assert_eq!(
+            policy.next_delay(&mut b, Some(Duration::ZERO)),
+            Duration::from_millis(200),
+            "a past date or 0 never retries sooner than the backoff"
         );
         assert_eq!(
             policy.next_delay(&mut b, Some(Duration::from_secs(2))),

@@ -485,6 +485,46 @@ async fn an_unknown_status_word_is_a_typed_outcome() {
     assert_eq!(server.count("GET", &format!("/queries/{QA}")), 1);
 }
 
+/// A background `wait()` refuses an unknown status word at once, as the
+/// stored-read path does, instead of polling it until the deadline.
+#[tokio::test(start_paused = true)]
+async fn a_background_wait_refuses_an_unknown_status_at_once() {
+    let post = Reply::json(202, &[], &query_json(QA, SA, "in_progress", ""));
+    let server = serve(post, |_, _| gone(), |_| doc(QA, SA, "Completed", "x")).await;
+    let mut handle = ask(&server.client(), "Who?").background().await.unwrap();
+    let e = handle
+        .wait(nexus_knowql::WaitPolicy::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::UnknownTurnStatus { .. }), "{e:?}");
+    assert_eq!(server.count("GET", &format!("/queries/{QA}")), 1);
+}
+
+/// Media types compare as HTTP says: case-insensitive, parameters ignored.
+#[tokio::test]
+async fn media_types_compare_without_case_or_parameters() {
+    let a = Turn::completed(QA, SA, DELTAS);
+    let events = Reply {
+        head: "HTTP/1.1 200 OK\r\ncontent-type: Text/Event-Stream; charset=UTF-8\r\nconnection: close\r\n\r\n".into(),
+        steps: vec![Step::Write(a.body().into_bytes())],
+    };
+    let server = serve(events, |_, _| gone(), |_| gone()).await;
+    let query = ask(&server.client(), "Who?").send().await.unwrap();
+    assert_eq!(query.answer_text(), a.answer);
+    let doc = serde_json::to_vec(&query_json(QA, SA, "completed", &a.answer)).unwrap();
+    let json = Reply {
+        head: format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: Application/JSON\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            doc.len()
+        ),
+        steps: vec![Step::Write(doc)],
+    };
+    let server = serve(json, |_, _| gone(), |_| gone()).await;
+    let query = ask(&server.client(), "Who?").send().await.unwrap();
+    assert_eq!(query.answer_text(), a.answer);
+    assert_eq!(server.count("POST", "/query"), 1);
+}
+
 /// A replay that starts right after `Last-Event-ID` (SSE's usual meaning)
 /// proves nothing is missing: its events are delivered one by one, with no
 /// read of the stored turn. One that starts later still is a gap.
@@ -537,6 +577,7 @@ async fn an_undecodable_answer_to_the_post_may_have_started_the_turn() {
         .unwrap_err();
     assert!(matches!(e, Error::Decode { .. }), "{e:?}");
     assert!(e.may_have_started(), "{e:?}");
+    assert!(e.to_string().contains("the turn may have started"), "{e}");
     assert_eq!(e.query_id(), Some(QA), "{e:?}");
     assert!(!e.is_retryable());
 }

@@ -7,11 +7,13 @@ mod support;
 
 mod adapters;
 mod advice;
+mod binding;
 mod edges;
 mod hostile_model;
 mod identity;
 mod integrity;
 mod integrity_prop;
+mod job_lock;
 mod one_bound;
 mod resume_prop;
 mod sequenced;

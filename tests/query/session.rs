@@ -18,6 +18,16 @@ fn query(id: &str, session: &str, status: &str) -> Value {
     })
 }
 
+/// Answers each `POST /query` with a new completed turn (`q1`, `q2`, ...)
+/// of `session`: a server never answers a new turn with an earlier one.
+fn new_turns(session: &'static str) -> impl wiremock::Respond {
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    move |_: &Request| {
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        ResponseTemplate::new(200).set_body_json(query(&format!("q{i}"), session, "completed"))
+    }
+}
+
 fn client(server: &MockServer) -> Client {
     Client::builder()
         .base_url(server.uri())
@@ -48,7 +58,7 @@ async fn first_turn_sends_scope_and_config_later_turns_send_session_id() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/query"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(query("q1", "sess_a", "completed")))
+        .respond_with(new_turns("sess_a"))
         .mount(&server)
         .await;
     catch_all(&server).await;
@@ -98,7 +108,7 @@ async fn typed_workflows_and_thinking_levels_are_sent_as_the_api_spells_them() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/query"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(query("q1", "sess_a", "completed")))
+        .respond_with(new_turns("sess_a"))
         .mount(&server)
         .await;
     let session = client(&server).session(["handbook"]).build().unwrap();
@@ -129,7 +139,7 @@ async fn resumed_and_continued_sessions_send_their_ids() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/query"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(query("q9", "sess_z", "completed")))
+        .respond_with(new_turns("sess_z"))
         .mount(&server)
         .await;
     let c = client(&server);

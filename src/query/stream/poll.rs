@@ -21,7 +21,7 @@ impl EventConnection {
         if !matches!(self.state, State::Done) && self.deadline_passed(cx) {
             let elapsed = millis(self.started.elapsed());
             tracing::warn!(
-                query_id = self.query_id.as_deref(),
+                query_id = self.binding.query_id(),
                 elapsed_ms = elapsed,
                 "the turn's overall deadline passed"
             );
@@ -38,7 +38,7 @@ impl EventConnection {
             }
             if self.final_frame_overdue(cx) {
                 tracing::debug!(
-                    query_id = self.query_id.as_deref(),
+                    query_id = self.binding.query_id(),
                     "no final Query frame in time after the terminal event"
                 );
                 self.fetch_final();
@@ -92,7 +92,7 @@ impl EventConnection {
                     self.fetch_final();
                 } else {
                     self.fail(Error::Stream {
-                        query_id: self.query_id.clone(),
+                        query_id: self.binding.query_id().map(str::to_owned),
                         message: e.to_string(),
                     });
                 }
@@ -120,7 +120,7 @@ impl EventConnection {
                 // A final frame is the truth only when the turn has ended:
                 // the stored turn, once it has, stands in for it.
                 tracing::debug!(
-                    query_id = self.query_id.as_deref(),
+                    query_id = self.binding.query_id(),
                     status = q.status.as_str(),
                     "the final Query frame is not terminal; reading the stored turn"
                 );
@@ -151,7 +151,7 @@ impl EventConnection {
             self.recover(cause);
         } else {
             tracing::warn!(
-                query_id = self.query_id.as_deref(),
+                query_id = self.binding.query_id(),
                 cause,
                 "events are missing; reconnecting from the last delivered one"
             );
@@ -218,7 +218,7 @@ impl EventConnection {
         };
         match fut.as_mut().poll(cx) {
             Poll::Ready(Ok(resp)) => {
-                tracing::debug!(query_id = self.query_id.as_deref(), "reconnected");
+                tracing::debug!(query_id = self.binding.query_id(), "reconnected");
                 self.parser = new_parser(&self.config);
                 self.verify = self.last_seq;
                 self.conn_last = None;

@@ -17,24 +17,22 @@ impl EventConnection {
     pub(super) fn fetch_final(&mut self) {
         self.final_wait = None;
         self.idle = None;
-        let Some(query_id) = self.query_id.clone() else {
+        let Some(query_id) = self.binding.query_id().map(str::to_owned) else {
             self.state = State::Done;
             return;
         };
         let client = self.client.clone();
         let limit = self.time_left();
-        let session_id = self.session_id.clone();
+        let binding = self.binding.clone();
         self.state = State::Recovering(
-            Box::pin(async move {
-                stored_terminal(&client, &query_id, session_id.as_deref(), limit).await
-            }),
+            Box::pin(async move { stored_terminal(&client, &query_id, binding, limit).await }),
             None,
         );
     }
 
     pub(super) fn fail(&mut self, e: Error) {
         self.state = State::Done;
-        self.failed = Some(match &self.query_id {
+        self.failed = Some(match self.binding.query_id() {
             Some(id) => e.about_query(id),
             None => e,
         });
@@ -43,7 +41,7 @@ impl EventConnection {
     /// Stops reading and waits for the stored turn instead of the events
     /// after the last delivered one.
     pub(super) fn recover(&mut self, cause: String) {
-        let Some(query_id) = self.query_id.clone() else {
+        let Some(query_id) = self.binding.query_id().map(str::to_owned) else {
             self.fail(Error::Stream {
                 query_id: None,
                 message: format!("{cause}, and the server never named the turn"),
@@ -65,11 +63,9 @@ impl EventConnection {
         };
         let client = self.client.clone();
         let limit = self.time_left();
-        let session_id = self.session_id.clone();
+        let binding = self.binding.clone();
         self.state = State::Recovering(
-            Box::pin(async move {
-                stored_terminal(&client, &query_id, session_id.as_deref(), limit).await
-            }),
+            Box::pin(async move { stored_terminal(&client, &query_id, binding, limit).await }),
             Some(gap),
         );
     }
@@ -107,7 +103,7 @@ impl EventConnection {
         // A `retry:` read with the last bytes counts for this reconnection.
         self.note_retry();
         self.state = State::Done;
-        let Some(query_id) = self.query_id.clone() else {
+        let Some(query_id) = self.binding.query_id().map(str::to_owned) else {
             self.failed = Some(Error::Stream {
                 query_id: None,
                 message: format!(
@@ -182,7 +178,7 @@ impl EventConnection {
     }
 
     pub(super) fn connect(&mut self) {
-        let Some(query_id) = self.query_id.clone() else {
+        let Some(query_id) = self.binding.query_id().map(str::to_owned) else {
             self.state = State::Done;
             return;
         };
