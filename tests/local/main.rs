@@ -22,6 +22,7 @@ mod follow_ups;
 mod limits;
 #[cfg(target_os = "linux")]
 mod memory_repros;
+mod one_request;
 mod ops;
 mod ownership;
 #[cfg(unix)]

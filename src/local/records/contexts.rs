@@ -11,10 +11,13 @@ impl Inner {
             .ok_or_else(|| LocalError::not_found(format!("context {key:?} not found")))
     }
 
+    /// A context by slug or id, to change: its row is written with the
+    /// change.
     pub(crate) fn context_mut(&mut self, key: &str) -> LocalResult<&mut ContextRecord> {
         let id = self
             .context_id(key)
             .ok_or_else(|| LocalError::not_found(format!("context {key:?} not found")))?;
+        self.dirty.contexts.insert(id.clone());
         self.contexts
             .get_mut(&id)
             .ok_or_else(|| LocalError::not_found(format!("context {key:?} not found")))
@@ -32,6 +35,31 @@ impl Inner {
 
     pub(crate) fn create_context(
         &mut self,
+        req: types::CreateContextRequest,
+    ) -> LocalResult<ContextRecord> {
+        let rec = self.prepare_context(req)?;
+        self.publish_context(rec.clone());
+        Ok(rec)
+    }
+
+    /// Whether a context has, or is being built with, this slug.
+    fn slug_taken(&self, slug: &str) -> bool {
+        self.context_id(slug).is_some() || self.reserved_slugs.contains(slug)
+    }
+
+    /// Adds a context built aside ([`Inner::prepare_context`]), with its
+    /// sources, in one change.
+    pub(crate) fn publish_context(&mut self, rec: ContextRecord) {
+        let id = rec.id.clone();
+        self.reserved_slugs.remove(&rec.slug);
+        self.contexts.insert(id.clone(), rec);
+        self.dirty.contexts.insert(id.clone());
+        self.dirty.sources.insert(id, None);
+    }
+
+    /// Checks a new context and builds its record, without adding it.
+    pub(crate) fn prepare_context(
+        &self,
         req: types::CreateContextRequest,
     ) -> LocalResult<ContextRecord> {
         if let Some(m) = &req.manifest {
@@ -52,7 +80,7 @@ impl Inner {
                 "unknown context kind {kind:?}: use search or work"
             )));
         }
-        if self.context_id(&req.slug).is_some() {
+        if self.slug_taken(&req.slug) {
             return Err(LocalError::conflict(format!(
                 "context {:?} already exists",
                 req.slug
@@ -86,8 +114,6 @@ impl Inner {
             sources: BTreeMap::new(),
             ledger: None,
         };
-        self.contexts.insert(rec.id.clone(), rec.clone());
-        self.dirty.contexts.insert(rec.id.clone());
         Ok(rec)
     }
 
@@ -108,7 +134,9 @@ impl Inner {
                     "invalid slug {new_slug:?}"
                 )));
             }
-            if self.context_id(new_slug).is_some_and(|other| other != id) {
+            if self.context_id(new_slug).is_some_and(|other| other != id)
+                || self.reserved_slugs.contains(new_slug)
+            {
                 return Err(LocalError::conflict(format!(
                     "context {new_slug:?} already exists"
                 )));
@@ -238,6 +266,12 @@ impl Inner {
         self.dirty.contexts.insert(context_id.to_owned());
         self.indexes.insert(context_id.to_owned(), index);
         Ok(())
+    }
+
+    /// Marks every source row of a context as changed (rows of sources
+    /// removed go).
+    pub(crate) fn mark_all_sources(&mut self, context_id: &str) {
+        self.dirty.sources.insert(context_id.to_owned(), None);
     }
 
     /// Marks source rows of a context as changed.

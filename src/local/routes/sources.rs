@@ -41,7 +41,7 @@ pub(super) async fn upload(
         )));
     }
     {
-        let inner = state.store.lock();
+        let inner = state.store.read();
         let ctx = inner.context(&slug)?;
         if ctx.importing {
             return Err(LocalError::conflict(format!(
@@ -156,7 +156,7 @@ impl Drop for StagingDir {
 }
 
 pub(super) fn source_files(state: &AppState, slug: &str) -> LocalResult<FileList> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let ctx = inner.context(slug)?;
     Ok(ctx
         .sources
@@ -189,7 +189,7 @@ pub(super) async fn read_source(
 ) -> LocalResult<Response> {
     let path = path.trim_matches('/').to_owned();
     let (file, size) = {
-        let inner = state.store.lock();
+        let inner = state.store.read();
         let ctx = inner.context(&slug)?;
         let meta = ctx
             .sources

@@ -1,0 +1,96 @@
+//! One request, one outcome: what an answer says was saved is what a
+//! restart finds, and a request that went away leaves nothing behind.
+
+use std::time::Duration;
+
+use crate::support::local::{LocalBinary, TempDir, corpus, get_json, post_json};
+use nexus_knowql::local::LocalNexus;
+use serde_json::json;
+
+/// A background turn cancelled while its end waits for a slow commit: the
+/// cancel answers only once the end it reports is on disk, so a SIGKILL
+/// right after the answer and a restart find the same end.
+#[test]
+fn a_cancel_answers_the_end_a_restart_finds() {
+    let corpus = corpus();
+    let data = TempDir::new("cancel-saved");
+    let dir = data.path().to_str().unwrap().to_owned();
+    let seed = format!("docs={}", corpus.path().display());
+    let slow = [(nexus_knowql::local::ENV_FAILPOINTS, "db.commit=delay(1500)")];
+    let server = LocalBinary::start(&["--data", &dir, "--context", &seed], &slow);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (id, answered) = rt.block_on(async {
+        let (status, started) = post_json(
+            &format!("{}/query", server.url),
+            json!({"ask": "What is in the docs?", "scope": ["docs"], "background": true}),
+        )
+        .await;
+        assert_eq!(status, 202, "{started}");
+        let id = started["id"].as_str().unwrap().to_owned();
+        let (status, answer) =
+            post_json(&format!("{}/queries/{id}/cancel", server.url), json!({})).await;
+        (id, (status, answer))
+    });
+    server.kill();
+    let (status, answer) = answered;
+    let server = LocalBinary::start(&["--data", &dir], &[]);
+    let (found_status, found) = rt.block_on(get_json(&format!("{}/queries/{id}", server.url)));
+    assert_eq!(found_status, 200, "{found}");
+    if status == 200 {
+        assert_eq!(
+            answer["status"], found["status"],
+            "the cancel answered {answer}, the restart found {found}"
+        );
+    } else {
+        assert_eq!(answer["code"], "cancel_pending", "{answer}");
+    }
+}
+
+/// Builds a context of `n` small files under `dir`.
+fn many_files(dir: &TempDir, n: usize) {
+    for i in 0..n {
+        dir.write(
+            &format!("d{}/f{i}.md", i % 50),
+            &format!("# File {i}\n\nline {i}\n"),
+        );
+    }
+}
+
+/// A fork whose client goes away mid-copy leaves nothing that blocks a
+/// retry: no fork stuck `is_importing`, no 409 for the same slug.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_whose_client_goes_away_leaves_nothing_and_its_retry_succeeds() {
+    let files = TempDir::new("fork-files");
+    many_files(&files, 1500);
+    let data = TempDir::new("fork-away");
+    let server = LocalNexus::builder()
+        .data_dir(data.path())
+        .context("big", files.path())
+        .start()
+        .await
+        .unwrap();
+    let base = server.base_url().to_owned();
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(30))
+        .build()
+        .unwrap();
+    let gone = impatient
+        .post(format!("{base}/contexts/big/fork"))
+        .json(&json!({"target_slug": "copy"}))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the fork answered within 30 ms: {gone:?}");
+    // Whatever the copy left running, the fork is never seen half made.
+    let (status, seen) = get_json(&format!("{base}/contexts/copy")).await;
+    assert!(
+        status == 404 || seen["is_importing"] != true,
+        "a fork half made is visible: {status} {seen}"
+    );
+    let (status, body) = post_json(
+        &format!("{base}/contexts/big/fork"),
+        json!({"target_slug": "copy"}),
+    )
+    .await;
+    assert_eq!(status, 200, "the retry of a fork that went away: {body}");
+    server.shutdown().await;
+}
