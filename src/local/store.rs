@@ -611,10 +611,7 @@ impl Change<'_> {
         Ticket(n)
     }
 
-    fn send(
-        &mut self,
-        then: Option<AfterCommit>,
-    ) -> (u64, Option<AfterCommit>) {
+    fn send(&mut self, then: Option<AfterCommit>) -> (u64, Option<AfterCommit>) {
         self.sent = true;
         let ops = std::mem::take(&mut self.ops);
         self.store.send_changes(&mut self.inner, ops, then)

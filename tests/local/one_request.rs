@@ -86,11 +86,101 @@ async fn a_fork_whose_client_goes_away_leaves_nothing_and_its_retry_succeeds() {
         status == 404 || seen["is_importing"] != true,
         "a fork half made is visible: {status} {seen}"
     );
-    let (status, body) = post_json(
-        &format!("{base}/contexts/big/fork"),
-        json!({"target_slug": "copy"}),
-    )
-    .await;
+    // While the first copy still runs, its slug is busy (retryable).
+    let mut answer = (0, json!(null));
+    for _ in 0..500 {
+        answer = post_json(
+            &format!("{base}/contexts/big/fork"),
+            json!({"target_slug": "copy"}),
+        )
+        .await;
+        if answer.0 != 503 || answer.1["code"] != "busy" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = answer;
     assert_eq!(status, 200, "the retry of a fork that went away: {body}");
     server.shutdown().await;
+}
+
+/// The write lock of `dir/state.db` taken from another connection (as a
+/// `sqlite3` shell would) until the returned sender fires; joined by
+/// [`release`].
+fn hold_write_lock(
+    dir: &std::path::Path,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let conn = rusqlite::Connection::open(dir.join("state.db")).unwrap();
+    conn.busy_timeout(Duration::from_secs(30)).unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let _ = rx.recv();
+        let _ = conn.execute_batch("COMMIT");
+    });
+    (tx, holder)
+}
+
+fn release((tx, holder): (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)) {
+    tx.send(()).unwrap();
+    holder.join().unwrap();
+}
+
+/// A plain turn whose end cannot be saved is answered `not_saved`, and a
+/// restart finds nothing of it: no session, no failed turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_answered_not_saved_leaves_no_session_behind() {
+    let corpus = corpus();
+    let data = TempDir::new("turn-not-saved");
+    let server = LocalNexus::builder()
+        .data_dir(data.path())
+        .context("docs", corpus.path())
+        .frame_delay(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let base = server.base_url().to_owned();
+    let asked = tokio::spawn({
+        let base = base.clone();
+        async move {
+            post_json(
+                &format!("{base}/query"),
+                json!({"ask": "What is in the docs?", "scope": ["docs"]}),
+            )
+            .await
+        }
+    });
+    // The turn is accepted (its session is listed) before the database
+    // is locked; its end comes frames later.
+    loop {
+        let (_, listed) = get_json(&format!("{base}/sessions")).await;
+        if listed["sessions"].as_array().is_some_and(|s| !s.is_empty()) {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let lock = hold_write_lock(data.path());
+    let (status, body) = asked.await.unwrap();
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("not_saved")),
+        "{body}"
+    );
+    tokio::time::timeout(Duration::from_secs(30), server.failed())
+        .await
+        .expect("the server did not stop after a lost write");
+    release(lock);
+    server.shutdown().await;
+    let again = LocalNexus::builder()
+        .data_dir(data.path())
+        .start()
+        .await
+        .unwrap();
+    let (_, listed) = get_json(&format!("{}/sessions", again.base_url())).await;
+    assert_eq!(
+        listed["sessions"],
+        json!([]),
+        "a turn answered not_saved left its session"
+    );
+    again.shutdown().await;
 }

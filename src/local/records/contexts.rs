@@ -42,9 +42,21 @@ impl Inner {
         Ok(rec)
     }
 
-    /// Whether a context has, or is being built with, this slug.
-    fn slug_taken(&self, slug: &str) -> bool {
-        self.context_id(slug).is_some() || self.reserved_slugs.contains(slug)
+    /// Refuses a slug a context is being built aside with (a fork still
+    /// copying): 503 `busy` with `Retry-After`, as its outcome is not
+    /// known yet; it is published whole, or the slug is free again.
+    fn check_not_reserved(&self, slug: &str) -> LocalResult<()> {
+        if !self.reserved_slugs.contains(slug) {
+            return Ok(());
+        }
+        Err(LocalError {
+            code: Some("busy"),
+            retry_after: Some(1),
+            ..LocalError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                format!("context {slug:?} is being created; retry shortly"),
+            )
+        })
     }
 
     /// Adds a context built aside ([`Inner::prepare_context`]), with its
@@ -80,7 +92,8 @@ impl Inner {
                 "unknown context kind {kind:?}: use search or work"
             )));
         }
-        if self.slug_taken(&req.slug) {
+        self.check_not_reserved(&req.slug)?;
+        if self.context_id(&req.slug).is_some() {
             return Err(LocalError::conflict(format!(
                 "context {:?} already exists",
                 req.slug
@@ -134,9 +147,8 @@ impl Inner {
                     "invalid slug {new_slug:?}"
                 )));
             }
-            if self.context_id(new_slug).is_some_and(|other| other != id)
-                || self.reserved_slugs.contains(new_slug)
-            {
+            self.check_not_reserved(new_slug)?;
+            if self.context_id(new_slug).is_some_and(|other| other != id) {
                 return Err(LocalError::conflict(format!(
                     "context {new_slug:?} already exists"
                 )));
