@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::local::{LocalBinary, TempDir, corpus, get_json, post_json};
+use crate::support::local::{LocalBinary, TempDir, corpus, get_json, http, post_json};
 use nexus_knowql::local::LocalNexus;
 use serde_json::json;
 
@@ -183,4 +183,63 @@ async fn a_turn_answered_not_saved_leaves_no_session_behind() {
         "a turn answered not_saved left its session"
     );
     again.shutdown().await;
+}
+
+/// An import's files and its task's end are saved together: at every
+/// commit a crash may stop, a restart lists the uploaded file only with
+/// its import task `completed`, and a task `failed` only without it.
+#[test]
+fn an_import_is_listed_only_with_its_task_completed() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for k in 2..=6 {
+        let data = TempDir::new("import-crash");
+        let dir = data.path().to_str().unwrap().to_owned();
+        {
+            let spec = format!("db.commit=crash@{k}");
+            let server = LocalBinary::start(
+                &["--data", &dir],
+                &[(nexus_knowql::local::ENV_FAILPOINTS, spec.as_str())],
+            );
+            rt.block_on(async {
+                let base = server.url.clone();
+                let _ = http()
+                    .post(format!("{base}/contexts"))
+                    .json(&json!({"slug": "c", "name": "C"}))
+                    .send()
+                    .await;
+                let form = reqwest::multipart::Form::new().part(
+                    "file",
+                    reqwest::multipart::Part::bytes(b"# A\n\nwords\n".to_vec()).file_name("a.md"),
+                );
+                let _ = http()
+                    .post(format!("{base}/contexts/c/import/upload"))
+                    .multipart(form)
+                    .send()
+                    .await;
+            });
+            server.kill();
+        }
+        let server = LocalBinary::start(&["--data", &dir], &[]);
+        rt.block_on(async {
+            let base = server.url.clone();
+            let (status, manifest) = get_json(&format!("{base}/contexts/c/source/manifest")).await;
+            let listed =
+                status == 200 && manifest["files"].as_array().is_some_and(|f| !f.is_empty());
+            let (_, tasks) = get_json(&format!("{base}/tasks")).await;
+            let imports: Vec<&serde_json::Value> = tasks
+                .as_array()
+                .or_else(|| tasks["tasks"].as_array())
+                .into_iter()
+                .flatten()
+                .filter(|t| t["workflow"] == "import")
+                .collect();
+            for t in &imports {
+                let completed = t["state"] == "completed";
+                assert_eq!(
+                    listed, completed,
+                    "crash at commit {k}: file listed {listed}, import task {t}"
+                );
+            }
+        });
+    }
 }
