@@ -14,7 +14,7 @@ use super::ledger::{self, Ledger, LedgerEntry};
 use super::paths::safe_join;
 use super::search::{Chunk, ContextIndex, chunk_document};
 use super::state::AppState;
-use super::store::Inner;
+use super::store::{Inner, Ticket};
 use crate::types;
 
 /// Phases reported in a curate task's progress.
@@ -30,10 +30,10 @@ pub(crate) fn start(
     force: bool,
     scope: Option<String>,
     internal: bool,
-) -> LocalResult<types::TaskResponse> {
+) -> LocalResult<(types::TaskResponse, Ticket)> {
     let cancel = state.shutdown.child_token();
-    let (task, context_id, job) = {
-        let mut inner = state.store.lock();
+    let (task, context_id, job, registered) = {
+        let mut inner = state.store.change();
         let ctx = inner.context(context)?;
         if ctx.kind == "work" && !internal {
             return Err(LocalError::bad_request(format!(
@@ -69,9 +69,8 @@ pub(crate) fn start(
         let ctx = inner.context_mut(&context_id)?;
         ctx.curating = true;
         ctx.curate_task_id = Some(task.id.clone());
-        inner.dirty.contexts.insert(context_id.clone());
         let job = inner.context_job(&context_id);
-        (task, context_id, job)
+        (task, context_id, job, inner.commit())
     };
     let job_state = state.clone();
     let task_id = task.id.clone();
@@ -79,7 +78,7 @@ pub(crate) fn start(
         run(job_state, context_id, task_id, cancel).await;
         drop(job);
     });
-    Ok(task)
+    Ok((task, registered))
 }
 
 /// What curation produced before it is swapped in.
@@ -96,7 +95,7 @@ struct Built {
 
 async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: CancellationToken) {
     let (paths, generation) = {
-        let mut inner = state.store.lock();
+        let mut inner = state.store.change();
         inner.task_progress(&task_id, 0, PHASES, "reading sources");
         match inner.contexts.get(&context_id) {
             Some(c) => (
@@ -106,7 +105,6 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             None => (Vec::new(), 1),
         }
     };
-    state.store.changed();
     let job_state = state.clone();
     let job_cancel = cancel.clone();
     let job_task = task_id.clone();
@@ -141,7 +139,6 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
                 crate::status::word::FAILED
             };
             end(&state, &context_id, &task_id, how, None, Some(msg));
-            state.store.changed();
             return;
         }
     };
@@ -162,18 +159,17 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             None,
             Some(e.message),
         );
-        state.store.changed();
         return;
     }
     // Applying and the cancellation check happen under one lock, so a task
     // is either cancelled before its result is applied or reports completed.
-    let applied = {
-        let mut inner = state.store.lock();
+    let (applied, swapped) = {
+        let mut inner = state.store.change();
         let still_running = inner
             .tasks
             .get(&task_id)
             .is_some_and(|t| !t.task.state.is_terminal());
-        if cancel.is_cancelled() || !still_running {
+        let applied = if cancel.is_cancelled() || !still_running {
             Err((
                 crate::status::word::CANCELLED,
                 "cancelled before the index was swapped in".to_owned(),
@@ -201,14 +197,14 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
                 crate::status::word::FAILED,
                 "the context was deleted".to_owned(),
             ))
-        }
+        };
+        (applied, inner.commit())
     };
-    state.store.changed();
     match applied {
         Ok(()) => {
             if state.store.is_persistent() {
                 // Old generations go once the new one is committed to the database.
-                let _ = state.store.flush().await;
+                let _ = state.store.saved(swapped).await;
                 let _ = tokio::task::spawn_blocking(move || {
                     remove_old_generations(&ctx_dir, generation)
                 })
@@ -217,7 +213,6 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
         }
         Err((how, msg)) => {
             end(&state, &context_id, &task_id, how, None, Some(msg));
-            state.store.changed();
             if state.store.is_persistent() {
                 let _ =
                     tokio::task::spawn_blocking(move || remove_generation(&ctx_dir, generation))
@@ -238,7 +233,7 @@ fn build(
 ) -> Result<Built, String> {
     state
         .store
-        .lock()
+        .change()
         .task_progress(task_id, 1, PHASES, "chunking");
     let sources_dir = state.store.context_dir(context_id).join("sources");
     let mut chunks: Vec<Chunk> = Vec::new();
@@ -285,7 +280,7 @@ fn build(
     }
     state
         .store
-        .lock()
+        .change()
         .task_progress(task_id, 2, PHASES, "indexing");
     let n_chunks = chunks.len();
     let index = if state.store.is_persistent() {
@@ -404,7 +399,7 @@ fn end(
     output: Option<types::TaskOutput>,
     error: Option<String>,
 ) {
-    let mut inner = state.store.lock();
+    let mut inner = state.store.change();
     inner.end_task(task_id, how, output, error);
     if let Some(ctx) = inner.contexts.get_mut(context_id)
         && ctx.curate_task_id.as_deref() == Some(task_id)

@@ -24,6 +24,7 @@ pub(crate) use super::expand::{
 use super::faults::{failpoint, point};
 use super::paths::safe_join;
 use super::state::AppState;
+use super::store::Inner;
 use crate::types;
 
 /// Longest a staged upload waits for its turn on a context (the import
@@ -59,7 +60,6 @@ pub(crate) async fn start(
         }
         let _ = tokio::time::timeout_at(queued_until.min(now + QUEUE_RECHECK), ended).await;
     };
-    state.store.changed();
     let (applied_tx, applied_rx) = tokio::sync::oneshot::channel();
     let job_state = state.clone();
     let task_id = task.id.clone();
@@ -92,7 +92,7 @@ fn register(
     staged: &Staged,
     cancel: &CancellationToken,
 ) -> LocalResult<Option<(types::TaskResponse, String, TaskTrackerToken)>> {
-    let mut inner = state.store.lock();
+    let mut inner = state.store.change();
     let ctx = inner.context(context)?;
     if ctx.importing || ctx.sources_held > 0 {
         return Ok(None);
@@ -108,7 +108,6 @@ fn register(
     let ctx = inner.context_mut(&context_id)?;
     ctx.importing = true;
     ctx.import_task_id = Some(task.id.clone());
-    inner.dirty.contexts.insert(context_id.clone());
     let job = inner.context_job(&context_id);
     Ok(Some((task, context_id, job)))
 }
@@ -130,7 +129,6 @@ async fn run(
             None,
             None,
         );
-        state.store.changed();
         let _ = applied.send(Err(LocalError::conflict("the import was cancelled")));
         return;
     }
@@ -155,7 +153,6 @@ async fn run(
             None,
             Some(e.message.clone()),
         );
-        state.store.changed();
         let _ = applied.send(Err(e));
         return;
     }
@@ -184,37 +181,61 @@ async fn run(
         let _ = applied.send(Err(LocalError::outcome_unknown()));
         return;
     }
-    let now = Utc::now();
-    let recorded = state
-        .store
-        .lock()
-        .add_sources(&context_id, &moved, now)
-        .map_err(|_| "the context was deleted".to_owned());
-    let recorded_at = state.store.end_move(move_id);
-    let outcome = match (recorded, error) {
-        (Ok(is_work), None) => Ok(is_work),
-        (Ok(_), Some(e)) => {
-            tracing::error!(error = %e, "moving sources into place failed");
-            Err("the sources could not be stored".to_owned())
-        }
-        (Err(msg), _) => {
-            let dir = state.store.context_dir(&context_id);
-            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
-            Err(msg)
-        }
-    };
-    let is_work = match outcome {
-        Ok(is_work) => is_work,
-        Err(msg) => {
-            finish(
-                &state,
+    // The sources, the move's end and (but under an injected frame delay)
+    // the task's end with its files are one change: an import is visible,
+    // and saved, all at once.
+    let (outcome, ended) = {
+        let mut change = state.store.change();
+        let recorded = change
+            .add_sources(&context_id, &moved, Utc::now())
+            .map_err(|_| "the context was deleted".to_owned());
+        change.push(super::db::Op::EndMove { id: move_id });
+        let outcome = match (recorded, error) {
+            (Ok(is_work), None) => Ok(is_work),
+            (Ok(_), Some(e)) => {
+                tracing::error!(error = %e, "moving sources into place failed");
+                Err(("the sources could not be stored".to_owned(), false))
+            }
+            (Err(msg), _) => Err((msg, true)),
+        };
+        // An injected frame delay (a test fault) answers first and keeps the
+        // task open meanwhile, to test overlapping imports and late cancels.
+        let delay = state.faults.frame_delay();
+        match &outcome {
+            Err((msg, _)) => end_task(
+                &mut change,
                 &context_id,
                 &task_id,
                 crate::status::word::FAILED,
                 None,
                 Some(msg.clone()),
-            );
-            let _ = state.store.flush().await;
+            ),
+            Ok(_) if delay.is_zero() => {
+                let output = import_output(&staged);
+                change.put_task_files(&task_id, task_files(&task_id, &staged, &output));
+                end_task(
+                    &mut change,
+                    &context_id,
+                    &task_id,
+                    crate::status::word::COMPLETED,
+                    Some(output),
+                    None,
+                );
+            }
+            Ok(_) => {}
+        }
+        (outcome, change.commit())
+    };
+    // Uploads queued on the context try again once the import ended.
+    state.imports_ended.notify_waiters();
+    let is_work = match outcome {
+        Ok(is_work) => is_work,
+        Err((msg, deleted)) => {
+            if deleted {
+                let dir = state.store.context_dir(&context_id);
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+            }
+            let _ = state.store.saved(ended).await;
             let _ = applied.send(Err(LocalError::new(
                 axum::http::StatusCode::CONFLICT,
                 format!("the import failed: {msg}"),
@@ -222,28 +243,29 @@ async fn run(
             return;
         }
     };
-    let saved = state
-        .store
-        .wait_saved(recorded_at)
-        .await
-        .map_err(unknown_if_not_saved);
-    staged.root.keep_for_next_start(saved.is_err());
-    // The answer follows the task's saved end, so an acknowledged import
-    // is `completed` after any crash. An injected frame delay (a test
-    // fault) answers first and keeps the task open meanwhile, to test
-    // overlapping imports and late cancels.
     let delay = state.faults.frame_delay();
-    let mut applied = Some(applied);
-    if saved.is_err() || !delay.is_zero() {
-        if let Some(tx) = applied.take() {
-            let _ = tx.send(saved);
+    let saved = state.store.saved(ended).await.map_err(unknown_if_not_saved);
+    staged.root.keep_for_next_start(saved.is_err());
+    let ok = saved.is_ok();
+    let _ = applied.send(saved);
+    if delay.is_zero() || !ok {
+        if ok && is_work {
+            index_work_context(&state, &context_id);
         }
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = cancel.cancelled() => {}
-        }
+        return;
     }
-    end_import(&state, &context_id, &task_id, &staged, applied, is_work).await;
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = cancel.cancelled() => {}
+    }
+    end_import(&state, &context_id, &task_id, &staged, is_work).await;
+}
+
+/// Work contexts are queryable at once: indexes what was imported.
+fn index_work_context(state: &Arc<AppState>, context_id: &str) {
+    if let Err(e) = super::curate::start(state, context_id, false, None, true) {
+        tracing::warn!(error = %e, "indexing a work context failed to start");
+    }
 }
 
 /// The move's record is on disk: should the import's end not be saved,
@@ -261,7 +283,7 @@ fn unknown_if_not_saved(e: LocalError) -> LocalError {
 /// cancellation either comes first (`false`: nothing applied) or finds the
 /// task committed (`true`).
 fn commit_unless_cancelled(state: &AppState, task_id: &str, cancel: &CancellationToken) -> bool {
-    let mut inner = state.store.lock();
+    let mut inner = state.store.change();
     let running = inner
         .tasks
         .get(task_id)
@@ -274,38 +296,32 @@ fn commit_unless_cancelled(state: &AppState, task_id: &str, cancel: &Cancellatio
     }
 }
 
-/// Stores the task's files, then saves its end and answers `applied` (if
-/// not answered yet) once that is on disk; a work context is then
-/// indexed.
+/// Stores the task's files and its end (after an injected frame delay
+/// answered the upload first); a work context is then indexed.
 async fn end_import(
     state: &Arc<AppState>,
     context_id: &str,
     task_id: &str,
     staged: &Staged,
-    applied: Option<tokio::sync::oneshot::Sender<LocalResult<()>>>,
     is_work: bool,
 ) {
     let output = import_output(staged);
-    // The task's files are stored before it reports its end.
-    let (end, error) = match state
-        .store
-        .put_task_files(task_id, task_files(task_id, staged, &output))
-        .await
-    {
-        Ok(()) => (crate::status::word::COMPLETED, None),
-        Err(e) => (crate::status::word::FAILED, Some(e.message)),
+    let ended = {
+        let mut change = state.store.change();
+        change.put_task_files(task_id, task_files(task_id, staged, &output));
+        end_task(
+            &mut change,
+            context_id,
+            task_id,
+            crate::status::word::COMPLETED,
+            Some(output),
+            None,
+        );
+        change.commit()
     };
-    let output = (end == crate::status::word::COMPLETED).then_some(output);
-    finish(state, context_id, task_id, end, output, error);
-    let ended = state.store.flush().await.map_err(unknown_if_not_saved);
-    if let Some(tx) = applied {
-        let _ = tx.send(ended);
-    }
-    if is_work {
-        // Work contexts are queryable at once: index what was imported.
-        if let Err(e) = super::curate::start(state, context_id, false, None, true) {
-            tracing::warn!(error = %e, "indexing a work context failed to start");
-        }
+    state.imports_ended.notify_waiters();
+    if state.store.saved(ended).await.is_ok() && is_work {
+        index_work_context(state, context_id);
     }
 }
 
@@ -368,17 +384,34 @@ fn finish(
     output: Option<types::TaskOutput>,
     error: Option<String>,
 ) {
-    {
-        let mut inner = state.store.lock();
-        inner.end_task(task_id, end, output, error);
-        if let Some(ctx) = inner.contexts.get_mut(context_id)
-            && ctx.import_task_id.as_deref() == Some(task_id)
-        {
-            ctx.importing = false;
-        }
-    }
+    end_task(
+        &mut state.store.change(),
+        context_id,
+        task_id,
+        end,
+        output,
+        error,
+    );
     // Uploads queued on the context try again.
     state.imports_ended.notify_waiters();
+}
+
+/// Ends an import's task with `change`; its context is no longer
+/// importing.
+fn end_task(
+    inner: &mut Inner,
+    context_id: &str,
+    task_id: &str,
+    end: &str,
+    output: Option<types::TaskOutput>,
+    error: Option<String>,
+) {
+    inner.end_task(task_id, end, output, error);
+    if let Some(ctx) = inner.contexts.get_mut(context_id)
+        && ctx.import_task_id.as_deref() == Some(task_id)
+    {
+        ctx.importing = false;
+    }
 }
 
 /// The files an import task leaves: its report and the list of the files

@@ -258,7 +258,33 @@ pub(crate) struct Inner {
     /// The jobs working on each context's files (curations, imports,
     /// workflows), by context id: a deletion waits for them to stop.
     pub(crate) context_jobs: HashMap<String, TaskTracker>,
+    /// Slugs of contexts being built aside (a fork copying its sources):
+    /// taken, though no record exists until the context is published.
+    pub(crate) reserved_slugs: BTreeSet<String>,
     pub(crate) dirty: Dirty,
+}
+
+impl Inner {
+    /// Adds (or replaces) a connector; its row is written with the change.
+    pub(crate) fn put_connector(&mut self, rec: ConnectorRecord) {
+        self.dirty.connectors.insert(rec.id.clone());
+        self.dirty.created.insert(rec.id.clone());
+        self.connectors.insert(rec.id.clone(), rec);
+    }
+
+    /// A connector, to change: its row is written with the change.
+    pub(crate) fn connector_mut(&mut self, id: &str) -> Option<&mut ConnectorRecord> {
+        let c = self.connectors.get_mut(id)?;
+        self.dirty.connectors.insert(id.to_owned());
+        Some(c)
+    }
+
+    /// Removes a connector; its row goes with the change.
+    pub(crate) fn remove_connector(&mut self, id: &str) -> Option<ConnectorRecord> {
+        let c = self.connectors.remove(id)?;
+        self.dirty.connectors.insert(id.to_owned());
+        Some(c)
+    }
 }
 
 /// Opens the persisted index of one generation.

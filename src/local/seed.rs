@@ -76,7 +76,7 @@ pub(super) async fn seed_context(
         return Err(fail(format!("{} holds no files", dir.display())));
     }
     let context_id = {
-        let mut inner = state.store.lock();
+        let mut inner = state.store.change();
         match inner.context_id(slug) {
             Some(id) => id,
             None => {
@@ -107,7 +107,7 @@ pub(super) async fn seed_context(
         })?;
     {
         let now = Utc::now();
-        let mut inner = state.store.lock();
+        let mut inner = state.store.change();
         let sources = files
             .iter()
             .map(|(rel, _, size)| {
@@ -124,19 +124,18 @@ pub(super) async fn seed_context(
             .replace_sources(&context_id, sources, now)
             .map_err(|e| fail(e.message))?;
     }
-    state.store.changed();
     let is_work = state
         .store
-        .lock()
+        .read()
         .contexts
         .get(&context_id)
         .is_some_and(|c| c.kind == "work");
-    let task =
+    let (task, _registered) =
         curate::start(state, &context_id, true, None, is_work).map_err(|e| fail(e.message))?;
     let deadline = tokio::time::Instant::now() + SEED_CURATION_LIMIT;
     loop {
         let (st, err) = {
-            let inner = state.store.lock();
+            let inner = state.store.read();
             match inner.tasks.get(&task.id) {
                 Some(t) => (t.task.state.as_str().to_owned(), t.task.error.clone()),
                 None => return Err(fail("the curate task vanished".to_owned())),
@@ -156,6 +155,7 @@ pub(super) async fn seed_context(
             _ => tokio::time::sleep(Duration::from_millis(10)).await,
         }
     }
-    state.store.flush().await.map_err(|e| fail(e.message))?;
+    // Seeding runs before the server serves: everything sent is its own.
+    state.store.settled().await.map_err(|e| fail(e.message))?;
     Ok(())
 }

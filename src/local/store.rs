@@ -96,7 +96,6 @@ impl From<std::io::Error> for OpenError {
 /// A turn as read: from memory, or from the database.
 #[derive(Debug)]
 pub(crate) struct QueryView {
-    pub(crate) query: types::Query,
     pub(crate) trace: Option<types::Trace>,
     pub(crate) log: Arc<EventLog>,
     /// The token that cancels it while it runs.
@@ -362,11 +361,10 @@ impl Store {
         missing
     }
 
-    /// Locks the records. Never hold the guard across an `.await`.
-    /// Turns the database forgot (past `--max-queries` or the bytes
-    /// limit) leave memory at the next lock, so none is served once its
-    /// eviction is committed.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+    /// Locks the records, dropping from memory the turns the database
+    /// forgot (past `--max-queries` or the bytes limit), so none is served
+    /// once its eviction is committed.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let evicted = self.db.take_evicted();
         if !evicted.is_empty() {
@@ -375,29 +373,44 @@ impl Store {
         inner
     }
 
+    /// The records, to read: nothing changes through this guard. Never
+    /// hold it across an `.await`.
+    pub(crate) fn read(&self) -> Records<'_> {
+        Records(self.lock())
+    }
+
+    /// One change to the records, under their lock. The rows it touches
+    /// (and the ops pushed on it) reach the database writer together, in
+    /// one send, when it is committed or dropped: no other change carries
+    /// them, so the [`Ticket`] of its commit reports exactly this change's
+    /// outcome. Never hold it across an `.await`.
+    pub(crate) fn change(&self) -> Change<'_> {
+        Change {
+            store: self,
+            inner: self.lock(),
+            ops: Vec::new(),
+            sent: false,
+        }
+    }
+
     /// Whether the state lives in a data directory (files are flushed to
     /// disk and indexes kept there).
     pub(crate) fn is_persistent(&self) -> bool {
         !self.private_files
     }
 
-    /// Sends the changed rows to the database writer; returns the number
-    /// of the last write sent.
-    pub(crate) fn changed(&self) -> u64 {
-        self.changed_with(None)
-    }
-
-    /// Like [`Store::changed`], then runs `then` once those rows are
-    /// committed (`true`) or could not be (`false`); at once without a
-    /// data directory.
-    pub(crate) fn changed_then(&self, then: impl FnOnce(bool) + Send + 'static) -> u64 {
-        self.changed_with(Some(Box::new(then)))
-    }
-
-    fn changed_with(&self, then: Option<Box<dyn FnOnce(bool) + Send>>) -> u64 {
-        let mut inner = self.lock();
+    /// Sends the rows `inner` marked changed, then `extra`, as one unit;
+    /// returns its number and the callback to run at once (without a data
+    /// directory).
+    fn send_changes(
+        &self,
+        inner: &mut Inner,
+        extra: Vec<Op>,
+        then: Option<AfterCommit>,
+    ) -> (u64, Option<AfterCommit>) {
         let queries: Vec<String> = inner.dirty.queries.iter().cloned().collect();
-        let mut ops = drain(&mut inner);
+        let mut ops = drain(inner);
+        ops.extend(extra);
         // Without a data directory nothing waits for the scratch database.
         let mut now = None;
         match then {
@@ -415,22 +428,26 @@ impl Store {
             }
         }
         inner.evict_cached_queries(self.db.saved(), CACHED_QUERIES);
-        drop(inner);
-        if let Some(f) = now {
-            f(true);
-        }
-        n
+        (n, now)
     }
 
-    /// Sends the changed rows and waits until everything sent is committed
-    /// (at most `FLUSH_WAIT`). Used before acknowledging what must survive
-    /// a crash.
+    /// Waits until the change of `ticket` is committed (at most
+    /// `FLUSH_WAIT`). Used before acknowledging what must survive a crash.
+    ///
+    /// # Errors
+    /// 503 `not_saved` when none of it was written, 500 `outcome_unknown`
+    /// when that is not known.
+    pub(crate) async fn saved(&self, ticket: Ticket) -> LocalResult<()> {
+        self.wait_saved(ticket.0).await
+    }
+
+    /// Waits until everything sent so far is committed, for work that
+    /// saves nothing of its own (a background wait on the writer).
     ///
     /// # Errors
     /// 503 when the database could not be written in time.
-    pub(crate) async fn flush(&self) -> LocalResult<()> {
-        let n = self.changed();
-        self.wait_saved(n).await
+    pub(crate) async fn settled(&self) -> LocalResult<()> {
+        self.wait_saved(self.db.sent()).await
     }
 
     /// Waits until write `n` is committed.
@@ -498,7 +515,7 @@ impl Store {
 
     /// Writes what is pending and stops the database writer.
     pub(crate) fn close(&self) {
-        self.changed();
+        drop(self.change());
         self.db.close();
     }
 
@@ -513,15 +530,6 @@ impl Store {
             files: serde_json::to_string(record).unwrap_or_else(|_| "{}".to_owned()),
         }]);
         (id, n)
-    }
-
-    /// Records the end of a move, after its sources (already changed in
-    /// memory) are sent; returns the number of the write.
-    pub(crate) fn end_move(&self, id: u64) -> u64 {
-        let mut inner = self.lock();
-        let mut ops = drain(&mut inner);
-        ops.push(Op::EndMove { id });
-        self.db.send(ops)
     }
 
     /// The directory of one context's files (sources and indexes).
@@ -543,6 +551,95 @@ pub(crate) fn saved_or_error(saved: Saved) -> LocalResult<()> {
         Saved::Yes => Ok(()),
         Saved::No => Err(LocalError::not_saved()),
         Saved::Unknown => Err(LocalError::outcome_unknown()),
+    }
+}
+
+/// What runs once a change is committed (`true`) or known not to be.
+type AfterCommit = Box<dyn FnOnce(bool) + Send>;
+
+/// The records under their lock, to read ([`Store::read`]).
+#[derive(Debug)]
+pub(crate) struct Records<'a>(MutexGuard<'a, Inner>);
+
+impl std::ops::Deref for Records<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+/// A change to the records ([`Store::change`]): the only way to change
+/// them. Dropped without [`Change::commit`], it still sends what it
+/// changed (memory and disk never part), but nobody learns its outcome.
+#[derive(Debug)]
+pub(crate) struct Change<'a> {
+    store: &'a Store,
+    inner: MutexGuard<'a, Inner>,
+    /// Ops sent after the changed rows, in the same unit.
+    ops: Vec<Op>,
+    /// Whether it was sent (by a commit).
+    sent: bool,
+}
+
+/// The number of one change's send: [`Store::saved`] waits for it.
+#[must_use = "wait for the ticket before acknowledging the change"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket(u64);
+
+impl std::ops::Deref for Change<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for Change<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.inner
+    }
+}
+
+impl Change<'_> {
+    /// Adds an op written with this change's rows, in the same
+    /// transaction.
+    pub(crate) fn push(&mut self, op: Op) {
+        self.ops.push(op);
+    }
+
+    /// Sends the change and releases the records.
+    pub(crate) fn commit(self) -> Ticket {
+        self.commit_with(None)
+    }
+
+    /// Like [`Change::commit`], then runs `then` once the change is
+    /// committed (`true`) or known not to be (`false`); at once without
+    /// a data directory.
+    pub(crate) fn commit_then(self, then: impl FnOnce(bool) + Send + 'static) -> Ticket {
+        self.commit_with(Some(Box::new(then)))
+    }
+
+    fn commit_with(mut self, then: Option<AfterCommit>) -> Ticket {
+        let (n, now) = self.send(then);
+        // The records are released before the callback runs.
+        drop(self);
+        if let Some(f) = now {
+            f(true);
+        }
+        Ticket(n)
+    }
+
+    fn send(&mut self, then: Option<AfterCommit>) -> (u64, Option<AfterCommit>) {
+        self.sent = true;
+        let ops = std::mem::take(&mut self.ops);
+        self.store.send_changes(&mut self.inner, ops, then)
+    }
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        if !self.sent {
+            let _ = self.send(None);
+        }
     }
 }
 
@@ -741,8 +838,9 @@ mod tests {
             let store = Store::open(&dir, limits()).unwrap();
             let req: types::CreateContextRequest =
                 serde_json::from_value(serde_json::json!({"slug": "c", "name": "C"})).unwrap();
-            let id = store.lock().create_context(req).unwrap().id;
-            store.flush().await.unwrap();
+            let mut change = store.change();
+            let id = change.create_context(req).unwrap().id;
+            store.saved(change.commit()).await.unwrap();
             let record = MoveRecord {
                 files: vec![("uploads/a.md".to_owned(), 3)],
                 ..MoveRecord::default()
@@ -759,7 +857,7 @@ mod tests {
         let store = Store::open(&dir, limits()).unwrap();
         let size = store.lock().contexts[&context_id].sources["uploads/a.md"].size;
         assert_eq!(size, 11);
-        store.flush().await.unwrap();
+        store.settled().await.unwrap();
         drop(store);
         // Repaired once: the record of the move is gone, the source stays.
         let store = Store::open(&dir, limits()).unwrap();
@@ -774,10 +872,9 @@ mod tests {
         {
             let store = Store::open(&dir, limits()).unwrap();
             let input: types::TaskInput = serde_json::from_value(serde_json::json!({})).unwrap();
-            let t = store
-                .lock()
-                .new_task("curate", None, None, input, CancellationToken::new());
-            store.flush().await.unwrap();
+            let mut change = store.change();
+            let t = change.new_task("curate", None, None, input, CancellationToken::new());
+            store.saved(change.commit()).await.unwrap();
             assert_eq!(t.state.as_str(), "running");
         }
         let store = Store::open(&dir, limits()).unwrap();
@@ -799,7 +896,7 @@ mod tests {
     fn new_context(store: &Store, slug: &str) -> String {
         let req: types::CreateContextRequest =
             serde_json::from_value(serde_json::json!({"slug": slug, "name": slug})).unwrap();
-        store.lock().create_context(req).unwrap().id
+        store.change().create_context(req).unwrap().id
     }
 
     fn context_on_disk(dir: &Path, id: &str) -> bool {
@@ -807,7 +904,7 @@ mod tests {
     }
 
     /// Catches a persistent store acknowledging without waiting (`!`
-    /// deleted in `wait_saved`) and a `changed_then` callback run at once
+    /// deleted in `wait_saved`) and a `commit_then` callback run at once
     /// instead of after the commit (its guard replaced by `false`).
     #[tokio::test]
     async fn a_persistent_store_acknowledges_only_after_the_commit() {
@@ -816,14 +913,17 @@ mod tests {
         assert!(store.is_persistent());
         let release = block_writes(&dir);
         new_context(&store, "a");
-        let flushed = tokio::time::timeout(Duration::from_millis(300), store.flush()).await;
+        let flushed = tokio::time::timeout(Duration::from_millis(300), store.settled()).await;
         assert!(
             flushed.is_err(),
             "flush answered while its commit was held up"
         );
-        new_context(&store, "b");
         let (tx, rx) = std::sync::mpsc::channel();
-        store.changed_then(move |ok| {
+        let mut change = store.change();
+        let req: types::CreateContextRequest =
+            serde_json::from_value(serde_json::json!({"slug": "b", "name": "b"})).unwrap();
+        change.create_context(req).unwrap();
+        let _ = change.commit_then(move |ok| {
             let _ = tx.send(ok);
         });
         assert!(
@@ -832,7 +932,7 @@ mod tests {
         );
         release.send(()).unwrap();
         assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(true));
-        store.flush().await.unwrap();
+        store.settled().await.unwrap();
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }

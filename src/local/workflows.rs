@@ -23,7 +23,7 @@ use super::error::{LocalError, LocalResult};
 use super::ledger;
 use super::search::{ContextIndex, terms};
 use super::state::AppState;
-use super::store::SourceMeta;
+use super::store::{Change, SourceMeta, Ticket};
 use crate::types;
 
 /// Terms and sections an exploration lists.
@@ -36,7 +36,7 @@ type Job = Box<dyn FnOnce() -> Result<Value, String> + Send>;
 
 /// The curated index of a context (409 before the first curation).
 fn curated_index(state: &AppState, slug: &str) -> LocalResult<(String, Arc<ContextIndex>)> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let ctx = inner.context(slug)?;
     match inner.indexes.get(&ctx.id) {
         Some(index) if ctx.last_curated_at.is_some() => Ok((ctx.id.clone(), index.clone())),
@@ -48,23 +48,22 @@ fn curated_index(state: &AppState, slug: &str) -> LocalResult<(String, Arc<Conte
 }
 
 /// Registers a task of `workflow` on a context and runs `job` for it; the
-/// task ends once its report is stored.
+/// task ends once its report is stored. The task is registered with
+/// `inner` (and whatever it changed before), as one change.
 fn start(
     state: &Arc<AppState>,
+    mut inner: Change<'_>,
     context_id: &str,
     workflow: &'static str,
     input: Value,
     job: Job,
-) -> LocalResult<types::TaskResponse> {
+) -> LocalResult<(types::TaskResponse, Ticket)> {
     let input: types::TaskInput =
         serde_json::from_value(input).map_err(|e| LocalError::internal("a task's input", e))?;
     let cancel = state.shutdown.child_token();
-    let (task, files_in_use) = {
-        let mut inner = state.store.lock();
-        let task = inner.new_task(workflow, Some(context_id), None, input, cancel.clone());
-        (task, inner.context_job(context_id))
-    };
-    state.store.changed();
+    let task = inner.new_task(workflow, Some(context_id), None, input, cancel.clone());
+    let files_in_use = inner.context_job(context_id);
+    let registered = inner.commit();
     let job_state = state.clone();
     let task_id = task.id.clone();
     let context_id = context_id.to_owned();
@@ -95,26 +94,34 @@ fn start(
         } else {
             end
         };
-        job_state.store.lock().end_task(&task_id, how, None, error);
-        job_state.store.changed();
+        job_state
+            .store
+            .change()
+            .end_task(&task_id, how, None, error);
         drop(files_in_use);
     });
-    Ok(task)
+    Ok((task, registered))
 }
 
-fn trigger(task: types::TaskResponse, state: &str) -> types::WorkflowTriggerResponse {
-    types::WorkflowTriggerResponse {
+/// The answer to a workflow's trigger, and the ticket of its task's
+/// registration (to wait for before answering).
+fn trigger(
+    (task, registered): (types::TaskResponse, Ticket),
+    state: &str,
+) -> (types::WorkflowTriggerResponse, Ticket) {
+    let response = types::WorkflowTriggerResponse {
         exploring: (state == "exploring").then_some(true),
         importing: None,
         profiling: (state == "profiling").then_some(true),
         state: state.to_owned(),
         task_id: task.id,
-    }
+    };
+    (response, registered)
 }
 
 /// Refuses a second running task of `workflow` on a context.
 fn check_idle(state: &AppState, context_id: &str, workflow: &str) -> LocalResult<()> {
-    let busy = state.store.lock().tasks.values().any(|t| {
+    let busy = state.store.read().tasks.values().any(|t| {
         t.task.context_id.as_deref() == Some(context_id)
             && t.task.workflow.as_str() == workflow
             && !t.task.state.is_terminal()
@@ -132,12 +139,19 @@ pub(crate) fn explore(
     state: &Arc<AppState>,
     slug: &str,
     guide: Option<String>,
-) -> LocalResult<types::WorkflowTriggerResponse> {
+) -> LocalResult<(types::WorkflowTriggerResponse, Ticket)> {
     let (context_id, index) = curated_index(state, slug)?;
     check_idle(state, &context_id, "explore")?;
     let input = json!({"guide": guide.clone().unwrap_or_default(), "trigger": "api"});
     let job: Job = Box::new(move || Ok(explore_report(&index, guide)));
-    let task = start(state, &context_id, "explore", input, job)?;
+    let task = start(
+        state,
+        state.store.change(),
+        &context_id,
+        "explore",
+        input,
+        job,
+    )?;
     Ok(trigger(task, "exploring"))
 }
 
@@ -182,16 +196,16 @@ pub(crate) fn explore_report(index: &ContextIndex, guide: Option<String>) -> Val
 
 /// Starts a profile of a context's sources; a manifest sent along becomes
 /// the context's manifest first.
-pub(crate) async fn profile(
+pub(crate) fn profile(
     state: &Arc<AppState>,
     slug: &str,
     manifest: Option<types::Manifest>,
-) -> LocalResult<types::WorkflowTriggerResponse> {
+) -> LocalResult<(types::WorkflowTriggerResponse, Ticket)> {
     if let Some(m) = &manifest {
         super::manifest_bounds::check(m)?;
     }
+    let mut inner = state.store.change();
     let (context_id, sources, index, in_effect) = {
-        let mut inner = state.store.lock();
         let ctx = inner.context_mut(slug)?;
         if let Some(m) = manifest {
             ctx.manifest = Some(m);
@@ -203,14 +217,13 @@ pub(crate) async fn profile(
             .clone()
             .unwrap_or_else(|| ledger::effective_manifest(state.config.chunk_chars));
         let sources = ctx.sources.clone();
-        inner.dirty.contexts.insert(id.clone());
         let index = inner.indexes.get(&id).cloned();
         (id, sources, index, in_effect)
     };
-    state.store.flush().await?;
+    // The manifest and the task are saved together.
     let input = json!({"manifest": in_effect, "trigger": "api"});
     let job: Job = Box::new(move || Ok(profile_report(&sources, index.as_deref(), &in_effect)));
-    let task = start(state, &context_id, "profile", input, job)?;
+    let task = start(state, inner, &context_id, "profile", input, job)?;
     Ok(trigger(task, "profiling"))
 }
 
@@ -271,7 +284,7 @@ pub(crate) fn profile_report(
 pub(crate) fn optimize(
     state: &Arc<AppState>,
     slug: &str,
-) -> LocalResult<types::WorkflowTriggerResponse> {
+) -> LocalResult<(types::WorkflowTriggerResponse, Ticket)> {
     let (context_id, index) = curated_index(state, slug)?;
     check_idle(state, &context_id, "optimize")?;
     let job: Job = Box::new(move || {
@@ -286,6 +299,13 @@ pub(crate) fn optimize(
             "documents": index.num_docs(),
         }))
     });
-    let task = start(state, &context_id, "optimize", json!({}), job)?;
+    let task = start(
+        state,
+        state.store.change(),
+        &context_id,
+        "optimize",
+        json!({}),
+        job,
+    )?;
     Ok(trigger(task, "optimizing"))
 }

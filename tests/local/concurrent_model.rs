@@ -5,7 +5,10 @@
 //! SIGKILL, SIGTERM, or a failpoint (crash, full disk, I/O error). After
 //! each stop a clean process on the same data directory is compared with
 //! a reference model of what was acknowledged, then stopped cleanly and
-//! checked with `nexus-local verify`.
+//! checked with `nexus-local verify`. Besides what was acknowledged, what
+//! was answered `not_saved` must be absent (a fork, feedback), and a fork
+//! left without an answer (its client gone mid-copy, the server stopped)
+//! is whole or absent, never half made; its retry never gets 409.
 //!
 //! The model of a source path is a register: every write (upload, delete)
 //! has a start, an end (none when its outcome is unknown) and an outcome.
@@ -15,7 +18,8 @@
 //!
 //! `NEXUS_MODEL_OPS` (default 250) and `NEXUS_MODEL_SEED` set the run; the
 //! short default runs in CI, a long run is done by hand with e.g.
-//! `NEXUS_MODEL_OPS=10000` (`NEXUS_MODEL_PROGRESS=1` prints each round).
+//! `NEXUS_MODEL_OPS=10000` (`NEXUS_MODEL_PROGRESS=1` prints each round;
+//! `NEXUS_MODEL_CLIENTS` sets the number of clients).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -28,7 +32,7 @@ use super::stops::{terminate, verify};
 
 /// Contexts whose sources the model tracks.
 const MODEL_CONTEXTS: [&str; 2] = ["m0", "m1"];
-/// Concurrent clients.
+/// Concurrent clients (`NEXUS_MODEL_CLIENTS` for more).
 const CLIENTS: usize = 4;
 /// Names the uploads draw from (shared by all clients, so writes race).
 const NAMES: usize = 4;
@@ -91,6 +95,16 @@ struct Model {
     deleted_sessions: Vec<String>,
     /// Acknowledged forks and tasks (curations, imports).
     forks: Vec<String>,
+    /// Forks answered `not_saved` (absent after a restart) or left without
+    /// an answer (whole or absent, never half made).
+    refused_forks: Vec<String>,
+    open_forks: Vec<String>,
+    /// Turns whose every feedback was answered `not_saved`: none stored.
+    refused_feedback: Vec<String>,
+    /// Turns that got a feedback answered anything but `not_saved`.
+    touched_feedback: Vec<String>,
+    /// What the clients saw that breaks a rule (checked at each check).
+    violations: Vec<String>,
     tasks: Vec<String>,
     /// Tasks of acknowledged imports: must be `completed`.
     imports: Vec<String>,
@@ -129,6 +143,22 @@ fn outcome(answer: &Option<(u16, Value)>) -> Outcome {
         }
         Some((s, _)) if (400..500).contains(s) || *s == 503 => Outcome::Refused,
         _ => Outcome::Unknown,
+    }
+}
+
+/// Whether an answer says nothing of the request was saved.
+fn not_saved(answer: &Option<(u16, Value)>) -> bool {
+    matches!(answer, Some((503, b)) if b["code"] == "not_saved")
+}
+
+/// Records what a fork request was answered.
+fn note_fork(model: &Shared, target: &str, answer: &Option<(u16, Value)>) {
+    let mut m = lock(model);
+    match outcome(answer) {
+        Outcome::Acked => m.forks.push(target.to_owned()),
+        _ if not_saved(answer) => m.refused_forks.push(target.to_owned()),
+        Outcome::Unknown => m.open_forks.push(target.to_owned()),
+        Outcome::Refused => {}
     }
 }
 
@@ -288,15 +318,65 @@ async fn run_client(
             }
             6 => {
                 let target = format!("fork-{tag}");
-                let a = send(
-                    http.post(format!("{base}/contexts/{ctx}/fork"))
-                        .json(&json!({"target_slug": target})),
-                )
-                .await;
-                if outcome(&a) == Outcome::Acked {
-                    lock(&model).forks.push(target);
+                if rng.below(2) == 0 {
+                    // A client that goes away mid-fork, then retries.
+                    let gone = reqwest::Client::builder()
+                        .timeout(Duration::from_millis(1 + rng.below(20)))
+                        .build()
+                        .unwrap();
+                    let first = send(
+                        gone.post(format!("{base}/contexts/{ctx}/fork"))
+                            .json(&json!({"target_slug": target})),
+                    )
+                    .await;
+                    note_fork(&model, &target, &first);
+                    if first.is_some() {
+                        ("fork", first)
+                    } else {
+                        // Busy while the first request still builds it.
+                        let mut a = None;
+                        for _ in 0..100 {
+                            a = send(
+                                http.post(format!("{base}/contexts/{ctx}/fork"))
+                                    .json(&json!({"target_slug": target})),
+                            )
+                            .await;
+                            match &a {
+                                Some((503, b)) if b["code"] == "busy" => {
+                                    tokio::time::sleep(Duration::from_millis(20)).await;
+                                }
+                                _ => break,
+                            }
+                        }
+                        if let Some((409, b)) = &a
+                            && b["message"]
+                                .as_str()
+                                .is_some_and(|m| m.contains("already exists"))
+                        {
+                            // Only a fork the first request published
+                            // (whole) makes its retry a conflict on its
+                            // slug (an import on the source is another).
+                            let seen = send(http.get(format!("{base}/contexts/{target}"))).await;
+                            if let Some((code, seen)) = seen
+                                && (code != 200 || seen["is_importing"] == true)
+                            {
+                                lock(&model).violations.push(format!(
+                                    "the retry of fork {target} whose client went away got {b}; the fork: {code} {seen}"
+                                ));
+                            }
+                        }
+                        note_fork(&model, &target, &a);
+                        ("fork retried", a)
+                    }
+                } else {
+                    let a = send(
+                        http.post(format!("{base}/contexts/{ctx}/fork"))
+                            .json(&json!({"target_slug": target})),
+                    )
+                    .await;
+                    note_fork(&model, &target, &a);
+                    ("fork", a)
                 }
-                ("fork", a)
             }
             7 => {
                 let a = send(
@@ -374,6 +454,14 @@ async fn run_client(
                 .await;
                 let o = outcome(&a);
                 let mut m = lock(&model);
+                if not_saved(&a) {
+                    if !m.touched_feedback.contains(&id) && !m.refused_feedback.contains(&id) {
+                        m.refused_feedback.push(id.clone());
+                    }
+                } else if !m.touched_feedback.contains(&id) {
+                    m.refused_feedback.retain(|t| t != &id);
+                    m.touched_feedback.push(id.clone());
+                }
                 match o {
                     Outcome::Acked => {
                         m.feedback.insert(id, rating.to_owned());
@@ -482,6 +570,16 @@ async fn check(base: &str, model: &Shared, why: &str) {
         }
     }
     // What this round acknowledged is checked now; sessions every round.
+    let violations = std::mem::take(&mut lock(model).violations);
+    assert!(violations.is_empty(), "{why}: {violations:#?}");
+    let (refused_forks, open_forks, refused_feedback) = {
+        let mut m = lock(model);
+        (
+            std::mem::take(&mut m.refused_forks),
+            std::mem::take(&mut m.open_forks),
+            std::mem::take(&mut m.refused_feedback),
+        )
+    };
     let (writes, turns, cancelled, feedback, sessions, deleted, forks, tasks, imports) = {
         let mut m = lock(model);
         (
@@ -561,6 +659,29 @@ async fn check(base: &str, model: &Shared, why: &str) {
         assert_eq!(code, 200, "{why}: fork {f}: {body}");
         served_sources(base, f, why).await;
     }
+    for f in &refused_forks {
+        let (code, body) = get_json(&format!("{base}/contexts/{f}")).await;
+        assert_eq!(
+            code, 404,
+            "{why}: fork {f} answered not_saved exists: {body}"
+        );
+    }
+    for f in &open_forks {
+        let (code, body) = get_json(&format!("{base}/contexts/{f}")).await;
+        assert!(
+            code == 404 || (code == 200 && body["is_importing"] != true),
+            "{why}: fork {f} (no answer) is half made: {code} {body}"
+        );
+    }
+    for id in &refused_feedback {
+        let (code, q) = get_json(&format!("{base}/queries/{id}")).await;
+        if code == 200 {
+            assert!(
+                q["feedback"].is_null(),
+                "{why}: feedback on {id} answered not_saved is stored: {q}"
+            );
+        }
+    }
     for t in &tasks {
         let (code, body) = get_json(&format!("{base}/tasks/{t}")).await;
         assert_eq!(code, 200, "{why}: task {t}: {body}");
@@ -579,7 +700,7 @@ async fn check(base: &str, model: &Shared, why: &str) {
 
 /// How a round ends.
 fn pick_fault(rng: &mut Rng) -> Option<String> {
-    const SPECS: [&str; 13] = [
+    const SPECS: [&str; 14] = [
         // Slow steps widen races and keep moves running into a stop.
         "db.commit=delay(60)",
         "file.move=delay(40)",
@@ -594,6 +715,8 @@ fn pick_fault(rng: &mut Rng) -> Option<String> {
         "file.move=eio",
         "staging.write=enospc",
         "file.write=eio",
+        // A failed commit of a batch many clients share.
+        "db.commit=eio",
     ];
     if rng.below(3) == 0 {
         return None;
@@ -680,7 +803,7 @@ fn run(total_ops: usize, seed: u64) {
             .unwrap_or_default();
         let mut server = LocalBinary::start(&["--data", &dir], &envs);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let clients: Vec<_> = (0..CLIENTS)
+        let clients: Vec<_> = (0..env_u64("NEXUS_MODEL_CLIENTS").map_or(CLIENTS, |n| n as usize))
             .map(|who| {
                 let c = Rng(rng.next() | 1);
                 rt.spawn(run_client(

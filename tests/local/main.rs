@@ -25,6 +25,7 @@ mod limits;
 #[cfg(target_os = "linux")]
 mod memory_repros;
 mod missing_data;
+mod one_request;
 mod ops;
 mod ownership;
 #[cfg(unix)]

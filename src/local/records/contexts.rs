@@ -11,10 +11,13 @@ impl Inner {
             .ok_or_else(|| LocalError::not_found(format!("context {key:?} not found")))
     }
 
+    /// A context by slug or id, to change: its row is written with the
+    /// change.
     pub(crate) fn context_mut(&mut self, key: &str) -> LocalResult<&mut ContextRecord> {
         let id = self
             .context_id(key)
             .ok_or_else(|| LocalError::not_found(format!("context {key:?} not found")))?;
+        self.dirty.contexts.insert(id.clone());
         self.contexts
             .get_mut(&id)
             .ok_or_else(|| LocalError::not_found(format!("context {key:?} not found")))
@@ -32,6 +35,44 @@ impl Inner {
 
     pub(crate) fn create_context(
         &mut self,
+        req: types::CreateContextRequest,
+    ) -> LocalResult<ContextRecord> {
+        let rec = self.prepare_context(req)?;
+        self.publish_context(rec.clone());
+        Ok(rec)
+    }
+
+    /// Refuses a slug a context is being built aside with (a fork still
+    /// copying): 503 `busy` with `Retry-After`, as its outcome is not
+    /// known yet; it is published whole, or the slug is free again.
+    fn check_not_reserved(&self, slug: &str) -> LocalResult<()> {
+        if !self.reserved_slugs.contains(slug) {
+            return Ok(());
+        }
+        Err(LocalError {
+            code: Some("busy"),
+            retry_after: Some(1),
+            ..LocalError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                format!("context {slug:?} is being created; retry shortly"),
+            )
+        })
+    }
+
+    /// Adds a context built aside ([`Inner::prepare_context`]), with its
+    /// sources, in one change.
+    pub(crate) fn publish_context(&mut self, rec: ContextRecord) {
+        let id = rec.id.clone();
+        self.reserved_slugs.remove(&rec.slug);
+        self.contexts.insert(id.clone(), rec);
+        self.dirty.contexts.insert(id.clone());
+        self.dirty.created.insert(id.clone());
+        self.dirty.sources.insert(id, None);
+    }
+
+    /// Checks a new context and builds its record, without adding it.
+    pub(crate) fn prepare_context(
+        &self,
         req: types::CreateContextRequest,
     ) -> LocalResult<ContextRecord> {
         if let Some(m) = &req.manifest {
@@ -52,6 +93,7 @@ impl Inner {
                 "unknown context kind {kind:?}: use search or work"
             )));
         }
+        self.check_not_reserved(&req.slug)?;
         if self.context_id(&req.slug).is_some() {
             return Err(LocalError::conflict(format!(
                 "context {:?} already exists",
@@ -86,9 +128,6 @@ impl Inner {
             sources: BTreeMap::new(),
             ledger: None,
         };
-        self.contexts.insert(rec.id.clone(), rec.clone());
-        self.dirty.contexts.insert(rec.id.clone());
-        self.dirty.created.insert(rec.id.clone());
         Ok(rec)
     }
 
@@ -109,6 +148,7 @@ impl Inner {
                     "invalid slug {new_slug:?}"
                 )));
             }
+            self.check_not_reserved(new_slug)?;
             if self.context_id(new_slug).is_some_and(|other| other != id) {
                 return Err(LocalError::conflict(format!(
                     "context {new_slug:?} already exists"
@@ -239,6 +279,12 @@ impl Inner {
         self.dirty.contexts.insert(context_id.to_owned());
         self.indexes.insert(context_id.to_owned(), index);
         Ok(())
+    }
+
+    /// Marks every source row of a context as changed (rows of sources
+    /// removed go).
+    pub(crate) fn mark_all_sources(&mut self, context_id: &str) {
+        self.dirty.sources.insert(context_id.to_owned(), None);
     }
 
     /// Marks source rows of a context as changed.

@@ -40,6 +40,28 @@ impl Inner {
         self.queries.insert(id, entry);
     }
 
+    /// A turn in memory, to change: its row is written with the change.
+    pub(crate) fn query_mut(&mut self, id: &str) -> Option<&mut QueryEntry> {
+        let q = self.queries.get_mut(id)?;
+        self.dirty.queries.insert(id.to_owned());
+        Some(q)
+    }
+
+    /// A session, to change: its row is written with the change.
+    pub(crate) fn session_mut(&mut self, id: &str) -> Option<&mut SessionEntry> {
+        let s = self.sessions.get_mut(id)?;
+        self.dirty.sessions.insert(id.to_owned());
+        Some(s)
+    }
+
+    /// Holds back the rows of a turn just accepted and of its session:
+    /// they are written with the turn's end ([`Inner::query_mut`],
+    /// [`Inner::release_session`]), in one change.
+    pub(crate) fn save_with_end(&mut self, query_id: &str, session_id: &str) {
+        self.dirty.queries.remove(query_id);
+        self.dirty.sessions.remove(session_id);
+    }
+
     /// Forgets ended turns the database no longer has.
     pub(crate) fn forget_queries(&mut self, ids: &[String]) {
         let gone: HashSet<&str> = ids

@@ -45,8 +45,8 @@ async fn add(
     root: PathBuf,
     label: Option<String>,
 ) -> LocalResult<ConnectorRecord> {
-    let rec = {
-        let mut inner = state.store.lock();
+    let (rec, ticket) = {
+        let mut inner = state.store.change();
         if inner.connectors.len() >= MAX_CONNECTORS {
             return Err(LocalError::bad_request(format!(
                 "the local server holds at most {MAX_CONNECTORS} connectors; delete one first"
@@ -62,17 +62,15 @@ async fn add(
             updated_at: now,
             contexts: Default::default(),
         };
-        inner.connectors.insert(rec.id.clone(), rec.clone());
-        inner.dirty.connectors.insert(rec.id.clone());
-        inner.dirty.created.insert(rec.id.clone());
-        rec
+        inner.put_connector(rec.clone());
+        (rec, inner.commit())
     };
-    state.store.flush().await?;
+    state.store.saved(ticket).await?;
     Ok(rec)
 }
 
 pub(super) async fn list(State(state): Shared) -> axum::Json<Vec<types::ConnectorView>> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     axum::Json(inner.connectors.values().map(|c| c.to_view()).collect())
 }
 
@@ -80,7 +78,7 @@ pub(super) async fn get(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::ConnectorView>> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let c = inner.connectors.get(&id).ok_or_else(|| not_found(&id))?;
     Ok(axum::Json(c.to_view()))
 }
@@ -89,12 +87,12 @@ pub(super) async fn delete(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::DeleteConnectorResponse>> {
-    {
-        let mut inner = state.store.lock();
-        inner.connectors.remove(&id).ok_or_else(|| not_found(&id))?;
-        inner.dirty.connectors.insert(id.clone());
-    }
-    state.store.flush().await?;
+    let ticket = {
+        let mut inner = state.store.change();
+        inner.remove_connector(&id).ok_or_else(|| not_found(&id))?;
+        inner.commit()
+    };
+    state.store.saved(ticket).await?;
     Ok(axum::Json(types::DeleteConnectorResponse { deleted: id }))
 }
 
@@ -177,7 +175,7 @@ pub(super) async fn oauth_callback(
         })?;
     let root = resolve(&state, first_root(&state)).await?;
     let existing = {
-        let inner = state.store.lock();
+        let inner = state.store.read();
         inner.connectors.values().find(|c| c.root == root).cloned()
     };
     let rec = match existing {
@@ -218,7 +216,7 @@ pub(super) async fn items(
     ApiQuery(params): ApiQuery<ItemParams>,
 ) -> LocalResult<axum::Json<types::ListConnectorItemsResponse>> {
     let root = {
-        let inner = state.store.lock();
+        let inner = state.store.read();
         inner
             .connectors
             .get(&id)
@@ -245,7 +243,7 @@ pub(super) async fn list_for_context(
     State(state): Shared,
     Path(slug): Path<String>,
 ) -> LocalResult<axum::Json<Vec<types::ContextConnectorView>>> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let id = inner.context(&slug)?.id.clone();
     Ok(axum::Json(
         inner
@@ -261,13 +259,13 @@ pub(super) async fn update_for_context(
     Path((slug, connector_id)): Path<(String, String)>,
     ApiJson(body): ApiJson<types::UpdateContextConnectorBody>,
 ) -> LocalResult<axum::Json<types::ContextConnectorView>> {
-    let view = {
-        let mut guard = state.store.lock();
+    let (view, ticket) = {
+        let mut guard = state.store.change();
         let inner = &mut *guard;
         let id = inner.context(&slug)?.id.clone();
+        let live: std::collections::BTreeSet<String> = inner.contexts.keys().cloned().collect();
         let c = inner
-            .connectors
-            .get_mut(&connector_id)
+            .connector_mut(&connector_id)
             .ok_or_else(|| not_found(&connector_id))?;
         if body.enabled {
             c.contexts.insert(id.clone(), true);
@@ -275,13 +273,12 @@ pub(super) async fn update_for_context(
             c.contexts.remove(&id);
         }
         // Contexts deleted since are forgotten.
-        c.contexts.retain(|k, _| inner.contexts.contains_key(k));
+        c.contexts.retain(|k, _| live.contains(k));
         c.updated_at = Utc::now();
         let view = c.to_context_view(&id);
-        inner.dirty.connectors.insert(connector_id);
-        view
+        (view, guard.commit())
     };
-    state.store.flush().await?;
+    state.store.saved(ticket).await?;
     Ok(axum::Json(view))
 }
 
@@ -295,7 +292,7 @@ pub(super) async fn import(
     ApiJson(body): ApiJson<types::ImportContextSourcesBody>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
     let (root, label) = {
-        let inner = state.store.lock();
+        let inner = state.store.read();
         let ctx = inner.context(&slug)?;
         let c = inner
             .connectors

@@ -26,10 +26,14 @@ fn copy_sources(
     to: &FsPath,
     sources: &BTreeMap<String, SourceMeta>,
     sync: bool,
+    abandoned: &std::sync::atomic::AtomicBool,
 ) -> std::io::Result<Vec<(String, u64)>> {
     let mut copied = Vec::with_capacity(sources.len());
     let mut dirs = std::collections::BTreeSet::new();
     for path in sources.keys() {
+        if abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::other("the fork's request went away"));
+        }
         let (Some(src), Some(dst)) = (safe_join(from, path), safe_join(to, path)) else {
             continue;
         };
@@ -55,6 +59,24 @@ fn copy_sources(
     Ok(copied)
 }
 
+/// Moves a context's directory built aside to its place (`to` must not
+/// exist: an id is new) and makes the move durable.
+fn move_aside_dir(aside: &FsPath, to: &FsPath, sync: bool) -> std::io::Result<()> {
+    let parent = to
+        .parent()
+        .ok_or_else(|| std::io::Error::other("no parent directory"))?;
+    durable::create_dir_all(parent)?;
+    if !aside.exists() {
+        // No sources: nothing was copied.
+        return Ok(());
+    }
+    std::fs::rename(aside, to)?;
+    if sync {
+        durable::sync_dir(parent)?;
+    }
+    Ok(())
+}
+
 /// Ends a hold on a context's source tree when dropped (also when the
 /// request goes away mid-copy).
 struct SourcesHold {
@@ -64,21 +86,45 @@ struct SourcesHold {
 
 impl Drop for SourcesHold {
     fn drop(&mut self) {
-        if let Some(ctx) = self.state.store.lock().contexts.get_mut(&self.context_id) {
+        if let Some(ctx) = self.state.store.change().contexts.get_mut(&self.context_id) {
             ctx.sources_held = ctx.sources_held.saturating_sub(1);
         }
     }
 }
 
+/// A fork being built aside: holds its slug while its sources are copied
+/// into a directory no record names yet. Dropped unpublished (the request
+/// failed or went away), it frees the slug and tells the copy to stop and
+/// remove what it copied; a crash leaves only that directory, which the
+/// next start sweeps.
+struct ForkAside {
+    state: std::sync::Arc<crate::local::state::AppState>,
+    slug: String,
+    abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    published: bool,
+}
+
+impl Drop for ForkAside {
+    fn drop(&mut self) {
+        if !self.published {
+            self.abandoned
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            self.state.store.change().reserved_slugs.remove(&self.slug);
+        }
+    }
+}
+
 /// Forks a context: a new context `target_slug` with the same name, kind,
-/// description, guide, manifest and sources (not curated yet).
+/// description, guide, manifest and sources (not curated yet). The fork
+/// is built aside and published, with its sources, in one change: it is
+/// never seen (nor saved) half made.
 pub(super) async fn fork(
     State(state): Shared,
     Path(slug): Path<String>,
     ApiJson(body): ApiJson<types::ForkContextBody>,
 ) -> LocalResult<axum::Json<types::ForkContextResponse>> {
-    let (from_id, to_id, sources) = {
-        let mut inner = state.store.lock();
+    let (from_id, rec, sources) = {
+        let mut inner = state.store.change();
         let src = inner.context(&slug)?;
         if src.importing {
             return Err(LocalError::conflict(format!(
@@ -96,50 +142,71 @@ pub(super) async fn fork(
             name: src.name.clone(),
             slug: body.target_slug,
         };
-        let rec = inner.create_context(req)?;
-        // No import runs on the fork while its sources are copied, nor on
-        // the context they are copied from.
-        inner.context_mut(&rec.id)?.importing = true;
+        let rec = inner.prepare_context(req)?;
+        inner.reserved_slugs.insert(rec.slug.clone());
+        // No import runs on the context the sources are copied from.
         let src = inner.context_mut(&from_id)?;
         src.sources_held = src.sources_held.saturating_add(1);
-        (from_id, rec.id, sources)
+        (from_id, rec, sources)
+    };
+    let mut aside = ForkAside {
+        state: state.clone(),
+        slug: rec.slug.clone(),
+        abandoned: std::sync::Arc::default(),
+        published: false,
     };
     let hold = SourcesHold {
         state: state.clone(),
         context_id: from_id.clone(),
     };
+    // Built in the staging directory (cleared at every start), then moved
+    // to where its record will say, just before the record is saved.
     let from = state.store.context_dir(&from_id).join("sources");
-    let to = state.store.context_dir(&to_id).join("sources");
+    let aside_dir = state.store.staging_dir();
+    let to_dir = state.store.context_dir(&rec.id);
     let sync = state.store.is_persistent();
-    let copied = tokio::task::spawn_blocking(move || copy_sources(&from, &to, &sources, sync))
-        .await
-        .map_err(|e| LocalError::internal("copying the sources of a fork", e))
-        .and_then(|r| r.map_err(|e| LocalError::internal("copying the sources of a fork", e)));
-    let recorded = {
-        drop(hold);
-        let mut inner = state.store.lock();
-        match copied {
-            Ok(files) => {
-                let r = inner.add_sources(&to_id, &files, Utc::now());
-                if let Some(ctx) = inner.contexts.get_mut(&to_id) {
-                    ctx.importing = false;
-                }
-                r.map(|_| ())
+    let abandoned = aside.abandoned.clone();
+    let copied = tokio::task::spawn_blocking(move || {
+        let copied = copy_sources(
+            &from,
+            &aside_dir.join("sources"),
+            &sources,
+            sync,
+            &abandoned,
+        )
+        .and_then(|files| {
+            if abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(std::io::Error::other("the fork's request went away"));
             }
-            Err(e) => {
-                let _ = inner
-                    .delete_context(&to_id)
-                    .map(|(_, _, jobs)| jobs.close());
-                Err(e)
-            }
+            move_aside_dir(&aside_dir, &to_dir, sync)?;
+            Ok(files)
+        });
+        if copied.is_err() {
+            let _ = std::fs::remove_dir_all(&aside_dir);
         }
+        copied
+    })
+    .await
+    .map_err(|e| LocalError::internal("copying the sources of a fork", e))
+    .and_then(|r| r.map_err(|e| LocalError::internal("copying the sources of a fork", e)));
+    drop(hold);
+    let files = copied?;
+    let published = {
+        let mut inner = state.store.change();
+        let mut rec = rec;
+        let now = Utc::now();
+        for (path, size) in files {
+            rec.sources.insert(path, SourceMeta { size, mtime: now });
+        }
+        if !rec.sources.is_empty() {
+            rec.last_source_import_at = Some(now);
+        }
+        aside.published = true;
+        inner.publish_context(rec);
+        inner.commit()
     };
-    state.store.flush().await?;
-    if recorded.is_err() {
-        let dir = state.store.context_dir(&to_id);
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
-    }
-    recorded?;
+    drop(aside);
+    state.store.saved(published).await?;
     Ok(axum::Json(types::ForkContextResponse { success: true }))
 }
 
@@ -149,7 +216,7 @@ pub(super) async fn manifest(
     State(state): Shared,
     Path(slug): Path<String>,
 ) -> LocalResult<axum::Json<types::Manifest>> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let ctx = inner.context(&slug)?;
     Ok(axum::Json(ctx.manifest.clone().unwrap_or_else(|| {
         ledger::effective_manifest(state.config.chunk_chars)
@@ -162,7 +229,7 @@ pub(super) async fn curation_ledger(
     Path(slug): Path<String>,
 ) -> LocalResult<axum::Json<types::CurationState>> {
     let (ledger, index) = {
-        let inner = state.store.lock();
+        let inner = state.store.read();
         let ctx = inner.context(&slug)?;
         (
             ctx.ledger.clone().unwrap_or_default(),
@@ -202,8 +269,8 @@ pub(super) async fn explore(
     body: axum::body::Bytes,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
     let body: ExploreBody = optional_body(&body)?;
-    let trigger = workflows::explore(&state, &slug, body.guide)?;
-    state.store.flush().await?;
+    let (trigger, registered) = workflows::explore(&state, &slug, body.guide)?;
+    state.store.saved(registered).await?;
     Ok(axum::Json(trigger))
 }
 
@@ -213,8 +280,8 @@ pub(super) async fn profile(
     body: axum::body::Bytes,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
     let body: ProfileBody = optional_body(&body)?;
-    let trigger = workflows::profile(&state, &slug, body.manifest).await?;
-    state.store.flush().await?;
+    let (trigger, registered) = workflows::profile(&state, &slug, body.manifest)?;
+    state.store.saved(registered).await?;
     Ok(axum::Json(trigger))
 }
 
@@ -226,7 +293,7 @@ pub(super) async fn optimize(
     // The body's tuning knobs drive the hosted optimizer; locally the
     // optimization is a compaction, and the body is only checked.
     let _: serde_json::Map<String, serde_json::Value> = optional_body(&body)?;
-    let trigger = workflows::optimize(&state, &slug)?;
-    state.store.flush().await?;
+    let (trigger, registered) = workflows::optimize(&state, &slug)?;
+    state.store.saved(registered).await?;
     Ok(axum::Json(trigger))
 }

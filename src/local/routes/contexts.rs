@@ -13,7 +13,7 @@ use crate::local::store::LOCAL_MODEL;
 use crate::types;
 
 pub(super) async fn list_contexts(State(state): Shared) -> axum::Json<Vec<types::ContextResponse>> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     axum::Json(inner.contexts.values().map(|c| c.to_response()).collect())
 }
 
@@ -21,8 +21,12 @@ pub(super) async fn create_context(
     State(state): Shared,
     ApiJson(req): ApiJson<types::CreateContextRequest>,
 ) -> LocalResult<axum::Json<types::ContextResponse>> {
-    let rec = state.store.lock().create_context(req)?;
-    state.store.flush().await?;
+    let (rec, ticket) = {
+        let mut change = state.store.change();
+        let rec = change.create_context(req)?;
+        (rec, change.commit())
+    };
+    state.store.saved(ticket).await?;
     Ok(axum::Json(rec.to_response()))
 }
 
@@ -30,7 +34,7 @@ pub(super) async fn get_context(
     State(state): Shared,
     Path(slug): Path<String>,
 ) -> LocalResult<axum::Json<types::ContextResponse>> {
-    Ok(axum::Json(state.store.lock().context(&slug)?.to_response()))
+    Ok(axum::Json(state.store.read().context(&slug)?.to_response()))
 }
 
 pub(super) async fn update_context(
@@ -38,8 +42,12 @@ pub(super) async fn update_context(
     Path(slug): Path<String>,
     ApiJson(req): ApiJson<types::UpdateContextRequest>,
 ) -> LocalResult<axum::Json<types::ContextResponse>> {
-    let resp = state.store.lock().update_context(&slug, req)?.to_response();
-    state.store.flush().await?;
+    let (resp, ticket) = {
+        let mut change = state.store.change();
+        let resp = change.update_context(&slug, req)?.to_response();
+        (resp, change.commit())
+    };
+    state.store.saved(ticket).await?;
     Ok(axum::Json(resp))
 }
 
@@ -50,11 +58,15 @@ pub(super) async fn delete_context(
     State(state): Shared,
     Path(slug): Path<String>,
 ) -> LocalResult<StatusCode> {
-    let (rec, tokens, jobs) = state.store.lock().delete_context(&slug)?;
+    let (rec, tokens, jobs, deleted) = {
+        let mut change = state.store.change();
+        let (rec, tokens, jobs) = change.delete_context(&slug)?;
+        (rec, tokens, jobs, change.commit())
+    };
     for t in tokens {
         t.cancel();
     }
-    state.store.flush().await?;
+    state.store.saved(deleted).await?;
     if tokio::time::timeout(JOBS_WAIT, jobs.wait()).await.is_err() {
         tracing::warn!(context = %rec.slug, "the jobs of a deleted context did not stop in time; removing its files anyway (the next start sweeps what they leave)");
     }
@@ -93,9 +105,9 @@ pub(super) async fn curate_context(
             "model {m:?} is not available locally; the only model is {LOCAL_MODEL:?}"
         )));
     }
-    let task = curate::start(&state, &slug, opts.force, opts.scope, false)?;
+    let (task, registered) = curate::start(&state, &slug, opts.force, opts.scope, false)?;
     // An acknowledged curate task survives a crash (as failed, if it ran).
-    state.store.flush().await?;
+    state.store.saved(registered).await?;
     Ok(axum::Json(types::WorkflowTriggerResponse {
         exploring: None,
         importing: None,

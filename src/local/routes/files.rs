@@ -13,6 +13,7 @@ use crate::local::error::{ApiJson, LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
 use crate::local::paths::safe_join;
 use crate::local::state::AppState;
+use crate::local::store::Ticket;
 use crate::types;
 
 /// Counts of files, directories (every directory above a file) and bytes.
@@ -91,8 +92,8 @@ pub(super) async fn remove_sources(
     slug: &str,
     paths: &[String],
 ) -> LocalResult<Vec<String>> {
-    let (removed, id, dir) = {
-        let mut inner = state.store.lock();
+    let (removed, id, dir, ticket) = {
+        let mut inner = state.store.change();
         let ctx = inner.context_mut(slug)?;
         if ctx.importing {
             return Err(LocalError::conflict(format!(
@@ -125,13 +126,13 @@ pub(super) async fn remove_sources(
         if !removed.is_empty() {
             ctx.updated_at = Utc::now();
             ctx.sources_held = ctx.sources_held.saturating_add(1);
-            inner.dirty.contexts.insert(id.clone());
-            inner.dirty.sources.insert(id.clone(), None);
+            inner.mark_all_sources(&id);
         }
         (
             removed,
             id.clone(),
             state.store.context_dir(&id).join("sources"),
+            inner.commit(),
         )
     };
     if removed.is_empty() {
@@ -143,8 +144,8 @@ pub(super) async fn remove_sources(
     let job_state = state.clone();
     let gone = removed.clone();
     state.spawn(async move {
-        let result = remove_files(&job_state, dir, gone).await;
-        if let Some(ctx) = job_state.store.lock().contexts.get_mut(&id) {
+        let result = remove_files(&job_state, ticket, dir, gone).await;
+        if let Some(ctx) = job_state.store.change().contexts.get_mut(&id) {
             ctx.sources_held = ctx.sources_held.saturating_sub(1);
         }
         let _ = done_tx.send(result);
@@ -157,8 +158,13 @@ pub(super) async fn remove_sources(
 
 /// Saves the removal, then deletes the files (a removal that was not saved
 /// leaves them: the rows still name them).
-async fn remove_files(state: &AppState, dir: PathBuf, gone: Vec<String>) -> LocalResult<()> {
-    state.store.flush().await?;
+async fn remove_files(
+    state: &AppState,
+    removal: Ticket,
+    dir: PathBuf,
+    gone: Vec<String>,
+) -> LocalResult<()> {
+    state.store.saved(removal).await?;
     let result = tokio::task::spawn_blocking(move || {
         failpoint(point::SOURCE_REMOVE)?;
         for p in &gone {
@@ -187,7 +193,7 @@ pub(super) async fn delete_source_file(
     let path = path.trim_matches('/').to_owned();
     let known = state
         .store
-        .lock()
+        .read()
         .context(&slug)?
         .sources
         .contains_key(&path);

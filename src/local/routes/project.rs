@@ -15,7 +15,7 @@ use crate::types;
 
 /// The one local project: created when its oldest context or task was.
 pub(super) async fn get_project(State(state): Shared) -> axum::Json<types::ProjectWithWorkspaces> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let now = Utc::now();
     let created = inner
         .contexts
@@ -75,7 +75,7 @@ fn count<'a>(tasks: impl Iterator<Item = &'a TaskEntry>) -> Counts {
 pub(super) async fn project_task_stats(
     State(state): Shared,
 ) -> axum::Json<types::GetProjectTaskStatsResponse> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let c = count(inner.tasks.values());
     let mut by_state: HashMap<String, i64> = HashMap::new();
     let mut by_workflow: HashMap<String, i64> = HashMap::new();
@@ -104,7 +104,7 @@ pub(super) async fn context_task_stats(
     State(state): Shared,
     Path(slug): Path<String>,
 ) -> LocalResult<axum::Json<types::ContextStats>> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let id = inner.context(&slug)?.id.clone();
     let c = count(
         inner
@@ -127,7 +127,7 @@ pub(super) async fn task_stats(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::TaskStats>> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let t = &inner
         .tasks
         .get(&id)

@@ -56,7 +56,7 @@ pub(super) async fn post_query(
     }
     if background {
         // A background turn's id must survive a crash once acknowledged.
-        state.store.flush().await?;
+        state.store.saved(started.accepted).await?;
         return Ok((StatusCode::ACCEPTED, axum::Json(started.query)).into_response());
     }
     log.wait_finished().await;
@@ -152,7 +152,9 @@ pub(super) async fn cancel_query(
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::Query>> {
     let q = stored_query(&state, &id).await?;
-    if !q.query.is_terminal()
+    // A turn ends in memory before its end is committed: whether the log
+    // is closed, not the document's status, says whether the end is saved.
+    if !q.log.is_finished()
         && let Some(cancel) = q.cancel
     {
         // The turn's end is on disk once its log is closed as saved; the
@@ -239,10 +241,10 @@ pub(super) async fn query_feedback(
         comment: body.comment,
         rating: body.rating.into(),
     };
-    state
+    let ticket = state
         .store
         .blocking(move |s| s.set_feedback(&id, feedback))
         .await??;
-    state.store.flush().await?;
+    state.store.saved(ticket).await?;
     Ok(StatusCode::NO_CONTENT)
 }

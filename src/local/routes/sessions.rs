@@ -23,7 +23,7 @@ pub(super) async fn list_sessions(
     if !(1..=200).contains(&limit) {
         return Err(LocalError::bad_request("limit must be 1..=200"));
     }
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let mut sessions: Vec<types::Session> =
         inner.sessions.values().map(|s| s.session.clone()).collect();
     sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
@@ -103,9 +103,12 @@ pub(super) async fn delete_session(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::DeleteSessionResponse>> {
-    let deleted = state.store.lock().delete_session(&id);
+    let (deleted, ticket) = {
+        let mut change = state.store.change();
+        (change.delete_session(&id), change.commit())
+    };
     if deleted {
-        state.store.flush().await?;
+        state.store.saved(ticket).await?;
     }
     Ok(axum::Json(types::DeleteSessionResponse { deleted }))
 }

@@ -42,7 +42,7 @@ pub(super) async fn upload(
     }
     // An unknown context is refused before anything is read; an import
     // running there is waited for once this one is staged.
-    state.store.lock().context(&slug)?;
+    state.store.read().context(&slug)?;
     let dir = match params.path.as_deref().map(str::trim) {
         None | Some("") => "uploads".to_owned(),
         Some(p) => import::safe_path(p)
@@ -136,7 +136,7 @@ impl Drop for StopOnDrop {
 }
 
 pub(super) fn source_files(state: &AppState, slug: &str) -> LocalResult<FileList> {
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let ctx = inner.context(slug)?;
     Ok(ctx
         .sources
@@ -169,7 +169,7 @@ pub(super) async fn read_source(
 ) -> LocalResult<Response> {
     let path = path.trim_matches('/').to_owned();
     let (file, size) = {
-        let inner = state.store.lock();
+        let inner = state.store.read();
         let ctx = inner.context(&slug)?;
         let meta = ctx
             .sources

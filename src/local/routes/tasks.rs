@@ -39,7 +39,7 @@ pub(super) async fn list_tasks(
             ))
         })?,
     };
-    let inner = state.store.lock();
+    let inner = state.store.read();
     let context_id = p
         .context
         .as_ref()
@@ -85,7 +85,7 @@ pub(super) async fn get_task(
 ) -> LocalResult<axum::Json<types::TaskResponse>> {
     state
         .store
-        .lock()
+        .read()
         .tasks
         .get(&id)
         .map(|t| axum::Json(t.task.clone()))
@@ -96,8 +96,12 @@ pub(super) async fn cancel_task(
     State(state): Shared,
     Path(id): Path<String>,
 ) -> LocalResult<StatusCode> {
-    state.store.lock().cancel_task(&id)?;
+    let ticket = {
+        let mut change = state.store.change();
+        change.cancel_task(&id)?;
+        change.commit()
+    };
     // An acknowledged cancellation survives a crash.
-    state.store.flush().await?;
+    state.store.saved(ticket).await?;
     Ok(StatusCode::OK)
 }

@@ -168,7 +168,7 @@ mod tests {
         let store = making.join().unwrap().expect("the scratch store opens");
         assert!(store.files.join(db::DB_FILE).exists());
         let req = serde_json::from_value(serde_json::json!({"slug": "s", "name": "S"})).unwrap();
-        store.lock().create_context(req).unwrap();
+        store.change().create_context(req).unwrap();
         let dir = store.files.clone();
         drop(store);
         assert!(!dir.exists(), "a scratch directory outlived its store");

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{FLUSH_WAIT, Store, drain, saved_or_error};
+use super::{Change, FLUSH_WAIT, Store, saved_or_error};
 use crate::local::db::Op;
 use crate::local::error::{LocalError, LocalResult};
 
@@ -27,6 +27,22 @@ pub(crate) fn lines_file<'a>(lines: impl ExactSizeIterator<Item = &'a str>) -> V
     out.into_bytes()
 }
 
+impl Change<'_> {
+    /// Stores the files a task produced with this change.
+    pub(crate) fn put_task_files(&mut self, task_id: &str, files: Vec<(String, Vec<u8>)>) {
+        let mtime = Utc::now().to_rfc3339();
+        for (path, mut data) in files {
+            data.truncate(MAX_TASK_FILE);
+            self.push(Op::PutTaskFile {
+                task_id: task_id.to_owned(),
+                path,
+                mtime: mtime.clone(),
+                data,
+            });
+        }
+    }
+}
+
 impl Store {
     /// Stores the files a task produced (after what changed before), and
     /// waits until they are committed, with or without a data directory,
@@ -40,21 +56,11 @@ impl Store {
         files: Vec<(String, Vec<u8>)>,
     ) -> LocalResult<()> {
         let n = {
-            let mut inner = self.lock();
-            let mut ops = drain(&mut inner);
-            let mtime = Utc::now().to_rfc3339();
-            ops.extend(files.into_iter().map(|(path, mut data)| {
-                data.truncate(MAX_TASK_FILE);
-                Op::PutTaskFile {
-                    task_id: task_id.to_owned(),
-                    path,
-                    mtime: mtime.clone(),
-                    data,
-                }
-            }));
-            self.db.send(ops)
+            let mut change = self.change();
+            change.put_task_files(task_id, files);
+            change.commit()
         };
-        self.settle(n).await
+        self.settle(n.0).await
     }
 
     /// Removes one file a task produced and waits until that is committed.
@@ -63,13 +69,14 @@ impl Store {
     /// 503 when it could not be written in time.
     pub(crate) async fn delete_task_file(&self, task_id: &str, path: &str) -> LocalResult<()> {
         let n = {
-            let _inner = self.lock();
-            self.db.send([Op::DeleteTaskFile {
+            let mut change = self.change();
+            change.push(Op::DeleteTaskFile {
                 task_id: task_id.to_owned(),
                 path: path.to_owned(),
-            }])
+            });
+            change.commit()
         };
-        self.settle(n).await
+        self.settle(n.0).await
     }
 
     /// The files a task produced: `(path, size, mtime)`.

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Inner, QueryView, Store, to_json};
+use super::{QueryEntry, QueryView, Store, Ticket, to_json};
 use crate::local::db::Op;
 use crate::local::error::{LocalError, LocalResult};
 use crate::local::events::EventLog;
@@ -46,10 +46,9 @@ impl Store {
     /// A turn by id: from memory, else from the database (blocks).
     pub(crate) fn query(&self, id: &str) -> Option<QueryView> {
         {
-            let inner = self.lock();
+            let inner = self.read();
             if let Some(q) = inner.queries.get(id) {
                 return Some(QueryView {
-                    query: q.query.clone(),
                     trace: q.trace.clone(),
                     log: q.log.clone(),
                     cancel: Some(q.cancel.clone()),
@@ -61,7 +60,6 @@ impl Store {
         let trace = stored.trace.and_then(|t| serde_json::from_str(&t).ok());
         let log = EventLog::restored(stored.events, &query);
         Some(QueryView {
-            query,
             trace,
             log,
             cancel: None,
@@ -71,8 +69,8 @@ impl Store {
     /// A turn's document by id: from memory, else from the database
     /// (blocks).
     pub(crate) fn query_doc(&self, id: &str) -> Option<types::Query> {
-        if let Some(q) = self.lock().queries.get(id) {
-            return Some(q.query.clone());
+        if let Some(q) = self.read().queries.get(id) {
+            return Some(shown(q));
         }
         serde_json::from_str(&self.db.query_doc(id)?).ok()
     }
@@ -131,7 +129,7 @@ impl Store {
         session_id: &str,
         except: Option<&str>,
     ) -> Option<(types::Session, u64)> {
-        let inner = self.lock();
+        let inner = self.read();
         let session = inner.sessions.get(session_id)?.session.clone();
         let pending = inner
             .queries
@@ -160,7 +158,7 @@ impl Store {
             .map(|(id, doc)| (id, Slot::Stored(doc)))
             .collect();
         {
-            let inner = self.lock();
+            let inner = self.read();
             if add_unsaved {
                 let saved = self.db.saved();
                 let mut unsaved: Vec<&types::Query> = inner
@@ -182,7 +180,7 @@ impl Store {
             }
             for (id, slot) in &mut slots {
                 if let Some(q) = inner.queries.get(id.as_str()) {
-                    *slot = Slot::Memory(Box::new(q.query.clone()));
+                    *slot = Slot::Memory(Box::new(shown(q)));
                 }
             }
         }
@@ -207,25 +205,45 @@ impl Store {
     /// Records feedback on a turn (in memory, or only in the database:
     /// then its document is read and rewritten out of the lock; blocks).
     ///
+    /// Returns the ticket of the change.
+    ///
     /// # Errors
     /// 404 when the turn is not kept.
-    pub(crate) fn set_feedback(&self, id: &str, feedback: types::QueryFeedback) -> LocalResult<()> {
+    pub(crate) fn set_feedback(
+        &self,
+        id: &str,
+        feedback: types::QueryFeedback,
+    ) -> LocalResult<Ticket> {
         {
-            let mut inner: std::sync::MutexGuard<'_, Inner> = self.lock();
-            if inner.queries.contains_key(id) {
-                return inner.set_feedback(id, feedback);
+            let mut change = self.change();
+            if change.queries.contains_key(id) {
+                change.set_feedback(id, feedback)?;
+                return Ok(change.commit());
             }
         }
         let not_found = || LocalError::not_found(format!("query {id:?} not found"));
         let doc = self.db.query_doc(id).ok_or_else(not_found)?;
         let mut q: types::Query = serde_json::from_str(&doc).map_err(|_| not_found())?;
         q.feedback = Some(feedback);
-        self.db.send([Op::PutQueryDoc {
+        let mut change = self.change();
+        change.push(Op::PutQueryDoc {
             id: id.to_owned(),
             doc: to_json(&q),
-        }]);
-        Ok(())
+        });
+        Ok(change.commit())
     }
+}
+
+/// A turn in memory as readers see it: a turn whose end is not saved yet
+/// (its log not closed) is still in progress, so no reader sees an end a
+/// crash could take back.
+fn shown(q: &QueryEntry) -> types::Query {
+    let mut query = q.query.clone();
+    if query.is_terminal() && !q.log.is_finished() {
+        query.status = crate::status::word::IN_PROGRESS.into();
+        query.error = None;
+    }
+    query
 }
 
 /// Where a turn of a page comes from.

@@ -34,7 +34,7 @@ pub(crate) fn accept(
         retrieval,
     } = check_request(&req)?;
 
-    let mut inner = state.store.lock();
+    let mut inner = state.store.change();
     // Which session: continued by id or by a previous turn, or a new one.
     let continued = match (&req.session_id, previous_session) {
         (Some(sid), prev) => {
@@ -101,12 +101,18 @@ pub(crate) fn accept(
         saved_seq: 0,
         events_saved: false,
     });
-    if let Some(s) = inner.sessions.get_mut(&session_id) {
+    if let Some(s) = inner.session_mut(&session_id) {
         s.in_flight = Some(query_id.clone());
         s.session.last_query_id = Some(query_id.clone());
         s.session.updated_at = now;
-        inner.dirty.sessions.insert(session_id.clone());
     }
+    if req.stream != Some(true) && req.background != Some(true) {
+        // A plain turn is answered once, at its end: its session and its
+        // row are saved with that end, so a turn whose end could not be
+        // saved leaves nothing (a crash before it, nothing either).
+        inner.save_with_end(&query_id, &session_id);
+    }
+    let accepted = inner.commit();
     Ok(Accepted {
         plan: TurnPlan {
             query_id,
@@ -120,6 +126,7 @@ pub(crate) fn accept(
         query,
         log,
         cancel,
+        accepted,
     })
 }
 

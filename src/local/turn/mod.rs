@@ -33,7 +33,7 @@ use super::events::EventLog;
 use super::search::{WeightedTerm, weigh};
 use super::state::AppState;
 use super::store::{
-    LOCAL_MODEL, LOCAL_PRINCIPAL, LOCAL_PROJECT, QueryEntry, SessionEntry, new_query_id,
+    LOCAL_MODEL, LOCAL_PRINCIPAL, LOCAL_PROJECT, QueryEntry, SessionEntry, Ticket, new_query_id,
     new_session_id,
 };
 use crate::types;
@@ -76,6 +76,8 @@ pub(crate) struct Accepted {
     pub(crate) query: types::Query,
     pub(crate) log: Arc<EventLog>,
     pub(crate) cancel: CancellationToken,
+    /// The turn's first rows, sent.
+    pub(crate) accepted: Ticket,
 }
 
 fn zero_usage() -> types::QueryUsage {
@@ -143,6 +145,8 @@ enum Outcome {
 pub(crate) struct Started {
     pub(crate) query: types::Query,
     pub(crate) log: Arc<EventLog>,
+    /// The turn's first rows, sent: acknowledged once saved.
+    pub(crate) accepted: Ticket,
 }
 
 /// Accepts a turn and starts its runner on a task of its own, in one step
@@ -164,11 +168,11 @@ pub(crate) fn start(
         started: Instant::now(),
         armed: true,
     };
-    state.store.changed();
     state.spawn(run(guard, accepted.plan, accepted.cancel));
     Ok(Started {
         query: accepted.query,
         log: accepted.log,
+        accepted: accepted.accepted,
     })
 }
 
@@ -274,9 +278,9 @@ fn finalize(
     let _ = log.push(&event, true);
 
     let rollup = rollup(progress, runtime_ms);
+    let mut inner = state.store.change();
     let final_query = {
-        let mut inner = state.store.lock();
-        let entry = inner.queries.get_mut(&plan.query_id);
+        let entry = inner.query_mut(&plan.query_id);
         let query = entry.map(|e| {
             let q = &mut e.query;
             q.status = status.into();
@@ -312,9 +316,6 @@ fn finalize(
             });
             q.clone()
         });
-        if query.is_some() {
-            inner.dirty.queries.insert(plan.query_id.clone());
-        }
         inner.release_session(&plan.session_id, &plan.query_id);
         query
     };
@@ -330,7 +331,7 @@ fn finalize(
     // Followers see the terminal event and the final document once the
     // turn's end is committed: what a turn acknowledges survives a crash.
     let log = log.clone();
-    state.store.changed_then(move |saved| log.finish(&q, saved));
+    let _ = inner.commit_then(move |saved| log.finish(&q, saved));
 }
 
 fn placeholder(plan: &TurnPlan) -> types::Query {
@@ -427,7 +428,7 @@ mod tests {
             "slug": "w", "name": "W", "kind": "work"
         }))
         .unwrap();
-        state.store.lock().create_context(req).unwrap();
+        state.store.change().create_context(req).unwrap();
         state
     }
 
@@ -438,7 +439,7 @@ mod tests {
             serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
         let accepted = accept(&state, req, None).unwrap();
         let sid = accepted.plan.session_id.clone();
-        assert!(state.store.lock().sessions[&sid].in_flight.is_some());
+        assert!(state.store.read().sessions[&sid].in_flight.is_some());
         let guard = TurnGuard {
             state: state.clone(),
             plan: accepted.plan.clone(),
@@ -457,7 +458,7 @@ mod tests {
             .await
             .unwrap();
         assert!(accepted.log.saved());
-        let inner = state.store.lock();
+        let inner = state.store.read();
         assert!(inner.sessions[&sid].in_flight.is_none());
         let q = &inner.queries[&accepted.plan.query_id].query;
         assert_eq!(q.status, crate::status::word::FAILED);
@@ -474,7 +475,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), started.log.wait_finished())
             .await
             .unwrap();
-        let inner = state.store.lock();
+        let inner = state.store.read();
         assert!(inner.sessions.values().all(|s| s.in_flight.is_none()));
     }
 

@@ -10,7 +10,7 @@ async fn emit(state: &AppState, log: &EventLog, event: &types::QueryEvent) -> Re
     let limit = state.config.write_backlog_limit;
     if state.store.database_backlog() > 0
         && state.store.write_backlog() > limit
-        && let Err(e) = state.store.flush().await
+        && let Err(e) = state.store.settled().await
     {
         tracing::debug!(error = %e, "waiting for the write backlog ended");
     }
@@ -47,7 +47,7 @@ async fn step(
         Some(slot) => *slot = s,
         None => progress.steps.push(s),
     }
-    if let Some(e) = state.store.lock().queries.get_mut(&plan.query_id) {
+    if let Some(e) = state.store.change().queries.get_mut(&plan.query_id) {
         e.query.steps = progress.steps.clone();
     }
     emit(state, log, &ev).await
@@ -362,7 +362,7 @@ async fn retrieve(
     limit: usize,
 ) -> Result<Vec<Hit>, String> {
     let indexes: Vec<_> = {
-        let inner = state.store.lock();
+        let inner = state.store.read();
         plan.contexts
             .iter()
             .filter_map(|(id, slug)| inner.indexes.get(id).map(|i| (slug.clone(), i.clone())))
