@@ -336,8 +336,10 @@ impl<S: CheckpointStore + Unpin, V: TurnView> CheckpointedTurn<S, V> {
         } = self;
         let query = inner.into_turn().cancel().await?;
         store.clear(&key)?;
-        // The key is given back only once it was cleared.
+        // The key is given back only once it was cleared; clearing it again
+        // once free lets the store remove what held it (a lock file).
         drop(lock);
+        store.clear(&key)?;
         Ok(query)
     }
 
