@@ -161,6 +161,20 @@ struct Args {
     #[arg(long = "allow-host", value_name = "HOST", help_heading = "HTTP access")]
     allow_hosts: Vec<String>,
 
+    /// A reverse proxy (an address or CIDR network) whose `Forwarded` /
+    /// `X-Forwarded-For` headers name the real client: per-client limits,
+    /// key checks and logs then apply to that client, and the proxy's own
+    /// connections are not capped per address. Repeatable or
+    /// comma-separated.
+    #[arg(
+        long = "trusted-proxy",
+        value_name = "CIDR",
+        env = "NEXUS_MCP_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        help_heading = "HTTP access"
+    )]
+    trusted_proxies: Vec<http::TrustedProxy>,
+
     /// Deadline of each Nexus call a tool makes, in milliseconds (`get_query`
     /// may take this plus its `wait_seconds`); a passed deadline is a
     /// `TIMEOUT` tool error.
@@ -425,6 +439,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             let mut options = HttpOptions::default()
                 .allowed_origins(args.allow_origins)
                 .allowed_hosts(args.allow_hosts)
+                .trusted_proxies(args.trusted_proxies)
                 .stateless(args.stateless)
                 .header_read_timeout(args.header_read_timeout)
                 .body_read_timeout(args.body_read_timeout)

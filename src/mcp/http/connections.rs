@@ -93,13 +93,16 @@ pub(super) fn spawn_acceptor(
 #[derive(Debug)]
 pub(super) struct PeerCounts {
     pub(super) max: usize,
+    /// Trusted proxies: their connections are not capped per address.
+    trusted: Arc<[super::TrustedProxy]>,
     open: Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
 }
 
 impl PeerCounts {
-    pub(super) fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize, trusted: Arc<[super::TrustedProxy]>) -> Self {
         PeerCounts {
             max: max.max(1),
+            trusted,
             open: Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -117,7 +120,7 @@ impl PeerCounts {
     fn open(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<PeerPermit> {
         let mut counts = self.counts();
         let n = counts.entry(ip).or_insert(0);
-        if *n >= self.max {
+        if *n >= self.max && !self.trusted.iter().any(|t| t.contains(ip)) {
             return None;
         }
         *n += 1;

@@ -108,6 +108,11 @@ pub struct HttpOptions {
     /// handled without a hand-off to another thread (a session's messages
     /// still go through the thread that created the session). Default 1.
     pub threads: usize,
+    /// Reverse proxies whose `Forwarded` / `X-Forwarded-For` headers name
+    /// the real client: fairness, budgets, key checks and anonymous limits
+    /// then apply per real client, and connections from these proxies are
+    /// not capped per address. Headers from anyone else are ignored.
+    pub trusted_proxies: Vec<super::TrustedProxy>,
 }
 
 impl Default for HttpOptions {
@@ -130,6 +135,7 @@ impl Default for HttpOptions {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             session_idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
             threads: 1,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -214,6 +220,19 @@ impl HttpOptions {
         self.max_connections_per_peer
             .unwrap_or(self.max_connections / 4)
             .clamp(1, self.max_connections.max(1))
+    }
+
+    /// Trusts the forwarding headers of connections from `proxies` (see
+    /// [`HttpOptions::trusted_proxies`]).
+    ///
+    /// ```
+    /// use nexus_knowql::mcp::http::HttpOptions;
+    /// let options = HttpOptions::default().trusted_proxies(vec!["10.0.0.0/8".parse().unwrap()]);
+    /// assert_eq!(options.trusted_proxies.len(), 1);
+    /// ```
+    pub fn trusted_proxies(mut self, proxies: Vec<super::TrustedProxy>) -> Self {
+        self.trusted_proxies = proxies;
+        self
     }
 
     /// Sets the limit of requests handled at once (at least 1).
