@@ -104,6 +104,12 @@ struct Args {
     #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "120", help_heading = "HTTP limits and deadlines")]
     request_timeout: Duration,
 
+    /// Seconds a response may wait for its peer to read what it has to
+    /// send (an HTTP/2 peer granting no window, an HTTP/1 peer that stops
+    /// reading) before the connection is cut and its slots freed.
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10", help_heading = "HTTP limits and deadlines")]
+    write_stall_timeout: Duration,
+
     /// Open connections; more are closed at once.
     #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONNECTIONS, help_heading = "HTTP limits and deadlines")]
     max_connections: usize,
@@ -448,6 +454,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                 .max_requests_per_caller(args.max_requests_per_caller)
                 .max_sessions_per_caller(args.max_sessions_per_caller)
                 .request_timeout(args.request_timeout)
+                .write_stall_timeout(args.write_stall_timeout)
                 .max_connections(args.max_connections)
                 .max_concurrent_requests(args.max_concurrent_requests)
                 .max_requests_per_connection(args.max_requests_per_connection)

@@ -169,6 +169,40 @@ async fn unread_http2_streams_of_two_keys_do_not_lock_out_an_honest_caller() {
     shutdown.cancel();
 }
 
+/// Keyed HTTP/2 peers that never read, at the default request deadline
+/// (120 s): their responses stall, and after the write-stall timeout
+/// (10 s by default) their connections are cut and their slots freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_http2_streams_are_cut_at_the_write_stall_timeout_long_before_the_deadline() {
+    const WITHIN: Duration = Duration::from_secs(14);
+    let nexus = nexus().await;
+    let options = HttpOptions::default()
+        .stateless(true)
+        .max_concurrent_requests(STREAMS);
+    let (url, addr, shutdown) = serve(&nexus, options, false).await;
+    let headers = [
+        (
+            "x-pinecone-api-key",
+            "pcsk_valid_non_reader_0123456789".to_owned(),
+        ),
+        ("mcp-protocol-version", "2025-06-18".to_owned()),
+    ];
+    let bodies = (0..STREAMS).map(|n| list_contexts(json!(n))).collect();
+    let (statuses, answers, task) = unread_h2(addr, [127, 0, 0, 6], &headers, bodies).await;
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "every stream holds a slot: {statuses:?}"
+    );
+    let served = honest_served(&url, false).await;
+    task.abort();
+    drop(answers);
+    let took = served.unwrap_or_else(|seen| {
+        panic!("the honest caller was not served within {HONEST_WITHIN:?}: {seen:?}")
+    });
+    assert!(took <= WITHIN, "{took:?}");
+    shutdown.cancel();
+}
+
 /// Keyless `--stateless` callers (served with the server's key) from 8
 /// addresses, each with 2 HTTP/2 connections holding 16 unread calls whose
 /// ids are longer than the ids tracked for cancellation, at the default

@@ -474,7 +474,7 @@ impl Guard {
             Over::Server if !proven => (
                 Reason::Quarantine,
                 StatusCode::SERVICE_UNAVAILABLE,
-                "too many requests of keys not yet accepted upstream; retry later",
+                "too many requests without a key or of keys not yet accepted upstream; retry later",
             ),
             Over::Server => (
                 Reason::ServerBusy,

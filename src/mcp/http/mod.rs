@@ -234,6 +234,7 @@ pub async fn serve(
         header_read_timeout: options.header_read_timeout,
         idle_timeout: options.idle_timeout,
         request_timeout: options.request_timeout,
+        write_stall_timeout: options.write_stall_timeout,
         metrics,
         refusals: built.refusals,
     };

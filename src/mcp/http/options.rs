@@ -31,6 +31,8 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`HttpOptions::request_timeout`]: longer than the longest
 /// `get_query` wait (60 s) plus the per-call Nexus deadline.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default [`HttpOptions::write_stall_timeout`].
+pub const DEFAULT_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`HttpOptions::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default [`HttpOptions::max_concurrent_requests`].
@@ -73,6 +75,11 @@ pub struct HttpOptions {
     /// Time a request has from its head to the end of its response
     /// (SSE streams included).
     pub request_timeout: Duration,
+    /// How long a response may wait for its peer to take what it has to
+    /// send (an HTTP/2 peer that grants no flow-control window, an HTTP/1
+    /// peer that stops reading) before its connection is cut, which frees
+    /// its slots. A long poll waiting for its own data is not stalled.
+    pub write_stall_timeout: Duration,
     /// Open connections; more are closed at once.
     pub max_connections: usize,
     /// Open connections from one client address; more are closed at once.
@@ -125,6 +132,7 @@ impl Default for HttpOptions {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            write_stall_timeout: DEFAULT_WRITE_STALL_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: None,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
@@ -220,6 +228,14 @@ impl HttpOptions {
         self.max_connections_per_peer
             .unwrap_or(self.max_connections / 4)
             .clamp(1, self.max_connections.max(1))
+    }
+
+    /// Sets how long a response may wait for its peer to read before the
+    /// connection is cut (at least 1 s; see
+    /// [`HttpOptions::write_stall_timeout`]).
+    pub fn write_stall_timeout(mut self, timeout: Duration) -> Self {
+        self.write_stall_timeout = timeout.max(Duration::from_secs(1));
+        self
     }
 
     /// Trusts the forwarding headers of connections from `proxies` (see
