@@ -104,6 +104,12 @@ struct Args {
     #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "120", help_heading = "HTTP limits and deadlines")]
     request_timeout: Duration,
 
+    /// Seconds a response may wait for its peer to read what it has to
+    /// send (an HTTP/2 peer granting no window, an HTTP/1 peer that stops
+    /// reading) before the connection is cut and its slots freed.
+    #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10", help_heading = "HTTP limits and deadlines")]
+    write_stall_timeout: Duration,
+
     /// Open connections; more are closed at once.
     #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONNECTIONS, help_heading = "HTTP limits and deadlines")]
     max_connections: usize,
@@ -160,6 +166,20 @@ struct Args {
     /// Repeatable.
     #[arg(long = "allow-host", value_name = "HOST", help_heading = "HTTP access")]
     allow_hosts: Vec<String>,
+
+    /// A reverse proxy (an address or CIDR network) whose `Forwarded` /
+    /// `X-Forwarded-For` headers name the real client: per-client limits,
+    /// key checks and logs then apply to that client, and the proxy's own
+    /// connections are not capped per address. Repeatable or
+    /// comma-separated.
+    #[arg(
+        long = "trusted-proxy",
+        value_name = "CIDR",
+        env = "NEXUS_MCP_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        help_heading = "HTTP access"
+    )]
+    trusted_proxies: Vec<http::TrustedProxy>,
 
     /// Deadline of each Nexus call a tool makes, in milliseconds (`get_query`
     /// may take this plus its `wait_seconds`); a passed deadline is a
@@ -425,6 +445,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             let mut options = HttpOptions::default()
                 .allowed_origins(args.allow_origins)
                 .allowed_hosts(args.allow_hosts)
+                .trusted_proxies(args.trusted_proxies)
                 .stateless(args.stateless)
                 .header_read_timeout(args.header_read_timeout)
                 .body_read_timeout(args.body_read_timeout)
@@ -433,6 +454,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                 .max_requests_per_caller(args.max_requests_per_caller)
                 .max_sessions_per_caller(args.max_sessions_per_caller)
                 .request_timeout(args.request_timeout)
+                .write_stall_timeout(args.write_stall_timeout)
                 .max_connections(args.max_connections)
                 .max_concurrent_requests(args.max_concurrent_requests)
                 .max_requests_per_connection(args.max_requests_per_connection)

@@ -402,3 +402,44 @@ pub(crate) fn log_identity(extensions: &Extensions) -> LogIdentity {
 /// The header carrying a request's short id (set by the HTTP transport on
 /// the request and on its response).
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// A call's admission by the HTTP transport's call ledger: what holds its
+/// slot in the server's and its caller's budget. Every clone holds it (the
+/// response body one, the tool's request context another), so the slot is
+/// free only once the answer has been sent or abandoned *and* the tool's
+/// upstream work, a turn's cancel included, has ended.
+#[derive(Clone)]
+pub(crate) struct CallTicket(
+    #[allow(dead_code, reason = "held for its drop, never read")]
+    pub(crate)  std::sync::Arc<dyn std::any::Any + Send + Sync>,
+);
+
+impl std::fmt::Debug for CallTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallTicket")
+    }
+}
+
+/// How a call was admitted: over stdio (one client, the process's own
+/// budget), or by the HTTP call ledger.
+#[derive(Debug, Clone)]
+pub(crate) enum Admission {
+    /// Over stdio: no HTTP request carried the call.
+    Stdio,
+    /// Over HTTP: the ledger's ticket, held for as long as the call runs.
+    Http(#[allow(dead_code, reason = "held for its drop, never read")] CallTicket),
+}
+
+/// The admission of the call whose request extensions are `extensions`:
+/// `None` for a call that came over HTTP without the ledger's ticket, which
+/// no tool may serve.
+pub(crate) fn admission(extensions: &Extensions) -> Option<Admission> {
+    let Some(parts) = extensions.get::<http::request::Parts>() else {
+        return Some(Admission::Stdio);
+    };
+    parts
+        .extensions
+        .get::<CallTicket>()
+        .cloned()
+        .map(Admission::Http)
+}

@@ -21,7 +21,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::ToolErrorCode;
 use super::allow_list::{self, ToolAllowListError};
-use super::caller::log_identity;
+use super::caller::{Admission, log_identity};
 use super::catalog::{self, CompletionCache, Families};
 use super::logging::{self, DEFAULT_SLOW_CALL, SessionLevel};
 use super::metrics::Metrics;
@@ -273,6 +273,7 @@ impl NexusMcp {
     /// Hands a call to `family`, the one that serves its tool.
     async fn route_call(
         family: Option<Family<'_>>,
+        _admitted: &Admission,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> (&'static str, Result<CallToolResponse, ErrorData>) {
@@ -524,6 +525,7 @@ impl ServerHandler for NexusMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        let _admitted = admitted(&context)?;
         Box::pin(catalog::read_resource(self.families(), request, &context))
             .await
             .map(Into::into)
@@ -543,6 +545,7 @@ impl ServerHandler for NexusMcp {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        let _admitted = admitted(&context)?;
         Box::pin(catalog::get_prompt(self.families(), request, &context))
             .await
             .map(Into::into)
@@ -592,6 +595,9 @@ impl NexusMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let start = std::time::Instant::now();
+        // The ledger's ticket is held until this call has ended: the tool's
+        // upstream work counts in its caller's budget to its end.
+        let admitted = admitted(&context)?;
         // Only names this server serves become labels or log fields.
         let family = self.family_of(&request.name);
         let served = family.is_some();
@@ -618,7 +624,7 @@ impl NexusMcp {
         let from_text = super::structured::writes_from_text(&context.extensions);
         let ((family, result), retries) = counting_retries(super::structured::scoped(
             from_text,
-            Self::route_call(family, request, context),
+            Self::route_call(family, &admitted, request, context),
         ))
         .await;
         let outcome = outcome(&result);
@@ -662,6 +668,13 @@ impl NexusMcp {
         }
         Ok(response)
     }
+}
+
+/// The call ledger's admission of the request in `context`: a call that
+/// came over HTTP without one is refused, whatever path it took.
+fn admitted(context: &RequestContext<RoleServer>) -> Result<Admission, ErrorData> {
+    super::caller::admission(&context.extensions)
+        .ok_or_else(|| ErrorData::internal_error("call not admitted by the call ledger", None))
 }
 
 /// How a call ended: `ok`, a tool error's code, `protocol_error`, or

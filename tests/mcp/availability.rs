@@ -211,11 +211,14 @@ async fn keyless_and_single_key_session_floods_leave_room_for_others() {
 }
 
 #[tokio::test]
-async fn trickling_bodies_take_no_slot_and_are_cut_at_the_body_deadline() {
+async fn trickling_bodies_hold_only_their_callers_share_and_are_cut_at_the_body_deadline() {
     let nexus_fake = fake_nexus(0).await;
+    // A body is read inside its request's admission: trickling ones hold
+    // their caller's share of the slots (2 here), never the server's 4.
     let options = HttpOptions::default()
         .stateless(true)
         .max_concurrent_requests(4)
+        .max_requests_per_caller(2)
         .body_read_timeout(Duration::from_millis(500));
     let server = nexus(&nexus_fake.uri());
     let counted = std::sync::Arc::clone(server.metrics());
@@ -260,17 +263,25 @@ async fn trickling_bodies_take_no_slot_and_are_cut_at_the_body_deadline() {
         async move { open >= 12.0 }
     })
     .await;
-    // Served at once, while every trickler is still sending: they hold no
-    // slot (with their slots taken first, this would be a 503).
+    // Served at once, while every trickler is still sending: they hold
+    // only their own caller's share.
     let took = honest_call(&served.url).await;
     assert!(took < Duration::from_secs(2), "{took:?}");
+    let mut cut = 0;
     for trickler in tricklers {
         let answer = tokio::time::timeout(Duration::from_secs(5), trickler)
             .await
             .unwrap()
             .unwrap();
-        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        // Admitted ones are cut at the body deadline; the others were
+        // over their caller's budget.
+        assert!(
+            answer.starts_with("HTTP/1.1 408") || answer.starts_with("HTTP/1.1 429"),
+            "{answer}"
+        );
+        cut += usize::from(answer.starts_with("HTTP/1.1 408"));
     }
+    assert_eq!(cut, 2, "the caller's two slots were held by its tricklers");
 }
 
 /// Matches requests whose Nexus key header is not `key`.

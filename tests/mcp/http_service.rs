@@ -362,6 +362,10 @@ async fn a_call_without_an_answer_by_the_request_deadline_gets_408_and_is_counte
     let answer = mcp.post(&message).await;
     let waited = started.elapsed();
     assert_eq!(answer.status, 408, "{answer:?}");
+    assert!(
+        answer.body.contains("--request-timeout"),
+        "a 408 says why (clients show its body): {answer:?}"
+    );
     assert!(waited < Duration::from_secs(3), "{waited:?}");
     // Answered by the guard, so logged and counted like any other answer.
     let metrics_url = served.url.replace(http::MCP_PATH, http::METRICS_PATH);

@@ -6,6 +6,7 @@
 mod support;
 
 mod availability;
+mod call_ledger;
 mod call_notes;
 mod callers;
 #[cfg(feature = "local")]
@@ -42,4 +43,5 @@ mod stdio_results;
 mod tasks;
 mod tool_list;
 mod tools;
+mod trusted_proxy;
 mod usefulness;

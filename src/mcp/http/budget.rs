@@ -14,13 +14,40 @@ use hyper::body::{Frame, SizeHint};
 use tokio::sync::Notify;
 
 /// Who a request counts against: a hash of its key, or the client
-/// address when it has none.
+/// network when it has none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum CallerId {
     /// A caller key, by its per-process hash.
     Key(u64),
-    /// A client without a key, by its address.
+    /// Clients without a key, by their network (see [`CallerId::network`]).
     Addr(IpAddr),
+}
+
+/// Requests in flight of one client network without a key, together (at
+/// most the per-caller limit): keyless callers share a small anonymous
+/// budget, within the quarantine of unproven keys.
+pub(crate) const ANONYMOUS_PER_NETWORK: usize = 8;
+
+impl CallerId {
+    /// The keyless caller of address `ip`: an IPv4 address, or an IPv6
+    /// /64 (one host's usual share; an IPv4-mapped address is its IPv4).
+    pub(super) fn network(ip: IpAddr) -> Self {
+        let ip = match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+            },
+            v4 => v4,
+        };
+        CallerId::Addr(ip)
+    }
+
+    fn limit(self, per_caller: usize) -> usize {
+        match self {
+            CallerId::Key(_) => per_caller,
+            CallerId::Addr(_) => per_caller.min(ANONYMOUS_PER_NETWORK),
+        }
+    }
 }
 
 /// Why a request got no slot.
@@ -75,7 +102,7 @@ impl Budgets {
     pub(super) fn admit(self: &Arc<Self>, caller: CallerId, proven: bool) -> Result<Slot, Over> {
         let mut counts = self.counts();
         let mine = counts.callers.get(&caller).copied().unwrap_or(0);
-        if mine >= self.per_caller {
+        if mine >= caller.limit(self.per_caller) {
             return Err(Over::Caller);
         }
         if counts.total >= self.max || (!proven && counts.unproven >= self.quarantine) {
@@ -214,6 +241,29 @@ mod tests {
         assert_eq!(budgets.admit(b, true).unwrap_err(), Over::Server);
         drop(first);
         assert!(budgets.admit(a, true).is_ok());
+    }
+
+    #[test]
+    fn keyless_callers_share_a_small_budget_per_network() {
+        let budgets = Arc::new(Budgets::new(256, 32));
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::2".parse().unwrap();
+        assert_eq!(CallerId::network(a), CallerId::network(b), "one /64");
+        let held: Vec<Slot> = (0..ANONYMOUS_PER_NETWORK)
+            .map(|_| budgets.admit(CallerId::network(a), false).unwrap())
+            .collect();
+        assert_eq!(
+            budgets.admit(CallerId::network(b), false).unwrap_err(),
+            Over::Caller
+        );
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert!(budgets.admit(CallerId::network(other), false).is_ok());
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(
+            CallerId::network(mapped),
+            CallerId::Addr(IpAddr::from([10, 0, 0, 1]))
+        );
+        drop(held);
     }
 
     #[test]

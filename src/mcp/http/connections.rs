@@ -20,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
-use super::budget::hold_until_end;
 use super::refusals::Refusals;
 use crate::mcp::metrics::Metrics;
 
@@ -93,13 +92,16 @@ pub(super) fn spawn_acceptor(
 #[derive(Debug)]
 pub(super) struct PeerCounts {
     pub(super) max: usize,
+    /// Trusted proxies: their connections are not capped per address.
+    trusted: Arc<[super::TrustedProxy]>,
     open: Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
 }
 
 impl PeerCounts {
-    pub(super) fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize, trusted: Arc<[super::TrustedProxy]>) -> Self {
         PeerCounts {
             max: max.max(1),
+            trusted,
             open: Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -117,7 +119,7 @@ impl PeerCounts {
     fn open(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<PeerPermit> {
         let mut counts = self.counts();
         let n = counts.entry(ip).or_insert(0);
-        if *n >= self.max {
+        if *n >= self.max && !self.trusted.iter().any(|t| t.contains(ip)) {
             return None;
         }
         *n += 1;
@@ -162,6 +164,9 @@ struct Activity {
 struct InFlight {
     /// Start of each request in flight, by a number drawn from `next`.
     started: std::collections::HashMap<u64, Instant>,
+    /// Since when each response that has something to send has waited for
+    /// its peer to take it (by the same numbers).
+    stalled: std::collections::HashMap<u64, Instant>,
     next: u64,
     /// When the last request in flight ended (or the connection opened).
     idle_since: Instant,
@@ -173,6 +178,7 @@ impl Activity {
             seen: AtomicBool::new(false),
             state: Mutex::new(InFlight {
                 started: std::collections::HashMap::new(),
+                stalled: std::collections::HashMap::new(),
                 next: 0,
                 idle_since: Instant::now(),
             }),
@@ -199,6 +205,12 @@ impl Activity {
         }
     }
 
+    /// Since when the longest-waiting response has waited for its peer to
+    /// take what it has to send.
+    fn stalled_since(&self) -> Option<Instant> {
+        self.state().stalled.values().min().copied()
+    }
+
     /// The start of the oldest request in flight, or (none in flight) the
     /// time the connection has been idle since.
     fn oldest(&self) -> Result<Instant, Instant> {
@@ -216,10 +228,25 @@ struct Busy {
     number: u64,
 }
 
+impl Busy {
+    /// The response has something for its peer (its head, or a frame just
+    /// handed over) and waits for the peer to take it, or (`false`) was
+    /// asked for more: its peer is reading.
+    fn waiting_on_peer(&self, waiting: bool) {
+        let mut state = self.activity.state();
+        if waiting {
+            state.stalled.insert(self.number, Instant::now());
+        } else {
+            state.stalled.remove(&self.number);
+        }
+    }
+}
+
 impl Drop for Busy {
     fn drop(&mut self) {
         let mut state = self.activity.state();
         state.started.remove(&self.number);
+        state.stalled.remove(&self.number);
         if state.started.is_empty() {
             state.idle_since = Instant::now();
         }
@@ -241,6 +268,9 @@ pub(super) struct Acceptor {
     /// response not sent by then (its peer does not read) cuts the
     /// connection, so that no peer holds a slot by not reading.
     pub(super) request_timeout: Duration,
+    /// How long a response may wait for its peer to take what it has to
+    /// send before the connection is cut.
+    pub(super) write_stall_timeout: Duration,
     pub(super) metrics: Arc<Metrics>,
     pub(super) refusals: Arc<Refusals>,
 }
@@ -344,7 +374,7 @@ impl Acceptor {
             let app = app.clone();
             async move {
                 let response = app.oneshot(request.map(axum::body::Body::new)).await;
-                response.map(|r| hold_until_end(r, busy))
+                response.map(|r| with_write_progress(r, busy))
             }
         });
         let service = ServiceBuilder::new()
@@ -362,8 +392,9 @@ impl Acceptor {
         // read); once idle, the idle deadline of the last request. Between
         // those it fires at least every `check_every`, so that a request
         // started after the timer was armed is seen in time.
-        let check_every =
-            (self.request_timeout / 4).clamp(Duration::from_millis(250), MAX_CHECK_INTERVAL);
+        let check_every = (self.request_timeout / 4)
+            .min(self.write_stall_timeout / 2)
+            .clamp(Duration::from_millis(250), MAX_CHECK_INTERVAL);
         let header_deadline = crate::mcp::instant_after(opened, self.header_read_timeout);
         let timer = tokio::time::sleep_until(
             header_deadline
@@ -406,6 +437,12 @@ impl Acceptor {
                                 oldest,
                                 self.request_timeout.saturating_add(UNREAD_GRACE),
                             );
+                            // A response its peer has not taken anything of
+                            // for the write-stall timeout is cut too.
+                            let stall_cut = activity.stalled_since().map(|since| {
+                                crate::mcp::instant_after(since, self.write_stall_timeout)
+                            });
+                            let cut = stall_cut.map_or(cut, |stall| stall.min(cut));
                             if cut <= now {
                                 // Dropping the connection resets its streams and
                                 // drops their bodies, and with them their slots.
@@ -433,5 +470,83 @@ impl Acceptor {
             }
         }
         gauge.dec();
+    }
+}
+
+/// `response` whose body reports to `busy` whether it waits for its peer:
+/// from the moment its head is handed over, and after each frame, until
+/// the connection asks for more. A body waiting for its own data (a long
+/// poll) is not waiting for the peer. Dropped with the body, `busy` ends
+/// the request on its connection.
+fn with_write_progress(response: Response, busy: Busy) -> Response {
+    busy.waiting_on_peer(true);
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, axum::body::Body::new(Progress { inner: body, busy }))
+}
+
+/// A response body that tells its connection when its peer takes frames.
+struct Progress {
+    inner: axum::body::Body,
+    busy: Busy,
+}
+
+impl hyper::body::Body for Progress {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>>> {
+        self.busy.waiting_on_peer(false);
+        // When the body has data again, it waits on the connection (which
+        // asks for it only while its peer takes what it sends).
+        let waker = std::task::Waker::from(Arc::new(ReadyAgain {
+            activity: Arc::clone(&self.busy.activity),
+            number: self.busy.number,
+            inner: cx.waker().clone(),
+        }));
+        let mut ready_again = std::task::Context::from_waker(&waker);
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(&mut ready_again);
+        // A frame handed over waits on the peer, the last one too: the
+        // body is dropped only once the connection has sent it.
+        if matches!(polled, std::task::Poll::Ready(Some(Ok(_)))) {
+            self.busy.waiting_on_peer(true);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The waker a response body gets: once the body has data again, its
+/// request waits for the connection to take it.
+struct ReadyAgain {
+    activity: Arc<Activity>,
+    number: u64,
+    inner: std::task::Waker,
+}
+
+impl std::task::Wake for ReadyAgain {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut state = self.activity.state();
+        if state.started.contains_key(&self.number) {
+            state
+                .stalled
+                .entry(self.number)
+                .or_insert_with(Instant::now);
+        }
+        drop(state);
+        self.inner.wake_by_ref();
     }
 }

@@ -438,7 +438,10 @@ mod tests {
         let d = direct();
         let body = br#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"nope"}}"#;
         let call = d.plain(&headers(PLAIN), body).unwrap();
-        let (parts, ()) = http::Request::new(()).into_parts();
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        // Admitted by the call ledger, as the guard admits every call.
+        let ticket = crate::mcp::caller::CallTicket(std::sync::Arc::new(()));
+        parts.extensions.insert(ticket.clone());
         let response = d.answer(parts, call).await;
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(
@@ -456,7 +459,8 @@ mod tests {
         );
         // One idle service per revision, made once.
         let again = d.plain(&headers(PLAIN), &body_of("b")).unwrap();
-        let (parts, ()) = http::Request::new(()).into_parts();
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        parts.extensions.insert(ticket);
         let _ = d.answer(parts, again).await;
         assert_eq!(d.peers.lock().unwrap().len(), 1);
     }

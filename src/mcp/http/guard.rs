@@ -7,7 +7,6 @@
 //! uniform 404 otherwise) or, for `initialize`, room under the caps. Every
 //! request gets a short id (`x-request-id`) and one access-log line.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,11 +22,11 @@ use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use secrecy::SecretString;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::answer::{coalesce_answer, prefers_json, with_deadline};
 use super::budget::{Budgets, CallerId, Over, Slot, hold_until_end};
 use super::cors::{self, HostOrigin};
+use super::ledger;
 use super::options::MAX_REQUEST_BODY_BYTES;
 use super::proof::{Proofs, Standing};
 use super::refusals::{Reason, Refusals};
@@ -62,7 +61,9 @@ pub(super) struct Guard {
     /// `notifications/cancelled` from the same caller can stop them (and
     /// nobody else's), whichever connection it comes on: an HTTP/1.1
     /// client sends it on another one while its request waits.
-    pub(super) running: Mutex<RunningRequests>,
+    pub(super) running: Mutex<super::ledger::RunningRequests>,
+    /// Proxies whose forwarding headers name the real client.
+    pub(super) trusted_proxies: Arc<[super::TrustedProxy]>,
     /// The MCP service a request reaches once admitted.
     pub(super) mcp: McpService,
     /// Plain stateless tool calls answered in place; `None` with sessions.
@@ -84,7 +85,7 @@ impl std::fmt::Debug for McpService {
 }
 
 impl McpService {
-    async fn run(&self, request: Request) -> Response {
+    pub(super) async fn run(&self, request: Request) -> Response {
         // Boxed: rmcp's future is kilobytes, and the guard's own future
         // (moved into its box per request) should not carry it inline.
         Box::pin(self.0.handle(request)).await.into_response()
@@ -149,75 +150,7 @@ fn method_label(method: &Method) -> HttpMethod {
     }
 }
 
-/// What names a running stateless request: its caller and its JSON-RPC
-/// id (a caller reusing an id while the first request runs cancels both).
-type RunningKey = (CallerId, String);
-
-/// The stateless requests running: each key's requests, by a number of
-/// their own.
-#[derive(Debug, Default)]
-pub(super) struct RunningRequests {
-    by_key: HashMap<RunningKey, Vec<(u64, CancellationToken)>>,
-    next: u64,
-}
-
-/// A stateless request registered for cancellation; unregistered on drop.
-struct Running {
-    guard: Arc<Guard>,
-    key: RunningKey,
-    number: u64,
-    token: CancellationToken,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let mut running = self.guard.running();
-        if let Some(tokens) = running.by_key.get_mut(&self.key) {
-            tokens.retain(|(number, _)| *number != self.number);
-            if tokens.is_empty() {
-                running.by_key.remove(&self.key);
-            }
-        }
-    }
-}
-
 impl Guard {
-    fn running(&self) -> std::sync::MutexGuard<'_, RunningRequests> {
-        self.running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Registers a stateless request of `caller` with JSON-RPC `id`.
-    fn register(self: &Arc<Self>, caller: CallerId, id: String) -> Running {
-        let token = CancellationToken::new();
-        let key = (caller, id);
-        let mut running = self.running();
-        let number = running.next;
-        running.next = running.next.wrapping_add(1);
-        running
-            .by_key
-            .entry(key.clone())
-            .or_default()
-            .push((number, token.clone()));
-        drop(running);
-        Running {
-            guard: Arc::clone(self),
-            key,
-            number,
-            token,
-        }
-    }
-
-    /// Cancels `caller`'s running stateless requests with JSON-RPC `id`.
-    fn cancel_running(&self, caller: CallerId, id: &str) {
-        if let Some(tokens) = self.running().by_key.get(&(caller, id.to_owned())) {
-            for (_, token) in tokens {
-                token.cancel();
-            }
-        }
-    }
-
     fn refuse(
         &self,
         reason: Reason,
@@ -310,7 +243,7 @@ impl Guard {
         });
         let id = match hash {
             Some(hash) => CallerId::Key(hash),
-            None => CallerId::Addr(peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip())),
+            None => CallerId::network(peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip())),
         };
         Caller {
             key: proving,
@@ -329,8 +262,22 @@ impl Guard {
         caller: &Caller,
         asked: &Asked<'_>,
     ) -> Result<Response, Response> {
+        let proven = self.key_proven(caller, asked).await?;
+        // Keyless callers count with unproven keys: a small anonymous
+        // budget per client network, within the server's quarantine.
+        let metered_proven = proven && caller.key.is_some();
+        // Admitted before the body is read: the read is within the budget.
+        let slot = match self.budgets.admit(caller.id, metered_proven) {
+            Ok(slot) => Arc::new(slot),
+            Err(over) => {
+                let refused = self.over_budget(over, metered_proven, asked);
+                return Err(self
+                    .cancel_when_over_budget(request, caller, asked, refused)
+                    .await);
+            }
+        };
         let Received {
-            request,
+            mut request,
             message,
             body,
         } = self.receive(request, asked).await?;
@@ -348,22 +295,24 @@ impl Guard {
             .get(HEADER_SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let proven = self.key_proven(caller, asked).await?;
         if let (Some(sessions), Some(id), true) = (&self.sessions, &session, proven) {
             sessions.prove(id);
         }
         if self.sessions.is_none()
             && let Some(Message::Cancelled(Some(id))) = &message
         {
-            self.cancel_running(caller.id, id);
+            self.cancel_running(caller.id, asked.client(), id);
         }
-        let slot = self
-            .budgets
-            .admit(caller.id, proven)
-            .map_err(|over| self.over_budget(over, proven, asked))?;
+        if let Some(Message::Request(_)) = &message {
+            ledger::ticket(&mut request, &slot);
+        }
         match (&self.sessions, session, message) {
-            (Some(sessions), Some(id), _) => {
-                self.serve_in_session(sessions, &id, request, caller, slot, asked)
+            (Some(sessions), Some(id), message) => {
+                let call = match message {
+                    Some(Message::Request(call)) => call,
+                    _ => None,
+                };
+                self.serve_in_session(sessions, &id, request, caller, (slot, call), asked)
                     .await
             }
             (Some(sessions), None, Some(Message::Initialize)) => {
@@ -381,6 +330,52 @@ impl Guard {
                     response
                 })
             }
+        }
+    }
+
+    /// A request over the budget: `refused`, unless it is a
+    /// `notifications/cancelled` (read up to a small bound), which reaches
+    /// the request it names even then.
+    async fn cancel_when_over_budget(
+        self: &Arc<Self>,
+        request: Request,
+        caller: &Caller,
+        asked: &Asked<'_>,
+        refused: Response,
+    ) -> Response {
+        if *asked.method != Method::POST {
+            return refused;
+        }
+        let (parts, body) = request.into_parts();
+        let read = tokio::time::timeout(
+            self.body_read_timeout,
+            axum::body::to_bytes(body, ledger::CANCEL_PEEK_BYTES),
+        )
+        .await;
+        let Ok(Ok(bytes)) = read else {
+            return refused;
+        };
+        let Ok((Message::Cancelled(Some(id)), _)) = classify(&bytes) else {
+            return refused;
+        };
+        let session = parts
+            .headers
+            .get(HEADER_SESSION_ID)
+            .and_then(|v| v.to_str().ok());
+        match (&self.sessions, session) {
+            (None, _) => {
+                self.cancel_running(caller.id, asked.client(), &id);
+                StatusCode::ACCEPTED.into_response()
+            }
+            (Some(sessions), Some(session)) => match sessions.enter(session, caller.owner) {
+                Some(_in_use) => {
+                    self.mcp
+                        .run(Request::from_parts(parts, Body::from(bytes)))
+                        .await
+                }
+                None => self.not_found(asked.peer, asked.method),
+            },
+            (Some(_), None) => refused,
         }
     }
 
@@ -479,7 +474,7 @@ impl Guard {
             Over::Server if !proven => (
                 Reason::Quarantine,
                 StatusCode::SERVICE_UNAVAILABLE,
-                "too many requests of keys not yet accepted upstream; retry later",
+                "too many requests without a key or of keys not yet accepted upstream; retry later",
             ),
             Over::Server => (
                 Reason::ServerBusy,
@@ -494,12 +489,12 @@ impl Guard {
     /// otherwise), one GET stream at a time, and the slot (or stream) held
     /// until the answer's last byte.
     async fn serve_in_session(
-        &self,
+        self: &Arc<Self>,
         sessions: &Arc<Sessions>,
         id: &str,
         request: Request,
         caller: &Caller,
-        slot: Slot,
+        (slot, call): (Arc<Slot>, Option<String>),
         asked: &Asked<'_>,
     ) -> Result<Response, Response> {
         let (peer, method) = (asked.peer, asked.method);
@@ -531,11 +526,21 @@ impl Guard {
             None
         };
         let json_first = post && prefers_json(request.headers());
+        // A call whose answer is abandoned (hang-up, deadline) before its
+        // end is cancelled in its session, as its client would have.
+        let mut abandoned = call.map(|call| ledger::Abandoned::arm(self, &request, call));
         let response = self.mcp.run(request).await;
         if response.status() == StatusCode::NOT_FOUND {
+            if let Some(abandoned) = &mut abandoned {
+                abandoned.disarm();
+            }
             sessions.remove(id);
             return Err(self.not_found(peer, method));
         }
+        let response = match abandoned {
+            Some(abandoned) => ledger::cancel_unless_delivered(response, abandoned),
+            None => response,
+        };
         if *method == Method::DELETE && response.status().is_success() {
             sessions.remove(id);
             // rmcp answers 202; clients (the Python SDK among them)
@@ -564,7 +569,7 @@ impl Guard {
         request: Request,
         caller: &Caller,
         proven: bool,
-        slot: Slot,
+        slot: Arc<Slot>,
         asked: &Asked<'_>,
     ) -> Result<Response, Response> {
         let reservation = sessions
@@ -623,7 +628,7 @@ impl Guard {
         id: String,
         body: Option<Bytes>,
         caller: CallerId,
-        slot: Slot,
+        slot: Arc<Slot>,
         asked: &Asked<'_>,
     ) -> Response {
         // A tool call's structured content is written here from its
@@ -633,7 +638,7 @@ impl Guard {
         if let Some(edge) = &edge {
             request.extensions_mut().insert(edge.clone());
         }
-        let running = self.register(caller, id.clone());
+        let running = self.register(caller, asked.client(), id.clone());
         let token = running.token.clone();
         // A plain call is answered here, anything else by rmcp.
         let plain = match (&self.direct, &edge, &body) {
@@ -659,7 +664,7 @@ impl Guard {
             Some(edge) => write_held(response, edge).await,
             None => response,
         };
-        let response = cut_when_cancelled(response, token);
+        let response = ledger::cut_when_cancelled(response, token);
         // The budget slot is held until the answer's last byte, as
         // a session's is: a streamed answer counts while it runs.
         hold_until_end(response, (slot, edge, running))
@@ -674,6 +679,13 @@ struct Asked<'a> {
     method: &'a Method,
     deadline: Instant,
     rpc_method: &'a std::sync::OnceLock<&'static str>,
+}
+
+impl Asked<'_> {
+    /// The client's address.
+    fn client(&self) -> Option<IpAddr> {
+        self.peer.map(|p| p.ip())
+    }
 }
 
 /// Who a request comes from, worked out once from its key header.
@@ -698,32 +710,22 @@ struct Received {
     body: Option<Bytes>,
 }
 
-/// Ends a streamed answer when its request is cancelled.
-fn cut_when_cancelled(response: Response, token: CancellationToken) -> Response {
-    use futures::StreamExt;
-    let streamed = response
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if !streamed {
-        return response;
-    }
-    let (parts, body) = response.into_parts();
-    let body = Body::from_stream(body.into_data_stream().take_until(token.cancelled_owned()));
-    Response::from_parts(parts, body)
-}
-
 /// Checks a request (see the module docs), answers 408 when it has no
 /// response head by the request deadline, bounds SSE responses by that
 /// deadline, and logs one access line.
 async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
     let start = Instant::now();
     let deadline = crate::mcp::instant_after(start, guard.request_timeout);
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0);
+    // The real client, when a trusted proxy forwarded the request: every
+    // per-client limit and the logs are about it.
+    let peer = super::proxy::real_client(
+        request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0),
+        request.headers(),
+        &guard.trusted_proxies,
+    );
     let method = request.method().clone();
     let id = request_id();
     let checked = guard.host_origin.check(request.uri(), request.headers());
@@ -749,7 +751,12 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
             .await;
             handled.unwrap_or_else(|_| {
                 (
-                    StatusCode::REQUEST_TIMEOUT.into_response(),
+                    (
+                        StatusCode::REQUEST_TIMEOUT,
+                        "Request Timeout: not answered within the request deadline (--request-timeout); \
+                         the call it carried is cancelled",
+                    )
+                        .into_response(),
                     CallerTag::Unknown,
                 )
             })

@@ -45,9 +45,11 @@ mod connections;
 mod cors;
 mod direct;
 mod guard;
+mod ledger;
 mod ops;
 mod options;
 mod proof;
+mod proxy;
 mod refusals;
 mod sessions;
 mod splice;
@@ -68,6 +70,7 @@ use guard::{Guard, Guarded, McpService};
 pub use ops::{HEALTH_PATH, METRICS_PATH, READY_PATH};
 use options::MAX_REQUEST_BODY_BYTES;
 pub use options::*;
+pub use proxy::{TrustedProxy, TrustedProxyError};
 use refusals::Refusals;
 use sessions::Sessions;
 
@@ -151,7 +154,8 @@ fn build(
         request_timeout: options.request_timeout,
         body_read_timeout: options.body_read_timeout,
         keyless,
-        running: Mutex::new(guard::RunningRequests::default()),
+        running: Mutex::new(ledger::RunningRequests::default()),
+        trusted_proxies: options.trusted_proxies.clone().into(),
         mcp,
         direct,
     });
@@ -224,11 +228,13 @@ pub async fn serve(
         max_connections: options.max_connections.max(1),
         peers: Arc::new(connections::PeerCounts::new(
             options.effective_max_connections_per_peer(),
+            options.trusted_proxies.clone().into(),
         )),
         per_connection: options.max_requests_per_connection.max(1),
         header_read_timeout: options.header_read_timeout,
         idle_timeout: options.idle_timeout,
         request_timeout: options.request_timeout,
+        write_stall_timeout: options.write_stall_timeout,
         metrics,
         refusals: built.refusals,
     };

@@ -31,6 +31,8 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`HttpOptions::request_timeout`]: longer than the longest
 /// `get_query` wait (60 s) plus the per-call Nexus deadline.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default [`HttpOptions::write_stall_timeout`].
+pub const DEFAULT_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`HttpOptions::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default [`HttpOptions::max_concurrent_requests`].
@@ -73,6 +75,11 @@ pub struct HttpOptions {
     /// Time a request has from its head to the end of its response
     /// (SSE streams included).
     pub request_timeout: Duration,
+    /// How long a response may wait for its peer to take what it has to
+    /// send (an HTTP/2 peer that grants no flow-control window, an HTTP/1
+    /// peer that stops reading) before its connection is cut, which frees
+    /// its slots. A long poll waiting for its own data is not stalled.
+    pub write_stall_timeout: Duration,
     /// Open connections; more are closed at once.
     pub max_connections: usize,
     /// Open connections from one client address; more are closed at once.
@@ -108,6 +115,11 @@ pub struct HttpOptions {
     /// handled without a hand-off to another thread (a session's messages
     /// still go through the thread that created the session). Default 1.
     pub threads: usize,
+    /// Reverse proxies whose `Forwarded` / `X-Forwarded-For` headers name
+    /// the real client: fairness, budgets, key checks and anonymous limits
+    /// then apply per real client, and connections from these proxies are
+    /// not capped per address. Headers from anyone else are ignored.
+    pub trusted_proxies: Vec<super::TrustedProxy>,
 }
 
 impl Default for HttpOptions {
@@ -120,6 +132,7 @@ impl Default for HttpOptions {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            write_stall_timeout: DEFAULT_WRITE_STALL_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: None,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
@@ -130,6 +143,7 @@ impl Default for HttpOptions {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             session_idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
             threads: 1,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -214,6 +228,27 @@ impl HttpOptions {
         self.max_connections_per_peer
             .unwrap_or(self.max_connections / 4)
             .clamp(1, self.max_connections.max(1))
+    }
+
+    /// Sets how long a response may wait for its peer to read before the
+    /// connection is cut (at least 1 s; see
+    /// [`HttpOptions::write_stall_timeout`]).
+    pub fn write_stall_timeout(mut self, timeout: Duration) -> Self {
+        self.write_stall_timeout = timeout.max(Duration::from_secs(1));
+        self
+    }
+
+    /// Trusts the forwarding headers of connections from `proxies` (see
+    /// [`HttpOptions::trusted_proxies`]).
+    ///
+    /// ```
+    /// use nexus_knowql::mcp::http::HttpOptions;
+    /// let options = HttpOptions::default().trusted_proxies(vec!["10.0.0.0/8".parse().unwrap()]);
+    /// assert_eq!(options.trusted_proxies.len(), 1);
+    /// ```
+    pub fn trusted_proxies(mut self, proxies: Vec<super::TrustedProxy>) -> Self {
+        self.trusted_proxies = proxies;
+        self
     }
 
     /// Sets the limit of requests handled at once (at least 1).

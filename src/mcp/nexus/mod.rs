@@ -62,7 +62,7 @@ use self::shapes::{
 };
 use super::caller::{CallKey, call_key};
 use super::edge_structured::EdgeSlot;
-use super::tool_error::ToolError;
+use super::tool_error::{ToolError, ToolErrorCode};
 use crate::Client;
 use crate::client::{Poller, WaitPolicy};
 
@@ -375,9 +375,11 @@ impl NexusServer {
         // Once sent, the request is not abandoned on cancellation (its query
         // id would be lost with a turn running); it finishes, and the turn is
         // then cancelled.
-        let handle = self
-            .nexus(Subject::Context(slug), session.ask(question).background())
-            .await?;
+        let mut start = Box::pin(session.ask(question).background());
+        let handle = match tokio::time::timeout(self.call_timeout, &mut start).await {
+            Ok(started) => started.map_err(|e| nexus_error(e, Subject::Context(slug)))?,
+            Err(_) => return Err(self.start_timed_out(start, &client).await),
+        };
         let query = handle.last_seen();
         if ctx.ct.is_cancelled() {
             tracing::debug!(query_id = %query.id, "request cancelled: cancelling the turn it started");
@@ -398,6 +400,61 @@ impl NexusServer {
             status: query.status.to_string(),
             model: query.model.clone(),
         })
+    }
+
+    /// A turn's start that passed the call deadline: it may have started
+    /// a billed turn, so it is awaited once more (up to the call deadline)
+    /// for the turn's id, and that turn is cancelled. The `TIMEOUT` names
+    /// the turn, and never advises another one.
+    async fn start_timed_out(
+        &self,
+        start: impl Future<Output = crate::Result<crate::query::QueryHandle>>,
+        client: &Client,
+    ) -> ToolError {
+        let waited = self.call_timeout;
+        let late = tokio::time::timeout(self.call_timeout, start).await;
+        let Ok(Ok(started)) = late else {
+            // Never answered (or refused): no turn id to name or cancel.
+            return ToolError::new(
+                ToolErrorCode::Timeout,
+                format!(
+                    "Nexus did not answer the start of the turn within {} ms; \
+                     a turn may still have started, and its id is unknown",
+                    waited.as_millis().saturating_mul(2)
+                ),
+                false,
+            )
+            .with_suggestion(
+                "do not ask again at once: a turn may be running; raise \
+                 --nexus-call-timeout-ms if Nexus is slow to start turns",
+            );
+        };
+        let query_id = started.last_seen().id.clone();
+        let cancelled = self
+            .nexus(
+                Subject::Query(&query_id),
+                client.queries().cancel(&query_id),
+            )
+            .await;
+        let what = match &cancelled {
+            Ok(_) => "it was cancelled",
+            Err(e) => {
+                tracing::warn!(query_id, error = %e, "could not cancel a turn whose start timed out");
+                "it could not be cancelled: call get_query with this query_id for its answer"
+            }
+        };
+        ToolError::new(
+            ToolErrorCode::Timeout,
+            format!(
+                "Nexus started turn {query_id} only after the call deadline of {} ms; {what}",
+                waited.as_millis()
+            ),
+            false,
+        )
+        .with_suggestion(format!(
+            "turn {query_id} was started: do not ask again blindly; raise \
+             --nexus-call-timeout-ms if Nexus is slow to start turns"
+        ))
     }
 
     async fn run_get_query(

@@ -1,0 +1,133 @@
+//! The call ledger: a call holds its slot until the upstream work it
+//! started has ended, and a call whose caller is gone (hang-up, request
+//! deadline) cancels its Nexus turn in every mode, sessions included; a
+//! turn's start past the call deadline names its turn and cancels it.
+
+use std::time::Duration;
+
+use crate::peer_support::{post, query_context, seen_within, turn_nexus};
+use crate::support::mcp::{
+    HttpMcp, Served, call, caller_keys, connect, nexus_client, serve, tool_error,
+};
+use nexus_knowql::mcp::http::HttpOptions;
+use nexus_knowql::mcp::{NexusMcp, NexusServer};
+use serde_json::json;
+use wiremock::MockServer;
+
+const KEY: &str = "pcsk_call_ledger_key_0123456789abcdef";
+const CANCEL: (&str, &str) = ("POST", "/queries/q_1/cancel");
+
+async fn served(nexus: &MockServer, options: HttpOptions) -> Served {
+    let server = NexusMcp::new().with_nexus(
+        NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(caller_keys(false)),
+    );
+    serve(server, options).await
+}
+
+/// A session of `KEY` on `served`, initialized.
+async fn session(served: &Served) -> HttpMcp {
+    let mut client = HttpMcp::new(served.url.clone()).header("x-pinecone-api-key", KEY);
+    client.initialize().await;
+    client
+}
+
+/// Posts `query_context` in `client`'s session on a connection of its own;
+/// the status.
+fn spawn_session_call(client: &HttpMcp) -> tokio::task::JoinHandle<u16> {
+    let mut own = HttpMcp::new(client.url.clone())
+        .header("x-pinecone-api-key", KEY)
+        .joining(client);
+    tokio::spawn(async move { own.post(&query_context(5)).await.status })
+}
+
+#[tokio::test]
+async fn a_session_call_whose_client_hangs_up_cancels_its_turn() {
+    let nexus = turn_nexus(Duration::from_millis(1500)).await;
+    let served = served(&nexus, HttpOptions::default()).await;
+    let client = session(&served).await;
+    let call = spawn_session_call(&client);
+    assert!(seen_within(&nexus, ("POST", "/query"), Duration::from_secs(10)).await);
+    // The client gives up: its connection closes.
+    call.abort();
+    assert!(
+        seen_within(&nexus, CANCEL, Duration::from_secs(5)).await,
+        "the turn of a session call whose client hung up is cancelled"
+    );
+}
+
+#[tokio::test]
+async fn a_session_call_past_its_deadline_cancels_its_turn() {
+    let nexus = turn_nexus(Duration::from_millis(2500)).await;
+    let options = HttpOptions::default().request_timeout(Duration::from_secs(1));
+    let served = served(&nexus, options).await;
+    let client = session(&served).await;
+    let status = spawn_session_call(&client).await.unwrap();
+    assert!(status == 408 || status == 200, "{status}");
+    assert!(
+        seen_within(&nexus, CANCEL, Duration::from_secs(5)).await,
+        "the turn of a session call past its deadline is cancelled"
+    );
+}
+
+#[tokio::test]
+async fn a_hung_up_call_holds_its_slot_until_its_turn_is_cancelled() {
+    let nexus = turn_nexus(Duration::from_millis(1500)).await;
+    let options = HttpOptions::default()
+        .stateless(true)
+        .max_requests_per_caller(1);
+    let served = served(&nexus, options).await;
+    let url = served.url.clone();
+    let call = tokio::spawn(async move { post(&url, KEY, None, &query_context(8)).await });
+    assert!(seen_within(&nexus, ("POST", "/query"), Duration::from_secs(10)).await);
+    call.abort();
+    // The turn's start is still in flight: the caller's one slot is held.
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    let (status, body) = post(&served.url, KEY, None, &ping).await;
+    assert_eq!(
+        status, 429,
+        "the slot is held while the turn may run: {body}"
+    );
+    assert!(seen_within(&nexus, CANCEL, Duration::from_secs(5)).await);
+    // Once the cancel is answered the slot is free again.
+    let mut freed = false;
+    for _ in 0..50 {
+        if post(&served.url, KEY, None, &ping).await.0 == 200 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        freed,
+        "the slot is freed once the turn's cancel is answered"
+    );
+}
+
+#[tokio::test]
+async fn a_turn_start_past_the_call_deadline_names_its_turn_and_cancels_it() {
+    // Nexus answers the turn's start after the call deadline.
+    let nexus = turn_nexus(Duration::from_millis(600)).await;
+    let server = NexusMcp::new().with_nexus(
+        NexusServer::new(nexus_client(&nexus.uri())).with_call_timeout(Duration::from_millis(400)),
+    );
+    let client = connect(server).await;
+    let result = call(
+        &client,
+        "query_context",
+        json!({"context": "docs", "question": "Why?"}),
+    )
+    .await;
+    let error = tool_error(&result);
+    assert_eq!(error["code"], "TIMEOUT", "{error}");
+    assert_eq!(error["recoverable"], false, "{error}");
+    let text = error.to_string();
+    assert!(text.contains("q_1"), "the TIMEOUT names the turn: {error}");
+    assert!(
+        !text.contains("call the tool again"),
+        "a TIMEOUT that may have started a turn never advises another: {error}"
+    );
+    assert!(
+        seen_within(&nexus, CANCEL, Duration::from_secs(5)).await,
+        "the late turn is cancelled"
+    );
+}
