@@ -17,6 +17,7 @@ mod job_lock;
 mod one_bound;
 mod resume_prop;
 mod sequenced;
+mod start_protocol;
 mod session;
 mod stream;
 mod turn_edges;
