@@ -271,7 +271,6 @@ impl TurnBuilder {
         Ok(())
     }
 
-
     /// Whether this turn starts a new session (its session has no id, no
     /// earlier turn and continues none).
     pub(crate) fn starts_session(&self) -> bool {

@@ -81,10 +81,11 @@ async fn a_job_never_adopts_another_contexts_turn_with_the_same_question() {
 
     let protocol = StartProtocol::default().admission_horizon(Duration::ZERO);
     let client = server.client();
-    let e = CheckpointedTurn::start_or_resume_with(&client, &store, "job-a", ask, &protocol)
-        .await
-        .err()
-        .expect("job A must not adopt job B's turn");
+    let restarted =
+        CheckpointedTurn::start_or_resume_with(&client, &store, "job-a", ask, &protocol).await;
+    let Err(e) = restarted else {
+        panic!("job A must not adopt job B's turn");
+    };
     assert!(e.to_string().contains("\"job-a\""), "{e}");
     match e {
         Error::Checkpoint(CheckpointError::NotStarted { key, examined, .. }) => {
@@ -93,7 +94,11 @@ async fn a_job_never_adopts_another_contexts_turn_with_the_same_question() {
         }
         other => panic!("expected NotStarted, got {other:?}"),
     }
-    assert_eq!(server.count("POST", "/query"), 1, "at most once: nothing posted");
+    assert_eq!(
+        server.count("POST", "/query"),
+        1,
+        "at most once: nothing posted"
+    );
     assert!(!server.requests().iter().any(|r| r.path.contains("q_b")));
 }
 
@@ -111,7 +116,11 @@ async fn at_least_once_posts_again_when_the_turn_is_not_found() {
     let again =
         CheckpointedTurn::start_or_resume_with(&client, &store, "job-a", ask, &protocol).await;
     assert!(again.is_err(), "the scripted POST is refused again");
-    assert_eq!(server.count("POST", "/query"), 2, "at least once: posted again");
+    assert_eq!(
+        server.count("POST", "/query"),
+        2,
+        "at least once: posted again"
+    );
 }
 
 /// The restart keeps looking until the horizon has passed since the intent:
