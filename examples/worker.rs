@@ -22,7 +22,9 @@
 //!    file, fsync, rename) before the next one is read. After handling
 //!    `--crash-after` events it exits at once with code 3.
 //! 2. The second finds the checkpoint (or, had the first died before its
-//!    first checkpoint, the turn the first started: never a second turn)
+//!    first checkpoint, the turn the first started: never a second turn;
+//!    had it died before its `POST /query` arrived, the turn again, once
+//!    the admission horizon has passed: this worker is at least once)
 //!    and writes the rest: the events after the last one handled, checked
 //!    against the stored answer, whose beginning must be the text the
 //!    checkpoint proves. Once the turn has ended the store forgets it.
@@ -55,7 +57,7 @@ use std::time::Duration;
 use clap::Parser;
 use futures::StreamExt;
 use nexus_knowql::local::LocalNexus;
-use nexus_knowql::query::{CheckpointStore, FileCheckpointStore};
+use nexus_knowql::query::{CheckpointStore, FileCheckpointStore, IfNotFound, StartProtocol};
 use nexus_knowql::{Checkpoint, CheckpointedTurn, Client, QueryEvent};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -89,6 +91,11 @@ struct Args {
     /// Events handled before the (first) worker crashes.
     #[arg(long)]
     crash_after: Option<usize>,
+    /// When a restart cannot find the turn a dead worker was starting (the
+    /// admission horizon passed), fail with `CheckpointError::NotStarted`
+    /// and post nothing, instead of posting the turn again.
+    #[arg(long)]
+    at_most_once: bool,
     /// Context to ask (default: the only queryable one).
     #[arg(long = "context", value_name = "SLUG")]
     context: Option<String>,
@@ -230,7 +237,19 @@ async fn work(args: &Args) -> Result<ExitCode, String> {
     };
     let session = client.session([context]).build();
     let ask = session.map_err(|e| e.to_string())?.ask(&args.question);
-    let started = CheckpointedTurn::start_or_resume(&client, store, &args.key, ask).await;
+    // This worker's choice: at least once. A job's answer matters more here
+    // than its cost, so a turn a dead worker was starting that no session
+    // shows once the admission horizon has passed is posted again (a
+    // second turn only if the server admitted the first after the
+    // horizon). `--at-most-once` fails instead and posts nothing.
+    let policy = if args.at_most_once {
+        IfNotFound::AtMostOnce
+    } else {
+        IfNotFound::AtLeastOnce
+    };
+    let protocol = StartProtocol::default().if_not_found(policy);
+    let started =
+        CheckpointedTurn::start_or_resume_with(&client, store, &args.key, ask, &protocol).await;
     let mut turn = started.map_err(|e| e.to_string())?;
     if let Some(cp) = turn.resumed_from() {
         eprintln!(

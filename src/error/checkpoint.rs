@@ -57,6 +57,22 @@ pub enum CheckpointError {
         /// The turns that match.
         candidates: Vec<String>,
     },
+    /// The job recorded that it was starting its turn, and once the
+    /// admission horizon had passed no session created since showed it
+    /// (under [`IfNotFound::AtMostOnce`](crate::query::IfNotFound)): nothing
+    /// was posted. Way out: look for the turn yourself
+    /// (`client.sessions().list()`), then clear the key to start again.
+    #[error(
+        "checkpoint {key:?}: the job's turn may not have started: no session created since its intent matched it ({examined} examined, looking for {horizon:?} after the intent); nothing was posted, clear the key to start again"
+    )]
+    NotStarted {
+        /// The job's key.
+        key: String,
+        /// How many sessions created since the intent the last look examined.
+        examined: usize,
+        /// The admission horizon that passed.
+        horizon: std::time::Duration,
+    },
     /// Another process runs the job under this key now (it holds the
     /// key's lock). Nothing of that job's was read or touched. Way out:
     /// wait for it to end, or stop it, then run the job again.

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::background::QueryHandle;
 use super::fetch::content_encoding;
-use super::session::{Session, WhenBusy};
+use super::session::{Session, Start, WhenBusy};
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
 use super::stream::{
@@ -78,6 +78,17 @@ fn empty_request(ask: String) -> types::QueryRequest {
         tools: Vec::new(),
         workflow: None,
     }
+}
+
+/// Fills in the part of `request` that a new session's first turn takes
+/// from its session: scope and configuration.
+fn fill_new_session(request: &mut types::QueryRequest, start: Start) {
+    request.scope = start.scope;
+    request.system_prompt = start.config.system_prompt;
+    request.guardrails = start.config.guardrails;
+    request.model = start.config.model;
+    request.models = start.config.models;
+    request.tools = start.config.tools;
 }
 
 impl TurnBuilder {
@@ -260,11 +271,6 @@ impl TurnBuilder {
         Ok(())
     }
 
-    /// The question this turn asks.
-    pub(crate) fn ask_text(&self) -> &str {
-        &self.request.ask
-    }
-
     /// Whether this turn starts a new session (its session has no id, no
     /// earlier turn and continues none).
     pub(crate) fn starts_session(&self) -> bool {
@@ -299,14 +305,17 @@ impl TurnBuilder {
         } else if let Some(prev) = start.previous_query_id {
             r.previous_query_id = Some(prev);
         } else {
-            r.scope = start.scope;
-            r.system_prompt = start.config.system_prompt;
-            r.guardrails = start.config.guardrails;
-            r.model = start.config.model;
-            r.models = start.config.models;
-            r.tools = start.config.tools;
+            fill_new_session(r, start);
         }
         Ok(slot)
+    }
+
+    /// The request this turn sends when it starts a new session: what
+    /// `POST /query` will carry, the session's part filled in.
+    pub(crate) fn new_session_request(&self) -> types::QueryRequest {
+        let mut request = self.request.clone();
+        fill_new_session(&mut request, self.session.shared.lock().clone());
+        request
     }
 
     fn post(&self, event_stream: bool) -> reqwest::RequestBuilder {

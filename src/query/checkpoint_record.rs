@@ -13,7 +13,8 @@ pub const MAX_REASON_CHARS: usize = 200;
 
 /// What a [`CheckpointStore`](super::CheckpointStore) keeps under a key.
 ///
-/// Its text form is one line: `starting <ask> <after>`, `at <checkpoint>`
+/// Its text form is one line: `starting <request> <turn> <recorded_at>
+/// <after>`, `at <checkpoint>`
 /// or `failed <query_id> <reason>`.
 ///
 /// ```
@@ -36,22 +37,24 @@ pub enum CheckpointRecord {
 }
 
 /// What a job recorded before sending `POST /query`, to recognise the
-/// turn it started: the ask, and the newest session the server had then
-/// (the job's turn starts a session created after it).
+/// turn it started: the fingerprints of its request, when it was recorded,
+/// and the newest session the server had then (the job's turn starts a
+/// session created after it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartIntent {
-    /// The digest of the ask's text (see [`StartIntent::ask_digest`]).
-    pub ask: TextDigest,
+    /// The fingerprint of the whole request body (every field that changes
+    /// the turn): a key is only ever continued with the same request.
+    pub request: TextDigest,
+    /// The fingerprint of what the server shows of the turn's session:
+    /// the ask, the scope (as a set), the system prompt and the workflow.
+    /// A restart compares it with each candidate session's.
+    pub turn: TextDigest,
+    /// When the intent was recorded (this machine's clock): the admission
+    /// horizon runs from here.
+    pub recorded_at: chrono::DateTime<chrono::Utc>,
     /// The newest session before the turn was posted; `None` when there
     /// was none.
     pub after: Option<SessionMark>,
-}
-
-impl StartIntent {
-    /// The digest an intent keeps of `ask`.
-    pub fn ask_digest(ask: &str) -> TextDigest {
-        TextDigest::of("ask", ask)
-    }
 }
 
 /// A session and when it was last updated.
@@ -98,16 +101,16 @@ impl fmt::Display for CheckpointRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CheckpointRecord::Starting(intent) => {
-                write!(f, "starting {}", intent.ask)?;
+                write!(
+                    f,
+                    "starting {} {} {}",
+                    intent.request,
+                    intent.turn,
+                    rfc3339(intent.recorded_at)
+                )?;
                 match &intent.after {
                     None => write!(f, " -"),
-                    Some(mark) => write!(
-                        f,
-                        " {} {}",
-                        mark.session_id,
-                        mark.updated_at
-                            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-                    ),
+                    Some(mark) => write!(f, " {} {}", mark.session_id, rfc3339(mark.updated_at)),
                 }
             }
             CheckpointRecord::At(cp) => write!(f, "at {cp}"),
@@ -116,6 +119,16 @@ impl fmt::Display for CheckpointRecord {
             }
         }
     }
+}
+
+fn rfc3339(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+fn parse_rfc3339(at: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(at)
+        .ok()
+        .map(|at| at.with_timezone(&chrono::Utc))
 }
 
 impl FromStr for CheckpointRecord {
@@ -142,18 +155,23 @@ impl FromStr for CheckpointRecord {
             }
             "starting" => {
                 let mut words = rest.split(' ');
-                let ask = words.next().and_then(|w| w.parse().ok()).ok_or_else(bad)?;
+                let mut digest = || words.next().and_then(|w| w.parse().ok()).ok_or_else(bad);
+                let (request, turn) = (digest()?, digest()?);
+                let recorded_at = words.next().and_then(parse_rfc3339).ok_or_else(bad)?;
                 let after = match (words.next(), words.next(), words.next()) {
                     (Some("-"), None, None) => None,
                     (Some(id), Some(at), None) if is_plain_id(id) => Some(SessionMark {
                         session_id: id.to_owned(),
-                        updated_at: chrono::DateTime::parse_from_rfc3339(at)
-                            .map_err(|_| bad())?
-                            .with_timezone(&chrono::Utc),
+                        updated_at: parse_rfc3339(at).ok_or_else(bad)?,
                     }),
                     _ => return Err(bad()),
                 };
-                Ok(CheckpointRecord::Starting(StartIntent { ask, after }))
+                Ok(CheckpointRecord::Starting(StartIntent {
+                    request,
+                    turn,
+                    recorded_at,
+                    after,
+                }))
             }
             _ => Err(bad()),
         }
@@ -176,11 +194,15 @@ mod tests {
                 &Error::InvalidRequest("bad\nthings".into()),
             )),
             CheckpointRecord::Starting(StartIntent {
-                ask: StartIntent::ask_digest("What?"),
+                request: TextDigest::of("request", "What?"),
+                turn: TextDigest::of("turn", "What?"),
+                recorded_at: at,
                 after: None,
             }),
             CheckpointRecord::Starting(StartIntent {
-                ask: StartIntent::ask_digest("What?"),
+                request: TextDigest::of("request", "What?"),
+                turn: TextDigest::of("turn", "What?"),
+                recorded_at: at,
                 after: Some(SessionMark {
                     session_id: "ses_1".into(),
                     updated_at: at,

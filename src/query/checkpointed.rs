@@ -10,8 +10,8 @@ use futures::{Stream, StreamExt};
 
 use super::builder::TurnBuilder;
 use super::checkpoint::Checkpoint;
-use super::checkpoint_record::{CheckpointRecord, FailedTurn, StartIntent};
-use super::checkpoint_start::{find_started, intent};
+use super::checkpoint_record::{CheckpointRecord, FailedTurn};
+use super::checkpoint_start::{StartProtocol, find_started, intent, request_fingerprint};
 use super::checkpoint_store::{CheckpointStore, KeyLock};
 use super::event::QueryEvent;
 use super::turn::QueryTurn;
@@ -148,9 +148,12 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     /// Continues the job stored under `key`: attaches to its turn and reads
     /// the events after its checkpoint (verified as by
     /// [`QueryHandle::resume_from`](crate::QueryHandle::resume_from)).
-    /// `Ok(None)` when nothing is stored, or when the job recorded that it
-    /// was starting a turn and the server has none that matches (see
-    /// [`CheckpointedTurn::start_or_resume`], which then starts it).
+    /// `Ok(None)` when nothing is stored. When the job recorded that it
+    /// was starting a turn and no session shows it once the admission
+    /// horizon has passed, the [`StartProtocol`] decides: an error by
+    /// default (at most once), or `Ok(None)` under
+    /// [`IfNotFound::AtLeastOnce`](super::IfNotFound), after which
+    /// [`CheckpointedTurn::start_or_resume_with`] posts it again.
     ///
     /// The key is taken for this process first ([`CheckpointStore::lock`])
     /// and held while the returned turn lives.
@@ -159,17 +162,34 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
     /// [`CheckpointError::Busy`] when another process runs the job now;
     /// [`CheckpointError::Failed`] when the job's turn failed verification;
     /// [`CheckpointError::Unreadable`] for a record that cannot be used;
-    /// [`CheckpointError::AmbiguousStart`]; the store's other errors; those
-    /// of attaching to the turn and of `resume_from`.
+    /// [`CheckpointError::AmbiguousStart`]; [`CheckpointError::NotStarted`]
+    /// when the turn the job was starting was not found (at most once);
+    /// the store's other errors; those of attaching to the turn and of
+    /// `resume_from`.
     pub async fn resume(
         client: &crate::Client,
         store: S,
         key: impl Into<String>,
     ) -> Result<Option<Self>> {
+        Self::resume_with(client, store, key, &StartProtocol::default()).await
+    }
+
+    /// [`CheckpointedTurn::resume`] with `protocol` deciding whether a turn
+    /// the job was starting was started (its admission horizon and what to
+    /// do when it was not found).
+    ///
+    /// # Errors
+    /// Those of [`CheckpointedTurn::resume`].
+    pub async fn resume_with(
+        client: &crate::Client,
+        store: S,
+        key: impl Into<String>,
+        protocol: &StartProtocol,
+    ) -> Result<Option<Self>> {
         let key = key.into();
         let lock = store.lock(&key)?;
         Ok(
-            match Self::resume_or_give_back(client, store, key, lock).await? {
+            match Self::resume_or_give_back(client, store, key, lock, protocol).await? {
                 Resumed::Turn(turn) => Some(*turn),
                 Resumed::Nothing(..) => None,
             },
@@ -181,6 +201,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
         store: S,
         key: String,
         lock: KeyLock,
+        protocol: &StartProtocol,
     ) -> Result<Resumed<S>> {
         let checkpoint = match store.load(&key)? {
             None => return Ok(Resumed::Nothing(store, lock)),
@@ -193,7 +214,7 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
                 }));
             }
             Some(CheckpointRecord::Starting(intent)) => {
-                match find_started(client, &key, &intent).await? {
+                match find_started(client, &key, &intent, protocol).await? {
                     None => return Ok(Resumed::Nothing(store, lock)),
                     Some(query_id) => {
                         tracing::info!(key, query_id, "found the turn this job started");
@@ -223,20 +244,42 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
 
     /// The job under `key`: resumed as by [`CheckpointedTurn::resume`], or
     /// started with `ask` in a new session. Before `POST /query` it records
-    /// its intent (the ask's digest and the server's newest session), so
-    /// that a process that dies before the first checkpoint is followed by
-    /// one that finds the turn already started (the first turn of a session
-    /// created since, asking the same) instead of starting another.
+    /// its intent (the fingerprints of the request, the time and the
+    /// server's newest session), so that a process that dies before the
+    /// first checkpoint is followed by one that finds the turn already
+    /// started (the first turn of a session created since whose ask, scope,
+    /// system prompt and workflow are the request's) instead of starting
+    /// another. The default [`StartProtocol`] looks for it until 10 s after
+    /// the intent and, when it is not found, posts nothing (at most once).
     ///
     /// # Errors
     /// [`Error::InvalidRequest`] when `ask` continues an existing session
-    /// (its turn could not be told from the session's others); those of
+    /// (its turn could not be told from the session's others) or the key
+    /// was started with another request; those of
     /// [`CheckpointedTurn::resume`] and [`TurnBuilder::stream`]; the store's.
     pub async fn start_or_resume(
         client: &crate::Client,
         store: S,
         key: impl Into<String>,
         ask: TurnBuilder,
+    ) -> Result<Self> {
+        Self::start_or_resume_with(client, store, key, ask, &StartProtocol::default()).await
+    }
+
+    /// [`CheckpointedTurn::start_or_resume`] with `protocol` deciding
+    /// whether a turn the job was starting was started: how long after the
+    /// intent to look for it, and, when it is not found, whether to fail
+    /// ([`IfNotFound::AtMostOnce`](super::IfNotFound)) or post it again
+    /// ([`IfNotFound::AtLeastOnce`](super::IfNotFound)).
+    ///
+    /// # Errors
+    /// Those of [`CheckpointedTurn::start_or_resume`].
+    pub async fn start_or_resume_with(
+        client: &crate::Client,
+        store: S,
+        key: impl Into<String>,
+        ask: TurnBuilder,
+        protocol: &StartProtocol,
     ) -> Result<Self> {
         let key = key.into();
         if !ask.starts_session() {
@@ -245,20 +288,20 @@ impl<S: CheckpointStore + Unpin> CheckpointedTurn<S> {
             ));
         }
         let lock = store.lock(&key)?;
-        let ask_digest = StartIntent::ask_digest(ask.ask_text());
+        let request = ask.new_session_request();
         if let Some(CheckpointRecord::Starting(recorded)) = store.load(&key)?
-            && recorded.ask != ask_digest
+            && recorded.request != request_fingerprint(&request)?
         {
             return Err(Error::InvalidRequest(format!(
-                "the job under key {key:?} was started with another question; clear the key first"
+                "the job under key {key:?} was started with another request; clear the key first"
             )));
         }
-        let (store, lock) =
-            match Self::resume_or_give_back(client, store, key.clone(), lock).await? {
-                Resumed::Turn(turn) => return Ok(*turn),
-                Resumed::Nothing(store, lock) => (store, lock),
-            };
-        let intent = intent(ask.client(), ask.ask_text()).await?;
+        let resumed = Self::resume_or_give_back(client, store, key.clone(), lock, protocol);
+        let (store, lock) = match resumed.await? {
+            Resumed::Turn(turn) => return Ok(*turn),
+            Resumed::Nothing(store, lock) => (store, lock),
+        };
+        let intent = intent(ask.client(), &request).await?;
         store.save(&key, &CheckpointRecord::Starting(intent))?;
         let turn = ask.stream().await?;
         let mut turn = CheckpointedTurn::new(turn, store, key);

@@ -71,6 +71,7 @@ pub use checkpoint::{Checkpoint, END_OF_TURN, TextDigest};
 pub use checkpoint_record::{
     CheckpointRecord, FailedTurn, MAX_REASON_CHARS, SessionMark, StartIntent,
 };
+pub use checkpoint_start::{IfNotFound, StartProtocol};
 pub use checkpoint_store::{
     CheckpointStore, FileCheckpointStore, KeyLock, MAX_CHECKPOINT_BYTES, MAX_KEY_LEN,
 };

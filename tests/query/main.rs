@@ -18,6 +18,7 @@ mod one_bound;
 mod resume_prop;
 mod sequenced;
 mod session;
+mod start_protocol;
 mod stream;
 mod turn_edges;
 mod turns_outlive_readers;
