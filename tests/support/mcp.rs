@@ -57,7 +57,7 @@ pub fn query_json(id: &str, status: &str, steps: &[(&str, &str)], answer: Option
     };
     json!({
         "id": id, "object": "query", "session_id": "sess-1", "model": "nexus-large",
-        "created": 1_780_000_000, "status": status, "input": [{"role": "user", "content": "q"}],
+        "created": 1_780_000_000, "status": status, "input": [],
         "output": output, "citations": citations, "steps": steps, "runtime_ms": 12,
         "usage": {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}
     })
