@@ -767,7 +767,7 @@ fn started_note(may_have_started: bool) -> &'static str {
 /// Whether the operation starts a query turn when the server receives it
 /// (the one table, [`crate::api::operations`]).
 pub(crate) fn starts_turn(operation: &str) -> bool {
-    crate::api::operations::starts_turn(operation)
+    crate::operations::starts_turn(operation)
 }
 
 /// The first [`SNIPPET_LIMIT`] bytes of a body, lossily decoded, cut on a char boundary.

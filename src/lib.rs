@@ -96,6 +96,7 @@
 pub mod api;
 pub mod client;
 pub mod error;
+mod operations;
 pub mod query;
 pub mod resources;
 pub mod status;

@@ -50,7 +50,6 @@
 // spec and rewrites it with `NEXUS_REGENERATE=1 cargo test --test generated`.
 include!("generated.rs");
 
-pub(crate) mod operations;
 mod task_data;
 pub(crate) mod words;
 
@@ -157,7 +156,7 @@ fn from_generated<E: ErrorEnvelope>(err: progenitor_client::Error<E>) -> SdkErro
             // Without an answer the call is known by its URL only.
             let operation = e
                 .url()
-                .and_then(|url| operations::turn_start_at(url.path()))
+                .and_then(|url| crate::operations::turn_start_at(url.path()))
                 .unwrap_or(unknown);
             crate::transport::map_reqwest(operation, e, None)
         }
@@ -205,7 +204,7 @@ fn from_generated<E: ErrorEnvelope>(err: progenitor_client::Error<E>) -> SdkErro
 
 #[cfg(test)]
 mod tests {
-    use super::operations::{HAND_WRITTEN, SPEC_OPERATIONS, starts_turn};
+    use crate::operations::{HAND_WRITTEN, SPEC_OPERATIONS, starts_turn};
 
     /// The table lists every operation of the spec, with its method and
     /// path, and only `query` starts a turn among them.

@@ -7,6 +7,7 @@
 //! uniform 404 otherwise) or, for `initialize`, room under the caps. Every
 //! request gets a short id (`x-request-id`) and one access-log line.
 
+pub(super) mod ledger;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,6 @@ use tokio::time::Instant;
 use super::answer::{coalesce_answer, prefers_json, with_deadline};
 use super::budget::{Budgets, CallerId, Over, Slot, hold_until_end};
 use super::cors::{self, HostOrigin};
-use super::ledger;
 use super::options::MAX_REQUEST_BODY_BYTES;
 use super::proof::{Proofs, Standing};
 use super::refusals::{Reason, Refusals};
@@ -61,7 +61,7 @@ pub(super) struct Guard {
     /// `notifications/cancelled` from the same caller can stop them (and
     /// nobody else's), whichever connection it comes on: an HTTP/1.1
     /// client sends it on another one while its request waits.
-    pub(super) running: Mutex<super::ledger::RunningRequests>,
+    pub(super) running: Mutex<ledger::RunningRequests>,
     /// Proxies whose forwarding headers name the real client.
     pub(super) trusted_proxies: Arc<[super::TrustedProxy]>,
     /// The MCP service a request reaches once admitted.

@@ -45,7 +45,6 @@ mod connections;
 mod cors;
 mod direct;
 mod guard;
-mod ledger;
 mod ops;
 mod options;
 mod proof;
@@ -154,7 +153,7 @@ fn build(
         request_timeout: options.request_timeout,
         body_read_timeout: options.body_read_timeout,
         keyless,
-        running: Mutex::new(ledger::RunningRequests::default()),
+        running: Mutex::new(guard::ledger::RunningRequests::default()),
         trusted_proxies: options.trusted_proxies.clone().into(),
         mcp,
         direct,

@@ -56,11 +56,13 @@ pub(super) struct Discovery {
     pub warnings: Vec<String>,
 }
 
+/// What the allocator adds to each allocation, on average.
+pub(super) const ALLOCATION_BYTES: usize = 16;
+
 impl Discovery {
     /// Bytes the rows and warnings hold on the heap (an estimate that counts
     /// every allocation at its length plus the allocator's share).
     pub(super) fn heap_bytes(&self) -> usize {
-        use super::sources::ALLOCATION_BYTES;
         let text = |s: &str| s.len() + ALLOCATION_BYTES;
         let rows = self.rows.iter().map(|row| {
             let fields = row.metadata_fields.iter().map(|(name, value)| {

@@ -24,22 +24,12 @@ use super::client::{PineconeError, http_client};
 use super::config::PineconeConfig;
 use super::gate::Gate;
 use super::sources::Registry;
+pub(crate) use super::tenants::State;
 use super::tenants::{Held, TENANT_BASE_BYTES, Tenants};
 use super::urls::{UrlGenerator, UrlRegistry};
 
 /// Server name announced at initialize.
 pub(super) const SERVER_NAME: &str = "Pinecone Read-Only MCP";
-
-/// State shared by every tool call made with one key: the configured
-/// key's, or one caller's.
-#[derive(Debug)]
-pub(crate) struct State {
-    pub(crate) config: PineconeConfig,
-    pub(crate) registry: Registry,
-    pub(crate) gate: Gate,
-    /// Shared by every key.
-    pub(crate) urls: Arc<UrlRegistry>,
-}
 
 /// The tools whose `top_k` defaults to the configured `--top-k`.
 const TOP_K_TOOLS: [&str; 3] = ["query", "keyword_search", "guided_query"];

@@ -14,7 +14,7 @@ use crate::mcp::structured::EscapedSuffix;
 use super::cache::TtlCell;
 use super::client::{PineconeClient, PineconeError};
 use super::config::{PineconeConfig, SourceConfig, SourceMode};
-use super::discovery::{Discovery, NamespaceRow, discover};
+use super::discovery::{ALLOCATION_BYTES, Discovery, NamespaceRow, discover};
 use super::failure::Failure;
 use super::search::Indexes;
 
@@ -113,9 +113,6 @@ impl CachedDiscovery {
             .as_ref()
     }
 }
-
-/// What the allocator adds to each allocation, on average.
-pub(super) const ALLOCATION_BYTES: usize = 16;
 
 /// What a view found: one source's cache entry, or several merged.
 #[derive(Debug, Clone)]

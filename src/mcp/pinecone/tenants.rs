@@ -20,7 +20,21 @@ use secrecy::SecretString;
 
 use crate::mcp::caller::{CallerKey, same_key};
 
-use super::server::State;
+use super::config::PineconeConfig;
+use super::gate::Gate;
+use super::sources::Registry;
+use super::urls::UrlRegistry;
+
+/// State shared by every tool call made with one key: the configured
+/// key's, or one caller's.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) config: PineconeConfig,
+    pub(crate) registry: Registry,
+    pub(crate) gate: Gate,
+    /// Shared by every key.
+    pub(crate) urls: Arc<UrlRegistry>,
+}
 
 /// Bytes a caller's state holds besides its cached namespace lists: its
 /// configuration copy, clients with their host caches, gate and pool

@@ -30,9 +30,9 @@ use hyper::body::{Frame, SizeHint};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use tokio_util::sync::CancellationToken;
 
-use super::budget::{CallerId, Slot};
-use super::guard::Guard;
 use crate::mcp::caller::CallTicket;
+use crate::mcp::http::budget::{CallerId, Slot};
+use crate::mcp::http::guard::Guard;
 
 /// The header naming a request's protocol revision, copied onto the
 /// cancellation of an abandoned session call.
@@ -40,11 +40,11 @@ const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// The most of an over-budget request's body read to see whether it is a
 /// `notifications/cancelled`.
-pub(super) const CANCEL_PEEK_BYTES: usize = 1024;
+pub(in crate::mcp::http) const CANCEL_PEEK_BYTES: usize = 1024;
 
 /// Gives `request` the ticket of `slot`: its tool holds the slot until it
 /// has ended.
-pub(super) fn ticket(request: &mut Request, slot: &Arc<Slot>) {
+pub(in crate::mcp::http) fn ticket(request: &mut Request, slot: &Arc<Slot>) {
     let held: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(slot) as _;
     request.extensions_mut().insert(CallTicket(held));
 }
@@ -58,17 +58,17 @@ type RunningKey = (CallerId, Option<IpAddr>, String);
 /// The stateless requests running: each key's requests, by a number of
 /// their own.
 #[derive(Debug, Default)]
-pub(super) struct RunningRequests {
+pub(in crate::mcp::http) struct RunningRequests {
     by_key: HashMap<RunningKey, Vec<(u64, CancellationToken)>>,
     next: u64,
 }
 
 /// A stateless request registered for cancellation; unregistered on drop.
-pub(super) struct Running {
+pub(in crate::mcp::http) struct Running {
     guard: Arc<Guard>,
     key: RunningKey,
     number: u64,
-    pub(super) token: CancellationToken,
+    pub(in crate::mcp::http) token: CancellationToken,
 }
 
 impl Drop for Running {
@@ -84,7 +84,7 @@ impl Drop for Running {
 }
 
 impl Guard {
-    pub(super) fn running(&self) -> std::sync::MutexGuard<'_, RunningRequests> {
+    pub(in crate::mcp::http) fn running(&self) -> std::sync::MutexGuard<'_, RunningRequests> {
         self.running
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -92,7 +92,7 @@ impl Guard {
 
     /// Registers a stateless request of `caller` from `client` with
     /// JSON-RPC `id`.
-    pub(super) fn register(
+    pub(in crate::mcp::http) fn register(
         self: &Arc<Self>,
         caller: CallerId,
         client: Option<IpAddr>,
@@ -119,7 +119,12 @@ impl Guard {
 
     /// Cancels the running stateless requests of `caller` from `client`
     /// with JSON-RPC `id`.
-    pub(super) fn cancel_running(&self, caller: CallerId, client: Option<IpAddr>, id: &str) {
+    pub(in crate::mcp::http) fn cancel_running(
+        &self,
+        caller: CallerId,
+        client: Option<IpAddr>,
+        id: &str,
+    ) {
         if let Some(tokens) = self.running().by_key.get(&(caller, client, id.to_owned())) {
             for (_, token) in tokens {
                 token.cancel();
@@ -129,7 +134,10 @@ impl Guard {
 }
 
 /// Ends a streamed answer when its request is cancelled.
-pub(super) fn cut_when_cancelled(response: Response, token: CancellationToken) -> Response {
+pub(in crate::mcp::http) fn cut_when_cancelled(
+    response: Response,
+    token: CancellationToken,
+) -> Response {
     use futures::StreamExt;
     let streamed = response
         .headers()
@@ -146,14 +154,14 @@ pub(super) fn cut_when_cancelled(response: Response, token: CancellationToken) -
 
 /// A session call's cancellation, sent into its session when dropped armed:
 /// its answer was abandoned before its end.
-pub(super) struct Abandoned {
+pub(in crate::mcp::http) struct Abandoned {
     armed: Option<(Arc<Guard>, HeaderMap, String)>,
 }
 
 impl Abandoned {
     /// Armed for the call with JSON-RPC `id` on the session `request`
     /// names.
-    pub(super) fn arm(guard: &Arc<Guard>, request: &Request, id: String) -> Self {
+    pub(in crate::mcp::http) fn arm(guard: &Arc<Guard>, request: &Request, id: String) -> Self {
         let headers = request.headers();
         let mut kept = HeaderMap::new();
         for name in [HEADER_SESSION_ID, PROTOCOL_VERSION_HEADER] {
@@ -175,7 +183,7 @@ impl Abandoned {
     }
 
     /// The call's answer has been delivered whole: nothing to cancel.
-    pub(super) fn disarm(&mut self) {
+    pub(in crate::mcp::http) fn disarm(&mut self) {
         self.armed = None;
     }
 }
@@ -203,7 +211,7 @@ fn cancel_in_session(headers: HeaderMap, id: &str) -> Request {
     );
     let mut request = Request::new(Body::from(body));
     *request.method_mut() = Method::POST;
-    *request.uri_mut() = http::Uri::from_static(super::MCP_PATH);
+    *request.uri_mut() = http::Uri::from_static(crate::mcp::http::MCP_PATH);
     *request.headers_mut() = headers;
     let headers = request.headers_mut();
     headers.insert(
@@ -219,7 +227,10 @@ fn cancel_in_session(headers: HeaderMap, id: &str) -> Request {
 
 /// `response` whose body cancels its call (through `abandoned`) unless it
 /// is read to its end.
-pub(super) fn cancel_unless_delivered(response: Response, abandoned: Abandoned) -> Response {
+pub(in crate::mcp::http) fn cancel_unless_delivered(
+    response: Response,
+    abandoned: Abandoned,
+) -> Response {
     let (parts, body) = response.into_parts();
     Response::from_parts(
         parts,
