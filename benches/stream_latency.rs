@@ -29,8 +29,11 @@ fn start_server(base: Instant) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
-        for sock in listener.incoming() {
+        // Each turn has an id of its own: a session refuses a turn it
+        // already had.
+        for (turn, sock) in listener.incoming().enumerate() {
             let Ok(mut sock) = sock else { return };
+            let id = format!("q_lat_{turn}");
             sock.set_nodelay(true).unwrap();
             let mut seen = Vec::new();
             let mut buf = [0u8; 4096];
@@ -55,14 +58,14 @@ fn start_server(base: Instant) -> SocketAddr {
             let _ = sock.write_all(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
             );
-            let _ = sock.write_all(b"id: 0\nevent: response.created\ndata: {\"type\":\"response.created\",\"query_id\":\"q_lat\",\"session_id\":\"s\"}\n\n");
+            let _ = sock.write_all(format!("id: 0\nevent: response.created\ndata: {{\"type\":\"response.created\",\"query_id\":\"{id}\",\"session_id\":\"s\"}}\n\n").as_bytes());
             let mut answer = String::new();
             for i in 1..=frames() {
                 std::thread::sleep(GAP);
                 let ts = base.elapsed().as_nanos();
                 answer.push_str(&ts.to_string());
                 let frame = format!(
-                    "id: {i}\nevent: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"query_id\":\"q_lat\",\"delta\":\"{ts}\"}}\n\n"
+                    "id: {i}\nevent: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"query_id\":\"{id}\",\"delta\":\"{ts}\"}}\n\n"
                 );
                 if sock.write_all(frame.as_bytes()).is_err() {
                     break;
@@ -70,14 +73,14 @@ fn start_server(base: Instant) -> SocketAddr {
             }
             let _ = sock.write_all(
                 format!(
-                    "id: {}\nevent: response.completed\ndata: {{\"query_id\":\"q_lat\"}}\n\n",
+                    "id: {}\nevent: response.completed\ndata: {{\"query_id\":\"{id}\"}}\n\n",
                     frames() + 1
                 )
                 .as_bytes(),
             );
             // The final Query holds the streamed text: the SDK checks one
             // against the other.
-            let _ = sock.write_all(format!("event: query\ndata: {{\"id\":\"q_lat\",\"object\":\"query\",\"session_id\":\"s\",\"created\":1,\"status\":\"completed\",\"input\":[],\"output\":[{{\"role\":\"assistant\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{answer}\"}}]}}],\"citations\":[],\"steps\":[],\"runtime_ms\":1,\"usage\":{{\"input_tokens\":1,\"output_tokens\":1,\"total_tokens\":2}}}}\n\n").as_bytes());
+            let _ = sock.write_all(format!("event: query\ndata: {{\"id\":\"{id}\",\"object\":\"query\",\"session_id\":\"s\",\"created\":1,\"status\":\"completed\",\"input\":[],\"output\":[{{\"role\":\"assistant\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{answer}\"}}]}}],\"citations\":[],\"steps\":[],\"runtime_ms\":1,\"usage\":{{\"input_tokens\":1,\"output_tokens\":1,\"total_tokens\":2}}}}\n\n").as_bytes());
         }
     });
     addr
