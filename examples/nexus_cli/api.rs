@@ -4,8 +4,9 @@
 //!
 //! The table below names every operation with its method, path and
 //! parameters; `nexus api --list` prints it. Parameters are checked against
-//! it before anything is sent, and the body (JSON from a file or stdin)
-//! against the operation's request type.
+//! it before anything is sent, and the body (JSON from a file or stdin, or
+//! fields) against the operation's request schema; the body is sent as
+//! given, fields the generated types do not name included.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -15,6 +16,8 @@ use serde::de::DeserializeOwned;
 
 use crate::common::{ServerArgs, error_line};
 
+#[path = "api_body.rs"]
+mod body;
 #[path = "api_calls.rs"]
 mod calls;
 #[path = "api_stream.rs"]
@@ -231,15 +234,6 @@ impl Call {
             .transpose()
     }
 
-    /// The body as the operation's request type (`{}` when none was given).
-    fn body<T: DeserializeOwned>(&self) -> Result<T, String> {
-        let value = self
-            .body
-            .clone()
-            .unwrap_or_else(|| serde_json::Value::Object(serde_json::Map::new()));
-        serde_json::from_value(value).map_err(|e| format!("invalid body for {}: {e}", self.op.id))
-    }
-
     /// The body as given, `{}` when none was.
     fn raw_body(&self) -> serde_json::Value {
         self.body
@@ -344,7 +338,7 @@ fn prepare(args: ApiArgs, json: bool) -> Result<Call, String> {
     if paginate && !pages(op) {
         return Err(format!("{} is not a listing with pages", op.id));
     }
-    Ok(Call {
+    let call = Call {
         op,
         params,
         body,
@@ -352,7 +346,11 @@ fn prepare(args: ApiArgs, json: bool) -> Result<Call, String> {
         include: args.include,
         paginate,
         page: std::cell::RefCell::new(None),
-    })
+    };
+    if op.body == Body::Json {
+        body::validate(&call)?;
+    }
+    Ok(call)
 }
 
 /// Whether an operation's listing has pages `--paginate` can follow.

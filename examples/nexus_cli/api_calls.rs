@@ -8,7 +8,7 @@ use futures::StreamExt;
 use nexus_knowql::api::{ByteStream, ResponseValue};
 use nexus_knowql::{Client, types};
 
-use super::{Call, Credentials, failure, stream};
+use super::{Body, Call, Credentials, body, failure, stream};
 use crate::common::{error_line, to_json};
 
 type Answer<T, E> = Result<ResponseValue<T>, nexus_knowql::api::Error<E>>;
@@ -17,7 +17,7 @@ type Answer<T, E> = Result<ResponseValue<T>, nexus_knowql::api::Error<E>>;
 const MAX_PAGES: usize = 100_000;
 
 /// With `-i`: the answer's status line and headers, then an empty line.
-fn head<T>(call: &Call, answer: &ResponseValue<T>) {
+pub(super) fn head<T>(call: &Call, answer: &ResponseValue<T>) {
     if !call.include {
         return;
     }
@@ -88,7 +88,7 @@ pub(crate) async fn paginate(
 }
 
 /// Reports an answer without a body (its status, on stderr).
-fn done<E>(call: &Call, answer: Answer<(), E>) -> Result<ExitCode, String>
+pub(super) fn done<E>(call: &Call, answer: Answer<(), E>) -> Result<ExitCode, String>
 where
     nexus_knowql::Error: From<nexus_knowql::api::Error<E>>,
 {
@@ -128,29 +128,24 @@ async fn copy_out(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `login`: the answer with its token hidden (a secret is never printed).
-fn show_login(
-    call: &Call,
-    answer: Answer<types::LoginResponse, types::Error>,
-) -> Result<ExitCode, String> {
-    let answer = answer.map_err(|e| failure(call.op.id, e))?;
-    head(call, &answer);
-    let mut login = answer.into_inner();
-    login.token = "(hidden)".to_owned();
-    println!("{}", to_json(&login));
-    Ok(ExitCode::SUCCESS)
-}
-
 /// Runs the call's operation.
 pub(crate) async fn dispatch(
     client: &Client,
     credentials: &Credentials,
     call: &Call,
 ) -> Result<ExitCode, String> {
-    let api = client.api();
     let c = call;
+    if c.op.body == Body::Json {
+        let body = c.raw_body();
+        if c.op.id == "query"
+            && body.get("stream").and_then(serde_json::Value::as_bool) == Some(true)
+        {
+            return stream::query_stream(client, credentials, c, &body).await;
+        }
+        return body::send(client, c).await;
+    }
+    let api = client.api();
     match c.op.id {
-        "login" => show_login(c, api.login(&c.body()?).await),
         "get_identity" => show(c, api.get_identity().await),
         "get_project" => show(c, api.get_project().await),
         "list_connectors" => show(c, api.list_connectors(c.typed("kind")?.as_ref()).await),
@@ -161,54 +156,26 @@ pub(crate) async fn dispatch(
             api.start_connector_oauth(c.req("provider")?, c.opt("return_to"))
                 .await,
         ),
-        "create_connector" => show(
-            c,
-            api.create_connector(c.req("provider")?, &c.body()?).await,
-        ),
         "list_connector_items" => show(
             c,
             api.list_connector_items(c.req("id")?, c.opt("folder"))
                 .await,
         ),
         "list_context_connectors" => show(c, api.list_context_connectors(c.req("slug")?).await),
-        "update_context_connector" => show(
-            c,
-            api.update_context_connector(c.req("slug")?, c.req("connector_id")?, &c.body()?)
-                .await,
-        ),
-        _ => dispatch_contexts(client, credentials, c).await,
+        _ => dispatch_contexts(client, c).await,
     }
 }
 
 /// The operations on contexts, their sources and their knowledge.
-async fn dispatch_contexts(
-    client: &Client,
-    credentials: &Credentials,
-    c: &Call,
-) -> Result<ExitCode, String> {
+async fn dispatch_contexts(client: &Client, c: &Call) -> Result<ExitCode, String> {
     let api = client.api();
     match c.op.id {
         "list_contexts" => show(c, api.list_contexts().await),
-        "create_context" => show(c, api.create_context(&c.body()?).await),
         "get_context" => show(c, api.get_context(c.req("slug")?).await),
-        "update_context" => show(c, api.update_context(c.req("slug")?, &c.body()?).await),
         "delete_context" => done(c, api.delete_context(c.req("slug")?).await),
-        "fork_context" => show(c, api.fork_context(c.req("slug")?, &c.body()?).await),
         "get_context_manifest" => show(c, api.get_context_manifest(c.req("slug")?).await),
         "get_context_task_stats" => show(c, api.get_context_task_stats(c.req("slug")?).await),
-        "curate_context" => show(c, api.curate_context(c.req("slug")?, &c.body()?).await),
         "get_curation_ledger" => show(c, api.get_curation_ledger(c.req("slug")?).await),
-        "delete_curated_sources" => done(
-            c,
-            api.delete_curated_sources(c.req("slug")?, &c.body()?).await,
-        ),
-        "optimize_context" => show(c, api.optimize_context(c.req("slug")?, &c.body()?).await),
-        "explore_context" => show(c, api.explore_context(c.req("slug")?, &c.body()?).await),
-        "profile_context" => show(c, api.profile_context(c.req("slug")?, &c.body()?).await),
-        "import_context_sources" => show(
-            c,
-            api.import_context_sources(c.req("slug")?, &c.body()?).await,
-        ),
         "upload_context_source" => {
             let slug = c.req("slug")?;
             let file = c.req("file")?;
@@ -272,25 +239,14 @@ async fn dispatch_contexts(
             )
             .await
         }
-        _ => dispatch_queries(client, credentials, c).await,
+        _ => dispatch_queries(client, c).await,
     }
 }
 
 /// The operations on queries, sessions, models and templates.
-async fn dispatch_queries(
-    client: &Client,
-    credentials: &Credentials,
-    c: &Call,
-) -> Result<ExitCode, String> {
+async fn dispatch_queries(client: &Client, c: &Call) -> Result<ExitCode, String> {
     let api = client.api();
     match c.op.id {
-        "query" => {
-            let body = c.raw_body();
-            if body.get("stream").and_then(serde_json::Value::as_bool) == Some(true) {
-                return stream::query_stream(client, credentials, c, &body).await;
-            }
-            show(c, api.query(&c.body()?).await)
-        }
         "get_query" => show(c, api.get_query(c.req("id")?).await),
         "cancel_query" => show(c, api.cancel_query(c.req("id")?).await),
         "get_query_trace" => show(c, api.get_query_trace(c.req("id")?).await),
@@ -300,9 +256,6 @@ async fn dispatch_queries(
                 .await
                 .map_err(|e| failure(c.op.id, e))?;
             stream::print_events(c, events.into_inner().into_inner()).await
-        }
-        "create_query_feedback" => {
-            done(c, api.create_query_feedback(c.req("id")?, &c.body()?).await)
         }
         "list_models" => show(c, api.list_models().await),
         "list_sessions" => show(c, api.list_sessions(c.positive("limit")?).await),
@@ -332,7 +285,6 @@ async fn dispatch_tasks(client: &Client, c: &Call) -> Result<ExitCode, String> {
             .await,
         ),
         "get_task" => show(c, api.get_task(c.req("id")?).await),
-        "cancel_task" => done(c, api.cancel_task(c.req("id")?, &c.body()?).await),
         "get_task_stats" => show(c, api.get_task_stats(c.req("id")?).await),
         "read_task_file" => {
             copy_out(c, api.read_task_file(c.req("id")?, c.req("path")?).await).await

@@ -267,3 +267,68 @@ fn upload_and_read_back_through_the_api_form() {
     assert_eq!(code, Some(0), "{err:?}");
     assert_eq!(read, "# Keys\n\nRotated every ninety days.\n");
 }
+
+/// A body the user built reaches the server as built: fields the generated
+/// request type does not name (the spec allows them) included, nested ones
+/// too; the answer is printed as the server sent it. The fields the type
+/// names are still checked against the schema before anything is sent.
+#[test]
+fn a_body_reaches_the_server_with_fields_beyond_the_generated_types() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    let rt = runtime();
+    let mock = rt.block_on(MockServer::start());
+    let answer = serde_json::json!({"slug": "kb", "name": "KB", "tier": "gold"});
+    rt.block_on(
+        Mock::given(method("POST"))
+            .and(path("/api/contexts"))
+            .respond_with(ResponseTemplate::new(201).set_body_json(&answer))
+            .mount(&mock),
+    );
+    let url = format!("{}/api", mock.uri());
+    let with = |args: &[&str], input: &str| {
+        let mut all = vec!["--base-url", url.as_str(), "api", "create_context"];
+        all.extend_from_slice(args);
+        nexus_with(&all, input)
+    };
+
+    let (code, out, err) = with(
+        &[
+            "-f",
+            "slug=kb",
+            "-f",
+            "name=KB",
+            "-F",
+            "retention_days=30",
+            "-F",
+            r#"labels={"team": "docs"}"#,
+        ],
+        "",
+    );
+    assert_eq!(code, Some(0), "{err:?}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), answer);
+
+    let body = r#"{"slug": "kb", "name": "KB", "manifest": {"future": [1, 2]}, "x-trace": true}"#;
+    let (code, _, err) = with(&["--body", "-"], body);
+    assert_eq!(code, Some(0), "{err:?}");
+
+    let (code, _, err) = with(&["-f", "slug=kb", "-F", "name=3"], "");
+    assert_eq!(code, Some(1));
+    assert!(
+        err[0].starts_with("error: invalid body for create_context: invalid type"),
+        "{err:?}"
+    );
+
+    let received = rt.block_on(mock.received_requests()).unwrap();
+    let bodies: Vec<Value> = received
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    let expected = [
+        serde_json::json!({"slug": "kb", "name": "KB", "retention_days": 30,
+            "labels": {"team": "docs"}}),
+        serde_json::from_str(body).unwrap(),
+    ];
+    assert_eq!(bodies, expected);
+}

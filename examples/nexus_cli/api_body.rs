@@ -1,0 +1,124 @@
+//! The operations of `nexus api` that take a JSON body: the body the user
+//! built (`--body`, `-f`, `-F`) is checked against the operation's request
+//! schema and then sent as it is, so fields the spec allows beyond the
+//! generated types (`additionalProperties`, fields newer than the types)
+//! reach the server. The answer is printed as the server sent it.
+//!
+//! Every such call goes through the generated client's hook, that is the
+//! SDK's transport: credentials, `X-Pinecone-Api-Version`, retries and the
+//! error details of every other call.
+
+use std::process::ExitCode;
+
+use nexus_knowql::progenitor_client::{ClientHooks, ClientInfo, OperationInfo, encode_path};
+use nexus_knowql::reqwest::{Method, header};
+use nexus_knowql::{Client, types};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::calls::{done, head};
+use super::{Call, failure};
+use crate::common::to_json;
+
+/// What a body operation answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// A JSON document.
+    Json,
+    /// Nothing (its status only).
+    Empty,
+    /// A login answer, whose token is never printed.
+    Login,
+}
+
+/// How a body operation's request is checked and its answer read; `None`
+/// for an operation without a JSON body.
+fn schema_of(op: &str) -> Option<(fn(&Value) -> Result<(), String>, Answer)> {
+    use types as t;
+    let found: (fn(&Value) -> Result<(), String>, Answer) = match op {
+        "login" => (check::<t::LoginBody>, Answer::Login),
+        "create_connector" => (check::<t::CreateConnectorBody>, Answer::Json),
+        "update_context_connector" => (check::<t::UpdateContextConnectorBody>, Answer::Json),
+        "create_context" => (check::<t::CreateContextRequest>, Answer::Json),
+        "update_context" => (check::<t::UpdateContextRequest>, Answer::Json),
+        "fork_context" => (check::<t::ForkContextBody>, Answer::Json),
+        "curate_context" => (check::<t::CurateContextBody>, Answer::Json),
+        "delete_curated_sources" => (check::<t::DeleteCuratedSourcesBody>, Answer::Empty),
+        "optimize_context" => (check::<t::OptimizeContextBody>, Answer::Json),
+        "explore_context" => (check::<t::ExploreContextBody>, Answer::Json),
+        "profile_context" => (check::<t::ProfileContextBody>, Answer::Json),
+        "import_context_sources" => (check::<t::ImportContextSourcesBody>, Answer::Json),
+        "query" => (check::<t::QueryRequest>, Answer::Json),
+        "create_query_feedback" => (check::<t::CreateQueryFeedbackBody>, Answer::Empty),
+        "cancel_task" => (check::<t::CancelTaskBody>, Answer::Empty),
+        _ => return None,
+    };
+    Some(found)
+}
+
+/// Whether `body` satisfies the request schema `T` was generated from: its
+/// required fields, their types and constraints. Fields `T` does not name
+/// are not looked at (the spec allows them) and are sent unchanged.
+fn check<T: DeserializeOwned>(body: &Value) -> Result<(), String> {
+    T::deserialize(body).map(drop).map_err(|e| e.to_string())
+}
+
+/// Checks a call's body against its operation's request schema.
+pub(crate) fn validate(call: &Call) -> Result<(), String> {
+    let Some((check, _)) = schema_of(call.op.id) else {
+        return Err(format!("{} takes no JSON body", call.op.id));
+    };
+    check(&call.raw_body()).map_err(|e| format!("invalid body for {}: {e}", call.op.id))
+}
+
+/// Sends a body operation with the body as given, after [`validate`].
+pub(crate) async fn send(client: &Client, call: &Call) -> Result<ExitCode, String> {
+    let op = call.op.id;
+    let Some((_, kind)) = schema_of(op) else {
+        return Err(format!("{op} takes no JSON body"));
+    };
+    validate(call)?;
+    let api = client.api();
+    let mut url = format!("{}{}", api.baseurl(), call.op.path);
+    for (name, value) in &call.params {
+        url = url.replace(&format!("{{{name}}}"), &encode_path(value));
+    }
+    let method = Method::from_bytes(call.op.method.as_bytes()).map_err(|e| format!("{op}: {e}"))?;
+    let request = api
+        .client()
+        .request(method, url)
+        .header(header::ACCEPT, "application/json")
+        .header(
+            "api-version",
+            <nexus_knowql::api::Client as ClientInfo<_>>::api_version(),
+        )
+        .json(&call.raw_body())
+        .build()
+        .map_err(|e| failure(op, nexus_knowql::api::Error::<types::Error>::from(e)))?;
+    let info = OperationInfo { operation_id: op };
+    let response = (&api)
+        .exec(request, &info)
+        .await
+        .map_err(|e| failure(op, nexus_knowql::api::Error::<types::Error>::from(e)))?;
+    if !response.status().is_success() {
+        let error = nexus_knowql::api::Error::<types::Error>::UnexpectedResponse(response);
+        return Err(failure(op, error));
+    }
+    if kind == Answer::Empty {
+        let status = response.status();
+        let answer = nexus_knowql::api::ResponseValue::new((), status, response.headers().clone());
+        return done::<types::Error>(call, Ok(answer));
+    }
+    let answer = nexus_knowql::api::ResponseValue::<Value>::from_response::<types::Error>(response)
+        .await
+        .map_err(|e| failure(op, e))?;
+    head(call, &answer);
+    let mut value = answer.into_inner();
+    if kind == Answer::Login {
+        if let Some(token) = value.get_mut("token") {
+            *token = Value::String("(hidden)".to_owned());
+        }
+    }
+    println!("{}", to_json(&value));
+    Ok(ExitCode::SUCCESS)
+}
