@@ -20,6 +20,8 @@
 mod answer_text;
 #[path = "common/citation.rs"]
 mod citation;
+#[path = "common/context.rs"]
+mod context;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -71,7 +73,7 @@ async fn main() -> ExitCode {
         Err(Failure::Interrupted) => ExitCode::from(130),
         Err(Failure::StdoutClosed) => ExitCode::SUCCESS,
         Err(Failure::Reason(reason)) => {
-            eprintln!("ask: {reason}");
+            eprintln!("error: {reason}");
             ExitCode::FAILURE
         }
     }
@@ -242,8 +244,15 @@ async fn run(args: Args) -> Result<(), Failure> {
                 let text = serde_json::to_string_pretty(&q).map_err(|e| e.to_string())?;
                 out(&format!("{text}\n"))?;
             }
+            // A turn's start answered 404 names no context: ask which.
+            if e.is_not_found()
+                && e.as_api().is_some_and(|a| a.operation == "create_query")
+                && let Some(line) = context::first_missing(&client, &scope).await
+            {
+                return Err(line.into());
+            }
             let pending = session.unfinished_query_id();
-            return Err(reason(&e, &scope, client.base_url(), pending.as_deref()).into());
+            return Err(reason(&e, client.base_url(), pending.as_deref()).into());
         }
     };
     if args.json {
@@ -336,7 +345,7 @@ async fn stream(mut turn: nexus_knowql::QueryTurn, print: bool) -> nexus_knowql:
 
 /// One line saying why the turn did not complete. `pending` is the turn the
 /// session started and has not seen end, when it knows one.
-fn reason(e: &Error, scope: &[String], base_url: &str, pending: Option<&str>) -> String {
+fn reason(e: &Error, base_url: &str, pending: Option<&str>) -> String {
     let query_id = e.query_id().or(pending);
     let named = query_id
         .map(|q| format!(" (query {q})"))
@@ -360,11 +369,6 @@ fn reason(e: &Error, scope: &[String], base_url: &str, pending: Option<&str>) ->
             format!("cannot reach {base_url}: {}", one_line(e))
         }
         Error::ReplayGap { .. } => format!("the answer is incomplete: {}", one_line(e)),
-        // Only the request that names the contexts can blame them; a 404
-        // for a turn's events or its stored state says so itself.
-        e if e.is_not_found() && e.as_api().is_some_and(|a| a.operation == "create_query") => {
-            format!("unknown context in {scope:?}: {}", one_line(e))
-        }
         e => one_line(e),
     }
 }

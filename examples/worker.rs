@@ -48,6 +48,9 @@
 //! layer on stderr; each turn is a `query_turn` span. The exit code is 0
 //! when the turn completed.
 
+#[path = "common/context.rs"]
+mod context;
+
 use std::fs::File;
 use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -122,7 +125,7 @@ async fn main() -> ExitCode {
         orchestrate(&args).await
     };
     result.unwrap_or_else(|reason| {
-        eprintln!("worker: {reason}");
+        eprintln!("error: {reason}");
         ExitCode::FAILURE
     })
 }
@@ -155,6 +158,10 @@ async fn orchestrate(args: &Args) -> Result<ExitCode, String> {
             url
         }
     };
+    if let Some(slug) = &args.context {
+        // Checked once here: a worker that fails on it would be restarted.
+        context::require(&client(&base_url, args.api_key.as_deref())?, slug).await?;
+    }
     let (store, own_store) = match &args.store {
         Some(dir) => (dir.clone(), false),
         None => {
@@ -235,6 +242,7 @@ async fn work(args: &Args) -> Result<ExitCode, String> {
         Some(c) => c.clone(),
         None => only_queryable_context(&client).await?,
     };
+    let context_slug = context.clone();
     let session = client.session([context]).build();
     let ask = session.map_err(|e| e.to_string())?.ask(&args.question);
     // This worker's choice: at least once. A job's answer matters more here
@@ -250,7 +258,17 @@ async fn work(args: &Args) -> Result<ExitCode, String> {
     let protocol = StartProtocol::default().if_not_found(policy);
     let started =
         CheckpointedTurn::start_or_resume_with(&client, store, &args.key, ask, &protocol).await;
-    let mut turn = started.map_err(|e| e.to_string())?;
+    let mut turn = match started {
+        Ok(turn) => turn,
+        // A turn's start answered 404 names no context: ask which.
+        Err(e) if e.is_not_found() => {
+            let scope = [context_slug];
+            return Err(context::first_missing(&client, &scope)
+                .await
+                .unwrap_or_else(|| e.to_string()));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     if let Some(cp) = turn.resumed_from() {
         eprintln!(
             "worker: resuming {} after event {} ({} bytes of text)",

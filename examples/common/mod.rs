@@ -31,6 +31,8 @@ pub(crate) fn out(args: std::fmt::Arguments<'_>) {
     }
 }
 
+pub(crate) mod context;
+
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
@@ -186,13 +188,10 @@ pub(crate) fn fail(line: impl std::fmt::Display) -> ExitCode {
 }
 
 /// The error of a call about one context, naming the context when it does
-/// not exist instead of quoting the HTTP answer.
+/// not exist (in [`context::missing`]'s words) instead of quoting the HTTP
+/// answer.
 pub(crate) fn context_error(slug: &str, error: &Error) -> String {
-    if error.is_not_found() {
-        format!("unknown context `{slug}`")
-    } else {
-        error_line(error)
-    }
+    context::missing(slug, error).unwrap_or_else(|| error_line(error))
 }
 
 /// Prints a table. When stdout is not a terminal (a pipe, a file), the

@@ -5,25 +5,24 @@ use std::process::ExitCode;
 use comfy_table::Cell;
 use nexus_knowql::{Client, types};
 
-use crate::common::error_line;
+use crate::common::{context, error_line};
 use crate::{new_table, print_json, when};
 
-/// One line for a failed API call: the server's message and status.
-fn api_error(what: &str, e: nexus_knowql::api::Error<types::Error>) -> String {
-    match e {
-        nexus_knowql::api::Error::ErrorResponse(r) => {
-            format!("{what}: {} ({})", r.message, r.status().as_u16())
-        }
-        other => format!("{what}: {}", error_line(&other)),
-    }
+/// One line for a failed API call, worded as every other error of the CLIs
+/// (through the SDK's error: status, the server's code and message, the
+/// request id).
+fn api_error<E>(what: &str, e: nexus_knowql::api::Error<E>) -> String
+where
+    nexus_knowql::Error: From<nexus_knowql::api::Error<E>>,
+{
+    format!("{what}: {}", error_line(&nexus_knowql::Error::from(e)))
 }
 
-/// One line for a failed API call whose errors carry no documented body.
-fn plain_error(what: &str, e: nexus_knowql::api::Error<()>) -> String {
-    match e.status() {
-        Some(status) => format!("{what}: the server answered {}", status.as_u16()),
-        None => format!("{what}: {}", error_line(&e)),
-    }
+/// [`api_error`] for a call about context `slug`: a missing one is named
+/// as everywhere else.
+fn context_api_error(slug: &str, what: &str, e: nexus_knowql::api::Error<types::Error>) -> String {
+    let e = nexus_knowql::Error::from(e);
+    context::missing(slug, &e).unwrap_or_else(|| format!("{what}: {}", error_line(&e)))
 }
 
 fn body<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
@@ -42,7 +41,7 @@ pub(crate) async fn fork(
     let done = api
         .fork_context(slug, &request)
         .await
-        .map_err(|e| api_error(&format!("cannot fork `{slug}`"), e))?
+        .map_err(|e| context_api_error(slug, &format!("cannot fork `{slug}`"), e))?
         .into_inner();
     let copy = api
         .get_context(target)
@@ -71,7 +70,7 @@ pub(crate) async fn manifest(client: &Client, slug: &str) -> Result<ExitCode, St
         .api()
         .get_context_manifest(slug)
         .await
-        .map_err(|e| api_error(&format!("cannot read the manifest of `{slug}`"), e))?
+        .map_err(|e| context_api_error(slug, &format!("cannot read the manifest of `{slug}`"), e))?
         .into_inner();
     print_json(&manifest)
 }
@@ -88,7 +87,7 @@ pub(crate) async fn stats(
         let s = api
             .get_project_task_stats()
             .await
-            .map_err(|e| plain_error("cannot read the task statistics", e))?
+            .map_err(|e| api_error("cannot read the task statistics", e))?
             .into_inner();
         if json {
             return print_json(&s);
@@ -110,17 +109,17 @@ pub(crate) async fn stats(
     let sources = api
         .get_source_stats(slug)
         .await
-        .map_err(|e| api_error(&context("source statistics"), e))?
+        .map_err(|e| context_api_error(slug, &context("source statistics"), e))?
         .into_inner();
     let knowledge = api
         .get_knowledge_stats(slug)
         .await
-        .map_err(|e| api_error(&context("knowledge statistics"), e))?
+        .map_err(|e| context_api_error(slug, &context("knowledge statistics"), e))?
         .into_inner();
     let tasks = api
         .get_context_task_stats(slug)
         .await
-        .map_err(|e| api_error(&context("task statistics"), e))?
+        .map_err(|e| context_api_error(slug, &context("task statistics"), e))?
         .into_inner();
     if json {
         return print_json(&serde_json::json!({
@@ -165,7 +164,9 @@ pub(crate) async fn connectors(
         Some(slug) => api
             .list_context_connectors(slug)
             .await
-            .map_err(|e| api_error(&format!("cannot list the connectors of `{slug}`"), e))?
+            .map_err(|e| {
+                context_api_error(slug, &format!("cannot list the connectors of `{slug}`"), e)
+            })?
             .into_inner()
             .into_iter()
             .map(|c| {
@@ -184,7 +185,7 @@ pub(crate) async fn connectors(
         None => api
             .list_connectors(None)
             .await
-            .map_err(|e| plain_error("cannot list connectors", e))?
+            .map_err(|e| api_error("cannot list connectors", e))?
             .into_inner()
             .into_iter()
             .map(|c| (c, None))

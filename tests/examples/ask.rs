@@ -79,7 +79,7 @@ fn assert_one_line_failure(out: &Output) -> String {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let last = stderr.lines().last().unwrap_or_default().to_owned();
-    assert!(last.starts_with("ask: "), "{stderr}");
+    assert!(last.starts_with("error: "), "{stderr}");
     last
 }
 

@@ -107,7 +107,7 @@ async fn ids_that_jump_give_the_exact_answer_or_one_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let last = stderr.lines().last().unwrap_or_default();
     assert!(
-        last.starts_with("ask: ") && last.contains("q_x1"),
+        last.starts_with("error: ") && last.contains("q_x1"),
         "{stderr}"
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("manager."));

@@ -176,7 +176,7 @@ fn commands_list_contexts_trace_and_reject_unknown_ones() {
 
     chat.expect(PROMPT);
     chat.send_line("/scope nope");
-    chat.expect("unknown context `nope`");
+    chat.expect("error: no context named \"nope\" (404, request id req_");
 
     chat.expect(PROMPT);
     chat.send_line("/frobnicate");
@@ -201,9 +201,11 @@ fn unknown_context_is_one_line_on_stderr_and_exit_code_1() {
     let url = server.base_url().to_owned();
     let out = run(example("chat", &["--base-url", &url, "--context", "nope"]));
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert_eq!(
-        non_empty_lines(&out.stderr),
-        ["error: unknown context `nope`"]
+    let lines = non_empty_lines(&out.stderr);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("error: no context named \"nope\" (404, request id req_"),
+        "{lines:?}"
     );
 }
 

@@ -143,7 +143,7 @@ async fn a_final_frame_that_is_not_terminal_gives_the_stored_answer() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let last = last_line(&out);
     assert!(
-        last.starts_with("ask: ") && last.contains(Q),
+        last.starts_with("error: ") && last.contains(Q),
         "{}",
         stderr(&out)
     );

@@ -17,3 +17,4 @@ mod nexus;
 mod nexus_api;
 mod scripting;
 mod tasks_json;
+mod unknown_context;
