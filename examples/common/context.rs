@@ -42,10 +42,10 @@ pub(crate) fn missing(slug: &str, error: &Error) -> Option<String> {
 /// the answer does not say which one is missing; this asks for each.
 pub(crate) async fn first_missing(client: &Client, scope: &[String]) -> Option<String> {
     for slug in scope {
-        if let Err(e) = client.contexts().get(slug).await {
-            if let Some(line) = missing(slug, &e) {
-                return Some(line);
-            }
+        if let Err(e) = client.contexts().get(slug).await
+            && let Some(line) = missing(slug, &e)
+        {
+            return Some(line);
         }
     }
     None

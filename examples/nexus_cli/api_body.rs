@@ -31,11 +31,14 @@ enum Answer {
     Login,
 }
 
+/// Checks a body against one operation's request schema.
+type Check = fn(&Value) -> Result<(), String>;
+
 /// How a body operation's request is checked and its answer read; `None`
 /// for an operation without a JSON body.
-fn schema_of(op: &str) -> Option<(fn(&Value) -> Result<(), String>, Answer)> {
+fn schema_of(op: &str) -> Option<(Check, Answer)> {
     use types as t;
-    let found: (fn(&Value) -> Result<(), String>, Answer) = match op {
+    let found: (Check, Answer) = match op {
         "login" => (check::<t::LoginBody>, Answer::Login),
         "create_connector" => (check::<t::CreateConnectorBody>, Answer::Json),
         "update_context_connector" => (check::<t::UpdateContextConnectorBody>, Answer::Json),
@@ -114,10 +117,10 @@ pub(crate) async fn send(client: &Client, call: &Call) -> Result<ExitCode, Strin
         .map_err(|e| failure(op, e))?;
     head(call, &answer);
     let mut value = answer.into_inner();
-    if kind == Answer::Login {
-        if let Some(token) = value.get_mut("token") {
-            *token = Value::String("(hidden)".to_owned());
-        }
+    if kind == Answer::Login
+        && let Some(token) = value.get_mut("token")
+    {
+        *token = Value::String("(hidden)".to_owned());
     }
     println!("{}", to_json(&value));
     Ok(ExitCode::SUCCESS)
