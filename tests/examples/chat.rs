@@ -4,9 +4,10 @@
 
 use std::io::Write;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::examples;
+use crate::support::wait::until_blocking;
 #[cfg(unix)]
 use examples::Pty;
 use examples::{corpus, example, non_empty_lines, run, runtime};
@@ -124,9 +125,9 @@ fn ctrl_c_cancels_a_slow_turn_on_the_server_and_the_prompt_returns() {
 
     chat.expect(PROMPT);
     chat.send_line("How are sessions continued across turns?");
-    // The turn is under way (the spinner shows), then the user gives up.
+    // The turn is under way (the server has it, the spinner shows), then
+    // the user gives up.
     chat.expect("thinking");
-    std::thread::sleep(Duration::from_millis(700));
     chat.send_control('c');
     let (_, line) = chat.expect_regex(r"cancelled \S+ on the server");
     let query_id = line
@@ -137,15 +138,11 @@ fn ctrl_c_cancels_a_slow_turn_on_the_server_and_the_prompt_returns() {
 
     // The server agrees: the turn ended cancelled.
     let client = server.client().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        let q = rt.block_on(client.queries().get(&query_id)).unwrap();
-        if q.is_terminal() || Instant::now() > deadline {
-            break q.status;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert_eq!(status, "cancelled");
+    let stored = || rt.block_on(client.queries().get(&query_id)).unwrap();
+    until_blocking(Duration::from_secs(30), "the turn ends", || {
+        stored().is_terminal()
+    });
+    assert_eq!(stored().status, "cancelled");
 
     // The chat goes on: the next turn in the session runs to its end.
     chat.send_line("/background");

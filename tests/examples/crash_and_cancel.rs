@@ -1,9 +1,10 @@
 //! The `ask` example under Ctrl-C and the `worker` example's crash and
 //! restart from its checkpoint store, run as a person would run them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::examples;
+use crate::support::wait::until_blocking;
 #[cfg(unix)]
 use examples::Pty;
 use examples::{corpus, example, run, runtime};
@@ -42,15 +43,11 @@ fn ask_ctrl_c_cancels_the_turn_on_the_server_and_exits_130() {
     assert_eq!(ask.exit_code(), Some(130));
 
     let client = server.client().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        let q = rt.block_on(client.queries().get(&query_id)).unwrap();
-        if q.is_terminal() || Instant::now() > deadline {
-            break q.status;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert_eq!(status, "cancelled");
+    let stored = || rt.block_on(client.queries().get(&query_id)).unwrap();
+    until_blocking(Duration::from_secs(30), "the turn ends", || {
+        stored().is_terminal()
+    });
+    assert_eq!(stored().status, "cancelled");
 }
 
 #[test]

@@ -16,6 +16,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::examples;
+use crate::support::wait::holds_within;
 use examples::{corpus, example, runtime};
 use nexus_knowql::local::LocalNexus;
 use nexus_knowql::query::{CheckpointRecord, CheckpointStore, FileCheckpointStore};
@@ -82,18 +83,16 @@ fn spawn_worker(url: &str, store: &Path, output: &Path, key: &str) -> Child {
 /// Waits for `child` up to `limit`: its exit status, or `None` when it was
 /// still running (and has been killed).
 fn wait_up_to(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let until = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if Instant::now() >= until {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
+    let mut status = None;
+    let exited = holds_within(limit, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
     }
+    status
 }
 
 fn stderr_of(child: &mut Child) -> String {

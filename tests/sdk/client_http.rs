@@ -347,8 +347,13 @@ async fn post_is_retried_when_the_connection_was_refused() {
         )
         .build()
         .unwrap();
+    let (_logs, mut retries) = crate::support::wait::retry_signal();
     let server_task = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        let refused = retries.wait_for(|n| *n >= 1);
+        let what = "the first attempt is refused";
+        crate::support::wait::within(crate::support::wait::PATIENCE, what, refused)
+            .await
+            .unwrap();
         let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
         let server = MockServer::builder().listener(listener).start().await;
         Mock::given(method("POST"))

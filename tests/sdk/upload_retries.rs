@@ -179,6 +179,7 @@ async fn a_file_upload_is_sent_again_after_a_connection_failure() {
         )
         .build()
         .unwrap();
+    let (_logs, mut retries) = crate::support::wait::retry_signal();
     let upload = tokio::spawn(async move {
         client
             .sources("docs")
@@ -186,7 +187,11 @@ async fn a_file_upload_is_sent_again_after_a_connection_failure() {
             .await
             .map(|t| t.task_id)
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = retries.wait_for(|n| *n >= 1);
+    let what = "the first attempt is refused";
+    crate::support::wait::within(crate::support::wait::PATIENCE, what, refused)
+        .await
+        .unwrap();
     let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let server = MockServer::builder().listener(listener).start().await;
     Mock::given(method("POST"))

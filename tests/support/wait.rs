@@ -6,7 +6,7 @@
 //! [`until_some`] (or [`until_blocking`] on a plain thread) poll a
 //! condition only where nothing can signal (another process, a file
 //! system, a server's HTTP answers); their interval is the only sleep of a
-//! wait.
+//! wait. [`retry_signal`] fires on each retry of the client under test.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -78,13 +78,59 @@ pub async fn until_some<T>(
 /// [`until`] for a test without a runtime (one that drives a process from
 /// a plain thread): waits until `check` holds, looking again every 20 ms;
 /// panics naming `what` when it does not hold within `limit`.
-pub fn until_blocking(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+pub fn until_blocking(limit: Duration, what: &str, check: impl FnMut() -> bool) {
+    assert!(holds_within(limit, check), "{what}: not within {limit:?}");
+}
+
+/// [`until_blocking`] for a test that goes on when the time is up (and
+/// kills what it waited for): whether `check` came to hold within `limit`.
+pub fn holds_within(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + limit;
-    while !check() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what}: not within {limit:?}"
-        );
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(POLL);
+    }
+}
+
+/// Installs, for the current thread (a `current_thread` test runtime and
+/// the tasks it spawns), a `tracing` subscriber that counts the client's
+/// retries: the signal holds how many `retrying` events the transport has
+/// logged, each just before its backoff starts. Keep the guard alive.
+pub fn retry_signal() -> (tracing::subscriber::DefaultGuard, watch::Receiver<u32>) {
+    let (tx, rx) = watch::channel(0);
+    let writer = RetryWriter(std::sync::Arc::new(tx));
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .finish();
+    (tracing::subscriber::set_default(subscriber), rx)
+}
+
+/// Counts the log lines of [`retry_signal`] that report a retry.
+#[derive(Clone)]
+struct RetryWriter(std::sync::Arc<watch::Sender<u32>>);
+
+impl std::io::Write for RetryWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if String::from_utf8_lossy(buf).contains("retrying") {
+            self.0.send_modify(|n| *n += 1);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RetryWriter {
+    type Writer = RetryWriter;
+    fn make_writer(&'a self) -> RetryWriter {
+        self.clone()
     }
 }
