@@ -10,6 +10,7 @@
 //!   `research_namespace`, and completion of their names.
 
 mod allow_list;
+mod arguments;
 pub mod caller;
 mod catalog;
 mod edge_structured;
