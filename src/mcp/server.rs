@@ -526,9 +526,13 @@ impl ServerHandler for NexusMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let _admitted = admitted(&context)?;
-        Box::pin(catalog::read_resource(self.families(), request, &context))
-            .await
-            .map(Into::into)
+        Box::pin(catalog::read_resource(
+            self.families(),
+            &request.uri,
+            &context,
+        ))
+        .await
+        .map(Into::into)
     }
 
     async fn list_prompts(

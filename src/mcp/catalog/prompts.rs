@@ -29,7 +29,7 @@ fn argument(name: &str, description: &str) -> PromptArgument {
 }
 
 /// The prompts of the families configured.
-pub(super) fn list(families: Families<'_>) -> ListPromptsResult {
+pub(crate) fn list(families: Families<'_>) -> ListPromptsResult {
     let mut prompts = Vec::new();
     if families.ask_context().is_some() {
         prompts.push(
@@ -123,7 +123,7 @@ fn required_name<'a>(args: Option<&'a JsonObject>, name: &str) -> Result<&'a str
 }
 
 /// One prompt, with its arguments checked.
-pub(super) async fn get(
+pub(crate) async fn get(
     families: Families<'_>,
     request: GetPromptRequestParams,
     ctx: &RequestContext<RoleServer>,
