@@ -30,7 +30,7 @@ use super::pinecone::PineconeServer;
 use super::tasks::{self, TaskSeal};
 use crate::transport::for_servers::counting_retries;
 
-pub use super::{SERVER_NAME, implementation};
+pub(super) use super::implementation;
 
 /// The protocol revisions served, oldest first: 2026-07-28 (no `initialize`
 /// handshake; each request carries its own `_meta`), 2025-11-25 and

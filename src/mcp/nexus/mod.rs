@@ -66,7 +66,7 @@ use crate::Client;
 use crate::client::{Poller, WaitPolicy};
 
 pub use self::checks::MAX_WAIT_SECONDS;
-pub use self::shapes::{CitationSummary, ContextList, ContextSummary, QueryOutcome, QueryStarted};
+pub(super) use self::shapes::{ContextList, ContextSummary, QueryOutcome, QueryStarted};
 pub use super::caller::KeyPolicy;
 
 /// The longest question accepted, in characters.
@@ -79,7 +79,7 @@ const POLL_FIRST: Duration = Duration::from_millis(200);
 const POLL_MAX: Duration = Duration::from_secs(2);
 
 /// The guide sent as the server's MCP `instructions`.
-pub const INSTRUCTIONS: &str = "Ask questions of Pinecone Nexus knowledge contexts. \
+pub(super) const INSTRUCTIONS: &str = "Ask questions of Pinecone Nexus knowledge contexts. \
 Flow: 1) call list_contexts to see the contexts and whether each is `queryable`; \
 2) call query_context with a queryable context's slug and a question: it starts the \
 turn and returns a query_id at once; 3) call get_query with that query_id until \

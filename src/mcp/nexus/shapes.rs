@@ -39,7 +39,7 @@ pub(super) struct GetQueryArgs {
 
 /// One context as `list_contexts` describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct ContextSummary {
+pub(crate) struct ContextSummary {
     /// The context's slug: what `query_context` takes.
     pub slug: String,
     /// Display name.
@@ -82,14 +82,14 @@ impl From<&types::ContextResponse> for ContextSummary {
 /// `structuredContent` wraps it in an object because MCP before 2026-07-28
 /// only carries object-shaped structured content.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct ContextList {
+pub(crate) struct ContextList {
     /// Every context of the project.
     pub contexts: Vec<ContextSummary>,
 }
 
 /// The result of `query_context`.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct QueryStarted {
+pub(crate) struct QueryStarted {
     /// Pass it to `get_query`.
     pub query_id: String,
     /// The turn's status (`in_progress` at first).
@@ -100,7 +100,7 @@ pub struct QueryStarted {
 
 /// One source an answer cites.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct CitationSummary {
+pub(crate) struct CitationSummary {
     /// The cited source file.
     pub source: String,
     /// Section paths within the source.
@@ -115,7 +115,7 @@ pub struct CitationSummary {
 
 /// The result of `get_query`.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct QueryOutcome {
+pub(crate) struct QueryOutcome {
     /// The turn.
     pub query_id: String,
     /// The answer text; null until the turn has completed.
