@@ -112,6 +112,13 @@ fn api_err_with_ids(status: u16, code: &str, request_id: &str, query_id: &str) -
 
 /// One error of every variant but `Api`, with the label its assertions use.
 fn others() -> Vec<(&'static str, Error)> {
+    let mut all = request_errors();
+    all.extend(turn_and_listing_errors());
+    all
+}
+
+/// The errors of a request as such: refused, cut, late or unreadable.
+fn request_errors() -> Vec<(&'static str, Error)> {
     vec![
         (
             "version",
@@ -144,6 +151,12 @@ fn others() -> Vec<(&'static str, Error)> {
         ),
         ("decode", Error::decode("get_context", "bad json", b"{x")),
         ("invalid", Error::InvalidRequest("empty question".into())),
+    ]
+}
+
+/// The errors of a turn, a task, a redirect, a listing, a stream or a body.
+fn turn_and_listing_errors() -> Vec<(&'static str, Error)> {
+    vec![
         (
             "turn_failed",
             Error::TurnFailed {
