@@ -341,7 +341,7 @@ pub struct TurnMismatch {
 }
 
 /// An error answer from the Nexus API: the HTTP status plus the `Error` envelope.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ApiError {
     /// The operation (the spec's operationId) that failed.
@@ -362,22 +362,6 @@ pub struct ApiError {
     pub retry_after: Option<std::time::Duration>,
     /// The answer's `x-ratelimit-*` headers.
     pub rate_limits: RateLimits,
-}
-
-impl fmt::Debug for ApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApiError")
-            .field("operation", &self.operation)
-            .field("status", &self.status)
-            .field("code", &self.code)
-            .field("message", &self.message)
-            .field("request_id", &self.request_id)
-            .field("raw_body", &self.raw_body)
-            .field("query_id", &self.query_id)
-            .field("retry_after", &self.retry_after)
-            .field("rate_limits", &self.rate_limits)
-            .finish()
-    }
 }
 
 impl fmt::Display for ApiError {

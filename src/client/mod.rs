@@ -376,68 +376,55 @@ impl ClientBuilder {
         self
     }
 
-    /// Time allowed to open a connection (default 10 s); `None` leaves it
-    /// to the operating system. Like every timeout setter of the crate, it
-    /// takes a `Duration` or an `Option<Duration>`.
-    pub fn connect_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.connect_timeout = Some(timeout.into());
-        self
-    }
+    crate::transport::tuning::timeout_setters! {
+        /// Time allowed to open a connection (default 10 s); `None` leaves it
+        /// to the operating system. Like every timeout setter of the crate, it
+        /// takes a `Duration` or an `Option<Duration>`.
+        connect_timeout;
 
-    /// Total time for one ordinary request (default 60 s); `None` for no
-    /// limit. It also bounds `POST /auth/login` (60 s when `None`), which
-    /// every request waits on. Event streams and synchronous turns are never
-    /// cut by it: see [`ClientBuilder::header_timeout`] (and the per-turn
-    /// idle limit) and [`ClientBuilder::turn_timeout`].
-    pub fn request_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.request_timeout = Some(timeout.into());
-        self
-    }
+        /// Total time for one ordinary request (default 60 s); `None` for no
+        /// limit. It also bounds `POST /auth/login` (60 s when `None`), which
+        /// every request waits on. Event streams and synchronous turns are never
+        /// cut by it: see [`ClientBuilder::header_timeout`] (and the per-turn
+        /// idle limit) and [`ClientBuilder::turn_timeout`].
+        request_timeout;
 
-    /// The longest wait for the response headers of an event stream: a
-    /// streamed turn's `POST /query` (default 30 s) and every
-    /// `GET /queries/{id}/events`. A `POST /query` that runs out of time
-    /// fails with [`Error::Timeout`] and is never sent again. `None` waits
-    /// forever.
-    pub fn header_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.header_timeout = Some(timeout.into());
-        self
-    }
+        /// The longest wait for the response headers of an event stream: a
+        /// streamed turn's `POST /query` (default 30 s) and every
+        /// `GET /queries/{id}/events`. A `POST /query` that runs out of time
+        /// fails with [`Error::Timeout`] and is never sent again. `None` waits
+        /// forever.
+        header_timeout;
 
-    /// The longest time spent reading the body of an error answer (default
-    /// 30 s); what arrived by then is kept. `None` waits forever.
-    pub fn read_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.read_timeout = Some(timeout.into());
-        self
-    }
+        /// The longest time spent reading the body of an error answer (default
+        /// 30 s); what arrived by then is kept. `None` waits forever.
+        read_timeout;
 
-    /// The one bound on a turn (default 930 s, above the service's 900 s
-    /// cap); `None` for no limit. Every way of running or reading a turn
-    /// ends by it, counted from the call:
-    /// [`send`](crate::TurnBuilder::send),
-    /// [`stream`](crate::TurnBuilder::stream) (reconnects and the reading
-    /// of the stored turn included), [`background`](crate::TurnBuilder::background)
-    /// with [`QueryHandle::wait`](crate::QueryHandle::wait), and the streams
-    /// of [`QueryHandle::resume_from`](crate::QueryHandle::resume_from) and
-    /// [`CheckpointedTurn`](crate::CheckpointedTurn) that resume a turn. When
-    /// it passes, the call fails with [`Error::Timeout`]; the turn is not
-    /// cancelled. The expert knobs of [`StreamConfig`](crate::StreamConfig)
-    /// (idle timeout, reconnect budget) only give up sooner. Override it for
-    /// some calls with [`CallOptions::turn_timeout`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let client = nexus_knowql::Client::builder()
-    ///     .base_url("http://127.0.0.1:8080/api")
-    ///     .api_key("pcsk-example")
-    ///     .turn_timeout(Duration::from_secs(120))
-    ///     .build()?;
-    /// # drop(client);
-    /// # Ok::<(), nexus_knowql::Error>(())
-    /// ```
-    pub fn turn_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.turn_timeout = Some(timeout.into());
-        self
+        /// The one bound on a turn (default 930 s, above the service's 900 s
+        /// cap); `None` for no limit. Every way of running or reading a turn
+        /// ends by it, counted from the call:
+        /// [`send`](crate::TurnBuilder::send),
+        /// [`stream`](crate::TurnBuilder::stream) (reconnects and the reading
+        /// of the stored turn included), [`background`](crate::TurnBuilder::background)
+        /// with [`QueryHandle::wait`](crate::QueryHandle::wait), and the streams
+        /// of [`QueryHandle::resume_from`](crate::QueryHandle::resume_from) and
+        /// [`CheckpointedTurn`](crate::CheckpointedTurn) that resume a turn. When
+        /// it passes, the call fails with [`Error::Timeout`]; the turn is not
+        /// cancelled. The expert knobs of [`StreamConfig`](crate::StreamConfig)
+        /// (idle timeout, reconnect budget) only give up sooner. Override it for
+        /// some calls with [`CallOptions::turn_timeout`].
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// let client = nexus_knowql::Client::builder()
+        ///     .base_url("http://127.0.0.1:8080/api")
+        ///     .api_key("pcsk-example")
+        ///     .turn_timeout(Duration::from_secs(120))
+        ///     .build()?;
+        /// # drop(client);
+        /// # Ok::<(), nexus_knowql::Error>(())
+        /// ```
+        turn_timeout;
     }
 
     /// The most bytes of one response body the client reads (default

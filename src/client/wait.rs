@@ -121,12 +121,18 @@ impl Poller {
 mod tests {
     use super::*;
 
+    /// Waits 2 s at most, pausing 200 ms first and 1 s at most.
+    fn two_second_poller() -> Poller {
+        Poller::new(
+            &WaitPolicy::default()
+                .timeout(Duration::from_secs(2))
+                .interval(Duration::from_millis(200), Duration::from_secs(1)),
+        )
+    }
+
     #[tokio::test(start_paused = true)]
     async fn pauses_grow_and_end_before_the_deadline() {
-        let policy = WaitPolicy::default()
-            .timeout(Duration::from_secs(2))
-            .interval(Duration::from_millis(200), Duration::from_secs(1));
-        let mut poller = Poller::new(&policy);
+        let mut poller = two_second_poller();
         let mut pauses = 0;
         while poller.pause().await {
             pauses += 1;
@@ -146,10 +152,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_last_pause_until_the_timeout_ends_on_it() {
-        let policy = WaitPolicy::default()
-            .timeout(Duration::from_secs(2))
-            .interval(Duration::from_millis(200), Duration::from_secs(1));
-        let mut poller = Poller::new(&policy);
+        let mut poller = two_second_poller();
         let mut pauses = 0;
         while poller.pause_until_timeout().await {
             pauses += 1;

@@ -100,8 +100,25 @@ fn with_retry_after(operation: &'static str, status: u16) -> Error {
     Error::Api(Box::new(e))
 }
 
+/// A `get_context` answer of `status` with a code, a request id and a
+/// query id.
+fn api_err_with_ids(status: u16, code: &str, request_id: &str, query_id: &str) -> ApiError {
+    let mut e = api_err("get_context", status);
+    e.code = Some(code.into());
+    e.request_id = Some(request_id.into());
+    e.query_id = Some(query_id.into());
+    e
+}
+
 /// One error of every variant but `Api`, with the label its assertions use.
 fn others() -> Vec<(&'static str, Error)> {
+    let mut all = request_errors();
+    all.extend(turn_and_listing_errors());
+    all
+}
+
+/// The errors of a request as such: refused, cut, late or unreadable.
+fn request_errors() -> Vec<(&'static str, Error)> {
     vec![
         (
             "version",
@@ -134,6 +151,12 @@ fn others() -> Vec<(&'static str, Error)> {
         ),
         ("decode", Error::decode("get_context", "bad json", b"{x")),
         ("invalid", Error::InvalidRequest("empty question".into())),
+    ]
+}
+
+/// The errors of a turn, a task, a redirect, a listing, a stream or a body.
+fn turn_and_listing_errors() -> Vec<(&'static str, Error)> {
+    vec![
         (
             "turn_failed",
             Error::TurnFailed {
@@ -290,10 +313,7 @@ fn every_variant_reads_back_its_text() {
 
 #[test]
 fn api_error_formats_show_status_and_message() {
-    let mut e = api_err("get_context", 409);
-    e.code = Some("busy".into());
-    e.request_id = Some("r_1".into());
-    e.query_id = Some("q_1".into());
+    let mut e = api_err_with_ids(409, "busy", "r_1", "q_1");
     e.raw_body = Some("<html>".into());
     e.retry_after = Some(std::time::Duration::from_secs(3));
     assert_eq!(e.to_string(), "409: m");
@@ -307,10 +327,7 @@ fn api_error_formats_show_status_and_message() {
 
 #[test]
 fn accessors_answer_for_every_variant() {
-    let mut full = api_err("get_context", 404);
-    full.code = Some("nope".into());
-    full.request_id = Some("r_a".into());
-    full.query_id = Some("q_a".into());
+    let full = api_err_with_ids(404, "nope", "r_a", "q_a");
     let full = Error::Api(Box::new(full));
     assert_eq!(full.status(), Some(http::StatusCode::NOT_FOUND));
     assert_eq!(full.code(), Some("nope"));

@@ -401,7 +401,7 @@ pub(crate) fn log_identity(extensions: &Extensions) -> LogIdentity {
 
 /// The header carrying a request's short id (set by the HTTP transport on
 /// the request and on its response).
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
+pub(super) const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// A call's admission by the HTTP transport's call ledger: what holds its
 /// slot in the server's and its caller's budget. Every clone holds it (the

@@ -40,12 +40,12 @@ use serde_json::{Value, json};
 use super::redact::redact;
 
 /// The minimum level before a client sets one.
-pub const DEFAULT_LEVEL: LoggingLevel = LoggingLevel::Info;
+pub(super) const DEFAULT_LEVEL: LoggingLevel = LoggingLevel::Info;
 /// Default slow-call threshold: a tool call that takes this long or longer
 /// is reported at `notice`.
-pub const DEFAULT_SLOW_CALL: Duration = Duration::from_secs(10);
+pub(super) const DEFAULT_SLOW_CALL: Duration = Duration::from_secs(10);
 /// The logger name of every message.
-pub const LOGGER: &str = "nexus-mcp";
+pub(super) const LOGGER: &str = "nexus-mcp";
 
 /// Where a level ranks: `debug` is 1, `emergency` 8.
 fn rank(level: LoggingLevel) -> u8 {

@@ -325,9 +325,6 @@ impl Metrics {
     }
 }
 
-/// Shared metrics.
-pub type SharedMetrics = Arc<Metrics>;
-
 #[cfg(test)]
 mod tests {
     use super::*;

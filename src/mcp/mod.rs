@@ -10,23 +10,24 @@
 //!   `research_namespace`, and completion of their names.
 
 mod allow_list;
-pub mod caller;
+mod arguments;
+mod caller;
 mod catalog;
 mod edge_structured;
 pub mod http;
 mod jsonrpc;
-pub mod logging;
-pub mod metrics;
-pub mod nexus;
+mod logging;
+mod metrics;
+mod nexus;
 pub mod pinecone;
 mod recent;
-pub mod redact;
+mod redact;
 mod schema;
-pub mod server;
+mod server;
 pub mod stdio;
 mod structured;
 pub mod tasks;
-pub mod tool_error;
+mod tool_error;
 
 /// The MCP SDK whose types this module's servers implement and return
 /// ([`rmcp::ServerHandler`], [`rmcp::model::Tool`]), so an application names
@@ -35,8 +36,11 @@ pub use rmcp;
 
 pub use allow_list::ToolAllowListError;
 pub use catalog::{COMPLETION_TTL, MAX_KNOWLEDGE_READ_BYTES, RESOURCE_PAGE_SIZE};
-pub use nexus::{KeyPolicy, NexusServer};
-pub use server::NexusMcp;
+pub use metrics::Metrics;
+pub use nexus::{
+    DEFAULT_CALL_TIMEOUT, KeyPolicy, MAX_QUESTION_CHARS, MAX_WAIT_SECONDS, NexusServer,
+};
+pub use server::{NexusMcp, PROTOCOL_VERSIONS};
 pub use tool_error::{ToolError, ToolErrorCode};
 
 /// The MCP name this server reports.

@@ -45,14 +45,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 });
 
 /// Replaces API keys and bearer tokens in `text` with `***`.
-///
-/// ```
-/// use nexus_knowql::mcp::redact::redact;
-/// let s = redact("call failed: api_key=pcsk_abcdefghijklmnopqrstuvwxyz0123456789 header Authorization: Bearer abc.def.ghi");
-/// assert!(!s.contains("pcsk_abc"));
-/// assert!(!s.contains("abc.def.ghi"));
-/// ```
-pub fn redact(text: &str) -> String {
+pub(super) fn redact(text: &str) -> String {
     let mut out = std::borrow::Cow::Borrowed(text);
     for rule in RULES.iter() {
         if rule.re.is_match(&out) {
@@ -67,14 +60,7 @@ pub fn redact(text: &str) -> String {
 /// (standard and URL-safe, with or without padding, also inside a longer
 /// base64 text), hex (either case), percent-encoding (every byte, either
 /// case) and JSON string escaping.
-///
-/// ```
-/// use nexus_knowql::mcp::redact::redact_with;
-/// // "Basic " + base64("user:hunter22-key!")
-/// let s = redact_with("auth Basic dXNlcjpodW50ZXIyMi1rZXkh", &["hunter22-key!"]);
-/// assert!(!s.contains("W50ZXIyMi1rZX"), "{s}");
-/// ```
-pub fn redact_with(text: &str, secrets: &[&str]) -> String {
+pub(super) fn redact_with(text: &str, secrets: &[&str]) -> String {
     let mut out = text.to_owned();
     for secret in secrets.iter().filter(|s| s.len() >= 4) {
         for form in encodings(secret) {

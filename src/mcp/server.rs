@@ -30,7 +30,7 @@ use super::pinecone::PineconeServer;
 use super::tasks::{self, TaskSeal};
 use crate::transport::for_servers::counting_retries;
 
-pub use super::{SERVER_NAME, implementation};
+pub(super) use super::implementation;
 
 /// The protocol revisions served, oldest first: 2026-07-28 (no `initialize`
 /// handshake; each request carries its own `_meta`), 2025-11-25 and
@@ -526,9 +526,13 @@ impl ServerHandler for NexusMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let _admitted = admitted(&context)?;
-        Box::pin(catalog::read_resource(self.families(), request, &context))
-            .await
-            .map(Into::into)
+        Box::pin(catalog::read_resource(
+            self.families(),
+            &request.uri,
+            &context,
+        ))
+        .await
+        .map(Into::into)
     }
 
     async fn list_prompts(

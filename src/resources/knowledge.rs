@@ -1,6 +1,8 @@
 use crate::Client;
 use crate::client::Call;
 
+use super::pages::Tree;
+
 /// Curated knowledge of one context. Get one from [`Client::knowledge`].
 #[derive(Debug, Clone, Copy)]
 pub struct Knowledge<'c> {
@@ -9,17 +11,6 @@ pub struct Knowledge<'c> {
 }
 
 impl<'c> Knowledge<'c> {
-    /// `GET /contexts/{slug}/knowledge/list[/{path}]`: every entry of a
-    /// directory (the root unless [`ListFiles::path`](super::ListFiles::path)
-    /// names one). `.await` it for every entry (bounded by
-    /// [`ListFiles::max_items`](super::ListFiles::max_items)), read
-    /// [`ListFiles::pages`](super::ListFiles::pages) page by page (the first
-    /// page alone: `.page_size(n).pages()`, then one `try_next`), or
-    /// [`ListFiles::items`](super::ListFiles::items) entry by entry.
-    pub fn list(&self) -> super::ListFiles<'c> {
-        super::ListFiles::new(self.client, super::pages::Tree::Knowledge, self.slug)
-    }
-
     /// `GET /contexts/{slug}/knowledge/read/{path}`: a curated file's bytes.
     ///
     /// # Errors
@@ -28,18 +19,17 @@ impl<'c> Knowledge<'c> {
     where
         'c: 'a,
     {
-        let (client, slug) = (self.client, self.slug);
-        Call::new(async move {
-            let (stream, meta) = client
-                .call_meta(
-                    "read_knowledge_file",
-                    client.api().read_knowledge_file(slug, path),
-                )
-                .await?;
-            Ok((
-                super::sources::collect_stream("read_knowledge_file", stream).await?,
-                meta,
-            ))
-        })
+        super::sources::read_file(self.client, Tree::Knowledge, self.slug, path)
+    }
+
+    /// `GET /contexts/{slug}/knowledge/list[/{path}]`: every entry of a
+    /// directory (the root unless [`ListFiles::path`](super::ListFiles::path)
+    /// names one). `.await` it for every entry (bounded by
+    /// [`ListFiles::max_items`](super::ListFiles::max_items)), read
+    /// [`ListFiles::pages`](super::ListFiles::pages) page by page (the first
+    /// page alone: `.page_size(n).pages()`, then one `try_next`), or
+    /// [`ListFiles::items`](super::ListFiles::items) entry by entry.
+    pub fn list(&self) -> super::ListFiles<'c> {
+        super::ListFiles::new(self.client, Tree::Knowledge, self.slug)
     }
 }

@@ -36,6 +36,57 @@ pub const DEFAULT_MAX_ITEMS: usize = 10_000;
 /// Items asked for per request unless a builder's `page_size` says otherwise.
 pub const DEFAULT_PAGE_SIZE: u64 = 100;
 
+/// The two other ways to read a listing builder `$builder` whose `pages()`
+/// yields `$item`s: `items()` (documented by the given doc comment) and
+/// `.await` for every item.
+macro_rules! items_and_await {
+    ($builder:ident, $item:ty, $(#[$doc:meta])*) => {
+        impl<'c> $builder<'c> {
+            $(#[$doc])*
+            pub fn items(self) -> $crate::resources::Items<'c, $item> {
+                $crate::resources::pages::items(self.pages())
+            }
+        }
+
+        impl<'c> std::future::IntoFuture for $builder<'c> {
+            type Output = $crate::Result<Vec<$item>>;
+            type IntoFuture = futures::future::BoxFuture<'c, Self::Output>;
+
+            fn into_future(self) -> Self::IntoFuture {
+                Box::pin($crate::resources::pages::collect(self.pages()))
+            }
+        }
+    };
+}
+pub(crate) use items_and_await;
+
+/// The bounds of a paged listing builder: `page_size` (1 to 1000, default
+/// 100) and `max_items` (default [`DEFAULT_MAX_ITEMS`]), naming its items
+/// `$What` (or `$what`) in their docs.
+macro_rules! paging_bounds {
+    ($What:literal, $what:literal) => {
+        #[doc = concat!(
+            $What,
+            " asked for per request, 1 to 1000 (default 100)."
+        )]
+        pub fn page_size(mut self, n: u64) -> Self {
+            self.page_size = n;
+            self
+        }
+
+        #[doc = concat!(
+            "The most ",
+            $what,
+            " the listing may hold (default [`DEFAULT_MAX_ITEMS`](crate::resources::DEFAULT_MAX_ITEMS)); more is an [`Error::Paging`](crate::Error::Paging)."
+        )]
+        pub fn max_items(mut self, n: usize) -> Self {
+            self.max_items = n;
+            self
+        }
+    };
+}
+pub(crate) use paging_bounds;
+
 /// One page of a listing.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -244,18 +295,7 @@ impl<'c> ListFiles<'c> {
         self
     }
 
-    /// Entries asked for per request, 1 to 1000 (default 100).
-    pub fn page_size(mut self, n: u64) -> Self {
-        self.page_size = n;
-        self
-    }
-
-    /// The most entries the listing may hold (default [`DEFAULT_MAX_ITEMS`]);
-    /// more is an [`Error::Paging`].
-    pub fn max_items(mut self, n: usize) -> Self {
-        self.max_items = n;
-        self
-    }
+    paging_bounds!("Entries", "entries");
 
     fn operation(&self) -> &'static str {
         match (self.tree, self.path.is_some()) {
@@ -354,7 +394,9 @@ fn dir_page(
     })
 }
 
-impl<'c> ListFiles<'c> {
+items_and_await!(
+    ListFiles,
+    crate::types::DirListingEntriesItem,
     /// The entries one by one, each page fetched when the one before is
     /// read; the errors of [`ListFiles::pages`] end it.
     ///
@@ -370,19 +412,7 @@ impl<'c> ListFiles<'c> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn items(self) -> Items<'c, crate::types::DirListingEntriesItem> {
-        items(self.pages())
-    }
-}
-
-impl<'c> std::future::IntoFuture for ListFiles<'c> {
-    type Output = Result<Vec<crate::types::DirListingEntriesItem>>;
-    type IntoFuture = BoxFuture<'c, Self::Output>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(collect(self.pages()))
-    }
-}
+);
 
 #[cfg(test)]
 mod tests {

@@ -1,9 +1,8 @@
 use futures::StreamExt;
-use futures::future::BoxFuture;
 
 use super::pages::{self, FetchFn, Fetched, Pages};
 use crate::client::Call;
-use crate::{Client, Result, types};
+use crate::{Client, types};
 
 /// The API's largest `limit` for `GET /sessions`.
 const SESSIONS_MAX_PAGE: u64 = 200;
@@ -131,7 +130,9 @@ fn zero_limit(op: &'static str) -> crate::Error {
     crate::Error::InvalidRequest(format!("{op}: page_size must be at least 1"))
 }
 
-impl<'c> ListSessions<'c> {
+pages::items_and_await!(
+    ListSessions,
+    types::Session,
     /// The sessions one by one; the errors of [`ListSessions::pages`] end it.
     ///
     /// ```no_run
@@ -143,16 +144,4 @@ impl<'c> ListSessions<'c> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn items(self) -> pages::Items<'c, types::Session> {
-        pages::items(self.pages())
-    }
-}
-
-impl<'c> std::future::IntoFuture for ListSessions<'c> {
-    type Output = Result<Vec<types::Session>>;
-    type IntoFuture = BoxFuture<'c, Self::Output>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(pages::collect(self.pages()))
-    }
-}
+);

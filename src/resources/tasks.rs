@@ -1,7 +1,6 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::future::BoxFuture;
 
 use super::pages::{self, DEFAULT_MAX_ITEMS, DEFAULT_PAGE_SIZE, FetchFn, Fetched, Pages};
 use crate::client::{Call, Poller, WaitPolicy};
@@ -219,19 +218,7 @@ impl<'c> ListTasks<'c> {
         self
     }
 
-    /// Tasks asked for per request, 1 to 1000 (default 100).
-    pub fn page_size(mut self, n: u64) -> Self {
-        self.page_size = n;
-        self
-    }
-
-    /// The most tasks the listing may hold (default
-    /// [`DEFAULT_MAX_ITEMS`](super::DEFAULT_MAX_ITEMS)); more is an
-    /// [`Error::Paging`].
-    pub fn max_items(mut self, n: usize) -> Self {
-        self.max_items = n;
-        self
-    }
+    super::pages::paging_bounds!("Tasks", "tasks");
 
     /// The listing as a stream of pages, fetched as they are read.
     ///
@@ -315,7 +302,9 @@ fn tasks_page(
     })
 }
 
-impl<'c> ListTasks<'c> {
+super::pages::items_and_await!(
+    ListTasks,
+    types::TaskResponse,
     /// The tasks one by one, each page fetched when the one before is read;
     /// the errors of [`ListTasks::pages`] end it.
     ///
@@ -328,16 +317,4 @@ impl<'c> ListTasks<'c> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn items(self) -> pages::Items<'c, types::TaskResponse> {
-        pages::items(self.pages())
-    }
-}
-
-impl<'c> std::future::IntoFuture for ListTasks<'c> {
-    type Output = Result<Vec<types::TaskResponse>>;
-    type IntoFuture = BoxFuture<'c, Self::Output>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(pages::collect(self.pages()))
-    }
-}
+);

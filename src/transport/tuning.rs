@@ -10,6 +10,20 @@ use crate::error::{Error, Result};
 
 use super::retry::RetryPolicy;
 
+/// Setters of `Option<Duration>` fields named as the setters, each taking a
+/// `Duration` or an `Option<Duration>` (`None`: no limit): the timeouts of
+/// [`ClientBuilder`](crate::ClientBuilder) and [`CallOptions`].
+macro_rules! timeout_setters {
+    ($($(#[$doc:meta])* $name:ident;)+) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, timeout: impl Into<Option<std::time::Duration>>) -> Self {
+            self.$name = Some(timeout.into());
+            self
+        }
+    )+};
+}
+pub(crate) use timeout_setters;
+
 /// The timeouts and retry policy every request of a transport follows.
 #[derive(Debug, Clone)]
 pub(crate) struct Tuning {
@@ -89,32 +103,22 @@ impl CallOptions {
         self
     }
 
-    /// Total time for one ordinary request; see
-    /// [`ClientBuilder::request_timeout`](crate::ClientBuilder::request_timeout).
-    pub fn request_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.request_timeout = Some(timeout.into());
-        self
-    }
+    crate::transport::tuning::timeout_setters! {
+        /// Total time for one ordinary request; see
+        /// [`ClientBuilder::request_timeout`](crate::ClientBuilder::request_timeout).
+        request_timeout;
 
-    /// The longest wait for an event stream's response headers; see
-    /// [`ClientBuilder::header_timeout`](crate::ClientBuilder::header_timeout).
-    pub fn header_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.header_timeout = Some(timeout.into());
-        self
-    }
+        /// The longest wait for an event stream's response headers; see
+        /// [`ClientBuilder::header_timeout`](crate::ClientBuilder::header_timeout).
+        header_timeout;
 
-    /// The longest time spent reading an error answer's body; see
-    /// [`ClientBuilder::read_timeout`](crate::ClientBuilder::read_timeout).
-    pub fn read_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.read_timeout = Some(timeout.into());
-        self
-    }
+        /// The longest time spent reading an error answer's body; see
+        /// [`ClientBuilder::read_timeout`](crate::ClientBuilder::read_timeout).
+        read_timeout;
 
-    /// The one bound on a turn; see
-    /// [`ClientBuilder::turn_timeout`](crate::ClientBuilder::turn_timeout).
-    pub fn turn_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.turn_timeout = Some(timeout.into());
-        self
+        /// The one bound on a turn; see
+        /// [`ClientBuilder::turn_timeout`](crate::ClientBuilder::turn_timeout).
+        turn_timeout;
     }
 
     /// Sends the header `name: value` on every request of the calls made

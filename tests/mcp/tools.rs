@@ -363,7 +363,7 @@ async fn bad_arguments_are_validation_errors_naming_the_field() {
             "{tool} {args}: {body}"
         );
     }
-    let long = "x".repeat(nexus_knowql::mcp::nexus::MAX_QUESTION_CHARS + 1);
+    let long = "x".repeat(nexus_knowql::mcp::MAX_QUESTION_CHARS + 1);
     let r = call(
         &client,
         "query_context",
@@ -635,7 +635,7 @@ async fn connect_counted(
     nexus: &MockServer,
 ) -> (
     RunningService<RoleClient, RecordingClient>,
-    std::sync::Arc<nexus_knowql::mcp::metrics::Metrics>,
+    std::sync::Arc<nexus_knowql::mcp::Metrics>,
 ) {
     let server = NexusMcp::new().with_nexus(NexusServer::new(nexus_client(&nexus.uri())));
     let metrics = std::sync::Arc::clone(server.metrics());

@@ -452,7 +452,7 @@ pub fn caller_keys(fallback: bool) -> KeyPolicy {
 /// when its handler returns, so this is the signal that the call's work
 /// is over). Panics when none ends within `within`.
 pub async fn ended_call(
-    metrics: &nexus_knowql::mcp::metrics::Metrics,
+    metrics: &nexus_knowql::mcp::Metrics,
     tool: &str,
     within: std::time::Duration,
 ) -> String {
@@ -491,7 +491,7 @@ pub async fn received_count(nexus: &MockServer) -> usize {
 
 /// The value of one series (its full name with labels, as rendered) in
 /// `metrics`; 0 when absent.
-pub fn sample(metrics: &nexus_knowql::mcp::metrics::Metrics, series: &str) -> f64 {
+pub fn sample(metrics: &nexus_knowql::mcp::Metrics, series: &str) -> f64 {
     metrics
         .render()
         .lines()

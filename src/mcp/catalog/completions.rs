@@ -260,7 +260,7 @@ async fn listing(
 /// prompt included: the official conformance scenario asks for completions
 /// of a prompt the server need not have and requires an answer, not an
 /// error.
-pub(super) async fn complete(
+pub(crate) async fn complete(
     families: Families<'_>,
     cache: &CompletionCache,
     request: CompleteRequestParams,

@@ -17,14 +17,7 @@ mod resources;
 mod uri;
 
 use rmcp::ErrorData;
-use rmcp::RoleServer;
-use rmcp::model::{
-    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
-    PromptsCapability, ReadResourceRequestParams, ReadResourceResult, ResourcesCapability,
-    ServerCapabilities,
-};
-use rmcp::service::RequestContext;
+use rmcp::model::{PromptsCapability, ResourcesCapability, ServerCapabilities};
 
 use super::metrics::Metrics;
 use super::nexus::NexusServer;
@@ -32,7 +25,11 @@ use super::pinecone::PineconeServer;
 use super::tool_error::{ToolError, ToolErrorCode};
 
 pub use self::completions::COMPLETION_TTL;
-pub(crate) use self::completions::CompletionCache;
+pub(crate) use self::completions::{CompletionCache, complete};
+pub(crate) use self::prompts::{get as get_prompt, list as list_prompts};
+pub(crate) use self::resources::{
+    list as list_resources, read as read_resource, templates as list_resource_templates,
+};
 
 /// The most bytes of a knowledge file a `resources/read` returns.
 pub const MAX_KNOWLEDGE_READ_BYTES: usize = 256 * 1024;
@@ -131,53 +128,6 @@ pub(crate) fn declare(families: Families<'_>, caps: &mut ServerCapabilities) {
         caps.prompts = Some(PromptsCapability::default());
         caps.completions = Some(rmcp::model::JsonObject::new());
     }
-}
-
-/// `resources/list`.
-pub(crate) async fn list_resources(
-    families: Families<'_>,
-    request: Option<PaginatedRequestParams>,
-    ctx: &RequestContext<RoleServer>,
-) -> Result<ListResourcesResult, ErrorData> {
-    resources::list(families, request, ctx).await
-}
-
-/// `resources/templates/list`.
-pub(crate) fn list_resource_templates(families: Families<'_>) -> ListResourceTemplatesResult {
-    resources::templates(families)
-}
-
-/// `resources/read`.
-pub(crate) async fn read_resource(
-    families: Families<'_>,
-    request: ReadResourceRequestParams,
-    ctx: &RequestContext<RoleServer>,
-) -> Result<ReadResourceResult, ErrorData> {
-    resources::read(families, &request.uri, ctx).await
-}
-
-/// `prompts/list`.
-pub(crate) fn list_prompts(families: Families<'_>) -> ListPromptsResult {
-    prompts::list(families)
-}
-
-/// `prompts/get`.
-pub(crate) async fn get_prompt(
-    families: Families<'_>,
-    request: GetPromptRequestParams,
-    ctx: &RequestContext<RoleServer>,
-) -> Result<GetPromptResult, ErrorData> {
-    prompts::get(families, request, ctx).await
-}
-
-/// `completion/complete`.
-pub(crate) async fn complete(
-    families: Families<'_>,
-    cache: &CompletionCache,
-    request: CompleteRequestParams,
-    ctx: &RequestContext<RoleServer>,
-) -> Result<CompleteResult, ErrorData> {
-    completions::complete(families, cache, request, ctx).await
 }
 
 /// A failed upstream read as a protocol error: the kind of failure only,

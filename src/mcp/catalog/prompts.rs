@@ -13,6 +13,7 @@ use super::Families;
 use super::resources::uri_source;
 use super::uri;
 use crate::mcp::nexus::MAX_QUESTION_CHARS;
+use crate::mcp::pinecone::PineconeServer;
 
 /// The Nexus prompt's name.
 pub(super) const ASK_CONTEXT: &str = "ask_context";
@@ -29,7 +30,7 @@ fn argument(name: &str, description: &str) -> PromptArgument {
 }
 
 /// The prompts of the families configured.
-pub(super) fn list(families: Families<'_>) -> ListPromptsResult {
+pub(crate) fn list(families: Families<'_>) -> ListPromptsResult {
     let mut prompts = Vec::new();
     if families.ask_context().is_some() {
         prompts.push(
@@ -123,123 +124,138 @@ fn required_name<'a>(args: Option<&'a JsonObject>, name: &str) -> Result<&'a str
 }
 
 /// One prompt, with its arguments checked.
-pub(super) async fn get(
+pub(crate) async fn get(
     families: Families<'_>,
     request: GetPromptRequestParams,
     ctx: &RequestContext<RoleServer>,
 ) -> Result<GetPromptResult, ErrorData> {
     let args = request.arguments.as_ref();
     match request.name.as_str() {
-        ASK_CONTEXT if families.ask_context().is_some() => {
-            let context = required_name(args, "context")?;
-            let question = required(args, "question", MAX_QUESTION_CHARS)?;
-            // The context's resource is named only when resources are served.
-            let resource = families
-                .contexts()
-                .map(|_| format!(" (resource {})", uri::context_uri(context)))
-                .unwrap_or_default();
-            let text = format!(
-                "Answer the question below from the Nexus context `{context}`{resource}.\n\n\
-                 1. Call query_context with context=\"{context}\" and the question.\n\
-                 2. Call get_query with the returned query_id (wait_seconds up to 60) until \
-                 status is completed, failed or cancelled.\n\
-                 3. Answer from the completed result only, citing its sources; if the turn \
-                 failed, say why.\n\nQuestion: {question}",
-            );
-            Ok(
-                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
-                    .with_description(format!("Ask the Nexus context `{context}`")),
-            )
-        }
-        RESEARCH_NAMESPACE => {
-            let Some(pinecone) = families.research_namespace() else {
-                return Err(unknown(&request.name));
-            };
-            let multi = pinecone.state.config.is_multi_source();
-            let asked_source = match args.and_then(|a| a.get("source")) {
-                Some(_) if multi => Some(required_name(args, "source")?),
-                _ => None,
-            };
-            let index = required_name(args, "index")?;
-            let namespace = required_name(args, "namespace")?;
-            let topic = required(args, "topic", MAX_QUESTION_CHARS)?;
-            // What the caller's key sees of the namespace, when it answers
-            // and namespaces are served.
-            let listed = families.namespaces().is_some();
-            let rows = match listed {
-                true => pinecone.caller_namespaces(&ctx.extensions).await,
-                false => Ok(Vec::new()),
-            };
-            if let Err(e) = &rows {
-                families.count_failure("pinecone", e);
-            }
-            let known = rows.ok().and_then(|rows| {
-                rows.into_iter()
-                    .find(|(i, r)| {
-                        i == index
-                            && r.name == namespace
-                            && asked_source.is_none_or(|s| uri_source(pinecone, r) == Some(s))
-                    })
-                    .map(|(_, r)| r)
-            });
-            // With several sources the tools need the source: the one asked
-            // for, else the one that holds this namespace.
-            let source = asked_source.map(str::to_owned).or_else(|| {
-                known
-                    .as_ref()
-                    .and_then(|r| uri_source(pinecone, r))
-                    .map(str::to_owned)
-            });
-            let target = match &source {
-                Some(source) => format!("namespace=\"{namespace}\", source=\"{source}\""),
-                None => format!("namespace=\"{namespace}\""),
-            };
-            let resource = match listed {
-                true => format!(
-                    " (resource {})",
-                    uri::namespace_uri(source.as_deref(), index, namespace)
-                ),
-                false => String::new(),
-            };
-            let mut text = format!(
-                "Research \"{topic}\" in the Pinecone namespace `{namespace}` of index \
-                 `{index}`{of}{resource}.\n\n",
-                of = source
-                    .as_deref()
-                    .map(|s| format!(" of source `{s}`"))
-                    .unwrap_or_default(),
-            );
-            if let Some(row) = &known {
-                let fields: Vec<String> = row
-                    .metadata_fields
-                    .iter()
-                    .map(|(k, v)| format!("{k} ({})", v.as_str().unwrap_or("unknown")))
-                    .collect();
-                text.push_str(&format!(
-                    "It holds {} records. Metadata fields: {}.\n\n",
-                    row.record_count,
-                    if fields.is_empty() {
-                        "none known".to_owned()
-                    } else {
-                        fields.join(", ")
-                    }
-                ));
-            }
-            text.push_str(&format!(
-                "1. Call suggest_query_params with {target} and the topic as user_query to pick \
-                 fields and a filter.\n\
-                 2. Run query (or keyword_search for exact terms) with {target}; narrow with \
-                 metadata filters and vary the wording.\n\
-                 3. Summarise what the records say about the topic, citing each record you use, \
-                 and say what the namespace does not cover."
-            ));
-            Ok(
-                GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
-                    .with_description(format!("Research a topic in `{index}/{namespace}`")),
-            )
-        }
+        ASK_CONTEXT if families.ask_context().is_some() => ask_context(families, args),
+        RESEARCH_NAMESPACE => match families.research_namespace() {
+            Some(pinecone) => research_namespace(families, pinecone, args, ctx).await,
+            None => Err(unknown(&request.name)),
+        },
         other => Err(unknown(other)),
     }
+}
+
+/// `ask_context`: how to ask a Nexus context the question.
+fn ask_context(
+    families: Families<'_>,
+    args: Option<&JsonObject>,
+) -> Result<GetPromptResult, ErrorData> {
+    let context = required_name(args, "context")?;
+    let question = required(args, "question", MAX_QUESTION_CHARS)?;
+    // The context's resource is named only when resources are served.
+    let resource = families
+        .contexts()
+        .map(|_| format!(" (resource {})", uri::context_uri(context)))
+        .unwrap_or_default();
+    let text = format!(
+        "Answer the question below from the Nexus context `{context}`{resource}.\n\n\
+         1. Call query_context with context=\"{context}\" and the question.\n\
+         2. Call get_query with the returned query_id (wait_seconds up to 60) until \
+         status is completed, failed or cancelled.\n\
+         3. Answer from the completed result only, citing its sources; if the turn \
+         failed, say why.\n\nQuestion: {question}",
+    );
+    Ok(
+        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
+            .with_description(format!("Ask the Nexus context `{context}`")),
+    )
+}
+
+/// `research_namespace`: how to research the topic in a Pinecone
+/// namespace, with what the caller's key sees of it.
+async fn research_namespace(
+    families: Families<'_>,
+    pinecone: &PineconeServer,
+    args: Option<&JsonObject>,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<GetPromptResult, ErrorData> {
+    let multi = pinecone.state.config.is_multi_source();
+    let asked_source = match args.and_then(|a| a.get("source")) {
+        Some(_) if multi => Some(required_name(args, "source")?),
+        _ => None,
+    };
+    let index = required_name(args, "index")?;
+    let namespace = required_name(args, "namespace")?;
+    let topic = required(args, "topic", MAX_QUESTION_CHARS)?;
+    // What the caller's key sees of the namespace, when it answers
+    // and namespaces are served.
+    let listed = families.namespaces().is_some();
+    let rows = match listed {
+        true => pinecone.caller_namespaces(&ctx.extensions).await,
+        false => Ok(Vec::new()),
+    };
+    if let Err(e) = &rows {
+        families.count_failure("pinecone", e);
+    }
+    let known = rows.ok().and_then(|rows| {
+        rows.into_iter()
+            .find(|(i, r)| {
+                i == index
+                    && r.name == namespace
+                    && asked_source.is_none_or(|s| uri_source(pinecone, r) == Some(s))
+            })
+            .map(|(_, r)| r)
+    });
+    // With several sources the tools need the source: the one asked
+    // for, else the one that holds this namespace.
+    let source = asked_source.map(str::to_owned).or_else(|| {
+        known
+            .as_ref()
+            .and_then(|r| uri_source(pinecone, r))
+            .map(str::to_owned)
+    });
+    let target = match &source {
+        Some(source) => format!("namespace=\"{namespace}\", source=\"{source}\""),
+        None => format!("namespace=\"{namespace}\""),
+    };
+    let resource = match listed {
+        true => format!(
+            " (resource {})",
+            uri::namespace_uri(source.as_deref(), index, namespace)
+        ),
+        false => String::new(),
+    };
+    let mut text = format!(
+        "Research \"{topic}\" in the Pinecone namespace `{namespace}` of index \
+         `{index}`{of}{resource}.\n\n",
+        of = source
+            .as_deref()
+            .map(|s| format!(" of source `{s}`"))
+            .unwrap_or_default(),
+    );
+    if let Some(row) = &known {
+        let fields: Vec<String> = row
+            .metadata_fields
+            .iter()
+            .map(|(k, v)| format!("{k} ({})", v.as_str().unwrap_or("unknown")))
+            .collect();
+        text.push_str(&format!(
+            "It holds {} records. Metadata fields: {}.\n\n",
+            row.record_count,
+            if fields.is_empty() {
+                "none known".to_owned()
+            } else {
+                fields.join(", ")
+            }
+        ));
+    }
+    text.push_str(&format!(
+        "1. Call suggest_query_params with {target} and the topic as user_query to pick \
+         fields and a filter.\n\
+         2. Run query (or keyword_search for exact terms) with {target}; narrow with \
+         metadata filters and vary the wording.\n\
+         3. Summarise what the records say about the topic, citing each record you use, \
+         and say what the namespace does not cover."
+    ));
+    Ok(
+        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
+            .with_description(format!("Research a topic in `{index}/{namespace}`")),
+    )
 }
 
 fn unknown(name: &str) -> ErrorData {

@@ -157,7 +157,7 @@ async fn knowledge_files(
 /// Every resource the caller sees, in a stable order: contexts, their
 /// knowledge files, then namespaces. A family whose upstream fails contributes nothing; the
 /// page's `_meta` names it.
-pub(super) async fn list(
+pub(crate) async fn list(
     families: Families<'_>,
     request: Option<PaginatedRequestParams>,
     ctx: &RequestContext<RoleServer>,
@@ -215,7 +215,7 @@ pub(super) async fn list(
 }
 
 /// The URI templates of the families configured.
-pub(super) fn templates(families: Families<'_>) -> ListResourceTemplatesResult {
+pub(crate) fn templates(families: Families<'_>) -> ListResourceTemplatesResult {
     let mut out = Vec::new();
     if families.contexts().is_some() {
         out.push(
@@ -270,7 +270,7 @@ fn failed(
 
 /// Reads one resource; a URI this server does not serve, or that names
 /// nothing the caller sees, is -32002.
-pub(super) async fn read(
+pub(crate) async fn read(
     families: Families<'_>,
     raw: &str,
     ctx: &RequestContext<RoleServer>,

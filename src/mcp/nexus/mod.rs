@@ -15,20 +15,18 @@
 //! once, and a cancelled `query_context` either sends no turn or cancels the
 //! turn it started.
 //!
-//! # Arguments are validated here, not by serde
+//! # Arguments
 //!
-//! The tools take their arguments as a raw JSON object and check each field
-//! themselves. A typed `Parameters<T>` would turn a wrong type (a number for
-//! `question`, a string for `wait_seconds`) into rmcp's own error text, which
-//! names no field; here every schema-level problem becomes a `VALIDATION`
-//! error with `field` set, like any other bad input. The advertised
-//! `inputSchema` still comes from the typed argument structs below.
-
+//! The tools take their arguments as a raw JSON object and read it into
+//! their typed argument structs (whose schemas are the advertised
+//! `inputSchema`) with [`crate::mcp::arguments::parse`], as every tool does:
+//! a wrong type or a missing field is a `VALIDATION` error with `field` set
+//! and the JSON types named, like any other bad input, not rmcp's own text.
 //!
 //! # Layout
 //! - `shapes`: the argument and result types (the advertised schemas) and
 //!   how results are encoded.
-//! - `checks`: argument checks.
+//! - `checks`: the checks of ids and waits the argument types cannot say.
 //! - `errors`: SDK errors as tool errors.
 //! - `pool`: the HTTP and Nexus clients of callers' calls.
 //! - `progress`: `get_query`'s progress notifications.
@@ -52,7 +50,7 @@ use rmcp::model::{CallToolResult, JsonObject, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 
-use self::checks::{optional_wait, required_id, required_str};
+use self::checks::{checked_id, checked_wait};
 use self::errors::{Subject, nexus_error, not_queryable};
 use self::pool::{CallClient, CallerHttp};
 use self::progress::StepProgress;
@@ -60,6 +58,7 @@ use self::shapes::{
     GetQueryArgs, QueryContextArgs, context_list, failure, input_schema, output_schema,
     success_same,
 };
+use super::arguments::parse;
 use super::caller::{CallKey, call_key};
 use super::edge_structured::EdgeSlot;
 use super::tool_error::{ToolError, ToolErrorCode};
@@ -67,7 +66,7 @@ use crate::Client;
 use crate::client::{Poller, WaitPolicy};
 
 pub use self::checks::MAX_WAIT_SECONDS;
-pub use self::shapes::{CitationSummary, ContextList, ContextSummary, QueryOutcome, QueryStarted};
+pub(super) use self::shapes::{ContextList, ContextSummary, QueryOutcome, QueryStarted};
 pub use super::caller::KeyPolicy;
 
 /// The longest question accepted, in characters.
@@ -80,7 +79,7 @@ const POLL_FIRST: Duration = Duration::from_millis(200);
 const POLL_MAX: Duration = Duration::from_secs(2);
 
 /// The guide sent as the server's MCP `instructions`.
-pub const INSTRUCTIONS: &str = "Ask questions of Pinecone Nexus knowledge contexts. \
+pub(super) const INSTRUCTIONS: &str = "Ask questions of Pinecone Nexus knowledge contexts. \
 Flow: 1) call list_contexts to see the contexts and whether each is `queryable`; \
 2) call query_context with a queryable context's slug and a question: it starts the \
 turn and returns a query_id at once; 3) call get_query with that query_id until \
@@ -339,8 +338,9 @@ impl NexusServer {
         args: &JsonObject,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<QueryStarted, ToolError> {
-        let slug = required_id(args, "context")?;
-        let question = required_str(args, "question")?;
+        let args: QueryContextArgs = parse(args)?;
+        let slug = checked_id(&args.context, "context")?;
+        let question = args.question.as_str();
         if question.trim().is_empty() {
             return Err(ToolError::validation(
                 "question",
@@ -462,8 +462,9 @@ impl NexusServer {
         args: &JsonObject,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<QueryOutcome, ToolError> {
-        let query_id = required_id(args, "query_id")?;
-        let wait = optional_wait(args)?;
+        let args: GetQueryArgs = parse(args)?;
+        let query_id = checked_id(&args.query_id, "query_id")?;
+        let wait = checked_wait(args.wait_seconds.as_ref())?;
         let mut call = self.client_for(ctx)?;
         let client = call.client.clone();
         // The whole call ends by `wait + call_timeout`; each poll also has

@@ -6,7 +6,7 @@ use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input};
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::mcp::edge_structured::EdgeSlot;
@@ -17,30 +17,29 @@ use crate::types;
 // Argument and result shapes (they are the advertised schemas).
 
 /// Arguments of `query_context`.
-#[derive(Debug, JsonSchema)]
-#[allow(dead_code)] // Only its schema is used; the fields are read by hand.
+#[derive(Debug, Deserialize, JsonSchema)]
 pub(super) struct QueryContextArgs {
     /// The slug of a queryable context, as `list_contexts` returns it.
-    context: String,
+    pub(super) context: String,
     /// The question, in natural language.
     #[schemars(length(min = 1))]
-    question: String,
+    pub(super) question: String,
 }
 
 /// Arguments of `get_query`.
-#[derive(Debug, JsonSchema)]
-#[allow(dead_code)] // Only its schema is used; the fields are read by hand.
+#[derive(Debug, Deserialize, JsonSchema)]
 pub(super) struct GetQueryArgs {
     /// The `query_id` returned by `query_context`.
-    query_id: String,
+    pub(super) query_id: String,
     /// Wait up to this many seconds (0-60, default 0) for the turn to end before answering.
-    #[schemars(range(min = 0, max = 60))]
-    wait_seconds: Option<u64>,
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 60), with = "Option<u64>")]
+    pub(super) wait_seconds: Option<serde_json::Number>,
 }
 
 /// One context as `list_contexts` describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct ContextSummary {
+pub(crate) struct ContextSummary {
     /// The context's slug: what `query_context` takes.
     pub slug: String,
     /// Display name.
@@ -83,14 +82,14 @@ impl From<&types::ContextResponse> for ContextSummary {
 /// `structuredContent` wraps it in an object because MCP before 2026-07-28
 /// only carries object-shaped structured content.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct ContextList {
+pub(crate) struct ContextList {
     /// Every context of the project.
     pub contexts: Vec<ContextSummary>,
 }
 
 /// The result of `query_context`.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct QueryStarted {
+pub(crate) struct QueryStarted {
     /// Pass it to `get_query`.
     pub query_id: String,
     /// The turn's status (`in_progress` at first).
@@ -101,7 +100,7 @@ pub struct QueryStarted {
 
 /// One source an answer cites.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct CitationSummary {
+pub(crate) struct CitationSummary {
     /// The cited source file.
     pub source: String,
     /// Section paths within the source.
@@ -116,7 +115,7 @@ pub struct CitationSummary {
 
 /// The result of `get_query`.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct QueryOutcome {
+pub(crate) struct QueryOutcome {
     /// The turn.
     pub query_id: String,
     /// The answer text; null until the turn has completed.

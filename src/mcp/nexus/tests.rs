@@ -223,24 +223,40 @@ async fn callers_clients_are_built_once_per_key_and_made_up_keys_evict_only_each
     assert_eq!(server.caller_http.clients.sizes().0, MAX_CALLER_CLIENTS);
 }
 
+/// `query_context`'s context slug as the tool reads it.
+fn context_arg(v: Value) -> Result<String, ToolError> {
+    let read: QueryContextArgs = parse(&args(v))?;
+    checked_id(&read.context, "context").map(str::to_owned)
+}
+
+/// `get_query`'s id and wait as the tool reads them.
+fn get_query_args(v: Value) -> Result<(String, Duration), ToolError> {
+    let read: GetQueryArgs = parse(&args(v))?;
+    let id = checked_id(&read.query_id, "query_id")?.to_owned();
+    Ok((id, checked_wait(read.wait_seconds.as_ref())?))
+}
+
 #[test]
 fn ids_are_checked_field_by_field() {
-    let e = required_id(&args(serde_json::json!({"context": 5})), "context").unwrap_err();
+    let e = context_arg(serde_json::json!({"context": 5, "question": "q"})).unwrap_err();
     assert_eq!(e.field.as_deref(), Some("context"));
-    assert!(e.message.contains("must be a string"), "{}", e.message);
-    let e = required_id(&args(serde_json::json!({})), "query_id").unwrap_err();
-    assert!(e.message.contains("required"));
-    let e = required_id(&args(serde_json::json!({"query_id": "../x"})), "query_id").unwrap_err();
+    assert!(e.message.ends_with("expected string"), "{}", e.message);
+    let e = get_query_args(serde_json::json!({})).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("query_id"));
+    assert!(e.message.contains("missing field"), "{}", e.message);
+    let e = get_query_args(serde_json::json!({"query_id": "../x"})).unwrap_err();
     assert!(e.message.contains("not a valid id"));
     assert_eq!(
-        required_id(&args(serde_json::json!({"context": " docs "})), "context").unwrap(),
+        context_arg(serde_json::json!({"context": " docs ", "question": "q"})).unwrap(),
         "docs"
     );
 }
 
 #[test]
 fn wait_seconds_accepts_only_0_to_60() {
-    let w = |v: Value| optional_wait(&args(serde_json::json!({ "wait_seconds": v })));
+    let w = |v: Value| {
+        get_query_args(serde_json::json!({"query_id": "q1", "wait_seconds": v})).map(|(_, w)| w)
+    };
     assert_eq!(w(Value::Null).unwrap(), Duration::ZERO);
     assert_eq!(w(serde_json::json!(60)).unwrap(), Duration::from_secs(60));
     assert_eq!(w(serde_json::json!(5.0)).unwrap(), Duration::from_secs(5));
@@ -252,6 +268,7 @@ fn wait_seconds_accepts_only_0_to_60() {
     ] {
         let e = w(bad.clone()).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("wait_seconds"), "{bad}");
+        assert!(e.message.contains("wait_seconds"), "{bad}: {}", e.message);
     }
 }
 

@@ -58,31 +58,37 @@ impl IntoCallToolResult for Failed {
     }
 }
 
-pub(super) fn trimmed_required(
-    value: &str,
-    field: &str,
-    message: &str,
-    suggestion: Option<&str>,
-) -> Result<String, Failure> {
+/// `value` trimmed, or a `VALIDATION` error on `field` saying `message`
+/// when nothing is left.
+pub(super) fn trimmed_required(value: &str, field: &str, message: &str) -> Result<String, Failure> {
     let value = value.trim();
     if value.is_empty() {
-        let mut e = ToolError::validation(field, message);
-        if let Some(s) = suggestion {
-            e = e.with_suggestion(s);
-        }
-        return Err(e.into());
+        return Err(ToolError::validation(field, message).into());
     }
     Ok(value.to_owned())
 }
 
+/// The question of `namespace_router`, `suggest_query_params` and
+/// `guided_query`, trimmed.
+pub(super) fn user_query_arg(value: &str) -> Result<String, Failure> {
+    trimmed_required(value, "user_query", "user_query cannot be empty")
+}
+
+/// A search tool's `query_text`, trimmed; `message` when it is empty.
+fn query_text_arg(value: &str, message: &str) -> Result<String, Failure> {
+    trimmed_required(value, "query_text", message)
+}
+
 pub(super) fn namespace_arg(value: &str) -> Result<String, Failure> {
-    let namespace = trimmed_required(
-        value,
-        "namespace",
-        "namespace cannot be empty",
-        Some(NAMESPACE_SUGGESTION),
-    )?;
-    checked_namespace(namespace)
+    let namespace = value.trim();
+    if namespace.is_empty() {
+        return Err(
+            ToolError::validation("namespace", "namespace cannot be empty")
+                .with_suggestion(NAMESPACE_SUGGESTION)
+                .into(),
+        );
+    }
+    checked_namespace(namespace.to_owned())
 }
 
 /// Refuses a namespace that would change a request path (`.`, `..`, `/`).
@@ -172,12 +178,33 @@ impl PineconeServer {
         self.state.registry.resolve(source, namespace).await
     }
 
-    fn gate(&self, source: &Source, namespace: &str) -> Result<(), Failure> {
+    /// The source of a gated tool's call on `namespace`, once the gate
+    /// lets it through; the call is audited.
+    async fn scope(
+        &self,
+        tool: &str,
+        source: Option<&str>,
+        namespace: &str,
+    ) -> Result<&Source, Failure> {
+        let source = self.resolve(source, namespace).await?;
         let key = self.state.registry.gate_key(source, namespace);
-        self.state
-            .gate
-            .check(&key, namespace)
-            .map_err(Failure::from)
+        self.state.gate.check(&key, namespace)?;
+        self.audit(tool, source);
+        Ok(source)
+    }
+
+    /// `top_k`: 1 to 100, the configured default when omitted.
+    pub(super) fn top_k(&self, top_k: Option<i64>) -> Result<u32, Failure> {
+        in_range("top_k", top_k, self.state.config.default_top_k, 1, 100)
+    }
+
+    /// [`Self::missing_namespace`] when `nothing` matched.
+    async fn hint(&self, nothing: bool, source: &Source, namespace: &str) -> Option<String> {
+        if nothing {
+            self.missing_namespace(source, namespace).await
+        } else {
+            None
+        }
     }
 
     /// When nothing matched: a hint if `namespace` is not one discovery
@@ -254,12 +281,7 @@ impl PineconeServer {
         &self,
         args: NamespaceRouterArgs,
     ) -> Result<NamespaceRouterOutput, Failure> {
-        let user_query = trimmed_required(
-            &args.user_query,
-            "user_query",
-            "user_query cannot be empty",
-            None,
-        )?;
+        let user_query = user_query_arg(&args.user_query)?;
         let top_n = in_range("top_n", args.top_n, 3, 1, 5)? as usize;
         let source = self.state.registry.named(args.source.as_deref())?;
         if let Some(s) = source {
@@ -283,12 +305,7 @@ impl PineconeServer {
         &self,
         args: SuggestQueryParamsArgs,
     ) -> Result<SuggestQueryParamsOutput, Failure> {
-        let user_query = trimmed_required(
-            &args.user_query,
-            "user_query",
-            "user_query cannot be empty",
-            None,
-        )?;
+        let user_query = user_query_arg(&args.user_query)?;
         let namespace = namespace_arg(&args.namespace)?;
         let registry = &self.state.registry;
         let resolved = if registry.is_multi() {
@@ -318,16 +335,11 @@ impl PineconeServer {
 
     pub(super) async fn do_count(&self, args: CountArgs) -> Result<CountOutput, Failure> {
         let namespace = namespace_arg(&args.namespace)?;
-        let text = trimmed_required(
-            &args.query_text,
-            "query_text",
-            "query_text cannot be empty",
-            None,
-        )?;
+        let text = query_text_arg(&args.query_text, "query_text cannot be empty")?;
         let filter = filter_arg(&args.metadata_filter)?;
-        let source = self.resolve(args.source.as_deref(), &namespace).await?;
-        self.gate(source, &namespace)?;
-        self.audit("count", source);
+        let source = self
+            .scope("count", args.source.as_deref(), &namespace)
+            .await?;
         let spec = SearchSpec {
             text: &text,
             top_k: search::COUNT_TOP_K,
@@ -336,11 +348,7 @@ impl PineconeServer {
             fields: None,
         };
         let counted = search::count(source.indexes(), &spec).await?;
-        let hint = if counted.count == 0 {
-            self.missing_namespace(source, &namespace).await
-        } else {
-            None
-        };
+        let hint = self.hint(counted.count == 0, source, &namespace).await;
         Ok(CountOutput {
             status: Status::Success,
             count: counted.count,
@@ -353,18 +361,13 @@ impl PineconeServer {
     }
 
     pub(super) async fn do_query(&self, args: QueryArgs) -> Result<QueryOutput, Failure> {
-        let text = trimmed_required(
-            &args.query_text,
-            "query_text",
-            "Query text cannot be empty",
-            None,
-        )?;
+        let text = query_text_arg(&args.query_text, "Query text cannot be empty")?;
         let filter = filter_arg(&args.metadata_filter)?;
         let namespace = namespace_arg(&args.namespace)?;
-        let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
-        let source = self.resolve(args.source.as_deref(), &namespace).await?;
-        self.gate(source, &namespace)?;
-        self.audit("query", source);
+        let top_k = self.top_k(args.top_k)?;
+        let source = self
+            .scope("query", args.source.as_deref(), &namespace)
+            .await?;
         let preset = args.preset.unwrap_or(Preset::Full);
         // Reranked by default only where the source has a model: a call
         // that did not ask is not told about a model nobody configured.
@@ -403,11 +406,7 @@ impl PineconeServer {
             .iter()
             .map(|h| row(h, outcome.reranked, shown.as_deref(), None))
             .collect();
-        let hint = if results.is_empty() {
-            self.missing_namespace(source, &namespace).await
-        } else {
-            None
-        };
+        let hint = self.hint(results.is_empty(), source, &namespace).await;
         Ok(QueryOutput {
             status: Status::Success,
             mode,
@@ -427,20 +426,14 @@ impl PineconeServer {
         &self,
         args: KeywordSearchArgs,
     ) -> Result<KeywordSearchOutput, Failure> {
-        let text = trimmed_required(
-            &args.query_text,
-            "query_text",
-            "Query text cannot be empty",
-            None,
-        )?;
+        let text = query_text_arg(&args.query_text, "Query text cannot be empty")?;
         let namespace = checked_namespace(trimmed_required(
             &args.namespace,
             "namespace",
             "Namespace cannot be empty",
-            None,
         )?)?;
         let filter = filter_arg(&args.metadata_filter)?;
-        let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
+        let top_k = self.top_k(args.top_k)?;
         let source = self.resolve(args.source.as_deref(), &namespace).await?;
         self.audit("keyword_search", source);
         let fields = non_empty(&args.fields);
@@ -474,12 +467,7 @@ impl PineconeServer {
         &self,
         args: QueryDocumentsArgs,
     ) -> Result<QueryDocumentsOutput, Failure> {
-        let text = trimmed_required(
-            &args.query_text,
-            "query_text",
-            "query_text cannot be empty",
-            None,
-        )?;
+        let text = query_text_arg(&args.query_text, "query_text cannot be empty")?;
         let filter = filter_arg(&args.metadata_filter)?;
         let namespace = namespace_arg(&args.namespace)?;
         let top_k = in_range("top_k", args.top_k, 5, 1, 20)?;
@@ -490,9 +478,9 @@ impl PineconeServer {
             1,
             500,
         )?;
-        let source = self.resolve(args.source.as_deref(), &namespace).await?;
-        self.gate(source, &namespace)?;
-        self.audit("query_documents", source);
+        let source = self
+            .scope("query_documents", args.source.as_deref(), &namespace)
+            .await?;
         let spec = SearchSpec {
             text: &text,
             top_k: (top_k * CHUNKS_PER_DOCUMENT).min(MAX_DOCUMENT_CHUNKS),

@@ -368,37 +368,9 @@ impl PineconeArgs {
             let default = sources.first().map(|s| s.name.clone()).unwrap_or_default();
             (SourceMode::Sources, sources, default)
         } else {
-            let api_key = self
-                .api_key
-                .as_ref()
-                .and_then(|k| trimmed(Some(k.expose_secret())))
-                .or_else(|| key_optional.then(String::new))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "Missing Pinecone API key: set PINECONE_API_KEY or pass --pinecone-api-key.",
-                    )
-                })?;
-            let index_name = defaults.index_name.clone().ok_or_else(|| {
-                ConfigError::new(
-                    "Missing Pinecone index name: set PINECONE_INDEX_NAME or pass --index-name.",
-                )
-            })?;
-            let sparse_index_name = trimmed(self.sparse_index_name.as_deref())
-                .unwrap_or_else(|| format!("{index_name}-sparse"));
-            let source = SourceConfig {
-                name: DEFAULT_SOURCE_NAME.to_owned(),
-                api_key: SecretString::from(api_key),
-                index_name,
-                sparse_index_name,
-                rerank_model,
-                description: None,
-                namespaces: Vec::new(),
-            };
-            (
-                SourceMode::SingleKey,
-                vec![source],
-                DEFAULT_SOURCE_NAME.to_owned(),
-            )
+            let source = self.single_source(&defaults, key_optional)?;
+            let name = source.name.clone();
+            (SourceMode::SingleKey, vec![source], name)
         };
         let controller_host = self.controller_host.trim().trim_end_matches('/').to_owned();
         super::client::base_url(&controller_host).map_err(|why| {
@@ -430,6 +402,41 @@ impl PineconeArgs {
             error_details: self.error_details.unwrap_or(false),
             remote_schema: !self.disable_remote_schema.unwrap_or(false),
         }))
+    }
+
+    /// The one source of the single-key mode: the key (empty when callers
+    /// bring theirs and none is configured), the index and its sparse twin.
+    fn single_source(
+        &self,
+        defaults: &SourceDefaults,
+        key_optional: bool,
+    ) -> Result<SourceConfig, ConfigError> {
+        let api_key = self
+            .api_key
+            .as_ref()
+            .and_then(|k| trimmed(Some(k.expose_secret())))
+            .or_else(|| key_optional.then(String::new))
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "Missing Pinecone API key: set PINECONE_API_KEY or pass --pinecone-api-key.",
+                )
+            })?;
+        let index_name = defaults.index_name.clone().ok_or_else(|| {
+            ConfigError::new(
+                "Missing Pinecone index name: set PINECONE_INDEX_NAME or pass --index-name.",
+            )
+        })?;
+        let sparse_index_name = trimmed(self.sparse_index_name.as_deref())
+            .unwrap_or_else(|| format!("{index_name}-sparse"));
+        Ok(SourceConfig {
+            name: DEFAULT_SOURCE_NAME.to_owned(),
+            api_key: SecretString::from(api_key),
+            index_name,
+            sparse_index_name,
+            rerank_model: defaults.rerank_model.clone(),
+            description: None,
+            namespaces: Vec::new(),
+        })
     }
 }
 

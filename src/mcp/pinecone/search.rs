@@ -182,43 +182,7 @@ pub(super) async fn hybrid(
         // The reranker reads chunk_text.
         f.push("chunk_text".to_owned());
     }
-    let (dense, sparse) = tokio::join!(
-        search_leg(
-            indexes.client,
-            indexes.dense,
-            spec,
-            spec.top_k,
-            fields.clone()
-        ),
-        search_leg(indexes.client, indexes.sparse, spec, spec.top_k, fields),
-    );
-    let (dense, sparse, leg_failed) = match (dense, sparse) {
-        (Ok(d), Ok(s)) => (d, s, None),
-        (Ok(d), Err(e)) => {
-            tracing::error!(error = %e, "sparse index search failed");
-            (d, Vec::new(), Some(Leg::Sparse))
-        }
-        (Err(e), Ok(s)) => {
-            tracing::error!(error = %e, "dense index search failed");
-            (Vec::new(), s, Some(Leg::Dense))
-        }
-        (Err(d), Err(s)) => {
-            if d.is_timeout() {
-                return Err(d);
-            }
-            if s.is_timeout() {
-                return Err(s);
-            }
-            let (
-                SearchError::Search { source: dense, .. },
-                SearchError::Search { source: sparse, .. },
-            ) = (d.clone(), s.clone())
-            else {
-                return Err(d);
-            };
-            return Err(SearchError::BothLegs { dense, sparse });
-        }
-    };
+    let (dense, sparse, leg_failed) = both_legs(indexes, spec, fields).await?;
     let (n_dense, n_sparse) = (dense.len(), sparse.len());
     let survivor_empty = n_dense + n_sparse == 0;
     let merged = fuse(dense, sparse);
@@ -276,6 +240,53 @@ pub(super) async fn hybrid(
         "hybrid search"
     );
     Ok(outcome)
+}
+
+/// The dense and sparse searches, run together: both legs' hits, or one
+/// leg's with the other marked failed; an error when both fail (a timeout
+/// first).
+async fn both_legs(
+    indexes: Indexes<'_>,
+    spec: &SearchSpec<'_>,
+    fields: Option<Vec<String>>,
+) -> Result<(Vec<Hit>, Vec<Hit>, Option<Leg>), SearchError> {
+    let (dense, sparse) = tokio::join!(
+        search_leg(
+            indexes.client,
+            indexes.dense,
+            spec,
+            spec.top_k,
+            fields.clone()
+        ),
+        search_leg(indexes.client, indexes.sparse, spec, spec.top_k, fields),
+    );
+    match (dense, sparse) {
+        (Ok(d), Ok(s)) => Ok((d, s, None)),
+        (Ok(d), Err(e)) => {
+            tracing::error!(error = %e, "sparse index search failed");
+            Ok((d, Vec::new(), Some(Leg::Sparse)))
+        }
+        (Err(e), Ok(s)) => {
+            tracing::error!(error = %e, "dense index search failed");
+            Ok((Vec::new(), s, Some(Leg::Dense)))
+        }
+        (Err(d), Err(s)) => {
+            if d.is_timeout() {
+                return Err(d);
+            }
+            if s.is_timeout() {
+                return Err(s);
+            }
+            let (
+                SearchError::Search { source: dense, .. },
+                SearchError::Search { source: sparse, .. },
+            ) = (d.clone(), s.clone())
+            else {
+                return Err(d);
+            };
+            Err(SearchError::BothLegs { dense, sparse })
+        }
+    }
 }
 
 /// Reranks `hits` in batches of at most [`RERANK_BATCH`], sending only id and

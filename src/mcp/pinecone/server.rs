@@ -11,8 +11,8 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use serde::de::DeserializeOwned;
 
+use crate::mcp::arguments::parse;
 use crate::mcp::caller::{CallKey, CallerKey, call_key};
 use crate::mcp::{KeyPolicy, ToolError};
 
@@ -402,84 +402,12 @@ impl PineconeServer {
     }
 }
 
-/// Deserializes the arguments the way the tool will, to report a bad one as
-/// `VALIDATION` with its path. Read in place: the arguments are not copied.
-fn check<T: DeserializeOwned>(args: &JsonObject) -> Result<(), ToolError> {
-    match serde_path_to_error::deserialize::<_, T>(args) {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let path = e.path().to_string();
-            let cause = json_type_names(&e.into_inner().to_string());
-            let field = if path == "." {
-                cause
-                    .strip_prefix("missing field `")
-                    .and_then(|rest| rest.split('`').next())
-                    .unwrap_or("arguments")
-                    .to_owned()
-            } else {
-                path.replace('[', ".").replace(']', "")
-            };
-            Err(ToolError::validation(
-                field.clone(),
-                format!("Invalid argument \"{field}\": {cause}"),
-            ))
-        }
-    }
-}
-
-/// `cause` (a deserializer's message) with its Rust type names put as the
-/// JSON types a caller sends: "expected integer", not "expected i64".
-fn json_type_names(cause: &str) -> String {
-    const NAMES: &[(&str, &str)] = &[
-        ("floating point", "number"),
-        ("unit value", "null"),
-        ("a sequence", "array"),
-        ("sequence", "array"),
-        ("a boolean", "boolean"),
-        ("a string", "string"),
-        ("a map", "object"),
-        ("map", "object"),
-        ("f32", "number"),
-        ("f64", "number"),
-    ];
-    const INTEGERS: &[&str] = &[
-        "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32", "u64", "u128", "usize",
-    ];
-    let mut out = String::with_capacity(cause.len());
-    let mut rest = cause;
-    // The type names follow "invalid type: " and "expected ".
-    while let Some(at) = ["invalid type: ", "expected "]
-        .iter()
-        .filter_map(|lead| rest.find(lead).map(|i| i + lead.len()))
-        .min()
-    {
-        out.push_str(&rest[..at]);
-        rest = &rest[at..];
-        let word_end = rest
-            .find(|c: char| !c.is_ascii_alphanumeric())
-            .unwrap_or(rest.len());
-        if INTEGERS.contains(&&rest[..word_end]) {
-            out.push_str("integer");
-            rest = &rest[word_end..];
-        } else if let Some((name, json)) = NAMES.iter().find(|(name, _)| {
-            rest.strip_prefix(name)
-                .is_some_and(|after| !after.starts_with(|c: char| c.is_ascii_alphanumeric()))
-        }) {
-            out.push_str(json);
-            rest = &rest[name.len()..];
-        } else if let Some(after) = rest.strip_prefix("struct ") {
-            out.push_str("object");
-            let end = after
-                .find(|c: char| !c.is_ascii_alphanumeric())
-                .unwrap_or(after.len());
-            rest = &after[end..];
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
+/// Reads the arguments the way the tool will, to report a bad one as a
+/// `VALIDATION` tool error rather than as rmcp's protocol error.
 fn check_arguments(tool: &str, args: &JsonObject) -> Result<(), ToolError> {
+    fn check<T: serde::de::DeserializeOwned>(args: &JsonObject) -> Result<(), ToolError> {
+        parse::<T>(args).map(drop)
+    }
     match tool {
         "list_namespaces" => check::<ListNamespacesArgs>(args),
         "namespace_router" => check::<NamespaceRouterArgs>(args),
@@ -545,75 +473,6 @@ impl PineconeServer {
             }
             Err(e) if matches!(e.status(), Some(401 | 403)) => KeyProof::Refused,
             Err(_) => KeyProof::Undecided,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn arguments_read_in_place_fail_as_a_copy_of_them_fails() {
-        let bad = [
-            serde_json::json!({"query_text": 3, "namespace": "ns"}),
-            serde_json::json!({"namespace": "ns"}),
-            serde_json::json!({"query_text": "q", "namespace": "ns", "top_k": "ten"}),
-            serde_json::json!({"query_text": "q", "namespace": "ns", "fields": [1, "a"]}),
-            serde_json::json!({"query_text": "q", "namespace": "ns", "preset": "fastest"}),
-            serde_json::json!({"query_text": "q", "namespace": "ns", "metadata_filter": 7}),
-        ];
-        for args in bad {
-            let args = args.as_object().cloned().unwrap_or_default();
-            let copied = serde_path_to_error::deserialize::<_, QueryArgs>(
-                serde_json::Value::Object(args.clone()),
-            )
-            .map(|_| ())
-            .map_err(|e| (e.path().to_string(), e.into_inner().to_string()));
-            let in_place = serde_path_to_error::deserialize::<_, QueryArgs>(&args)
-                .map(|_| ())
-                .map_err(|e| (e.path().to_string(), e.into_inner().to_string()));
-            assert_eq!(in_place, copied, "{args:?}");
-            assert!(copied.is_err(), "{args:?}");
-            let checked = check::<QueryArgs>(&args).expect_err("a bad argument");
-            assert_eq!(checked.code, crate::mcp::ToolErrorCode::Validation);
-        }
-    }
-
-    #[test]
-    fn argument_errors_name_json_types() {
-        for (cause, shown) in [
-            (
-                "invalid type: string \"ten\", expected i64",
-                "invalid type: string \"ten\", expected integer",
-            ),
-            (
-                "invalid type: floating point `1.5`, expected u32",
-                "invalid type: number `1.5`, expected integer",
-            ),
-            (
-                "invalid type: sequence, expected a string",
-                "invalid type: array, expected string",
-            ),
-            (
-                "invalid type: map, expected a boolean",
-                "invalid type: object, expected boolean",
-            ),
-            (
-                "invalid type: integer `7`, expected struct MetadataFilter",
-                "invalid type: integer `7`, expected object",
-            ),
-            (
-                "invalid type: unit value, expected f64",
-                "invalid type: null, expected number",
-            ),
-            ("missing field `namespace`", "missing field `namespace`"),
-            (
-                "unknown variant `fastest`, expected one of `fast`",
-                "unknown variant `fastest`, expected one of `fast`",
-            ),
-        ] {
-            assert_eq!(json_type_names(cause), shown, "{cause}");
         }
     }
 }

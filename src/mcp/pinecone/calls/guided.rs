@@ -20,7 +20,7 @@ use crate::mcp::pinecone::sources::Source;
 use crate::mcp::pinecone::suggest::{FAST_FIELDS, SuggestedTool, suggest};
 use crate::mcp::{ToolError, ToolErrorCode};
 
-use super::{checked_namespace, filter_arg, find_row, in_range, trimmed_required};
+use super::{checked_namespace, filter_arg, find_row, trimmed_required, user_query_arg};
 
 /// Router rows shown in the `guided_query` trace.
 const TRACE_ROWS: usize = 3;
@@ -31,14 +31,9 @@ impl PineconeServer {
         &self,
         args: GuidedQueryArgs,
     ) -> Result<GuidedQueryOutput, Failure> {
-        let text = trimmed_required(
-            &args.user_query,
-            "user_query",
-            "user_query cannot be empty",
-            None,
-        )?;
+        let text = user_query_arg(&args.user_query)?;
         let filter = filter_arg(&args.metadata_filter)?;
-        let top_k = in_range("top_k", args.top_k, self.state.config.default_top_k, 1, 100)?;
+        let top_k = self.top_k(args.top_k)?;
         let registry = &self.state.registry;
         let named = registry.named(args.source.as_deref())?;
         let view = registry.namespaces(named).await?;
@@ -116,7 +111,6 @@ impl PineconeServer {
             raw,
             "namespace",
             "namespace cannot be empty",
-            None,
         )?)?;
         let source = self.resolve(source, &namespace).await?;
         Ok((namespace, source))

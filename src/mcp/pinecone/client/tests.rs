@@ -2,23 +2,15 @@ use super::*;
 
 #[test]
 fn hosts_get_https_and_plain_http_only_on_loopback() {
-    assert_eq!(
-        base_url("http://127.0.0.1:9/").unwrap(),
-        "http://127.0.0.1:9"
-    );
-    assert_eq!(
-        base_url("http://localhost:9").unwrap(),
-        "http://localhost:9"
-    );
-    assert_eq!(base_url("http://[::1]:9").unwrap(), "http://[::1]:9");
-    assert_eq!(
-        base_url("idx-1.svc.pinecone.io").unwrap(),
-        "https://idx-1.svc.pinecone.io"
-    );
-    assert_eq!(
-        base_url("https://api.pinecone.io").unwrap(),
-        "https://api.pinecone.io"
-    );
+    for (given, base) in [
+        ("http://127.0.0.1:9/", "http://127.0.0.1:9"),
+        ("http://localhost:9", "http://localhost:9"),
+        ("http://[::1]:9", "http://[::1]:9"),
+        ("idx-1.svc.pinecone.io", "https://idx-1.svc.pinecone.io"),
+        ("https://api.pinecone.io", "https://api.pinecone.io"),
+    ] {
+        assert_eq!(base_url(given).unwrap(), base, "{given}");
+    }
     for bad in [
         "http://idx-1.svc.pinecone.io",
         "http://10.0.0.1:80",
