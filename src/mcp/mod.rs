@@ -12,7 +12,6 @@
 mod allow_list;
 pub mod caller;
 mod catalog;
-mod edge_structured;
 pub mod http;
 mod jsonrpc;
 pub mod logging;
