@@ -21,10 +21,7 @@
 //! - `query_fast_stdio`: `query` with `preset: fast` over stdio, same fake;
 //! - `list_contexts_stdio` and `list_contexts_http_stateless`: Nexus
 //!   `list_contexts` over stdio and over HTTP `--stateless` against
-//!   `nexus-local` serving the shipped corpus (a plain stateless call,
-//!   answered in place);
-//! - `list_contexts_http_stateless_rmcp`: the same call with an allowed
-//!   `Origin`, which rmcp's Streamable HTTP service answers.
+//!   `nexus-local` serving the shipped corpus.
 //!
 //! `CALLGRIND_OUT_DIR=<dir>` keeps the callgrind files (`<scenario>.<calls>.out`)
 //! for `callgrind_annotate`. `NEXUS_MCP_BIN` names another binary (default `target/release/nexus-mcp`).
@@ -174,12 +171,10 @@ struct HttpClient {
     next_id: u64,
     /// The last answer said `connection: close`.
     closed: bool,
-    /// The `Origin` each request carries, if any.
-    origin: Option<String>,
 }
 
 impl HttpClient {
-    async fn connect(port: u16, origin: Option<String>) -> Self {
+    async fn connect(port: u16) -> Self {
         let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("connect");
@@ -189,7 +184,6 @@ impl HttpClient {
             port,
             next_id: 1,
             closed: false,
-            origin,
         }
     }
 
@@ -198,7 +192,7 @@ impl HttpClient {
             // The server closes a connection after its per-connection
             // request limit: open the next, as a keep-alive client would.
             let next_id = self.next_id;
-            *self = HttpClient::connect(self.port, self.origin.take()).await;
+            *self = HttpClient::connect(self.port).await;
             self.next_id = next_id;
         }
         let id = self.next_id;
@@ -208,14 +202,10 @@ impl HttpClient {
             "params": {"name": name, "arguments": arguments}
         }))
         .expect("JSON");
-        let origin = self
-            .origin
-            .as_deref()
-            .map_or_else(String::new, |o| format!("origin: {o}\r\n"));
         let head = format!(
             "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-type: application/json\r\n\
              accept: application/json, text/event-stream\r\nmcp-protocol-version: 2025-06-18\r\n\
-             {origin}x-pinecone-api-key: {NEXUS_KEY}\r\ncontent-length: {}\r\n\r\n",
+             x-pinecone-api-key: {NEXUS_KEY}\r\ncontent-length: {}\r\n\r\n",
             self.port,
             body.len()
         );
@@ -276,16 +266,7 @@ async fn run_stdio(envs: &[(&str, String)], call: &StdioCall, calls: usize, out:
     total_instructions(out)
 }
 
-/// Which stateless path answers the HTTP calls.
-#[derive(Clone, Copy)]
-enum HttpPath {
-    /// Plain calls, answered in place.
-    InPlace,
-    /// Calls with an allowed `Origin`, answered by rmcp's service.
-    Rmcp,
-}
-
-async fn run_http(envs: &[(&str, String)], path: HttpPath, calls: usize, out: &Path) -> u64 {
+async fn run_http(envs: &[(&str, String)], calls: usize, out: &Path) -> u64 {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -305,11 +286,7 @@ async fn run_http(envs: &[(&str, String)], path: HttpPath, calls: usize, out: &P
         assert!(Instant::now() < deadline, "nexus-mcp did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let origin = match path {
-        HttpPath::InPlace => None,
-        HttpPath::Rmcp => Some(format!("http://localhost:{port}")),
-    };
-    let mut client = HttpClient::connect(port, origin).await;
+    let mut client = HttpClient::connect(port).await;
     for _ in 0..WARM_UP + calls {
         let answer = client.call("list_contexts", &json!({})).await;
         assert_eq!(answer["result"]["isError"], false, "{answer}");
@@ -392,11 +369,7 @@ fn main() {
             let high = run_stdio(&pinecone, call, many, &out(many)).await;
             report(name, low, high, many - few);
         }
-        let nexus_names = [
-            "list_contexts_stdio",
-            "list_contexts_http_stateless",
-            "list_contexts_http_stateless_rmcp",
-        ];
+        let nexus_names = ["list_contexts_stdio", "list_contexts_http_stateless"];
         if nexus_names.iter().any(|n| wanted(n)) {
             let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/corpus");
             let nexus = LocalBinary::start(
@@ -407,7 +380,7 @@ fn main() {
                 ("NEXUS_BASE_URL", nexus.url.clone()),
                 ("PINECONE_API_KEY", NEXUS_KEY.to_owned()),
             ];
-            let [stdio_name, http_names @ ..] = nexus_names;
+            let [stdio_name, http_name] = nexus_names;
             if wanted(stdio_name) {
                 let call = StdioCall {
                     tool: "list_contexts",
@@ -418,16 +391,10 @@ fn main() {
                 let high = run_stdio(&envs, &call, many, &out(many)).await;
                 report(stdio_name, low, high, many - few);
             }
-            for (http_name, path) in http_names
-                .into_iter()
-                .zip([HttpPath::InPlace, HttpPath::Rmcp])
-            {
-                if !wanted(http_name) {
-                    continue;
-                }
+            if wanted(http_name) {
                 let out = |n: usize| dir.join(format!("{http_name}.{n}.out"));
-                let low = run_http(&envs, path, few, &out(few)).await;
-                let high = run_http(&envs, path, many, &out(many)).await;
+                let low = run_http(&envs, few, &out(few)).await;
+                let high = run_http(&envs, many, &out(many)).await;
                 report(http_name, low, high, many - few);
             }
         }

@@ -194,73 +194,20 @@ fn degradation(tool: &str, experimental: &Value) -> Option<Note> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CallStream(pub(crate) RequestId);
 
-/// Where the notes of a call answered in place (not through rmcp's
-/// service) are kept until its answer is written: carried in the HTTP
-/// request's extensions, bounded to [`NotesKept::MAX`] notes.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct NotesKept(Arc<std::sync::Mutex<Vec<ServerNotification>>>);
-
-impl NotesKept {
-    /// Notes one call may keep; a call sends at most a few.
-    pub(crate) const MAX: usize = 16;
-
-    /// The keeper of the request whose extensions are `extensions`, if any.
-    pub(crate) fn of(extensions: &rmcp::model::Extensions) -> Option<&NotesKept> {
-        extensions
-            .get::<http::request::Parts>()?
-            .extensions
-            .get::<NotesKept>()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ServerNotification>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Keeps `note`; false when [`NotesKept::MAX`] are kept already.
-    fn keep(&self, note: ServerNotification) -> bool {
-        let mut notes = self.lock();
-        if notes.len() >= Self::MAX {
-            return false;
-        }
-        notes.push(note);
-        true
-    }
-
-    /// The notes kept, in the order they were sent.
-    pub(crate) fn take(&self) -> Vec<ServerNotification> {
-        std::mem::take(&mut *self.lock())
-    }
-}
-
 /// Sends `notes` at or above `minimum` (see [`SessionLevel::minimum`]) to
-/// the client behind `peer`, on the stream of request `call`; into `kept`
-/// instead when the call's answer is written in place.
-pub(crate) async fn send(
-    notes: Vec<Note>,
-    minimum: u8,
-    peer: &Peer<RoleServer>,
-    call: &RequestId,
-    kept: Option<&NotesKept>,
-) {
+/// the client behind `peer`, on the stream of request `call`.
+pub(crate) async fn send(notes: Vec<Note>, minimum: u8, peer: &Peer<RoleServer>, call: &RequestId) {
     for note in notes.into_iter().filter(|n| rank(n.level) >= minimum) {
-        send_one(peer, note, call, kept).await;
+        send_one(peer, note, call).await;
     }
 }
 
-async fn send_one(peer: &Peer<RoleServer>, note: Note, call: &RequestId, kept: Option<&NotesKept>) {
+async fn send_one(peer: &Peer<RoleServer>, note: Note, call: &RequestId) {
     let mut param = LoggingMessageNotificationParam::new(note.level, note.data);
     param.logger = Some(LOGGER.to_owned());
     let mut notification = LoggingMessageNotification::new(param);
     notification.extensions.insert(CallStream(call.clone()));
     let notification = ServerNotification::LoggingMessageNotification(notification);
-    if let Some(kept) = kept {
-        if !kept.keep(notification) {
-            tracing::debug!("too many log notifications for one call: one dropped");
-        }
-        return;
-    }
     // A client that went away cannot be told; the result still goes back.
     if let Err(e) = peer.send_notification(notification).await {
         tracing::debug!(error = %e, "could not send a log notification");

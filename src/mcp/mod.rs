@@ -13,7 +13,6 @@ mod allow_list;
 mod arguments;
 mod caller;
 mod catalog;
-mod edge_structured;
 pub mod http;
 mod jsonrpc;
 mod logging;

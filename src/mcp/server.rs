@@ -624,7 +624,6 @@ impl NexusMcp {
         let requested_level = context.meta.log_level();
         let peer = context.peer.clone();
         let call = context.id.clone();
-        let kept = logging::NotesKept::of(&context.extensions).cloned();
         let from_text = super::structured::writes_from_text(&context.extensions);
         let ((family, result), retries) = counting_retries(super::structured::scoped(
             from_text,
@@ -663,7 +662,7 @@ impl NexusMcp {
             // The session's level as it is when the notes go out: a
             // `logging/setLevel` during a long call applies to them.
             let minimum = self.log_level.minimum(requested_level);
-            Box::pin(logging::send(notes, minimum, &peer, &call, kept.as_ref())).await;
+            Box::pin(logging::send(notes, minimum, &peer, &call)).await;
         }
         if let Some(owner) = owner
             && let Some(task) = tasks::task_for(&self.tasks, owner, &response)

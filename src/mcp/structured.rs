@@ -129,7 +129,7 @@ fn placeholder() -> &'static str {
 /// caller: a key no output text imitates. Without randomness the digits
 /// come from the process id, still unlike any text the tools write (they
 /// never write these prefixes).
-pub(crate) fn process_token(prefix: &str) -> String {
+fn process_token(prefix: &str) -> String {
     let mut bytes = [0u8; 16];
     if getrandom::fill(&mut bytes).is_err() {
         let pid = std::process::id().to_le_bytes();

@@ -4,8 +4,7 @@
 //! trickle request bodies, all at once and from other client addresses,
 //! an honest caller's tool calls keep succeeding, each within
 //! [`HONEST_LATENCY`]. Runs for about [`ATTACK`] (CI-bounded). The same
-//! with `--stateless`, where plain tool calls are answered in place and
-//! cancellations come from callers who know the honest ids (not its key:
+//! with `--stateless`, where cancellations come from callers who know the honest ids (not its key:
 //! whoever holds the key is that caller, and may cancel its requests from
 //! any connection). And `--stateless` again while HTTP/2 peers with keys
 //! Nexus accepts hold streams they never read (reopening them whenever
@@ -320,8 +319,7 @@ async fn an_honest_caller_is_served_throughout_an_attack() {
     shutdown.cancel();
 }
 
-/// One stateless attacker: plain tool calls (answered in place, without
-/// rmcp's service) with a made-up key or none, large
+/// One stateless attacker: tool calls with a made-up key or none, large
 /// arguments, and cancellations naming the ids the honest caller uses,
 /// until `stop`.
 async fn stateless_attacker(

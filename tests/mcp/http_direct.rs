@@ -1,7 +1,7 @@
-//! A plain stateless `tools/call` is answered without rmcp's per-request
-//! service: its answer (status, the headers rmcp sets, every byte of a JSON
-//! body, every event of a stream) is the one the same call gets through
-//! rmcp, which an allowed `Origin` header (or `_meta`) sends it to.
+//! A stateless `tools/call` gets one answer whatever else the request
+//! carries: its status, the headers the MCP service sets, every byte of a
+//! JSON body and every event of a stream are those of the same call with
+//! an allowed `Origin` header (or an empty `_meta`).
 
 use std::time::Duration;
 
@@ -106,43 +106,43 @@ async fn compare(slow_call: Option<Duration>) {
         for id in [json!(n), json!(format!("call-{n}"))] {
             let message =
                 json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-            let direct = post(&served.url, &message, None).await;
-            let through_rmcp = post(&served.url, &message, Some(&origin)).await;
-            assert_eq!(direct.status, 200, "{params}: {direct:?}");
-            let streamed = direct
+            let without = post(&served.url, &message, None).await;
+            let with_origin = post(&served.url, &message, Some(&origin)).await;
+            assert_eq!(without.status, 200, "{params}: {without:?}");
+            let streamed = without
                 .content_type
                 .as_deref()
                 .is_some_and(|t| t.starts_with("text/event-stream"));
             // A tool's answer comes after its note when every call is slow
             // (a protocol error sends no note).
             if n == 0 {
-                assert_eq!(streamed, slow_call.is_some(), "{params}: {direct:?}");
+                assert_eq!(streamed, slow_call.is_some(), "{params}: {without:?}");
             }
             if streamed {
                 assert_eq!(
                     (
-                        &direct.status,
-                        &direct.content_type,
-                        &direct.cache_control,
-                        &direct.accel_buffering
+                        &without.status,
+                        &without.content_type,
+                        &without.cache_control,
+                        &without.accel_buffering
                     ),
                     (
-                        &through_rmcp.status,
-                        &through_rmcp.content_type,
-                        &through_rmcp.cache_control,
-                        &through_rmcp.accel_buffering
+                        &with_origin.status,
+                        &with_origin.content_type,
+                        &with_origin.cache_control,
+                        &with_origin.accel_buffering
                     ),
                     "{params}"
                 );
-                let (a, b) = (events(&direct.body), events(&through_rmcp.body));
+                let (a, b) = (events(&without.body), events(&with_origin.body));
                 assert_eq!(a, b, "{params}");
                 assert_eq!(a.len(), 2, "a note, then the answer: {a:?}");
             } else {
-                assert_eq!(direct, through_rmcp, "{params}");
+                assert_eq!(without, with_origin, "{params}");
             }
         }
     }
-    // A call with `_meta` goes through rmcp: the same answer as the plain one.
+    // A call with an empty `_meta`: the same answer as without.
     let plain = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "list_contexts", "arguments": {}}});
     let with_meta = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -159,13 +159,13 @@ async fn compare(slow_call: Option<Duration>) {
 }
 
 #[tokio::test]
-async fn a_plain_stateless_call_gets_the_answer_rmcp_gives() {
+async fn a_stateless_call_gets_one_answer_with_or_without_an_origin() {
     compare(None).await;
 }
 
 /// Every call slow: a log note comes first, so both answers are streams.
 #[tokio::test]
-async fn a_plain_stateless_call_with_a_note_gets_the_stream_rmcp_gives() {
+async fn a_stateless_call_with_a_note_gets_one_stream_with_or_without_an_origin() {
     compare(Some(Duration::ZERO)).await;
 }
 
@@ -283,10 +283,10 @@ async fn send(url: &str, request: &Generated, origin: Option<&str>) -> Raw {
     post_raw(url, request.body.clone(), &headers).await
 }
 
-/// Generated requests, plain or not, get the same answer as when an
-/// allowed `Origin` sends them through rmcp.
+/// Generated requests get the same answer with an allowed `Origin` as
+/// without one.
 #[test]
-fn generated_requests_get_the_answer_rmcp_gives() {
+fn generated_requests_get_one_answer_with_or_without_an_origin() {
     use proptest::test_runner::{Config, TestCaseError, TestRunner};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -338,27 +338,27 @@ fn generated_requests_get_the_answer_rmcp_gives() {
             protocol,
             body: format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#),
         };
-        let (direct, through_rmcp) = runtime.block_on(async {
+        let (without, with_origin) = runtime.block_on(async {
             (
                 send(&served.url, &request, None).await,
                 send(&served.url, &request, Some(&origin)).await,
             )
         });
-        assert_eq!(direct, through_rmcp, "{request:?}");
+        assert_eq!(without, with_origin, "{request:?}");
     }
     let mut runner = TestRunner::new(config);
     let result = runner.run(&generated(), |request| {
-        let (direct, through_rmcp) = runtime.block_on(async {
+        let (without, with_origin) = runtime.block_on(async {
             (
                 send(&served.url, &request, None).await,
                 send(&served.url, &request, Some(&origin)).await,
             )
         });
-        if direct == through_rmcp {
+        if without == with_origin {
             Ok(())
         } else {
             Err(TestCaseError::fail(format!(
-                "{direct:?} != {through_rmcp:?}"
+                "{without:?} != {with_origin:?}"
             )))
         }
     });

@@ -1,7 +1,5 @@
-//! Stateless tool answers over HTTP write a result's structured content
-//! from its JSON text instead of a value tree: the bytes that go out are
-//! those of a session's answers, which are written from the tree, for
-//! every tool, successes and failures, as one JSON body or in an event
+//! Stateless tool answers over HTTP are the bytes of a session's answers,
+//! for every tool, successes and failures, as one JSON body or in an event
 //! stream.
 
 use std::time::Duration;

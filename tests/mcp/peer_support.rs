@@ -1,7 +1,7 @@
 //! Peers and upstreams shared by the hostile-peer, hostile-caller and
 //! stateless-path tests: an HTTP/2 peer that never reads its answers, a
-//! Nexus whose turns can be cancelled, and plain or `Origin`-carrying
-//! stateless posts (answered in place, or by rmcp).
+//! Nexus whose turns can be cancelled, and stateless posts with an allowed
+//! `Origin` or without.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

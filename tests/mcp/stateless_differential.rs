@@ -1,9 +1,8 @@
-//! A differential check of the two `--stateless` paths: every tool-call
-//! kind (`list_contexts`, `query_context`, `get_query` waiting) gets the
-//! same outcome when its request deadline passes, when its caller cancels
-//! it from another connection and when its caller's budget is full,
-//! whether it is answered in place (a plain call) or by rmcp (the same
-//! call with an allowed `Origin`). The expected outcome of each scenario
+//! A differential check of `--stateless` calls: every tool-call kind
+//! (`list_contexts`, `query_context`, `get_query` waiting) gets the same
+//! outcome when its request deadline passes, when its caller cancels it
+//! from another connection and when its caller's budget is full, whether
+//! or not it carries an allowed `Origin` (which makes it a CORS request). The expected outcome of each scenario
 //! is the protocol's (408, `-32800`, 429) and, for `query_context`, a
 //! cancel of its Nexus turn.
 
@@ -135,9 +134,9 @@ async fn served(nexus: &MockServer, kind: Kind, options: HttpOptions) -> Served 
     served
 }
 
-/// The `Origin` that sends a call through rmcp, or none (in place).
-fn origin(served: &Served, rmcp: bool) -> Option<String> {
-    rmcp.then(|| format!("http://localhost:{}", served.addr.port()))
+/// An allowed `Origin`, or none.
+fn origin(served: &Served, with_origin: bool) -> Option<String> {
+    with_origin.then(|| format!("http://localhost:{}", served.addr.port()))
 }
 
 /// Whether `kind`'s Nexus turn was cancelled (only `query_context` starts
@@ -157,7 +156,7 @@ async fn turn_cancelled(nexus: &MockServer, kind: Kind) -> bool {
 }
 
 /// `kind` past its request deadline.
-async fn deadline(kind: Kind, rmcp: bool) -> Outcome {
+async fn deadline(kind: Kind, with_origin: bool) -> Outcome {
     let nexus = MockServer::start().await;
     let served = served(
         &nexus,
@@ -167,7 +166,7 @@ async fn deadline(kind: Kind, rmcp: bool) -> Outcome {
             .request_timeout(DEADLINE),
     )
     .await;
-    let origin = origin(&served, rmcp);
+    let origin = origin(&served, with_origin);
     let (status, body) = post(&served.url, KEY, origin.as_deref(), &kind.call(1)).await;
     Outcome {
         status,
@@ -178,10 +177,10 @@ async fn deadline(kind: Kind, rmcp: bool) -> Outcome {
 
 /// `kind` cancelled by its caller from another connection once Nexus has
 /// its request.
-async fn cancel(kind: Kind, rmcp: bool) -> Outcome {
+async fn cancel(kind: Kind, with_origin: bool) -> Outcome {
     let nexus = MockServer::start().await;
     let served = served(&nexus, kind, HttpOptions::default().stateless(true)).await;
-    let origin = origin(&served, rmcp);
+    let origin = origin(&served, with_origin);
     let call = {
         let (url, origin) = (served.url.clone(), origin.clone());
         tokio::spawn(async move { post(&url, KEY, origin.as_deref(), &kind.call(7)).await })
@@ -205,13 +204,13 @@ async fn cancel(kind: Kind, rmcp: bool) -> Outcome {
 
 /// A second `kind` while the caller's budget of one request is held by
 /// the first.
-async fn budget(kind: Kind, rmcp: bool) -> Outcome {
+async fn budget(kind: Kind, with_origin: bool) -> Outcome {
     let nexus = MockServer::start().await;
     let options = HttpOptions::default()
         .stateless(true)
         .max_requests_per_caller(1);
     let served = served(&nexus, kind, options).await;
-    let origin = origin(&served, rmcp);
+    let origin = origin(&served, with_origin);
     let first = {
         let (url, origin) = (served.url.clone(), origin.clone());
         tokio::spawn(async move { post(&url, KEY, origin.as_deref(), &kind.call(1)).await })
@@ -229,23 +228,29 @@ async fn budget(kind: Kind, rmcp: bool) -> Outcome {
     }
 }
 
-/// Runs `scenario` for every kind on both paths: the outcomes agree, and
+/// Runs `scenario` for every kind with and without an `Origin`: the outcomes agree, and
 /// are `expected(kind)`.
-async fn same_on_both_paths<F, Fut>(name: &str, scenario: F, expected: impl Fn(Kind) -> Outcome)
-where
+async fn same_with_or_without_an_origin<F, Fut>(
+    name: &str,
+    scenario: F,
+    expected: impl Fn(Kind) -> Outcome,
+) where
     F: Fn(Kind, bool) -> Fut,
     Fut: std::future::Future<Output = Outcome>,
 {
     for kind in Kind::ALL {
-        let (in_place, rmcp) = tokio::join!(scenario(kind, false), scenario(kind, true));
-        assert_eq!(in_place, rmcp, "{name}, {kind:?}: in place vs rmcp");
-        assert_eq!(in_place, expected(kind), "{name}, {kind:?}");
+        let (without, with_origin) = tokio::join!(scenario(kind, false), scenario(kind, true));
+        assert_eq!(
+            without, with_origin,
+            "{name}, {kind:?}: without vs with an Origin"
+        );
+        assert_eq!(without, expected(kind), "{name}, {kind:?}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_kind_past_its_deadline_ends_the_same_on_both_paths() {
-    same_on_both_paths("deadline", deadline, |kind| Outcome {
+async fn every_kind_past_its_deadline_ends_the_same_with_or_without_an_origin() {
+    same_with_or_without_an_origin("deadline", deadline, |kind| Outcome {
         status: 408,
         rpc_error: None,
         turn_cancelled: matches!(kind, Kind::QueryContext),
@@ -254,8 +259,8 @@ async fn every_kind_past_its_deadline_ends_the_same_on_both_paths() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_kind_cancelled_by_its_caller_ends_the_same_on_both_paths() {
-    same_on_both_paths("cancel", cancel, |kind| Outcome {
+async fn every_kind_cancelled_by_its_caller_ends_the_same_with_or_without_an_origin() {
+    same_with_or_without_an_origin("cancel", cancel, |kind| Outcome {
         status: 200,
         rpc_error: Some(-32800),
         turn_cancelled: matches!(kind, Kind::QueryContext),
@@ -264,8 +269,8 @@ async fn every_kind_cancelled_by_its_caller_ends_the_same_on_both_paths() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_kind_over_its_callers_budget_is_refused_the_same_on_both_paths() {
-    same_on_both_paths("budget", budget, |_| Outcome {
+async fn every_kind_over_its_callers_budget_is_refused_the_same_with_or_without_an_origin() {
+    same_with_or_without_an_origin("budget", budget, |_| Outcome {
         status: 429,
         rpc_error: None,
         turn_cancelled: false,

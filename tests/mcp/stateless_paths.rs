@@ -1,6 +1,5 @@
-//! `--stateless` calls mean the same whichever path answers them: a plain
-//! call answered in place and the same call through rmcp (sent there by an
-//! allowed `Origin`) both cancel the Nexus turn they started when the call
+//! `--stateless` calls mean the same with or without an allowed `Origin`
+//! (a CORS request): both cancel the Nexus turn they started when the call
 //! ends by its deadline, by its client going away, or by a
 //! `notifications/cancelled` from the same caller on another connection;
 //! and a streamed answer counts in its caller's budget until its last byte
@@ -16,15 +15,14 @@ use serde_json::json;
 const KEY: &str = "pcsk_stateless_paths_key_0123456789abcd";
 const OTHER_KEY: &str = "pcsk_stateless_other_key_0123456789abc";
 
-/// The `Origin` that sends a stateless call through rmcp (`with_origin`),
-/// or none: the call is answered in place.
+/// An allowed `Origin` (`with_origin`), or none.
 fn origin(process: &Process, with_origin: bool) -> Option<String> {
     let port = process.base.rsplit(':').next().unwrap_or_default();
     with_origin.then(|| format!("http://localhost:{port}"))
 }
 
 #[tokio::test]
-async fn a_cancelled_query_context_cancels_its_turn_on_every_path() {
+async fn a_cancelled_query_context_cancels_its_turn_with_or_without_an_origin() {
     for with_origin in [false, true] {
         let nexus = turn_nexus(Duration::from_millis(1500)).await;
         let process = nexus_mcp(&nexus.uri(), &["--stateless"]).await;
@@ -65,7 +63,7 @@ async fn a_cancelled_query_context_cancels_its_turn_on_every_path() {
 }
 
 #[tokio::test]
-async fn a_query_context_whose_client_goes_away_cancels_its_turn_on_every_path() {
+async fn a_query_context_whose_client_goes_away_cancels_its_turn_with_or_without_an_origin() {
     for with_origin in [false, true] {
         let nexus = turn_nexus(Duration::from_millis(1500)).await;
         let process = nexus_mcp(&nexus.uri(), &["--stateless"]).await;
@@ -91,7 +89,7 @@ async fn a_query_context_whose_client_goes_away_cancels_its_turn_on_every_path()
 }
 
 #[tokio::test]
-async fn a_query_context_past_its_deadline_cancels_its_turn_on_every_path() {
+async fn a_query_context_past_its_deadline_cancels_its_turn_with_or_without_an_origin() {
     for with_origin in [false, true] {
         // The turn is sent, and the request deadline passes before Nexus
         // answers it.

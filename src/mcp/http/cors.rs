@@ -30,16 +30,6 @@ impl HostOrigin {
         HostOrigin(HostPolicy::new(bound, hosts, origins))
     }
 
-    /// Whether the request has one `Host` header and it is served (the
-    /// in-place answers are given only to such requests).
-    pub(super) fn authority_served(&self, headers: &HeaderMap) -> bool {
-        let mut hosts = headers.get_all(header::HOST).iter();
-        match (hosts.next(), hosts.next()) {
-            (Some(host), None) => self.0.check(Some(host.as_bytes()), None).is_ok(),
-            _ => false,
-        }
-    }
-
     /// Checks a request's authorities (`Host`, HTTP/2 `:authority`) and
     /// `Origin`: the allowed `Origin` to answer CORS for, if it has one.
     pub(super) fn check(
@@ -125,7 +115,5 @@ mod tests {
             Ok(None)
         );
         assert!(checks.check(&uri, &headers(&[])).is_err());
-        assert!(checks.authority_served(&headers(&[("host", "localhost.:8080")])));
-        assert!(!checks.authority_served(&headers(&[])));
     }
 }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::response::IntoResponse;
 use axum::response::Response;
@@ -31,12 +31,10 @@ use super::options::MAX_REQUEST_BODY_BYTES;
 use super::proof::{Proofs, Standing};
 use super::refusals::{Reason, Refusals};
 use super::sessions::{Full, Sessions};
-use super::splice::write_held;
 use crate::mcp::caller::{
     CallerKey, CallerTag, Identified, LogIdentity, REQUEST_ID_HEADER, RequestId, key_digest,
     key_from_headers, tag_of,
 };
-use crate::mcp::edge_structured::EdgeSlot;
 use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
 use crate::mcp::metrics::{HttpMethod, Metrics};
 use crate::mcp::server::NexusMcp;
@@ -66,8 +64,6 @@ pub(super) struct Guard {
     pub(super) trusted_proxies: Arc<[super::TrustedProxy]>,
     /// The MCP service a request reaches once admitted.
     pub(super) mcp: McpService,
-    /// Plain stateless tool calls answered in place; `None` with sessions.
-    pub(super) direct: Option<super::direct::Direct>,
 }
 
 /// rmcp's Streamable HTTP service behind an `Arc`: rmcp's service clones
@@ -279,7 +275,6 @@ impl Guard {
         let Received {
             mut request,
             message,
-            body,
         } = self.receive(request, asked).await?;
         if message == Some(Message::Initialize) && caller.key.is_none() && !self.keyless {
             return Err(self.refuse(
@@ -320,7 +315,7 @@ impl Guard {
                     .await
             }
             (None, _, Some(Message::Request(Some(id)))) => Ok(self
-                .serve_stateless(request, id, body, caller.id, slot, asked)
+                .serve_stateless(request, id, caller.id, slot, asked)
                 .await),
             _ => {
                 let response = self.mcp.run(request).await;
@@ -387,7 +382,6 @@ impl Guard {
             return Ok(Received {
                 request,
                 message: None,
-                body: None,
             });
         }
         let (parts, body) = request.into_parts();
@@ -429,11 +423,9 @@ impl Guard {
                 return Err(error_response(&invalid));
             }
         };
-        let body = bytes.clone();
         Ok(Received {
             request: Request::from_parts(parts, Body::from(bytes)),
             message: Some(message),
-            body: Some(body),
         })
     }
 
@@ -620,54 +612,27 @@ impl Guard {
         self.refuse(reason, status, asked.peer, asked.method, &text)
     }
 
-    /// A stateless request with JSON-RPC `id`: cancellable by its caller,
-    /// a plain tool call answered in place, anything else by rmcp.
+    /// A stateless request with JSON-RPC `id`, cancellable by its caller:
+    /// every one is answered by the MCP service, its slot held until the
+    /// answer's last byte.
     async fn serve_stateless(
         self: &Arc<Self>,
         request: Request,
         id: String,
-        body: Option<Bytes>,
         caller: CallerId,
         slot: Arc<Slot>,
         asked: &Asked<'_>,
     ) -> Response {
-        // A tool call's structured content is written here from its
-        // text, not built and serialized as a tree by rmcp.
-        let edge = (asked.rpc_method.get() == Some(&"tools/call")).then(EdgeSlot::default);
-        let mut request = request;
-        if let Some(edge) = &edge {
-            request.extensions_mut().insert(edge.clone());
-        }
         let running = self.register(caller, asked.client(), id.clone());
         let token = running.token.clone();
-        // A plain call is answered here, anything else by rmcp.
-        let plain = match (&self.direct, &edge, &body) {
-            (Some(direct), Some(_), Some(body)) => direct
-                .plain(request.headers(), body)
-                .map(|call| (direct, call)),
-            _ => None,
-        };
-        let answer = async {
-            match plain {
-                Some((direct, call)) => {
-                    let (parts, _) = request.into_parts();
-                    direct.answer(parts, call).await
-                }
-                None => self.mcp.run(request).await,
-            }
-        };
         let response = tokio::select! {
-            response = answer => response,
+            response = self.mcp.run(request) => response,
             () = token.cancelled() => cancelled_response(&id),
-        };
-        let response = match &edge {
-            Some(edge) => write_held(response, edge).await,
-            None => response,
         };
         let response = ledger::cut_when_cancelled(response, token);
         // The budget slot is held until the answer's last byte, as
         // a session's is: a streamed answer counts while it runs.
-        hold_until_end(response, (slot, edge, running))
+        hold_until_end(response, (slot, running))
     }
 }
 
@@ -702,12 +667,10 @@ struct Caller {
     tag: CallerTag,
 }
 
-/// A request with its body read: the JSON-RPC message and the body's bytes
-/// (POST only).
+/// A request with its body read and its JSON-RPC message (POST only).
 struct Received {
     request: Request,
     message: Option<Message>,
-    body: Option<Bytes>,
 }
 
 /// Checks a request (see the module docs), answers 408 when it has no

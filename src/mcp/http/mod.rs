@@ -30,10 +30,7 @@
 //! Module map: [`options`](HttpOptions) (limits), `connections`
 //! (accepting, connection deadlines, shutdown), `guard` (admission of each
 //! request), `budget` (in-flight slots), `sessions` (ownership and caps),
-//! `answer` (shaping responses), `direct` (plain stateless tool calls
-//! answered without rmcp's per-request service), `splice` (a stateless tool result's
-//! structured content written into its answer), `refusals`, `ops`
-//! (operator endpoints).
+//! `answer` (shaping responses), `refusals`, `ops` (operator endpoints).
 //!
 //! With [`HttpOptions::stateless`] no session state is kept: any number of
 //! processes can serve the same clients behind a plain load balancer.
@@ -43,7 +40,6 @@ mod budget;
 mod call_streams;
 mod connections;
 mod cors;
-mod direct;
 mod guard;
 mod ops;
 mod options;
@@ -51,7 +47,6 @@ mod proof;
 mod proxy;
 mod refusals;
 mod sessions;
-mod splice;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -104,9 +99,6 @@ fn build(
 ) -> Built {
     let host_origin =
         cors::HostOrigin::new(local_addr, &options.allowed_hosts, &options.allowed_origins);
-    let direct = options
-        .stateless
-        .then(|| direct::Direct::new(server.clone(), host_origin.clone(), shutdown.clone()));
     // The guard applies the crate's one `Host`/`Origin` rule to every
     // request before rmcp sees it; rmcp's own (which differs on a trailing
     // dot and on ports) would only refuse some of what the rule serves.
@@ -156,7 +148,6 @@ fn build(
         running: Mutex::new(guard::ledger::RunningRequests::default()),
         trusted_proxies: options.trusted_proxies.clone().into(),
         mcp,
-        direct,
     });
     let mcp = axum::Router::new().route_service(MCP_PATH, Guarded(guard));
     let ops = Arc::new(ops::Ops {

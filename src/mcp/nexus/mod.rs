@@ -55,12 +55,10 @@ use self::errors::{Subject, nexus_error, not_queryable};
 use self::pool::{CallClient, CallerHttp};
 use self::progress::StepProgress;
 use self::shapes::{
-    GetQueryArgs, QueryContextArgs, context_list, failure, input_schema, output_schema,
-    success_same,
+    GetQueryArgs, QueryContextArgs, context_list, failure, input_schema, output_schema, success,
 };
 use super::arguments::parse;
 use super::caller::{CallKey, call_key};
-use super::edge_structured::EdgeSlot;
 use super::tool_error::{ToolError, ToolErrorCode};
 use crate::Client;
 use crate::client::{Poller, WaitPolicy};
@@ -130,7 +128,7 @@ impl NexusServer {
     )]
     async fn list_contexts(&self, ctx: RequestContext<RoleServer>) -> CallToolResult {
         match until_cancelled(&ctx.ct, self.run_list_contexts(&ctx)).await {
-            Ok(list) => context_list(EdgeSlot::of(&ctx.extensions), &list),
+            Ok(list) => context_list(&list),
             Err(e) => failure(e),
         }
     }
@@ -160,12 +158,7 @@ impl NexusServer {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         match self.run_query_context(&args, &ctx).await {
-            // A task keeps its result whole.
-            Ok(started) => {
-                let slot = EdgeSlot::of(&ctx.extensions)
-                    .filter(|_| !crate::mcp::tasks::asked_for(&ctx.meta));
-                success_same(slot, &started)
-            }
+            Ok(started) => success(&started, &started),
             Err(e) => failure(e),
         }
     }
@@ -190,7 +183,7 @@ impl NexusServer {
     )]
     async fn get_query(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> CallToolResult {
         match until_cancelled(&ctx.ct, self.run_get_query(&args, &ctx)).await {
-            Ok(outcome) => success_same(EdgeSlot::of(&ctx.extensions), &outcome),
+            Ok(outcome) => success(&outcome, &outcome),
             Err(e) => failure(e),
         }
     }

@@ -9,7 +9,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::mcp::edge_structured::EdgeSlot;
 use crate::mcp::tool_error::{ToolError, ToolErrorCode, with_error_branch};
 use crate::types;
 
@@ -190,48 +189,10 @@ pub(super) fn success<T: Serialize>(text: &impl Serialize, structured: &T) -> Ca
     }
 }
 
-/// [`success`] for an output whose text is its structured content, with
-/// the structured content left to the transport when the request carries
-/// an [`EdgeSlot`].
-pub(super) fn success_same<T: Serialize>(slot: Option<&EdgeSlot>, output: &T) -> CallToolResult {
-    let Some(slot) = slot else {
-        return success(output, output);
-    };
-    match serde_json::to_string(output) {
-        Ok(text) => at_edge(slot, text.clone(), text),
-        Err(_) => encode_failure(),
-    }
-}
-
 /// `list_contexts`' result: the bare array as text, wrapped in
-/// [`ContextList`] as structured content; with an [`EdgeSlot`], that
-/// wrapping is written from the array's text.
-pub(super) fn context_list(slot: Option<&EdgeSlot>, list: &ContextList) -> CallToolResult {
-    let Some(slot) = slot else {
-        return success(&list.contexts, list);
-    };
-    match serde_json::to_string(&list.contexts) {
-        Ok(text) => {
-            // `ContextList` serializes as its one field.
-            let mut structured = String::with_capacity(text.len() + 14);
-            structured.push_str("{\"contexts\":");
-            structured.push_str(&text);
-            structured.push('}');
-            at_edge(slot, text, structured)
-        }
-        Err(_) => encode_failure(),
-    }
-}
-
-fn at_edge(slot: &EdgeSlot, text: String, structured: String) -> CallToolResult {
-    match slot.hold(structured) {
-        Ok(placeholder) => with_structured(text, placeholder),
-        // A slot holds one text: any further result is a tree.
-        Err(structured) => match serde_json::from_str(&structured) {
-            Ok(value) => with_structured(text, value),
-            Err(_) => encode_failure(),
-        },
-    }
+/// [`ContextList`] as structured content.
+pub(super) fn context_list(list: &ContextList) -> CallToolResult {
+    success(&list.contexts, list)
 }
 
 fn with_structured(text: String, structured: Value) -> CallToolResult {
