@@ -183,8 +183,12 @@ impl Server {
         let connection = builder.serve_connection(TokioIo::new(tcp), service);
         tokio::pin!(connection);
         let every = self.limits.check_every();
-        let timer =
-            tokio::time::sleep_until(instant_after(opened, self.limits.head_timeout.min(every)));
+        let first = self
+            .limits
+            .head_timeout
+            .min(self.limits.idle_timeout)
+            .min(every);
+        let timer = tokio::time::sleep_until(instant_after(opened, first));
         tokio::pin!(timer);
         let (close, killed) = (conn.close.cancelled(), kill.cancelled());
         tokio::pin!(close, killed);
