@@ -2,22 +2,22 @@
 //! `nexus-local`) run on: accepting connections, the connection limits,
 //! HTTP/1.1 and HTTP/2 settings, the deadlines of a connection, graceful
 //! shutdown and the stop signal. A server supplies its router
-//! ([`axum::Router`]), its [`Limits`] and, when it counts or logs what
-//! happens to connections, its [`Hooks`].
+//! (`axum::Router`), its `Limits` and, when it counts or logs what
+//! happens to connections, its `Hooks`.
 //!
 //! What the core promises, whatever the server:
-//! - at most [`Limits::max_connections`] connections are open; past it a
-//!   new one is refused or, with [`AtCapacity::Reclaim`], waits in the
+//! - at most `Limits::max_connections` connections are open; past it a
+//!   new one is refused or, with `AtCapacity::Reclaim`, waits in the
 //!   listener's backlog while the connection idle the longest is closed;
 //! - one peer (a remote IP address) holds at most
-//!   [`Limits::max_per_peer`] connections;
+//!   `Limits::max_per_peer` connections;
 //! - a connection must send a complete first request head within
-//!   [`Limits::head_timeout`], whatever its protocol, and at most
-//!   [`Limits::max_awaiting_head`] wait for one at once (the oldest is
+//!   `Limits::head_timeout`, whatever its protocol, and at most
+//!   `Limits::max_awaiting_head` wait for one at once (the oldest is
 //!   closed past it); a connection asked to close before its first request
 //!   closes at once;
-//! - a connection without a request in flight for [`Limits::idle_timeout`]
-//!   is closed; with [`Limits::response_deadline`], a response its peer
+//! - a connection without a request in flight for `Limits::idle_timeout`
+//!   is closed; with `Limits::response_deadline`, a response its peer
 //!   does not read in time cuts its connection;
 //! - at shutdown no connection is accepted any more, open ones close once
 //!   their requests are done, and what is left is cut when `kill` fires.
