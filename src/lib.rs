@@ -106,6 +106,10 @@ mod transport;
 #[cfg(any(feature = "mcp", feature = "local"))]
 mod host_origin;
 
+#[cfg(any(feature = "mcp", feature = "local"))]
+#[doc(hidden)]
+pub mod serving;
+
 #[cfg(feature = "local")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
 pub mod local;

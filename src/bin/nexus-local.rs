@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use nexus_knowql::local::{LocalNexus, verify_data_dir};
+use nexus_knowql::serving::stop_signal;
 
 /// The embedded Nexus server (API version 2026-07) on loopback.
 #[derive(Debug, Parser)]
@@ -174,28 +175,6 @@ fn init_logs(format: LogFormat) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
-    }
-}
-
-async fn stop_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
     }
 }
 

@@ -18,6 +18,7 @@ use nexus_knowql::mcp::http::{self, HttpOptions};
 use nexus_knowql::mcp::pinecone::{self, IndexProbe, PineconeArgs, PineconeConfig, PineconeServer};
 use nexus_knowql::mcp::tasks::TaskSeal;
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer, stdio};
+use nexus_knowql::serving::stop_signal;
 use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -296,31 +297,6 @@ fn init_logging(args: &Args) {
     }
 }
 
-async fn shutdown_signal(token: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-    tracing::info!("shutting down");
-    token.cancel();
-}
-
 /// `--check-indexes`: one probe per index, one line each on stderr; exit 0
 /// when every index answered, 1 otherwise. Nothing is served.
 async fn check_indexes(config: &PineconeConfig) -> Result<ExitCode, String> {
@@ -356,6 +332,23 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             ),
         };
     }
+    let server = build_server(&args, pinecone_config)?;
+    match args.transport {
+        Transport::Stdio => {
+            tracing::info!("serving MCP over stdio");
+            let (input, output) = stdio_ends();
+            stdio::serve(server, input, output)
+                .await
+                .map_err(|e| format!("MCP server stopped: {e}"))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Transport::Http => serve_http(args, server).await,
+    }
+}
+
+/// The MCP server `args` describe: the Nexus tools when a base URL is
+/// set, the Pinecone tools when `pinecone_config` is.
+fn build_server(args: &Args, pinecone_config: Option<PineconeConfig>) -> Result<NexusMcp, String> {
     let client = match args.base_url.as_deref().filter(|u| !u.trim().is_empty()) {
         Some(url) => {
             let mut builder = Client::builder()
@@ -420,62 +413,60 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             .with_tool_allow_list(names)
             .map_err(|e| format!("--tools: {e}"))?;
     }
+    Ok(server)
+}
 
-    match args.transport {
-        Transport::Stdio => {
-            tracing::info!("serving MCP over stdio");
-            let (input, output) = stdio_ends();
-            stdio::serve(server, input, output)
-                .await
-                .map_err(|e| format!("MCP server stopped: {e}"))?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Transport::Http => {
-            if args.allow_server_key {
-                tracing::warn!(
-                    "--allow-server-key: requests without X-Pinecone-Api-Key use this server's key"
-                );
-            }
-            if args.session_idle_timeout <= args.request_timeout {
-                tracing::warn!(
-                    "--session-idle-timeout is not longer than --request-timeout: a session may \
-                     expire while one of its requests is still running"
-                );
-            }
-            let mut options = HttpOptions::default()
-                .allowed_origins(args.allow_origins)
-                .allowed_hosts(args.allow_hosts)
-                .trusted_proxies(args.trusted_proxies)
-                .stateless(args.stateless)
-                .header_read_timeout(args.header_read_timeout)
-                .body_read_timeout(args.body_read_timeout)
-                .idle_timeout(args.idle_timeout)
-                .shutdown_grace(args.shutdown_grace)
-                .max_requests_per_caller(args.max_requests_per_caller)
-                .max_sessions_per_caller(args.max_sessions_per_caller)
-                .request_timeout(args.request_timeout)
-                .write_stall_timeout(args.write_stall_timeout)
-                .max_connections(args.max_connections)
-                .max_concurrent_requests(args.max_concurrent_requests)
-                .max_requests_per_connection(args.max_requests_per_connection)
-                .max_sessions(args.max_sessions)
-                .session_idle_timeout(args.session_idle_timeout)
-                .threads(args.worker_threads.map_or(1, usize::from));
-            if let Some(per_peer) = args.max_connections_per_peer {
-                options = options.max_connections_per_peer(per_peer);
-            }
-            let options = options.max_connections(fitting_open_files(args.max_connections));
-            let listener = http::bind(args.bind)
-                .await
-                .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
-            let shutdown = CancellationToken::new();
-            tokio::spawn(shutdown_signal(shutdown.clone()));
-            http::serve(listener, server, &options, shutdown)
-                .await
-                .map_err(|e| format!("HTTP server failed: {e}"))?;
-            Ok(ExitCode::SUCCESS)
-        }
+/// Serves `server` over Streamable HTTP as `args` say, until Ctrl-C or
+/// SIGTERM.
+async fn serve_http(args: Args, server: NexusMcp) -> Result<ExitCode, String> {
+    if args.allow_server_key {
+        tracing::warn!(
+            "--allow-server-key: requests without X-Pinecone-Api-Key use this server's key"
+        );
     }
+    if args.session_idle_timeout <= args.request_timeout {
+        tracing::warn!(
+            "--session-idle-timeout is not longer than --request-timeout: a session may \
+             expire while one of its requests is still running"
+        );
+    }
+    let mut options = HttpOptions::default()
+        .allowed_origins(args.allow_origins)
+        .allowed_hosts(args.allow_hosts)
+        .trusted_proxies(args.trusted_proxies)
+        .stateless(args.stateless)
+        .header_read_timeout(args.header_read_timeout)
+        .body_read_timeout(args.body_read_timeout)
+        .idle_timeout(args.idle_timeout)
+        .shutdown_grace(args.shutdown_grace)
+        .max_requests_per_caller(args.max_requests_per_caller)
+        .max_sessions_per_caller(args.max_sessions_per_caller)
+        .request_timeout(args.request_timeout)
+        .write_stall_timeout(args.write_stall_timeout)
+        .max_connections(args.max_connections)
+        .max_concurrent_requests(args.max_concurrent_requests)
+        .max_requests_per_connection(args.max_requests_per_connection)
+        .max_sessions(args.max_sessions)
+        .session_idle_timeout(args.session_idle_timeout)
+        .threads(args.worker_threads.map_or(1, usize::from));
+    if let Some(per_peer) = args.max_connections_per_peer {
+        options = options.max_connections_per_peer(per_peer);
+    }
+    let options = options.max_connections(fitting_open_files(args.max_connections));
+    let listener = http::bind(args.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
+    let shutdown = CancellationToken::new();
+    let signalled = shutdown.clone();
+    tokio::spawn(async move {
+        stop_signal().await;
+        tracing::info!("shutting down");
+        signalled.cancel();
+    });
+    http::serve(listener, server, &options, shutdown)
+        .await
+        .map_err(|e| format!("HTTP server failed: {e}"))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// File descriptors kept for everything but client connections: the

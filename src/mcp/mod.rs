@@ -50,17 +50,4 @@ pub fn implementation() -> rmcp::model::Implementation {
     rmcp::model::Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"))
 }
 
-/// About thirty years: "never" for a deadline or an expiry.
-const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(30 * 365 * 24 * 3600);
-
-/// `start + wait`, or about thirty years on when the clock cannot represent
-/// that: a timeout or a cache lifetime from configuration may be any size.
-pub(crate) fn instant_after(
-    start: tokio::time::Instant,
-    wait: std::time::Duration,
-) -> tokio::time::Instant {
-    start
-        .checked_add(wait)
-        .or_else(|| start.checked_add(FAR_FUTURE))
-        .unwrap_or(start)
-}
+pub(crate) use crate::serving::instant_after;

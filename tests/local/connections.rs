@@ -23,6 +23,15 @@ fn until_closed(mut tcp: TcpStream) -> Duration {
     }
 }
 
+/// The pace of a load generator: waits `pace`, or less when `stop` says
+/// to stop (a message, or its sender gone); whether to stop.
+fn paced_until_stopped(stop: &std::sync::mpsc::Receiver<()>, pace: Duration) -> bool {
+    !matches!(
+        stop.recv_timeout(pace),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+    )
+}
+
 /// Catches HTTP/2 connections kept open forever: after the preface and
 /// its settings, the client is silent; the server closes the connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,16 +67,22 @@ async fn a_trickled_body_is_cut() {
         )
         .unwrap();
         let writer = tcp.try_clone().unwrap();
+        // The trickle's pace; it stops once the connection is closed.
+        let (closed, trickle_ends) = std::sync::mpsc::channel::<()>();
         std::thread::spawn(move || {
             let mut writer = writer;
             for _ in 0..1000 {
                 if writer.write_all(b" ").is_err() {
                     return;
                 }
-                std::thread::sleep(Duration::from_secs(1));
+                if paced_until_stopped(&trickle_ends, Duration::from_secs(1)) {
+                    return;
+                }
             }
         });
-        until_closed(tcp)
+        let took = until_closed(tcp);
+        drop(closed);
+        took
     })
     .await
     .unwrap();
@@ -144,24 +159,23 @@ async fn keep_alive_connections_at_the_cap_keep_no_one_out() {
     })
     .await
     .unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let pinger = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut held = held;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                // A reclaimed connection is replaced, as a client would.
-                for tcp in &mut held {
-                    if keep_alive_get(tcp, addr).is_err() {
-                        *tcp = idle_keep_alive(addr);
-                    }
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let pinger = std::thread::spawn(move || {
+        let mut held = held;
+        loop {
+            // A reclaimed connection is replaced, as a client would.
+            for tcp in &mut held {
+                if keep_alive_get(tcp, addr).is_err() {
+                    *tcp = idle_keep_alive(addr);
                 }
-                std::thread::sleep(Duration::from_secs(2));
             }
-        })
-    };
+            if paced_until_stopped(&stopped, Duration::from_secs(2)) {
+                return;
+            }
+        }
+    });
     let took = fresh_request(addr).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(stop);
     assert!(took < Duration::from_secs(15), "answered after {took:?}");
     pinger.join().unwrap();
     server.shutdown().await;
@@ -192,7 +206,7 @@ async fn request_from(local: std::net::IpAddr, addr: std::net::SocketAddr) -> Op
 fn busy_requests(
     addr: std::net::SocketAddr,
     n: usize,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::mpsc::Receiver<()>,
     rounds: std::sync::mpsc::Sender<()>,
 ) -> std::thread::JoinHandle<()> {
     let head = format!(
@@ -202,7 +216,7 @@ fn busy_requests(
     std::thread::spawn(move || {
         let mut open: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
         let chunk = vec![b' '; 4 * 1024];
-        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
             for slot in &mut open {
                 let written = match slot {
                     Some(tcp) => tcp.write_all(&chunk).is_ok(),
@@ -219,7 +233,9 @@ fn busy_requests(
                 }
             }
             let _ = rounds.send(());
-            std::thread::sleep(Duration::from_secs(1));
+            if paced_until_stopped(&stop, Duration::from_secs(1)) {
+                return;
+            }
         }
     })
 }
@@ -233,9 +249,9 @@ fn busy_requests(
 async fn one_peer_cannot_take_every_connection() {
     let server = LocalNexus::start().await.unwrap();
     let addr = server.addr();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let (rounds, round_done) = std::sync::mpsc::channel();
-    let writer = busy_requests(addr, 256, stop.clone(), rounds);
+    let writer = busy_requests(addr, 256, stopped, rounds);
     // Three rounds: every connection the first peer could keep is busy.
     tokio::task::spawn_blocking(move || {
         for _ in 0..3 {
@@ -246,7 +262,7 @@ async fn one_peer_cannot_take_every_connection() {
     .unwrap();
     let other = std::net::IpAddr::from([127, 0, 0, 2]);
     let took = request_from(other, addr).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(stop);
     writer.join().unwrap();
     assert!(took.is_some(), "a second peer was not answered within 30 s");
     server.shutdown().await;

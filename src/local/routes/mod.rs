@@ -213,11 +213,9 @@ async fn gate(State(state): Shared, req: Request, next: Next) -> Response {
         .map(|v| v.to_str().unwrap_or("").to_owned());
     let mut resp = match check(&state, &req, asked.as_deref()) {
         Ok(()) => {
-            // Open on its connection until its answer ends; its body must
-            // keep arriving (a trickle is cut).
-            let open = super::serve::open_request(&req);
+            // Its body must keep arriving (a trickle is cut).
             let req = req.map(super::serve::paced_body);
-            super::serve::until_body_ends(next.run(req).await, open)
+            next.run(req).await
         }
         Err(e) => e.into_response(),
     };

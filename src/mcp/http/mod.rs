@@ -53,13 +53,11 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use super::caller::{KeyHeaderError, caller_api_key, key_from_headers};
 use super::server::NexusMcp;
 use budget::Budgets;
-use connections::{Acceptor, spawn_acceptor};
 use guard::{Guard, Guarded, McpService};
 pub use ops::{HEALTH_PATH, METRICS_PATH, READY_PATH};
 use options::MAX_REQUEST_BODY_BYTES;
@@ -212,24 +210,15 @@ pub async fn serve(
         threads,
         "serving MCP over Streamable HTTP"
     );
-    let acceptor = Acceptor {
-        app: built.app,
-        connections: Arc::new(Semaphore::new(options.max_connections.max(1))),
-        max_connections: options.max_connections.max(1),
-        peers: Arc::new(connections::PeerCounts::new(
-            options.effective_max_connections_per_peer(),
-            options.trusted_proxies.clone().into(),
-        )),
-        per_connection: options.max_requests_per_connection.max(1),
-        header_read_timeout: options.header_read_timeout,
-        idle_timeout: options.idle_timeout,
-        request_timeout: options.request_timeout,
-        write_stall_timeout: options.write_stall_timeout,
+    let hooks = connections::McpHooks {
         metrics,
         refusals: built.refusals,
+        trusted: options.trusted_proxies.clone().into(),
     };
-    // The other threads stop with `stop`; `kill` cuts what is left after
-    // the grace time.
+    let core =
+        crate::serving::Server::new(built.app, connections::limits(options), Arc::new(hooks));
+    // Connections close with `stop` once their requests are done; `kill`
+    // cuts what is left after the grace time.
     let stop = shutdown.child_token();
     let kill = CancellationToken::new();
     let drain = tokio::spawn(drain_after(
@@ -239,7 +228,7 @@ pub async fn serve(
         sessions_end.clone(),
         kill.clone(),
     ));
-    let result = accept_on_threads(listener, acceptor, threads, stop.clone(), kill.clone()).await;
+    let result = core.serve(listener, stop.clone(), kill.clone()).await;
     stop.cancel();
     drain.abort();
     sessions_end.cancel();
@@ -267,48 +256,4 @@ async fn drain_after(
     sessions_end.cancel();
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     kill.cancel();
-}
-
-/// Runs `acceptor` on this thread and `threads - 1` others until `stop`,
-/// and until their connections are done.
-async fn accept_on_threads(
-    listener: tokio::net::TcpListener,
-    acceptor: Acceptor,
-    threads: usize,
-    stop: CancellationToken,
-    kill: CancellationToken,
-) -> std::io::Result<()> {
-    if threads == 1 {
-        acceptor.accept_until(listener, stop, kill).await;
-        return Ok(());
-    }
-    let listener = listener.into_std()?;
-    let mut finished = Vec::with_capacity(threads - 1);
-    for index in 1..threads {
-        match spawn_acceptor(
-            index,
-            &listener,
-            acceptor.clone(),
-            stop.clone(),
-            kill.clone(),
-        ) {
-            Ok(done) => finished.push(done),
-            Err(e) => {
-                stop.cancel();
-                kill.cancel();
-                for done in finished {
-                    let _ = done.await;
-                }
-                return Err(e);
-            }
-        }
-    }
-    let listener = tokio::net::TcpListener::from_std(listener)?;
-    acceptor.accept_until(listener, stop.clone(), kill).await;
-    stop.cancel();
-    for done in finished {
-        // A thread that ended early has logged why.
-        let _ = done.await;
-    }
-    Ok(())
 }
