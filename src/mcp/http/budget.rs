@@ -136,6 +136,17 @@ impl Budgets {
         })
     }
 
+    /// A slot for a request that only ends what `caller` holds (a
+    /// session's `DELETE`): counted against nothing, so that a caller at
+    /// its limit can still end a session and the calls running in it.
+    pub(super) fn admit_ending(self: &Arc<Self>, caller: CallerId) -> Slot {
+        Slot {
+            budgets: Arc::clone(self),
+            caller,
+            kind: SlotKind::Ending,
+        }
+    }
+
     /// Resolves once no request holds a slot.
     pub(super) async fn until_idle(&self) {
         loop {
@@ -155,6 +166,8 @@ enum SlotKind {
     Request { proven: bool },
     /// A GET stream: the caller's only.
     Stream,
+    /// A request that only ends what its caller holds: nothing.
+    Ending,
 }
 
 /// One request's slot.
@@ -167,6 +180,9 @@ pub(super) struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        if let SlotKind::Ending = self.kind {
+            return;
+        }
         let mut counts = self.budgets.counts();
         if let SlotKind::Request { proven } = self.kind {
             counts.total = counts.total.saturating_sub(1);

@@ -121,13 +121,17 @@ fn build(
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(options.session_idle_timeout);
     let manager = Arc::new(manager);
+    let ends = call_streams::SessionEnds::default();
     let metrics = Arc::clone(server.metrics());
     let keyless = server.serves_keyless();
     let upstreams = server.upstreams();
     let proofs = Arc::new(proof::Proofs::new(server.clone()));
     let mcp = McpService(Arc::new(StreamableHttpService::new(
         move || Ok(server.for_session()),
-        Arc::new(call_streams::CallStreams::new(Arc::clone(&manager))),
+        Arc::new(call_streams::CallStreams::new(
+            Arc::clone(&manager),
+            ends.clone(),
+        )),
         config,
     )));
     let budgets = Arc::new(Budgets::new(
@@ -141,6 +145,7 @@ fn build(
             options.max_sessions,
             options.max_sessions_per_caller,
             Arc::clone(&metrics),
+            ends,
         ))
     });
     let guard = Arc::new(Guard {
