@@ -39,7 +39,7 @@
 //! processes can serve the same clients behind a plain load balancer.
 
 mod answer;
-mod budget;
+pub(in crate::mcp) mod budget;
 mod call_streams;
 mod connections;
 mod cors;
