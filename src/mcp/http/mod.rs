@@ -48,6 +48,7 @@ mod guard;
 mod ops;
 mod options;
 mod proof;
+mod proof_line;
 mod proxy;
 mod refusals;
 mod sessions;
