@@ -420,26 +420,40 @@ impl std::fmt::Debug for CallTicket {
     }
 }
 
-/// How a call was admitted: over stdio (one client, the process's own
-/// budget), or by the HTTP call ledger.
+/// What fires when a call's caller is gone for good (its HTTP session
+/// was deleted or expired, the stdio input ended): the call is cancelled
+/// as if its client had sent `notifications/cancelled`.
 #[derive(Debug, Clone)]
-pub(crate) enum Admission {
-    /// Over stdio: no HTTP request carried the call.
-    Stdio,
-    /// Over HTTP: the ledger's ticket, held for as long as the call runs.
-    Http(#[allow(dead_code, reason = "held for its drop, never read")] CallTicket),
+pub(crate) struct CallerGone(pub(crate) tokio_util::sync::CancellationToken);
+
+/// How a call was admitted: its ledger ticket (none over an in-process
+/// transport, whose one client is the process) and what tells it its
+/// caller is gone.
+#[derive(Debug, Clone)]
+pub(crate) struct Admission {
+    /// The ledger's ticket, held for as long as the call runs.
+    #[allow(dead_code, reason = "held for its drop, never read")]
+    ticket: Option<CallTicket>,
+    /// Fires when the caller is gone for good.
+    pub(crate) gone: Option<tokio_util::sync::CancellationToken>,
 }
 
 /// The admission of the call whose request extensions are `extensions`:
 /// `None` for a call that came over HTTP without the ledger's ticket, which
 /// no tool may serve.
 pub(crate) fn admission(extensions: &Extensions) -> Option<Admission> {
-    let Some(parts) = extensions.get::<http::request::Parts>() else {
-        return Some(Admission::Stdio);
+    let (ticket, gone) = match extensions.get::<http::request::Parts>() {
+        Some(parts) => (
+            Some(parts.extensions.get::<CallTicket>()?.clone()),
+            parts.extensions.get::<CallerGone>(),
+        ),
+        None => (
+            extensions.get::<CallTicket>().cloned(),
+            extensions.get::<CallerGone>(),
+        ),
     };
-    parts
-        .extensions
-        .get::<CallTicket>()
-        .cloned()
-        .map(Admission::Http)
+    Some(Admission {
+        ticket,
+        gone: gone.map(|gone| gone.0.clone()),
+    })
 }

@@ -625,9 +625,11 @@ impl NexusMcp {
         let peer = context.peer.clone();
         let call = context.id.clone();
         let from_text = super::structured::writes_from_text(&context.extensions);
+        let ct = context.ct.clone();
+        let routed = Self::route_call(family, &admitted, request, context);
         let ((family, result), retries) = counting_retries(super::structured::scoped(
             from_text,
-            Self::route_call(family, &admitted, request, context),
+            cancelled_when_gone(routed, admitted.gone.clone(), ct),
         ))
         .await;
         let outcome = outcome(&result);
@@ -678,6 +680,26 @@ impl NexusMcp {
 fn admitted(context: &RequestContext<RoleServer>) -> Result<Admission, ErrorData> {
     super::caller::admission(&context.extensions)
         .ok_or_else(|| ErrorData::internal_error("call not admitted by the call ledger", None))
+}
+
+/// `work`, whose cancellation `ct` fires when its caller is `gone` (its
+/// session ended, the stdio input closed); awaited to its end all the
+/// same, so that a turn it started is cancelled before its ticket frees
+/// its slot.
+async fn cancelled_when_gone<T>(
+    work: impl Future<Output = T>,
+    gone: Option<tokio_util::sync::CancellationToken>,
+    ct: tokio_util::sync::CancellationToken,
+) -> T {
+    let Some(gone) = gone else {
+        return work.await;
+    };
+    let mut work = std::pin::pin!(work);
+    tokio::select! {
+        out = &mut work => return out,
+        () = gone.cancelled() => ct.cancel(),
+    }
+    work.await
 }
 
 /// How a call ended: `ok`, a tool error's code, `protocol_error`, or

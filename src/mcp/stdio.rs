@@ -8,25 +8,47 @@
 //! line, serialized once into a buffer sized by the answers before it; a
 //! tool result's `structuredContent` is written from its text (see
 //! `structured`).
+//!
+//! Every request goes through the call ledger as the HTTP transport's do,
+//! with the process as its one caller: it is admitted with a ticket (at
+//! most [`MAX_IN_FLIGHT`] at once; past it, a JSON-RPC error), and when
+//! the input ends the calls still running are cancelled (a Nexus turn
+//! they started with them) and the server ends once they have, within
+//! [`END_GRACE`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, ConstString, GetMeta, JsonRpcMessage, PingRequestMethod,
-    ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientRequest, ConstString, GetExtensions, GetMeta, JsonRpcMessage,
+    PingRequestMethod, ServerJsonRpcMessage,
 };
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
+use super::caller::{CallTicket, CallerGone};
+use super::http::budget::{Budgets, CallerId};
 use super::jsonrpc::{INVALID_REQUEST, Invalid, METHOD_NOT_FOUND, classify_keeping, error_json};
 use super::server::NexusMcp;
 use super::structured::{WritesStructuredFromText, splice_structured};
 
 /// The longest input line (one message) accepted.
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// The most requests in flight at once: past it, a request is answered
+/// with a JSON-RPC error.
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// How long the server waits, once its input has ended, for the calls it
+/// cancelled to end (their turns' cancels answered).
+pub const END_GRACE: Duration = Duration::from_secs(10);
+
+/// The JSON-RPC error code of a request over [`MAX_IN_FLIGHT`].
+const BUSY: i32 = -32000;
 
 /// The largest answer buffer size remembered as the next one's first guess.
 const MAX_SIZE_HINT: usize = 64 * 1024;
@@ -44,8 +66,18 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let running = server.serve(LineTransport::new(input, output)).await?;
+    let budgets = Arc::new(Budgets::new(MAX_IN_FLIGHT, MAX_IN_FLIGHT));
+    let transport = LineTransport::new(input, output, Arc::clone(&budgets));
+    let running = server.serve(transport).await?;
     running.waiting().await?;
+    // The input is gone: the calls still running were cancelled; their
+    // turns' cancels are answered before the process may end.
+    if tokio::time::timeout(END_GRACE, budgets.until_idle())
+        .await
+        .is_err()
+    {
+        tracing::warn!("stdio: calls still running {END_GRACE:?} after the input ended");
+    }
     Ok(())
 }
 
@@ -70,6 +102,10 @@ struct LineTransport<R, W> {
     output: Arc<Mutex<Option<W>>>,
     /// The size of the last answer, the next buffer's first capacity.
     size_hint: Arc<AtomicUsize>,
+    /// The call ledger: the process's requests in flight.
+    budgets: Arc<Budgets>,
+    /// Fired when the input ends: the calls still running are cancelled.
+    gone: CancellationToken,
 }
 
 impl<R, W> LineTransport<R, W>
@@ -77,14 +113,40 @@ where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    fn new(input: R, output: W) -> Self {
+    fn new(input: R, output: W, budgets: Arc<Budgets>) -> Self {
         LineTransport {
             input: BufReader::new(input),
             line: Vec::new(),
             skipping: false,
             output: Arc::new(Mutex::new(Some(output))),
             size_hint: Arc::new(AtomicUsize::new(256)),
+            budgets,
+            gone: CancellationToken::new(),
         }
+    }
+
+    /// Admits `message` into the ledger: a request gets its ticket and
+    /// the input's end as its caller's; `false` (answered) when too many
+    /// are in flight.
+    fn admit(&self, message: &mut ClientJsonRpcMessage) -> bool {
+        let JsonRpcMessage::Request(request) = message else {
+            return true;
+        };
+        let Ok(slot) = self.budgets.admit(CallerId::Process, true) else {
+            let id = serde_json::to_value(&request.id).unwrap_or(serde_json::Value::Null);
+            self.answer(error_json(&Invalid {
+                code: BUSY,
+                message: format!(
+                    "too many requests in flight (limit {MAX_IN_FLIGHT}); retry when one has finished"
+                ),
+                id,
+            }));
+            return false;
+        };
+        let extensions = request.request.extensions_mut();
+        extensions.insert(CallTicket(Arc::new(slot)));
+        extensions.insert(CallerGone(self.gone.clone()));
+        true
     }
 
     /// Reads up to the end of the next line, in bounded pieces.
@@ -194,9 +256,13 @@ where
                     });
                     continue;
                 }
-                Ok(Read::End) => return None,
+                Ok(Read::End) => {
+                    self.gone.cancel();
+                    return None;
+                }
                 Err(e) => {
                     tracing::error!("stdio: reading failed: {e}");
+                    self.gone.cancel();
                     return None;
                 }
             }
@@ -218,6 +284,9 @@ where
                         && let ClientRequest::CallToolRequest(call) = &mut request.request
                     {
                         call.extensions.insert(WritesStructuredFromText);
+                    }
+                    if !self.admit(&mut message) {
+                        continue;
                     }
                     return Some(message);
                 }

@@ -457,3 +457,103 @@ async fn bad_messages_get_json_rpc_errors_and_foreign_sessions_a_uniform_404() {
     let (_, mine) = owner.request("tools/list", json!({})).await;
     assert_eq!(mine.status, 200, "{}", mine.body);
 }
+
+/// Made-up keys' requests, a new key each time, `initialize` after
+/// `initialize`, until `stop`: each waits for its key's verdict.
+async fn made_up_key_flood(
+    http: reqwest::Client,
+    url: String,
+    key: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sent: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init_params()});
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let made_up = format!("{key}_{}", sent.load(std::sync::atomic::Ordering::Relaxed));
+        let _ = http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("X-Pinecone-Api-Key", &made_up)
+            .json(&body)
+            .send()
+            .await;
+        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A session of `key` and one `list_contexts` in it; `false` on any
+/// refusal on the way.
+async fn served_once(url: &str, key: &str) -> bool {
+    let mut caller = HttpMcp::new(url).header("X-Pinecone-Api-Key", key);
+    let (id, opened) = caller.request("initialize", init_params()).await;
+    if opened.status != 200 || opened.response(id).get("result").is_none() {
+        return false;
+    }
+    let (id, listed) = caller
+        .request(
+            "tools/call",
+            json!({"name": "list_contexts", "arguments": {}}),
+        )
+        .await;
+    listed.status == 200 && listed.response(id)["result"]["isError"] == false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_never_seen_key_behind_one_address_with_a_flood_of_made_up_keys_is_served() {
+    let nexus_fake = fake_nexus(0).await;
+    // The upstream refuses every other key, taking a moment each time.
+    wiremock::Mock::given(KeyIsNot(HONEST_KEY))
+        .respond_with(
+            wiremock::ResponseTemplate::new(401)
+                .set_body_json(
+                    json!({"error": {"code": "UNAUTHENTICATED", "message": "invalid API key"}}),
+                )
+                .set_delay(Duration::from_millis(20)),
+        )
+        .with_priority(1)
+        .mount(&nexus_fake)
+        .await;
+    let served = serve(nexus(&nexus_fake.uri()), HttpOptions::default()).await;
+    // Everyone on one address (as behind a proxy): 50 made-up keys at a
+    // time, each answered key followed by a new one; 200 distinct keys
+    // have been sent before the never-seen key comes.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let http = reqwest::Client::new();
+    let flood: Vec<_> = (0..50)
+        .map(|n| {
+            tokio::spawn(made_up_key_flood(
+                http.clone(),
+                served.url.clone(),
+                format!("pcsk_made_up_flood_{n:03}_0000000000000"),
+                std::sync::Arc::clone(&stop),
+                std::sync::Arc::clone(&sent),
+            ))
+        })
+        .collect();
+    crate::support::wait::until(
+        crate::support::wait::PATIENCE,
+        "the flood is answered",
+        async || sent.load(std::sync::atomic::Ordering::Relaxed) >= 200,
+    )
+    .await;
+    // A key never seen before, from the same address: proven and served
+    // within 5 s (a refusal on the way may be retried).
+    let start = std::time::Instant::now();
+    crate::support::wait::until(
+        Duration::from_secs(5),
+        "the never-seen key is served",
+        async || {
+            // A connection refused or cut on the way counts as a refusal.
+            let url = served.url.clone();
+            let once = tokio::spawn(async move { served_once(&url, HONEST_KEY).await });
+            once.await.unwrap_or(false)
+        },
+    )
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in flood {
+        task.abort();
+    }
+    assert!(start.elapsed() < Duration::from_secs(5));
+}

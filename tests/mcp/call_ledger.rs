@@ -1,14 +1,20 @@
 //! The call ledger: a call holds its slot until the upstream work it
 //! started has ended, and a call whose caller is gone (hang-up, request
 //! deadline) cancels its Nexus turn in every mode, sessions included; a
-//! turn's start past the call deadline names its turn and cancels it.
+//! turn's start past the call deadline names its turn and cancels it; a
+//! session's end (its `DELETE`, its idle expiry) cancels the turns of the
+//! calls running in it, which keep their slots until the cancels are
+//! answered.
 
 use std::time::Duration;
 
-use crate::peer_support::{post, query_context, seen_within, turn_nexus};
+use crate::peer_support::{
+    TurnsSeen, post, query_context, seen_within, signalled_turn_nexus, turn_nexus,
+};
 use crate::support::mcp::{
     HttpMcp, Served, call, caller_keys, connect, nexus_client, serve, tool_error,
 };
+use crate::support::wait::signalled;
 use nexus_knowql::mcp::http::HttpOptions;
 use nexus_knowql::mcp::{NexusMcp, NexusServer};
 use serde_json::json;
@@ -130,4 +136,72 @@ async fn a_turn_start_past_the_call_deadline_names_its_turn_and_cancels_it() {
         seen_within(&nexus, CANCEL, Duration::from_secs(5)).await,
         "the late turn is cancelled"
     );
+}
+
+/// Ends `client`'s session with `DELETE`; the status.
+async fn delete_session(client: &HttpMcp) -> u16 {
+    let mut delete = client
+        .http
+        .delete(&client.url)
+        .header("x-pinecone-api-key", KEY)
+        .header("mcp-session-id", client.session.as_deref().unwrap());
+    if let Some(protocol) = &client.protocol {
+        delete = delete.header("mcp-protocol-version", protocol);
+    }
+    delete.send().await.unwrap().status().as_u16()
+}
+
+/// Waits for `seen` to hold in what the scripted Nexus signalled.
+async fn nexus_saw(
+    signal: &mut tokio::sync::watch::Receiver<TurnsSeen>,
+    what: &str,
+    seen: impl Fn(TurnsSeen) -> bool,
+) {
+    let watched = signal.clone();
+    signalled(signal, what, || seen(*watched.borrow())).await;
+}
+
+#[tokio::test]
+async fn a_deleted_session_cancels_the_turn_of_its_running_call() {
+    let (nexus, mut seen) = signalled_turn_nexus(Duration::from_millis(1500)).await;
+    // One slot, the call's: the `DELETE` that ends the session is served
+    // all the same.
+    let options = HttpOptions::default().max_requests_per_caller(1);
+    let served = served(&nexus, options).await;
+    let client = session(&served).await;
+    let call = spawn_session_call(&client);
+    nexus_saw(&mut seen, "the turn is started", |s| s.started == 1).await;
+    assert_eq!(delete_session(&client).await, 204);
+    // The turn's start is still in flight: the cancelled call holds its
+    // slot until its turn's cancel is answered, so a new session's
+    // `initialize` finds the caller's budget full.
+    let mut again = HttpMcp::new(served.url.clone()).header("x-pinecone-api-key", KEY);
+    let (_, refused) = again
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "again", "version": "0"}}),
+        )
+        .await;
+    assert_eq!(refused.status, 429, "the slot is held: {refused:?}");
+    nexus_saw(&mut seen, "the deleted session's turn is cancelled", |s| {
+        s.cancelled == 1
+    })
+    .await;
+    let _ = call.await;
+}
+
+#[tokio::test]
+async fn an_expired_session_cancels_the_turn_of_its_running_call() {
+    // The turn's start takes longer than the session may stay idle.
+    let (nexus, mut seen) = signalled_turn_nexus(Duration::from_secs(5)).await;
+    let options = HttpOptions::default().session_idle_timeout(Duration::from_millis(1500));
+    let served = served(&nexus, options).await;
+    let client = session(&served).await;
+    let _call = spawn_session_call(&client);
+    nexus_saw(&mut seen, "the turn is started", |s| s.started == 1).await;
+    nexus_saw(&mut seen, "the expired session's turn is cancelled", |s| {
+        s.cancelled == 1
+    })
+    .await;
 }

@@ -38,6 +38,7 @@ mod stateless_paths;
 mod stdio;
 #[cfg(target_os = "linux")]
 mod stdio_ends;
+mod stdio_ledger;
 mod stdio_ping;
 mod stdio_results;
 mod tasks;

@@ -168,3 +168,62 @@ pub(crate) fn cancelled(id: u64) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
            "params": {"requestId": id, "reason": "no longer needed"}})
 }
+
+/// What the scripted Nexus of [`signalled_turn_nexus`] has seen: how many
+/// turns were started and how many cancelled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TurnsSeen {
+    pub(crate) started: usize,
+    pub(crate) cancelled: usize,
+}
+
+/// A responder that counts what it answers on a watch channel.
+struct Counting {
+    seen: tokio::sync::watch::Sender<TurnsSeen>,
+    count: fn(&mut TurnsSeen),
+    answer: ResponseTemplate,
+}
+
+impl wiremock::Respond for Counting {
+    fn respond(&self, _: &wiremock::Request) -> ResponseTemplate {
+        self.seen.send_modify(self.count);
+        self.answer.clone()
+    }
+}
+
+/// [`turn_nexus`] whose turn starts (answered after `query_delay`) and
+/// cancels are signalled as they arrive.
+pub(crate) async fn signalled_turn_nexus(
+    query_delay: Duration,
+) -> (MockServer, tokio::sync::watch::Receiver<TurnsSeen>) {
+    let nexus = turn_nexus(query_delay).await;
+    let (seen, signal) = tokio::sync::watch::channel(TurnsSeen::default());
+    Mock::given(method("POST"))
+        .and(path("/query"))
+        .respond_with(Counting {
+            seen: seen.clone(),
+            count: |s| s.started += 1,
+            answer: ResponseTemplate::new(202)
+                .set_body_json(query_json("q_1", "in_progress", &[], None))
+                .set_delay(query_delay),
+        })
+        .with_priority(1)
+        .mount(&nexus)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/queries/q_1/cancel"))
+        .respond_with(Counting {
+            seen,
+            count: |s| s.cancelled += 1,
+            answer: ResponseTemplate::new(200).set_body_json(query_json(
+                "q_1",
+                "cancelled",
+                &[],
+                None,
+            )),
+        })
+        .with_priority(1)
+        .mount(&nexus)
+        .await;
+    (nexus, signal)
+}

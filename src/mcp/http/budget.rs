@@ -16,11 +16,13 @@ use tokio::sync::Notify;
 /// Who a request counts against: a hash of its key, or the client
 /// network when it has none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum CallerId {
+pub(in crate::mcp) enum CallerId {
     /// A caller key, by its per-process hash.
     Key(u64),
     /// Clients without a key, by their network (see [`CallerId::network`]).
     Addr(IpAddr),
+    /// The one client of a stdio server: the process that started it.
+    Process,
 }
 
 /// Requests in flight of one client network without a key, together (at
@@ -44,7 +46,7 @@ impl CallerId {
 
     fn limit(self, per_caller: usize) -> usize {
         match self {
-            CallerId::Key(_) => per_caller,
+            CallerId::Key(_) | CallerId::Process => per_caller,
             CallerId::Addr(_) => per_caller.min(ANONYMOUS_PER_NETWORK),
         }
     }
@@ -52,7 +54,7 @@ impl CallerId {
 
 /// Why a request got no slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Over {
+pub(in crate::mcp) enum Over {
     /// Every slot of the server is taken.
     Server,
     /// Every slot of this caller is taken.
@@ -71,7 +73,7 @@ struct Counts {
 /// and an eighth of `max` for unproven keys together. A session's GET
 /// stream counts against its caller only.
 #[derive(Debug)]
-pub(super) struct Budgets {
+pub(in crate::mcp) struct Budgets {
     max: usize,
     per_caller: usize,
     quarantine: usize,
@@ -80,7 +82,7 @@ pub(super) struct Budgets {
 }
 
 impl Budgets {
-    pub(super) fn new(max: usize, per_caller: usize) -> Self {
+    pub(in crate::mcp) fn new(max: usize, per_caller: usize) -> Self {
         Budgets {
             max: max.max(1),
             per_caller: per_caller.max(1),
@@ -99,7 +101,11 @@ impl Budgets {
 
     /// A slot for one request of `caller` (of an unproven key unless
     /// `proven`), held until the value is dropped.
-    pub(super) fn admit(self: &Arc<Self>, caller: CallerId, proven: bool) -> Result<Slot, Over> {
+    pub(in crate::mcp) fn admit(
+        self: &Arc<Self>,
+        caller: CallerId,
+        proven: bool,
+    ) -> Result<Slot, Over> {
         let mut counts = self.counts();
         let mine = counts.callers.get(&caller).copied().unwrap_or(0);
         if mine >= caller.limit(self.per_caller) {
@@ -136,8 +142,19 @@ impl Budgets {
         })
     }
 
+    /// A slot for a request that only ends what `caller` holds (a
+    /// session's `DELETE`): counted against nothing, so that a caller at
+    /// its limit can still end a session and the calls running in it.
+    pub(super) fn admit_ending(self: &Arc<Self>, caller: CallerId) -> Slot {
+        Slot {
+            budgets: Arc::clone(self),
+            caller,
+            kind: SlotKind::Ending,
+        }
+    }
+
     /// Resolves once no request holds a slot.
-    pub(super) async fn until_idle(&self) {
+    pub(in crate::mcp) async fn until_idle(&self) {
         loop {
             let notified = self.idle.notified();
             if self.counts().total == 0 {
@@ -155,11 +172,13 @@ enum SlotKind {
     Request { proven: bool },
     /// A GET stream: the caller's only.
     Stream,
+    /// A request that only ends what its caller holds: nothing.
+    Ending,
 }
 
 /// One request's slot.
 #[derive(Debug)]
-pub(super) struct Slot {
+pub(in crate::mcp) struct Slot {
     budgets: Arc<Budgets>,
     caller: CallerId,
     kind: SlotKind,
@@ -167,6 +186,9 @@ pub(super) struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        if let SlotKind::Ending = self.kind {
+            return;
+        }
         let mut counts = self.budgets.counts();
         if let SlotKind::Request { proven } = self.kind {
             counts.total = counts.total.saturating_sub(1);

@@ -11,6 +11,10 @@
 //! the request it names. A note whose request stream is gone (or full)
 //! falls back to the session's own routing.
 //!
+//! The session's transport also tells when the session's worker is gone
+//! (its idle expiry, its closing): [`SessionEnds`] fires the session's end
+//! then, which cancels the calls still running in it.
+//!
 //! Without sessions nothing here is needed: the one request's messages all
 //! travel on its response already.
 
@@ -29,6 +33,7 @@ use rmcp::transport::streamable_http_server::session::{
     RestoreOutcome, ServerSseMessage, SessionId,
 };
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::mcp::logging::CallStream;
 
@@ -46,18 +51,48 @@ fn lock(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Each live session's end: fired when the session's worker is gone, and
+/// forgotten with its transport.
+#[derive(Debug, Clone, Default)]
+pub(super) struct SessionEnds(Arc<Mutex<HashMap<SessionId, CancellationToken>>>);
+
+impl SessionEnds {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, CancellationToken>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The end of session `id` (already fired when it is not live).
+    pub(super) fn ended(&self, id: &str) -> CancellationToken {
+        self.lock().get(id).cloned().unwrap_or_else(|| {
+            let gone = CancellationToken::new();
+            gone.cancel();
+            gone
+        })
+    }
+
+    fn open(&self, id: &SessionId) -> CancellationToken {
+        let ended = CancellationToken::new();
+        self.lock().insert(Arc::clone(id), ended.clone());
+        ended
+    }
+}
+
 /// rmcp's local session manager, with each request's notes on its stream.
 #[derive(Debug)]
 pub(super) struct CallStreams {
     inner: Arc<LocalSessionManager>,
     routes: Routes,
+    ends: SessionEnds,
 }
 
 impl CallStreams {
-    pub(super) fn new(inner: Arc<LocalSessionManager>) -> Self {
+    pub(super) fn new(inner: Arc<LocalSessionManager>, ends: SessionEnds) -> Self {
         CallStreams {
             inner,
             routes: Routes::default(),
+            ends,
         }
     }
 
@@ -68,6 +103,8 @@ impl CallStreams {
     ) -> SessionTransport {
         SessionTransport {
             inner,
+            ended: self.ends.open(&id),
+            ends: self.ends.clone(),
             session: id,
             routes: Arc::clone(&self.routes),
         }
@@ -80,6 +117,16 @@ pub(super) struct SessionTransport {
     inner: <LocalSessionManager as SessionManager>::Transport,
     session: SessionId,
     routes: Routes,
+    /// Fired when the session's worker is gone.
+    ended: CancellationToken,
+    ends: SessionEnds,
+}
+
+impl Drop for SessionTransport {
+    fn drop(&mut self) {
+        self.ended.cancel();
+        self.ends.lock().remove(&self.session);
+    }
 }
 
 impl SessionTransport {
@@ -133,7 +180,16 @@ impl Transport<RoleServer> for SessionTransport {
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<ClientJsonRpcMessage>> + Send {
-        self.inner.receive()
+        let ended = &self.ended;
+        let received = self.inner.receive();
+        async move {
+            let message = received.await;
+            if message.is_none() {
+                // The worker is gone: the session has ended.
+                ended.cancel();
+            }
+            message
+        }
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {

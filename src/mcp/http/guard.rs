@@ -265,6 +265,10 @@ impl Guard {
         // Admitted before the body is read: the read is within the budget.
         let slot = match self.budgets.admit(caller.id, metered_proven) {
             Ok(slot) => Arc::new(slot),
+            // Ending a session frees what the caller holds.
+            Err(Over::Caller) if *asked.method == Method::DELETE => {
+                Arc::new(self.budgets.admit_ending(caller.id))
+            }
             Err(over) => {
                 let refused = self.over_budget(over, metered_proven, asked);
                 return Err(self
@@ -484,7 +488,7 @@ impl Guard {
         self: &Arc<Self>,
         sessions: &Arc<Sessions>,
         id: &str,
-        request: Request,
+        mut request: Request,
         caller: &Caller,
         (slot, call): (Arc<Slot>, Option<String>),
         asked: &Asked<'_>,
@@ -494,6 +498,7 @@ impl Guard {
         let Some(in_use) = sessions.enter(id, caller.owner) else {
             return Err(self.not_found(peer, method));
         };
+        ledger::bind_to_session(&mut request, &in_use);
         let stream = if *method == Method::GET {
             let Ok(open) = sessions.open_stream(id) else {
                 return Err(self.refuse(

@@ -36,7 +36,7 @@
 //! processes can serve the same clients behind a plain load balancer.
 
 mod answer;
-mod budget;
+pub(in crate::mcp) mod budget;
 mod call_streams;
 mod connections;
 mod cors;
@@ -44,6 +44,7 @@ mod guard;
 mod ops;
 mod options;
 mod proof;
+mod proof_line;
 mod proxy;
 mod refusals;
 mod sessions;
@@ -111,13 +112,17 @@ fn build(
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(options.session_idle_timeout);
     let manager = Arc::new(manager);
+    let ends = call_streams::SessionEnds::default();
     let metrics = Arc::clone(server.metrics());
     let keyless = server.serves_keyless();
     let upstreams = server.upstreams();
     let proofs = Arc::new(proof::Proofs::new(server.clone()));
     let mcp = McpService(Arc::new(StreamableHttpService::new(
         move || Ok(server.for_session()),
-        Arc::new(call_streams::CallStreams::new(Arc::clone(&manager))),
+        Arc::new(call_streams::CallStreams::new(
+            Arc::clone(&manager),
+            ends.clone(),
+        )),
         config,
     )));
     let budgets = Arc::new(Budgets::new(
@@ -131,6 +136,7 @@ fn build(
             options.max_sessions,
             options.max_sessions_per_caller,
             Arc::clone(&metrics),
+            ends,
         ))
     });
     let guard = Arc::new(Guard {

@@ -10,12 +10,15 @@
 //! deadline; a key whose probe cannot run or decide stays unproven and is
 //! served from the quarantine (see `Sessions`).
 //!
-//! Strangers cannot starve the probes: each peer (an IPv4 address, an IPv6
-//! /64) has at most one probe waiting or running, and probes wait for a
-//! slot in arrival order, so a never-seen key from another peer is probed
-//! after at most one probe of each peer ahead of it, however many made-up
-//! keys a flood sends. A request whose key is being probed waits for that
-//! probe's verdict. A key used inside a session opened while it was
+//! Strangers cannot starve the probes: each key has at most one probe
+//! waiting or running, and keys wait for a probe slot in the line of
+//! `proof_line`, round robin across client networks (an IPv4 address, an
+//! IPv6 /64) and in arrival order within one. A never-seen key from
+//! another network is probed after at most one probe of each network
+//! ahead of it, and one behind the same address (everyone behind one
+//! proxy) after the keys ahead of it, each probed once, however many
+//! made-up keys a flood sends. A request whose key is being probed waits
+//! for that probe's verdict. A key used inside a session opened while it was
 //! unproven is probed again on its next request.
 
 use std::collections::HashSet;
@@ -23,8 +26,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use super::proof_line::{MAX_WAITING, ProofLine};
 
 use crate::mcp::caller::CallerKey;
 use crate::mcp::nexus::KeyProof;
@@ -46,9 +51,9 @@ const MAX_PROBES: usize = 4;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request waits in line for a probe slot.
 const PROBE_WAIT: Duration = Duration::from_secs(4);
-/// Peers with a probe waiting or running remembered at most (more are
-/// not probed until some finish).
-const MAX_PROBING_PEERS: usize = 4096;
+/// Keys with a probe waiting or running, at most: the line's places and
+/// the probes running.
+const MAX_PROBING_KEYS: usize = MAX_WAITING + MAX_PROBES;
 
 /// Where a key stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,18 +71,17 @@ pub(super) struct Proofs {
     server: NexusMcp,
     proven: Mutex<Recent<[u8; 32], Instant>>,
     refused: Mutex<Recent<[u8; 32], Instant>>,
-    /// Probe slots, handed out in arrival order.
-    probes: Arc<Semaphore>,
-    /// Peers and keys with a probe waiting or running (one each).
+    /// Probe slots, and the line for them.
+    probes: Arc<ProofLine>,
+    /// Keys with a probe waiting or running (one each).
     probing: Mutex<Probing>,
     /// Woken whenever a probe ends.
     probe_ended: Notify,
 }
 
-/// The probes waiting or running: their peers and their keys' digests.
+/// The probes waiting or running: their keys' digests.
 #[derive(Default)]
 struct Probing {
-    peers: HashSet<IpAddr>,
     keys: HashSet<[u8; 32]>,
 }
 
@@ -85,8 +89,8 @@ struct Probing {
 enum NoTurn {
     /// Its key is being probed: the verdict is coming.
     KeyInFlight,
-    /// Its peer already has a probe waiting or running.
-    PeerBusy,
+    /// As many keys as may be are waiting or being probed.
+    Full,
 }
 
 /// The peer a probe is charged to: an IPv4 address, or the /64 of an IPv6
@@ -105,18 +109,16 @@ fn peer_group(peer: Option<IpAddr>) -> IpAddr {
     }
 }
 
-/// A peer's turn to probe a key: its place in line, given back on drop
-/// (and the requests waiting for the key's verdict woken).
+/// A key's turn to be probed, given back on drop (and the requests
+/// waiting for the key's verdict woken).
 struct Turn<'a> {
     proofs: &'a Proofs,
-    group: IpAddr,
     digest: [u8; 32],
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         let mut probing = locked(&self.proofs.probing);
-        probing.peers.remove(&self.group);
         probing.keys.remove(&self.digest);
         drop(probing);
         self.proofs.probe_ended.notify_waiters();
@@ -140,7 +142,7 @@ impl Proofs {
             server,
             proven: Mutex::new(Recent::new(PROVEN_CAPACITY)),
             refused: Mutex::new(Recent::new(REFUSED_CAPACITY)),
-            probes: Arc::new(Semaphore::new(MAX_PROBES)),
+            probes: Arc::new(ProofLine::new(MAX_PROBES)),
             probing: Mutex::new(Probing::default()),
             probe_ended: Notify::new(),
         }
@@ -158,21 +160,19 @@ impl Proofs {
         Standing::Unproven
     }
 
-    /// `peer`'s turn to probe the key with `digest`, unless that key is
-    /// being probed or `peer` has a probe waiting or running.
-    fn turn(&self, peer: Option<IpAddr>, digest: &[u8; 32]) -> Result<Turn<'_>, NoTurn> {
-        let group = peer_group(peer);
+    /// The turn to probe the key with `digest`, unless that key is being
+    /// probed or the line is full.
+    fn turn(&self, digest: &[u8; 32]) -> Result<Turn<'_>, NoTurn> {
         let mut probing = locked(&self.probing);
         if probing.keys.contains(digest) {
             return Err(NoTurn::KeyInFlight);
         }
-        if probing.peers.len() >= MAX_PROBING_PEERS || !probing.peers.insert(group) {
-            return Err(NoTurn::PeerBusy);
+        if probing.keys.len() >= MAX_PROBING_KEYS {
+            return Err(NoTurn::Full);
         }
         probing.keys.insert(*digest);
         Ok(Turn {
             proofs: self,
-            group,
             digest: *digest,
         })
     }
@@ -196,9 +196,9 @@ impl Proofs {
     }
 
     /// Where `key` (with `digest`, sent by `peer`) stands, probing the
-    /// upstream once when nothing is known: unless `peer` already has a
-    /// probe waiting or running, it waits in line for a probe slot (for
-    /// [`PROBE_WAIT`] at most). A key being probed waits for that verdict.
+    /// upstream once when nothing is known: it waits in line for a probe
+    /// slot (for [`PROBE_WAIT`] at most), behind one key of each network
+    /// ahead of `peer`'s. A key being probed waits for that verdict.
     pub(super) async fn standing(
         &self,
         key: &CallerKey,
@@ -209,13 +209,12 @@ impl Proofs {
             Standing::Unproven => {}
             known => return known,
         }
-        let _turn = match self.turn(peer, digest) {
+        let _turn = match self.turn(digest) {
             Ok(turn) => turn,
             Err(NoTurn::KeyInFlight) => return self.verdict_in_flight(digest).await,
-            Err(NoTurn::PeerBusy) => return Standing::Unproven,
+            Err(NoTurn::Full) => return Standing::Unproven,
         };
-        let slot = tokio::time::timeout(PROBE_WAIT, Arc::clone(&self.probes).acquire_owned()).await;
-        let Ok(Ok(_permit)) = slot else {
+        let Some(_slot) = self.probes.slot(peer_group(peer), PROBE_WAIT).await else {
             return Standing::Unproven;
         };
         // Another request may have decided it while this one waited.

@@ -9,14 +9,21 @@
 //! quarantined session first, then the least recently used idle proven
 //! one; a session with an open GET stream or a request in flight is never
 //! closed to make room.
+//!
+//! A session's end (its owner's `DELETE`, its idle expiry, its closing to
+//! make room) fires its `ended` token, which every call running in it
+//! carries: the call is cancelled, a Nexus turn it started with it, and
+//! its ledger slot is held until that cancel is answered.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use tokio_util::sync::CancellationToken;
 
 use super::budget::CallerId;
+use super::call_streams::SessionEnds;
 use crate::mcp::metrics::Metrics;
 
 /// One live session as the guard knows it.
@@ -33,6 +40,8 @@ struct Entry {
     streaming: bool,
     /// Whether its key was proven when it was created (or since).
     proven: bool,
+    /// Fired when the session ends: its running calls are cancelled.
+    ended: CancellationToken,
 }
 
 impl Entry {
@@ -102,6 +111,8 @@ pub(super) struct Sessions {
     /// Sessions of unproven keys, in all.
     pub(super) quarantine: usize,
     metrics: Arc<Metrics>,
+    /// Each session's end, fired when its worker is gone.
+    ends: SessionEnds,
 }
 
 impl Sessions {
@@ -110,6 +121,7 @@ impl Sessions {
         max: usize,
         per_caller: usize,
         metrics: Arc<Metrics>,
+        ends: SessionEnds,
     ) -> Self {
         let max = max.max(1);
         Sessions {
@@ -119,6 +131,7 @@ impl Sessions {
             per_caller: per_caller.max(1),
             quarantine: quarantine_share(max),
             metrics,
+            ends,
         }
     }
 
@@ -140,7 +153,13 @@ impl Sessions {
             .map(|id| id.to_string())
             .collect();
         let mut table = self.table();
-        table.entries.retain(|id, _| live.contains(id));
+        table.entries.retain(|id, entry| {
+            let alive = live.contains(id);
+            if !alive {
+                entry.ended.cancel();
+            }
+            alive
+        });
         self.metrics
             .sessions()
             .set(i64::try_from(table.entries.len()).unwrap_or(i64::MAX));
@@ -174,7 +193,9 @@ impl Sessions {
                 let victim = if quarantine_full || total >= self.max {
                     match table.victim(!proven) {
                         Some(id) => {
-                            table.entries.remove(&id);
+                            if let Some(entry) = table.entries.remove(&id) {
+                                entry.ended.cancel();
+                            }
                             Some(id)
                         }
                         None if proven => return Err(Full::Server),
@@ -260,13 +281,17 @@ impl Sessions {
         Some(InUse {
             sessions: Arc::clone(self),
             id: id.to_owned(),
+            ended: entry.ended.clone(),
         })
     }
 
-    /// Forgets session `id` (deleted by its owner).
+    /// Forgets session `id` (deleted by its owner, or gone), cancelling
+    /// the calls still running in it.
     pub(super) fn remove(&self, id: &str) {
         let mut table = self.table();
-        table.entries.remove(id);
+        if let Some(entry) = table.entries.remove(id) {
+            entry.ended.cancel();
+        }
         self.metrics
             .sessions()
             .set(i64::try_from(table.entries.len()).unwrap_or(i64::MAX));
@@ -290,6 +315,7 @@ pub(super) struct Reservation {
 impl Reservation {
     /// Records the created session `id` for `owner`.
     pub(super) fn bind(self, id: String, owner: Option<[u8; 32]>) {
+        let ended = self.sessions.ends.ended(&id);
         let mut table = self.sessions.table();
         let used = table.tick();
         table.entries.insert(
@@ -301,6 +327,7 @@ impl Reservation {
                 busy: 0,
                 streaming: false,
                 proven: self.proven,
+                ended,
             },
         );
         self.sessions
@@ -331,6 +358,14 @@ impl Drop for Reservation {
 pub(super) struct InUse {
     sessions: Arc<Sessions>,
     id: String,
+    ended: CancellationToken,
+}
+
+impl InUse {
+    /// What fires when the session ends.
+    pub(super) fn ended(&self) -> CancellationToken {
+        self.ended.clone()
+    }
 }
 
 impl Drop for InUse {

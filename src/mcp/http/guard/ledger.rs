@@ -15,6 +15,8 @@
 //!   stateless call is cancelled through its own token (the request
 //!   registry below), which a `notifications/cancelled` from the same
 //!   caller and client address also fires.
+//! - A session's end (`DELETE`, idle expiry) cancels the calls running in
+//!   it, which keep their slots until their turns' cancels are answered.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -30,9 +32,10 @@ use hyper::body::{Frame, SizeHint};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::caller::CallTicket;
+use crate::mcp::caller::{CallTicket, CallerGone};
 use crate::mcp::http::budget::{CallerId, Slot};
 use crate::mcp::http::guard::Guard;
+use crate::mcp::http::sessions::InUse;
 
 /// The header naming a request's protocol revision, copied onto the
 /// cancellation of an abandoned session call.
@@ -47,6 +50,16 @@ pub(in crate::mcp::http) const CANCEL_PEEK_BYTES: usize = 1024;
 pub(in crate::mcp::http) fn ticket(request: &mut Request, slot: &Arc<Slot>) {
     let held: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(slot) as _;
     request.extensions_mut().insert(CallTicket(held));
+}
+
+/// Binds a request on a session to the session's end: a call it carries
+/// is cancelled when the session ends (see `sessions`), and the owner's
+/// `DELETE` ends the session's running calls before the session itself.
+pub(in crate::mcp::http) fn bind_to_session(request: &mut Request, in_use: &InUse) {
+    if *request.method() == Method::DELETE {
+        in_use.ended().cancel();
+    }
+    request.extensions_mut().insert(CallerGone(in_use.ended()));
 }
 
 /// What names a running stateless request: its caller, its client's
