@@ -600,6 +600,14 @@ impl LocalNexusBuilder {
                     source,
                 })?,
         };
+        // Tokens of another key are revoked before anything is served.
+        store
+            .bind_tokens_to_key(self.api_key.as_deref())
+            .await
+            .map_err(|e| StartError::DataDir {
+                path: self.data_dir.clone().unwrap_or_else(std::env::temp_dir),
+                source: std::io::Error::other(e.to_string()),
+            })?;
         let config = Config {
             api_key: self.api_key,
             data_dir: self.data_dir,

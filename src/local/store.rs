@@ -112,8 +112,8 @@ pub(crate) struct Store {
     files: PathBuf,
     /// Whether `files` is private to this store (removed on drop).
     private_files: bool,
-    /// Digests of the bearer tokens the database held at start.
-    saved_tokens: Mutex<Vec<Vec<u8>>>,
+    /// The bearer tokens the database held at start, and their key.
+    saved_tokens: Mutex<tokens::SavedTokens>,
     /// Bytes of events that running turns logged and did not hand to the
     /// database writer yet (see [`EventLog::counted_in`]).
     turn_bytes: Arc<std::sync::atomic::AtomicU64>,
@@ -211,8 +211,11 @@ impl Store {
     /// repairs; when recorded sources are missing, writes nothing and
     /// says what is missing.
     fn restore(&self, mut loaded: Loaded) -> Option<String> {
-        *self.saved_tokens.lock().unwrap_or_else(|p| p.into_inner()) =
-            std::mem::take(&mut loaded.tokens);
+        *self.saved_tokens.lock().unwrap_or_else(|p| p.into_inner()) = tokens::SavedTokens {
+            digests: std::mem::take(&mut loaded.tokens),
+            key: loaded.token_key.take(),
+            bound: false,
+        };
         let mut inner = self.lock();
         let mut repairs = Vec::new();
         for (id, doc) in loaded.contexts {

@@ -339,6 +339,19 @@ pub(super) fn apply(
             tx.prepare_cached("DELETE FROM tokens WHERE digest = ?1")?
                 .execute([digest])?;
         }
+        Op::PutTokenKey {
+            fingerprint,
+            revoke,
+        } => {
+            if *revoke {
+                tx.prepare_cached("DELETE FROM tokens")?.execute([])?;
+            }
+            tx.prepare_cached(
+                "INSERT INTO token_key (id, fingerprint) VALUES (1, ?1)
+                 ON CONFLICT(id) DO UPDATE SET fingerprint = ?1",
+            )?
+            .execute([fingerprint])?;
+        }
         Op::Then(_) => {}
     }
     Ok(())
