@@ -285,7 +285,7 @@ fn unknown_if_not_saved(e: LocalError) -> LocalError {
 fn commit_unless_cancelled(state: &AppState, task_id: &str, cancel: &CancellationToken) -> bool {
     let mut inner = state.store.change();
     let running = inner
-        .tasks
+        .tasks()
         .get(task_id)
         .is_some_and(|t| !t.task.state.is_terminal());
     if cancel.is_cancelled() || !running {
@@ -407,11 +407,7 @@ fn end_task(
     error: Option<String>,
 ) {
     inner.end_task(task_id, end, output, error);
-    if let Some(ctx) = inner.contexts.get_mut(context_id)
-        && ctx.import_task_id.as_deref() == Some(task_id)
-    {
-        ctx.importing = false;
-    }
+    inner.end_context_job(context_id, task_id);
 }
 
 /// The files an import task leaves: its report and the list of the files

@@ -127,7 +127,7 @@ pub(super) async fn seed_context(
     let is_work = state
         .store
         .read()
-        .contexts
+        .contexts()
         .get(&context_id)
         .is_some_and(|c| c.kind == "work");
     let (task, _registered) =
@@ -136,7 +136,7 @@ pub(super) async fn seed_context(
     loop {
         let (st, err) = {
             let inner = state.store.read();
-            match inner.tasks.get(&task.id) {
+            match inner.tasks().get(&task.id) {
                 Some(t) => (t.task.state.as_str().to_owned(), t.task.error.clone()),
                 None => return Err(fail("the curate task vanished".to_owned())),
             }

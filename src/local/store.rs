@@ -42,6 +42,7 @@ use super::migrate;
 use super::paths::safe_join;
 pub(crate) use super::records::*;
 
+mod inner;
 mod ownership;
 mod recovery;
 mod scratch;
@@ -49,6 +50,7 @@ mod task_files;
 mod tokens;
 mod turns;
 use crate::types;
+pub(crate) use inner::{Inner, new_query_id, new_session_id};
 pub(crate) use recovery::{MoveRecord, state_missing};
 pub(crate) use task_files::lines_file;
 pub(crate) use turns::SessionPage;

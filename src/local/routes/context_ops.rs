@@ -86,9 +86,7 @@ struct SourcesHold {
 
 impl Drop for SourcesHold {
     fn drop(&mut self) {
-        if let Some(ctx) = self.state.store.change().contexts.get_mut(&self.context_id) {
-            ctx.sources_held = ctx.sources_held.saturating_sub(1);
-        }
+        self.state.store.change().release_sources(&self.context_id);
     }
 }
 
@@ -109,7 +107,7 @@ impl Drop for ForkAside {
         if !self.published {
             self.abandoned
                 .store(true, std::sync::atomic::Ordering::SeqCst);
-            self.state.store.change().reserved_slugs.remove(&self.slug);
+            self.state.store.change().release_slug(&self.slug);
         }
     }
 }
@@ -143,10 +141,9 @@ pub(super) async fn fork(
             slug: body.target_slug,
         };
         let rec = inner.prepare_context(req)?;
-        inner.reserved_slugs.insert(rec.slug.clone());
+        inner.reserve_slug(&rec.slug);
         // No import runs on the context the sources are copied from.
-        let src = inner.context_mut(&from_id)?;
-        src.sources_held = src.sources_held.saturating_add(1);
+        inner.hold_sources(&from_id)?;
         (from_id, rec, sources)
     };
     let mut aside = ForkAside {
@@ -233,7 +230,7 @@ pub(super) async fn curation_ledger(
         let ctx = inner.context(&slug)?;
         (
             ctx.ledger.clone().unwrap_or_default(),
-            inner.indexes.get(&ctx.id).cloned(),
+            inner.indexes().get(&ctx.id).cloned(),
         )
     };
     let curation = tokio::task::spawn_blocking(move || {
