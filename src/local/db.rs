@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS task_files (
     PRIMARY KEY (task_id, path)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tokens (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, digest BLOB NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS forks (context_id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS token_key (
     id INTEGER PRIMARY KEY CHECK (id = 1), fingerprint BLOB NOT NULL);
 ";
@@ -180,6 +181,17 @@ pub(crate) enum Op {
     DeleteToken {
         digest: Vec<u8>,
     },
+    /// Records that a fork's directory is about to be moved into
+    /// `contexts/{context_id}`: until [`Op::EndFork`] (saved with its
+    /// record), a start removes that directory (the fork was never
+    /// acknowledged).
+    BeginFork {
+        context_id: String,
+    },
+    /// Ends [`Op::BeginFork`].
+    EndFork {
+        context_id: String,
+    },
     /// Records the fingerprint of the API key the saved tokens belong to;
     /// with `revoke`, forgets every saved token first (they belong to
     /// another key).
@@ -213,6 +225,8 @@ impl std::fmt::Debug for Op {
             Op::PutToken { .. } => "PutToken",
             Op::DeleteToken { .. } => "DeleteToken",
             Op::PutTokenKey { .. } => "PutTokenKey",
+            Op::BeginFork { .. } => "BeginFork",
+            Op::EndFork { .. } => "EndFork",
             Op::Then(_) => "Then",
         })
     }
@@ -240,6 +254,8 @@ pub(crate) struct Loaded {
     pub(crate) running_queries: Vec<(String, String)>,
     /// Digests of the bearer tokens issued, oldest first.
     pub(crate) tokens: Vec<Vec<u8>>,
+    /// Forks moved into place and never published: their context ids.
+    pub(crate) forks: Vec<String>,
     /// The fingerprint of the API key those tokens belong to, if recorded.
     pub(crate) token_key: Option<Vec<u8>>,
 }
@@ -660,6 +676,11 @@ fn load(conn: &mut Connection) -> rusqlite::Result<Loaded> {
         let mut stmt = conn.prepare("SELECT digest FROM tokens ORDER BY seq")?;
         let rows = stmt.query_map([], |r| r.get(0))?;
         out.tokens = rows.collect::<rusqlite::Result<_>>()?;
+    }
+    {
+        let mut stmt = conn.prepare("SELECT context_id FROM forks")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        out.forks = rows.collect::<rusqlite::Result<_>>()?;
     }
     {
         use rusqlite::OptionalExtension;

@@ -352,6 +352,14 @@ pub(super) fn apply(
             )?
             .execute([fingerprint])?;
         }
+        Op::BeginFork { context_id } => {
+            tx.prepare_cached("INSERT OR IGNORE INTO forks (context_id) VALUES (?1)")?
+                .execute([context_id])?;
+        }
+        Op::EndFork { context_id } => {
+            tx.prepare_cached("DELETE FROM forks WHERE context_id = ?1")?
+                .execute([context_id])?;
+        }
         Op::Then(_) => {}
     }
     Ok(())

@@ -20,6 +20,9 @@ pub(super) struct SavedTokens {
     pub(super) key: Option<Vec<u8>>,
     /// Whether they were bound to the server's key (checked, or revoked).
     pub(super) bound: bool,
+    /// The server's key's fingerprint, to record with the first token
+    /// saved (a directory that holds no token has nothing to revoke).
+    pub(super) unrecorded_key: Option<Vec<u8>>,
 }
 
 /// A fingerprint of `key`: `salt` then SHA-256 over a label, the salt and
@@ -63,12 +66,21 @@ impl Store {
             let mut salt = [0u8; SALT_LEN];
             getrandom::fill(&mut salt)
                 .map_err(|e| LocalError::internal("no random source for a key fingerprint", e))?;
-            // No key recorded (a directory of an earlier version): its
-            // tokens can only be checked under the key they were made
-            // with, so the current key is adopted with them.
+            let fingerprint = fingerprint(&salt, key);
+            if ours.is_none() && self.saved_tokens().digests.is_empty() {
+                // Nothing to revoke: the key is recorded with the first
+                // token (a start writes nothing).
+                let mut saved = self.saved_tokens();
+                saved.unrecorded_key = Some(fingerprint);
+                saved.bound = true;
+                return Ok(());
+            }
+            // No key recorded but tokens (a directory of an earlier
+            // version): they can only be checked under the key they were
+            // made with, so the current key is adopted with them.
             let revoke = ours == Some(false);
             let n = self.db.send([Op::PutTokenKey {
-                fingerprint: fingerprint(&salt, key),
+                fingerprint,
                 revoke,
             }]);
             self.wait_saved(n).await?;
@@ -109,9 +121,16 @@ impl Store {
         digest: [u8; 32],
         forgotten: Option<[u8; 32]>,
     ) -> LocalResult<()> {
-        let mut ops = vec![Op::PutToken {
+        let mut ops = Vec::new();
+        if let Some(fingerprint) = self.saved_tokens().unrecorded_key.take() {
+            ops.push(Op::PutTokenKey {
+                fingerprint,
+                revoke: false,
+            });
+        }
+        ops.push(Op::PutToken {
             digest: digest.to_vec(),
-        }];
+        });
         if let Some(old) = forgotten {
             ops.push(Op::DeleteToken {
                 digest: old.to_vec(),
