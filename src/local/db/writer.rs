@@ -315,6 +315,22 @@ pub(super) fn apply(
             tx.prepare_cached("DELETE FROM connectors WHERE id = ?1")?
                 .execute([id])?;
         }
+        Op::PutTaskFile { .. }
+        | Op::DeleteTaskFile { .. }
+        | Op::PutToken { .. }
+        | Op::DeleteToken { .. }
+        | Op::PutTokenKey { .. }
+        | Op::BeginFork { .. }
+        | Op::EndFork { .. } => apply_aside(tx, op)?,
+        Op::Then(_) => {}
+    }
+    Ok(())
+}
+
+/// Applies the ops on the tables beside the records: task files, bearer
+/// tokens and their key, forks being placed.
+fn apply_aside(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
+    match op {
         Op::PutTaskFile {
             task_id,
             path,
@@ -360,7 +376,7 @@ pub(super) fn apply(
             tx.prepare_cached("DELETE FROM forks WHERE context_id = ?1")?
                 .execute([context_id])?;
         }
-        Op::Then(_) => {}
+        _ => {}
     }
     Ok(())
 }
