@@ -164,6 +164,59 @@ fn unit_score(unit: &str, question: &[WeightedTerm]) -> f32 {
         .sum()
 }
 
+/// The number of `chunk`'s source among `citations` (from 1), adding it,
+/// or its section to it.
+fn cite(citations: &mut Vec<types::Citation>, chunk: &Chunk) -> usize {
+    match citations.iter().position(|c| c.source == chunk.source) {
+        Some(i) => {
+            let c = &mut citations[i];
+            if !chunk.section_path.is_empty() && !c.section_paths.contains(&chunk.section_path) {
+                c.section_paths.push(chunk.section_path.clone());
+            }
+            i + 1
+        }
+        None => {
+            citations.push(types::Citation {
+                grounding: Some("extractive".to_owned()),
+                kind: Some("chunk".to_owned()),
+                pages: Vec::new(),
+                section_paths: if chunk.section_path.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![chunk.section_path.clone()]
+                },
+                source: chunk.source.clone(),
+            });
+            citations.len()
+        }
+    }
+}
+
+/// One paragraph of an answer: its units, then its citation mark `[n]`.
+fn paragraph(group: &[Unit], n: usize) -> String {
+    let mut para = String::new();
+    for u in group {
+        if u.code {
+            if !para.is_empty() {
+                para.push('\n');
+            }
+            para.push_str(&u.text);
+            para.push('\n');
+        } else {
+            if !para.is_empty() && !para.ends_with('\n') {
+                para.push(' ');
+            }
+            para.push_str(&u.text);
+        }
+    }
+    if para.ends_with('\n') {
+        para.push_str(&format!("[{n}]"));
+    } else {
+        para.push_str(&format!(" [{n}]"));
+    }
+    para
+}
+
 /// Composes an extractive answer from ranked hits.
 pub(crate) fn compose(hits: &[Hit], question: &[WeightedTerm]) -> Answer {
     let mut groups: Vec<(usize, Vec<Unit>)> = Vec::new();
@@ -215,51 +268,8 @@ pub(crate) fn compose(hits: &[Hit], question: &[WeightedTerm]) -> Answer {
     let mut paragraphs = Vec::new();
     for (rank, group) in &groups {
         let chunk = &hits[*rank].chunk;
-        let n = match citations.iter().position(|c| c.source == chunk.source) {
-            Some(i) => {
-                let c = &mut citations[i];
-                if !chunk.section_path.is_empty() && !c.section_paths.contains(&chunk.section_path)
-                {
-                    c.section_paths.push(chunk.section_path.clone());
-                }
-                i + 1
-            }
-            None => {
-                citations.push(types::Citation {
-                    grounding: Some("extractive".to_owned()),
-                    kind: Some("chunk".to_owned()),
-                    pages: Vec::new(),
-                    section_paths: if chunk.section_path.is_empty() {
-                        Vec::new()
-                    } else {
-                        vec![chunk.section_path.clone()]
-                    },
-                    source: chunk.source.clone(),
-                });
-                citations.len()
-            }
-        };
-        let mut para = String::new();
-        for u in group {
-            if u.code {
-                if !para.is_empty() {
-                    para.push('\n');
-                }
-                para.push_str(&u.text);
-                para.push('\n');
-            } else {
-                if !para.is_empty() && !para.ends_with('\n') {
-                    para.push(' ');
-                }
-                para.push_str(&u.text);
-            }
-        }
-        if para.ends_with('\n') {
-            para.push_str(&format!("[{n}]"));
-        } else {
-            para.push_str(&format!(" [{n}]"));
-        }
-        paragraphs.push(para);
+        let n = cite(&mut citations, chunk);
+        paragraphs.push(paragraph(group, n));
     }
     Answer {
         text: paragraphs.join("\n\n"),

@@ -97,7 +97,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
     let (paths, generation) = {
         let mut inner = state.store.change();
         inner.task_progress(&task_id, 0, PHASES, "reading sources");
-        match inner.contexts.get(&context_id) {
+        match inner.contexts().get(&context_id) {
             Some(c) => (
                 c.sources.keys().cloned().collect::<Vec<_>>(),
                 c.index_generation + 1,
@@ -166,7 +166,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
     let (applied, swapped) = {
         let mut inner = state.store.change();
         let still_running = inner
-            .tasks
+            .tasks()
             .get(&task_id)
             .is_some_and(|t| !t.task.state.is_terminal());
         let applied = if cancel.is_cancelled() || !still_running {
@@ -186,11 +186,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
         {
             record_ledger(&mut inner, &context_id, generation, now, built.hashes);
             inner.end_task(&task_id, crate::status::word::COMPLETED, Some(output), None);
-            if let Some(ctx) = inner.contexts.get_mut(&context_id)
-                && ctx.curate_task_id.as_deref() == Some(task_id.as_str())
-            {
-                ctx.curating = false;
-            }
+            inner.end_context_job(&context_id, &task_id);
             Ok(())
         } else {
             Err((
@@ -330,7 +326,7 @@ fn record_ledger(
     now: chrono::DateTime<Utc>,
     hashes: Vec<(String, String, u64)>,
 ) {
-    let Some(ctx) = inner.contexts.get_mut(context_id) else {
+    let Ok(ctx) = inner.context_mut(context_id) else {
         return;
     };
     let entries = hashes
@@ -401,11 +397,7 @@ fn end(
 ) {
     let mut inner = state.store.change();
     inner.end_task(task_id, how, output, error);
-    if let Some(ctx) = inner.contexts.get_mut(context_id)
-        && ctx.curate_task_id.as_deref() == Some(task_id)
-    {
-        ctx.curating = false;
-    }
+    inner.end_context_job(context_id, task_id);
 }
 
 /// Removes the files of one unused index generation.

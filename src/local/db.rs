@@ -58,6 +58,9 @@ CREATE TABLE IF NOT EXISTS task_files (
     PRIMARY KEY (task_id, path)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tokens (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, digest BLOB NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS forks (context_id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS token_key (
+    id INTEGER PRIMARY KEY CHECK (id = 1), fingerprint BLOB NOT NULL);
 ";
 
 /// How durable a commit is.
@@ -178,6 +181,24 @@ pub(crate) enum Op {
     DeleteToken {
         digest: Vec<u8>,
     },
+    /// Records that a fork's directory is about to be moved into
+    /// `contexts/{context_id}`: until [`Op::EndFork`] (saved with its
+    /// record), a start removes that directory (the fork was never
+    /// acknowledged).
+    BeginFork {
+        context_id: String,
+    },
+    /// Ends [`Op::BeginFork`].
+    EndFork {
+        context_id: String,
+    },
+    /// Records the fingerprint of the API key the saved tokens belong to;
+    /// with `revoke`, forgets every saved token first (they belong to
+    /// another key).
+    PutTokenKey {
+        fingerprint: Vec<u8>,
+        revoke: bool,
+    },
     /// Runs after the commit of everything sent before it; `true` when
     /// that commit succeeded.
     Then(Box<dyn FnOnce(bool) + Send>),
@@ -203,6 +224,9 @@ impl std::fmt::Debug for Op {
             Op::DeleteTaskFile { .. } => "DeleteTaskFile",
             Op::PutToken { .. } => "PutToken",
             Op::DeleteToken { .. } => "DeleteToken",
+            Op::PutTokenKey { .. } => "PutTokenKey",
+            Op::BeginFork { .. } => "BeginFork",
+            Op::EndFork { .. } => "EndFork",
             Op::Then(_) => "Then",
         })
     }
@@ -230,6 +254,10 @@ pub(crate) struct Loaded {
     pub(crate) running_queries: Vec<(String, String)>,
     /// Digests of the bearer tokens issued, oldest first.
     pub(crate) tokens: Vec<Vec<u8>>,
+    /// Forks moved into place and never published: their context ids.
+    pub(crate) forks: Vec<String>,
+    /// The fingerprint of the API key those tokens belong to, if recorded.
+    pub(crate) token_key: Option<Vec<u8>>,
 }
 
 /// The batch that could not be written: its first and last op numbers, and
@@ -648,6 +676,19 @@ fn load(conn: &mut Connection) -> rusqlite::Result<Loaded> {
         let mut stmt = conn.prepare("SELECT digest FROM tokens ORDER BY seq")?;
         let rows = stmt.query_map([], |r| r.get(0))?;
         out.tokens = rows.collect::<rusqlite::Result<_>>()?;
+    }
+    {
+        let mut stmt = conn.prepare("SELECT context_id FROM forks")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        out.forks = rows.collect::<rusqlite::Result<_>>()?;
+    }
+    {
+        use rusqlite::OptionalExtension;
+        out.token_key = conn
+            .query_row("SELECT fingerprint FROM token_key WHERE id = 1", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
     }
     {
         let mut stmt = conn.prepare("SELECT id, context_id, files FROM moves ORDER BY id")?;

@@ -114,9 +114,11 @@ pub(crate) mod point {
     pub(crate) const INDEX_SWAP: &str = "index.swap";
     /// Removed sources' files, deleted once their removal is saved.
     pub(crate) const SOURCE_REMOVE: &str = "source.remove";
+    /// A fork's directory moved into place, before its record is saved.
+    pub(crate) const FORK_PUBLISH: &str = "fork.publish";
     /// Every point, for tests and the documentation.
     #[cfg(any(test, feature = "failpoints"))]
-    pub(crate) const ALL: [&str; 7] = [
+    pub(crate) const ALL: [&str; 8] = [
         DB_COMMIT,
         DB_COMMITTED,
         FILE_WRITE,
@@ -124,6 +126,7 @@ pub(crate) mod point {
         STAGING,
         INDEX_SWAP,
         SOURCE_REMOVE,
+        FORK_PUBLISH,
     ];
 }
 

@@ -181,9 +181,17 @@ async fn run(
         let _ = applied.send(Err(LocalError::outcome_unknown()));
         return;
     }
-    // The sources, the move's end and (but under an injected frame delay)
-    // the task's end with its files are one change: an import is visible,
-    // and saved, all at once.
+    // An injected frame delay (a test fault) keeps the task open here, its
+    // files moved and not yet recorded, to test overlapping imports and
+    // late cancels; the upload is answered after it, as always once its
+    // end is saved.
+    let delay = state.faults.frame_delay();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    // The sources, the move's end and the task's end with its files are
+    // one change: an import is visible, and saved, all at once, and only
+    // then answered.
     let (outcome, ended) = {
         let mut change = state.store.change();
         let recorded = change
@@ -198,9 +206,6 @@ async fn run(
             }
             (Err(msg), _) => Err((msg, true)),
         };
-        // An injected frame delay (a test fault) answers first and keeps the
-        // task open meanwhile, to test overlapping imports and late cancels.
-        let delay = state.faults.frame_delay();
         match &outcome {
             Err((msg, _)) => end_task(
                 &mut change,
@@ -210,7 +215,7 @@ async fn run(
                 None,
                 Some(msg.clone()),
             ),
-            Ok(_) if delay.is_zero() => {
+            Ok(_) => {
                 let output = import_output(&staged);
                 change.put_task_files(&task_id, task_files(&task_id, &staged, &output));
                 end_task(
@@ -222,7 +227,6 @@ async fn run(
                     None,
                 );
             }
-            Ok(_) => {}
         }
         (outcome, change.commit())
     };
@@ -243,22 +247,13 @@ async fn run(
             return;
         }
     };
-    let delay = state.faults.frame_delay();
     let saved = state.store.saved(ended).await.map_err(unknown_if_not_saved);
     staged.root.keep_for_next_start(saved.is_err());
     let ok = saved.is_ok();
     let _ = applied.send(saved);
-    if delay.is_zero() || !ok {
-        if ok && is_work {
-            index_work_context(&state, &context_id);
-        }
-        return;
+    if ok && is_work {
+        index_work_context(&state, &context_id);
     }
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => {}
-        _ = cancel.cancelled() => {}
-    }
-    end_import(&state, &context_id, &task_id, &staged, is_work).await;
 }
 
 /// Work contexts are queryable at once: indexes what was imported.
@@ -285,7 +280,7 @@ fn unknown_if_not_saved(e: LocalError) -> LocalError {
 fn commit_unless_cancelled(state: &AppState, task_id: &str, cancel: &CancellationToken) -> bool {
     let mut inner = state.store.change();
     let running = inner
-        .tasks
+        .tasks()
         .get(task_id)
         .is_some_and(|t| !t.task.state.is_terminal());
     if cancel.is_cancelled() || !running {
@@ -293,35 +288,6 @@ fn commit_unless_cancelled(state: &AppState, task_id: &str, cancel: &Cancellatio
     } else {
         inner.commit_task(task_id);
         true
-    }
-}
-
-/// Stores the task's files and its end (after an injected frame delay
-/// answered the upload first); a work context is then indexed.
-async fn end_import(
-    state: &Arc<AppState>,
-    context_id: &str,
-    task_id: &str,
-    staged: &Staged,
-    is_work: bool,
-) {
-    let output = import_output(staged);
-    let ended = {
-        let mut change = state.store.change();
-        change.put_task_files(task_id, task_files(task_id, staged, &output));
-        end_task(
-            &mut change,
-            context_id,
-            task_id,
-            crate::status::word::COMPLETED,
-            Some(output),
-            None,
-        );
-        change.commit()
-    };
-    state.imports_ended.notify_waiters();
-    if state.store.saved(ended).await.is_ok() && is_work {
-        index_work_context(state, context_id);
     }
 }
 
@@ -407,11 +373,7 @@ fn end_task(
     error: Option<String>,
 ) {
     inner.end_task(task_id, end, output, error);
-    if let Some(ctx) = inner.contexts.get_mut(context_id)
-        && ctx.import_task_id.as_deref() == Some(task_id)
-    {
-        ctx.importing = false;
-    }
+    inner.end_context_job(context_id, task_id);
 }
 
 /// The files an import task leaves: its report and the list of the files

@@ -565,41 +565,15 @@ impl LocalNexusBuilder {
             count: self.query_limit,
             bytes: self.query_bytes_limit,
         };
-        let store = match &self.data_dir {
-            Some(dir) => {
-                let dir_owned = dir.clone();
-                tokio::task::spawn_blocking(move || Store::open(&dir_owned, limits))
-                    .await
-                    .map_err(|e| StartError::DataDir {
-                        path: dir.clone(),
-                        source: std::io::Error::other(e.to_string()),
-                    })?
-                    .map_err(|e| match e {
-                        store::OpenError::Locked(lock) => StartError::DataDirLocked {
-                            path: dir.clone(),
-                            lock,
-                        },
-                        store::OpenError::Foreign { path, why } => {
-                            StartError::DataDirForeign { path, why }
-                        }
-                        store::OpenError::Damaged { path, why } => {
-                            StartError::DataDirDamaged { path, why }
-                        }
-                        store::OpenError::Io(source) => StartError::DataDir {
-                            path: dir.clone(),
-                            source,
-                        },
-                    })?
-            }
-            None => tokio::task::spawn_blocking(move || Store::scratch(limits))
-                .await
-                .map_err(|e| std::io::Error::other(e.to_string()))
-                .and_then(|r| r)
-                .map_err(|source| StartError::DataDir {
-                    path: std::env::temp_dir(),
-                    source,
-                })?,
-        };
+        let store = open_store(self.data_dir.as_ref(), limits).await?;
+        // Tokens of another key are revoked before anything is served.
+        store
+            .bind_tokens_to_key(self.api_key.as_deref())
+            .await
+            .map_err(|e| StartError::DataDir {
+                path: self.data_dir.clone().unwrap_or_else(std::env::temp_dir),
+                source: std::io::Error::other(e.to_string()),
+            })?;
         let config = Config {
             api_key: self.api_key,
             data_dir: self.data_dir,
@@ -685,4 +659,46 @@ impl LocalNexusBuilder {
         }
         Ok(nexus)
     }
+}
+
+/// Opens the store: the data directory's, or a scratch one.
+async fn open_store(
+    data_dir: Option<&PathBuf>,
+    limits: db::QueryLimits,
+) -> Result<Store, StartError> {
+    Ok(match data_dir {
+        Some(dir) => {
+            let dir_owned = dir.clone();
+            tokio::task::spawn_blocking(move || Store::open(&dir_owned, limits))
+                .await
+                .map_err(|e| StartError::DataDir {
+                    path: dir.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?
+                .map_err(|e| match e {
+                    store::OpenError::Locked(lock) => StartError::DataDirLocked {
+                        path: dir.clone(),
+                        lock,
+                    },
+                    store::OpenError::Foreign { path, why } => {
+                        StartError::DataDirForeign { path, why }
+                    }
+                    store::OpenError::Damaged { path, why } => {
+                        StartError::DataDirDamaged { path, why }
+                    }
+                    store::OpenError::Io(source) => StartError::DataDir {
+                        path: dir.clone(),
+                        source,
+                    },
+                })?
+        }
+        None => tokio::task::spawn_blocking(move || Store::scratch(limits))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r)
+            .map_err(|source| StartError::DataDir {
+                path: std::env::temp_dir(),
+                source,
+            })?,
+    })
 }

@@ -1,19 +1,15 @@
 //! The server's records (contexts and their sources, tasks, sessions,
-//! query turns) as kept in memory, and the rules that change them. Every
-//! change marks the rows it touched, for the store to write.
+//! query turns) as kept in memory; the store ([`super::store`]) holds
+//! them and is the only one to change them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tokio_util::task::task_tracker::TaskTrackerToken;
 
-use super::connectors::ConnectorRecord;
-use super::error::{LocalError, LocalResult};
 use super::events::EventLog;
 use super::ledger::Ledger;
 use super::search::{Chunk, ContextIndex};
@@ -25,13 +21,6 @@ pub(crate) const LOCAL_MODEL: &str = "local-extractive";
 pub(crate) const LOCAL_PRINCIPAL: &str = "local";
 pub(crate) const LOCAL_PROJECT: &str = "local";
 pub(crate) const LOCAL_PROJECT_NAME: &str = "nexus-local";
-
-/// Most tasks kept; the oldest finished ones are forgotten first.
-const MAX_TASKS: usize = 10_000;
-/// Most sessions kept; the oldest idle ones are forgotten first.
-const MAX_SESSIONS: usize = 10_000;
-/// Most contexts.
-const MAX_CONTEXTS: usize = 1_000;
 
 /// Bits of an id body that are not its time.
 const ID_RANDOM_BITS: u32 = 80;
@@ -215,78 +204,6 @@ pub(crate) struct QueryEntry {
     pub(crate) events_saved: bool,
 }
 
-/// What changed since the last write to the database.
-#[derive(Debug, Default)]
-pub(crate) struct Dirty {
-    /// Ids of the records made since then: their rows are inserted, never
-    /// written over an existing row.
-    pub(crate) created: BTreeSet<String>,
-    pub(crate) contexts: BTreeSet<String>,
-    /// Sources by context: `None` replaces them all, else these paths.
-    pub(crate) sources: BTreeMap<String, Option<BTreeSet<String>>>,
-    pub(crate) tasks: BTreeSet<String>,
-    pub(crate) sessions: BTreeSet<String>,
-    pub(crate) queries: BTreeSet<String>,
-    pub(crate) connectors: BTreeSet<String>,
-}
-
-impl Dirty {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.created.is_empty()
-            && self.contexts.is_empty()
-            && self.sources.is_empty()
-            && self.tasks.is_empty()
-            && self.sessions.is_empty()
-            && self.queries.is_empty()
-            && self.connectors.is_empty()
-    }
-}
-
-/// The state in memory: contexts, indexes, tasks, sessions, and the turns
-/// running or recently ended (older turns are read from the database).
-/// Every change marks what it touched in `dirty`; the store writes those
-/// rows.
-#[derive(Debug, Default)]
-pub(crate) struct Inner {
-    pub(crate) contexts: BTreeMap<String, ContextRecord>,
-    pub(crate) indexes: HashMap<String, Arc<ContextIndex>>,
-    pub(crate) tasks: BTreeMap<String, TaskEntry>,
-    pub(crate) sessions: HashMap<String, SessionEntry>,
-    pub(crate) queries: HashMap<String, QueryEntry>,
-    pub(crate) query_order: VecDeque<String>,
-    pub(crate) connectors: BTreeMap<String, ConnectorRecord>,
-    /// The jobs working on each context's files (curations, imports,
-    /// workflows), by context id: a deletion waits for them to stop.
-    pub(crate) context_jobs: HashMap<String, TaskTracker>,
-    /// Slugs of contexts being built aside (a fork copying its sources):
-    /// taken, though no record exists until the context is published.
-    pub(crate) reserved_slugs: BTreeSet<String>,
-    pub(crate) dirty: Dirty,
-}
-
-impl Inner {
-    /// Adds (or replaces) a connector; its row is written with the change.
-    pub(crate) fn put_connector(&mut self, rec: ConnectorRecord) {
-        self.dirty.connectors.insert(rec.id.clone());
-        self.dirty.created.insert(rec.id.clone());
-        self.connectors.insert(rec.id.clone(), rec);
-    }
-
-    /// A connector, to change: its row is written with the change.
-    pub(crate) fn connector_mut(&mut self, id: &str) -> Option<&mut ConnectorRecord> {
-        let c = self.connectors.get_mut(id)?;
-        self.dirty.connectors.insert(id.to_owned());
-        Some(c)
-    }
-
-    /// Removes a connector; its row goes with the change.
-    pub(crate) fn remove_connector(&mut self, id: &str) -> Option<ConnectorRecord> {
-        let c = self.connectors.remove(id)?;
-        self.dirty.connectors.insert(id.to_owned());
-        Some(c)
-    }
-}
-
 /// Opens the persisted index of one generation.
 pub(crate) fn open_index(ctx_dir: &Path, generation: u64) -> Result<ContextIndex, String> {
     let chunks_file = ctx_dir.join(format!("chunks-{generation}.json"));
@@ -304,15 +221,12 @@ pub(crate) fn valid_slug(slug: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
         && slug.as_bytes()[0].is_ascii_alphanumeric()
 }
-mod contexts;
-mod tasks;
-mod turns;
-
-pub(crate) use turns::{new_query_id, new_session_id};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::local::error::LocalResult;
+    use crate::local::store::Inner;
 
     fn create(inner: &mut Inner, slug: &str) -> LocalResult<ContextRecord> {
         inner.create_context(types::CreateContextRequest {
@@ -382,7 +296,7 @@ mod tests {
         inner.end_task(&t.id, crate::status::word::CANCELLED, None, None);
         inner.end_task(&t.id, crate::status::word::COMPLETED, None, None);
         assert_eq!(
-            inner.tasks[&t.id].task.state.as_str(),
+            inner.tasks()[&t.id].task.state.as_str(),
             crate::status::word::CANCELLED
         );
     }

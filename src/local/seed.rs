@@ -127,16 +127,29 @@ pub(super) async fn seed_context(
     let is_work = state
         .store
         .read()
-        .contexts
+        .contexts()
         .get(&context_id)
         .is_some_and(|c| c.kind == "work");
     let (task, _registered) =
         curate::start(state, &context_id, true, None, is_work).map_err(|e| fail(e.message))?;
+    wait_curated(state, slug, &task.id).await?;
+    // Seeding runs before the server serves: everything sent is its own.
+    state.store.settled().await.map_err(|e| fail(e.message))?;
+    Ok(())
+}
+
+/// Waits (at most `SEED_CURATION_LIMIT`) for a seeded context's curation
+/// task to complete.
+async fn wait_curated(state: &Arc<AppState>, slug: &str, task_id: &str) -> Result<(), StartError> {
+    let fail = |message: String| StartError::Context {
+        slug: slug.to_owned(),
+        message,
+    };
     let deadline = tokio::time::Instant::now() + SEED_CURATION_LIMIT;
     loop {
         let (st, err) = {
             let inner = state.store.read();
-            match inner.tasks.get(&task.id) {
+            match inner.tasks().get(task_id) {
                 Some(t) => (t.task.state.as_str().to_owned(), t.task.error.clone()),
                 None => return Err(fail("the curate task vanished".to_owned())),
             }
@@ -155,7 +168,5 @@ pub(super) async fn seed_context(
             _ => tokio::time::sleep(Duration::from_millis(10)).await,
         }
     }
-    // Seeding runs before the server serves: everything sent is its own.
-    state.store.settled().await.map_err(|e| fail(e.message))?;
     Ok(())
 }

@@ -42,6 +42,7 @@ use super::migrate;
 use super::paths::safe_join;
 pub(crate) use super::records::*;
 
+mod inner;
 mod ownership;
 mod recovery;
 mod scratch;
@@ -49,6 +50,7 @@ mod task_files;
 mod tokens;
 mod turns;
 use crate::types;
+pub(crate) use inner::{Inner, new_query_id, new_session_id};
 pub(crate) use recovery::{MoveRecord, state_missing};
 pub(crate) use task_files::lines_file;
 pub(crate) use turns::SessionPage;
@@ -112,8 +114,8 @@ pub(crate) struct Store {
     files: PathBuf,
     /// Whether `files` is private to this store (removed on drop).
     private_files: bool,
-    /// Digests of the bearer tokens the database held at start.
-    saved_tokens: Mutex<Vec<Vec<u8>>>,
+    /// The bearer tokens the database held at start, and their key.
+    saved_tokens: Mutex<tokens::SavedTokens>,
     /// Bytes of events that running turns logged and did not hand to the
     /// database writer yet (see [`EventLog::counted_in`]).
     turn_bytes: Arc<std::sync::atomic::AtomicU64>,
@@ -211,8 +213,12 @@ impl Store {
     /// repairs; when recorded sources are missing, writes nothing and
     /// says what is missing.
     fn restore(&self, mut loaded: Loaded) -> Option<String> {
-        *self.saved_tokens.lock().unwrap_or_else(|p| p.into_inner()) =
-            std::mem::take(&mut loaded.tokens);
+        *self.saved_tokens.lock().unwrap_or_else(|p| p.into_inner()) = tokens::SavedTokens {
+            digests: std::mem::take(&mut loaded.tokens),
+            key: loaded.token_key.take(),
+            bound: false,
+            unrecorded_key: None,
+        };
         let mut inner = self.lock();
         let mut repairs = Vec::new();
         for (id, doc) in loaded.contexts {
@@ -236,6 +242,7 @@ impl Store {
         // Moves that were under way are finished from their staging
         // directory (an import is all or nothing), then recorded.
         let finished_imports = self.finish_moves(&mut inner, loaded.moves, &mut repairs);
+        self.remove_unpublished_forks(&inner, loaded.forks, &mut repairs);
         if let Some(why) = recovery::sources_missing(&self.check_sources(&mut inner)) {
             return Some(why);
         }
@@ -321,6 +328,29 @@ impl Store {
             repairs.push(Op::EndMove { id: move_id });
         }
         finished_imports
+    }
+
+    /// Removes the directories of forks moved into place and never
+    /// published (never acknowledged): the server made each one under a
+    /// new id and recorded it before the move, so nothing else is there.
+    /// A fork whose record exists was published; only its mark goes.
+    fn remove_unpublished_forks(&self, inner: &Inner, forks: Vec<String>, repairs: &mut Vec<Op>) {
+        for context_id in forks {
+            if !inner.contexts.contains_key(&context_id) {
+                let dir = self.context_dir(&context_id);
+                match std::fs::remove_dir_all(&dir) {
+                    Ok(()) => {
+                        tracing::warn!(context = %context_id, "removed a fork that stopped before it was saved")
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        tracing::error!(dir = %dir.display(), error = %e, "an unsaved fork could not be removed");
+                        continue;
+                    }
+                }
+            }
+            repairs.push(Op::EndFork { context_id });
+        }
     }
 
     /// Takes each source file's size, and opens each curated context's
@@ -530,6 +560,20 @@ impl Store {
             files: serde_json::to_string(record).unwrap_or_else(|_| "{}".to_owned()),
         }]);
         (id, n)
+    }
+
+    /// Records, durably, that a fork's directory is about to be moved to
+    /// `contexts/{context_id}`, so a stop before its record is saved has
+    /// the next start remove it; the publishing change ends it with
+    /// [`Op::EndFork`].
+    ///
+    /// # Errors
+    /// 503 or 500 when it could not be saved.
+    pub(crate) async fn begin_fork(&self, context_id: &str) -> LocalResult<()> {
+        let n = self.db.send([Op::BeginFork {
+            context_id: context_id.to_owned(),
+        }]);
+        self.wait_saved(n).await
     }
 
     /// The directory of one context's files (sources and indexes).

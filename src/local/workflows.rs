@@ -38,7 +38,7 @@ type Job = Box<dyn FnOnce() -> Result<Value, String> + Send>;
 fn curated_index(state: &AppState, slug: &str) -> LocalResult<(String, Arc<ContextIndex>)> {
     let inner = state.store.read();
     let ctx = inner.context(slug)?;
-    match inner.indexes.get(&ctx.id) {
+    match inner.indexes().get(&ctx.id) {
         Some(index) if ctx.last_curated_at.is_some() => Ok((ctx.id.clone(), index.clone())),
         _ => Err(LocalError::conflict(format!(
             "context {:?} is not curated yet; curate it first",
@@ -121,7 +121,7 @@ fn trigger(
 
 /// Refuses a second running task of `workflow` on a context.
 fn check_idle(state: &AppState, context_id: &str, workflow: &str) -> LocalResult<()> {
-    let busy = state.store.read().tasks.values().any(|t| {
+    let busy = state.store.read().tasks().values().any(|t| {
         t.task.context_id.as_deref() == Some(context_id)
             && t.task.workflow.as_str() == workflow
             && !t.task.state.is_terminal()
@@ -217,7 +217,7 @@ pub(crate) fn profile(
             .clone()
             .unwrap_or_else(|| ledger::effective_manifest(state.config.chunk_chars));
         let sources = ctx.sources.clone();
-        let index = inner.indexes.get(&id).cloned();
+        let index = inner.indexes().get(&id).cloned();
         (id, sources, index, in_effect)
     };
     // The manifest and the task are saved together.

@@ -224,3 +224,47 @@ async fn login_tokens_outlive_a_restart_and_are_stored_hashed() {
     assert_eq!(bearer(&server.url).await.unwrap().status(), 401);
     server.kill();
 }
+
+/// Catches tokens that outlive their key: a token from a login under
+/// `key-one` stops working when the server restarts with `key-two`, and
+/// stays refused when it restarts with `key-one` again (the switch revoked
+/// it on disk); a login after the switch back works across a restart.
+#[tokio::test]
+async fn switching_the_key_away_and_back_does_not_bring_back_its_tokens() {
+    let data = TempDir::new("key-switch");
+    let dir = data.path().to_str().unwrap().to_owned();
+    let login = |url: String, key: &'static str| async move {
+        let (status, body) = post_json(&format!("{url}/auth/login"), json!({"api_key": key})).await;
+        assert_eq!(status, 200, "{body}");
+        body["token"].as_str().unwrap().to_owned()
+    };
+    let status = |url: String, token: String| async move {
+        http()
+            .get(format!("{url}/contexts"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let server = LocalBinary::start(&["--data", &dir, "--api-key", "key-one"], &[]);
+    let old = login(server.url.clone(), "key-one").await;
+    assert_eq!(status(server.url.clone(), old.clone()).await, 200);
+    server.kill();
+    let server = LocalBinary::start(&["--data", &dir, "--api-key", "key-two"], &[]);
+    assert_eq!(status(server.url.clone(), old.clone()).await, 401);
+    server.kill();
+    let server = LocalBinary::start(&["--data", &dir, "--api-key", "key-one"], &[]);
+    assert_eq!(
+        status(server.url.clone(), old.clone()).await,
+        401,
+        "a token of the old key came back with it"
+    );
+    let new = login(server.url.clone(), "key-one").await;
+    server.kill();
+    let server = LocalBinary::start(&["--data", &dir, "--api-key", "key-one"], &[]);
+    assert_eq!(status(server.url.clone(), new).await, 200);
+    assert_eq!(status(server.url.clone(), old).await, 401);
+    server.kill();
+}

@@ -499,3 +499,54 @@ fn the_scratch_directory_is_private_and_a_crashed_one_is_removed_at_the_next_sta
     assert_eq!(scratch_dirs().len(), 1);
     second.kill();
 }
+
+/// Catches an upload acknowledged before its task's end is saved (an
+/// injected frame delay used to answer first and end the task after the
+/// pause): SIGKILL right after the answer, and the restart must find the
+/// file and the import's task `completed`, never `failed`.
+#[test]
+fn an_upload_answered_under_a_frame_delay_has_its_task_end_saved() {
+    let data = TempDir::new("upload-delay");
+    let dir = data.path().to_str().unwrap().to_owned();
+    let delay = [("NEXUS_LOCAL_FAULT_FRAME_DELAY_MS", "5000")];
+    let server = LocalBinary::start(&["--data", &dir], &delay);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = server.url.clone();
+    let task = rt.block_on(async {
+        let (status, body) = post_json(
+            &format!("{url}/contexts"),
+            serde_json::json!({"slug": "notes", "name": "Notes"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(b"# Kept\n\nacknowledged\n".to_vec())
+                .file_name("kept.md"),
+        );
+        let resp = http()
+            .post(format!("{url}/contexts/notes/import/upload"))
+            .multipart(form)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        body["task_id"].as_str().unwrap().to_owned()
+    });
+    server.kill();
+    let server = LocalBinary::start(&["--data", &dir], &[]);
+    let url = server.url.clone();
+    rt.block_on(async {
+        let (status, body) = get_json(&format!("{url}/tasks/{task}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["state"], "completed",
+            "the acknowledged import's task: {body}"
+        );
+        let (_, sources) = get_json(&format!("{url}/contexts/notes/source/list")).await;
+        assert_eq!(sources["entries"][0]["name"], "uploads", "{sources}");
+        assert_eq!(sources["entries"][0]["size"], 21, "{sources}");
+    });
+    server.kill();
+}

@@ -373,3 +373,68 @@ fn verify_reports_a_missing_and_an_orphan_source() {
         "{report}"
     );
 }
+
+/// Catches a fork stopped between its move into place and its record's
+/// commit being kept as someone else's files: it was never acknowledged,
+/// so the next start removes its directory (no `quarantine/`), the fork
+/// is absent, its retry succeeds, and the context it was made from keeps
+/// its files.
+#[test]
+fn a_fork_stopped_between_its_move_and_its_commit_is_removed() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let files = corpus();
+    let data = TempDir::new("fork-publish");
+    let dir = data.path().to_str().unwrap().to_owned();
+    let seed = format!("docs={}", files.path().display());
+    let faulty = LocalBinary::start(
+        &["--data", &dir, "--context", &seed],
+        &[(nexus_knowql::local::ENV_FAILPOINTS, "fork.publish=crash")],
+    );
+    let url = faulty.url.clone();
+    let forked = rt.block_on(async {
+        http()
+            .post(format!("{url}/contexts/docs/fork"))
+            .json(&json!({"target_slug": "copy"}))
+            .send()
+            .await
+    });
+    assert!(forked.is_err(), "the fork answered: {forked:?}");
+    end(faulty, Duration::from_secs(20));
+    let contexts = |dir: &str| {
+        std::fs::read_dir(std::path::Path::new(dir).join("contexts"))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(contexts(&dir), 2, "the fork was not moved into place");
+    let clean = LocalBinary::start(&["--data", &dir], &[]);
+    assert_eq!(
+        contexts(&dir),
+        1,
+        "the unsaved fork's files are still there"
+    );
+    assert!(
+        !data.path().join("quarantine").exists(),
+        "the unsaved fork was set aside, not removed"
+    );
+    let url = clean.url.clone();
+    rt.block_on(async {
+        let (status, body) = get_json(&format!("{url}/contexts/copy")).await;
+        assert_eq!(status, 404, "{body}");
+        let (status, body) = post_json(
+            &format!("{url}/contexts/docs/fork"),
+            json!({"target_slug": "copy"}),
+        )
+        .await;
+        assert_eq!(status, 200, "the retry: {body}");
+        for slug in ["docs", "copy"] {
+            let (_, sources) = get_json(&format!("{url}/contexts/{slug}/source/list")).await;
+            assert!(
+                sources.to_string().contains("notes.txt"),
+                "{slug}: {sources}"
+            );
+        }
+    });
+    stop(clean);
+    let (ok, report) = verify(&dir);
+    assert!(ok, "verify found problems:\n{report}");
+}

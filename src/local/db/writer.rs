@@ -315,6 +315,22 @@ pub(super) fn apply(
             tx.prepare_cached("DELETE FROM connectors WHERE id = ?1")?
                 .execute([id])?;
         }
+        Op::PutTaskFile { .. }
+        | Op::DeleteTaskFile { .. }
+        | Op::PutToken { .. }
+        | Op::DeleteToken { .. }
+        | Op::PutTokenKey { .. }
+        | Op::BeginFork { .. }
+        | Op::EndFork { .. } => apply_aside(tx, op)?,
+        Op::Then(_) => {}
+    }
+    Ok(())
+}
+
+/// Applies the ops on the tables beside the records: task files, bearer
+/// tokens and their key, forks being placed.
+fn apply_aside(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
+    match op {
         Op::PutTaskFile {
             task_id,
             path,
@@ -339,7 +355,28 @@ pub(super) fn apply(
             tx.prepare_cached("DELETE FROM tokens WHERE digest = ?1")?
                 .execute([digest])?;
         }
-        Op::Then(_) => {}
+        Op::PutTokenKey {
+            fingerprint,
+            revoke,
+        } => {
+            if *revoke {
+                tx.prepare_cached("DELETE FROM tokens")?.execute([])?;
+            }
+            tx.prepare_cached(
+                "INSERT INTO token_key (id, fingerprint) VALUES (1, ?1)
+                 ON CONFLICT(id) DO UPDATE SET fingerprint = ?1",
+            )?
+            .execute([fingerprint])?;
+        }
+        Op::BeginFork { context_id } => {
+            tx.prepare_cached("INSERT OR IGNORE INTO forks (context_id) VALUES (?1)")?
+                .execute([context_id])?;
+        }
+        Op::EndFork { context_id } => {
+            tx.prepare_cached("DELETE FROM forks WHERE context_id = ?1")?
+                .execute([context_id])?;
+        }
+        _ => {}
     }
     Ok(())
 }

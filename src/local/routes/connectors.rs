@@ -47,7 +47,7 @@ async fn add(
 ) -> LocalResult<ConnectorRecord> {
     let (rec, ticket) = {
         let mut inner = state.store.change();
-        if inner.connectors.len() >= MAX_CONNECTORS {
+        if inner.connectors().len() >= MAX_CONNECTORS {
             return Err(LocalError::bad_request(format!(
                 "the local server holds at most {MAX_CONNECTORS} connectors; delete one first"
             )));
@@ -71,7 +71,7 @@ async fn add(
 
 pub(super) async fn list(State(state): Shared) -> axum::Json<Vec<types::ConnectorView>> {
     let inner = state.store.read();
-    axum::Json(inner.connectors.values().map(|c| c.to_view()).collect())
+    axum::Json(inner.connectors().values().map(|c| c.to_view()).collect())
 }
 
 pub(super) async fn get(
@@ -79,7 +79,7 @@ pub(super) async fn get(
     Path(id): Path<String>,
 ) -> LocalResult<axum::Json<types::ConnectorView>> {
     let inner = state.store.read();
-    let c = inner.connectors.get(&id).ok_or_else(|| not_found(&id))?;
+    let c = inner.connectors().get(&id).ok_or_else(|| not_found(&id))?;
     Ok(axum::Json(c.to_view()))
 }
 
@@ -176,7 +176,11 @@ pub(super) async fn oauth_callback(
     let root = resolve(&state, first_root(&state)).await?;
     let existing = {
         let inner = state.store.read();
-        inner.connectors.values().find(|c| c.root == root).cloned()
+        inner
+            .connectors()
+            .values()
+            .find(|c| c.root == root)
+            .cloned()
     };
     let rec = match existing {
         Some(rec) => rec,
@@ -218,7 +222,7 @@ pub(super) async fn items(
     let root = {
         let inner = state.store.read();
         inner
-            .connectors
+            .connectors()
             .get(&id)
             .ok_or_else(|| not_found(&id))?
             .root
@@ -247,7 +251,7 @@ pub(super) async fn list_for_context(
     let id = inner.context(&slug)?.id.clone();
     Ok(axum::Json(
         inner
-            .connectors
+            .connectors()
             .values()
             .map(|c| c.to_context_view(&id))
             .collect(),
@@ -263,7 +267,7 @@ pub(super) async fn update_for_context(
         let mut guard = state.store.change();
         let inner = &mut *guard;
         let id = inner.context(&slug)?.id.clone();
-        let live: std::collections::BTreeSet<String> = inner.contexts.keys().cloned().collect();
+        let live: std::collections::BTreeSet<String> = inner.contexts().keys().cloned().collect();
         let c = inner
             .connector_mut(&connector_id)
             .ok_or_else(|| not_found(&connector_id))?;
@@ -295,7 +299,7 @@ pub(super) async fn import(
         let inner = state.store.read();
         let ctx = inner.context(&slug)?;
         let c = inner
-            .connectors
+            .connectors()
             .get(&body.connector_id)
             .ok_or_else(|| not_found(&body.connector_id))?;
         if !c.contexts.get(&ctx.id).copied().unwrap_or(false) {

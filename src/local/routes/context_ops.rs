@@ -10,6 +10,7 @@ use chrono::Utc;
 use super::Shared;
 use crate::local::durable;
 use crate::local::error::{ApiJson, LocalError, LocalResult};
+use crate::local::faults::{failpoint, point};
 use crate::local::ledger;
 use crate::local::paths::safe_join;
 use crate::local::store::SourceMeta;
@@ -70,11 +71,15 @@ fn move_aside_dir(aside: &FsPath, to: &FsPath, sync: bool) -> std::io::Result<()
         // No sources: nothing was copied.
         return Ok(());
     }
+    if to.exists() {
+        // Never over something the server did not make.
+        return Err(std::io::Error::other("the fork's directory exists"));
+    }
     std::fs::rename(aside, to)?;
     if sync {
         durable::sync_dir(parent)?;
     }
-    Ok(())
+    failpoint(point::FORK_PUBLISH)
 }
 
 /// Ends a hold on a context's source tree when dropped (also when the
@@ -86,21 +91,23 @@ struct SourcesHold {
 
 impl Drop for SourcesHold {
     fn drop(&mut self) {
-        if let Some(ctx) = self.state.store.change().contexts.get_mut(&self.context_id) {
-            ctx.sources_held = ctx.sources_held.saturating_sub(1);
-        }
+        self.state.store.change().release_sources(&self.context_id);
     }
 }
 
 /// A fork being built aside: holds its slug while its sources are copied
 /// into a directory no record names yet. Dropped unpublished (the request
-/// failed or went away), it frees the slug and tells the copy to stop and
-/// remove what it copied; a crash leaves only that directory, which the
-/// next start sweeps.
+/// failed or went away), it frees the slug, tells the copy to stop and
+/// remove what it copied, and removes the directory if it was already
+/// moved into place. A crash before the move leaves only the staged copy
+/// (cleared at start); after it, the directory is marked (`begin_fork`)
+/// and the next start removes it.
 struct ForkAside {
     state: std::sync::Arc<crate::local::state::AppState>,
     slug: String,
     abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Where the directory is moved to, once the move may have started.
+    placed: Option<std::path::PathBuf>,
     published: bool,
 }
 
@@ -109,9 +116,40 @@ impl Drop for ForkAside {
         if !self.published {
             self.abandoned
                 .store(true, std::sync::atomic::Ordering::SeqCst);
-            self.state.store.change().reserved_slugs.remove(&self.slug);
+            self.state.store.change().release_slug(&self.slug);
+            if let Some(dir) = &self.placed {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
     }
+}
+
+/// Copies `sources` below `aside_dir/sources` on a blocking thread; on
+/// failure (or once `abandoned`) removes what it copied.
+async fn copy_aside(
+    from: std::path::PathBuf,
+    aside_dir: std::path::PathBuf,
+    sources: BTreeMap<String, SourceMeta>,
+    sync: bool,
+    abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> LocalResult<Vec<(String, u64)>> {
+    let copied = tokio::task::spawn_blocking(move || {
+        let copied = copy_sources(
+            &from,
+            &aside_dir.join("sources"),
+            &sources,
+            sync,
+            &abandoned,
+        );
+        if copied.is_err() {
+            let _ = std::fs::remove_dir_all(&aside_dir);
+        }
+        copied
+    })
+    .await;
+    copied
+        .map_err(|e| LocalError::internal("copying the sources of a fork", e))
+        .and_then(|r| r.map_err(|e| LocalError::internal("copying the sources of a fork", e)))
 }
 
 /// Forks a context: a new context `target_slug` with the same name, kind,
@@ -143,16 +181,16 @@ pub(super) async fn fork(
             slug: body.target_slug,
         };
         let rec = inner.prepare_context(req)?;
-        inner.reserved_slugs.insert(rec.slug.clone());
+        inner.reserve_slug(&rec.slug);
         // No import runs on the context the sources are copied from.
-        let src = inner.context_mut(&from_id)?;
-        src.sources_held = src.sources_held.saturating_add(1);
+        inner.hold_sources(&from_id)?;
         (from_id, rec, sources)
     };
     let mut aside = ForkAside {
         state: state.clone(),
         slug: rec.slug.clone(),
         abandoned: std::sync::Arc::default(),
+        placed: None,
         published: false,
     };
     let hold = SourcesHold {
@@ -165,32 +203,43 @@ pub(super) async fn fork(
     let aside_dir = state.store.staging_dir();
     let to_dir = state.store.context_dir(&rec.id);
     let sync = state.store.is_persistent();
-    let abandoned = aside.abandoned.clone();
-    let copied = tokio::task::spawn_blocking(move || {
-        let copied = copy_sources(
-            &from,
-            &aside_dir.join("sources"),
-            &sources,
-            sync,
-            &abandoned,
-        )
-        .and_then(|files| {
-            if abandoned.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(std::io::Error::other("the fork's request went away"));
-            }
-            move_aside_dir(&aside_dir, &to_dir, sync)?;
-            Ok(files)
-        });
-        if copied.is_err() {
-            let _ = std::fs::remove_dir_all(&aside_dir);
-        }
-        copied
-    })
-    .await
-    .map_err(|e| LocalError::internal("copying the sources of a fork", e))
-    .and_then(|r| r.map_err(|e| LocalError::internal("copying the sources of a fork", e)));
+    let staged = aside_dir.clone();
+    let copied = copy_aside(
+        from,
+        aside_dir.clone(),
+        sources,
+        sync,
+        aside.abandoned.clone(),
+    )
+    .await;
     drop(hold);
     let files = copied?;
+    let placed = async {
+        // Marked before the move: a stop between the move and the
+        // record's commit has the next start remove it.
+        state.store.begin_fork(&rec.id).await?;
+        if aside.abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(LocalError::internal(
+                "forking",
+                "the fork's request went away",
+            ));
+        }
+        aside.placed = Some(to_dir.clone());
+        let moved = tokio::task::spawn_blocking({
+            let aside_dir = aside_dir.clone();
+            move || move_aside_dir(&aside_dir, &to_dir, sync)
+        });
+        moved
+            .await
+            .map_err(|e| LocalError::internal("moving a fork into place", e))?
+            .map_err(|e| LocalError::internal("moving a fork into place", e))
+    };
+    if let Err(e) = placed.await {
+        // The staged copy, if it was not moved (the moved one goes with
+        // `aside`).
+        let _ = std::fs::remove_dir_all(&staged);
+        return Err(e);
+    }
     let published = {
         let mut inner = state.store.change();
         let mut rec = rec;
@@ -201,6 +250,9 @@ pub(super) async fn fork(
         if !rec.sources.is_empty() {
             rec.last_source_import_at = Some(now);
         }
+        inner.push(crate::local::db::Op::EndFork {
+            context_id: rec.id.clone(),
+        });
         aside.published = true;
         inner.publish_context(rec);
         inner.commit()
@@ -233,7 +285,7 @@ pub(super) async fn curation_ledger(
         let ctx = inner.context(&slug)?;
         (
             ctx.ledger.clone().unwrap_or_default(),
-            inner.indexes.get(&ctx.id).cloned(),
+            inner.indexes().get(&ctx.id).cloned(),
         )
     };
     let curation = tokio::task::spawn_blocking(move || {

@@ -14,7 +14,7 @@ use crate::types;
 
 pub(super) async fn list_contexts(State(state): Shared) -> axum::Json<Vec<types::ContextResponse>> {
     let inner = state.store.read();
-    axum::Json(inner.contexts.values().map(|c| c.to_response()).collect())
+    axum::Json(inner.contexts().values().map(|c| c.to_response()).collect())
 }
 
 pub(super) async fn create_context(

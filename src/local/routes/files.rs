@@ -145,9 +145,7 @@ pub(super) async fn remove_sources(
     let gone = removed.clone();
     state.spawn(async move {
         let result = remove_files(&job_state, ticket, dir, gone).await;
-        if let Some(ctx) = job_state.store.change().contexts.get_mut(&id) {
-            ctx.sources_held = ctx.sources_held.saturating_sub(1);
-        }
+        job_state.store.change().release_sources(&id);
         let _ = done_tx.send(result);
     });
     match done_rx.await {

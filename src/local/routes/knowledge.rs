@@ -20,7 +20,7 @@ fn curated(
 ) -> LocalResult<Option<(Arc<ContextIndex>, DateTime<Utc>)>> {
     let inner = state.store.read();
     let ctx = inner.context(slug)?;
-    Ok(match (inner.indexes.get(&ctx.id), ctx.last_curated_at) {
+    Ok(match (inner.indexes().get(&ctx.id), ctx.last_curated_at) {
         (Some(index), Some(at)) => Some((index.clone(), at)),
         _ => None,
     })

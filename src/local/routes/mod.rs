@@ -46,13 +46,9 @@ const MAX_PAGE: i64 = 1000;
 /// The state every handler extracts.
 type Shared = State<Arc<AppState>>;
 
-/// The whole application: `/api/...` plus error answers for anything else.
-pub(crate) fn router(state: Arc<AppState>) -> Router {
-    let upload_limit = state.config.upload_limit.saturating_add(64 * 1024);
-    let json_limit = state.config.json_limit;
-    let api = Router::new()
-        .route("/auth/login", post(auth::login))
-        .route("/auth", get(auth::identity))
+/// The routes below `/contexts`; an upload's body may reach `upload_limit`.
+fn context_routes(upload_limit: usize) -> Router<Arc<AppState>> {
+    Router::new()
         .route(
             "/contexts",
             get(contexts::list_contexts).post(contexts::create_context),
@@ -92,6 +88,48 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             "/contexts/{slug}/knowledge/read/{*path}",
             get(knowledge::read_knowledge),
         )
+        .route(
+            "/contexts/{slug}/connectors",
+            get(connectors::list_for_context),
+        )
+        .route(
+            "/contexts/{slug}/connectors/{connector_id}",
+            put(connectors::update_for_context),
+        )
+        .route("/contexts/{slug}/fork", post(context_ops::fork))
+        .route("/contexts/{slug}/manifest", get(context_ops::manifest))
+        .route(
+            "/contexts/{slug}/tasks/stats",
+            get(project::context_task_stats),
+        )
+        .route(
+            "/contexts/{slug}/curate/delete-sources",
+            post(files::delete_curated_sources),
+        )
+        .route("/contexts/{slug}/optimize", post(context_ops::optimize))
+        .route("/contexts/{slug}/explore", post(context_ops::explore))
+        .route("/contexts/{slug}/profile", post(context_ops::profile))
+        .route("/contexts/{slug}/import", post(connectors::import))
+        .route("/contexts/{slug}/source/stats", get(files::source_stats))
+        .route(
+            "/contexts/{slug}/source/manifest",
+            get(files::source_manifest),
+        )
+        .route(
+            "/contexts/{slug}/source/delete/{*path}",
+            delete(files::delete_source_file),
+        )
+        .route(
+            "/contexts/{slug}/knowledge/stats",
+            get(files::knowledge_stats),
+        )
+}
+
+/// The routes of login, tasks, turns, sessions, the project and connectors.
+fn service_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/auth/login", post(auth::login))
+        .route("/auth", get(auth::identity))
         .route("/tasks", get(tasks::list_tasks))
         .route(
             "/tasks/{id}",
@@ -128,41 +166,6 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             get(connectors::oauth_callback),
         )
         .route("/connectors/keys/{provider}", post(connectors::create))
-        .route(
-            "/contexts/{slug}/connectors",
-            get(connectors::list_for_context),
-        )
-        .route(
-            "/contexts/{slug}/connectors/{connector_id}",
-            put(connectors::update_for_context),
-        )
-        .route("/contexts/{slug}/fork", post(context_ops::fork))
-        .route("/contexts/{slug}/manifest", get(context_ops::manifest))
-        .route(
-            "/contexts/{slug}/tasks/stats",
-            get(project::context_task_stats),
-        )
-        .route(
-            "/contexts/{slug}/curate/delete-sources",
-            post(files::delete_curated_sources),
-        )
-        .route("/contexts/{slug}/optimize", post(context_ops::optimize))
-        .route("/contexts/{slug}/explore", post(context_ops::explore))
-        .route("/contexts/{slug}/profile", post(context_ops::profile))
-        .route("/contexts/{slug}/import", post(connectors::import))
-        .route("/contexts/{slug}/source/stats", get(files::source_stats))
-        .route(
-            "/contexts/{slug}/source/manifest",
-            get(files::source_manifest),
-        )
-        .route(
-            "/contexts/{slug}/source/delete/{*path}",
-            delete(files::delete_source_file),
-        )
-        .route(
-            "/contexts/{slug}/knowledge/stats",
-            get(files::knowledge_stats),
-        )
         .route("/tasks/{id}/stats", get(project::task_stats))
         .route("/tasks/{id}/files/read/{*path}", get(task_files::read))
         .route(
@@ -175,6 +178,14 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             "/tasks/{id}/files/delete/{*path}",
             delete(task_files::delete),
         )
+}
+
+/// The whole application: `/api/...` plus error answers for anything else.
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    let upload_limit = state.config.upload_limit.saturating_add(64 * 1024);
+    let json_limit = state.config.json_limit;
+    let api = context_routes(upload_limit)
+        .merge(service_routes())
         .method_not_allowed_fallback(method_not_allowed);
     let mut api = api;
     if let Some((requests, window)) = state.config.rate_limit {

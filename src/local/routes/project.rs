@@ -18,14 +18,14 @@ pub(super) async fn get_project(State(state): Shared) -> axum::Json<types::Proje
     let inner = state.store.read();
     let now = Utc::now();
     let created = inner
-        .contexts
+        .contexts()
         .values()
         .map(|c| c.created_at)
-        .chain(inner.tasks.values().map(|t| t.task.created_at))
+        .chain(inner.tasks().values().map(|t| t.task.created_at))
         .min()
         .unwrap_or(now);
     let updated = inner
-        .contexts
+        .contexts()
         .values()
         .map(|c| c.updated_at)
         .max()
@@ -76,10 +76,10 @@ pub(super) async fn project_task_stats(
     State(state): Shared,
 ) -> axum::Json<types::GetProjectTaskStatsResponse> {
     let inner = state.store.read();
-    let c = count(inner.tasks.values());
+    let c = count(inner.tasks().values());
     let mut by_state: HashMap<String, i64> = HashMap::new();
     let mut by_workflow: HashMap<String, i64> = HashMap::new();
-    for t in inner.tasks.values() {
+    for t in inner.tasks().values() {
         let n = by_state
             .entry(t.task.state.as_str().to_owned())
             .or_default();
@@ -108,7 +108,7 @@ pub(super) async fn context_task_stats(
     let id = inner.context(&slug)?.id.clone();
     let c = count(
         inner
-            .tasks
+            .tasks()
             .values()
             .filter(|t| t.task.context_id.as_deref() == Some(id.as_str())),
     );
@@ -129,7 +129,7 @@ pub(super) async fn task_stats(
 ) -> LocalResult<axum::Json<types::TaskStats>> {
     let inner = state.store.read();
     let t = &inner
-        .tasks
+        .tasks()
         .get(&id)
         .ok_or_else(|| LocalError::not_found(format!("task {id:?} not found")))?
         .task;

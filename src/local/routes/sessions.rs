@@ -24,8 +24,11 @@ pub(super) async fn list_sessions(
         return Err(LocalError::bad_request("limit must be 1..=200"));
     }
     let inner = state.store.read();
-    let mut sessions: Vec<types::Session> =
-        inner.sessions.values().map(|s| s.session.clone()).collect();
+    let mut sessions: Vec<types::Session> = inner
+        .sessions()
+        .values()
+        .map(|s| s.session.clone())
+        .collect();
     sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
     sessions.truncate(limit as usize);
     Ok(axum::Json(types::ListSessionsResponse { sessions }))

@@ -12,7 +12,7 @@ use crate::types;
 /// The files of a task (404 for an unknown task), read on the blocking
 /// pool.
 async fn files_of(state: &AppState, id: &str) -> LocalResult<FileList> {
-    if !state.store.read().tasks.contains_key(id) {
+    if !state.store.read().tasks().contains_key(id) {
         return Err(LocalError::not_found(format!("task {id:?} not found")));
     }
     let id = id.to_owned();
@@ -67,7 +67,7 @@ pub(super) async fn read(
     Path((id, path)): Path<(String, String)>,
 ) -> LocalResult<Response> {
     let path = path.trim_matches('/');
-    if !state.store.read().tasks.contains_key(&id) {
+    if !state.store.read().tasks().contains_key(&id) {
         return Err(LocalError::not_found(format!("task {id:?} not found")));
     }
     let owned = path.to_owned();

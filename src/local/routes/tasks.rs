@@ -45,7 +45,7 @@ pub(super) async fn list_tasks(
         .as_ref()
         .map(|c| inner.context_id(c).unwrap_or_else(|| c.clone()));
     let matching: Vec<&types::TaskResponse> = inner
-        .tasks
+        .tasks()
         .values()
         .rev()
         .map(|t| &t.task)
@@ -86,7 +86,7 @@ pub(super) async fn get_task(
     state
         .store
         .read()
-        .tasks
+        .tasks()
         .get(&id)
         .map(|t| axum::Json(t.task.clone()))
         .ok_or_else(|| LocalError::not_found(format!("task {id:?} not found")))

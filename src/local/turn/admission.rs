@@ -38,7 +38,7 @@ pub(crate) fn accept(
     // Which session: continued by id or by a previous turn, or a new one.
     let continued = match (&req.session_id, previous_session) {
         (Some(sid), prev) => {
-            if !inner.sessions.contains_key(sid) {
+            if !inner.sessions().contains_key(sid) {
                 return Err(LocalError::not_found(format!("session {sid:?} not found")));
             }
             if prev.is_some_and(|p| &p != sid) {
@@ -49,7 +49,7 @@ pub(crate) fn accept(
             Some(sid.clone())
         }
         (None, Some(sid)) => {
-            if !inner.sessions.contains_key(&sid) {
+            if !inner.sessions().contains_key(&sid) {
                 return Err(LocalError::not_found(format!(
                     "the session of query {:?} no longer exists",
                     req.previous_query_id.as_deref().unwrap_or_default()
@@ -63,7 +63,7 @@ pub(crate) fn accept(
     let now = Utc::now();
     let (session_id, contexts, previous_query_id) = match continued {
         Some(sid) => {
-            let s = &inner.sessions[&sid];
+            let s = &inner.sessions()[&sid];
             if let Some(running) = &s.in_flight {
                 return Err(LocalError::conflict(format!(
                     "session {sid:?} already has a turn in flight ({running})"
@@ -71,7 +71,7 @@ pub(crate) fn accept(
             }
             let mut contexts = Vec::new();
             for id in &s.context_ids {
-                let ctx = inner.contexts.get(id).ok_or_else(|| {
+                let ctx = inner.contexts().get(id).ok_or_else(|| {
                     LocalError::not_found(format!("a context of session {sid:?} has been deleted"))
                 })?;
                 contexts.push((ctx.id.clone(), ctx.slug.clone()));
@@ -204,7 +204,7 @@ fn check_request(req: &types::QueryRequest) -> LocalResult<Checked> {
 /// Starts a session over the request's `scope` (1 to 10 curated contexts
 /// of one kind); its id and `(id, slug)` contexts.
 fn start_session(
-    inner: &mut crate::local::records::Inner,
+    inner: &mut crate::local::store::Inner,
     req: &types::QueryRequest,
     ask: &str,
     now: chrono::DateTime<Utc>,

@@ -439,7 +439,7 @@ mod tests {
             serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
         let accepted = accept(&state, req, None).unwrap();
         let sid = accepted.plan.session_id.clone();
-        assert!(state.store.read().sessions[&sid].in_flight.is_some());
+        assert!(state.store.read().sessions()[&sid].in_flight.is_some());
         let guard = TurnGuard {
             state: state.clone(),
             plan: accepted.plan.clone(),
@@ -459,8 +459,8 @@ mod tests {
             .unwrap();
         assert!(accepted.log.saved());
         let inner = state.store.read();
-        assert!(inner.sessions[&sid].in_flight.is_none());
-        let q = &inner.queries[&accepted.plan.query_id].query;
+        assert!(inner.sessions()[&sid].in_flight.is_none());
+        let q = &inner.queries()[&accepted.plan.query_id].query;
         assert_eq!(q.status, crate::status::word::FAILED);
         assert!(q.error.as_deref().unwrap().contains("unexpectedly"));
     }
@@ -476,7 +476,7 @@ mod tests {
             .await
             .unwrap();
         let inner = state.store.read();
-        assert!(inner.sessions.values().all(|s| s.in_flight.is_none()));
+        assert!(inner.sessions().values().all(|s| s.in_flight.is_none()));
     }
 
     #[test]

@@ -47,9 +47,10 @@ async fn step(
         Some(slot) => *slot = s,
         None => progress.steps.push(s),
     }
-    if let Some(e) = state.store.change().queries.get_mut(&plan.query_id) {
-        e.query.steps = progress.steps.clone();
-    }
+    state
+        .store
+        .change()
+        .set_query_steps(&plan.query_id, progress.steps.clone());
     emit(state, log, &ev).await
 }
 
@@ -365,7 +366,7 @@ async fn retrieve(
         let inner = state.store.read();
         plan.contexts
             .iter()
-            .filter_map(|(id, slug)| inner.indexes.get(id).map(|i| (slug.clone(), i.clone())))
+            .filter_map(|(id, slug)| inner.indexes().get(id).map(|i| (slug.clone(), i.clone())))
             .collect()
     };
     tokio::task::spawn_blocking(move || {
