@@ -142,7 +142,6 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             return;
         }
     };
-    let now = Utc::now();
     let output = curate_output(&built);
     let generation = built.generation;
     // The task's files are stored before it reports its end.
@@ -161,41 +160,7 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
         );
         return;
     }
-    // Applying and the cancellation check happen under one lock, so a task
-    // is either cancelled before its result is applied or reports completed.
-    let (applied, swapped) = {
-        let mut inner = state.store.change();
-        let still_running = inner
-            .tasks()
-            .get(&task_id)
-            .is_some_and(|t| !t.task.state.is_terminal());
-        let applied = if cancel.is_cancelled() || !still_running {
-            Err((
-                crate::status::word::CANCELLED,
-                "cancelled before the index was swapped in".to_owned(),
-            ))
-        } else if inner
-            .apply_index(
-                &context_id,
-                Arc::new(built.index),
-                generation,
-                built.samples,
-                now,
-            )
-            .is_ok()
-        {
-            record_ledger(&mut inner, &context_id, generation, now, built.hashes);
-            inner.end_task(&task_id, crate::status::word::COMPLETED, Some(output), None);
-            inner.end_context_job(&context_id, &task_id);
-            Ok(())
-        } else {
-            Err((
-                crate::status::word::FAILED,
-                "the context was deleted".to_owned(),
-            ))
-        };
-        (applied, inner.commit())
-    };
+    let (applied, swapped) = swap_in(&state, &context_id, &task_id, &cancel, built, output);
     match applied {
         Ok(()) => {
             if state.store.is_persistent() {
@@ -216,6 +181,52 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
             }
         }
     }
+}
+
+/// Swaps a built index in, or reports why not, in one change: applying and
+/// the cancellation check happen under one lock, so a task is either
+/// cancelled before its result is applied or reports completed.
+fn swap_in(
+    state: &AppState,
+    context_id: &str,
+    task_id: &str,
+    cancel: &CancellationToken,
+    built: Built,
+    output: types::TaskOutput,
+) -> (Result<(), (&'static str, String)>, Ticket) {
+    let now = Utc::now();
+    let generation = built.generation;
+    let mut inner = state.store.change();
+    let still_running = inner
+        .tasks()
+        .get(task_id)
+        .is_some_and(|t| !t.task.state.is_terminal());
+    let applied = if cancel.is_cancelled() || !still_running {
+        Err((
+            crate::status::word::CANCELLED,
+            "cancelled before the index was swapped in".to_owned(),
+        ))
+    } else if inner
+        .apply_index(
+            context_id,
+            Arc::new(built.index),
+            generation,
+            built.samples,
+            now,
+        )
+        .is_ok()
+    {
+        record_ledger(&mut inner, context_id, generation, now, built.hashes);
+        inner.end_task(task_id, crate::status::word::COMPLETED, Some(output), None);
+        inner.end_context_job(context_id, task_id);
+        Ok(())
+    } else {
+        Err((
+            crate::status::word::FAILED,
+            "the context was deleted".to_owned(),
+        ))
+    };
+    (applied, inner.commit())
 }
 
 /// Chunks and indexes, on a blocking thread, reading the sources from disk.

@@ -243,77 +243,9 @@ pub(crate) fn stage(
         cancel: caps.cancel.clone(),
     };
     if lower.ends_with(".zip") {
-        let mut file = std::io::BufReader::new(std::fs::File::open(upload).map_err(io)?);
-        check_zip_directory(&mut file, uploaded, caps.entries)?;
-        let mut zip = zip::ZipArchive::new(file)
-            .map_err(|e| StageError::Invalid(format!("not a readable zip archive: {e}")))?;
-        if zip.len() > caps.entries {
-            return Err(StageError::TooLarge(format!(
-                "the archive holds more than {} entries (the limit)",
-                caps.entries
-            )));
-        }
-        for i in 0..zip.len() {
-            let mut entry = zip
-                .by_index(i)
-                .map_err(|e| StageError::Invalid(format!("zip entry {i}: {e}")))?;
-            let raw = entry
-                .name()
-                .map_err(|e| StageError::Invalid(format!("zip entry {i}: {e}")))?
-                .into_owned();
-            out.count_entry(ZIP_ENTRY_OVERHEAD.saturating_add(raw.len() as u64))?;
-            if entry.is_dir() {
-                continue;
-            }
-            out.add(&raw, &mut entry)?;
-        }
+        expand_zip(upload, uploaded, &caps, &mut out)?;
     } else if lower.ends_with(".tar") || lower.ends_with(".tar.gz") || lower.ends_with(".tgz") {
-        let gz = !lower.ends_with(".tar");
-        // Counted before anything is written: too many entries are refused
-        // after reading the headers alone.
-        count_tar_entries(tar_stream(upload, gz, limit, &over, &caps)?, caps.entries)
-            .map_err(|e| out.stream_stage_error(&over, e))?;
-        let mut tar = tar_archive(tar_stream(upload, gz, limit, &over, &caps)?);
-        // Raw entries: long-name and PAX records come as entries of their
-        // own, so their size is checked before any of them is read (the
-        // tar crate would read them whole).
-        let entries = tar
-            .entries()
-            .map_err(|e| out.stream_error(&over, format!("not a readable tar archive: {e}")))?
-            .raw(true);
-        let mut long_name: Option<String> = None;
-        for entry in entries {
-            let mut entry =
-                entry.map_err(|e| out.stream_error(&over, format!("tar entry: {e}")))?;
-            // Every entry counts toward the cap, whatever its kind.
-            out.count_entry(0)?;
-
-            let kind = entry.header().entry_type();
-            if is_name_record(kind) {
-                let name = read_name_record(&mut entry, kind)
-                    .map_err(|e| out.stream_stage_error(&over, e))?;
-                if name.is_some() {
-                    long_name = name;
-                }
-                continue;
-            }
-            let long_name = long_name.take();
-            if kind.is_dir() {
-                continue;
-            }
-            let raw = long_name.unwrap_or_else(|| {
-                entry
-                    .path()
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            });
-            if !kind.is_file() {
-                out.skip(|| raw, "not a regular file");
-                continue;
-            }
-            out.add(&raw, &mut entry)
-                .map_err(|e| out.stream_stage_error(&over, e))?;
-        }
+        expand_tar(upload, !lower.ends_with(".tar"), limit, &over, &caps, &mut out)?;
     } else {
         let mut file = std::fs::File::open(upload).map_err(io)?;
         out.add(name, &mut file)?;
@@ -326,6 +258,99 @@ pub(crate) fn stage(
         skipped: out.skipped,
         skipped_count: out.skipped_count,
     })
+}
+
+/// Expands a zip archive into `out`, its entry count checked first.
+fn expand_zip(
+    upload: &Path,
+    uploaded: u64,
+    caps: &Caps,
+    out: &mut Expander,
+) -> Result<(), StageError> {
+    let io = |e: std::io::Error| StageError::io(&e);
+    let mut file = std::io::BufReader::new(std::fs::File::open(upload).map_err(io)?);
+    check_zip_directory(&mut file, uploaded, caps.entries)?;
+    let mut zip = zip::ZipArchive::new(file)
+        .map_err(|e| StageError::Invalid(format!("not a readable zip archive: {e}")))?;
+    if zip.len() > caps.entries {
+        return Err(StageError::TooLarge(format!(
+            "the archive holds more than {} entries (the limit)",
+            caps.entries
+        )));
+    }
+    for i in 0..zip.len() {
+        let mut entry = zip
+            .by_index(i)
+            .map_err(|e| StageError::Invalid(format!("zip entry {i}: {e}")))?;
+        let raw = entry
+            .name()
+            .map_err(|e| StageError::Invalid(format!("zip entry {i}: {e}")))?
+            .into_owned();
+        out.count_entry(ZIP_ENTRY_OVERHEAD.saturating_add(raw.len() as u64))?;
+        if entry.is_dir() {
+            continue;
+        }
+        out.add(&raw, &mut entry)?;
+    }
+    Ok(())
+}
+
+/// Expands a tar (`gz`: a gzip of one) into `out`, every byte counted
+/// toward `limit` and its entries counted before anything is written.
+fn expand_tar(
+    upload: &Path,
+    gz: bool,
+    limit: u64,
+    over: &Rc<Cell<Option<Over>>>,
+    caps: &Caps,
+    out: &mut Expander,
+) -> Result<(), StageError> {
+    // Counted before anything is written: too many entries are refused
+    // after reading the headers alone.
+    count_tar_entries(tar_stream(upload, gz, limit, over, caps)?, caps.entries)
+        .map_err(|e| out.stream_stage_error(over, e))?;
+    let mut tar = tar_archive(tar_stream(upload, gz, limit, over, caps)?);
+    // Raw entries: long-name and PAX records come as entries of their
+    // own, so their size is checked before any of them is read (the
+    // tar crate would read them whole).
+    let entries = tar
+        .entries()
+        .map_err(|e| out.stream_error(over, format!("not a readable tar archive: {e}")))?
+        .raw(true);
+    let mut long_name: Option<String> = None;
+    for entry in entries {
+        let mut entry =
+            entry.map_err(|e| out.stream_error(over, format!("tar entry: {e}")))?;
+        // Every entry counts toward the cap, whatever its kind.
+        out.count_entry(0)?;
+
+        let kind = entry.header().entry_type();
+        if is_name_record(kind) {
+            let name = read_name_record(&mut entry, kind)
+                .map_err(|e| out.stream_stage_error(over, e))?;
+            if name.is_some() {
+                long_name = name;
+            }
+            continue;
+        }
+        let long_name = long_name.take();
+        if kind.is_dir() {
+            continue;
+        }
+        let raw = long_name.unwrap_or_else(|| {
+            entry
+                .path()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+        if !kind.is_file() {
+            out.skip(|| raw, "not a regular file");
+            continue;
+        }
+        out.add(&raw, &mut entry)
+            .map_err(|e| out.stream_stage_error(over, e))?;
+    }
+    Ok(())
 }
 
 /// The expanded stream of a tar (`gz`: a gzip of one) at `upload`, every

@@ -24,7 +24,7 @@ pub(crate) use super::expand::{
 use super::faults::{failpoint, point};
 use super::paths::safe_join;
 use super::state::AppState;
-use super::store::Inner;
+use super::store::{Inner, Ticket};
 use crate::types;
 
 /// Longest a staged upload waits for its turn on a context (the import
@@ -189,47 +189,7 @@ async fn run(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    // The sources, the move's end and the task's end with its files are
-    // one change: an import is visible, and saved, all at once, and only
-    // then answered.
-    let (outcome, ended) = {
-        let mut change = state.store.change();
-        let recorded = change
-            .add_sources(&context_id, &moved, Utc::now())
-            .map_err(|_| "the context was deleted".to_owned());
-        change.push(super::db::Op::EndMove { id: move_id });
-        let outcome = match (recorded, error) {
-            (Ok(is_work), None) => Ok(is_work),
-            (Ok(_), Some(e)) => {
-                tracing::error!(error = %e, "moving sources into place failed");
-                Err(("the sources could not be stored".to_owned(), false))
-            }
-            (Err(msg), _) => Err((msg, true)),
-        };
-        match &outcome {
-            Err((msg, _)) => end_task(
-                &mut change,
-                &context_id,
-                &task_id,
-                crate::status::word::FAILED,
-                None,
-                Some(msg.clone()),
-            ),
-            Ok(_) => {
-                let output = import_output(&staged);
-                change.put_task_files(&task_id, task_files(&task_id, &staged, &output));
-                end_task(
-                    &mut change,
-                    &context_id,
-                    &task_id,
-                    crate::status::word::COMPLETED,
-                    Some(output),
-                    None,
-                );
-            }
-        }
-        (outcome, change.commit())
-    };
+    let (outcome, ended) = record_import(&state, &context_id, &task_id, &staged, &moved, error, move_id);
     // Uploads queued on the context try again once the import ended.
     state.imports_ended.notify_waiters();
     let is_work = match outcome {
@@ -254,6 +214,57 @@ async fn run(
     if ok && is_work {
         index_work_context(&state, &context_id);
     }
+}
+
+/// Records an import in one change: the sources, the move's end and the
+/// task's end with its files, so an import is visible, and saved, all at
+/// once, and only then answered. The outcome says whether the context is a
+/// work context, or why the import failed and whether its context is gone.
+fn record_import(
+    state: &AppState,
+    context_id: &str,
+    task_id: &str,
+    staged: &Staged,
+    moved: &[(String, u64)],
+    error: Option<String>,
+    move_id: u64,
+) -> (Result<bool, (String, bool)>, Ticket) {
+    let mut change = state.store.change();
+    let recorded = change
+        .add_sources(context_id, moved, Utc::now())
+        .map_err(|_| "the context was deleted".to_owned());
+    change.push(super::db::Op::EndMove { id: move_id });
+    let outcome = match (recorded, error) {
+        (Ok(is_work), None) => Ok(is_work),
+        (Ok(_), Some(e)) => {
+            tracing::error!(error = %e, "moving sources into place failed");
+            Err(("the sources could not be stored".to_owned(), false))
+        }
+        (Err(msg), _) => Err((msg, true)),
+    };
+    match &outcome {
+        Err((msg, _)) => end_task(
+            &mut change,
+            context_id,
+            task_id,
+            crate::status::word::FAILED,
+            None,
+            Some(msg.clone()),
+        ),
+        Ok(_) => {
+            let output = import_output(staged);
+            change.put_task_files(task_id, task_files(task_id, staged, &output));
+            end_task(
+                &mut change,
+                context_id,
+                task_id,
+                crate::status::word::COMPLETED,
+                Some(output),
+                None,
+            );
+        }
+    }
+    (outcome, change.commit())
 }
 
 /// Work contexts are queryable at once: indexes what was imported.
