@@ -65,7 +65,7 @@ enum State {
 #[derive(Debug)]
 pub(crate) enum Delivery {
     /// A new event and its sequence number (when the frame had one).
-    Event(#[allow(dead_code)] Option<u64>, QueryEvent),
+    Event(Option<u64>, QueryEvent),
     /// The replay could not be trusted (it did not start at the id that was
     /// sent, or the event log is gone). Nothing after the gap was delivered;
     /// here is the stored turn, terminal, to finish from. The owner decides
@@ -126,7 +126,7 @@ pub(crate) struct EventConnection {
     failed: Option<Error>,
     /// The last id seen on the current connection (delivered or skipped).
     conn_last: Option<u64>,
-    /// Id-less frames delivered since the last delivered id.
+    /// Id-less frames other than text delivered since the last delivered id.
     idless_after_last: u32,
     /// Id-less frames after the last delivered id still to drop on this
     /// (resumed) connection.
@@ -146,6 +146,11 @@ pub(crate) struct EventConnection {
     /// The operation whose body is being read: `create_query` for the
     /// answer to `POST /query`, `stream_query_events` after a resume.
     body_operation: &'static str,
+    /// The text delivered, and where a resumed replay's text stands
+    /// against it (see [`align`]).
+    align: align::Aligner,
+    /// Events settled to deliver, in order, before anything else is read.
+    ready: std::collections::VecDeque<Delivery>,
 }
 
 struct ResumeCycle {
@@ -219,6 +224,8 @@ impl EventConnection {
             deadline: None,
             final_wait: None,
             body_operation: "stream_query_events",
+            align: align::Aligner::default(),
+            ready: std::collections::VecDeque::new(),
         }
     }
 
@@ -314,6 +321,24 @@ impl EventConnection {
     /// exists already, or the one the turn's first frame named).
     pub(crate) fn expect_session(&mut self, session_id: &str) {
         self.binding.expect_session(session_id);
+    }
+
+    /// The turn delivered `event` (its id `id`), wherever it came from:
+    /// what a resumed replay is aligned on.
+    pub(crate) fn note_delivered(&mut self, id: Option<u64>, event: &QueryEvent) {
+        self.align.delivered(id, event);
+    }
+
+    /// The turn continues the text before a checkpoint: a replay is
+    /// aligned on it too.
+    pub(crate) fn continue_after(&mut self, delivered: align::Delivered) {
+        self.align.after_checkpoint(delivered);
+        self.align.resumed(self.last_seq);
+    }
+
+    /// The text delivered, as a checkpoint keeps it.
+    pub(crate) fn delivered(&self) -> &align::Delivered {
+        self.align.text()
     }
 
     /// Takes up the `retry:` the server sent, whenever it came.
@@ -419,6 +444,7 @@ impl EventConnection {
                 "an event id is not a decimal number, so the events cannot be ordered".to_owned(),
             )));
         }
+        let event = QueryEvent::decode(frame.event, frame.data);
         match (frame.id, self.last_seq) {
             (Some(id), Some(last)) if id <= last => {
                 tracing::trace!(seq = id, "skipping a replayed event");
@@ -437,7 +463,8 @@ impl EventConnection {
                     // Between replayed events: delivered already.
                     return Some(Ok(Parsed::Skip));
                 }
-                if self.skip_idless > 0 {
+                // Id-less text is aligned on its content (see [`align`]).
+                if self.skip_idless > 0 && !matches!(event, QueryEvent::TextDelta { .. }) {
                     self.skip_idless -= 1;
                     return Some(Ok(Parsed::Skip));
                 }
@@ -445,7 +472,6 @@ impl EventConnection {
             _ => {}
         }
         let id = frame.id;
-        let event = QueryEvent::decode(frame.event, frame.data);
         if let QueryEvent::Query(query) = &event
             && let Err(e) = self.binding.check_query(query, "the final query frame")
         {
@@ -480,6 +506,7 @@ fn resumable(e: &Error) -> bool {
     }
 }
 
+pub(crate) mod align;
 mod poll;
 mod recovery;
 

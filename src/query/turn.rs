@@ -13,6 +13,7 @@ use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText, TextDigest};
 use super::event::QueryEvent;
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
+use super::stream::align::Delivered;
 use super::stream::{
     Delivery, EventConnection, ReplayGap, StreamConfig, TurnBinding, stored_terminal,
 };
@@ -185,10 +186,19 @@ impl QueryTurn {
 
     /// This turn continues after a checkpoint stored elsewhere, after
     /// `prefix_len` bytes of answer text whose running hash is `before`.
-    pub(crate) fn mark_after_checkpoint(&mut self, prefix_len: usize, before: RollingText) {
+    /// `head` is the hash of its first bytes (see [`Checkpoint::head`]);
+    /// a replay is aligned on that text.
+    pub(crate) fn mark_after_checkpoint(
+        &mut self,
+        prefix_len: usize,
+        before: RollingText,
+        head: Option<RollingText>,
+    ) {
         self.after_checkpoint = true;
         self.prefix_len = prefix_len;
         self.acc.text.continue_after(before);
+        self.conn
+            .continue_after(Delivered::after_checkpoint(prefix_len, before, head));
     }
 
     /// Compares the delivered text with the final Query's answer: `Ok(None)`
@@ -233,9 +243,11 @@ impl QueryTurn {
             Some(base) => offset.saturating_add(delivered.common_prefix(base)),
             None => offset.min(answer.len()),
         };
+        // Like with like: all the text delivered (before the checkpoint
+        // too) against as many bytes of the final answer.
         Err(Mismatch {
             query_id: query.id.clone(),
-            delivered_len: delivered.len(),
+            delivered_len: offset.saturating_add(delivered.len()),
             final_len: answer.len(),
             first_difference,
         })
@@ -362,8 +374,10 @@ impl QueryTurn {
             0
         };
         let text_len = before.saturating_add(self.acc.text.len());
+        let head = self.conn.delivered().head_hash();
         Some(Checkpoint {
             digest: TextDigest::seal(&query_id, self.acc.text.rolling()),
+            head: head.map(|head| TextDigest::seal(&query_id, head)),
             query_id,
             event_id: self.last_event_id().unwrap_or(0),
             text_len: u64::try_from(text_len).unwrap_or(u64::MAX),
@@ -654,8 +668,8 @@ impl Stream for QueryTurn {
         }
         let span = this.span.span();
         let _enter = span.enter();
-        let event = if let Some(event) = this.pending.pop_front() {
-            event
+        let (id, event) = if let Some(event) = this.pending.pop_front() {
+            (None, event)
         } else {
             let item = match this.conn.poll_next_event(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -666,14 +680,14 @@ impl Stream for QueryTurn {
                 return Poll::Ready(None);
             };
             match item {
-                Ok(Delivery::Event(_, event)) => event,
+                Ok(Delivery::Event(id, event)) => (id, event),
                 Ok(Delivery::Recovered(query, gap)) => {
                     if let Some(e) = this.recovered(*query, gap) {
                         return Poll::Ready(Some(Err(e)));
                     }
                     this.reconciled = true;
                     match this.pending.pop_front() {
-                        Some(event) => event,
+                        Some(event) => (None, event),
                         None => return Poll::Ready(None),
                     }
                 }
@@ -743,6 +757,7 @@ impl Stream for QueryTurn {
             })));
         }
         this.acc.apply(&event);
+        this.conn.note_delivered(id, &event);
         if let (
             Some(slot),
             QueryEvent::Created {
