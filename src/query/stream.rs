@@ -104,8 +104,12 @@ pub(crate) struct EventConnection {
     /// What the turn must be: every frame and document is checked against
     /// it, and it learns the turn's id and session as they are named.
     binding: TurnBinding,
-    /// The sequence number of the last delivered event.
+    /// The sequence number of the last event read as new (where a
+    /// reconnect resumes).
     last_seq: Option<u64>,
+    /// The sequence number of the last event the turn delivered (events
+    /// read may wait in [`align`] or the ready queue).
+    delivered_seq: Option<u64>,
     /// Whether any event was delivered (with or without an id).
     delivered_any: bool,
     /// How many times the stream reconnected.
@@ -126,6 +130,9 @@ pub(crate) struct EventConnection {
     failed: Option<Error>,
     /// The last id seen on the current connection (delivered or skipped).
     conn_last: Option<u64>,
+    /// The last frame with an id parsed for delivery: its id and the hash
+    /// of its data (a replay that resends it as it was shows its ids true).
+    last_frame: Option<(u64, super::checkpoint::RollingText)>,
     /// Id-less frames other than text delivered since the last delivered id.
     idless_after_last: u32,
     /// Id-less frames after the last delivered id still to drop on this
@@ -206,6 +213,7 @@ impl EventConnection {
             parser,
             binding,
             last_seq: None,
+            delivered_seq: None,
             delivered_any: false,
             verify: None,
             resumes: 0,
@@ -216,6 +224,7 @@ impl EventConnection {
             idle: None,
             failed: None,
             conn_last: None,
+            last_frame: None,
             idless_after_last: 0,
             skip_idless: 0,
             jump_at: None,
@@ -286,6 +295,7 @@ impl EventConnection {
     ) -> Self {
         let mut conn = EventConnection::with_state(client, config, State::Done, binding);
         conn.last_seq = last_seen;
+        conn.delivered_seq = last_seen;
         conn.delivered_any = last_seen.is_some();
         conn.connect();
         conn
@@ -327,6 +337,9 @@ impl EventConnection {
     /// what a resumed replay is aligned on.
     pub(crate) fn note_delivered(&mut self, id: Option<u64>, event: &QueryEvent) {
         self.align.delivered(id, event);
+        if id.is_some() {
+            self.delivered_seq = id;
+        }
     }
 
     /// The turn continues the text before a checkpoint: a replay is
@@ -349,8 +362,9 @@ impl EventConnection {
         }
     }
 
-    pub(crate) fn last_seq(&self) -> Option<u64> {
-        self.last_seq
+    /// The sequence number of the last event the turn delivered.
+    pub(crate) fn delivered_seq(&self) -> Option<u64> {
+        self.delivered_seq
     }
 
     pub(crate) fn terminal_seen(&self) -> bool {
@@ -404,6 +418,10 @@ impl EventConnection {
             match frame.id {
                 Some(id) if id == expected => {
                     tracing::trace!(seq = id, "the replay reached the last delivered event");
+                    let resent = super::checkpoint::RollingText::of(data.as_bytes());
+                    if self.last_frame == Some((id, resent)) {
+                        self.align.ids_shown_true();
+                    }
                     self.verify = None;
                     self.conn_last = Some(id);
                     return Some(Ok(Parsed::Skip));
@@ -472,6 +490,9 @@ impl EventConnection {
             _ => {}
         }
         let id = frame.id;
+        if let Some(id) = id {
+            self.last_frame = Some((id, super::checkpoint::RollingText::of(data.as_bytes())));
+        }
         if let QueryEvent::Query(query) = &event
             && let Err(e) = self.binding.check_query(query, "the final query frame")
         {

@@ -357,7 +357,7 @@ impl QueryTurn {
         if self.reconciled {
             return Some(END_OF_TURN);
         }
-        self.conn.last_seq()
+        self.conn.delivered_seq()
     }
 
     /// A [`Checkpoint`] to persist: the turn, [`QueryTurn::last_event_id`]

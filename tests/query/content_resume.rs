@@ -226,3 +226,28 @@ async fn a_replay_without_ids_in_other_pieces_repeats_no_text() {
     assert_eq!(text(&events), turn.answer);
     assert!(resumes.load(Ordering::SeqCst) >= 1);
 }
+
+/// After a restart the replay's first text is held until it can be told
+/// from the delivered beginning; a checkpoint taken as the held events are
+/// handed out names the last one delivered, not the last one read.
+#[tokio::test]
+async fn a_checkpoint_while_a_replay_is_aligned_names_the_event_delivered() {
+    let turn = Turn::completed("q_cp1", "s_cp1", DELTAS);
+    let post = Reply::sse(vec![Step::Write(turn.body().into_bytes())]);
+    let faithful: Arc<Script> =
+        Arc::new(|t, l| Reply::sse(vec![Step::Write(t.replay_from(l).into_bytes())]));
+    let server = serve(&turn, post, faithful).await;
+    let checkpoint: Checkpoint = Checkpoint::after_text("q_cp1", 7, FIVE)
+        .to_string()
+        .parse()
+        .unwrap();
+    let handle = server.client().queries().attach("q_cp1").await.unwrap();
+    let mut rest = handle.resume_from(&checkpoint).await.unwrap();
+    while rest.text().is_empty() {
+        rest.next().await.unwrap().unwrap();
+    }
+    assert_eq!(rest.text(), "p05 ");
+    let at = rest.checkpoint().unwrap();
+    assert_eq!((at.event_id, at.text_len), (8, 24));
+    assert!(at.proves_prefix_of(&turn.answer));
+}

@@ -110,9 +110,17 @@ impl Delivered {
         let bytes = text.as_bytes();
         self.len = self.len.saturating_add(bytes.len());
         self.hash.push(bytes);
-        if let Head::Bytes(head) = &mut self.head {
-            let take = HEAD_BYTES.saturating_sub(head.len()).min(bytes.len());
-            head.extend_from_slice(&bytes[..take]);
+        match &mut self.head {
+            Head::Bytes(head) => {
+                let take = HEAD_BYTES.saturating_sub(head.len()).min(bytes.len());
+                head.extend_from_slice(&bytes[..take]);
+            }
+            Head::Sealed { len, hash } => {
+                let take = HEAD_BYTES.saturating_sub(*len).min(bytes.len());
+                hash.push(&bytes[..take]);
+                *len += take;
+            }
+            Head::Unknown => {}
         }
         if let Some(mark) = &mut self.at_id {
             let take = HEAD_BYTES.saturating_sub(mark.after.len()).min(bytes.len());
@@ -123,7 +131,7 @@ impl Delivered {
     /// Where a replay's text may start again, as `(offset, hash of the
     /// text before it)`: the last event with an id (when text followed
     /// it), and the start of the answer.
-    fn restarts(&self, held: &[u8]) -> Option<(usize, RollingText)> {
+    fn restarts(&self, held: &[u8], from_start: bool) -> Option<(usize, RollingText)> {
         if let Some(mark) = &self.at_id
             && mark.len < self.len
         {
@@ -132,19 +140,27 @@ impl Delivered {
                 return Some((mark.len, mark.hash));
             }
         }
-        self.starts_over(held)
-            .unwrap_or(false)
-            .then(|| (0, RollingText::default()))
+        (from_start && self.starts_over(held).unwrap_or(false)).then(|| (0, RollingText::default()))
+    }
+
+    /// Whether text was delivered after the last event with an id.
+    fn text_after_id(&self) -> bool {
+        self.at_id.as_ref().is_some_and(|m| m.len < self.len)
     }
 
     /// Whether `held` may still begin the text again somewhere:
     /// `Some(false)` once no place fits, `None` while it might.
-    fn may_restart(&self, held: &[u8]) -> Option<bool> {
+    fn may_restart(&self, held: &[u8], from_start: bool) -> Option<bool> {
         let at_id = self.at_id.as_ref().filter(|m| m.len < self.len).map(|m| {
             let n = held.len().min(m.after.len());
             held[..n] == m.after[..n]
         });
-        match (self.starts_over(held), at_id) {
+        let start = if from_start {
+            self.starts_over(held)
+        } else {
+            Some(false)
+        };
+        match (start, at_id) {
             (Some(false), None | Some(false)) => Some(false),
             _ => None,
         }
@@ -193,6 +209,9 @@ enum Probe {
         held: VecDeque<(Option<u64>, QueryEvent)>,
         text: Vec<u8>,
         resume_seq: Option<u64>,
+        /// Whether the replay may start the answer again (its ids were
+        /// not shown true by the event it resumed at).
+        from_start: bool,
     },
     /// The replay repeats the answer from its start: `seen` bytes of it,
     /// with running hash `hash`, were dropped.
@@ -249,8 +268,21 @@ impl Aligner {
                 held: VecDeque::new(),
                 text: Vec::new(),
                 resume_seq,
+                from_start: true,
             }
         };
+    }
+
+    /// The replay resent the event it resumed at as it was delivered: its
+    /// ids are this turn's, so it does not start the answer again (only
+    /// id-less text after that event may come again).
+    pub(crate) fn ids_shown_true(&mut self) {
+        if let Probe::Holding { from_start, .. } = &mut self.probe {
+            *from_start = false;
+            if !self.delivered.text_after_id() {
+                self.probe = Probe::Off;
+            }
+        }
     }
 
     /// The connection broke while its replay's start was unknown: the
@@ -270,17 +302,23 @@ impl Aligner {
     pub(crate) fn admit(&mut self, id: Option<u64>, event: QueryEvent) -> Admitted {
         match &mut self.probe {
             Probe::Off => Admitted::Deliver(vec![(id, event)]),
-            Probe::Holding { held, text, .. } => {
+            Probe::Holding {
+                held,
+                text,
+                from_start,
+                ..
+            } => {
+                let from_start = *from_start;
                 let ends = event.is_terminal() || matches!(event, QueryEvent::Query(_));
                 if let QueryEvent::TextDelta { delta } = &event {
                     text.extend_from_slice(delta.as_bytes());
                 }
                 held.push_back((id, event));
                 let too_many = held.len() > MAX_HELD_EVENTS;
-                if let Some((from, hash)) = self.delivered.restarts(text) {
+                if let Some((from, hash)) = self.delivered.restarts(text, from_start) {
                     return self.repeat_held(from, hash);
                 }
-                match self.delivered.may_restart(text) {
+                match self.delivered.may_restart(text, from_start) {
                     Some(false) => self.release(),
                     // The replay ended, or holds too much, before its text
                     // could be the delivered text again: it goes on.
