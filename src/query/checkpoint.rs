@@ -5,7 +5,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-pub(crate) use super::stream::align::HEAD_BYTES;
 use crate::error::Error;
 
 /// The event id that stands for "the whole turn was delivered": what
@@ -14,6 +13,10 @@ use crate::error::Error;
 /// events could not fill). Continuing after it delivers no more text, only
 /// the final Query.
 pub const END_OF_TURN: u64 = u64::MAX;
+
+/// The bytes at the beginning of the delivered text a checkpoint keeps the
+/// digest of, and a resumed replay is compared with (see `Checkpoint::head`).
+pub(crate) const HEAD_BYTES: usize = 64;
 
 /// The Mersenne prime 2^61 - 1: the digest's arithmetic is modulo it.
 const PRIME: u64 = (1 << 61) - 1;

@@ -24,8 +24,7 @@
 //! peer at once, so no read is ever overtaken by an auto-advance.
 //!
 //! A second property runs servers that keep the contract in its standard
-//! forms (replays from, right after or before `Last-Event-ID`, or that
-//! start the answer again under ids that pass, duplicates,
+//! forms (replays from, right after or before `Last-Event-ID`, duplicates,
 //! unknown events, cuts, stalls, throttles, a Query document, a stored
 //! turn that runs a while): every turn must end `Ok` with the stored
 //! answer, the expected text taken from the script, never from the SDK's

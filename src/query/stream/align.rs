@@ -17,12 +17,13 @@
 
 use std::collections::VecDeque;
 
-use crate::query::checkpoint::RollingText;
+use crate::query::checkpoint::{HEAD_BYTES, RollingText};
 use crate::query::event::QueryEvent;
 
-/// The bytes at the beginning of the delivered text a replay is compared
-/// with to tell "the answer again from its start" from "what comes next".
-pub(crate) const HEAD_BYTES: usize = 64;
+/// The least delivered text a replay is compared with from the answer's
+/// start: shorter text is too little to tell a repeat from what comes
+/// next (the final check still refuses a repeat of it).
+pub(crate) const MIN_REPEAT_BYTES: usize = 16;
 
 /// Events held while a replay's start is unknown: past this many, the
 /// replay is taken as going on (text holds it up only [`HEAD_BYTES`]).
@@ -261,15 +262,16 @@ impl Aligner {
     /// A new connection resumes after event `resume_seq`: its text is
     /// compared with the delivered text before it goes on.
     pub(crate) fn resumed(&mut self, resume_seq: Option<u64>) {
-        self.probe = if self.delivered.len == 0 {
-            Probe::Off
-        } else {
+        let from_start = self.delivered.len >= MIN_REPEAT_BYTES;
+        self.probe = if from_start || self.delivered.text_after_id() {
             Probe::Holding {
                 held: VecDeque::new(),
                 text: Vec::new(),
                 resume_seq,
-                from_start: true,
+                from_start,
             }
+        } else {
+            Probe::Off
         };
     }
 
@@ -455,28 +457,31 @@ mod tests {
     #[test]
     fn a_replay_from_the_start_is_dropped_up_to_the_delivered_text() {
         for sealed in [false, true] {
-            let mut a = after("p00 p01 p02 ", sealed);
+            let mut a = after("p00 p01 p02 p03 ", sealed);
             let mut out = String::new();
-            for piece in ["p0", "0 p01 ", "p02 p0", "3 ", "p04 "] {
+            for piece in ["p0", "0 p01 ", "p02 p0", "3 ", "p04 ", "p05 "] {
                 out.push_str(&texts(a.admit(None, delta(piece))));
             }
-            assert_eq!(out, "p03 p04 ", "sealed: {sealed}");
+            assert_eq!(out, "p04 p05 ", "sealed: {sealed}");
         }
     }
 
     #[test]
     fn what_comes_next_goes_on() {
         for sealed in [false, true] {
-            let mut a = after("p00 p01 p02 ", sealed);
+            let mut a = after("p00 p01 p02 p03 ", sealed);
             let mut out = String::new();
-            for piece in ["p03 ", "p04 ", "p05 "] {
+            for piece in ["p04 ", "p05 ", "p06 "] {
                 out.push_str(&texts(a.admit(Some(8), delta(piece))));
             }
             // A sealed head needs its length of text to tell; the end
             // releases what is held.
             out.push_str(&texts(a.admit(Some(9), QueryEvent::Completed)));
-            assert_eq!(out, "p03 p04 p05 ", "sealed: {sealed}");
+            assert_eq!(out, "p04 p05 p06 ", "sealed: {sealed}");
         }
+        // Too little delivered to tell: what comes goes on.
+        let mut a = after(" ", true);
+        assert_eq!(texts(a.admit(Some(4), delta(" a"))), " a");
     }
 
     /// A faithful replay from the last id sends the id-less deltas after
