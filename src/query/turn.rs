@@ -2,21 +2,17 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use tracing::Instrument;
 
-use super::accumulated::{Accumulated, Mismatch, Over};
+use super::accumulated::{Accumulated, Mismatch};
 use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText, TextDigest};
 use super::event::QueryEvent;
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
 use super::stream::align::Delivered;
-use super::stream::{
-    Delivery, EventConnection, ReplayGap, StreamConfig, TurnBinding, stored_terminal,
-};
+use super::stream::{EventConnection, ReplayGap, StreamConfig, TurnBinding, stored_terminal};
 use crate::error::{Error, Result};
 use crate::status::QueryStatus;
 use crate::types;
@@ -658,130 +654,4 @@ impl Drop for QueryTurn {
     }
 }
 
-impl Stream for QueryTurn {
-    type Item = Result<QueryEvent>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if this.ended {
-            return Poll::Ready(None);
-        }
-        let span = this.span.span();
-        let _enter = span.enter();
-        let (id, event) = if let Some(event) = this.pending.pop_front() {
-            (None, event)
-        } else {
-            let item = match this.conn.poll_next_event(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(item) => item,
-            };
-            let Some(item) = item else {
-                this.end();
-                return Poll::Ready(None);
-            };
-            match item {
-                Ok(Delivery::Event(id, event)) => (id, event),
-                Ok(Delivery::Recovered(query, gap)) => {
-                    if let Some(e) = this.recovered(*query, gap) {
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                    this.reconciled = true;
-                    match this.pending.pop_front() {
-                        Some(event) => (None, event),
-                        None => return Poll::Ready(None),
-                    }
-                }
-                Err(e) => return Poll::Ready(Some(Err(e))),
-            }
-        };
-        let event = match event {
-            QueryEvent::Query(query) => match this.check_final(&query) {
-                Ok(None) => QueryEvent::Query(query),
-                Ok(Some(rest)) => {
-                    // The answer goes on past what was delivered: the rest
-                    // first, as one delta.
-                    tracing::debug!(rest = rest.len(), "delivering the rest of the final answer");
-                    this.pending.push_front(QueryEvent::Query(query));
-                    this.reconciled = true;
-                    QueryEvent::TextDelta { delta: rest }
-                }
-                Err(m) => {
-                    tracing::warn!(
-                        query_id = m.query_id,
-                        delivered = m.delivered_len,
-                        final_len = m.final_len,
-                        at = m.first_difference,
-                        "the streamed text is not the final answer"
-                    );
-                    let e = m.to_error();
-                    this.mismatch = Some(m);
-                    return Poll::Ready(Some(Err(e)));
-                }
-            },
-            QueryEvent::Completed if this.terminal_status.is_none() => {
-                this.terminal_status = Some(QueryStatus::Completed);
-                QueryEvent::Completed
-            }
-            e @ QueryEvent::Failed { .. } if this.terminal_status.is_none() => {
-                this.terminal_status = Some(QueryStatus::Failed);
-                e
-            }
-            e @ QueryEvent::Cancelled { .. } if this.terminal_status.is_none() => {
-                this.terminal_status = Some(QueryStatus::Cancelled);
-                e
-            }
-            e => e,
-        };
-        let config = &this.stream_config;
-        if let Some(over) =
-            this.acc
-                .would_pass(&event, config.max_text_bytes, config.max_step_bytes)
-        {
-            let (part, limit) = match over {
-                Over::Text => ("text", config.max_text_bytes),
-                Over::Steps => ("steps", config.max_step_bytes),
-            };
-            tracing::warn!(
-                query_id = this.conn.query_id(),
-                part,
-                limit,
-                "the turn passed its bound; reading stopped"
-            );
-            this.conn.close();
-            this.pending.clear();
-            this.end();
-            return Poll::Ready(Some(Err(Error::TurnTooLarge {
-                query_id: this.conn.query_id().map(str::to_owned),
-                part,
-                limit: u64::try_from(limit).unwrap_or(u64::MAX),
-            })));
-        }
-        this.acc.apply(&event);
-        this.conn.note_delivered(id, &event);
-        if let (
-            Some(slot),
-            QueryEvent::Created {
-                session_id,
-                query_id,
-            },
-        ) = (&this.slot, &event)
-        {
-            slot.learn(session_id.as_deref(), Some(query_id));
-        }
-        this.span
-            .learn(this.conn.query_id(), this.acc.session_id.as_deref());
-        let query_id = || this.conn.query_id().unwrap_or_default().to_owned();
-        let item = match event {
-            QueryEvent::Failed { error } => Err(Error::TurnFailed {
-                query_id: query_id(),
-                message: error,
-            }),
-            QueryEvent::Cancelled { error } => Err(Error::TurnCancelled {
-                query_id: query_id(),
-                message: error,
-            }),
-            event => Ok(event),
-        };
-        Poll::Ready(Some(item))
-    }
-}
+mod poll;
