@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::status::QueryStatus;
 use crate::types;
 
-/// A live streaming turn: a [`Stream`] of [`QueryEvent`]s that accumulates
+/// A live streaming turn: a [`Stream`](futures::Stream) of [`QueryEvent`]s that accumulates
 /// the answer as it goes.
 ///
 /// Every event is delivered exactly once and in order, whatever the network
