@@ -257,8 +257,9 @@ pub enum Error {
     /// trusted. Read the stored turn (`client.queries().get(query_id)`) for
     /// the answer.
     #[error(
-        "query {query_id}: the streamed text ({delivered_len} bytes) is not the final answer \
-         ({final_len} bytes); they first differ at byte {first_difference}"
+        "query {query_id}: the {delivered_len} bytes delivered do not match the first \
+         {delivered_len} bytes of the final answer (of {final_len} bytes); they first differ at \
+         byte {first_difference}"
     )]
     #[non_exhaustive]
     AnswerMismatch {

@@ -276,7 +276,7 @@ fn every_variant_reads_back_its_text() {
         ),
         (
             "mismatch",
-            "query q_m: the streamed text (3 bytes) is not the final answer (4 bytes); they first differ at byte 2",
+            "query q_m: the 3 bytes delivered do not match the first 3 bytes of the final answer (of 4 bytes); they first differ at byte 2",
         ),
     ];
     for ((name, got), (want_name, want)) in text.iter().zip(expected) {

@@ -28,9 +28,11 @@ impl Mismatch {
 
     pub(super) fn detail(&self) -> String {
         format!(
-            "the final answer ({} bytes) does not continue the {} bytes already delivered \
-             (they first differ at byte {})",
-            self.final_len, self.delivered_len, self.first_difference
+            "the {n} bytes delivered do not match the first {n} bytes of the final answer \
+             (of {} bytes; they first differ at byte {})",
+            self.final_len,
+            self.first_difference,
+            n = self.delivered_len
         )
     }
 }

@@ -256,7 +256,7 @@ impl QueryHandle {
     /// # Errors
     /// Any error answer to the events request.
     pub async fn events(self) -> Result<QueryTurn> {
-        self.subscribe(None, 0, RollingText::default()).await
+        self.subscribe(None, 0, RollingText::default(), None).await
     }
 
     /// The same handle with another [`StreamConfig`] for the streams it
@@ -316,7 +316,13 @@ impl QueryHandle {
         }
         let prefix = usize::try_from(checkpoint.text_len).unwrap_or(usize::MAX);
         let after = Some(checkpoint.event_id).filter(|&s| s > 0);
-        self.subscribe(after, prefix, checkpoint.rolling()).await
+        self.subscribe(
+            after,
+            prefix,
+            checkpoint.rolling(),
+            checkpoint.head_rolling(),
+        )
+        .await
     }
 
     async fn subscribe(
@@ -324,6 +330,7 @@ impl QueryHandle {
         after: Option<u64>,
         prefix_len: usize,
         before: RollingText,
+        head: Option<RollingText>,
     ) -> Result<QueryTurn> {
         self.named().await?;
         let QueryHandle {
@@ -353,7 +360,7 @@ impl QueryHandle {
         let mut turn = QueryTurn::new(conn, slot, span, &stream_config);
         turn.set_session_id(&query.session_id);
         if after.is_some() || prefix_len > 0 {
-            turn.mark_after_checkpoint(prefix_len, before);
+            turn.mark_after_checkpoint(prefix_len, before, head);
         }
         Ok(turn)
     }

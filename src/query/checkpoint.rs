@@ -14,6 +14,10 @@ use crate::error::Error;
 /// the final Query.
 pub const END_OF_TURN: u64 = u64::MAX;
 
+/// The bytes at the beginning of the delivered text a checkpoint keeps the
+/// digest of, and a resumed replay is compared with (see `Checkpoint::head`).
+pub(crate) const HEAD_BYTES: usize = 64;
+
 /// The Mersenne prime 2^61 - 1: the digest's arithmetic is modulo it.
 const PRIME: u64 = (1 << 61) - 1;
 /// The two polynomial bases of the text's hash (fixed: a checkpoint is
@@ -194,7 +198,7 @@ impl<'de> serde::Deserialize<'de> for TextDigest {
 /// checks that the turn's final answer begins with exactly the text the
 /// checkpoint proves, and the rest against what follows. Its text form
 /// (`Display` / `FromStr`, also serde) is one line,
-/// `query_id:event_id:text_len:digest`.
+/// `query_id:event_id:text_len:digest:head` (`head` may be absent).
 ///
 /// ```
 /// use nexus_knowql::query::Checkpoint;
@@ -214,6 +218,11 @@ pub struct Checkpoint {
     pub text_len: u64,
     /// The digest of those bytes.
     pub digest: TextDigest,
+    /// The digest of their first 64 bytes (all of them when fewer): what lets a resumed turn recognise a replay that starts the
+    /// answer again (renumbered events, deltas without ids) and drop the
+    /// text already delivered. `None` in a checkpoint written without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<TextDigest>,
 }
 
 impl Checkpoint {
@@ -222,12 +231,20 @@ impl Checkpoint {
     pub fn after_text(query_id: impl Into<String>, event_id: u64, delivered: &str) -> Self {
         let query_id = query_id.into();
         let digest = TextDigest::of(&query_id, delivered);
+        let head_len = delivered.len().min(HEAD_BYTES);
+        let head = RollingText::of(&delivered.as_bytes()[..head_len]);
         Checkpoint {
+            head: Some(TextDigest::seal(&query_id, head)),
             query_id,
             event_id,
             text_len: u64::try_from(delivered.len()).unwrap_or(u64::MAX),
             digest,
         }
+    }
+
+    /// The running hash of the text's first `HEAD_BYTES` bytes, when known.
+    pub(crate) fn head_rolling(&self) -> Option<RollingText> {
+        self.head.map(|head| head.open(&self.query_id))
     }
 
     /// The checkpoint before anything of turn `query_id` was delivered.
@@ -260,7 +277,11 @@ impl fmt::Display for Checkpoint {
             f,
             "{}:{}:{}:{}",
             self.query_id, self.event_id, self.text_len, self.digest
-        )
+        )?;
+        match &self.head {
+            Some(head) => write!(f, ":{head}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -279,7 +300,20 @@ impl FromStr for Checkpoint {
         let bad = || {
             Error::InvalidRequest("not a checkpoint (query_id:event_id:text_len:digest)".to_owned())
         };
-        let mut parts = s.rsplitn(4, ':');
+        // `...:digest:head` when the last two parts are both digests (a
+        // text length is never 32 digits), else `...:digest`.
+        let mut head = None;
+        let mut body = s;
+        if let Some((rest, last)) = s.rsplit_once(':')
+            && let Ok(h) = last.parse::<TextDigest>()
+            && rest
+                .rsplit_once(':')
+                .is_some_and(|(_, d)| d.parse::<TextDigest>().is_ok())
+        {
+            head = Some(h);
+            body = rest;
+        }
+        let mut parts = body.rsplitn(4, ':');
         let digest = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
         let text_len = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
         let event_id = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
@@ -289,6 +323,7 @@ impl FromStr for Checkpoint {
             event_id,
             text_len,
             digest,
+            head,
         })
     }
 }

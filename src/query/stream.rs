@@ -65,7 +65,7 @@ enum State {
 #[derive(Debug)]
 pub(crate) enum Delivery {
     /// A new event and its sequence number (when the frame had one).
-    Event(#[allow(dead_code)] Option<u64>, QueryEvent),
+    Event(Option<u64>, QueryEvent),
     /// The replay could not be trusted (it did not start at the id that was
     /// sent, or the event log is gone). Nothing after the gap was delivered;
     /// here is the stored turn, terminal, to finish from. The owner decides
@@ -104,8 +104,12 @@ pub(crate) struct EventConnection {
     /// What the turn must be: every frame and document is checked against
     /// it, and it learns the turn's id and session as they are named.
     binding: TurnBinding,
-    /// The sequence number of the last delivered event.
+    /// The sequence number of the last event read as new (where a
+    /// reconnect resumes).
     last_seq: Option<u64>,
+    /// The sequence number of the last event the turn delivered (events
+    /// read may wait in [`align`] or the ready queue).
+    delivered_seq: Option<u64>,
     /// Whether any event was delivered (with or without an id).
     delivered_any: bool,
     /// How many times the stream reconnected.
@@ -126,7 +130,10 @@ pub(crate) struct EventConnection {
     failed: Option<Error>,
     /// The last id seen on the current connection (delivered or skipped).
     conn_last: Option<u64>,
-    /// Id-less frames delivered since the last delivered id.
+    /// The last frame with an id parsed for delivery: its id and the hash
+    /// of its data (a replay that resends it as it was shows its ids true).
+    last_frame: Option<(u64, super::checkpoint::RollingText)>,
+    /// Id-less frames other than text delivered since the last delivered id.
     idless_after_last: u32,
     /// Id-less frames after the last delivered id still to drop on this
     /// (resumed) connection.
@@ -146,6 +153,11 @@ pub(crate) struct EventConnection {
     /// The operation whose body is being read: `create_query` for the
     /// answer to `POST /query`, `stream_query_events` after a resume.
     body_operation: &'static str,
+    /// The text delivered, and where a resumed replay's text stands
+    /// against it (see [`align`]).
+    align: align::Aligner,
+    /// Events settled to deliver, in order, before anything else is read.
+    ready: std::collections::VecDeque<Delivery>,
 }
 
 struct ResumeCycle {
@@ -201,6 +213,7 @@ impl EventConnection {
             parser,
             binding,
             last_seq: None,
+            delivered_seq: None,
             delivered_any: false,
             verify: None,
             resumes: 0,
@@ -211,6 +224,7 @@ impl EventConnection {
             idle: None,
             failed: None,
             conn_last: None,
+            last_frame: None,
             idless_after_last: 0,
             skip_idless: 0,
             jump_at: None,
@@ -219,6 +233,8 @@ impl EventConnection {
             deadline: None,
             final_wait: None,
             body_operation: "stream_query_events",
+            align: align::Aligner::default(),
+            ready: std::collections::VecDeque::new(),
         }
     }
 
@@ -279,6 +295,7 @@ impl EventConnection {
     ) -> Self {
         let mut conn = EventConnection::with_state(client, config, State::Done, binding);
         conn.last_seq = last_seen;
+        conn.delivered_seq = last_seen;
         conn.delivered_any = last_seen.is_some();
         conn.connect();
         conn
@@ -316,6 +333,27 @@ impl EventConnection {
         self.binding.expect_session(session_id);
     }
 
+    /// The turn delivered `event` (its id `id`), wherever it came from:
+    /// what a resumed replay is aligned on.
+    pub(crate) fn note_delivered(&mut self, id: Option<u64>, event: &QueryEvent) {
+        self.align.delivered(id, event);
+        if id.is_some() {
+            self.delivered_seq = id;
+        }
+    }
+
+    /// The turn continues the text before a checkpoint: a replay is
+    /// aligned on it too.
+    pub(crate) fn continue_after(&mut self, delivered: align::Delivered) {
+        self.align.after_checkpoint(delivered);
+        self.align.resumed(self.last_seq);
+    }
+
+    /// The text delivered, as a checkpoint keeps it.
+    pub(crate) fn delivered(&self) -> &align::Delivered {
+        self.align.text()
+    }
+
     /// Takes up the `retry:` the server sent, whenever it came.
     fn note_retry(&mut self) {
         if let Some(retry) = self.parser.retry() {
@@ -324,8 +362,9 @@ impl EventConnection {
         }
     }
 
-    pub(crate) fn last_seq(&self) -> Option<u64> {
-        self.last_seq
+    /// The sequence number of the last event the turn delivered.
+    pub(crate) fn delivered_seq(&self) -> Option<u64> {
+        self.delivered_seq
     }
 
     pub(crate) fn terminal_seen(&self) -> bool {
@@ -379,6 +418,10 @@ impl EventConnection {
             match frame.id {
                 Some(id) if id == expected => {
                     tracing::trace!(seq = id, "the replay reached the last delivered event");
+                    let resent = super::checkpoint::RollingText::of(data.as_bytes());
+                    if self.last_frame == Some((id, resent)) {
+                        self.align.ids_shown_true();
+                    }
                     self.verify = None;
                     self.conn_last = Some(id);
                     return Some(Ok(Parsed::Skip));
@@ -419,6 +462,7 @@ impl EventConnection {
                 "an event id is not a decimal number, so the events cannot be ordered".to_owned(),
             )));
         }
+        let event = QueryEvent::decode(frame.event, frame.data);
         match (frame.id, self.last_seq) {
             (Some(id), Some(last)) if id <= last => {
                 tracing::trace!(seq = id, "skipping a replayed event");
@@ -437,7 +481,8 @@ impl EventConnection {
                     // Between replayed events: delivered already.
                     return Some(Ok(Parsed::Skip));
                 }
-                if self.skip_idless > 0 {
+                // Id-less text is aligned on its content (see [`align`]).
+                if self.skip_idless > 0 && !matches!(event, QueryEvent::TextDelta { .. }) {
                     self.skip_idless -= 1;
                     return Some(Ok(Parsed::Skip));
                 }
@@ -445,7 +490,9 @@ impl EventConnection {
             _ => {}
         }
         let id = frame.id;
-        let event = QueryEvent::decode(frame.event, frame.data);
+        if let Some(id) = id {
+            self.last_frame = Some((id, super::checkpoint::RollingText::of(data.as_bytes())));
+        }
         if let QueryEvent::Query(query) = &event
             && let Err(e) = self.binding.check_query(query, "the final query frame")
         {
@@ -480,6 +527,7 @@ fn resumable(e: &Error) -> bool {
     }
 }
 
+pub(crate) mod align;
 mod poll;
 mod recovery;
 

@@ -3,8 +3,13 @@
 use super::*;
 use crate::status::QueryStatus;
 
+/// The next delivery, noted as delivered as the turn notes it.
 async fn next(conn: &mut EventConnection) -> Option<Result<Delivery>> {
-    futures::future::poll_fn(|cx| conn.poll_next_event(cx)).await
+    let item = futures::future::poll_fn(|cx| conn.poll_next_event(cx)).await;
+    if let Some(Ok(Delivery::Event(id, event))) = &item {
+        conn.note_delivered(*id, event);
+    }
+    item
 }
 
 fn query_json(status: &str, answer: &str) -> serde_json::Value {

@@ -2,25 +2,22 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use tracing::Instrument;
 
-use super::accumulated::{Accumulated, Mismatch, Over};
+use super::accumulated::{Accumulated, Mismatch};
 use super::checkpoint::{Checkpoint, END_OF_TURN, RollingText, TextDigest};
 use super::event::QueryEvent;
 use super::slot::TurnSlot;
 use super::span::TurnSpan;
-use super::stream::{
-    Delivery, EventConnection, ReplayGap, StreamConfig, TurnBinding, stored_terminal,
-};
+use super::stream::align::Delivered;
+use super::stream::{EventConnection, ReplayGap, StreamConfig, TurnBinding, stored_terminal};
 use crate::error::{Error, Result};
 use crate::status::QueryStatus;
 use crate::types;
 
-/// A live streaming turn: a [`Stream`] of [`QueryEvent`]s that accumulates
+/// A live streaming turn: a [`Stream`](futures::Stream) of [`QueryEvent`]s that accumulates
 /// the answer as it goes.
 ///
 /// Every event is delivered exactly once and in order, whatever the network
@@ -185,10 +182,19 @@ impl QueryTurn {
 
     /// This turn continues after a checkpoint stored elsewhere, after
     /// `prefix_len` bytes of answer text whose running hash is `before`.
-    pub(crate) fn mark_after_checkpoint(&mut self, prefix_len: usize, before: RollingText) {
+    /// `head` is the hash of its first bytes (see [`Checkpoint::head`]);
+    /// a replay is aligned on that text.
+    pub(crate) fn mark_after_checkpoint(
+        &mut self,
+        prefix_len: usize,
+        before: RollingText,
+        head: Option<RollingText>,
+    ) {
         self.after_checkpoint = true;
         self.prefix_len = prefix_len;
         self.acc.text.continue_after(before);
+        self.conn
+            .continue_after(Delivered::after_checkpoint(prefix_len, before, head));
     }
 
     /// Compares the delivered text with the final Query's answer: `Ok(None)`
@@ -233,9 +239,11 @@ impl QueryTurn {
             Some(base) => offset.saturating_add(delivered.common_prefix(base)),
             None => offset.min(answer.len()),
         };
+        // Like with like: all the text delivered (before the checkpoint
+        // too) against as many bytes of the final answer.
         Err(Mismatch {
             query_id: query.id.clone(),
-            delivered_len: delivered.len(),
+            delivered_len: offset.saturating_add(delivered.len()),
             final_len: answer.len(),
             first_difference,
         })
@@ -345,7 +353,7 @@ impl QueryTurn {
         if self.reconciled {
             return Some(END_OF_TURN);
         }
-        self.conn.last_seq()
+        self.conn.delivered_seq()
     }
 
     /// A [`Checkpoint`] to persist: the turn, [`QueryTurn::last_event_id`]
@@ -362,8 +370,10 @@ impl QueryTurn {
             0
         };
         let text_len = before.saturating_add(self.acc.text.len());
+        let head = self.conn.delivered().head_hash();
         Some(Checkpoint {
             digest: TextDigest::seal(&query_id, self.acc.text.rolling()),
+            head: head.map(|head| TextDigest::seal(&query_id, head)),
             query_id,
             event_id: self.last_event_id().unwrap_or(0),
             text_len: u64::try_from(text_len).unwrap_or(u64::MAX),
@@ -644,129 +654,4 @@ impl Drop for QueryTurn {
     }
 }
 
-impl Stream for QueryTurn {
-    type Item = Result<QueryEvent>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if this.ended {
-            return Poll::Ready(None);
-        }
-        let span = this.span.span();
-        let _enter = span.enter();
-        let event = if let Some(event) = this.pending.pop_front() {
-            event
-        } else {
-            let item = match this.conn.poll_next_event(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(item) => item,
-            };
-            let Some(item) = item else {
-                this.end();
-                return Poll::Ready(None);
-            };
-            match item {
-                Ok(Delivery::Event(_, event)) => event,
-                Ok(Delivery::Recovered(query, gap)) => {
-                    if let Some(e) = this.recovered(*query, gap) {
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                    this.reconciled = true;
-                    match this.pending.pop_front() {
-                        Some(event) => event,
-                        None => return Poll::Ready(None),
-                    }
-                }
-                Err(e) => return Poll::Ready(Some(Err(e))),
-            }
-        };
-        let event = match event {
-            QueryEvent::Query(query) => match this.check_final(&query) {
-                Ok(None) => QueryEvent::Query(query),
-                Ok(Some(rest)) => {
-                    // The answer goes on past what was delivered: the rest
-                    // first, as one delta.
-                    tracing::debug!(rest = rest.len(), "delivering the rest of the final answer");
-                    this.pending.push_front(QueryEvent::Query(query));
-                    this.reconciled = true;
-                    QueryEvent::TextDelta { delta: rest }
-                }
-                Err(m) => {
-                    tracing::warn!(
-                        query_id = m.query_id,
-                        delivered = m.delivered_len,
-                        final_len = m.final_len,
-                        at = m.first_difference,
-                        "the streamed text is not the final answer"
-                    );
-                    let e = m.to_error();
-                    this.mismatch = Some(m);
-                    return Poll::Ready(Some(Err(e)));
-                }
-            },
-            QueryEvent::Completed if this.terminal_status.is_none() => {
-                this.terminal_status = Some(QueryStatus::Completed);
-                QueryEvent::Completed
-            }
-            e @ QueryEvent::Failed { .. } if this.terminal_status.is_none() => {
-                this.terminal_status = Some(QueryStatus::Failed);
-                e
-            }
-            e @ QueryEvent::Cancelled { .. } if this.terminal_status.is_none() => {
-                this.terminal_status = Some(QueryStatus::Cancelled);
-                e
-            }
-            e => e,
-        };
-        let config = &this.stream_config;
-        if let Some(over) =
-            this.acc
-                .would_pass(&event, config.max_text_bytes, config.max_step_bytes)
-        {
-            let (part, limit) = match over {
-                Over::Text => ("text", config.max_text_bytes),
-                Over::Steps => ("steps", config.max_step_bytes),
-            };
-            tracing::warn!(
-                query_id = this.conn.query_id(),
-                part,
-                limit,
-                "the turn passed its bound; reading stopped"
-            );
-            this.conn.close();
-            this.pending.clear();
-            this.end();
-            return Poll::Ready(Some(Err(Error::TurnTooLarge {
-                query_id: this.conn.query_id().map(str::to_owned),
-                part,
-                limit: u64::try_from(limit).unwrap_or(u64::MAX),
-            })));
-        }
-        this.acc.apply(&event);
-        if let (
-            Some(slot),
-            QueryEvent::Created {
-                session_id,
-                query_id,
-            },
-        ) = (&this.slot, &event)
-        {
-            slot.learn(session_id.as_deref(), Some(query_id));
-        }
-        this.span
-            .learn(this.conn.query_id(), this.acc.session_id.as_deref());
-        let query_id = || this.conn.query_id().unwrap_or_default().to_owned();
-        let item = match event {
-            QueryEvent::Failed { error } => Err(Error::TurnFailed {
-                query_id: query_id(),
-                message: error,
-            }),
-            QueryEvent::Cancelled { error } => Err(Error::TurnCancelled {
-                query_id: query_id(),
-                message: error,
-            }),
-            event => Ok(event),
-        };
-        Poll::Ready(Some(item))
-    }
-}
+mod poll;

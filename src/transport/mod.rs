@@ -13,6 +13,7 @@ use reqwest::{Request, Response, StatusCode};
 use secrecy::ExposeSecret;
 use tracing::Instrument;
 
+mod attempt;
 pub(crate) mod auth;
 mod bodies;
 pub(crate) mod marks;
@@ -35,6 +36,7 @@ pub(crate) mod for_servers {
     pub(crate) use super::retry::Backoff;
 }
 
+use self::attempt::{Answered, Attempts, next_attempt};
 use self::auth::Auth;
 pub(crate) use self::bodies::read_limited;
 use self::bodies::{
@@ -243,29 +245,22 @@ impl Transport {
         operation: &str,
         until: Option<tokio::time::Instant>,
     ) -> reqwest::Result<Response> {
-        let inner = &*self.inner;
         let sent_version = self.prepare(&mut req);
-        let idempotent = retry::is_idempotent(req.method());
-        let streams = is_event_stream(&req);
-        let origin = req.url().clone();
-        let started = tokio::time::Instant::now();
-        let tuning = &*self.tuning;
-        let mut backoff = tuning.retry.backoff();
-        let mut retries = 0u32;
-        let mut relogged_in = false;
-        let mut redirects = 0usize;
-
+        let mut call = Attempts {
+            origin: req.url().clone(),
+            operation,
+            sent_version,
+            idempotent: retry::is_idempotent(req.method()),
+            streams: is_event_stream(&req),
+            started: tokio::time::Instant::now(),
+            until,
+            backoff: self.tuning.retry.backoff(),
+            retries: 0,
+            relogged_in: false,
+            redirects: 0,
+        };
         loop {
-            // A body that cannot be cloned (a stream) allows one attempt
-            // unless the caller can rebuild the request.
-            let (mut attempt, last_chance) = match (req.try_clone(), rebuild) {
-                (Some(r), _) => (r, false),
-                (None, Some(make)) => match make() {
-                    Some(next) => (std::mem::replace(&mut req, next), false),
-                    None => (take_request(&mut req), true),
-                },
-                (None, None) => (take_request(&mut req), true),
-            };
+            let (mut attempt, last_chance) = next_attempt(&mut req, rebuild);
             let token_generation = match self.authorize(&mut attempt).await? {
                 Ok(generation) => generation,
                 Err(refused) => return Ok(refused),
@@ -275,105 +270,25 @@ impl Transport {
                 op = operation,
                 http.method = %attempt.method(),
                 url.path = attempt.url().path(),
-                attempt = retries + 1,
+                attempt = call.retries + 1,
                 http.status_code = tracing::field::Empty,
             );
-            let result = inner.http.execute(attempt).instrument(span.clone()).await;
-            match result {
-                Ok(resp) if !redirect::same_origin(&origin, resp.url()) => {
-                    return Ok(redirect_refused_response(RedirectRefused::followed(
-                        resp.url(),
-                    )));
-                }
+            let result = self
+                .inner
+                .http
+                .execute(attempt)
+                .instrument(span.clone())
+                .await;
+            let answered = match result {
                 Ok(resp) => {
-                    let status = resp.status();
-                    // A redirect reqwest left to us: the body could not be
-                    // sent twice, or a custom client follows none.
-                    if let Some(next) = redirect_target(&resp) {
-                        if !redirect::same_origin(&origin, &next) {
-                            return Ok(redirect_refused_response(RedirectRefused::refused(&next)));
-                        }
-                        let keeps_method = matches!(status.as_u16(), 307 | 308);
-                        if keeps_method && crate::error::starts_turn(operation) {
-                            // Following would send `POST /query` again.
-                            return Ok(redirect_refused_response(RedirectRefused::starts_turn(
-                                &next,
-                            )));
-                        }
-                        if keeps_method && redirects >= redirect::MAX_REDIRECTS {
-                            return Ok(redirect_refused_response(RedirectRefused::too_many(&next)));
-                        }
-                        if keeps_method && !last_chance {
-                            redirects += 1;
-                            *req.url_mut() = next;
-                            continue;
-                        }
-                    }
-                    span.record("http.status_code", status.as_u16());
-                    self.observe_version(&sent_version, resp.headers());
-                    if status == StatusCode::UNAUTHORIZED
-                        && !relogged_in
-                        && !last_chance
-                        && let (Auth::Login(state), Some(generation)) =
-                            (&inner.auth, token_generation)
-                    {
-                        tracing::debug!(parent: &span, "token refused; logging in again");
-                        relogged_in = true;
-                        state.invalidate(generation);
-                        continue;
-                    }
-                    // A 429 was not processed: even a POST (a new turn) may
-                    // go again, when the server's wait fits the policy.
-                    let unprocessed = status == StatusCode::TOO_MANY_REQUESTS
-                        && retry::retry_after(resp.headers())
-                            .is_none_or(|d| d <= tuning.retry.max_delay);
-                    let may_retry = if idempotent {
-                        crate::error::is_retryable_status(status.as_u16())
-                    } else {
-                        unprocessed
-                    };
-                    if may_retry && !last_chance {
-                        let retry_after = match status.as_u16() {
-                            429 | 503 => tuning.retry.retry_after(resp.headers()),
-                            _ => None,
-                        };
-                        if let Some(delay) = self.next_delay(
-                            &mut backoff,
-                            &mut retries,
-                            (started, until),
-                            retry_after,
-                        ) {
-                            tracing::debug!(parent: &span, status = status.as_u16(), delay_ms = delay.as_millis() as u64, "retrying");
-                            drop(resp);
-                            tokio::time::sleep(delay).await;
-                            continue;
-                        }
-                        tracing::warn!(parent: &span, status = status.as_u16(), retries, "giving up after retries");
-                    }
-                    if status.is_client_error() || status.is_server_error() {
-                        return Ok(normalize_error_body(resp, tuning.read_timeout).await);
-                    }
-                    if streams {
-                        return Ok(resp);
-                    }
-                    return Ok(bounded(resp, inner.max_response_bytes));
+                    let sent = (token_generation, last_chance);
+                    self.on_answer(&mut call, &mut req, resp, &span, sent).await
                 }
-                Err(err) => {
-                    // What never reached the server may go again, even a POST.
-                    let safe = !may_have_reached_server(&err)
-                        || (idempotent && (err.is_timeout() || err.is_request()));
-                    if safe && !last_chance {
-                        if let Some(delay) =
-                            self.next_delay(&mut backoff, &mut retries, (started, until), None)
-                        {
-                            tracing::debug!(parent: &span, error = %err, delay_ms = delay.as_millis() as u64, "retrying after transport error");
-                            tokio::time::sleep(delay).await;
-                            continue;
-                        }
-                        tracing::warn!(parent: &span, retries, "giving up after retries");
-                    }
-                    return Err(err);
-                }
+                Err(err) => self.on_failure(&mut call, err, &span, last_chance).await?,
+            };
+            match answered {
+                Answered::Again => continue,
+                Answered::Done(resp) => return Ok(resp),
             }
         }
     }

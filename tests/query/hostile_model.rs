@@ -4,7 +4,10 @@
 //! oversize frames, endless deltas, steps and keep-alives, cuts at any
 //! byte, a stored turn that agrees with the stream or not, and servers that
 //! lie about which turn they serve: another turn's events on resume, a
-//! final frame, stored document or poll of another turn, another session),
+//! final frame, stored document or poll of another turn, another session,
+//! an unnamed final frame of another turn, a delta of another turn whose
+//! identity does not parse cleanly; replicas that renumber the same events
+//! or send deltas without ids, in one process and across a restart),
 //! and every turn run against one must keep the SDK's promise:
 //!
 //! 1. `Ok` ⇒ the delivered text is the stored turn's answer, its status is
@@ -105,7 +108,8 @@ fn serve(
             return match &script.post {
                 Post::Sse(body) => {
                     let body = post_body(&script, body);
-                    Reply::sse(render(&turn, &stored_answer, 1, &body, &post_final))
+                    let steps = render(&turn, &stored_answer, 1, &body, &post_final);
+                    Reply::sse(lie_in(&script, steps, true))
                 }
                 Post::StallHeaders(secs, body) => {
                     let mut steps = vec![
@@ -113,7 +117,8 @@ fn serve(
                         Step::Write(sse_head.into_bytes()),
                     ];
                     let body = post_body(&script, body);
-                    steps.extend(render(&turn, &stored_answer, 1, &body, &post_final));
+                    let rendered = render(&turn, &stored_answer, 1, &body, &post_final);
+                    steps.extend(lie_in(&script, rendered, true));
                     Reply {
                         head: String::new(),
                         steps,
@@ -161,12 +166,24 @@ fn serve(
                 unknown_at: None,
                 ending: Ending::Final,
             };
-            return match script
+            let whole = |from: u64| {
+                let body = Body {
+                    prefix: 99,
+                    mutations: Vec::new(),
+                    unknown_at: None,
+                    ending: Ending::Final,
+                };
+                render(&events_turn, &stored_answer, from, &body, &events_final)
+            };
+            let reply = match script
                 .events
                 .get(n)
                 .cloned()
                 .unwrap_or(Events::Faithful(faithful))
             {
+                Events::Renumbered(k) => Reply::sse(renumbered(whole(1), k)),
+                Events::StartsAgain => Reply::sse(renumbered(whole(1), from.saturating_sub(1))),
+                Events::IdlessDeltas => Reply::sse(without_delta_ids(whole(from.max(1)))),
                 Events::Faithful(body) => Reply::sse(render(
                     &events_turn,
                     &stored_answer,
@@ -211,6 +228,10 @@ fn serve(
                     head: String::new(),
                     steps: vec![Step::Sleep(Duration::from_secs(3600))],
                 },
+            };
+            return Reply {
+                steps: lie_in(&script, reply.steps, false),
+                ..reply
             };
         }
         if req.is("GET", &format!("/queries/{Q}")) {
@@ -303,7 +324,13 @@ async fn drain(
         *named |= turn.query_id().is_some();
         match next {
             None => break,
-            Some(Ok(QueryEvent::TextDelta { delta })) => text.push_str(&delta),
+            Some(Ok(QueryEvent::TextDelta { delta })) => {
+                prop_assert!(
+                    !delta.contains(FOREIGN),
+                    "a delta of another turn was delivered"
+                );
+                text.push_str(&delta)
+            }
             Some(Ok(_)) => {}
             Some(Err(e)) => {
                 first.get_or_insert(e);

@@ -8,6 +8,7 @@ mod support;
 mod adapters;
 mod advice;
 mod binding;
+mod content_resume;
 mod edges;
 mod hostile_model;
 mod identity;

@@ -6,6 +6,7 @@ use std::task::{Context, Poll, ready};
 use futures::StreamExt;
 use tokio::time::Instant;
 
+use super::align::Admitted;
 use super::{Delivery, EventConnection, Parsed, State, millis, new_parser, resumable};
 use crate::error::{Error, Result};
 use crate::query::event::QueryEvent;
@@ -28,6 +29,9 @@ impl EventConnection {
             self.fail(Error::timeout("query_turn", self.started.elapsed(), None));
         }
         loop {
+            if let Some(delivery) = self.ready.pop_front() {
+                return Poll::Ready(Some(Ok(delivery)));
+            }
             if let State::Open(_) = self.state
                 && let Some(parsed) = self.next_parsed()
             {
@@ -112,9 +116,30 @@ impl EventConnection {
             self.idless_after_last = 0;
             // New progress: a later break starts a fresh reconnect budget.
             self.resume = None;
-        } else {
+        } else if !matches!(event, QueryEvent::TextDelta { .. }) {
             self.idless_after_last = self.idless_after_last.saturating_add(1);
         }
+        match self.align.admit(id, event) {
+            Admitted::Deliver(events) => {
+                for (id, event) in events {
+                    if let Some(delivery) = self.settled(id, event) {
+                        self.ready.push_back(delivery);
+                    }
+                }
+                self.ready.pop_front()
+            }
+            Admitted::Nothing => None,
+            Admitted::Broken(cause) => {
+                self.recover(cause);
+                None
+            }
+        }
+    }
+
+    /// An event settled as new (past the alignment of a replay): what it
+    /// means for the connection, then the delivery (`None` when a final
+    /// Query that is not terminal sends the connection to the stored turn).
+    fn settled(&mut self, id: Option<u64>, event: QueryEvent) -> Option<Delivery> {
         match &event {
             QueryEvent::Query(q) if !q.is_terminal() => {
                 // A final frame is the truth only when the turn has ended:
@@ -223,6 +248,7 @@ impl EventConnection {
                 self.verify = self.last_seq;
                 self.conn_last = None;
                 self.skip_idless = self.idless_after_last;
+                self.align.resumed(self.last_seq);
                 self.last_activity = Instant::now();
                 self.body_operation = "stream_query_events";
                 self.state = State::Open(Box::pin(resp.bytes_stream()));

@@ -100,6 +100,10 @@ impl EventConnection {
     /// resume that fails then ends the stream quietly, and the stored Query
     /// stands in for the frame.
     pub(super) fn reconnect(&mut self, cause: &str) {
+        // Events held while the replay's start was unknown come again.
+        if let Some(resume_seq) = self.align.broke() {
+            self.last_seq = resume_seq;
+        }
         // A `retry:` read with the last bytes counts for this reconnection.
         self.note_retry();
         self.state = State::Done;

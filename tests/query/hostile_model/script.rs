@@ -70,6 +70,14 @@ pub(super) enum Events {
     Gone(u16),
     Status(u16),
     StallHeaders,
+    /// The whole turn again from its start, every id shifted by this many
+    /// (a replica that numbers the same events otherwise).
+    Renumbered(u64),
+    /// The whole turn again from its start, its first frame numbered as
+    /// the `Last-Event-ID` sent: every id passes, the text starts over.
+    StartsAgain,
+    /// From `Last-Event-ID` inclusively, the text deltas without ids.
+    IdlessDeltas,
 }
 
 /// The stored turn (`GET /queries/{id}`).
@@ -96,6 +104,71 @@ pub(super) enum Lie {
     StoredOfAnotherTurn(usize),
     /// The events requests stream this turn of another session.
     AnotherSession,
+    /// Every final frame has no `event:` and no `id:`, and is another
+    /// turn's Query (`"type":"query"`).
+    UnnamedFinalOfAnotherTurn,
+    /// After its first frame the answer to `POST /query` has a delta of
+    /// another turn whose identity does not parse cleanly: 0 a numeric
+    /// `id`, 1 a numeric `session_id`, 2 a duplicated `query_id`, 3 a bad
+    /// escape elsewhere. Its text ([`FOREIGN`]) is never delivered.
+    FailOpenIdentity(u8),
+}
+
+/// The text of a lying server's foreign delta.
+pub(super) const FOREIGN: &str = "FOREIGN";
+
+/// `steps` as a lying server changes them: an unnamed final frame of
+/// another turn, or (`post`: in the answer to `POST /query`) a foreign
+/// delta whose identity does not parse cleanly after the first frame.
+pub(super) fn lie_in(script: &Script, steps: Vec<Step>, post: bool) -> Vec<Step> {
+    let rewrite = |text: String| -> String {
+        match script.lie {
+            // A final frame that is the body's first names the turn: the
+            // lie needs a frame that named the true one before it.
+            Some(Lie::UnnamedFinalOfAnotherTurn) if text.starts_with("event: query\n") => {
+                text.replace("event: query\ndata: {", "data: {\"type\":\"query\",")
+            }
+            Some(Lie::UnnamedFinalOfAnotherTurn) => text
+                .replace("event: query\ndata: {", "data: {\"type\":\"query\",")
+                .replace(&format!("\"id\":\"{Q}\""), &format!("\"id\":\"{OTHER_Q}\"")),
+            Some(Lie::FailOpenIdentity(variant)) if post => {
+                let data = match variant {
+                    0 => format!(
+                        r#"{{"type":"response.output_text.delta","query_id":"{OTHER_Q}","id":5,"delta":"{FOREIGN}"}}"#
+                    ),
+                    1 => format!(
+                        r#"{{"type":"response.output_text.delta","query_id":"{OTHER_Q}","session_id":7,"delta":"{FOREIGN}"}}"#
+                    ),
+                    2 => format!(
+                        r#"{{"type":"response.output_text.delta","query_id":"{Q}","query_id":"{OTHER_Q}","delta":"{FOREIGN}"}}"#
+                    ),
+                    _ => format!(
+                        r#"{{"type":"response.output_text.delta","query_id":"{OTHER_Q}","note":"\q","delta":"{FOREIGN}"}}"#
+                    ),
+                };
+                let foreign = format!("event: response.output_text.delta\ndata: {data}\n\n");
+                match text.find("\n\n") {
+                    Some(at) => format!("{}{foreign}{}", &text[..at + 2], &text[at + 2..]),
+                    None => text,
+                }
+            }
+            _ => text,
+        }
+    };
+    let mut first = true;
+    steps
+        .into_iter()
+        .map(|step| match step {
+            Step::Write(bytes) if first || !post => {
+                first = false;
+                match String::from_utf8(bytes) {
+                    Ok(text) => Step::Write(rewrite(text).into_bytes()),
+                    Err(e) => Step::Write(e.into_bytes()),
+                }
+            }
+            other => other,
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -175,6 +248,9 @@ pub(super) fn script_strategy() -> impl Strategy<Value = Script> {
             1 => prop_oneof![Just(404u16), Just(410)].prop_map(Events::Gone),
             1 => prop_oneof![Just(500u16), Just(503), Just(403)].prop_map(Events::Status),
             1 => Just(Events::StallHeaders),
+            1 => (0u64..8).prop_map(Events::Renumbered),
+            1 => Just(Events::StartsAgain),
+            1 => Just(Events::IdlessDeltas),
         ],
         0..4,
     );
@@ -202,6 +278,8 @@ pub(super) fn script_strategy() -> impl Strategy<Value = Script> {
             Just(Lie::FinalOfAnotherTurn),
             (0usize..4).prop_map(Lie::StoredOfAnotherTurn),
             Just(Lie::AnotherSession),
+            Just(Lie::UnnamedFinalOfAnotherTurn),
+            (0u8..4).prop_map(Lie::FailOpenIdentity),
         ],
     );
     (
@@ -502,4 +580,53 @@ pub(super) fn render(
         }
     }
     steps
+}
+
+/// Rewrites the text of every write of `steps` with `f`.
+fn map_writes(steps: Vec<Step>, f: impl Fn(&str) -> String) -> Vec<Step> {
+    steps
+        .into_iter()
+        .map(|step| match step {
+            Step::Write(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => Step::Write(f(&text).into_bytes()),
+                Err(e) => Step::Write(e.into_bytes()),
+            },
+            other => other,
+        })
+        .collect()
+}
+
+/// `steps` with every `id:` shifted by `by`.
+pub(super) fn renumbered(steps: Vec<Step>, by: u64) -> Vec<Step> {
+    map_writes(steps, |text| {
+        text.split_inclusive('\n')
+            .map(|line| {
+                match line
+                    .strip_prefix("id: ")
+                    .and_then(|n| n.trim_end().parse::<u64>().ok())
+                {
+                    Some(n) => format!("id: {}\n", n + by),
+                    None => line.to_owned(),
+                }
+            })
+            .collect()
+    })
+}
+
+/// `steps` with the text deltas' `id:` lines left out.
+pub(super) fn without_delta_ids(steps: Vec<Step>) -> Vec<Step> {
+    map_writes(steps, |text| {
+        text.split_inclusive("\n\n")
+            .map(|frame| {
+                if frame.contains("event: response.output_text.delta") {
+                    frame
+                        .split_inclusive('\n')
+                        .filter(|l| !l.starts_with("id: "))
+                        .collect()
+                } else {
+                    frame.to_owned()
+                }
+            })
+            .collect()
+    })
 }
