@@ -245,7 +245,14 @@ pub(crate) fn stage(
     if lower.ends_with(".zip") {
         expand_zip(upload, uploaded, &caps, &mut out)?;
     } else if lower.ends_with(".tar") || lower.ends_with(".tar.gz") || lower.ends_with(".tgz") {
-        expand_tar(upload, !lower.ends_with(".tar"), limit, &over, &caps, &mut out)?;
+        expand_tar(
+            upload,
+            !lower.ends_with(".tar"),
+            limit,
+            &over,
+            &caps,
+            &mut out,
+        )?;
     } else {
         let mut file = std::fs::File::open(upload).map_err(io)?;
         out.add(name, &mut file)?;
@@ -319,15 +326,14 @@ fn expand_tar(
         .raw(true);
     let mut long_name: Option<String> = None;
     for entry in entries {
-        let mut entry =
-            entry.map_err(|e| out.stream_error(over, format!("tar entry: {e}")))?;
+        let mut entry = entry.map_err(|e| out.stream_error(over, format!("tar entry: {e}")))?;
         // Every entry counts toward the cap, whatever its kind.
         out.count_entry(0)?;
 
         let kind = entry.header().entry_type();
         if is_name_record(kind) {
-            let name = read_name_record(&mut entry, kind)
-                .map_err(|e| out.stream_stage_error(over, e))?;
+            let name =
+                read_name_record(&mut entry, kind).map_err(|e| out.stream_stage_error(over, e))?;
             if name.is_some() {
                 long_name = name;
             }

@@ -134,16 +134,9 @@ async fn run(
     }
     // The files about to move are recorded first: a crash before their
     // sources are recorded is repaired at the next start.
-    let record = super::store::MoveRecord {
-        files: staged.files.clone(),
-        staging: staged
-            .root
-            .path()
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned()),
-        task_id: Some(task_id.clone()),
-    };
-    let (move_id, begun) = state.store.begin_move(&context_id, &record);
+    let (move_id, begun) = state
+        .store
+        .begin_move(&context_id, &move_record(&staged, &task_id));
     if let Err(e) = state.store.wait_saved(begun).await {
         finish(
             &state,
@@ -189,7 +182,15 @@ async fn run(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let (outcome, ended) = record_import(&state, &context_id, &task_id, &staged, &moved, error, move_id);
+    let (outcome, ended) = record_import(
+        &state,
+        &context_id,
+        &task_id,
+        &staged,
+        &moved,
+        error,
+        move_id,
+    );
     // Uploads queued on the context try again once the import ended.
     state.imports_ended.notify_waiters();
     let is_work = match outcome {
@@ -213,6 +214,19 @@ async fn run(
     let _ = applied.send(saved);
     if ok && is_work {
         index_work_context(&state, &context_id);
+    }
+}
+
+/// What the next start needs to finish moving `staged` into place.
+fn move_record(staged: &Staged, task_id: &str) -> super::store::MoveRecord {
+    super::store::MoveRecord {
+        files: staged.files.clone(),
+        staging: staged
+            .root
+            .path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned()),
+        task_id: Some(task_id.to_owned()),
     }
 }
 

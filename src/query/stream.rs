@@ -458,9 +458,7 @@ impl EventConnection {
         }
         if bad_id {
             // Without an order, the frame cannot be told new from replayed.
-            return Some(Ok(Parsed::Broken(
-                "an event id is not a decimal number, so the events cannot be ordered".to_owned(),
-            )));
+            return Some(Ok(Parsed::Broken(UNORDERED.to_owned())));
         }
         let event = QueryEvent::decode(frame.event, frame.data);
         match (frame.id, self.last_seq) {
@@ -534,3 +532,6 @@ mod recovery;
 #[cfg(test)]
 #[path = "stream_tests.rs"]
 mod tests;
+
+/// Why a frame whose id is not a decimal number breaks the stream.
+const UNORDERED: &str = "an event id is not a decimal number, so the events cannot be ordered";

@@ -152,6 +152,42 @@ async fn copy_aside(
         .and_then(|r| r.map_err(|e| LocalError::internal("copying the sources of a fork", e)))
 }
 
+/// Reserves a fork of `slug` as `target_slug`: its record prepared, its
+/// slug reserved and the sources it copies held against imports.
+fn reserve_fork(
+    state: &crate::local::state::AppState,
+    slug: &str,
+    target_slug: String,
+) -> LocalResult<(
+    String,
+    crate::local::records::ContextRecord,
+    BTreeMap<String, SourceMeta>,
+)> {
+    let mut inner = state.store.change();
+    let src = inner.context(slug)?;
+    if src.importing {
+        return Err(LocalError::conflict(format!(
+            "an import is running on context {:?}; fork it after the import ends",
+            src.slug
+        )));
+    }
+    let from_id = src.id.clone();
+    let sources = src.sources.clone();
+    let req = types::CreateContextRequest {
+        description: src.description.clone(),
+        guide: src.guide.clone(),
+        kind: Some(types::ContextKind(src.kind.clone())),
+        manifest: src.manifest.clone(),
+        name: src.name.clone(),
+        slug: target_slug,
+    };
+    let rec = inner.prepare_context(req)?;
+    inner.reserve_slug(&rec.slug);
+    // No import runs on the context the sources are copied from.
+    inner.hold_sources(&from_id)?;
+    Ok((from_id, rec, sources))
+}
+
 /// Forks a context: a new context `target_slug` with the same name, kind,
 /// description, guide, manifest and sources (not curated yet). The fork
 /// is built aside and published, with its sources, in one change: it is
@@ -161,31 +197,7 @@ pub(super) async fn fork(
     Path(slug): Path<String>,
     ApiJson(body): ApiJson<types::ForkContextBody>,
 ) -> LocalResult<axum::Json<types::ForkContextResponse>> {
-    let (from_id, rec, sources) = {
-        let mut inner = state.store.change();
-        let src = inner.context(&slug)?;
-        if src.importing {
-            return Err(LocalError::conflict(format!(
-                "an import is running on context {:?}; fork it after the import ends",
-                src.slug
-            )));
-        }
-        let from_id = src.id.clone();
-        let sources = src.sources.clone();
-        let req = types::CreateContextRequest {
-            description: src.description.clone(),
-            guide: src.guide.clone(),
-            kind: Some(types::ContextKind(src.kind.clone())),
-            manifest: src.manifest.clone(),
-            name: src.name.clone(),
-            slug: body.target_slug,
-        };
-        let rec = inner.prepare_context(req)?;
-        inner.reserve_slug(&rec.slug);
-        // No import runs on the context the sources are copied from.
-        inner.hold_sources(&from_id)?;
-        (from_id, rec, sources)
-    };
+    let (from_id, rec, sources) = reserve_fork(&state, &slug, body.target_slug)?;
     let mut aside = ForkAside {
         state: state.clone(),
         slug: rec.slug.clone(),

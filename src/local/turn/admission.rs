@@ -35,30 +35,7 @@ pub(crate) fn accept(
     } = check_request(&req)?;
 
     let mut inner = state.store.change();
-    // Which session: continued by id or by a previous turn, or a new one.
-    let continued = match (&req.session_id, previous_session) {
-        (Some(sid), prev) => {
-            if !inner.sessions().contains_key(sid) {
-                return Err(LocalError::not_found(format!("session {sid:?} not found")));
-            }
-            if prev.is_some_and(|p| &p != sid) {
-                return Err(LocalError::bad_request(
-                    "`previous_query_id` belongs to another session than `session_id`",
-                ));
-            }
-            Some(sid.clone())
-        }
-        (None, Some(sid)) => {
-            if !inner.sessions().contains_key(&sid) {
-                return Err(LocalError::not_found(format!(
-                    "the session of query {:?} no longer exists",
-                    req.previous_query_id.as_deref().unwrap_or_default()
-                )));
-            }
-            Some(sid)
-        }
-        (None, None) => None,
-    };
+    let continued = continued_session(&inner, &req, previous_session)?;
 
     let now = Utc::now();
     let (session_id, contexts, previous_query_id) = match continued {
@@ -127,6 +104,38 @@ pub(crate) fn accept(
         log,
         cancel,
         accepted,
+    })
+}
+
+/// Which session a turn continues: one named by id or by a previous turn
+/// (both must agree and exist), or none for a new one.
+fn continued_session(
+    inner: &crate::local::store::Inner,
+    req: &types::QueryRequest,
+    previous_session: Option<String>,
+) -> LocalResult<Option<String>> {
+    Ok(match (&req.session_id, previous_session) {
+        (Some(sid), prev) => {
+            if !inner.sessions().contains_key(sid) {
+                return Err(LocalError::not_found(format!("session {sid:?} not found")));
+            }
+            if prev.is_some_and(|p| &p != sid) {
+                return Err(LocalError::bad_request(
+                    "`previous_query_id` belongs to another session than `session_id`",
+                ));
+            }
+            Some(sid.clone())
+        }
+        (None, Some(sid)) => {
+            if !inner.sessions().contains_key(&sid) {
+                return Err(LocalError::not_found(format!(
+                    "the session of query {:?} no longer exists",
+                    req.previous_query_id.as_deref().unwrap_or_default()
+                )));
+            }
+            Some(sid)
+        }
+        (None, None) => None,
     })
 }
 
