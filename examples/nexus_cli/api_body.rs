@@ -71,7 +71,84 @@ pub(crate) fn validate(call: &Call) -> Result<(), String> {
     let Some((check, _)) = schema_of(call.op.id) else {
         return Err(format!("{} takes no JSON body", call.op.id));
     };
-    check(&call.raw_body()).map_err(|e| format!("invalid body for {}: {e}", call.op.id))
+    let body = call.raw_body();
+    check(&body)
+        .and_then(|()| nulls_allowed(call.op.id, &body))
+        .map_err(|e| format!("invalid body for {}: {e}", call.op.id))
+}
+
+/// The spec the generated types come from: it tells a `null` the spec
+/// allows (`nullable: true`) from one it does not, which the generated
+/// types cannot (both read as `None`).
+const SPEC: &str = include_str!("../../openapi/nexus_2026-07.oas.yaml");
+
+/// Refuses a `null` the operation's request schema does not allow, at any
+/// depth of the properties it names.
+fn nulls_allowed(op: &str, body: &Value) -> Result<(), String> {
+    let spec: Value =
+        serde_yaml::from_str(SPEC).map_err(|e| format!("the bundled spec does not parse: {e}"))?;
+    let Some(schema) = request_schema(&spec, op) else {
+        return Ok(());
+    };
+    check_nulls(&spec, schema, body, "")
+}
+
+/// The JSON request body schema of the operation `op`.
+fn request_schema<'a>(spec: &'a Value, op: &str) -> Option<&'a Value> {
+    spec.get("paths")?
+        .as_object()?
+        .values()
+        .filter_map(Value::as_object)
+        .flat_map(|item| item.values())
+        .find(|o| o.get("operationId").and_then(Value::as_str) == Some(op))?
+        .pointer("/requestBody/content/application~1json/schema")
+}
+
+/// `schema` with its `$ref`s followed (a bounded number of them).
+fn resolve<'a>(spec: &'a Value, mut schema: &'a Value) -> &'a Value {
+    for _ in 0..16 {
+        let Some(pointer) = schema
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix('#'))
+        else {
+            break;
+        };
+        match spec.pointer(pointer) {
+            Some(target) => schema = target,
+            None => break,
+        }
+    }
+    schema
+}
+
+fn check_nulls(spec: &Value, schema: &Value, body: &Value, at: &str) -> Result<(), String> {
+    let schema = resolve(spec, schema);
+    let (Some(fields), Some(properties)) = (
+        body.as_object(),
+        schema.get("properties").and_then(Value::as_object),
+    ) else {
+        return Ok(());
+    };
+    for (name, value) in fields {
+        let Some(property) = properties.get(name) else {
+            continue;
+        };
+        let path = if at.is_empty() {
+            name.clone()
+        } else {
+            format!("{at}.{name}")
+        };
+        let property = resolve(spec, property);
+        if !value.is_null() {
+            check_nulls(spec, property, value, &path)?;
+        } else if property.get("nullable").and_then(Value::as_bool) != Some(true) {
+            return Err(format!(
+                "`{path}` cannot be null: the spec does not allow null there"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Sends a body operation with the body as given, after [`validate`].

@@ -115,9 +115,25 @@ fn nexus_api_takes_paths_fields_headers_and_pages() {
         "-f",
         "name=KB",
         "-F",
-        "description=null",
+        "description=typed",
     ]);
     assert!(created.status.success(), "{created:?}");
+    // A null the spec does not allow is refused before anything is sent.
+    let null = api(&[
+        "create_context",
+        "-f",
+        "slug=kb-null",
+        "-f",
+        "name=KB",
+        "-F",
+        "description=null",
+    ]);
+    assert_eq!(null.status.code(), Some(1), "{null:?}");
+    assert!(
+        String::from_utf8_lossy(&null.stderr).contains("`description` cannot be null"),
+        "{null:?}"
+    );
+    assert!(!stdout(&api(&["/contexts/kb-null"])).contains("kb-null"));
     let fetched = api(&["/contexts/kb"]);
     assert!(stdout(&fetched).contains("\"name\": \"KB\""), "{fetched:?}");
     let deleted = api(&["-X", "delete", "/contexts/kb"]);
