@@ -121,16 +121,9 @@ async fn run(
     applied: tokio::sync::oneshot::Sender<LocalResult<()>>,
 ) {
     if !commit_unless_cancelled(&state, &task_id, &cancel) {
-        finish(
-            &state,
-            &context_id,
-            &task_id,
-            crate::status::word::CANCELLED,
-            None,
-            None,
-        );
-        let _ = applied.send(Err(LocalError::conflict("the import was cancelled")));
-        return;
+        let cancelled = (crate::status::word::CANCELLED, None);
+        let refused = LocalError::conflict("the import was cancelled");
+        return end_unmoved(&state, &context_id, &task_id, cancelled, applied, refused);
     }
     // The files about to move are recorded first: a crash before their
     // sources are recorded is repaired at the next start.
@@ -138,16 +131,8 @@ async fn run(
         .store
         .begin_move(&context_id, &move_record(&staged, &task_id));
     if let Err(e) = state.store.wait_saved(begun).await {
-        finish(
-            &state,
-            &context_id,
-            &task_id,
-            crate::status::word::FAILED,
-            None,
-            Some(e.message.clone()),
-        );
-        let _ = applied.send(Err(e));
-        return;
+        let failed = (crate::status::word::FAILED, Some(e.message.clone()));
+        return end_unmoved(&state, &context_id, &task_id, failed, applied, e);
     }
     let sources_dir = state.store.context_dir(&context_id).join("sources");
     let files_dir = Staged::files_dir(staged.root.path());
@@ -215,6 +200,20 @@ async fn run(
     if ok && is_work {
         index_work_context(&state, &context_id);
     }
+}
+
+/// Ends an import whose files never moved with `end` (its state word and
+/// error message) and answers its upload with `error`.
+fn end_unmoved(
+    state: &AppState,
+    context_id: &str,
+    task_id: &str,
+    end: (&str, Option<String>),
+    applied: tokio::sync::oneshot::Sender<LocalResult<()>>,
+    error: LocalError,
+) {
+    finish(state, context_id, task_id, end.0, None, end.1);
+    let _ = applied.send(Err(error));
 }
 
 /// What the next start needs to finish moving `staged` into place.
