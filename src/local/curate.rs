@@ -167,7 +167,10 @@ async fn run(state: Arc<AppState>, context_id: String, task_id: String, cancel: 
                 // Old generations go once the new one is committed to the database.
                 let _ = state.store.saved(swapped).await;
                 let _ = tokio::task::spawn_blocking(move || {
-                    remove_old_generations(&ctx_dir, generation)
+                    crate::local::records::remove_index_generations_except(
+                        &ctx_dir,
+                        Some(generation),
+                    )
                 })
                 .await;
             }
@@ -415,30 +418,6 @@ fn end(
 fn remove_generation(dir: &std::path::Path, generation: u64) {
     let _ = std::fs::remove_dir_all(dir.join(format!("index-{generation}")));
     let _ = std::fs::remove_file(dir.join(format!("chunks-{generation}.json")));
-}
-
-fn remove_old_generations(dir: &std::path::Path, keep: u64) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let generation = name
-            .strip_prefix("index-")
-            .or_else(|| {
-                name.strip_prefix("chunks-")
-                    .and_then(|n| n.strip_suffix(".json"))
-            })
-            .and_then(|g| g.parse::<u64>().ok());
-        if generation.is_some_and(|g| g != keep) {
-            let path = e.path();
-            let _ = if path.is_dir() {
-                std::fs::remove_dir_all(path)
-            } else {
-                std::fs::remove_file(path)
-            };
-        }
-    }
 }
 
 fn curate_output(b: &Built) -> types::TaskOutput {

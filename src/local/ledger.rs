@@ -95,34 +95,16 @@ impl Ledger {
                 .or_default()
                 .push(format!("{}:{i}", self.version));
         }
-        let manifest = self
-            .entries
-            .iter()
-            .map(|(path, e)| {
-                (
-                    path.clone(),
-                    types::SourceManifestEntry {
-                        curated_at: e.curated_at,
-                        hash: e.hash.clone(),
-                        mtime: Some(e.mtime),
-                        size: i64::try_from(e.size).unwrap_or(i64::MAX),
-                    },
-                )
-            })
-            .collect();
-        let source_removed = self
-            .removed
-            .iter()
-            .map(|(path, r)| {
-                (
-                    path.clone(),
-                    types::SourceRemoved {
-                        removed_at: Some(r.at),
-                        removed_version: i64::try_from(r.version).unwrap_or(i64::MAX),
-                    },
-                )
-            })
-            .collect();
+        let manifest = by_path(&self.entries, |e| types::SourceManifestEntry {
+            curated_at: e.curated_at,
+            hash: e.hash.clone(),
+            mtime: Some(e.mtime),
+            size: i64::try_from(e.size).unwrap_or(i64::MAX),
+        });
+        let source_removed = by_path(&self.removed, |r| types::SourceRemoved {
+            removed_at: Some(r.at),
+            removed_version: i64::try_from(r.version).unwrap_or(i64::MAX),
+        });
         types::CurationState {
             artifact_reclaim: Vec::new(),
             chunk_ids,
@@ -147,24 +129,23 @@ pub(crate) fn effective_manifest(chunk_chars: usize) -> types::Manifest {
     let target = i64::try_from(chunk_chars / 4)
         .unwrap_or(4096)
         .clamp(64, 4096);
-    manifest(serde_json::json!({
-        "curate": {
-            "chunks": {
-                "enabled": true,
-                "chunking": {
-                    "strategy": "markdown_heading",
-                    "target_size": target,
-                    "overlap": 0,
-                    "respect_sections": true
-                },
-                "keyword": {"enabled": true}
-            },
-            "artifacts": {"enabled": false}
-        }
+    chunked_manifest(serde_json::json!({
+        "strategy": "markdown_heading",
+        "target_size": target,
+        "overlap": 0,
+        "respect_sections": true
     }))
 }
 
-fn manifest(value: serde_json::Value) -> types::Manifest {
+/// A manifest that curates keyword-searchable chunks made by `chunking`,
+/// and no artifacts.
+fn chunked_manifest(chunking: serde_json::Value) -> types::Manifest {
+    let value = serde_json::json!({
+        "curate": {
+            "chunks": {"enabled": true, "chunking": chunking, "keyword": {"enabled": true}},
+            "artifacts": {"enabled": false}
+        }
+    });
     serde_json::from_value(value).unwrap_or(types::Manifest {
         curate: None,
         optimize: None,
@@ -174,26 +155,12 @@ fn manifest(value: serde_json::Value) -> types::Manifest {
 /// The built-in manifest templates.
 pub(crate) fn templates(chunk_chars: usize) -> types::ManifestTemplateCatalog {
     let docs = effective_manifest(chunk_chars);
-    let notes = manifest(serde_json::json!({
-        "curate": {
-            "chunks": {
-                "enabled": true,
-                "chunking": {"strategy": "sliding_window", "target_size": 256, "overlap": 32},
-                "keyword": {"enabled": true}
-            },
-            "artifacts": {"enabled": false}
-        }
-    }));
-    let code = manifest(serde_json::json!({
-        "curate": {
-            "chunks": {
-                "enabled": true,
-                "chunking": {"strategy": "code", "target_size": 512, "overlap": 0},
-                "keyword": {"enabled": true}
-            },
-            "artifacts": {"enabled": false}
-        }
-    }));
+    let notes = chunked_manifest(serde_json::json!(
+        {"strategy": "sliding_window", "target_size": 256, "overlap": 32}
+    ));
+    let code = chunked_manifest(serde_json::json!(
+        {"strategy": "code", "target_size": 512, "overlap": 0}
+    ));
     let template = |id: &str,
                     label: &str,
                     description: &str,
@@ -247,6 +214,13 @@ pub(crate) fn templates(chunk_chars: usize) -> types::ManifestTemplateCatalog {
         ],
         version: 1,
     }
+}
+
+/// Every value of a map keyed by source path, in the API's form.
+fn by_path<T, U>(map: &BTreeMap<String, T>, to_api: impl Fn(&T) -> U) -> HashMap<String, U> {
+    map.iter()
+        .map(|(path, value)| (path.clone(), to_api(value)))
+        .collect()
 }
 
 #[cfg(test)]

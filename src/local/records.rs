@@ -213,6 +213,36 @@ pub(crate) fn open_index(ctx_dir: &Path, generation: u64) -> Result<ContextIndex
         .map_err(|e| e.to_string())
 }
 
+/// The generation an index file of a context's directory belongs to
+/// (`index-N` or `chunks-N.json`), or `None` for any other name.
+pub(crate) fn index_generation(file_name: &str) -> Option<u64> {
+    file_name
+        .strip_prefix("index-")
+        .or_else(|| {
+            file_name
+                .strip_prefix("chunks-")
+                .and_then(|r| r.strip_suffix(".json"))
+        })
+        .and_then(|g| g.parse().ok())
+}
+
+/// Removes every index generation in `ctx_dir` but `keep` (all of them
+/// when `None`).
+pub(crate) fn remove_index_generations_except(ctx_dir: &Path, keep: Option<u64>) {
+    for entry in std::fs::read_dir(ctx_dir).into_iter().flatten().flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if index_generation(&file).is_some_and(|g| Some(g) != keep) {
+            tracing::info!(dir = %ctx_dir.display(), file, "removing an index generation not in use");
+            let path = entry.path();
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+        }
+    }
+}
+
 /// Whether a slug is acceptable: 1-64 of `a-z 0-9 - _`, starting alphanumeric.
 pub(crate) fn valid_slug(slug: &str) -> bool {
     (1..=64).contains(&slug.len())

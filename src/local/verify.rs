@@ -161,26 +161,21 @@ fn check(conn: &Connection, dir: &Path, report: &mut VerifyReport) -> rusqlite::
     let contexts = check_contexts(conn, dir, &moving, report)?;
     check_tasks(conn, report)?;
     check_queries(conn, report)?;
-    // Files of tasks that no longer exist.
-    let orphans: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM task_files WHERE task_id NOT IN (SELECT id FROM tasks)",
-        [],
-        |r| r.get(0),
-    )?;
-    if orphans > 0 {
-        report.problem(format!(
-            "{orphans} task file row(s) of tasks that do not exist"
-        ));
-    }
-    let orphans: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM sources WHERE context_id NOT IN (SELECT id FROM contexts)",
-        [],
-        |r| r.get(0),
-    )?;
-    if orphans > 0 {
-        report.problem(format!(
-            "{orphans} source row(s) of contexts that do not exist"
-        ));
+    // Rows of tasks and contexts that no longer exist.
+    for (orphans, what) in [
+        (
+            "SELECT COUNT(*) FROM task_files WHERE task_id NOT IN (SELECT id FROM tasks)",
+            "task file row(s) of tasks",
+        ),
+        (
+            "SELECT COUNT(*) FROM sources WHERE context_id NOT IN (SELECT id FROM contexts)",
+            "source row(s) of contexts",
+        ),
+    ] {
+        let orphans: i64 = conn.query_row(orphans, [], |r| r.get(0))?;
+        if orphans > 0 {
+            report.problem(format!("{orphans} {what} that do not exist"));
+        }
     }
     let contexts_dir = dir.join("contexts");
     for entry in std::fs::read_dir(&contexts_dir)
@@ -205,7 +200,7 @@ fn check_moves(
 ) -> rusqlite::Result<BTreeSet<(String, String)>> {
     let mut moving = BTreeSet::new();
     let mut stmt = conn.prepare("SELECT context_id, files FROM moves")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    let rows = stmt.query_map([], |r| <(String, String)>::try_from(r))?;
     for row in rows {
         let (context_id, files) = row?;
         let files = super::store::MoveRecord::parse(&files).files;
@@ -229,13 +224,7 @@ fn check_contexts(
     let mut rows: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     {
         let mut stmt = conn.prepare("SELECT context_id, path, size FROM sources")?;
-        let it = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })?;
+        let it = stmt.query_map([], |r| <(String, String, i64)>::try_from(r))?;
         for row in it {
             let (ctx, path, size) = row?;
             rows.entry(ctx)
@@ -244,7 +233,7 @@ fn check_contexts(
         }
     }
     let mut stmt = conn.prepare("SELECT id, doc FROM contexts")?;
-    let it = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    let it = stmt.query_map([], |r| <(String, String)>::try_from(r))?;
     for row in it {
         let (id, doc) = row?;
         report.checked += 1;
@@ -303,14 +292,7 @@ fn check_index(ctx: &ContextRecord, ctx_dir: &Path, report: &mut VerifyReport) {
     }
     for entry in std::fs::read_dir(ctx_dir).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let generation = name
-            .strip_prefix("index-")
-            .or_else(|| {
-                name.strip_prefix("chunks-")
-                    .and_then(|r| r.strip_suffix(".json"))
-            })
-            .and_then(|g| g.parse::<u64>().ok());
-        if let Some(g) = generation
+        if let Some(g) = crate::local::records::index_generation(&name)
             && !(curated && g == ctx.index_generation)
         {
             report.notes.push(format!(
@@ -323,7 +305,7 @@ fn check_index(ctx: &ContextRecord, ctx_dir: &Path, report: &mut VerifyReport) {
 
 fn check_tasks(conn: &Connection, report: &mut VerifyReport) -> rusqlite::Result<()> {
     let mut stmt = conn.prepare("SELECT id, doc FROM tasks")?;
-    let it = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    let it = stmt.query_map([], |r| <(String, String)>::try_from(r))?;
     for row in it {
         let (id, doc) = row?;
         report.checked += 1;
@@ -359,13 +341,7 @@ fn check_queries(conn: &Connection, report: &mut VerifyReport) -> rusqlite::Resu
         }
     }
     let mut stmt = conn.prepare("SELECT id, terminal, doc FROM queries")?;
-    let it = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, bool>(1)?,
-            r.get::<_, String>(2)?,
-        ))
-    })?;
+    let it = stmt.query_map([], |r| <(String, bool, String)>::try_from(r))?;
     for row in it {
         let (id, terminal, doc) = row?;
         report.checked += 1;

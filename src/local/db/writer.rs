@@ -259,10 +259,8 @@ pub(super) fn apply(
     match op {
         Op::PutContext { id, doc, new } => put_doc(tx, "contexts", id, doc, *new)?,
         Op::DeleteContext { id } => {
-            tx.prepare_cached("DELETE FROM contexts WHERE id = ?1")?
-                .execute([id])?;
-            tx.prepare_cached("DELETE FROM sources WHERE context_id = ?1")?
-                .execute([id])?;
+            delete_where(tx, "contexts", "id", id)?;
+            delete_where(tx, "sources", "context_id", id)?;
         }
         Op::PutSources {
             context_id,
@@ -270,8 +268,7 @@ pub(super) fn apply(
             replace,
         } => {
             if *replace {
-                tx.prepare_cached("DELETE FROM sources WHERE context_id = ?1")?
-                    .execute([context_id])?;
+                delete_where(tx, "sources", "context_id", context_id)?;
             }
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO sources (context_id, path, size, mtime) VALUES (?1, ?2, ?3, ?4)
@@ -284,16 +281,11 @@ pub(super) fn apply(
         }
         Op::PutTask { id, doc, new } => put_doc(tx, "tasks", id, doc, *new)?,
         Op::DeleteTask { id } => {
-            tx.prepare_cached("DELETE FROM tasks WHERE id = ?1")?
-                .execute([id])?;
-            tx.prepare_cached("DELETE FROM task_files WHERE task_id = ?1")?
-                .execute([id])?;
+            delete_where(tx, "tasks", "id", id)?;
+            delete_where(tx, "task_files", "task_id", id)?;
         }
         Op::PutSession { id, doc, new } => put_doc(tx, "sessions", id, doc, *new)?,
-        Op::DeleteSession { id } => {
-            tx.prepare_cached("DELETE FROM sessions WHERE id = ?1")?
-                .execute([id])?;
-        }
+        Op::DeleteSession { id } => delete_where(tx, "sessions", "id", id)?,
         Op::PutQuery { .. } => put_query(tx, op, count, bytes)?,
         Op::PutQueryDoc { id, doc } => put_query_doc(tx, id, doc, bytes)?,
         Op::BeginMove {
@@ -307,14 +299,10 @@ pub(super) fn apply(
         }
         Op::EndMove { id } => {
             let id = i64::try_from(*id).unwrap_or(i64::MAX);
-            tx.prepare_cached("DELETE FROM moves WHERE id = ?1")?
-                .execute([id])?;
+            delete_where(tx, "moves", "id", id)?;
         }
         Op::PutConnector { id, doc, new } => put_doc(tx, "connectors", id, doc, *new)?,
-        Op::DeleteConnector { id } => {
-            tx.prepare_cached("DELETE FROM connectors WHERE id = ?1")?
-                .execute([id])?;
-        }
+        Op::DeleteConnector { id } => delete_where(tx, "connectors", "id", id)?,
         Op::PutTaskFile { .. }
         | Op::DeleteTaskFile { .. }
         | Op::PutToken { .. }
@@ -351,10 +339,7 @@ fn apply_aside(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> 
             tx.prepare_cached("INSERT OR IGNORE INTO tokens (digest) VALUES (?1)")?
                 .execute([digest])?;
         }
-        Op::DeleteToken { digest } => {
-            tx.prepare_cached("DELETE FROM tokens WHERE digest = ?1")?
-                .execute([digest])?;
-        }
+        Op::DeleteToken { digest } => delete_where(tx, "tokens", "digest", digest)?,
         Op::PutTokenKey {
             fingerprint,
             revoke,
@@ -372,12 +357,21 @@ fn apply_aside(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> 
             tx.prepare_cached("INSERT OR IGNORE INTO forks (context_id) VALUES (?1)")?
                 .execute([context_id])?;
         }
-        Op::EndFork { context_id } => {
-            tx.prepare_cached("DELETE FROM forks WHERE context_id = ?1")?
-                .execute([context_id])?;
-        }
+        Op::EndFork { context_id } => delete_where(tx, "forks", "context_id", context_id)?,
         _ => {}
     }
+    Ok(())
+}
+
+/// Deletes the rows of `table` whose `column` is `key`.
+fn delete_where(
+    tx: &rusqlite::Transaction<'_>,
+    table: &'static str,
+    column: &'static str,
+    key: impl rusqlite::ToSql,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(&format!("DELETE FROM {table} WHERE {column} = ?1"))?
+        .execute([key])?;
     Ok(())
 }
 
@@ -442,8 +436,7 @@ fn put_query(
     let mut size = doc.len() as u64 + trace.as_ref().map_or(0, |t| t.len() as u64);
     match events {
         Some(frames) => {
-            tx.prepare_cached("DELETE FROM events WHERE query_id = ?1")?
-                .execute([id])?;
+            delete_where(tx, "events", "query_id", id)?;
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO events (query_id, seq, event, data) VALUES (?1, ?2, ?3, ?4)",
             )?;
@@ -531,10 +524,8 @@ fn evict(
             if *count <= limits.count && *bytes <= limits.bytes {
                 break;
             }
-            tx.prepare_cached("DELETE FROM queries WHERE id = ?1")?
-                .execute([&id])?;
-            tx.prepare_cached("DELETE FROM events WHERE query_id = ?1")?
-                .execute([&id])?;
+            delete_where(tx, "queries", "id", &id)?;
+            delete_where(tx, "events", "query_id", &id)?;
             *count = count.saturating_sub(1);
             *bytes = bytes.saturating_sub(size.max(0) as u64);
             forgotten.push(id);

@@ -108,27 +108,7 @@ pub(crate) fn sweep<'a>(
             );
             continue;
         };
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let file = e.file_name().to_string_lossy().into_owned();
-            let g = file
-                .strip_prefix("index-")
-                .or_else(|| {
-                    file.strip_prefix("chunks-")
-                        .and_then(|r| r.strip_suffix(".json"))
-                })
-                .and_then(|g| g.parse::<u64>().ok());
-            if let Some(g) = g
-                && Some(g) != *generation
-            {
-                tracing::info!(context = %name, file, "removing an index generation not in use");
-                let path = e.path();
-                let _ = if path.is_dir() {
-                    std::fs::remove_dir_all(&path)
-                } else {
-                    std::fs::remove_file(&path)
-                };
-            }
-        }
+        crate::local::records::remove_index_generations_except(&dir, *generation);
         let recorded: std::collections::HashSet<&str> = sources.iter().copied().collect();
         let src = dir.join("sources");
         for path in crate::local::paths::files_below(&src) {
