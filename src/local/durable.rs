@@ -97,15 +97,7 @@ fn parent(path: &Path) -> io::Result<&Path> {
 mod tests {
     use super::*;
 
-    fn scratch(label: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "nexus-durable-{label}-{}-{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
+    use crate::local::scratch_dir::fresh as scratch;
 
     #[test]
     fn writes_replace_whole_files_and_leave_no_temp_behind() {

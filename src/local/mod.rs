@@ -70,6 +70,8 @@ mod migrate;
 mod paths;
 mod records;
 mod routes;
+#[cfg(test)]
+mod scratch_dir;
 mod search;
 mod seed;
 mod serve;

@@ -98,6 +98,35 @@ impl AppState {
         })
     }
 
+    /// A server state for unit tests: in memory, small limits, no faults,
+    /// bound to `127.0.0.1:port`.
+    #[cfg(test)]
+    pub(crate) fn for_tests(api_key: Option<&str>, json_limit: usize, port: u16) -> Arc<Self> {
+        let config = Config {
+            api_key: api_key.map(str::to_owned),
+            data_dir: None,
+            upload_limit: 1024,
+            json_limit,
+            context_bytes_limit: 1 << 20,
+            events_per_query: 100,
+            event_bytes_per_query: 1 << 20,
+            write_backlog_limit: 1 << 20,
+            chunk_chars: 1200,
+            connector_roots: Vec::new(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            rate_limit: None,
+        };
+        let limits = super::db::QueryLimits {
+            count: 100,
+            bytes: 1 << 20,
+        };
+        let store = Store::scratch(limits).expect("an in-memory store opens");
+        let faults = Faults::new(None, std::time::Duration::ZERO, 0, 1);
+        let policy = HostPolicy::new(([127, 0, 0, 1], port).into(), &[], &[]);
+        AppState::new(config, store, faults, policy)
+    }
+
     /// Runs `job` as supervised background work: it is tracked, and its
     /// token is cancelled when the server shuts down.
     pub(crate) fn spawn<F>(&self, job: F)

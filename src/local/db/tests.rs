@@ -9,15 +9,27 @@ const LIMITS: QueryLimits = QueryLimits {
 };
 
 fn scratch(label: &str) -> std::path::PathBuf {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "nexus-db-{label}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = crate::local::scratch_dir::fresh(label);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A database opened in a fresh scratch directory: `(dir, file, db)`.
+fn scratch_db(label: &str) -> (std::path::PathBuf, std::path::PathBuf, Db) {
+    let dir = scratch(label);
+    let path = dir.join(DB_FILE);
+    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    (dir, path, db)
+}
+
+/// An op that reports on its channel whether the ops sent before it in
+/// the same `send` were saved.
+fn reported() -> (Op, mpsc::Receiver<bool>) {
+    let (tx, rx) = mpsc::channel();
+    let then = Op::Then(Box::new(move |ok| {
+        let _ = tx.send(ok);
+    }));
+    (then, rx)
 }
 
 fn put(id: &str) -> Op {
@@ -51,17 +63,12 @@ fn a_durable_database_syncs_its_log_at_every_commit() {
 
 #[tokio::test]
 async fn nothing_is_acknowledged_before_its_commit() {
-    let dir = scratch("ack");
-    let path = dir.join(DB_FILE);
-    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    let (dir, path, db) = scratch_db("ack");
     // Another connection holds the write lock: the writer's commit
     // waits for it (busy timeout).
     let blocker = connect(&path, Durability::Full).unwrap();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let (tx, rx) = mpsc::channel();
-    let then = Op::Then(Box::new(move |ok| {
-        let _ = tx.send(ok);
-    }));
+    let (then, rx) = reported();
     let n = db.send([put("a"), then]);
     // The newest op's number is known at once; it is saved only later.
     assert_eq!(db.sent(), n);
@@ -118,9 +125,7 @@ pub(crate) fn block_writes(path: &Path) -> mpsc::Sender<()> {
 #[test]
 fn closing_waits_for_everything_sent() {
     for by_drop in [false, true] {
-        let dir = scratch("close");
-        let path = dir.join(DB_FILE);
-        let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+        let (dir, path, db) = scratch_db("close");
         let release = block_writes(&path);
         db.send([put("a"), put("b")]);
         let releaser = std::thread::spawn(move || {
@@ -147,9 +152,7 @@ fn closing_waits_for_everything_sent() {
 /// reaches the disk, and the backlog empties.
 #[tokio::test]
 async fn nothing_is_written_after_a_lost_batch() {
-    let dir = scratch("lost");
-    let path = dir.join(DB_FILE);
-    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    let (dir, path, db) = scratch_db("lost");
     let kept = db.send([put("kept")]);
     assert_eq!(
         db.wait_saved(kept, Duration::from_secs(10)).await,
@@ -163,22 +166,12 @@ async fn nothing_is_written_after_a_lost_batch() {
              BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
         )
         .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let lost = db.send([
-        put("lost-1"),
-        Op::Then(Box::new(move |ok| {
-            let _ = tx.send(ok);
-        })),
-    ]);
+    let (then, rx) = reported();
+    let lost = db.send([put("lost-1"), then]);
     assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok(false));
     assert!(db.has_failed());
-    let (tx, rx) = mpsc::channel();
-    let after = db.send([
-        put("after"),
-        Op::Then(Box::new(move |ok| {
-            let _ = tx.send(ok);
-        })),
-    ]);
+    let (then, rx) = reported();
+    let after = db.send([put("after"), then]);
     assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(false));
     for n in [lost, after] {
         assert_eq!(db.wait_saved(n, Duration::from_secs(1)).await, Saved::No);
@@ -196,9 +189,7 @@ async fn nothing_is_written_after_a_lost_batch() {
 /// none are.
 #[test]
 fn the_backlog_counts_the_bytes_waiting() {
-    let dir = scratch("backlog");
-    let path = dir.join(DB_FILE);
-    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    let (dir, path, db) = scratch_db("backlog");
     let release = block_writes(&path);
     db.send([Op::PutContext {
         id: "big".to_owned(),
@@ -218,9 +209,7 @@ fn the_backlog_counts_the_bytes_waiting() {
 /// send runs, the send after it is already on disk.
 #[test]
 fn sends_that_wait_are_committed_together() {
-    let dir = scratch("batch");
-    let path = dir.join(DB_FILE);
-    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    let (dir, path, db) = scratch_db("batch");
     let release = block_writes(&path);
     // The writer takes the first send and waits for the lock.
     let first = db.send([put("first")]);
@@ -299,9 +288,7 @@ fn an_older_database_gets_its_turns_tagged_with_their_session() {
 /// row as it was; a known record's write updates its row.
 #[tokio::test]
 async fn a_new_record_never_replaces_a_row() {
-    let dir = scratch("collide");
-    let path = dir.join(DB_FILE);
-    let (db, _) = Db::open(&path, Durability::Full, LIMITS).unwrap();
+    let (dir, path, db) = scratch_db("collide");
     let doc = |text: &str| Op::PutContext {
         id: "ctx_1".to_owned(),
         doc: text.to_owned(),
@@ -321,13 +308,8 @@ async fn a_new_record_never_replaces_a_row() {
         db.wait_saved(update, Duration::from_secs(10)).await,
         Saved::Yes
     );
-    let (tx, rx) = mpsc::channel();
-    let clash = db.send([
-        doc(r#"{"slug":"scratch"}"#),
-        Op::Then(Box::new(move |ok| {
-            let _ = tx.send(ok);
-        })),
-    ]);
+    let (then, rx) = reported();
+    let clash = db.send([doc(r#"{"slug":"scratch"}"#), then]);
     assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok(false));
     assert_eq!(
         db.wait_saved(clash, Duration::from_secs(1)).await,

@@ -6,15 +6,14 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(label: &str) -> Scratch {
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "nexus-import-{label}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::local::scratch_dir::fresh(label);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
+    }
+
+    /// Stages `data` as `name` under a 1 MiB cap, expecting it taken.
+    fn stage_ok(&self, name: &str, data: &[u8]) -> Staged {
+        self.stage(name, data, Caps::new(1 << 20, false)).unwrap()
     }
 
     fn stage(&self, name: &str, data: &[u8], caps: Caps) -> Result<Staged, StageError> {
@@ -24,6 +23,11 @@ impl Scratch {
         let _ = std::fs::remove_dir_all(&root);
         stage(&upload, name, "uploads", StagingRoot::new(root), caps)
     }
+}
+
+/// The paths a staging took, in order.
+fn paths_of(staged: &Staged) -> Vec<&str> {
+    staged.files.iter().map(|(p, _)| p.as_str()).collect()
 }
 
 impl Drop for Scratch {
@@ -94,11 +98,8 @@ fn tar_gz_is_expanded_and_hidden_files_skipped() {
     }
     let data = b.into_inner().unwrap().finish().unwrap();
     let scratch = Scratch::new("tgz");
-    let e = scratch
-        .stage("src.tar.gz", &data, Caps::new(1 << 20, false))
-        .unwrap();
-    let paths: Vec<_> = e.files.iter().map(|(p, _)| p.as_str()).collect();
-    assert_eq!(paths, vec!["uploads/docs/a.md", "uploads/b.txt"]);
+    let e = scratch.stage_ok("src.tar.gz", &data);
+    assert_eq!(paths_of(&e), vec!["uploads/docs/a.md", "uploads/b.txt"]);
     assert_eq!(e.skipped.len(), 1);
     assert_eq!(
         std::fs::read(e.root.path().join("files/uploads/b.txt")).unwrap(),
@@ -140,9 +141,7 @@ fn tar_name_records_are_bounded_before_they_are_read() {
         (long.as_str(), tar::EntryType::Regular, "# Long\n"),
         (hidden.as_str(), tar::EntryType::Regular, "x"),
     ]);
-    let e = scratch
-        .stage("names.tar", &data, Caps::new(1 << 20, false))
-        .unwrap();
+    let e = scratch.stage_ok("names.tar", &data);
     let paths: Vec<_> = e.files.iter().map(|(p, _)| p.clone()).collect();
     assert_eq!(paths, vec![format!("uploads/{long}")]);
     assert_eq!(e.skipped.len(), 1);
@@ -221,9 +220,7 @@ fn a_cancelled_expansion_stops() {
 fn zip_is_expanded_within_the_limit() {
     let data = zip_of(&[("notes/n.md", vec![b'x'; 100])]);
     let scratch = Scratch::new("zip");
-    let e = scratch
-        .stage("n.zip", &data, Caps::new(1 << 20, false))
-        .unwrap();
+    let e = scratch.stage_ok("n.zip", &data);
     assert_eq!(e.files, [("uploads/notes/n.md".to_owned(), 100)]);
     assert!(matches!(
         scratch.stage("n.zip", &data, Caps::new(50, false)),
@@ -333,11 +330,8 @@ fn a_tar_gz_padded_with_nul_blocks_is_read_as_gnu_tar_reads_it() {
     data.extend(tar_gz_member(&[("b.md", "# B\n")]));
     data.resize(data.len().next_multiple_of(10240) + 10240, 0);
     let scratch = Scratch::new("padded");
-    let e = scratch
-        .stage("padded.tar.gz", &data, Caps::new(1 << 20, false))
-        .unwrap();
-    let paths: Vec<_> = e.files.iter().map(|(p, _)| p.as_str()).collect();
-    assert_eq!(paths, vec!["uploads/a.md", "uploads/b.md"]);
+    let e = scratch.stage_ok("padded.tar.gz", &data);
+    assert_eq!(paths_of(&e), vec!["uploads/a.md", "uploads/b.md"]);
     data.extend(b"trailing garbage");
     let err = scratch
         .stage("padded.tar.gz", &data, Caps::new(1 << 20, false))

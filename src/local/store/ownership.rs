@@ -269,15 +269,7 @@ pub(crate) fn set_aside(data_dir: &Path, quarantine: &Path, from: &Path, what: &
 mod tests {
     use super::*;
 
-    fn dir(label: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "nexus-own-{label}-{}-{}",
-            std::process::id(),
-            super::super::new_secret_name()
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        d
-    }
+    use crate::local::scratch_dir::fresh as dir;
 
     #[test]
     fn a_new_or_empty_directory_is_claimed_and_marked() {

@@ -2,15 +2,7 @@
 
 use super::*;
 
-fn scratch_dir(label: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "nexus-store-{label}-{}-{}",
-        std::process::id(),
-        new_secret_name()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
+use crate::local::scratch_dir::fresh as scratch_dir;
 
 fn limits() -> QueryLimits {
     QueryLimits {

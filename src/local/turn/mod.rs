@@ -161,13 +161,7 @@ pub(crate) fn start(
     previous_session: Option<String>,
 ) -> LocalResult<Started> {
     let accepted = accept(state, req, previous_session)?;
-    let guard = TurnGuard {
-        state: state.clone(),
-        plan: accepted.plan.clone(),
-        log: accepted.log.clone(),
-        started: Instant::now(),
-        armed: true,
-    };
+    let guard = TurnGuard::arm(state, &accepted);
     state.spawn(run(guard, accepted.plan, accepted.cancel));
     Ok(Started {
         query: accepted.query,
@@ -189,6 +183,17 @@ struct TurnGuard {
 }
 
 impl TurnGuard {
+    /// Guards the accepted turn from now until it finishes.
+    fn arm(state: &Arc<AppState>, accepted: &Accepted) -> TurnGuard {
+        TurnGuard {
+            state: state.clone(),
+            plan: accepted.plan.clone(),
+            log: accepted.log.clone(),
+            started: Instant::now(),
+            armed: true,
+        }
+    }
+
     fn finish(mut self, outcome: Outcome, progress: &Progress) {
         self.armed = false;
         finalize(
@@ -396,34 +401,9 @@ fn synthesis(plan: &TurnPlan, p: &Progress) -> types::QuerySynthesis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host_origin::HostPolicy;
-    use crate::local::faults::Faults;
-    use crate::local::state::Config;
-    use crate::local::store::Store;
 
     fn state() -> Arc<AppState> {
-        let config = Config {
-            api_key: None,
-            data_dir: None,
-            upload_limit: 1024,
-            json_limit: 1024,
-            context_bytes_limit: 1 << 20,
-            events_per_query: 100,
-            event_bytes_per_query: 1 << 20,
-            write_backlog_limit: 1 << 20,
-            connector_roots: Vec::new(),
-            chunk_chars: 1200,
-            allowed_hosts: Vec::new(),
-            allowed_origins: Vec::new(),
-            rate_limit: None,
-        };
-        let faults = Faults::new(None, Duration::ZERO, 0, 1);
-        let policy = HostPolicy::new(([127, 0, 0, 1], 0).into(), &[], &[]);
-        let limits = crate::local::db::QueryLimits {
-            count: 100,
-            bytes: 1 << 20,
-        };
-        let state = AppState::new(config, Store::scratch(limits).unwrap(), faults, policy);
+        let state = AppState::for_tests(None, 1024, 0);
         let req: types::CreateContextRequest = serde_json::from_value(serde_json::json!({
             "slug": "w", "name": "W", "kind": "work"
         }))
@@ -432,21 +412,18 @@ mod tests {
         state
     }
 
+    /// A question on the context `state` makes.
+    fn ask() -> types::QueryRequest {
+        serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap()
+    }
+
     #[tokio::test]
     async fn a_dropped_runner_fails_its_turn_closes_its_log_and_frees_its_session() {
         let state = state();
-        let req: types::QueryRequest =
-            serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
-        let accepted = accept(&state, req, None).unwrap();
+        let accepted = accept(&state, ask(), None).unwrap();
         let sid = accepted.plan.session_id.clone();
         assert!(state.store.read().sessions()[&sid].in_flight.is_some());
-        let guard = TurnGuard {
-            state: state.clone(),
-            plan: accepted.plan.clone(),
-            log: accepted.log.clone(),
-            started: Instant::now(),
-            armed: true,
-        };
+        let guard = TurnGuard::arm(&state, &accepted);
         // A runner that panics unwinds through its guard.
         let runner = tokio::spawn(async move {
             let _guard = guard;
@@ -468,9 +445,7 @@ mod tests {
     #[tokio::test]
     async fn a_started_turn_ends_even_if_nobody_waits_for_it() {
         let state = state();
-        let req: types::QueryRequest =
-            serde_json::from_value(serde_json::json!({"ask": "anything", "scope": ["w"]})).unwrap();
-        let started = start(&state, req, None).unwrap();
+        let started = start(&state, ask(), None).unwrap();
         drop(started.query);
         tokio::time::timeout(Duration::from_secs(10), started.log.wait_finished())
             .await
