@@ -165,12 +165,7 @@ fn reserve_fork(
 )> {
     let mut inner = state.store.change();
     let src = inner.context(slug)?;
-    if src.importing {
-        return Err(LocalError::conflict(format!(
-            "an import is running on context {:?}; fork it after the import ends",
-            src.slug
-        )));
-    }
+    super::refuse_while_importing(src, "fork it after the import ends")?;
     let from_id = src.id.clone();
     let sources = src.sources.clone();
     let req = types::CreateContextRequest {

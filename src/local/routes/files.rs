@@ -8,6 +8,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use chrono::Utc;
 
+use super::tree_request::TreeAt;
 use super::{FileList, Shared};
 use crate::local::error::{ApiJson, LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
@@ -95,12 +96,7 @@ pub(super) async fn remove_sources(
     let (removed, id, dir, ticket) = {
         let mut inner = state.store.change();
         let ctx = inner.context_mut(slug)?;
-        if ctx.importing {
-            return Err(LocalError::conflict(format!(
-                "an import is running on context {:?}; remove sources after it ends",
-                ctx.slug
-            )));
-        }
+        super::refuse_while_importing(ctx, "remove sources after it ends")?;
         let mut removed = Vec::new();
         for p in paths {
             let p = p.trim_matches('/');
@@ -185,9 +181,9 @@ async fn remove_files(
 }
 
 pub(super) async fn delete_source_file(
-    State(state): Shared,
-    Path((slug, path)): Path<(String, String)>,
+    at: TreeAt,
 ) -> LocalResult<axum::Json<types::DeleteSourceFileResponse>> {
+    let (state, slug, path) = at.into_parts();
     let path = path.trim_matches('/').to_owned();
     let known = state
         .store

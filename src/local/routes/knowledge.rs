@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 
-use super::{FileList, PageParams, Shared, listing, octets};
-use crate::local::error::{ApiQuery, LocalError, LocalResult};
+use super::tree_request::{Listing, TreeAt};
+use super::{FileList, listing, octets};
+use crate::local::error::{LocalError, LocalResult};
 use crate::local::search::ContextIndex;
 use crate::local::state::AppState;
 use crate::types;
@@ -45,28 +45,13 @@ pub(super) async fn knowledge_list(state: &AppState, slug: &str) -> LocalResult<
     .map_err(|e| LocalError::internal("listing knowledge", e))
 }
 
-pub(super) async fn list_knowledge(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    ApiQuery(page): ApiQuery<PageParams>,
-) -> LocalResult<axum::Json<types::DirListing>> {
-    let files = knowledge_list(&state, &slug).await?;
-    Ok(axum::Json(listing(&files, "", &page)?))
+pub(super) async fn list_knowledge(req: Listing) -> LocalResult<axum::Json<types::DirListing>> {
+    let files = knowledge_list(&req.state, &req.owner).await?;
+    Ok(axum::Json(listing(&files, &req.path, &req.query)?))
 }
 
-pub(super) async fn list_knowledge_at(
-    State(state): Shared,
-    Path((slug, path)): Path<(String, String)>,
-    ApiQuery(page): ApiQuery<PageParams>,
-) -> LocalResult<axum::Json<types::DirListing>> {
-    let files = knowledge_list(&state, &slug).await?;
-    Ok(axum::Json(listing(&files, &path, &page)?))
-}
-
-pub(super) async fn read_knowledge(
-    State(state): Shared,
-    Path((slug, path)): Path<(String, String)>,
-) -> LocalResult<Response> {
+pub(super) async fn read_knowledge(at: TreeAt) -> LocalResult<Response> {
+    let (state, slug, path) = at.into_parts();
     let name = path.trim_matches('/').to_owned();
     let body = match curated(&state, &slug)? {
         Some((index, _)) => tokio::task::spawn_blocking(move || index.knowledge_text(&name))

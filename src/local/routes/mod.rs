@@ -15,6 +15,7 @@ mod sessions;
 mod sources;
 mod task_files;
 mod tasks;
+mod tree_request;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -66,7 +67,7 @@ fn context_routes(upload_limit: usize) -> Router<Arc<AppState>> {
         .route("/contexts/{slug}/source/list", get(sources::list_sources))
         .route(
             "/contexts/{slug}/source/list/{*path}",
-            get(sources::list_sources_at),
+            get(sources::list_sources),
         )
         .route(
             "/contexts/{slug}/source/read/{*path}",
@@ -82,7 +83,7 @@ fn context_routes(upload_limit: usize) -> Router<Arc<AppState>> {
         )
         .route(
             "/contexts/{slug}/knowledge/list/{*path}",
-            get(knowledge::list_knowledge_at),
+            get(knowledge::list_knowledge),
         )
         .route(
             "/contexts/{slug}/knowledge/read/{*path}",
@@ -173,7 +174,7 @@ fn service_routes() -> Router<Arc<AppState>> {
             get(task_files::metadata),
         )
         .route("/tasks/{id}/files/list", get(task_files::list))
-        .route("/tasks/{id}/files/list/{*path}", get(task_files::list_at))
+        .route("/tasks/{id}/files/list/{*path}", get(task_files::list))
         .route(
             "/tasks/{id}/files/delete/{*path}",
             delete(task_files::delete),
@@ -438,6 +439,21 @@ pub(super) fn listing(
     })
 }
 
+/// Refuses (409) a change to the files of `ctx` while an import runs on
+/// it; `retry` says when to ask again.
+pub(super) fn refuse_while_importing(
+    ctx: &crate::local::records::ContextRecord,
+    retry: &str,
+) -> LocalResult<()> {
+    if ctx.importing {
+        return Err(LocalError::conflict(format!(
+            "an import is running on context {:?}; {retry}",
+            ctx.slug
+        )));
+    }
+    Ok(())
+}
+
 pub(super) fn leaf(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
@@ -452,43 +468,11 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use std::time::Duration;
 
     use axum::http::HeaderMap;
 
-    use crate::host_origin::HostPolicy;
-    use crate::local::faults::Faults;
-    use crate::local::state::Config;
-    use crate::local::store::Store;
-
     fn app(api_key: Option<&str>) -> Router {
-        let config = Config {
-            api_key: api_key.map(str::to_owned),
-            data_dir: None,
-            upload_limit: 1024,
-            json_limit: 256,
-            context_bytes_limit: 1 << 20,
-            events_per_query: 100,
-            event_bytes_per_query: 1 << 20,
-            write_backlog_limit: 1 << 20,
-            chunk_chars: 1200,
-            connector_roots: Vec::new(),
-            allowed_hosts: Vec::new(),
-            allowed_origins: Vec::new(),
-            rate_limit: None,
-        };
-        let faults = Faults::new(None, Duration::ZERO, 0, 1);
-        let policy = HostPolicy::new(([127, 0, 0, 1], 8808).into(), &[], &[]);
-        let limits = crate::local::db::QueryLimits {
-            count: 100,
-            bytes: 1 << 20,
-        };
-        router(AppState::new(
-            config,
-            Store::scratch(limits).unwrap(),
-            faults,
-            policy,
-        ))
+        router(AppState::for_tests(api_key, 256, 8808))
     }
 
     async fn call(

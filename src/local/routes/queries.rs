@@ -15,7 +15,7 @@ use super::Shared;
 use crate::local::error::{ApiJson, LocalError, LocalResult};
 use crate::local::events::{EventLog, Frame};
 use crate::local::state::AppState;
-use crate::local::store::{LOCAL_MODEL, QueryView};
+use crate::local::store::{LOCAL_MODEL, QueryView, Store};
 use crate::local::turn;
 use crate::types;
 
@@ -81,20 +81,25 @@ pub(super) async fn post_query(
 /// A turn's document, read on the blocking pool (it may be only in the
 /// database).
 pub(super) async fn current_query(state: &AppState, id: &str) -> LocalResult<types::Query> {
-    let owned = id.to_owned();
-    state
-        .store
-        .blocking(move |s| s.query_doc(&owned))
-        .await?
-        .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))
+    read_query(state, id, Store::query_doc).await
 }
 
 /// A turn with its trace and log, read on the blocking pool.
 async fn stored_query(state: &AppState, id: &str) -> LocalResult<QueryView> {
+    read_query(state, id, Store::query).await
+}
+
+/// What `read` finds of turn `id`, read on the blocking pool; 404 when
+/// there is no such turn.
+async fn read_query<T: Send + 'static>(
+    state: &AppState,
+    id: &str,
+    read: fn(&Store, &str) -> Option<T>,
+) -> LocalResult<T> {
     let owned = id.to_owned();
     state
         .store
-        .blocking(move |s| s.query(&owned))
+        .blocking(move |s| read(s, &owned))
         .await?
         .ok_or_else(|| LocalError::not_found(format!("query {id:?} not found")))
 }

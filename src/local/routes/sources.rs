@@ -8,7 +8,8 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::io::ReaderStream;
 
-use super::{FileList, PageParams, Shared, listing};
+use super::tree_request::{Listing, TreeAt};
+use super::{FileList, Shared, listing};
 use crate::local::error::{ApiQuery, LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
 use crate::local::paths::safe_join;
@@ -145,28 +146,13 @@ pub(super) fn source_files(state: &AppState, slug: &str) -> LocalResult<FileList
         .collect())
 }
 
-pub(super) async fn list_sources(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    ApiQuery(page): ApiQuery<PageParams>,
-) -> LocalResult<axum::Json<types::DirListing>> {
-    let files = source_files(&state, &slug)?;
-    Ok(axum::Json(listing(&files, "", &page)?))
+pub(super) async fn list_sources(req: Listing) -> LocalResult<axum::Json<types::DirListing>> {
+    let files = source_files(&req.state, &req.owner)?;
+    Ok(axum::Json(listing(&files, &req.path, &req.query)?))
 }
 
-pub(super) async fn list_sources_at(
-    State(state): Shared,
-    Path((slug, path)): Path<(String, String)>,
-    ApiQuery(page): ApiQuery<PageParams>,
-) -> LocalResult<axum::Json<types::DirListing>> {
-    let files = source_files(&state, &slug)?;
-    Ok(axum::Json(listing(&files, &path, &page)?))
-}
-
-pub(super) async fn read_source(
-    State(state): Shared,
-    Path((slug, path)): Path<(String, String)>,
-) -> LocalResult<Response> {
+pub(super) async fn read_source(at: TreeAt) -> LocalResult<Response> {
+    let (state, slug, path) = at.into_parts();
     let path = path.trim_matches('/').to_owned();
     let (file, size) = {
         let inner = state.store.read();

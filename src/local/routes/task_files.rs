@@ -1,11 +1,11 @@
 //! The files a task produced (its report, the list of what it imported):
 //! listed, read, described and deleted.
 
-use axum::extract::{Path, State};
 use axum::response::Response;
 
-use super::{FileList, PageParams, Shared, listing, octets};
-use crate::local::error::{ApiQuery, LocalError, LocalResult};
+use super::tree_request::{Listing, TreeAt};
+use super::{FileList, PageParams, listing, octets};
+use crate::local::error::{LocalError, LocalResult};
 use crate::local::state::AppState;
 use crate::types;
 
@@ -44,28 +44,13 @@ fn task_listing(
     })
 }
 
-pub(super) async fn list(
-    State(state): Shared,
-    Path(id): Path<String>,
-    ApiQuery(page): ApiQuery<PageParams>,
-) -> LocalResult<axum::Json<types::TaskFileListing>> {
-    let files = files_of(&state, &id).await?;
-    Ok(axum::Json(task_listing(&files, "", &page)?))
+pub(super) async fn list(req: Listing) -> LocalResult<axum::Json<types::TaskFileListing>> {
+    let files = files_of(&req.state, &req.owner).await?;
+    Ok(axum::Json(task_listing(&files, &req.path, &req.query)?))
 }
 
-pub(super) async fn list_at(
-    State(state): Shared,
-    Path((id, path)): Path<(String, String)>,
-    ApiQuery(page): ApiQuery<PageParams>,
-) -> LocalResult<axum::Json<types::TaskFileListing>> {
-    let files = files_of(&state, &id).await?;
-    Ok(axum::Json(task_listing(&files, &path, &page)?))
-}
-
-pub(super) async fn read(
-    State(state): Shared,
-    Path((id, path)): Path<(String, String)>,
-) -> LocalResult<Response> {
+pub(super) async fn read(at: TreeAt) -> LocalResult<Response> {
+    let (state, id, path) = at.into_parts();
     let path = path.trim_matches('/');
     if !state.store.read().tasks().contains_key(&id) {
         return Err(LocalError::not_found(format!("task {id:?} not found")));
@@ -79,10 +64,8 @@ pub(super) async fn read(
     Ok(octets(data.into()))
 }
 
-pub(super) async fn metadata(
-    State(state): Shared,
-    Path((id, path)): Path<(String, String)>,
-) -> LocalResult<axum::Json<types::TaskFileMetadata>> {
+pub(super) async fn metadata(at: TreeAt) -> LocalResult<axum::Json<types::TaskFileMetadata>> {
+    let (state, id, path) = at.into_parts();
     let files = files_of(&state, &id).await?;
     let path = path.trim_matches('/');
     let live = |kind: &str, mode: &str, size: u64, mtime: chrono::DateTime<chrono::Utc>| {
@@ -113,10 +96,8 @@ pub(super) async fn metadata(
     }
 }
 
-pub(super) async fn delete(
-    State(state): Shared,
-    Path((id, path)): Path<(String, String)>,
-) -> LocalResult<axum::Json<types::DeleteTaskFileResponse>> {
+pub(super) async fn delete(at: TreeAt) -> LocalResult<axum::Json<types::DeleteTaskFileResponse>> {
+    let (state, id, path) = at.into_parts();
     let files = files_of(&state, &id).await?;
     let path = path.trim_matches('/').to_owned();
     if !files.iter().any(|(p, _, _)| *p == path) {
