@@ -630,15 +630,9 @@ fn parse_config_value(
             .unwrap_or_else(|| format!("{index_name}-sparse"));
         let rerank_model =
             opt_string(entry, "rerankModel", env)?.or_else(|| defaults.rerank_model.clone());
-        let description = match entry.get("description") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => trimmed(Some(s)),
-            Some(_) => {
-                return Err(ConfigError::new(format!(
-                    "Source \"{name}\": description must be a string."
-                )));
-            }
-        };
+        let description = description(entry.get("description"), || {
+            format!("Source \"{name}\": description")
+        })?;
         let namespaces = match entry.get("namespaces") {
             None | Some(Value::Null) => Vec::new(),
             Some(v) => parse_namespace_decls(name, v)?,
@@ -671,6 +665,19 @@ fn parse_config_value(
     Ok((sources, default))
 }
 
+/// An optional `description` (config file): absent, null or blank is
+/// none; anything but a string is refused, naming it as `what` says.
+fn description(
+    value: Option<&Value>,
+    what: impl FnOnce() -> String,
+) -> Result<Option<String>, ConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(trimmed(Some(s))),
+        Some(_) => Err(ConfigError::new(format!("{} must be a string.", what()))),
+    }
+}
+
 /// Validates a `namespaces` map (config file).
 ///
 /// # Errors
@@ -691,15 +698,9 @@ pub(super) fn parse_namespace_decls(
                 "Source \"{source}\": namespaces[\"{ns}\"] must be an object."
             )));
         };
-        let description = match decl.get("description") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => trimmed(Some(s)),
-            Some(_) => {
-                return Err(ConfigError::new(format!(
-                    "Source \"{source}\": namespaces[\"{ns}\"].description must be a string."
-                )));
-            }
-        };
+        let description = description(decl.get("description"), || {
+            format!("Source \"{source}\": namespaces[\"{ns}\"].description")
+        })?;
         let metadata_schema = match decl.get("metadata_schema") {
             None | Some(Value::Null) => None,
             Some(Value::Object(fields)) => {

@@ -6,8 +6,15 @@ use clap::Parser;
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
-use super::{Cli, args, env_of, obj};
-use crate::mcp::pinecone::{Profile, SourceMode};
+use super::{Cli, args, env_of, obj, refused, resolved};
+use crate::mcp::pinecone::{PineconeConfig, Profile, SourceMode};
+
+/// The first source searches `dense` and `sparse` and reranks with `rerank`.
+fn assert_indexes(c: &PineconeConfig, (dense, sparse): (&str, &str), rerank: Option<&str>) {
+    assert_eq!(c.sources[0].index_name, dense);
+    assert_eq!(c.sources[0].sparse_index_name, sparse);
+    assert_eq!(c.sources[0].rerank_model.as_deref(), rerank);
+}
 
 #[test]
 fn an_api_key_alone_does_not_enable_the_core_profile() {
@@ -17,54 +24,40 @@ fn an_api_key_alone_does_not_enable_the_core_profile() {
 
 #[test]
 fn core_single_key_derives_the_sparse_index_and_keeps_the_gate_off() {
-    let c = args(&["--pinecone-api-key", "k", "--index-name", " idx "])
-        .resolve_with(&env_of(&[]))
-        .unwrap()
-        .unwrap();
+    let c = resolved(&["--pinecone-api-key", "k", "--index-name", " idx "]);
     assert_eq!(c.mode, SourceMode::SingleKey);
-    assert_eq!(c.sources[0].index_name, "idx");
-    assert_eq!(c.sources[0].sparse_index_name, "idx-sparse");
-    assert_eq!(c.sources[0].rerank_model, None);
+    assert_indexes(&c, ("idx", "idx-sparse"), None);
     assert!(!c.suggest_flow);
     assert!(!c.builtin_url_generators);
     assert_eq!(c.controller_host, "https://api.pinecone.io");
-    let c = args(&[
+    let c = resolved(&[
         "--pinecone-api-key",
         "k",
         "--index-name",
         "idx",
         "--disable-suggest-flow=false",
-    ])
-    .resolve_with(&env_of(&[]))
-    .unwrap()
-    .unwrap();
+    ]);
     assert!(c.suggest_flow);
 }
 
 #[test]
 fn missing_key_with_an_index_is_an_error() {
-    let e = args(&["--index-name", "idx"])
-        .resolve_with(&env_of(&[]))
-        .unwrap_err();
+    let e = refused(&["--index-name", "idx"], &env_of(&[]));
     assert!(e.message().starts_with("Missing Pinecone API key"), "{e}");
 }
 
 #[test]
 fn alliance_profile_reproduces_the_reference_defaults() {
-    let c = args(&["--profile", "alliance", "--pinecone-api-key", "k"])
-        .resolve_with(&env_of(&[]))
-        .unwrap()
-        .unwrap();
+    let c = resolved(&["--profile", "alliance", "--pinecone-api-key", "k"]);
     assert_eq!(c.profile, Profile::Alliance);
-    assert_eq!(c.sources[0].index_name, "rag-hybrid");
-    assert_eq!(c.sources[0].sparse_index_name, "rag-hybrid-sparse");
-    assert_eq!(
-        c.sources[0].rerank_model.as_deref(),
-        Some("bge-reranker-v2-m3")
+    assert_indexes(
+        &c,
+        ("rag-hybrid", "rag-hybrid-sparse"),
+        Some("bge-reranker-v2-m3"),
     );
     assert!(c.suggest_flow);
     assert!(c.builtin_url_generators);
-    let c = args(&[
+    let c = resolved(&[
         "--profile",
         "alliance",
         "--pinecone-api-key",
@@ -74,10 +67,7 @@ fn alliance_profile_reproduces_the_reference_defaults() {
         "--rerank-model",
         "other",
         "--disable-suggest-flow",
-    ])
-    .resolve_with(&env_of(&[]))
-    .unwrap()
-    .unwrap();
+    ]);
     assert_eq!(c.sources[0].index_name, "mine");
     assert_eq!(c.sources[0].rerank_model.as_deref(), Some("other"));
     assert!(!c.suggest_flow);
@@ -85,7 +75,7 @@ fn alliance_profile_reproduces_the_reference_defaults() {
 
 #[test]
 fn numeric_flags_are_validated_and_applied() {
-    let c = args(&[
+    let c = resolved(&[
         "--pinecone-api-key",
         "k",
         "--index-name",
@@ -96,10 +86,7 @@ fn numeric_flags_are_validated_and_applied() {
         "500",
         "--top-k",
         "7",
-    ])
-    .resolve_with(&env_of(&[]))
-    .unwrap()
-    .unwrap();
+    ]);
     assert_eq!(c.cache_ttl, Duration::from_secs(60));
     assert_eq!(c.request_timeout, Duration::from_millis(500));
     assert_eq!(c.default_top_k, 7);
@@ -126,32 +113,22 @@ fn inline_sources_resolve_env_references_and_never_echo_keys() {
     assert_eq!(c.sources[1].sparse_index_name, "idx-b-sparse");
     assert_eq!(c.default_source, "a");
 
-    let e = args(&["--sources", "a:supersecretkey123"])
-        .resolve_with(&env)
-        .unwrap_err();
+    let e = refused(&["--sources", "a:supersecretkey123"], &env);
     assert!(!e.message().contains("supersecretkey123"), "{e}");
     assert!(e.message().contains("segment #1"), "{e}");
-    let e = args(&["--sources", "a:k:i;a:k2:i2"])
-        .resolve_with(&env)
-        .unwrap_err();
+    let e = refused(&["--sources", "a:k:i;a:k2:i2"], &env);
     assert_eq!(
         e.message(),
         "Duplicate source name \"a\" in PINECONE_SOURCES."
     );
-    let e = args(&["--sources", "bad name:k:i"])
-        .resolve_with(&env)
-        .unwrap_err();
+    let e = refused(&["--sources", "bad name:k:i"], &env);
     assert!(
         e.message().starts_with("Invalid source name \"bad name\""),
         "{e}"
     );
-    let e = args(&["--sources", "{\"a\":1}"])
-        .resolve_with(&env)
-        .unwrap_err();
+    let e = refused(&["--sources", "{\"a\":1}"], &env);
     assert!(e.message().contains("inline JSON"), "{e}");
-    let e = args(&["--sources", "a:${NOPE}:i"])
-        .resolve_with(&env)
-        .unwrap_err();
+    let e = refused(&["--sources", "a:${NOPE}:i"], &env);
     assert_eq!(
         e.message(),
         "Environment variable NOPE is not set (referenced as ${NOPE})."
@@ -238,9 +215,7 @@ fn config_file_sources_with_declarations_and_defaults() {
         bad("hyphen", json!({"sources": {"src-c": {"indexName": "i"}}}))
             .starts_with("Invalid environment variable reference")
     );
-    let e = args(&["--config-file", "/nonexistent/nexus.json"])
-        .resolve_with(&env)
-        .unwrap_err();
+    let e = refused(&["--config-file", "/nonexistent/nexus.json"], &env);
     assert!(
         e.message()
             .starts_with("Failed to read PINECONE config file \"/nonexistent/nexus.json\"")
@@ -260,9 +235,6 @@ fn debug_output_never_shows_keys() {
         !text.contains("topsecretkey") && !text.contains("othersecret"),
         "{text}"
     );
-    let c = args(&["--pinecone-api-key", "topsecretkey", "--index-name", "i"])
-        .resolve_with(&env_of(&[]))
-        .unwrap()
-        .unwrap();
+    let c = resolved(&["--pinecone-api-key", "topsecretkey", "--index-name", "i"]);
     assert!(!format!("{c:?}").contains("topsecretkey"));
 }

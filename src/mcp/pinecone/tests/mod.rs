@@ -29,6 +29,21 @@ fn args(argv: &[&str]) -> PineconeArgs {
     Cli::try_parse_from(full).expect("flags parse").pinecone
 }
 
+/// The configuration `argv` resolves to with an empty environment.
+fn resolved(argv: &[&str]) -> super::PineconeConfig {
+    args(argv)
+        .resolve_with(&env_of(&[]))
+        .expect("the flags resolve")
+        .expect("the flags configure Pinecone")
+}
+
+/// Why `argv` is refused in the environment `env`.
+fn refused(argv: &[&str], env: &dyn Fn(&str) -> Option<String>) -> super::ConfigError {
+    args(argv)
+        .resolve_with(env)
+        .expect_err("the flags are refused")
+}
+
 fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = pairs
         .iter()
