@@ -517,9 +517,11 @@ type StdoutEnd = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
 /// Anything else (a terminal, a file) goes through tokio's thread-backed
 /// stdio.
 fn stdio_ends() -> (StdinEnd, StdoutEnd) {
-    let input = reactor_stdin().unwrap_or_else(|| Box::new(tokio::io::stdin()));
-    let output = reactor_stdout().unwrap_or_else(|| Box::new(tokio::io::stdout()));
-    (input, output)
+    let (input, output) = reactor_ends();
+    (
+        input.unwrap_or_else(|| Box::new(tokio::io::stdin())),
+        output.unwrap_or_else(|| Box::new(tokio::io::stdout())),
+    )
 }
 
 /// What kind of stream a standard descriptor is.
@@ -552,40 +554,44 @@ fn reactor_fd(fd: std::os::fd::BorrowedFd<'_>) -> Option<(std::os::fd::OwnedFd, 
     None
 }
 
+/// `fd` served on the runtime's own thread: opened by `pipe` when it is a
+/// pipe, wrapped by `socket` when it is a Unix stream socket. `None` when
+/// it is neither, or when that fails (it is then put back in blocking
+/// mode).
 #[cfg(unix)]
-fn reactor_stdin() -> Option<StdinEnd> {
-    use std::os::fd::AsFd;
-    let stdin = std::io::stdin();
-    let end: Option<StdinEnd> = match reactor_fd(stdin.as_fd())? {
-        (fd, StdioKind::Pipe) => tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+fn reactor_end<E>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    pipe: impl FnOnce(std::os::fd::OwnedFd) -> std::io::Result<E>,
+    socket: impl FnOnce(tokio::net::UnixStream) -> E,
+) -> Option<E> {
+    let end = match reactor_fd(fd)? {
+        (owned, StdioKind::Pipe) => pipe(owned).ok(),
+        (owned, StdioKind::UnixSocket) => tokio::net::UnixStream::from_std(owned.into())
             .ok()
-            .map(|r| Box::new(r) as StdinEnd),
-        (fd, StdioKind::UnixSocket) => tokio::net::UnixStream::from_std(fd.into())
-            .ok()
-            .map(|s| Box::new(s) as StdinEnd),
+            .map(socket),
     };
     if end.is_none() {
-        blocking_again(stdin.as_fd());
+        blocking_again(fd);
     }
     end
 }
 
+/// Stdin and stdout on the runtime's own thread, each when it can be.
 #[cfg(unix)]
-fn reactor_stdout() -> Option<StdoutEnd> {
+fn reactor_ends() -> (Option<StdinEnd>, Option<StdoutEnd>) {
     use std::os::fd::AsFd;
-    let stdout = std::io::stdout();
-    let end: Option<StdoutEnd> = match reactor_fd(stdout.as_fd())? {
-        (fd, StdioKind::Pipe) => tokio::net::unix::pipe::Sender::from_owned_fd(fd)
-            .ok()
-            .map(|w| Box::new(w) as StdoutEnd),
-        (fd, StdioKind::UnixSocket) => tokio::net::UnixStream::from_std(fd.into())
-            .ok()
-            .map(|s| Box::new(s) as StdoutEnd),
-    };
-    if end.is_none() {
-        blocking_again(stdout.as_fd());
-    }
-    end
+    use tokio::net::unix::pipe::{Receiver, Sender};
+    let input = reactor_end(
+        std::io::stdin().as_fd(),
+        |fd| Ok(Box::new(Receiver::from_owned_fd(fd)?) as StdinEnd),
+        |s| Box::new(s) as StdinEnd,
+    );
+    let output = reactor_end(
+        std::io::stdout().as_fd(),
+        |fd| Ok(Box::new(Sender::from_owned_fd(fd)?) as StdoutEnd),
+        |s| Box::new(s) as StdoutEnd,
+    );
+    (input, output)
 }
 
 /// Puts `fd` back in blocking mode, for tokio's thread-backed stdio, when
@@ -599,13 +605,8 @@ fn blocking_again(fd: std::os::fd::BorrowedFd<'_>) {
 }
 
 #[cfg(not(unix))]
-fn reactor_stdin() -> Option<StdinEnd> {
-    None
-}
-
-#[cfg(not(unix))]
-fn reactor_stdout() -> Option<StdoutEnd> {
-    None
+fn reactor_ends() -> (Option<StdinEnd>, Option<StdoutEnd>) {
+    (None, None)
 }
 
 fn main() -> ExitCode {
