@@ -18,9 +18,9 @@
 //!
 //! The baseline is a bare hyper HTTP/1.1 server in a process of its own
 //! (this binary again), on one thread, answering every POST with the bytes
-//! of a real `list_namespaces` answer and closing each connection after as
-//! many requests as `nexus-mcp` does: what any HTTP server on this machine
-//! costs per call, with nothing of MCP.
+//! of a real `list_namespaces` answer and keeping each connection open, as
+//! `nexus-mcp` does: what any HTTP server on this machine costs per call,
+//! with nothing of MCP.
 //!
 //! Scenarios: one key with 16, 64, 256 and 1,024 callers; 256 callers on
 //! 256 keys; the baseline with 16, 256 and 1,024 callers. Each of
@@ -29,7 +29,8 @@
 //! half a second. Per scenario: calls per second and the server's CPU time
 //! per call (user + system time of its process from `/proc`, as `getrusage`
 //! counts it, over the calls answered in the window) as the median and
-//! range over the rounds, and p50/p99 latency over all rounds. Last, the
+//! range over the rounds, p50/p99 latency over all rounds, and calls per
+//! connection opened in the measured windows. Last, the
 //! three figures of the bar: CPU per call at 16–256 callers on one key,
 //! throughput on 256 keys against one key (per round, same round), and p99
 //! at 1,024 callers. The machine's load average is printed before and
@@ -55,9 +56,11 @@ mod wait;
 /// The environment variable that makes this binary the baseline server:
 /// `<port> <file of the answer's bytes> <requests per connection>`.
 const BASELINE_ENV: &str = "MCP_LOAD_BASELINE_SERVER";
-/// Requests `nexus-mcp` serves on one connection (its default), and so the
-/// baseline.
-const REQUESTS_PER_CONNECTION: usize = 16;
+/// Requests the baseline serves on one connection before closing it; 0:
+/// never, as `nexus-mcp` does (its `--max-requests-per-connection` caps the
+/// requests in flight on a connection, not the requests it serves; the
+/// driver counts the connections each scenario opens).
+const BASELINE_CLOSE_AFTER: usize = 0;
 /// The whole run ends within this.
 const RUN_LIMIT: Duration = Duration::from_secs(1200);
 
@@ -154,7 +157,7 @@ impl Server {
         let port = free_port();
         let file = std::env::temp_dir().join(format!("mcp_load_answer_{}", std::process::id()));
         std::fs::write(&file, answer).expect("the answer's bytes written");
-        let spec = format!("{port} {} {REQUESTS_PER_CONNECTION}", file.display());
+        let spec = format!("{port} {} {BASELINE_CLOSE_AFTER}", file.display());
         let child = std::process::Command::new(std::env::current_exe().expect("this binary"))
             .env(BASELINE_ENV, spec)
             .stdin(std::process::Stdio::null())
@@ -262,8 +265,10 @@ async fn call(
     stream: &mut Option<TcpStream>,
     request: &[u8],
     buf: &mut Vec<u8>,
+    connects: &mut u64,
 ) -> std::io::Result<Answer> {
     if stream.is_none() {
+        *connects += 1;
         let connected = TcpStream::connect(("127.0.0.1", port)).await?;
         connected.set_nodelay(true)?;
         *stream = Some(connected);
@@ -284,6 +289,8 @@ async fn call(
 struct Tally {
     calls: u64,
     failures: u64,
+    /// Connections opened.
+    connects: u64,
     /// Microseconds per call.
     latencies: Vec<u32>,
 }
@@ -303,11 +310,13 @@ async fn caller(port: u16, request: Vec<u8>, phase: Arc<AtomicU8>) -> Tally {
             return tally;
         }
         let start = Instant::now();
-        let answer = call(port, &mut stream, &request, &mut buf).await;
+        let mut connects = 0;
+        let answer = call(port, &mut stream, &request, &mut buf, &mut connects).await;
         let ok = answer.is_ok_and(|a| a.status == 200);
         if now == MEASURING && phase.load(Ordering::Relaxed) == MEASURING {
             tally.calls += 1;
             tally.failures += u64::from(!ok);
+            tally.connects += connects;
             let micros = start.elapsed().as_micros();
             tally
                 .latencies
@@ -333,6 +342,9 @@ struct Round {
     calls_per_s: f64,
     cpu_us_per_call: f64,
     failures: u64,
+    /// Connections opened in the window.
+    connects: u64,
+    calls: u64,
     latencies: Vec<u32>,
 }
 
@@ -355,6 +367,7 @@ async fn run_round(server: &Server, scenario: &Scenario, warm: Duration, span: D
         let tally = task.await.expect("a caller ends");
         all.calls += tally.calls;
         all.failures += tally.failures;
+        all.connects += tally.connects;
         all.latencies.extend(tally.latencies);
     }
     let calls = all.calls.max(1) as f64;
@@ -362,6 +375,8 @@ async fn run_round(server: &Server, scenario: &Scenario, warm: Duration, span: D
         calls_per_s: all.calls as f64 / elapsed.as_secs_f64(),
         cpu_us_per_call: cpu1.saturating_sub(cpu0).as_secs_f64() * 1e6 / calls,
         failures: all.failures,
+        connects: all.connects,
+        calls: all.calls,
         latencies: all.latencies,
     }
 }
@@ -407,7 +422,7 @@ fn baseline_server(spec: &str) {
                                 http::header::CONTENT_TYPE,
                                 http::HeaderValue::from_static("application/json"),
                             );
-                            if served >= per_connection {
+                            if per_connection > 0 && served >= per_connection {
                                 headers.insert(
                                     http::header::CONNECTION,
                                     http::HeaderValue::from_static("close"),
@@ -441,7 +456,7 @@ async fn ready_nexus_mcp(keys: usize) -> (pinecone_fake::PineconeFake, Server, V
         for i in 0..keys {
             let (mut stream, mut buf) = (None, Vec::new());
             let request = request_bytes(server.port, i, &tenant_key(i));
-            let got = call(server.port, &mut stream, &request, &mut buf)
+            let got = call(server.port, &mut stream, &request, &mut buf, &mut 0)
                 .await
                 .expect("nexus-mcp answers");
             let text = String::from_utf8_lossy(&got.body);
@@ -582,13 +597,14 @@ async fn full_run() {
 
 fn report(scenarios: &[Scenario], results: &mut [Vec<Round>]) {
     println!(
-        "\n{:<34} {:>24} {:>26} {:>8} {:>8} {:>8}",
+        "\n{:<34} {:>24} {:>26} {:>8} {:>8} {:>8} {:>10}",
         "scenario",
         "calls/s median (range)",
         "server CPU µs/call (range)",
         "p50 ms",
         "p99 ms",
-        "failed"
+        "failed",
+        "calls/conn"
     );
     let mut rows = Vec::new();
     for (scenario, rounds) in scenarios.iter().zip(results.iter_mut()) {
@@ -600,12 +616,31 @@ fn report(scenarios: &[Scenario], results: &mut [Vec<Round>]) {
             .collect();
         latencies.sort_unstable();
         let failed: u64 = rounds.iter().map(|r| r.failures).sum();
+        let connects: u64 = rounds.iter().map(|r| r.connects).sum();
+        let calls: u64 = rounds.iter().map(|r| r.calls).sum();
+        // Calls per connection opened in the windows (connections open
+        // from before a window count nowhere: "-" when none was opened).
+        let per_conn = if connects == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:.0}", calls as f64 / connects as f64)
+        };
         let (rate, rate_lo, rate_hi) = spread(&mut rates);
         let (cpu_mid, cpu_lo, cpu_hi) = spread(&mut cpu);
         let (p50, p99) = (percentile(&latencies, 0.50), percentile(&latencies, 0.99));
         println!(
-            "{:<34} {:>8.0} ({:>6.0}–{:<6.0}) {:>10.1} ({:>5.1}–{:<5.1}) {:>8.1} {:>8.1} {:>8}",
-            scenario.name, rate, rate_lo, rate_hi, cpu_mid, cpu_lo, cpu_hi, p50, p99, failed
+            "{:<34} {:>8.0} ({:>6.0}–{:<6.0}) {:>10.1} ({:>5.1}–{:<5.1}) {:>8.1} {:>8.1} {:>8} {:>10}",
+            scenario.name,
+            rate,
+            rate_lo,
+            rate_hi,
+            cpu_mid,
+            cpu_lo,
+            cpu_hi,
+            p50,
+            p99,
+            failed,
+            per_conn
         );
         rows.push((cpu_mid, cpu_hi, p99));
     }
