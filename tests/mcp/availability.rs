@@ -171,7 +171,7 @@ async fn keyless_and_single_key_session_floods_leave_room_for_others() {
     for _ in 0..20 {
         let mut keyless = HttpMcp::new(&served.url);
         let (_, answer) = keyless.request("initialize", init_params()).await;
-        assert_eq!(answer.status, 401, "{answer:?}");
+        assert_eq!(answer.status, 403, "{answer:?}");
         assert!(keyless.session.is_none());
     }
     // One key gets its own share, then 429.

@@ -194,8 +194,12 @@ async fn refused_keys_get_403_and_never_evict_an_honest_session() {
     assert!(text.contains("reason=\"key_refused\""), "{text}");
 }
 
+/// A keyless `initialize` is refused with 403 and a plain reason naming
+/// the header: this server has no HTTP authentication scheme, and MCP
+/// clients answer a 401 with an OAuth discovery (`mcp-remote` then shows
+/// a failed client registration, never the reason).
 #[tokio::test]
-async fn the_401_names_the_key_header() {
+async fn a_keyless_initialize_is_refused_naming_the_key_header_without_an_oauth_challenge() {
     let nexus = keyed_nexus(true, Duration::ZERO).await;
     let served = serve(server_of(&nexus), HttpOptions::default()).await;
     let response = reqwest::Client::new()
@@ -206,14 +210,17 @@ async fn the_401_names_the_key_header() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 401);
-    let challenge = response
-        .headers()
-        .get("www-authenticate")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    assert!(challenge.contains("X-Pinecone-Api-Key"), "{challenge}");
+    assert_eq!(response.status(), 403);
+    assert!(
+        response.headers().get("www-authenticate").is_none(),
+        "no challenge: nothing to sign in to"
+    );
+    let body = response.text().await.unwrap();
+    assert!(body.contains("X-Pinecone-Api-Key"), "{body}");
+    assert!(
+        !body.contains("Unauthorized"),
+        "mcp-remote reads `Unauthorized` in an error as a sign-in request: {body}"
+    );
 }
 
 #[tokio::test]

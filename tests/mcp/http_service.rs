@@ -53,7 +53,7 @@ async fn pinecone_tools_search_with_the_callers_key_never_the_operators() {
     assert!(!seen.is_empty());
     assert!(seen.iter().all(|k| k == KEY_B), "{seen:?}");
 
-    // Without a key: no session (401), and Pinecone sees nothing more.
+    // Without a key: no session (403), and Pinecone sees nothing more.
     let before = fake.headers().len();
     let mut anonymous = HttpMcp::new(&served.url);
     let (_, answer) = anonymous
@@ -62,7 +62,7 @@ async fn pinecone_tools_search_with_the_callers_key_never_the_operators() {
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
         )
         .await;
-    assert_eq!(answer.status, 401, "{answer:?}");
+    assert_eq!(answer.status, 403, "{answer:?}");
     assert!(answer.body.contains("X-Pinecone-Api-Key"), "{answer:?}");
     assert_eq!(fake.headers().len(), before);
 

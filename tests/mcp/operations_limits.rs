@@ -273,7 +273,7 @@ async fn log_lines_name_the_method_and_a_bare_peer_and_keyless_floods_stay_quiet
             .send()
     });
     for answer in futures::future::join_all(keyless).await {
-        assert_eq!(answer.unwrap().status(), 401);
+        assert_eq!(answer.unwrap().status(), 403);
     }
     // A later call's access line: once it is read, so is all the burst
     // logged before it.
