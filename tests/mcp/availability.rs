@@ -237,7 +237,7 @@ async fn trickling_bodies_hold_only_their_callers_share_and_are_cut_at_the_body_
             socket.write_all(head.as_bytes()).await.unwrap();
             let mut answer = Vec::new();
             let mut buf = [0u8; 512];
-            // One byte every 100 ms, until the server answers.
+            // Paced load: one byte every 100 ms, until the server answers.
             loop {
                 tokio::select! {
                     read = socket.read(&mut buf) => match read {

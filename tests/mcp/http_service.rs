@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::support::mcp as mcp_support;
 use crate::support::pinecone_fake;
+use crate::support::wait::until;
 use mcp_support::*;
 use nexus_knowql::mcp::http::{self, HttpOptions};
 use nexus_knowql::mcp::pinecone::PineconeServer;
@@ -698,14 +699,10 @@ async fn serving_threads_share_sessions_and_stop_together() {
         .to_owned();
     drop(owner);
     drop(served);
-    let closed = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if tokio::net::TcpStream::connect(&addr).await.is_err() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+    until(
+        Duration::from_secs(10),
+        &format!("the listener on {addr} closed after shutdown"),
+        async || tokio::net::TcpStream::connect(&addr).await.is_err(),
+    )
     .await;
-    assert!(closed.is_ok(), "still accepting on {addr} after shutdown");
 }
