@@ -171,7 +171,7 @@ async fn keyless_and_single_key_session_floods_leave_room_for_others() {
     for _ in 0..20 {
         let mut keyless = HttpMcp::new(&served.url);
         let (_, answer) = keyless.request("initialize", init_params()).await;
-        assert_eq!(answer.status, 401, "{answer:?}");
+        assert_eq!(answer.status, 403, "{answer:?}");
         assert!(keyless.session.is_none());
     }
     // One key gets its own share, then 429.
@@ -237,7 +237,7 @@ async fn trickling_bodies_hold_only_their_callers_share_and_are_cut_at_the_body_
             socket.write_all(head.as_bytes()).await.unwrap();
             let mut answer = Vec::new();
             let mut buf = [0u8; 512];
-            // One byte every 100 ms, until the server answers.
+            // Paced load: one byte every 100 ms, until the server answers.
             loop {
                 tokio::select! {
                     read = socket.read(&mut buf) => match read {

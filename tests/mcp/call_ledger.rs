@@ -14,7 +14,7 @@ use crate::peer_support::{
 use crate::support::mcp::{
     HttpMcp, Served, call, caller_keys, connect, nexus_client, serve, tool_error,
 };
-use crate::support::wait::signalled;
+use crate::support::wait::{PATIENCE, signalled, until};
 use nexus_knowql::mcp::http::HttpOptions;
 use nexus_knowql::mcp::{NexusMcp, NexusServer};
 use serde_json::json;
@@ -94,19 +94,14 @@ async fn a_hung_up_call_holds_its_slot_until_its_turn_is_cancelled() {
         "the slot is held while the turn may run: {body}"
     );
     assert!(seen_within(&nexus, CANCEL, Duration::from_secs(5)).await);
-    // Once the cancel is answered the slot is free again.
-    let mut freed = false;
-    for _ in 0..50 {
-        if post(&served.url, KEY, None, &ping).await.0 == 200 {
-            freed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        freed,
-        "the slot is freed once the turn's cancel is answered"
-    );
+    // Once the cancel is answered the slot is free again (nothing signals
+    // the answer's arrival at the server: its answers are looked at).
+    until(
+        PATIENCE,
+        "the slot is freed once the turn's cancel is answered",
+        async || post(&served.url, KEY, None, &ping).await.0 == 200,
+    )
+    .await;
 }
 
 #[tokio::test]

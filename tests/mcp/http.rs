@@ -271,7 +271,7 @@ async fn http_without_a_key_is_a_clear_unauthorized_tool_error() {
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
         )
         .await;
-    assert_eq!(answer.status, 401, "{answer:?}");
+    assert_eq!(answer.status, 403, "{answer:?}");
     assert!(answer.body.contains("X-Pinecone-Api-Key"), "{answer:?}");
     // Without sessions, a keyless call is a clear tool error.
     let served = serve_nexus(

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::support::mcp as mcp_support;
 use crate::support::pinecone_fake;
+use crate::support::wait::until;
 use mcp_support::*;
 use nexus_knowql::mcp::http::{self, HttpOptions};
 use nexus_knowql::mcp::pinecone::PineconeServer;
@@ -53,7 +54,7 @@ async fn pinecone_tools_search_with_the_callers_key_never_the_operators() {
     assert!(!seen.is_empty());
     assert!(seen.iter().all(|k| k == KEY_B), "{seen:?}");
 
-    // Without a key: no session (401), and Pinecone sees nothing more.
+    // Without a key: no session (403), and Pinecone sees nothing more.
     let before = fake.headers().len();
     let mut anonymous = HttpMcp::new(&served.url);
     let (_, answer) = anonymous
@@ -62,7 +63,7 @@ async fn pinecone_tools_search_with_the_callers_key_never_the_operators() {
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
         )
         .await;
-    assert_eq!(answer.status, 401, "{answer:?}");
+    assert_eq!(answer.status, 403, "{answer:?}");
     assert!(answer.body.contains("X-Pinecone-Api-Key"), "{answer:?}");
     assert_eq!(fake.headers().len(), before);
 
@@ -698,14 +699,10 @@ async fn serving_threads_share_sessions_and_stop_together() {
         .to_owned();
     drop(owner);
     drop(served);
-    let closed = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if tokio::net::TcpStream::connect(&addr).await.is_err() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+    until(
+        Duration::from_secs(10),
+        &format!("the listener on {addr} closed after shutdown"),
+        async || tokio::net::TcpStream::connect(&addr).await.is_err(),
+    )
     .await;
-    assert!(closed.is_ok(), "still accepting on {addr} after shutdown");
 }

@@ -19,6 +19,7 @@ mod http_service;
 mod http_spliced;
 #[cfg(feature = "local")]
 mod local;
+mod mode_differential;
 mod namespace_listing;
 mod operations;
 mod operations_honest;

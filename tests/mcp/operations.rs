@@ -143,7 +143,7 @@ async fn metrics_health_and_access_logs_carry_no_key() {
     let keyless = HttpMcp::new(format!("{}/mcp", process.base))
         .request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}))
         .await;
-    assert_eq!(keyless.1.status, 401);
+    assert_eq!(keyless.1.status, 403);
 
     let (text, after) = scrape(&http, &process.base).await;
     assert_eq!(sample(&after, series), 1.0, "{text}");

@@ -4,7 +4,7 @@
 //! `Origin` or without.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -14,6 +14,7 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::support::mcp::{context_json, query_json};
+use crate::support::wait::holds_within_async;
 
 /// An HTTP/2 connection from `ip` that grants no stream window: it sends
 /// one POST per body (with `headers`) and keeps every answer unread. Its
@@ -120,20 +121,15 @@ pub(crate) async fn seen_within(
     wanted: (&str, &str),
     within: Duration,
 ) -> bool {
-    let until = Instant::now() + within;
-    loop {
+    // A `MockServer` signals nothing: its record is looked at (see
+    // `signalled_turn_nexus` for a Nexus that signals turns).
+    holds_within_async(within, async || {
         let requests = nexus.received_requests().await.unwrap_or_default();
-        if requests
+        requests
             .iter()
             .any(|r| r.method.as_str() == wanted.0 && r.url.path() == wanted.1)
-        {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// Posts `message` with `key` on a connection of its own; the status and

@@ -5,11 +5,12 @@
 //! and a streamed answer counts in its caller's budget until its last byte
 //! and gets the shutdown grace. Every test runs the `nexus-mcp` binary.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::operations::{Process, nexus_mcp};
 use crate::peer_support::{cancelled, post, query_context, seen_within, turn_nexus};
 use crate::support::mcp::fake_nexus;
+use crate::support::wait::until;
 use serde_json::json;
 
 const KEY: &str = "pcsk_stateless_paths_key_0123456789abcd";
@@ -157,15 +158,10 @@ async fn stateless_streamed_answers_count_in_the_callers_budget() {
     assert_eq!(statuses, [200, 200, 429, 429], "{}", process.log());
     // A stream closed gives its slot back.
     drop(open);
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (statuses, _open) = open_waits(&url, 1).await;
-        if statuses == [200] {
-            break;
-        }
-        assert!(Instant::now() < until, "the slots come back: {statuses:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until(Duration::from_secs(10), "the slots come back", async || {
+        open_waits(&url, 1).await.0 == [200]
+    })
+    .await;
 }
 
 #[tokio::test]

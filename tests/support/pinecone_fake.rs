@@ -362,6 +362,8 @@ async fn enter(
     };
     state.seen.send_modify(|n| *n += 1);
     if let Some(d) = delay {
+        // Scripted latency: the route answers this late (the arrival is
+        // signalled above, before it).
         tokio::time::sleep(d).await;
     }
     let key = headers

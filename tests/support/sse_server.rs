@@ -301,6 +301,8 @@ async fn serve(
                 }
                 sock.flush().await?;
             }
+            // A scripted pause in the stream (the server's behaviour under
+            // test, not a wait for something to happen).
             Step::Sleep(d) => tokio::time::sleep(d).await,
             Step::Reset => {
                 // Linger 0 makes the close an immediate RST (it never blocks).

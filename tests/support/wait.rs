@@ -75,6 +75,18 @@ pub async fn until_some<T>(
     .await
 }
 
+/// [`until`] for a test that goes on either way: whether `check` came to
+/// hold within `limit`, looking again every 20 ms.
+pub async fn holds_within_async(limit: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
+    tokio::time::timeout(limit, async {
+        while !check().await {
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
 /// [`until`] for a test without a runtime (one that drives a process from
 /// a plain thread): waits until `check` holds, looking again every 20 ms;
 /// panics naming `what` when it does not hold within `limit`.

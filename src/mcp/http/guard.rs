@@ -281,9 +281,12 @@ impl Guard {
             message,
         } = self.receive(request, asked).await?;
         if message == Some(Message::Initialize) && caller.key.is_none() && !self.keyless {
+            // 403, not 401: this server has no HTTP authentication scheme,
+            // and MCP clients (mcp-remote) answer any 401 with an OAuth
+            // discovery instead of showing this text.
             return Err(self.refuse(
                 Reason::KeylessSession,
-                StatusCode::UNAUTHORIZED,
+                StatusCode::FORBIDDEN,
                 asked.peer,
                 asked.method,
                 "send your Pinecone API key in the X-Pinecone-Api-Key header: this server serves no caller without one",

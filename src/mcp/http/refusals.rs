@@ -12,10 +12,6 @@ use http::{Method, StatusCode};
 
 use crate::mcp::metrics::Metrics;
 
-/// The `WWW-Authenticate` challenge of every 401: the key header to send.
-pub(super) const WWW_AUTHENTICATE: &str =
-    r#"ApiKey realm="nexus-mcp", header="X-Pinecone-Api-Key""#;
-
 /// Refusal warnings logged per window; more are counted and summed up.
 const WARNINGS_PER_WINDOW: u32 = 10;
 /// The rate limit's window.
@@ -153,16 +149,7 @@ impl Refusals {
             Some(name) => format!("{name}: {text}"),
             None => text.to_owned(),
         };
-        let mut response = (status, body).into_response();
-        if status == StatusCode::UNAUTHORIZED {
-            // Names the header to send, so that OAuth-capable clients show
-            // the hint instead of starting an authorization discovery.
-            response.headers_mut().insert(
-                http::header::WWW_AUTHENTICATE,
-                http::HeaderValue::from_static(WWW_AUTHENTICATE),
-            );
-        }
-        response
+        (status, body).into_response()
     }
 
     /// Counts and logs a request refused by a layer with its own answer.
