@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::*;
-use crate::support::wait::{PATIENCE, until};
+use crate::support::wait::found_within;
 use nexus_knowql::local::{ENV_FAULT_FROZEN_CLOCK_MS, LocalNexus};
 
 /// A clock already used in every run: the instant of the first frozen
@@ -19,6 +19,9 @@ const FROZEN_MS: u64 = 1_700_000_000_000;
 /// The quota (bytes of sources per context) of a storm round: far above
 /// what the model's contexts hold, far below one storm upload.
 const QUOTA: u64 = 64 * 1024;
+/// How long a staged upload may outlive its request: its client's
+/// timeout, then the wait for its turn on the context (30 s each).
+const STAGED_PATIENCE: Duration = Duration::from_secs(75);
 /// Clients that only send uploads past the quota in a storm round.
 const STORM_CLIENTS: usize = 3;
 
@@ -197,14 +200,59 @@ pub(super) fn storm_round(
         for t in tasks {
             let _ = t.await;
         }
-        // A fork whose client went away may still be finishing aside.
+        // A fork or an upload whose client went away (a client times out
+        // after 30 s) may still be finishing, or waiting up to 30 s for
+        // its turn on the context before it is refused.
         let staging = dir.join("staging");
-        until(PATIENCE, &format!("{why}: staging/ empty"), async || {
-            entries(&staging).is_empty()
-        })
-        .await;
+        let empty = async || entries(&staging).is_empty().then_some(());
+        found_within(STAGED_PATIENCE, empty).await;
+        let left = entries(&staging);
+        assert!(
+            left.is_empty(),
+            "{why}: staging/ still holds {left:?} {STAGED_PATIENCE:?} after every request returned"
+        );
         server.shutdown().await;
     });
+}
+
+/// Starts the binary on `dir` with `envs`, its log in `dir`'s parent
+/// (`server.log`, the last start's): a start that fails panics with the
+/// end of that log and `why`.
+pub(super) fn start_logged(dir: &str, envs: &[(&str, &str)], why: &str) -> LocalBinary {
+    use std::io::BufRead;
+    let log_path = Path::new(dir).parent().unwrap().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nexus-local"))
+        .args(["--bind", "127.0.0.1:0", "--data", dir])
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+    let url = line.trim().to_owned();
+    if url.is_empty() {
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let tail: String = log
+            .chars()
+            .rev()
+            .take(3000)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        panic!("{why}: nexus-local did not start ({status}) with {envs:?}:\n{tail}");
+    }
+    LocalBinary { child, url }
 }
 
 /// Starts the binary on `dir`, which must refuse: its exit status and
@@ -335,7 +383,7 @@ pub(super) fn missing_data_round(
     for (from, to) in &moved {
         std::fs::rename(to, from).unwrap();
     }
-    let mut server = LocalBinary::start(&["--data", copy.to_str().unwrap()], &[]);
+    let mut server = start_logged(copy.to_str().unwrap(), &[], &why);
     rt.block_on(async {
         check(&server.url, model, &why).await;
         check_history(&server.url, model, &why).await;

@@ -315,9 +315,18 @@ fn run(total_ops: usize, seed: u64) {
             if let Some((k, v)) = &clock {
                 envs.push((k, v));
             }
-            stopped_round(&rt, &path, &envs, &model, &mut rng, clients, &mut figures);
+            stopped_round(
+                &rt,
+                &path,
+                &envs,
+                &model,
+                &mut rng,
+                clients,
+                &mut figures,
+                &why,
+            );
         }
-        let mut clean = LocalBinary::start(&["--data", &path], &[]);
+        let mut clean = faults::start_logged(&path, &[], &format!("{why} (clean start)"));
         rt.block_on(async {
             check(&clean.url, &model, &why).await;
             if round.clock.is_some() {
@@ -421,8 +430,9 @@ fn stopped_round(
     rng: &mut Rng,
     clients: usize,
     figures: &mut Figures,
+    why: &str,
 ) {
-    let mut server = LocalBinary::start(&["--data", path], envs);
+    let mut server = faults::start_logged(path, envs, why);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let tasks: Vec<_> = (0..clients)
         .map(|who| {
