@@ -315,16 +315,11 @@ fn run(total_ops: usize, seed: u64) {
             if let Some((k, v)) = &clock {
                 envs.push((k, v));
             }
-            stopped_round(
-                &rt,
-                &path,
-                &envs,
-                &model,
-                &mut rng,
-                clients,
-                &mut figures,
-                &why,
-            );
+            match stopped_round(&rt, &path, &envs, &model, &mut rng, clients, &why) {
+                Stop::Failpoint => figures.failpoint_stops += 1,
+                Stop::Kill => figures.sigkill += 1,
+                Stop::Term => figures.sigterm += 1,
+            }
         }
         let mut clean = faults::start_logged(&path, &[], &format!("{why} (clean start)"));
         rt.block_on(async {
@@ -419,6 +414,13 @@ fn setup(rt: &tokio::runtime::Runtime, dir: &std::path::Path, model: &Shared) {
     terminate(&mut server, Duration::from_secs(60));
 }
 
+/// How a round's server stopped.
+enum Stop {
+    Failpoint,
+    Kill,
+    Term,
+}
+
 /// A round on the binary with `envs` (failpoints, a clock): clients work
 /// until a failpoint stops the server or it is stopped by SIGKILL or
 /// SIGTERM.
@@ -429,9 +431,8 @@ fn stopped_round(
     model: &Shared,
     rng: &mut Rng,
     clients: usize,
-    figures: &mut Figures,
     why: &str,
-) {
+) -> Stop {
     let mut server = faults::start_logged(path, envs, why);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let tasks: Vec<_> = (0..clients)
@@ -451,20 +452,21 @@ fn stopped_round(
     // the server unless a failpoint did.
     let work = Duration::from_millis(300 + rng.below(2000));
     let died = holds_within(work, || server.child.try_wait().unwrap().is_some());
-    if died {
-        figures.failpoint_stops += 1;
+    let how = if died {
+        Stop::Failpoint
     } else if rng.below(2) == 0 {
-        figures.sigkill += 1;
         let _ = server.child.kill();
         let _ = server.child.wait();
+        Stop::Kill
     } else {
-        figures.sigterm += 1;
         terminate(&mut server, Duration::from_secs(60));
-    }
+        Stop::Term
+    };
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     for t in tasks {
         let _ = rt.block_on(t);
     }
+    how
 }
 
 fn env_u64(name: &str) -> Option<u64> {
