@@ -7,23 +7,24 @@
 use std::io::{BufRead, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::local::*;
 use nexus_knowql::local::{LocalNexus, StartError};
 use serde_json::{Value, json};
 
 fn wait_exit(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
+    let mut status = None;
+    let exited = crate::support::wait::holds_within(limit, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    match status {
+        Some(status) if exited => status,
+        _ => {
             let _ = child.kill();
             panic!("the second server did not exit");
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -164,6 +165,7 @@ async fn burst(url: String, seen: Arc<Mutex<Seen>>, stop: Arc<AtomicBool>) {
                             .push(q["id"].as_str().unwrap_or_default().to_owned());
                     }
                 } else {
+                    // Paces load: a refused ask is sent again after a pause.
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             }

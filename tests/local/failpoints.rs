@@ -5,7 +5,7 @@
 //! refused with 503 was applied, that an import is all or nothing, and
 //! that `nexus-local verify` finds the directory consistent.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::local::*;
 use futures::StreamExt;
@@ -114,21 +114,22 @@ async fn writes(base: &str) -> Run {
     );
     let curate = answer(post("/contexts/alpha/curate", json!({})).await).await;
     if let Some(id) = curate.ok().and_then(|v| v["task_id"].as_str()) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let Ok(resp) = http.get(format!("{base}/tasks/{id}")).send().await else {
-                break;
+        // Its end, or none when the server went away first.
+        let url = format!("{base}/tasks/{id}");
+        let end = crate::support::wait::found_within(Duration::from_secs(30), async || {
+            let Ok(resp) = http.get(&url).send().await else {
+                return Some(None);
             };
             let Ok(task) = resp.json::<Value>().await else {
-                break;
+                return Some(None);
             };
             let state = task["state"].as_str().unwrap_or("").to_owned();
-            if ["completed", "failed", "cancelled"].contains(&state.as_str()) {
-                run.curate_end = Some(state);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            ["completed", "failed", "cancelled"]
+                .contains(&state.as_str())
+                .then_some(Some(state))
+        })
+        .await;
+        run.curate_end = end.flatten();
     }
     run.curate = Some(curate);
     run.query = Some(
@@ -258,14 +259,11 @@ async fn check(base: &str, run: &Run, case: &str) {
 /// Waits for the process to end (a crash or a stop on a failed write),
 /// else kills it: a crash after the last write.
 fn end(mut server: LocalBinary, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if server.child.try_wait().unwrap().is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let ended =
+        crate::support::wait::holds_within(limit, || server.child.try_wait().unwrap().is_some());
+    if !ended {
+        server.kill();
     }
-    server.kill();
 }
 
 /// Stops a server with SIGTERM (a clean stop) and waits.

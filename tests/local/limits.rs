@@ -188,18 +188,20 @@ async fn big_shape_turns_leave_other_requests_fast() {
     // reads must stay fast too.
     let mut during = Vec::new();
     for id in &ids {
-        loop {
-            let started = Instant::now();
-            let (_, q) = get_json(&format!("{base}/queries/{id}")).await;
-            during.push(started.elapsed());
-            let composing = q["steps"]
-                .as_array()
-                .is_some_and(|s| s.iter().any(|s| s["step_id"] == "step_2"));
-            if composing || q["status"] != "in_progress" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        crate::support::wait::until(
+            Duration::from_secs(60),
+            "the turn composing (step 2)",
+            async || {
+                let started = Instant::now();
+                let (_, q) = get_json(&format!("{base}/queries/{id}")).await;
+                during.push(started.elapsed());
+                let composing = q["steps"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|s| s["step_id"] == "step_2"));
+                composing || q["status"] != "in_progress"
+            },
+        )
+        .await;
     }
     for _ in 0..7 {
         during.push(timed_get(&models).await);

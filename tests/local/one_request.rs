@@ -87,18 +87,19 @@ async fn a_fork_whose_client_goes_away_leaves_nothing_and_its_retry_succeeds() {
         "a fork half made is visible: {status} {seen}"
     );
     // While the first copy still runs, its slug is busy (retryable).
-    let mut answer = (0, json!(null));
-    for _ in 0..500 {
-        answer = post_json(
-            &format!("{base}/contexts/big/fork"),
-            json!({"target_slug": "copy"}),
-        )
-        .await;
-        if answer.0 != 503 || answer.1["code"] != "busy" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let answer = crate::support::wait::until_some(
+        Duration::from_secs(10),
+        "the fork's slug no longer busy",
+        async || {
+            let answer = post_json(
+                &format!("{base}/contexts/big/fork"),
+                json!({"target_slug": "copy"}),
+            )
+            .await;
+            (answer.0 != 503 || answer.1["code"] != "busy").then_some(answer)
+        },
+    )
+    .await;
     let (status, body) = answer;
     assert_eq!(status, 200, "the retry of a fork that went away: {body}");
     server.shutdown().await;

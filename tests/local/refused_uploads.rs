@@ -2,7 +2,7 @@
 //! refusal and every request that goes away removes what it staged, so a
 //! client retrying refused uploads never fills the disk.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -36,14 +36,9 @@ fn entries(dir: &std::path::Path) -> Vec<String> {
 /// Waits (at most 10 s) for `staging/` to be empty; what it still holds.
 async fn staging_left(data: &std::path::Path) -> Vec<String> {
     let staging = data.join("staging");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = entries(&staging);
-        if left.is_empty() || Instant::now() > deadline {
-            return left;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let empty = async || entries(&staging).is_empty().then_some(());
+    crate::support::wait::found_within(Duration::from_secs(10), empty).await;
+    entries(&staging)
 }
 
 /// Reproduction: an upload refused after staging (the context's byte limit,

@@ -118,7 +118,8 @@ async fn a_long_session_is_paged_and_read_off_the_async_threads() {
     // timed.
     let reading = Instant::now() + Duration::from_secs(4);
     let mut readers = Vec::new();
-    let pages_read = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (pages_read, mut pages_seen) = tokio::sync::watch::channel(0u32);
+    let pages_read = std::sync::Arc::new(pages_read);
     for r in 0..6 {
         let pages_read = pages_read.clone();
         let url = format!(
@@ -138,22 +139,26 @@ async fn a_long_session_is_paged_and_read_off_the_async_threads() {
                     .unwrap();
                 bytes += body.len();
                 reads += 1;
-                pages_read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                pages_read.send_modify(|n| *n += 1);
             }
             (reads, bytes)
         }));
     }
     // The readers are under way (pages come back) before the timing.
-    while pages_read.load(std::sync::atomic::Ordering::Relaxed) < 6 {
-        assert!(Instant::now() < reading, "no pages read");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::support::wait::within(
+        Duration::from_secs(4),
+        "six pages read",
+        pages_seen.wait_for(|n| *n >= 6),
+    )
+    .await
+    .unwrap();
     let mut models = Vec::new();
     while Instant::now() < reading {
         let asked = Instant::now();
         let resp = http().get(format!("{base}/models")).send().await.unwrap();
         assert_eq!(resp.status(), 200);
         models.push(asked.elapsed());
+        // Paces load: one timed request every 20 ms.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (mut reads, mut bytes) = (0, 0);

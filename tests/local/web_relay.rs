@@ -612,15 +612,18 @@ async fn page_in_chromium(browser: &PathBuf, base: &str) -> String {
         let mut browser = Browser::launch(browser);
         let page = browser.open(&url).await;
         let deadline = tokio::time::Instant::now() + PAGE_DEADLINE;
-        let dom = loop {
-            if let Some(dom) = browser.evaluate(&page, SETTLED_DOM).await.as_str() {
-                break dom.to_owned();
-            }
-            if tokio::time::Instant::now() >= deadline {
+        let limit = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let settled = crate::support::wait::found_within(limit, async || {
+            let dom = browser.evaluate(&page, SETTLED_DOM).await;
+            dom.as_str().map(str::to_owned)
+        })
+        .await;
+        let dom = match settled {
+            Some(dom) => dom,
+            None => {
                 let now = browser.evaluate(&page, "document.documentElement.outerHTML");
-                break now.await.as_str().unwrap_or_default().to_owned();
+                now.await.as_str().unwrap_or_default().to_owned()
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         };
         browser.close().await;
         dom

@@ -75,16 +75,48 @@ pub async fn until_some<T>(
     .await
 }
 
-/// [`until`] for a test that goes on either way: whether `check` came to
-/// hold within `limit`, looking again every 20 ms.
-pub async fn holds_within_async(limit: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
-    tokio::time::timeout(limit, async {
-        while !check().await {
+/// [`until_some`] for a check made by a closure that returns a future
+/// (one that must be `Send`, such as inside a spawned task, where an
+/// async closure's borrow is not).
+pub async fn until_found<T, F, Fut>(limit: Duration, what: &str, mut find: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    within(limit, what, async {
+        loop {
+            if let Some(found) = find().await {
+                return found;
+            }
             tokio::time::sleep(POLL).await;
         }
     })
     .await
-    .is_ok()
+}
+
+/// [`until_some`] for a test that goes on when the time is up: what
+/// `find` found within `limit`, or `None`.
+pub async fn found_within<T>(
+    limit: Duration,
+    mut find: impl AsyncFnMut() -> Option<T>,
+) -> Option<T> {
+    let found = async {
+        loop {
+            if let Some(found) = find().await {
+                return found;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    tokio::time::timeout(limit, found).await.ok()
+}
+
+/// [`until`] for a test that goes on either way: whether `check` came to
+/// hold within `limit`, looking again every 20 ms.
+pub async fn holds_within_async(limit: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
+    found_within(limit, async || check().await.then_some(()))
+        .await
+        .is_some()
 }
 
 /// [`until`] for a test without a runtime (one that drives a process from

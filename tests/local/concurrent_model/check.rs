@@ -113,9 +113,15 @@ pub(super) async fn check(base: &str, model: &Shared, why: &str) {
             "{why}: {key:?} appeared from nowhere"
         );
     }
+    let mut records = Vec::new();
     for (id, status) in &turns {
         let (code, q) = get_json(&format!("{base}/queries/{id}")).await;
         assert_eq!(code, 200, "{why}: turn {id}: {q}");
+        records.push(Record::of(
+            format!("/queries/{id}"),
+            &q,
+            &["id", "status", "session_id"],
+        ));
         if let Some(s) = status {
             assert_eq!(
                 q["status"].as_str(),
@@ -152,6 +158,12 @@ pub(super) async fn check(base: &str, model: &Shared, why: &str) {
         let (code, body) = get_json(&format!("{base}/contexts/{f}")).await;
         assert_eq!(code, 200, "{why}: fork {f}: {body}");
         served_sources(base, f, why).await;
+        let id = body["id"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            lock(model).ids.insert(format!("context {id}")),
+            "{why}: fork {f} has the id of an earlier record: {body}"
+        );
+        records.push(Record::of(format!("/contexts/{f}"), &body, &["id", "slug"]));
     }
     for f in &refused_forks {
         let (code, body) = get_json(&format!("{base}/contexts/{f}")).await;
@@ -179,6 +191,11 @@ pub(super) async fn check(base: &str, model: &Shared, why: &str) {
     for t in &tasks {
         let (code, body) = get_json(&format!("{base}/tasks/{t}")).await;
         assert_eq!(code, 200, "{why}: task {t}: {body}");
+        records.push(Record::of(
+            format!("/tasks/{t}"),
+            &body,
+            &["id", "context_id"],
+        ));
     }
     for t in &imports {
         let (code, body) = get_json(&format!("{base}/tasks/{t}")).await;
@@ -187,7 +204,53 @@ pub(super) async fn check(base: &str, model: &Shared, why: &str) {
             body["state"], "completed",
             "{why}: acknowledged import {t}: {body}"
         );
+        records.push(Record::of(
+            format!("/tasks/{t}"),
+            &body,
+            &["id", "context_id", "state"],
+        ));
     }
     let mut m = lock(model);
+    m.history.extend(records);
     m.base = served.into_iter().map(|(k, v)| (k, Some(v))).collect();
+}
+
+/// An acknowledged record as a check saw it: what a later start must
+/// still serve at `path` (a record with a repeated id would replace it).
+#[derive(Debug, Clone)]
+pub(super) struct Record {
+    path: String,
+    fields: Vec<(&'static str, Value)>,
+}
+
+impl Record {
+    fn of(path: String, body: &Value, names: &[&'static str]) -> Record {
+        let fields = names.iter().map(|n| (*n, body[*n].clone())).collect();
+        Record { path, fields }
+    }
+}
+
+/// Every record acknowledged since the run began is served as it was
+/// first seen (a repeated clock must not have replaced any).
+pub(super) async fn check_history(base: &str, model: &Shared, why: &str) {
+    use futures::StreamExt;
+    let history = lock(model).history.clone();
+    let found: Vec<(Record, u16, Value)> = futures::stream::iter(history)
+        .map(|r| async move {
+            let (code, body) = get_json(&format!("{base}{}", r.path)).await;
+            (r, code, body)
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    for (r, code, body) in found {
+        assert_eq!(code, 200, "{why}: {} is gone: {body}", r.path);
+        for (name, was) in &r.fields {
+            assert_eq!(
+                &body[*name], was,
+                "{why}: {} changed its {name}: {body}",
+                r.path
+            );
+        }
+    }
 }

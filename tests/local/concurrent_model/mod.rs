@@ -10,6 +10,17 @@
 //! left without an answer (its client gone mid-copy, the server stopped)
 //! is whole or absent, never half made; its retry never gets 409.
 //!
+//! Some rounds add faults of their own (`faults.rs`): the server restarts
+//! with its clock frozen at, or set back to, an instant already used (no
+//! new record may take an earlier one's id, and every record acknowledged
+//! since the run began is still served as first seen); an in-process
+//! server with a per-context quota gets storms of uploads past it (each
+//! refused, and `staging/` empty once every request returned); and after
+//! a round's check, a copy of the data directory loses a source file, a
+//! context's `sources/` folder or `state.db`: the start is refused with
+//! the documented message, `verify` reports it, and once put back every
+//! acknowledged record is served and the run goes on in the copy.
+//!
 //! The model of a source path is a register: every write (upload, delete)
 //! has a start, an end (none when its outcome is unknown) and an outcome.
 //! The served value must be the value of a write that no acknowledged
@@ -21,19 +32,21 @@
 //! `NEXUS_MODEL_OPS=10000` (`NEXUS_MODEL_PROGRESS=1` prints each round;
 //! `NEXUS_MODEL_CLIENTS` sets the number of clients).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::local::*;
+use crate::support::wait::{holds_within, until};
 use serde_json::{Value, json};
 
 use super::stops::{terminate, verify};
 
 mod check;
+mod faults;
 mod ops;
 
-use check::check;
+use check::{check, check_history};
 use ops::run_client;
 
 /// Contexts whose sources the model tracks.
@@ -114,6 +127,15 @@ struct Model {
     tasks: Vec<String>,
     /// Tasks of acknowledged imports: must be `completed`.
     imports: Vec<String>,
+    /// Ids of acknowledged records (turns, imports' tasks, new sessions,
+    /// forks), each prefixed by its kind: a new record never repeats one.
+    ids: BTreeSet<String>,
+    /// Every acknowledged record as a check first saw it.
+    history: Vec<check::Record>,
+    /// Model context slug -> id (the folder of its files).
+    context_ids: BTreeMap<String, String>,
+    /// Uploads past a quota, refused.
+    storm_refused: usize,
     /// Figures.
     ops: usize,
     acked: usize,
@@ -155,6 +177,16 @@ fn outcome(answer: &Option<(u16, Value)>) -> Outcome {
 /// Whether an answer says nothing of the request was saved.
 fn not_saved(answer: &Option<(u16, Value)>) -> bool {
     matches!(answer, Some((503, b)) if b["code"] == "not_saved")
+}
+
+/// Records the id of a record an acknowledged request made: a violation
+/// when an earlier record had it.
+fn note_new_id(model: &Shared, kind: &str, id: &str) {
+    let mut m = lock(model);
+    if !m.ids.insert(format!("{kind} {id}")) {
+        m.violations
+            .push(format!("a new {kind} has the id {id} of an earlier one"));
+    }
 }
 
 /// Records what a fork request was answered.
@@ -227,6 +259,15 @@ struct Figures {
     sigkill: usize,
     sigterm: usize,
     failpoint_stops: usize,
+    /// Rounds whose server ran with its clock frozen or set back.
+    frozen_clock: usize,
+    set_back_clock: usize,
+    /// Rounds with a quota and refused-upload storms (clean shutdowns).
+    storms: usize,
+    /// Missing-data starts: a source file, a sources folder, `state.db`.
+    missing_file: usize,
+    missing_folder: usize,
+    missing_db: usize,
 }
 
 fn run(total_ops: usize, seed: u64) {
@@ -235,138 +276,197 @@ fn run(total_ops: usize, seed: u64) {
         .enable_all()
         .build()
         .unwrap();
-    let data = TempDir::new("model");
-    let dir = data.path().to_str().unwrap().to_owned();
+    let root = TempDir::new("model");
+    let mut dir = root.path().join("data-0");
     let mut rng = Rng(seed | 1);
     let model: Shared = Arc::default();
     let mut figures = Figures::default();
-    {
-        let server = LocalBinary::start(&["--data", &dir], &[]);
-        rt.block_on(async {
-            for ctx in MODEL_CONTEXTS {
-                let (s, b) = post_json(
-                    &format!("{}/contexts", server.url),
-                    json!({"slug": ctx, "name": ctx}),
-                )
-                .await;
-                assert_eq!(s, 200, "{b}");
-            }
-            for ctx in MODEL_CONTEXTS {
-                let form = reqwest::multipart::Form::new().part(
-                    "file",
-                    reqwest::multipart::Part::bytes(b"# Seed\n\nThe first words.\n".to_vec())
-                        .file_name("seed.md"),
-                );
-                let a = send(
-                    http()
-                        .post(format!("{}/contexts/{ctx}/import/upload", server.url))
-                        .multipart(form),
-                )
-                .await;
-                assert_eq!(outcome(&a), Outcome::Acked, "{a:?}");
-                lock(&model).base.insert(
-                    (ctx.to_owned(), "uploads/seed.md".to_owned()),
-                    Some("# Seed\n\nThe first words.\n".to_owned()),
-                );
-            }
-            let (s, b) = post_json(&format!("{}/contexts/m0/curate", server.url), json!({})).await;
-            assert_eq!(s, 200, "{b}");
-            let task = b["task_id"].as_str().unwrap().to_owned();
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let (_, t) = get_json(&format!("{}/tasks/{task}", server.url)).await;
-                if t["state"] == "completed" {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "the first curation never ended: {t}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            check(&server.url, &model, "setup").await;
-        });
-        let mut server = server;
-        terminate(&mut server, Duration::from_secs(60));
-    }
+    // The instant the setup's ids were made at: set-back rounds reuse it.
+    let run_start_ms = faults::now_ms();
+    setup(&rt, &dir, &model);
+    let clients = env_u64("NEXUS_MODEL_CLIENTS").map_or(CLIENTS, |n| n as usize);
     while lock(&model).ops < total_ops {
         figures.rounds += 1;
-        let fault = pick_fault(&mut rng);
-        let envs: Vec<(&str, &str)> = fault
-            .as_deref()
-            .map(|f| vec![(nexus_knowql::local::ENV_FAILPOINTS, f)])
-            .unwrap_or_default();
-        let mut server = LocalBinary::start(&["--data", &dir], &envs);
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let clients: Vec<_> = (0..env_u64("NEXUS_MODEL_CLIENTS").map_or(CLIENTS, |n| n as usize))
-            .map(|who| {
-                let c = Rng(rng.next() | 1);
-                rt.spawn(run_client(
-                    server.url.clone(),
-                    model.clone(),
-                    c,
-                    who,
-                    60,
-                    stop.clone(),
-                ))
-            })
-            .collect();
-        // Let the clients work, then stop the server unless a failpoint did.
-        let work = Duration::from_millis(300 + rng.below(2000));
-        let deadline = Instant::now() + work;
-        let mut died = false;
-        while Instant::now() < deadline {
-            if server.child.try_wait().unwrap().is_some() {
-                died = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let why = format!("seed {seed} round {} fault {fault:?}", figures.rounds);
-        if died {
-            figures.failpoint_stops += 1;
-        } else if rng.below(2) == 0 {
-            figures.sigkill += 1;
-            let _ = server.child.kill();
-            let _ = server.child.wait();
+        let round = faults::pick_round(&mut rng, run_start_ms);
+        let fault = if round.storm {
+            None
         } else {
-            figures.sigterm += 1;
-            terminate(&mut server, Duration::from_secs(60));
+            pick_fault(&mut rng)
+        };
+        let why = format!(
+            "seed {seed} round {} fault {fault:?} {round:?}",
+            figures.rounds
+        );
+        let path = dir.to_str().unwrap().to_owned();
+        if round.storm {
+            figures.storms += 1;
+            faults::storm_round(&rt, &dir, &model, &mut rng, clients, &why);
+        } else {
+            match round.clock {
+                Some(faults::Clock::Frozen) => figures.frozen_clock += 1,
+                Some(faults::Clock::SetBack(_)) => figures.set_back_clock += 1,
+                None => {}
+            }
+            let clock = faults::clock_env(round.clock);
+            let mut envs: Vec<(&str, &str)> = Vec::new();
+            if let Some(f) = fault.as_deref() {
+                envs.push((nexus_knowql::local::ENV_FAILPOINTS, f));
+            }
+            if let Some((k, v)) = &clock {
+                envs.push((k, v));
+            }
+            match stopped_round(&rt, &path, &envs, &model, &mut rng, clients, &why) {
+                Stop::Failpoint => figures.failpoint_stops += 1,
+                Stop::Kill => figures.sigkill += 1,
+                Stop::Term => figures.sigterm += 1,
+            }
         }
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        for c in clients {
-            let _ = rt.block_on(c);
-        }
-        drop(server);
-        let mut clean = LocalBinary::start(&["--data", &dir], &[]);
-        rt.block_on(check(&clean.url, &model, &why));
+        let mut clean = faults::start_logged(&path, &[], &format!("{why} (clean start)"));
+        rt.block_on(async {
+            check(&clean.url, &model, &why).await;
+            if round.clock.is_some() {
+                check_history(&clean.url, &model, &why).await;
+            }
+        });
         terminate(&mut clean, Duration::from_secs(60));
-        let (ok, report) = verify(&dir);
+        let (ok, report) = verify(&path);
         assert!(ok, "{why}: verify found problems:\n{report}");
+        if let Some(missing) = round.missing {
+            match missing {
+                faults::Missing::File => figures.missing_file += 1,
+                faults::Missing::Folder => figures.missing_folder += 1,
+                faults::Missing::Database => figures.missing_db += 1,
+            }
+            dir = faults::missing_data_round(
+                &rt,
+                &dir,
+                &model,
+                &mut rng,
+                missing,
+                figures.rounds,
+                &why,
+            );
+        }
         if std::env::var_os("NEXUS_MODEL_PROGRESS").is_some() {
             let m = lock(&model);
             eprintln!(
-                "round {}: {} operations ({} acknowledged); stops {} SIGKILL, {} SIGTERM, {} by failpoint",
-                figures.rounds,
-                m.ops,
-                m.acked,
-                figures.sigkill,
-                figures.sigterm,
-                figures.failpoint_stops
+                "round {}: {} operations ({} acknowledged); {figures:?}",
+                figures.rounds, m.ops, m.acked,
             );
         }
     }
     let m = lock(&model);
     eprintln!(
-        "concurrent model: seed {seed}, {} operations ({} acknowledged), {} rounds, stops: {} SIGKILL, {} SIGTERM, {} by failpoint; kinds {:?}; lost: 0",
+        "concurrent model: seed {seed}, {} operations ({} acknowledged), {} uploads past a quota refused, {} records kept; {figures:?}; kinds {:?}; lost: 0, wrongly answered: 0",
         m.ops,
         m.acked,
-        figures.rounds,
-        figures.sigkill,
-        figures.sigterm,
-        figures.failpoint_stops,
+        m.storm_refused,
+        m.history.len(),
         m.kinds
     );
+}
+
+/// Creates the model's contexts with a seed file each, curates one, and
+/// checks it, on a first server stopped with SIGTERM.
+fn setup(rt: &tokio::runtime::Runtime, dir: &std::path::Path, model: &Shared) {
+    let mut server = LocalBinary::start(&["--data", dir.to_str().unwrap()], &[]);
+    rt.block_on(async {
+        for ctx in MODEL_CONTEXTS {
+            let (s, b) = post_json(
+                &format!("{}/contexts", server.url),
+                json!({"slug": ctx, "name": ctx}),
+            )
+            .await;
+            assert_eq!(s, 200, "{b}");
+            let id = b["id"].as_str().unwrap().to_owned();
+            lock(model).context_ids.insert(ctx.to_owned(), id);
+        }
+        for ctx in MODEL_CONTEXTS {
+            let form = reqwest::multipart::Form::new().part(
+                "file",
+                reqwest::multipart::Part::bytes(b"# Seed\n\nThe first words.\n".to_vec())
+                    .file_name("seed.md"),
+            );
+            let a = send(
+                http()
+                    .post(format!("{}/contexts/{ctx}/import/upload", server.url))
+                    .multipart(form),
+            )
+            .await;
+            assert_eq!(outcome(&a), Outcome::Acked, "{a:?}");
+            lock(model).base.insert(
+                (ctx.to_owned(), "uploads/seed.md".to_owned()),
+                Some("# Seed\n\nThe first words.\n".to_owned()),
+            );
+        }
+        let (s, b) = post_json(&format!("{}/contexts/m0/curate", server.url), json!({})).await;
+        assert_eq!(s, 200, "{b}");
+        let task = b["task_id"].as_str().unwrap().to_owned();
+        let url = format!("{}/tasks/{task}", server.url);
+        until(
+            Duration::from_secs(60),
+            "the first curation ending",
+            async || get_json(&url).await.1["state"] == "completed",
+        )
+        .await;
+        check(&server.url, model, "setup").await;
+    });
+    terminate(&mut server, Duration::from_secs(60));
+}
+
+/// How a round's server stopped.
+enum Stop {
+    Failpoint,
+    Kill,
+    Term,
+}
+
+/// A round on the binary with `envs` (failpoints, a clock): clients work
+/// until a failpoint stops the server or it is stopped by SIGKILL or
+/// SIGTERM.
+fn stopped_round(
+    rt: &tokio::runtime::Runtime,
+    path: &str,
+    envs: &[(&str, &str)],
+    model: &Shared,
+    rng: &mut Rng,
+    clients: usize,
+    why: &str,
+) -> Stop {
+    let mut server = faults::start_logged(path, envs, why);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tasks: Vec<_> = (0..clients)
+        .map(|who| {
+            let c = Rng(rng.next() | 1);
+            rt.spawn(run_client(
+                server.url.clone(),
+                model.clone(),
+                c,
+                who,
+                60,
+                stop.clone(),
+            ))
+        })
+        .collect();
+    // Let the clients work (paced load: the round's length), then stop
+    // the server unless a failpoint did.
+    let work = Duration::from_millis(300 + rng.below(2000));
+    let died = holds_within(work, || server.child.try_wait().unwrap().is_some());
+    let how = if died {
+        Stop::Failpoint
+    } else if rng.below(2) == 0 {
+        let _ = server.child.kill();
+        let _ = server.child.wait();
+        Stop::Kill
+    } else {
+        terminate(&mut server, Duration::from_secs(60));
+        Stop::Term
+    };
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for t in tasks {
+        let _ = rt.block_on(t);
+    }
+    how
 }
 
 fn env_u64(name: &str) -> Option<u64> {

@@ -2,6 +2,7 @@
 //! records what it was answered.
 
 use super::*;
+use crate::support::wait::until_found;
 
 /// One client's operations until `stop` (or `budget` operations).
 pub(super) async fn run_client(
@@ -57,6 +58,7 @@ pub(super) async fn run_client(
                     .filter(|_| o == Outcome::Acked)
                     .and_then(|(_, b)| b["task_id"].as_str())
                 {
+                    note_new_id(&model, "task", t);
                     lock(&model).imports.push(t.to_owned());
                 }
                 ("upload", a)
@@ -105,6 +107,7 @@ pub(super) async fn run_client(
                     .filter(|_| o == Outcome::Acked)
                     .and_then(|(_, b)| b["task_id"].as_str())
                 {
+                    note_new_id(&model, "task", t);
                     lock(&model).imports.push(t.to_owned());
                 }
                 ("archive", a)
@@ -152,20 +155,22 @@ pub(super) async fn run_client(
                         ("fork", first)
                     } else {
                         // Busy while the first request still builds it.
-                        let mut a = None;
-                        for _ in 0..100 {
-                            a = send(
-                                http.post(format!("{base}/contexts/{ctx}/fork"))
-                                    .json(&json!({"target_slug": target})),
-                            )
-                            .await;
-                            match &a {
-                                Some((503, b)) if b["code"] == "busy" => {
-                                    tokio::time::sleep(Duration::from_millis(20)).await;
+                        let url = format!("{base}/contexts/{ctx}/fork");
+                        let a = until_found(
+                            Duration::from_secs(30),
+                            "the retried fork's slug no longer busy",
+                            || {
+                                let retry = http.post(&url).json(&json!({"target_slug": target}));
+                                async move {
+                                    let a = send(retry).await;
+                                    match &a {
+                                        Some((503, b)) if b["code"] == "busy" => None,
+                                        _ => Some(a),
+                                    }
                                 }
-                                _ => break,
-                            }
-                        }
+                            },
+                        )
+                        .await;
                         if let Some((409, b)) = &a
                             && b["message"]
                                 .as_str()
@@ -222,6 +227,10 @@ pub(super) async fn run_client(
                 {
                     let id = q["id"].as_str().unwrap_or_default().to_owned();
                     let sid = q["session_id"].as_str().unwrap_or_default().to_owned();
+                    note_new_id(&model, "turn", &id);
+                    if session.is_none() {
+                        note_new_id(&model, "session", &sid);
+                    }
                     let mut m = lock(&model);
                     m.turns
                         .insert(id.clone(), q["status"].as_str().map(str::to_owned));
@@ -242,6 +251,7 @@ pub(super) async fn run_client(
                     .filter(|_| outcome(&a) == Outcome::Acked)
                     .and_then(|(_, q)| q["id"].as_str())
                 {
+                    note_new_id(&model, "turn", id);
                     lock(&model).turns.insert(id.to_owned(), None);
                     let c = send(
                         http.post(format!("{base}/queries/{id}/cancel"))
@@ -307,6 +317,7 @@ pub(super) async fn run_client(
                     lock(&model).ops += 1;
                     continue;
                 };
+                note_new_id(&model, "session", &sid);
                 let d = send(http.delete(format!("{base}/sessions/{sid}"))).await;
                 if outcome(&d) == Outcome::Acked {
                     lock(&model).deleted_sessions.push(sid);
