@@ -185,7 +185,10 @@ async fn run(
                 let dir = state.store.context_dir(&context_id);
                 let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
             }
-            let _ = state.store.saved(ended).await;
+            // The failed end is what the next start reads; once it is
+            // saved the staging directory is nobody's.
+            let saved = state.store.saved(ended).await;
+            staged.root.keep_for_next_start(saved.is_err());
             let _ = applied.send(Err(LocalError::new(
                 axum::http::StatusCode::CONFLICT,
                 format!("the import failed: {msg}"),

@@ -117,3 +117,57 @@ async fn concurrent_uploads_to_one_context_all_land() {
     assert_eq!(listing["total"], 24, "{listing}");
     server.shutdown().await;
 }
+
+/// The files under `dir`, at any depth, named `name`.
+fn found_file(dir: &std::path::Path, name: &str) -> bool {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            let path = e.path();
+            e.file_name() == name || (path.is_dir() && found_file(&path, name))
+        })
+}
+
+/// Reproduction: an import whose context was deleted after its files moved
+/// answered 409 and kept its staging directory, marked for the next start
+/// before the move, until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_whose_context_is_deleted_leaves_staging_empty() {
+    let tmp = TempDir::new("import-context-deleted");
+    let data = tmp.path().join("data");
+    // The import waits 1.5 s between its files moving and their record.
+    let server = LocalNexus::builder()
+        .data_dir(&data)
+        .frame_delay(Duration::from_millis(1500))
+        .start()
+        .await
+        .unwrap();
+    let base = server.base_url().to_owned();
+    let (status, body) = post_json(
+        &format!("{base}/contexts"),
+        json!({"slug": "docs", "name": "Docs"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let uploaded = tokio::spawn({
+        let base = base.clone();
+        async move { upload(&base, "docs", "moved.md", None, "# moved\n").await }
+    });
+    let contexts = data.join("contexts");
+    crate::support::wait::until(Duration::from_secs(30), "the file moves", async || {
+        found_file(&contexts, "moved.md")
+    })
+    .await;
+    let deleted = http()
+        .delete(format!("{base}/contexts/docs"))
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let (status, body) = uploaded.await.unwrap();
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(staging_left(&data).await, Vec::<String>::new());
+    server.shutdown().await;
+}
