@@ -21,7 +21,7 @@
 //!   does not read in time cuts its connection;
 //! - with `Limits::reconnect`, a client network (an IPv4 address, an IPv6
 //!   /64) whose connection was cut for a response it did not read opens
-//!   new connections at a slower pace for a while (see [`throttle`]);
+//!   new connections at a slower pace for a while (see `throttle.rs`);
 //! - at shutdown no connection is accepted any more, open ones close once
 //!   their requests are done, and what is left is cut when `kill` fires.
 
