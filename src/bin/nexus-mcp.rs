@@ -111,6 +111,15 @@ struct Args {
     #[arg(long, value_name = "SECS", value_parser = seconds, default_value = "10", help_heading = "HTTP limits and deadlines")]
     write_stall_timeout: Duration,
 
+    /// Seconds between new connections of a client network (an IPv4
+    /// address, an IPv6 /64) once one of its connections was cut for making
+    /// no progress (a response it did not read): 3 at once, then one per
+    /// pace, doubled by each further cut (up to 32 times), forgiven after
+    /// 10 minutes without a cut; faster ones are closed at once. 0 turns
+    /// the throttle off.
+    #[arg(long, value_name = "SECS", value_parser = seconds_or_zero, default_value = "1", help_heading = "HTTP limits and deadlines")]
+    reconnect_pace: Duration,
+
     /// Open connections; more are closed at once.
     #[arg(long, value_name = "N", default_value_t = http::DEFAULT_MAX_CONNECTIONS, help_heading = "HTTP limits and deadlines")]
     max_connections: usize,
@@ -258,6 +267,14 @@ fn seconds(text: &str) -> Result<Duration, String> {
         return Err(format!("`{text}` must be more than 0 seconds"));
     }
     Duration::try_from_secs_f64(value).map_err(|e| format!("`{text}`: {e}"))
+}
+
+/// [`seconds`], or 0 (off).
+fn seconds_or_zero(text: &str) -> Result<Duration, String> {
+    if text.trim().parse::<f64>().is_ok_and(|v| v == 0.0) {
+        return Ok(Duration::ZERO);
+    }
+    seconds(text)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -443,6 +460,7 @@ async fn serve_http(args: Args, server: NexusMcp) -> Result<ExitCode, String> {
         .max_sessions_per_caller(args.max_sessions_per_caller)
         .request_timeout(args.request_timeout)
         .write_stall_timeout(args.write_stall_timeout)
+        .reconnect_pace(args.reconnect_pace)
         .max_connections(args.max_connections)
         .max_concurrent_requests(args.max_concurrent_requests)
         .max_requests_per_connection(args.max_requests_per_connection)

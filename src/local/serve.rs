@@ -79,6 +79,10 @@ pub(crate) async fn serve(
         max_requests_per_connection: None,
         h2_keep_alive: (H2_KEEP_ALIVE, H2_KEEP_ALIVE),
         threads: 1,
+        // No reconnect throttle: every local client shares the loopback
+        // address, no response is cut for going unread, and idle or
+        // silent connections are reclaimed at capacity instead.
+        reconnect: None,
     };
     let kill = crate::serving::cut_after(&stop, CLOSE_GRACE);
     let server = Server::new(app, limits, std::sync::Arc::new(LogOnly));

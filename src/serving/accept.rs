@@ -54,7 +54,7 @@ impl Server {
                 },
                 () = stop.cancelled() => break,
             };
-            if !self.hooks.on_accept(peer) {
+            if !self.hooks.on_accept(peer) || !self.reconnect_allowed(peer) {
                 continue;
             }
             let Some(registered) =

@@ -223,6 +223,7 @@ impl Server {
                         // drops their bodies, and with them their slots.
                         Check::Unread => {
                             self.hooks.unread(peer);
+                            self.cut_for_no_progress(peer);
                             break;
                         }
                     }

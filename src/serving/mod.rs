@@ -19,6 +19,9 @@
 //! - a connection without a request in flight for `Limits::idle_timeout`
 //!   is closed; with `Limits::response_deadline`, a response its peer
 //!   does not read in time cuts its connection;
+//! - with `Limits::reconnect`, a client network (an IPv4 address, an IPv6
+//!   /64) whose connection was cut for a response it did not read opens
+//!   new connections at a slower pace for a while (see `throttle.rs`);
 //! - at shutdown no connection is accepted any more, open ones close once
 //!   their requests are done, and what is left is cut when `kill` fires.
 
@@ -31,6 +34,7 @@ mod activity;
 mod connection;
 mod registry;
 mod signal;
+mod throttle;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -42,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 #[doc(hidden)]
 pub use signal::stop_signal;
+pub(crate) use throttle::{ReconnectLimit, client_network};
 
 /// About thirty years: "never" for a deadline or an expiry.
 const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
@@ -117,6 +122,9 @@ pub(crate) struct Limits {
     /// Threads accepting connections, each on its own single-threaded
     /// runtime (the caller's included).
     pub(crate) threads: usize,
+    /// The pace of reconnects of client networks cut for making no
+    /// progress; `None`: no throttle.
+    pub(crate) reconnect: Option<ReconnectLimit>,
 }
 
 impl Limits {
@@ -182,6 +190,12 @@ pub(crate) trait Hooks: Send + Sync + 'static {
     fn unread(&self, peer: SocketAddr) {
         tracing::debug!(%peer, "a response was not read by its deadline; connection cut");
     }
+
+    /// A connection was closed at once: its network reconnects faster than
+    /// the throttle allows after a cut.
+    fn throttled(&self, peer: SocketAddr) {
+        tracing::debug!(%peer, "refused connection: reconnecting too fast after a cut");
+    }
 }
 
 /// A server that only logs.
@@ -197,6 +211,7 @@ pub(crate) struct Server {
     app: axum::Router,
     limits: Arc<Limits>,
     registry: Arc<registry::Registry>,
+    reconnects: Arc<throttle::Reconnects>,
     hooks: Arc<dyn Hooks>,
 }
 
@@ -212,11 +227,34 @@ impl Server {
     /// Serves `app` under `limits`, telling `hooks` what happens.
     pub(crate) fn new(app: axum::Router, limits: Limits, hooks: Arc<dyn Hooks>) -> Self {
         let registry = Arc::new(registry::Registry::new(&limits));
+        let reconnects = Arc::new(throttle::Reconnects::new(limits.reconnect));
         Server {
             app,
             limits: Arc::new(limits),
             registry,
+            reconnects,
             hooks,
+        }
+    }
+
+    /// Whether a new connection from `peer` is within the reconnect
+    /// throttle (trusted proxies, uncapped, are never throttled).
+    fn reconnect_allowed(&self, peer: SocketAddr) -> bool {
+        if self.hooks.uncapped(peer.ip()) || self.reconnects.admit(peer.ip()) {
+            return true;
+        }
+        self.hooks.throttled(peer);
+        false
+    }
+
+    /// The core cut a connection of `peer` for making no progress (a
+    /// response it did not read): its network reconnects at a slower pace.
+    /// A silent connection is not counted: it held no request slot, and
+    /// loopback or NAT clients share the address of anyone who leaves a
+    /// socket unused.
+    fn cut_for_no_progress(&self, peer: SocketAddr) {
+        if !self.hooks.uncapped(peer.ip()) {
+            self.reconnects.cut(peer.ip());
         }
     }
 

@@ -5,8 +5,9 @@
 //! While keyed ones hold every slot of the server, an honest caller must
 //! still be served once their responses are past the request deadline;
 //! keyless ones never hold more than a small anonymous share.
-use crate::peer_support::{list_contexts, unread_h2};
+use crate::peer_support::{list_contexts, try_unread_h2, unread_h2};
 use crate::support::mcp::{HttpMcp, nexus_client};
+use crate::support::wait::within;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -121,6 +122,7 @@ async fn honest_served(url: &str, sessions: bool) -> Result<Duration, Vec<u16>> 
                 Err(_) => seen.push(0),
             }
         }
+        // Paced load: a busy caller retries a quarter second later.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Err(seen)
@@ -284,16 +286,18 @@ async fn slow_nexus() -> MockServer {
     server
 }
 
-/// One flooding caller from `ip`: stateless tool calls, each with a fresh
-/// made-up key, one after another until `stop`.
+/// One flooding caller from `ip` (forwarded for `client` by a proxy, when
+/// given): stateless tool calls, each with a fresh made-up key, one after
+/// another until `stop`.
 async fn made_up_keys(
     url: String,
     ip: [u8; 4],
+    client: Option<&'static str>,
     caller: usize,
     stop: CancellationToken,
-    sent: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    sent: std::sync::Arc<tokio::sync::watch::Sender<usize>>,
 ) {
-    let client = reqwest::Client::builder()
+    let http = reqwest::Client::builder()
         .local_address(std::net::IpAddr::from(ip))
         .timeout(Duration::from_secs(10))
         .build()
@@ -301,16 +305,19 @@ async fn made_up_keys(
     let mut n = 0u64;
     while !stop.is_cancelled() {
         n += 1;
-        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        sent.send_modify(|sent| *sent += 1);
         let key = format!("pcsk_made_up_{}_{caller}_{n}_0123456789", ip[3]);
-        let call = client
+        let mut call = http
             .post(&url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2025-06-18")
             .header("X-Pinecone-Api-Key", key)
-            .body(list_contexts(json!(n)))
-            .send();
+            .body(list_contexts(json!(n)));
+        if let Some(client) = client {
+            call = call.header("x-forwarded-for", client);
+        }
+        let call = call.send();
         tokio::select! {
             answer = call => if let Ok(answer) = answer {
                 let _ = answer.bytes().await;
@@ -318,6 +325,49 @@ async fn made_up_keys(
             () = stop.cancelled() => {}
         }
     }
+}
+
+/// A valid key the process has never seen, from `ip` (forwarded for
+/// `client` by a proxy, when given), tried every half second until served
+/// or [`NEVER_SEEN_WITHIN`] passes: how long it took, or what it got.
+async fn never_seen_served(
+    url: &str,
+    ip: [u8; 4],
+    client: Option<&str>,
+) -> Result<Duration, Vec<String>> {
+    let http = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(ip))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let mut seen = Vec::new();
+    while start.elapsed() < NEVER_SEEN_WITHIN {
+        let mut call = http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("X-Pinecone-Api-Key", "pcsk_valid_never_seen_0123456789")
+            .body(list_contexts(json!(1)));
+        if let Some(client) = client {
+            call = call.header("x-forwarded-for", client);
+        }
+        match call.send().await {
+            Ok(answer) if answer.status() == 200 => {
+                let body = answer.text().await.unwrap();
+                if body.contains("\"isError\":false") {
+                    return Ok(start.elapsed());
+                }
+                seen.push(body.chars().take(200).collect::<String>());
+            }
+            Ok(answer) => seen.push(answer.status().to_string()),
+            Err(e) => seen.push(e.to_string()),
+        }
+        // Paced load: the caller tries again half a second later.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(seen)
 }
 
 /// With the upstream taking a second per call, a flood of fresh made-up
@@ -334,13 +384,14 @@ async fn a_never_seen_valid_key_is_served_during_a_flood_of_made_up_keys() {
     let (url, _addr, shutdown) = serve(&nexus, options, false).await;
 
     let stop = CancellationToken::new();
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sent = std::sync::Arc::new(tokio::sync::watch::Sender::new(0usize));
     let mut flood = Vec::new();
     for peer in 0..FLOOD_PEERS {
         for caller in 0..FLOOD_PER_PEER {
             flood.push(tokio::spawn(made_up_keys(
                 url.clone(),
                 [127, 0, 0, 10 + peer],
+                None,
                 caller,
                 stop.clone(),
                 std::sync::Arc::clone(&sent),
@@ -350,54 +401,199 @@ async fn a_never_seen_valid_key_is_served_during_a_flood_of_made_up_keys() {
     // The flood is under way (each caller has sent a few calls): the probe
     // slots and the quarantine are full.
     let loops = usize::from(FLOOD_PEERS) * FLOOD_PER_PEER;
-    let began = Instant::now();
-    while sent.load(std::sync::atomic::Ordering::Relaxed) < 3 * loops {
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "the flood starts"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut flooded = sent.subscribe();
+    within(Duration::from_secs(60), "the flood starts", async {
+        let _ = flooded.wait_for(|sent| *sent >= 2 * loops).await;
+    })
+    .await;
 
-    let client = reqwest::Client::builder()
-        .local_address(std::net::IpAddr::from([127, 0, 0, 30]))
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let start = Instant::now();
-    let mut seen = Vec::new();
-    let mut served = None;
-    while start.elapsed() < NEVER_SEEN_WITHIN {
-        let answer = client
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-06-18")
-            .header("X-Pinecone-Api-Key", "pcsk_valid_never_seen_0123456789")
-            .body(list_contexts(json!(1)))
-            .send()
-            .await;
-        match answer {
-            Ok(answer) if answer.status() == 200 => {
-                let body = answer.text().await.unwrap();
-                if body.contains("\"isError\":false") {
-                    served = Some(start.elapsed());
-                    break;
-                }
-                seen.push(body.chars().take(200).collect::<String>());
-            }
-            Ok(answer) => seen.push(answer.status().to_string()),
-            Err(e) => seen.push(e.to_string()),
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let served = never_seen_served(&url, [127, 0, 0, 30], None).await;
     stop.cancel();
     for caller in flood {
         caller.abort();
     }
-    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(sent > 3 * loops, "the flood ran: {sent} calls");
-    let took = served.unwrap_or_else(|| {
+    let sent = *sent.borrow();
+    assert!(sent > 2 * loops, "the flood ran: {sent} calls");
+    let took = served.unwrap_or_else(|seen| {
+        panic!("the never-seen key was not served within {NEVER_SEEN_WITHIN:?} ({sent} flood calls): {seen:?}")
+    });
+    assert!(took <= NEVER_SEEN_WITHIN, "{took:?}");
+    shutdown.cancel();
+}
+
+/// What a reconnecting holder saw: connections that held slots until cut,
+/// and connections the server turned away before any answer.
+#[derive(Debug, Default, Clone, Copy)]
+struct Holds {
+    admitted: usize,
+    refused: usize,
+    /// Connections admitted before the first refusal.
+    admitted_before_refused: Option<usize>,
+}
+
+/// An HTTP/2 peer from `ip` that holds 4 unread tool calls and, the moment
+/// the server cuts its connection (or turns it away), connects again, until
+/// aborted; what it saw goes to `seen`.
+async fn reconnecting_holder(
+    addr: SocketAddr,
+    ip: [u8; 4],
+    seen: tokio::sync::watch::Sender<Holds>,
+) {
+    let headers = [
+        (
+            "x-pinecone-api-key",
+            "pcsk_valid_reconnecting_holder_0123456789".to_owned(),
+        ),
+        ("mcp-protocol-version", "2025-06-18".to_owned()),
+    ];
+    let mut round = 0u64;
+    loop {
+        round += 1;
+        let bodies = (0..4)
+            .map(|n| list_contexts(json!(round * 10 + n)))
+            .collect();
+        match try_unread_h2(addr, ip, &headers, bodies).await {
+            Ok((_, answers, connection)) => {
+                seen.send_modify(|h| h.admitted += 1);
+                // Held unread until the server cuts it.
+                let _ = connection.await;
+                drop(answers);
+            }
+            Err(_) => {
+                seen.send_modify(|h| {
+                    h.refused += 1;
+                    h.admitted_before_refused.get_or_insert(h.admitted);
+                });
+                // Paced load: a refused peer retries at once, but not in
+                // a loop that only measures the machine's CPU.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// An honest client from `ip` that opens a new connection for every
+/// request: `calls` stateless `list_contexts`, each answered 200.
+async fn connection_per_request(url: &str, ip: [u8; 4], calls: usize) {
+    let client = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(ip))
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    for n in 0..calls {
+        let answer = honest_post(&client, url, None, list_contexts(json!(n)))
+            .await
+            .expect("a new connection per request is served");
+        assert_eq!(answer.status(), 200, "call {n}");
+        let _ = answer.bytes().await;
+    }
+}
+
+/// A peer that holds unread calls and reconnects the moment its connection
+/// is cut for making no progress is throttled at the default pace (4
+/// connections after its first cut, then one a pace that doubles with
+/// each cut): it is turned away before its 8th connection, and each turn
+/// is counted. Honest clients beside it are never throttled: one on a
+/// kept-alive connection, and one opening a connection for every request
+/// from the next address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_reconnecting_to_hold_slots_again_is_throttled_and_honest_clients_are_not() {
+    let nexus = nexus().await;
+    // The shortest write-stall cut, so that the holder's loop turns
+    // quickly; the throttle at its default.
+    let options = HttpOptions::default()
+        .stateless(true)
+        .write_stall_timeout(Duration::from_secs(1));
+    let (url, addr, shutdown) = serve(&nexus, options, false).await;
+    let (seen, mut holds) = tokio::sync::watch::channel(Holds::default());
+    let holder = tokio::spawn(reconnecting_holder(addr, [127, 0, 0, 40], seen));
+
+    let honest = async {
+        let mut calls = 0;
+        let mut kept_alive = HttpMcp::new(&url).header("X-Pinecone-Api-Key", HONEST);
+        while holds.borrow().refused < 3 {
+            let result = kept_alive.call("list_contexts", json!({})).await;
+            assert_eq!(result["isError"], false, "{result}");
+            connection_per_request(&url, [127, 0, 0, 41], 5).await;
+            calls += 1;
+            // The pace of an honest client between its calls.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        calls
+    };
+    let calls = within(
+        Duration::from_secs(60),
+        "the reconnecting holder is turned away three times",
+        honest,
+    )
+    .await;
+    holder.abort();
+    let holds = *holds.borrow_and_update();
+    let before = holds.admitted_before_refused.unwrap_or(usize::MAX);
+    assert!(
+        (2..8).contains(&before),
+        "cut, it reconnected at once, and was turned away before its 8th connection: {holds:?}"
+    );
+    assert!(calls >= 1, "the honest clients were served meanwhile");
+    let metrics = reqwest::get(format!("http://{addr}{}", http::METRICS_PATH))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let throttled = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"nexus_mcp_refusals_total{reason="reconnect_throttled"} "#))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(
+        throttled >= 3.0,
+        "every turn-away is counted: {throttled} ({holds:?})"
+    );
+    shutdown.cancel();
+}
+
+/// Behind a trusted proxy every caller comes from the proxy's address: a
+/// flood of fresh made-up keys forwarded for one client leaves a valid
+/// key the process has never seen, forwarded for another client through
+/// the same proxy, served within [`NEVER_SEEN_WITHIN`]; no limit set but
+/// the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_a_never_seen_key_is_served_during_one_clients_flood() {
+    const FLOODERS: usize = 64;
+    let nexus = slow_nexus().await;
+    let options = HttpOptions::default()
+        .stateless(true)
+        .trusted_proxies(vec!["127.0.0.0/8".parse().unwrap()]);
+    let (url, _addr, shutdown) = serve(&nexus, options, false).await;
+    let proxy = [127, 0, 0, 60];
+    let stop = CancellationToken::new();
+    let sent = std::sync::Arc::new(tokio::sync::watch::Sender::new(0usize));
+    let flood: Vec<_> = (0..FLOODERS)
+        .map(|caller| {
+            tokio::spawn(made_up_keys(
+                url.clone(),
+                proxy,
+                Some("203.0.113.7"),
+                caller,
+                stop.clone(),
+                std::sync::Arc::clone(&sent),
+            ))
+        })
+        .collect();
+    let mut flooded = sent.subscribe();
+    within(Duration::from_secs(30), "the flood starts", async {
+        let _ = flooded.wait_for(|sent| *sent >= 2 * FLOODERS).await;
+    })
+    .await;
+    let served = never_seen_served(&url, proxy, Some("198.51.100.9")).await;
+    stop.cancel();
+    for caller in flood {
+        caller.abort();
+    }
+    let sent = *sent.borrow();
+    let took = served.unwrap_or_else(|seen| {
         panic!("the never-seen key was not served within {NEVER_SEEN_WITHIN:?} ({sent} flood calls): {seen:?}")
     });
     assert!(took <= NEVER_SEEN_WITHIN, "{took:?}");

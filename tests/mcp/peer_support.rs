@@ -31,17 +31,38 @@ pub(crate) async fn unread_h2(
     Vec<hyper::Response<hyper::body::Incoming>>,
     tokio::task::JoinHandle<()>,
 ) {
+    try_unread_h2(addr, ip, headers, bodies)
+        .await
+        .expect("the server takes the connection and answers every request")
+}
+
+/// [`unread_h2`] for a peer the server may turn away: `Err` naming what
+/// failed when the connection is refused or closed before every request
+/// has its answer's head.
+pub(crate) async fn try_unread_h2(
+    addr: SocketAddr,
+    ip: [u8; 4],
+    headers: &[(&str, String)],
+    bodies: Vec<String>,
+) -> Result<
+    (
+        Vec<u16>,
+        Vec<hyper::Response<hyper::body::Incoming>>,
+        tokio::task::JoinHandle<()>,
+    ),
+    String,
+> {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket
         .bind(SocketAddr::from((ip, 0)))
         .expect("bind a loopback address");
-    let tcp = socket.connect(addr).await.unwrap();
+    let tcp = socket.connect(addr).await.map_err(|e| e.to_string())?;
     let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .initial_stream_window_size(0)
         .adaptive_window(false)
         .handshake(TokioIo::new(tcp))
         .await
-        .unwrap();
+        .map_err(|e| e.to_string())?;
     // The connection task holds a sender: a peer that keeps its
     // connection open (a dropped sender would let it go away).
     let keep = sender.clone();
@@ -59,15 +80,27 @@ pub(crate) async fn unread_h2(
         }
         let request = request.body(Full::new(Bytes::from(body))).unwrap();
         async move {
-            tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
-                .await
-                .expect("the answer's head arrives")
-                .expect("the request is answered")
+            match tokio::time::timeout(Duration::from_secs(10), sender.send_request(request)).await
+            {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("no answer's head within 10 s".to_owned()),
+            }
         }
     });
-    let answers = futures::future::join_all(sends).await;
+    let answers = futures::future::join_all(sends)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>();
+    let answers = match answers {
+        Ok(answers) => answers,
+        Err(e) => {
+            task.abort();
+            return Err(e);
+        }
+    };
     let statuses = answers.iter().map(|a| a.status().as_u16()).collect();
-    (statuses, answers, task)
+    Ok((statuses, answers, task))
 }
 
 /// `list_contexts` as a JSON-RPC request with `id`.

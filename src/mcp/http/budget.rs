@@ -34,14 +34,7 @@ impl CallerId {
     /// The keyless caller of address `ip`: an IPv4 address, or an IPv6
     /// /64 (one host's usual share; an IPv4-mapped address is its IPv4).
     pub(super) fn network(ip: IpAddr) -> Self {
-        let ip = match ip {
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-            },
-            v4 => v4,
-        };
-        CallerId::Addr(ip)
+        CallerId::Addr(crate::serving::client_network(ip))
     }
 
     fn limit(self, per_caller: usize) -> usize {

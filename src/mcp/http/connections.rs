@@ -10,11 +10,15 @@ use std::time::Duration;
 use super::refusals::Refusals;
 use super::{HttpOptions, TrustedProxy};
 use crate::mcp::metrics::Metrics;
-use crate::serving::{AtCapacity, Hooks, Limits, PeerFull, ResponseDeadline};
+use crate::serving::{AtCapacity, Hooks, Limits, PeerFull, ReconnectLimit, ResponseDeadline};
 
 /// The longest an HTTP/2 ping may go unanswered before its connection is
 /// closed.
 const H2_PING_TIMEOUT_MAX: Duration = Duration::from_secs(20);
+
+/// Client networks the reconnect throttle remembers (about 100 bytes
+/// each).
+const RECONNECT_NETWORKS: usize = 4096;
 
 /// The serving core's limits for `options`: past either connection cap a
 /// connection is refused at once; a response has the request deadline.
@@ -37,6 +41,10 @@ pub(super) fn limits(options: &HttpOptions) -> Limits {
             options.idle_timeout.min(H2_PING_TIMEOUT_MAX),
         ),
         threads: options.threads.max(1),
+        reconnect: Some(ReconnectLimit {
+            pace: options.reconnect_pace,
+            max_networks: RECONNECT_NETWORKS,
+        }),
     }
 }
 
@@ -80,5 +88,9 @@ impl Hooks for McpHooks {
 
     fn unread(&self, peer: SocketAddr) {
         self.refusals.refuse_unread(peer);
+    }
+
+    fn throttled(&self, peer: SocketAddr) {
+        self.refusals.refuse_reconnect(peer);
     }
 }

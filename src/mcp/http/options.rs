@@ -33,6 +33,8 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default [`HttpOptions::write_stall_timeout`].
 pub const DEFAULT_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`HttpOptions::reconnect_pace`].
+pub const DEFAULT_RECONNECT_PACE: Duration = Duration::from_secs(1);
 /// Default [`HttpOptions::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default [`HttpOptions::max_concurrent_requests`].
@@ -80,6 +82,13 @@ pub struct HttpOptions {
     /// peer that stops reading) before its connection is cut, which frees
     /// its slots. A long poll waiting for its own data is not stalled.
     pub write_stall_timeout: Duration,
+    /// The reconnect throttle: a client network (an IPv4 address, an IPv6
+    /// /64) whose connection was cut for making no progress (a response
+    /// it did not read) may open 3 connections at once, then one per this
+    /// pace, doubled by each further cut (up to 32 times), until it goes
+    /// 10 minutes without a cut; faster ones are closed at once. Networks never cut, and trusted proxies, are not
+    /// throttled. Zero turns the throttle off.
+    pub reconnect_pace: Duration,
     /// Open connections; more are closed at once.
     pub max_connections: usize,
     /// Open connections from one client address; more are closed at once.
@@ -133,6 +142,7 @@ impl Default for HttpOptions {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             write_stall_timeout: DEFAULT_WRITE_STALL_TIMEOUT,
+            reconnect_pace: DEFAULT_RECONNECT_PACE,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: None,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
@@ -235,6 +245,20 @@ impl HttpOptions {
     /// [`HttpOptions::write_stall_timeout`]).
     pub fn write_stall_timeout(mut self, timeout: Duration) -> Self {
         self.write_stall_timeout = timeout.max(Duration::from_secs(1));
+        self
+    }
+
+    /// Sets the reconnect throttle's pace (see
+    /// [`HttpOptions::reconnect_pace`]; zero turns it off).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nexus_knowql::mcp::http::HttpOptions;
+    /// let options = HttpOptions::default().reconnect_pace(Duration::ZERO);
+    /// assert!(options.reconnect_pace.is_zero());
+    /// ```
+    pub fn reconnect_pace(mut self, pace: Duration) -> Self {
+        self.reconnect_pace = pace;
         self
     }
 

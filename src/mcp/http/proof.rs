@@ -96,17 +96,10 @@ enum NoTurn {
 /// The peer a probe is charged to: an IPv4 address, or the /64 of an IPv6
 /// address (what one host usually holds); unknown peers are one peer.
 fn peer_group(peer: Option<IpAddr>) -> IpAddr {
-    match peer {
-        Some(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let bits = u128::from(v6) & !((1u128 << 64) - 1);
-                IpAddr::V6(bits.into())
-            }
-        },
-        Some(v4) => v4,
-        None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-    }
+    peer.map_or(
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        crate::serving::client_network,
+    )
 }
 
 /// A key's turn to be probed, given back on drop (and the requests

@@ -45,6 +45,7 @@ pub(super) enum Reason {
     PeerConnections,
     HostOrigin,
     AcceptFailed,
+    ReconnectThrottled,
 }
 
 impl Reason {
@@ -69,6 +70,7 @@ impl Reason {
             Reason::PeerConnections => "peer_connections",
             Reason::HostOrigin => "host_origin",
             Reason::AcceptFailed => "accept_failed",
+            Reason::ReconnectThrottled => "reconnect_throttled",
         }
     }
 }
@@ -197,6 +199,14 @@ impl Refusals {
     pub(super) fn refuse_unread(&self, peer: SocketAddr) {
         if let Some(unlogged) = self.note(Reason::UnreadResponse) {
             tracing::warn!(%peer, unlogged_before = unlogged, "connection cut: a response was not read by the request deadline");
+        }
+    }
+
+    /// A connection from a network reconnecting faster than the throttle
+    /// allows after a cut, closed at once.
+    pub(super) fn refuse_reconnect(&self, peer: SocketAddr) {
+        if let Some(unlogged) = self.note(Reason::ReconnectThrottled) {
+            tracing::warn!(%peer, unlogged_before = unlogged, "refused connection: reconnecting too fast after a connection was cut for making no progress");
         }
     }
 
