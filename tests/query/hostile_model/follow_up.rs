@@ -233,13 +233,16 @@ async fn follow_up(
     let stream = match case.post {
         FollowUpPost::Sse { stream, .. } | FollowUpPost::Json { stream, .. } => stream,
         FollowUpPost::Background { .. } => {
-            let wait = WaitPolicy::default().interval(Duration::from_secs(1), Duration::from_secs(2));
+            let wait =
+                WaitPolicy::default().interval(Duration::from_secs(1), Duration::from_secs(2));
             let run = async {
                 let mut handle = ask().background().await?;
                 handle.wait(wait).await
             };
             let Ok(result) = tokio::time::timeout(bound, run).await else {
-                return Err(TestCaseError::fail("background() and wait() ran past the turn deadline"));
+                return Err(TestCaseError::fail(
+                    "background() and wait() ran past the turn deadline",
+                ));
             };
             return Ok((result, String::new()));
         }
