@@ -127,26 +127,8 @@ impl HostPolicy {
             raw_hosts.push(bound.ip().to_string());
         }
         raw_hosts.extend(extra_hosts.iter().cloned());
-        let hosts = raw_hosts
-            .iter()
-            .filter_map(|h| {
-                let parsed = parse_allowed_host(h);
-                if parsed.is_none() {
-                    tracing::warn!(host = %h, "ignoring an unparsable allowed host");
-                }
-                parsed
-            })
-            .collect();
-        let explicit: Vec<AllowedOrigin> = extra_origins
-            .iter()
-            .filter_map(|o| {
-                let parsed = parse_allowed_origin(o);
-                if parsed.is_none() {
-                    tracing::warn!(origin = %o, "ignoring an unparsable allowed origin");
-                }
-                parsed
-            })
-            .collect();
+        let hosts = parse_each(&raw_hosts, "host", parse_allowed_host);
+        let explicit = parse_each(extra_origins, "origin", parse_allowed_origin);
         let origins = LOCAL_ORIGINS
             .iter()
             .filter_map(|o| parse_allowed_origin(o))
@@ -317,6 +299,21 @@ fn parse_authority(value: &str) -> Option<Authority> {
         host: normalize_host(authority.host()),
         port: authority.port_u16(),
     })
+}
+
+/// The entries of `values` that `parse` reads; each other one is left out
+/// with a warning naming it as an allowed `what` (host or origin).
+fn parse_each<T>(values: &[String], what: &str, parse: impl Fn(&str) -> Option<T>) -> Vec<T> {
+    values
+        .iter()
+        .filter_map(|value| {
+            let parsed = parse(value);
+            if parsed.is_none() {
+                tracing::warn!(%value, "ignoring an unparsable allowed {what}");
+            }
+            parsed
+        })
+        .collect()
 }
 
 /// An allowed host: `name`, `name:port`, an IP, or a bare IPv6 address.

@@ -262,9 +262,7 @@ impl Client {
         operation: &'static str,
         req: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response> {
-        let req = req
-            .build()
-            .map_err(|e| Error::InvalidRequest(format!("{operation}: {e}")))?;
+        let req = built(operation, req)?;
         self.inner.transport.send(req, operation).await
     }
 
@@ -275,11 +273,16 @@ impl Client {
         operation: &'static str,
         req: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response> {
-        let req = req
-            .build()
-            .map_err(|e| Error::InvalidRequest(format!("{operation}: {e}")))?;
+        let req = built(operation, req)?;
         self.inner.transport.send_stream(req, operation).await
     }
+}
+
+/// A hand-written request, built; one that cannot be is
+/// [`Error::InvalidRequest`] naming `operation`.
+fn built(operation: &'static str, req: reqwest::RequestBuilder) -> Result<reqwest::Request> {
+    req.build()
+        .map_err(|e| Error::InvalidRequest(format!("{operation}: {e}")))
 }
 
 /// Builds a [`Client`]. Setters never fail; [`ClientBuilder::build`] reports

@@ -130,14 +130,28 @@ mod tests {
         )
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn pauses_grow_and_end_before_the_deadline() {
-        let mut poller = two_second_poller();
+    /// Pauses until the poller says the wait is over (with the last pause
+    /// cut to end on the timeout when `until_timeout`); the pauses made.
+    async fn count_pauses(poller: &mut Poller, until_timeout: bool) -> u32 {
         let mut pauses = 0;
-        while poller.pause().await {
+        loop {
+            let more = if until_timeout {
+                poller.pause_until_timeout().await
+            } else {
+                poller.pause().await
+            };
+            if !more {
+                return pauses;
+            }
             pauses += 1;
             assert!(pauses < 100, "the wait never ends");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pauses_grow_and_end_before_the_deadline() {
+        let mut poller = two_second_poller();
+        let pauses = count_pauses(&mut poller, false).await;
         // 200, 300, 450, 675 ms (up to 10 % less), then the next would pass 2 s.
         assert!((3..=5).contains(&pauses), "{pauses} pauses");
         assert!(poller.started.elapsed() <= Duration::from_secs(2));
@@ -153,11 +167,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_last_pause_until_the_timeout_ends_on_it() {
         let mut poller = two_second_poller();
-        let mut pauses = 0;
-        while poller.pause_until_timeout().await {
-            pauses += 1;
-            assert!(pauses < 100, "the wait never ends");
-        }
+        let pauses = count_pauses(&mut poller, true).await;
         // 200, 300, 450, 675 ms (up to 10 % less), then a pause cut to end at 2 s.
         assert!((4..=6).contains(&pauses), "{pauses} pauses");
         assert_eq!(poller.started.elapsed(), Duration::from_secs(2));

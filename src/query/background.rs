@@ -183,16 +183,7 @@ impl QueryHandle {
     /// [`Error::TurnMismatch`] when the answer is about another turn or
     /// session (the handle keeps what it knew); any error of the call.
     pub async fn get(&mut self) -> Result<types::Query> {
-        self.named().await?;
-        let query = self
-            .client
-            .queries()
-            .get(&self.query.id)
-            .instrument(self.span.span())
-            .await?;
-        self.check_identity(&query, "a poll")?;
-        self.observe(query.clone());
-        Ok(query)
+        self.ask_server(Ask::Poll).await
     }
 
     /// Polls `GET /queries/{id}` at `wait`'s intervals until the turn is
@@ -370,17 +361,30 @@ impl QueryHandle {
     /// # Errors
     /// Any error of the call.
     pub async fn cancel(&mut self) -> Result<types::Query> {
+        self.ask_server(Ask::Cancel).await
+    }
+
+    /// Polls or cancels the turn (learning its id first); the answer is
+    /// checked to be this turn's before it is seen.
+    async fn ask_server(&mut self, ask: Ask) -> Result<types::Query> {
         self.named().await?;
-        let query = self
-            .client
-            .queries()
-            .cancel(&self.query.id)
-            .instrument(self.span.span())
-            .await?;
-        self.check_identity(&query, "the answer to cancel")?;
+        let queries = self.client.queries();
+        let (call, place) = match ask {
+            Ask::Poll => (queries.get(&self.query.id), "a poll"),
+            Ask::Cancel => (queries.cancel(&self.query.id), "the answer to cancel"),
+        };
+        let query = call.instrument(self.span.span()).await?;
+        self.check_identity(&query, place)?;
         self.observe(query.clone());
         Ok(query)
     }
+}
+
+/// What [`QueryHandle::ask_server`] asks of the turn.
+#[derive(Clone, Copy)]
+enum Ask {
+    Poll,
+    Cancel,
 }
 
 impl QueryTurn {

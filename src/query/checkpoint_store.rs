@@ -53,35 +53,28 @@ pub struct KeyLock {
     _file: Option<std::fs::File>,
 }
 
-impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
-    fn load(&self, key: &str) -> Result<Option<CheckpointRecord>> {
-        (**self).load(key)
-    }
-    fn save(&self, key: &str, record: &CheckpointRecord) -> Result<()> {
-        (**self).save(key, record)
-    }
-    fn clear(&self, key: &str) -> Result<()> {
-        (**self).clear(key)
-    }
-    fn lock(&self, key: &str) -> Result<KeyLock> {
-        (**self).lock(key)
-    }
+/// A store behind a pointer is the store it points to.
+macro_rules! forward_store {
+    ($pointer:ty) => {
+        impl<S: CheckpointStore + ?Sized> CheckpointStore for $pointer {
+            fn load(&self, key: &str) -> Result<Option<CheckpointRecord>> {
+                (**self).load(key)
+            }
+            fn save(&self, key: &str, record: &CheckpointRecord) -> Result<()> {
+                (**self).save(key, record)
+            }
+            fn clear(&self, key: &str) -> Result<()> {
+                (**self).clear(key)
+            }
+            fn lock(&self, key: &str) -> Result<KeyLock> {
+                (**self).lock(key)
+            }
+        }
+    };
 }
 
-impl<S: CheckpointStore + ?Sized> CheckpointStore for &S {
-    fn load(&self, key: &str) -> Result<Option<CheckpointRecord>> {
-        (**self).load(key)
-    }
-    fn save(&self, key: &str, record: &CheckpointRecord) -> Result<()> {
-        (**self).save(key, record)
-    }
-    fn clear(&self, key: &str) -> Result<()> {
-        (**self).clear(key)
-    }
-    fn lock(&self, key: &str) -> Result<KeyLock> {
-        (**self).lock(key)
-    }
-}
+forward_store!(Arc<S>);
+forward_store!(&S);
 
 /// The longest key a [`FileCheckpointStore`] accepts.
 ///

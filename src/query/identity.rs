@@ -93,24 +93,14 @@ impl TurnBinding {
                 // The session's earlier turn is not this new one.
                 return Err(self.mismatch(place, "query", "a new turn", got));
             }
-            match &self.query_id {
-                None => self.query_id = Some(got.to_owned()),
-                Some(expected) if expected != got => {
-                    let expected = expected.clone();
-                    return Err(self.mismatch(place, "query", &expected, got));
-                }
-                Some(_) => {}
+            if let Err(expected) = learn_or_match(&mut self.query_id, got) {
+                return Err(self.mismatch(place, "query", &expected, got));
             }
         }
-        if let Some(got) = non_empty(claim.session_id) {
-            match &self.session_id {
-                None => self.session_id = Some(got.to_owned()),
-                Some(expected) if expected != got => {
-                    let expected = expected.clone();
-                    return Err(self.mismatch(place, "session", &expected, got));
-                }
-                Some(_) => {}
-            }
+        if let Some(got) = non_empty(claim.session_id)
+            && let Err(expected) = learn_or_match(&mut self.session_id, got)
+        {
+            return Err(self.mismatch(place, "session", &expected, got));
         }
         if let (Some(asked), Some(got)) = (&self.ask, claim.input)
             && asked.trim() != got.trim()
@@ -203,6 +193,19 @@ fn place_of(is_query: bool) -> &'static str {
         "the final query frame"
     } else {
         "an event"
+    }
+}
+
+/// Takes `got` as the value of `known` when it has none; else `got` must be
+/// it (`Err` holds the value known).
+fn learn_or_match(known: &mut Option<String>, got: &str) -> std::result::Result<(), String> {
+    match known {
+        None => {
+            *known = Some(got.to_owned());
+            Ok(())
+        }
+        Some(expected) if expected != got => Err(expected.clone()),
+        Some(_) => Ok(()),
     }
 }
 

@@ -63,12 +63,7 @@ async fn resume_from_a_known_event_skips_it_and_delivers_the_rest() {
          id: 4\nevent: response.completed\ndata: {}\n\n",
     )
     .await;
-    let mut conn = EventConnection::resume(
-        client,
-        StreamConfig::default(),
-        TurnBinding::for_turn("q1"),
-        Some(2),
-    );
+    let mut conn = resumed(client, StreamConfig::default());
     match next(&mut conn).await {
         Some(Ok(Delivery::Event(Some(3), QueryEvent::TextDelta { delta }))) => {
             assert_eq!(delta, "b")
@@ -95,24 +90,9 @@ async fn resume_that_skips_an_unseen_event_hands_over_the_stored_turn() {
     // from event 3, right after the id sent, would prove nothing missing).
     let (_server, client) =
         server("id: 4\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n").await;
-    let mut conn = EventConnection::resume(
-        client,
-        StreamConfig::default(),
-        TurnBinding::for_turn("q1"),
-        Some(2),
-    );
-    match next(&mut conn).await {
-        Some(Ok(Delivery::Recovered(query, gap))) => {
-            assert_eq!(query.answer_text(), "ab");
-            assert_eq!(gap.last_event_id, Some(2));
-            assert!(
-                gap.cause.contains("event 4 instead of event 2"),
-                "{}",
-                gap.cause
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    let mut conn = resumed(client, StreamConfig::default());
+    let gap = expect_recovered(&mut conn, "event 4 instead of event 2").await;
+    assert_eq!(gap.last_event_id, Some(2));
     assert!(next(&mut conn).await.is_none());
 }
 
@@ -145,6 +125,24 @@ fn debug_shows_the_state_and_position() {
     );
 }
 
+/// A connection resuming turn `q1` after event 2.
+fn resumed(client: Client, config: StreamConfig) -> EventConnection {
+    EventConnection::resume(client, config, TurnBinding::for_turn("q1"), Some(2))
+}
+
+/// Expects the stored turn (answer "ab") handed over for a gap whose cause
+/// says `cause`; returns the gap.
+async fn expect_recovered(conn: &mut EventConnection, cause: &str) -> ReplayGap {
+    match next(conn).await {
+        Some(Ok(Delivery::Recovered(query, gap))) => {
+            assert_eq!(query.answer_text(), "ab");
+            assert!(gap.cause.contains(cause), "{}", gap.cause);
+            gap
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 fn quick() -> StreamConfig {
     StreamConfig::default()
         .reconnect_delay(Duration::from_millis(5), Duration::from_millis(20))
@@ -158,18 +156,8 @@ async fn a_replay_that_sends_the_final_query_without_the_known_event_is_not_trus
         query_json(QueryStatus::Completed.as_str(), "ab")
     );
     let (_server, client) = server(Box::leak(frame.into_boxed_str())).await;
-    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
-    match next(&mut conn).await {
-        Some(Ok(Delivery::Recovered(query, gap))) => {
-            assert_eq!(query.answer_text(), "ab");
-            assert!(
-                gap.cause.contains("final Query without event 2"),
-                "{}",
-                gap.cause
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    let mut conn = resumed(client, quick());
+    expect_recovered(&mut conn, "final Query without event 2").await;
     assert!(next(&mut conn).await.is_none());
 }
 
@@ -181,7 +169,7 @@ async fn id_less_frames_replayed_before_the_known_event_are_skipped() {
          id: 3\nevent: response.output_text.delta\ndata: {\"delta\":\"b\"}\n\n",
     )
     .await;
-    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
+    let mut conn = resumed(client, quick());
     match next(&mut conn).await {
         Some(Ok(Delivery::Event(Some(3), QueryEvent::TextDelta { delta }))) => {
             assert_eq!(delta, "b")
@@ -207,7 +195,7 @@ async fn expect_delta(conn: &mut EventConnection, seq: u64, text: &str) {
 async fn an_id_sent_again_mid_stream_is_delivered_once() {
     let body = [delta(2, "a"), delta(3, "b"), delta(3, "b"), delta(4, "c")].concat();
     let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
-    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
+    let mut conn = resumed(client, quick());
     expect_delta(&mut conn, 3, "b").await;
     expect_delta(&mut conn, 4, "c").await;
 }
@@ -217,29 +205,19 @@ async fn a_jump_in_the_ids_is_noticed_and_resumed_from_the_last_delivered_event(
     // Every connection, the resumed one too, skips from 3 to 5.
     let body = [delta(2, "a"), delta(3, "b"), delta(5, "d")].concat();
     let (server, client) = server_for(Box::leak(body.into_boxed_str()), None).await;
-    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
+    let mut conn = resumed(client, quick());
     expect_delta(&mut conn, 3, "b").await;
-    match next(&mut conn).await {
-        Some(Ok(Delivery::Recovered(query, gap))) => {
-            // Resumed once from event 3 before giving up on the log.
-            let resumes = server.received_requests().await.unwrap_or_default();
-            let resumes: Vec<_> = resumes
-                .iter()
-                .filter(|r| r.url.path() == "/queries/q1/events")
-                .map(|r| r.headers.get("last-event-id").cloned())
-                .collect();
-            assert_eq!(resumes.len(), 2, "{resumes:?}");
-            assert_eq!(resumes[1].as_ref().map(|v| v.as_bytes()), Some(&b"3"[..]));
-            assert_eq!(query.answer_text(), "ab");
-            assert_eq!(gap.last_event_id, Some(3));
-            assert!(
-                gap.cause.contains("jumped from event 3 to event 5"),
-                "{}",
-                gap.cause
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    let gap = expect_recovered(&mut conn, "jumped from event 3 to event 5").await;
+    assert_eq!(gap.last_event_id, Some(3));
+    // Resumed once from event 3 before giving up on the log.
+    let resumes = server.received_requests().await.unwrap_or_default();
+    let resumes: Vec<_> = resumes
+        .iter()
+        .filter(|r| r.url.path() == "/queries/q1/events")
+        .map(|r| r.headers.get("last-event-id").cloned())
+        .collect();
+    assert_eq!(resumes.len(), 2, "{resumes:?}");
+    assert_eq!(resumes[1].as_ref().map(|v| v.as_bytes()), Some(&b"3"[..]));
     assert!(next(&mut conn).await.is_none());
 }
 
@@ -256,7 +234,7 @@ async fn id_less_frames_between_replayed_events_are_skipped() {
     ]
     .concat();
     let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
-    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
+    let mut conn = resumed(client, quick());
     expect_delta(&mut conn, 3, "b").await;
     expect_delta(&mut conn, 4, "c").await;
 }
@@ -274,7 +252,7 @@ async fn the_final_query_is_delivered_even_between_replayed_events() {
     ]
     .concat();
     let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
-    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
+    let mut conn = resumed(client, quick());
     expect_delta(&mut conn, 3, "b").await;
     // The frame itself, not the stored turn ("ab") standing in for it.
     match next(&mut conn).await {
@@ -310,7 +288,7 @@ async fn id_less_frames_after_the_last_id_are_skipped_once_on_the_next_connectio
             .await;
     }
     let client = Client::builder().base_url(server.uri()).build().unwrap();
-    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
+    let mut conn = resumed(client, quick());
     expect_delta(&mut conn, 3, "b").await;
     for text in ["x", "y"] {
         match next(&mut conn).await {
@@ -377,7 +355,7 @@ async fn a_refused_resume_is_final_even_after_delivered_events() {
         .mount(&server)
         .await;
     let client = Client::builder().base_url(server.uri()).build().unwrap();
-    let mut conn = EventConnection::resume(client, quick(), TurnBinding::for_turn("q1"), Some(2));
+    let mut conn = resumed(client, quick());
     match next(&mut conn).await {
         Some(Err(e)) => assert_eq!(e.status().map(|s| s.as_u16()), Some(403), "{e:?}"),
         other => panic!("{other:?}"),

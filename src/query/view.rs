@@ -89,17 +89,24 @@ pub struct TextStream<V = QueryTurn> {
     inner: V,
 }
 
-impl<V: TurnView> TextStream<V> {
-    /// The turn, with everything accumulated so far.
-    pub fn turn(&self) -> &QueryTurn {
-        self.inner.turn()
-    }
+/// The turn and the view of a stream made over a view.
+macro_rules! over_a_view {
+    ($stream:ident) => {
+        impl<V: TurnView> $stream<V> {
+            /// The turn, with everything accumulated so far.
+            pub fn turn(&self) -> &QueryTurn {
+                self.inner.turn()
+            }
 
-    /// The view this stream reads, to go on reading it or finish it.
-    pub fn into_inner(self) -> V {
-        self.inner
-    }
+            /// The view this stream reads, to go on reading it or finish it.
+            pub fn into_inner(self) -> V {
+                self.inner
+            }
+        }
+    };
 }
+
+over_a_view!(TextStream);
 
 impl<V: TurnView> Stream for TextStream<V> {
     type Item = Result<String>;
@@ -158,17 +165,7 @@ pub struct SequencedTurn<V = QueryTurn> {
     inner: V,
 }
 
-impl<V: TurnView> SequencedTurn<V> {
-    /// The turn, with everything accumulated so far.
-    pub fn turn(&self) -> &QueryTurn {
-        self.inner.turn()
-    }
-
-    /// The view these events come from, to go on reading it or finish it.
-    pub fn into_inner(self) -> V {
-        self.inner
-    }
-}
+over_a_view!(SequencedTurn);
 
 impl<V: TurnView> Stream for SequencedTurn<V> {
     type Item = Result<SequencedEvent>;

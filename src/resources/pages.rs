@@ -24,9 +24,9 @@
 use std::collections::HashSet;
 use std::hash::Hash;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 
 use crate::error::{Error, Result};
 
@@ -335,28 +335,21 @@ impl<'c> ListFiles<'c> {
                     let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
                     let offset_i = i64::try_from(offset).unwrap_or(i64::MAX);
                     let (limit, offset_q) = (Some(limit_i), Some(offset_i));
-                    let listing = match (tree, path.as_deref()) {
+                    let listed = match (tree, path.as_deref()) {
                         (Tree::Sources, None) => {
-                            client
-                                .call(op, api.list_source_files(&slug, limit, offset_q))
-                                .await?
+                            api.list_source_files(&slug, limit, offset_q).boxed()
                         }
-                        (Tree::Sources, Some(p)) => {
-                            client
-                                .call(op, api.list_source_files_by_path(&slug, p, limit, offset_q))
-                                .await?
-                        }
+                        (Tree::Sources, Some(p)) => api
+                            .list_source_files_by_path(&slug, p, limit, offset_q)
+                            .boxed(),
                         (Tree::Knowledge, None) => {
-                            client
-                                .call(op, api.list_knowledge(&slug, limit, offset_q))
-                                .await?
+                            api.list_knowledge(&slug, limit, offset_q).boxed()
                         }
-                        (Tree::Knowledge, Some(p)) => {
-                            client
-                                .call(op, api.list_knowledge_by_path(&slug, p, limit, offset_q))
-                                .await?
-                        }
+                        (Tree::Knowledge, Some(p)) => api
+                            .list_knowledge_by_path(&slug, p, limit, offset_q)
+                            .boxed(),
                     };
+                    let listing = client.call(op, listed).await?;
                     dir_page(op, offset, listing)
                 })
             });

@@ -223,30 +223,16 @@ mod tests {
 
     #[test]
     fn origins() {
-        assert!(same_origin(
-            &u("https://a.example/x"),
-            &u("https://a.example:443/y?q")
-        ));
-        assert!(same_origin(
-            &u("http://127.0.0.1:8080/a"),
-            &u("http://127.0.0.1:8080/b")
-        ));
-        assert!(!same_origin(
-            &u("https://a.example/"),
-            &u("http://a.example/")
-        ));
-        assert!(!same_origin(
-            &u("http://127.0.0.1:8080/"),
-            &u("http://127.0.0.1:8081/")
-        ));
-        assert!(!same_origin(
-            &u("http://127.0.0.1:8080/"),
-            &u("http://localhost:8080/")
-        ));
-        assert!(!same_origin(
-            &u("https://a.example/"),
-            &u("https://b.example/")
-        ));
+        for (a, b, same) in [
+            ("https://a.example/x", "https://a.example:443/y?q", true),
+            ("http://127.0.0.1:8080/a", "http://127.0.0.1:8080/b", true),
+            ("https://a.example/", "http://a.example/", false),
+            ("http://127.0.0.1:8080/", "http://127.0.0.1:8081/", false),
+            ("http://127.0.0.1:8080/", "http://localhost:8080/", false),
+            ("https://a.example/", "https://b.example/", false),
+        ] {
+            assert_eq!(same_origin(&u(a), &u(b)), same, "{a} ~ {b}");
+        }
     }
 
     #[test]

@@ -34,65 +34,204 @@ pub(crate) fn to_subset(schema: &Value) -> Result<Map<String, Value>, String> {
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let mut budget = MAX_INLINED;
-    let mut stack = Vec::new();
-    let (out, _) = convert(schema, &defs, "", &mut budget, &mut stack)?;
+    let mut converter = Converter {
+        defs: &defs,
+        budget: MAX_INLINED,
+        stack: Vec::new(),
+    };
+    let (out, _) = converter.convert(schema, "")?;
     match out {
         Value::Object(map) if map.get("type") == Some(&Value::from("object")) => Ok(map),
         _ => Err("the root of a shape must be a struct (a JSON object)".to_owned()),
     }
 }
 
-/// Converts one schema; the bool says whether it allowed `null`.
-fn convert(
-    schema: &Value,
-    defs: &Map<String, Value>,
-    at: &str,
-    budget: &mut usize,
-    stack: &mut Vec<String>,
-) -> Result<(Value, bool), String> {
-    let here = || place(at);
-    if stack.len() > MAX_DEPTH {
-        return Err(format!("{} nests deeper than {MAX_DEPTH} levels", here()));
-    }
-    let Some(obj) = schema.as_object() else {
-        return Err(format!("{}: not a schema the subset can carry", here()));
-    };
-    if let Some(reference) = obj.get("$ref").and_then(Value::as_str) {
-        return convert_ref(obj, reference, defs, at, budget, stack);
-    }
-    for key in ["anyOf", "oneOf"] {
-        if let Some(Value::Array(options)) = obj.get(key) {
-            return convert_union(obj, options, defs, at, budget, stack);
+/// Inlines `$ref`s within a budget and a depth while converting.
+struct Converter<'d> {
+    defs: &'d Map<String, Value>,
+    /// `$ref`s that may still be followed.
+    budget: usize,
+    /// The definitions being inlined, outermost first.
+    stack: Vec<String>,
+}
+
+impl Converter<'_> {
+    /// Converts one schema; the bool says whether it allowed `null`.
+    fn convert(&mut self, schema: &Value, at: &str) -> Result<(Value, bool), String> {
+        let here = || place(at);
+        if self.stack.len() > MAX_DEPTH {
+            return Err(format!("{} nests deeper than {MAX_DEPTH} levels", here()));
         }
-    }
-    if obj.contains_key("allOf") || obj.contains_key("not") {
-        return Err(format!(
-            "{}: `allOf` / `not` have no place in the subset",
-            here()
-        ));
-    }
-    let (ty, nullable) = type_of(obj, at)?;
-    let mut out = Map::new();
-    out.insert("type".into(), Value::from(ty.clone()));
-    if let Some(d) = obj.get("description").filter(|d| d.is_string()) {
-        out.insert("description".into(), d.clone());
-    }
-    if let Some(options) = enum_of(obj, at)? {
-        out.insert("enum".into(), Value::Array(options));
-    }
-    match ty.as_str() {
-        "object" => convert_properties(obj, &mut out, defs, at, budget, stack)?,
-        "array" => {
-            let items = obj
-                .get("items")
-                .ok_or_else(|| format!("{}: an array without `items`", here()))?;
-            let (value, _) = convert(items, defs, &format!("{at}[]"), budget, stack)?;
-            out.insert("items".into(), value);
+        let Some(obj) = schema.as_object() else {
+            return Err(format!("{}: not a schema the subset can carry", here()));
+        };
+        if let Some(reference) = obj.get("$ref").and_then(Value::as_str) {
+            return self.convert_ref(obj, reference, at);
         }
-        _ => {}
+        for key in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(options)) = obj.get(key) {
+                return self.convert_union(obj, options, at);
+            }
+        }
+        if obj.contains_key("allOf") || obj.contains_key("not") {
+            return Err(format!(
+                "{}: `allOf` / `not` have no place in the subset",
+                here()
+            ));
+        }
+        let (ty, nullable) = type_of(obj, at)?;
+        let mut out = Map::new();
+        out.insert("type".into(), Value::from(ty.clone()));
+        if let Some(d) = obj.get("description").filter(|d| d.is_string()) {
+            out.insert("description".into(), d.clone());
+        }
+        if let Some(options) = enum_of(obj, at)? {
+            out.insert("enum".into(), Value::Array(options));
+        }
+        match ty.as_str() {
+            "object" => self.convert_properties(obj, &mut out, at)?,
+            "array" => {
+                let items = obj
+                    .get("items")
+                    .ok_or_else(|| format!("{}: an array without `items`", here()))?;
+                let (value, _) = self.convert(items, &format!("{at}[]"))?;
+                out.insert("items".into(), value);
+            }
+            _ => {}
+        }
+        Ok((Value::Object(out), nullable))
     }
-    Ok((Value::Object(out), nullable))
+
+    /// A `$ref` inlined: the definition it names, with the referring schema's
+    /// description; recursion and an exhausted budget are refused.
+    fn convert_ref(
+        &mut self,
+        obj: &Map<String, Value>,
+        reference: &str,
+        at: &str,
+    ) -> Result<(Value, bool), String> {
+        let here = || place(at);
+        if reference == "#" {
+            return Err(format!(
+                "{}: the root type refers to itself; the subset has no recursion",
+                here()
+            ));
+        }
+        let name = reference
+            .strip_prefix("#/$defs/")
+            .or_else(|| reference.strip_prefix("#/definitions/"))
+            .ok_or_else(|| format!("{}: cannot inline `$ref` {reference:?}", here()))?;
+        if self.stack.iter().any(|s| s == name) {
+            return Err(format!(
+                "{}: type {name} refers to itself; the subset has no recursion",
+                here()
+            ));
+        }
+        self.budget = self
+            .budget
+            .checked_sub(1)
+            .ok_or_else(|| format!("{}: too many `$ref`s", here()))?;
+        let target = self
+            .defs
+            .get(name)
+            .ok_or_else(|| format!("{}: `$ref` to a missing definition {name:?}", here()))?;
+        self.stack.push(name.to_owned());
+        let result = self.convert(target, at);
+        self.stack.pop();
+        let (mut value, nullable) = result?;
+        if let (Some(d), Value::Object(m)) = (obj.get("description"), &mut value) {
+            m.insert("description".into(), d.clone());
+        }
+        Ok((value, nullable))
+    }
+
+    /// An object's `properties`, each converted, and the `required` names
+    /// that stay required (a nullable property is optional in the subset).
+    fn convert_properties(
+        &mut self,
+        obj: &Map<String, Value>,
+        out: &mut Map<String, Value>,
+        at: &str,
+    ) -> Result<(), String> {
+        let props = obj
+            .get("properties")
+            .and_then(Value::as_object)
+            .ok_or_else(|| {
+                format!(
+                    "{}: an object without `properties` (a map) has no place in the subset",
+                    place(at)
+                )
+            })?;
+        let required: Vec<&str> = obj
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut properties = Map::new();
+        let mut still_required = Vec::new();
+        for (name, prop) in props {
+            let path = if at.is_empty() {
+                name.clone()
+            } else {
+                format!("{at}.{name}")
+            };
+            let (value, nullable) = self.convert(prop, &path)?;
+            if required.contains(&name.as_str()) && !nullable {
+                still_required.push(Value::from(name.clone()));
+            }
+            properties.insert(name.clone(), value);
+        }
+        out.insert("properties".into(), Value::Object(properties));
+        if !still_required.is_empty() {
+            out.insert("required".into(), Value::Array(still_required));
+        }
+        Ok(())
+    }
+
+    /// `anyOf` / `oneOf`: `[T, null]` is an optional `T`; string constants are an enum.
+    fn convert_union(
+        &mut self,
+        obj: &Map<String, Value>,
+        options: &[Value],
+        at: &str,
+    ) -> Result<(Value, bool), String> {
+        let is_null = |o: &Value| {
+            o.get("type") == Some(&Value::from("null")) || o.get("const") == Some(&Value::Null)
+        };
+        let nullable = options.iter().any(is_null);
+        let rest: Vec<&Value> = options.iter().filter(|o| !is_null(o)).collect();
+        let mut converted = Vec::new();
+        for option in &rest {
+            converted.push(self.convert(option, at)?.0);
+        }
+        let mut value = match converted.as_slice() {
+            [one] => one.clone(),
+            many if many.iter().all(|v| {
+                v.get("enum")
+                    .and_then(Value::as_array)
+                    .is_some_and(|e| !e.is_empty())
+            }) =>
+            {
+                let values: Vec<Value> = many
+                    .iter()
+                    .filter_map(|v| v.get("enum").and_then(Value::as_array))
+                    .flatten()
+                    .cloned()
+                    .collect();
+                serde_json::json!({ "type": "string", "enum": values })
+            }
+            _ => {
+                return Err(format!(
+                    "{}: a choice between shapes (an enum with data) has no place in the subset",
+                    place(at)
+                ));
+            }
+        };
+        if let (Some(d), Value::Object(m)) = (obj.get("description"), &mut value) {
+            m.insert("description".into(), d.clone());
+        }
+        Ok((value, nullable))
+    }
 }
 
 /// Where a schema sits, for messages: the root, or its path in backticks.
@@ -102,49 +241,6 @@ fn place(at: &str) -> String {
     } else {
         format!("`{at}`")
     }
-}
-
-/// A `$ref` inlined: the definition it names, with the referring schema's
-/// description; recursion and an exhausted budget are refused.
-fn convert_ref(
-    obj: &Map<String, Value>,
-    reference: &str,
-    defs: &Map<String, Value>,
-    at: &str,
-    budget: &mut usize,
-    stack: &mut Vec<String>,
-) -> Result<(Value, bool), String> {
-    let here = || place(at);
-    if reference == "#" {
-        return Err(format!(
-            "{}: the root type refers to itself; the subset has no recursion",
-            here()
-        ));
-    }
-    let name = reference
-        .strip_prefix("#/$defs/")
-        .or_else(|| reference.strip_prefix("#/definitions/"))
-        .ok_or_else(|| format!("{}: cannot inline `$ref` {reference:?}", here()))?;
-    if stack.iter().any(|s| s == name) {
-        return Err(format!(
-            "{}: type {name} refers to itself; the subset has no recursion",
-            here()
-        ));
-    }
-    *budget = budget
-        .checked_sub(1)
-        .ok_or_else(|| format!("{}: too many `$ref`s", here()))?;
-    let target = defs
-        .get(name)
-        .ok_or_else(|| format!("{}: `$ref` to a missing definition {name:?}", here()))?;
-    stack.push(name.to_owned());
-    let result = convert(target, defs, at, budget, stack);
-    stack.pop();
-    let (mut value, nullable) = result?;
-    if let (Some(d), Value::Object(m)) = (obj.get("description"), &mut value) {
-        m.insert("description".into(), d.clone());
-    }
-    Ok((value, nullable))
 }
 
 /// The one type a schema names, and whether it also admits `null`.
@@ -204,102 +300,6 @@ fn enum_of(obj: &Map<String, Value>, at: &str) -> Result<Option<Vec<Value>>, Str
         Some(c) => Ok(Some(vec![c.clone()])),
         None => Ok(None),
     }
-}
-
-/// An object's `properties`, each converted, and the `required` names
-/// that stay required (a nullable property is optional in the subset).
-fn convert_properties(
-    obj: &Map<String, Value>,
-    out: &mut Map<String, Value>,
-    defs: &Map<String, Value>,
-    at: &str,
-    budget: &mut usize,
-    stack: &mut Vec<String>,
-) -> Result<(), String> {
-    let props = obj
-        .get("properties")
-        .and_then(Value::as_object)
-        .ok_or_else(|| {
-            format!(
-                "{}: an object without `properties` (a map) has no place in the subset",
-                place(at)
-            )
-        })?;
-    let required: Vec<&str> = obj
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let mut properties = Map::new();
-    let mut still_required = Vec::new();
-    for (name, prop) in props {
-        let path = if at.is_empty() {
-            name.clone()
-        } else {
-            format!("{at}.{name}")
-        };
-        let (value, nullable) = convert(prop, defs, &path, budget, stack)?;
-        if required.contains(&name.as_str()) && !nullable {
-            still_required.push(Value::from(name.clone()));
-        }
-        properties.insert(name.clone(), value);
-    }
-    out.insert("properties".into(), Value::Object(properties));
-    if !still_required.is_empty() {
-        out.insert("required".into(), Value::Array(still_required));
-    }
-    Ok(())
-}
-
-/// `anyOf` / `oneOf`: `[T, null]` is an optional `T`; string constants are an enum.
-fn convert_union(
-    obj: &Map<String, Value>,
-    options: &[Value],
-    defs: &Map<String, Value>,
-    at: &str,
-    budget: &mut usize,
-    stack: &mut Vec<String>,
-) -> Result<(Value, bool), String> {
-    let is_null = |o: &Value| {
-        o.get("type") == Some(&Value::from("null")) || o.get("const") == Some(&Value::Null)
-    };
-    let nullable = options.iter().any(is_null);
-    let rest: Vec<&Value> = options.iter().filter(|o| !is_null(o)).collect();
-    let mut converted = Vec::new();
-    for option in &rest {
-        converted.push(convert(option, defs, at, budget, stack)?.0);
-    }
-    let mut value = match converted.as_slice() {
-        [one] => one.clone(),
-        many if many.iter().all(|v| {
-            v.get("enum")
-                .and_then(Value::as_array)
-                .is_some_and(|e| !e.is_empty())
-        }) =>
-        {
-            let values: Vec<Value> = many
-                .iter()
-                .filter_map(|v| v.get("enum").and_then(Value::as_array))
-                .flatten()
-                .cloned()
-                .collect();
-            serde_json::json!({ "type": "string", "enum": values })
-        }
-        _ => {
-            let here = if at.is_empty() {
-                "the root".to_owned()
-            } else {
-                format!("`{at}`")
-            };
-            return Err(format!(
-                "{here}: a choice between shapes (an enum with data) has no place in the subset"
-            ));
-        }
-    };
-    if let (Some(d), Value::Object(m)) = (obj.get("description"), &mut value) {
-        m.insert("description".into(), d.clone());
-    }
-    Ok((value, nullable))
 }
 
 /// Checks `value` against a subset schema; the error names the path of the

@@ -168,54 +168,40 @@ async fn pump(
 
 /// The `event:` name, JSON `data:` and answer text of one delivered event.
 fn frame_of(event: &QueryEvent) -> (String, String, Option<&str>) {
-    let json = |v: serde_json::Value| v.to_string();
-    let to_json = |v: Result<String, serde_json::Error>| v.unwrap_or_else(|_| "{}".into());
-    match event {
+    use serde_json::json;
+    let typed = |v: Result<String, serde_json::Error>| v.unwrap_or_else(|_| "{}".into());
+    let (name, data, text) = match event {
         QueryEvent::Created {
             query_id,
             session_id,
         } => (
-            names::CREATED.into(),
-            json(serde_json::json!({ "query_id": query_id, "session_id": session_id })),
+            names::CREATED,
+            json!({ "query_id": query_id, "session_id": session_id }).to_string(),
             None,
         ),
-        QueryEvent::Step(step) => (
-            names::STEP.into(),
-            to_json(serde_json::to_string(step)),
-            None,
-        ),
+        QueryEvent::Step(step) => (names::STEP, typed(serde_json::to_string(step)), None),
         QueryEvent::TextDelta { delta } => (
-            names::TEXT_DELTA.into(),
-            json(serde_json::json!({ "delta": delta })),
+            names::TEXT_DELTA,
+            json!({ "delta": delta }).to_string(),
             Some(delta.as_str()),
         ),
-        QueryEvent::TurnRollup(r) => (
-            names::TURN_ROLLUP.into(),
-            to_json(serde_json::to_string(r)),
-            None,
-        ),
-        QueryEvent::Synthesis(s) => (
-            names::SYNTHESIS.into(),
-            to_json(serde_json::to_string(s)),
-            None,
-        ),
+        QueryEvent::TurnRollup(r) => (names::TURN_ROLLUP, typed(serde_json::to_string(r)), None),
+        QueryEvent::Synthesis(s) => (names::SYNTHESIS, typed(serde_json::to_string(s)), None),
         QueryEvent::Trace { trace_ref } => (
-            names::TRACE.into(),
-            json(serde_json::json!({ "trace_ref": trace_ref })),
+            names::TRACE,
+            json!({ "trace_ref": trace_ref }).to_string(),
             None,
         ),
-        QueryEvent::Completed => (names::COMPLETED.into(), "{}".into(), None),
-        QueryEvent::Failed { error } => (
-            names::FAILED.into(),
-            json(serde_json::json!({ "error": error })),
-            None,
-        ),
+        QueryEvent::Completed => (names::COMPLETED, "{}".to_owned(), None),
+        QueryEvent::Failed { error } => {
+            (names::FAILED, json!({ "error": error }).to_string(), None)
+        }
         QueryEvent::Cancelled { error } => (
-            names::CANCELLED.into(),
-            json(serde_json::json!({ "error": error })),
+            names::CANCELLED,
+            json!({ "error": error }).to_string(),
             None,
         ),
-        QueryEvent::Query(q) => (names::QUERY.into(), to_json(serde_json::to_string(q)), None),
+        QueryEvent::Query(q) => (names::QUERY, typed(serde_json::to_string(q)), None),
         QueryEvent::Unknown { event, data } => {
             // Field values cannot hold line breaks; the parser never makes
             // such a name, but the relay must not panic on one.
@@ -224,7 +210,8 @@ fn frame_of(event: &QueryEvent) -> (String, String, Option<&str>) {
             } else {
                 event.clone()
             };
-            (name, data.replace('\r', ""), None)
+            return (name, data.replace('\r', ""), None);
         }
-    }
+    };
+    (name.to_owned(), data, text)
 }

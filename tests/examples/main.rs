@@ -17,4 +17,5 @@ mod nexus;
 mod nexus_api;
 mod scripting;
 mod tasks_json;
+mod turn_binding;
 mod unknown_context;

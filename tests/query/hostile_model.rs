@@ -30,6 +30,11 @@
 //! answer, the expected text taken from the script, never from the SDK's
 //! own decoder.
 //!
+//! A third property runs two-turn sessions whose follow-up is answered
+//! with a replay of the session's first turn (streamed, not streamed, in
+//! the background and its polls): it must end in a typed mismatch, never
+//! with the old answer (`follow_up`).
+//!
 //! `PROPTEST_CASES` raises the number of cases (default 96).
 
 use crate::support::sse_server;
@@ -45,7 +50,9 @@ use proptest::prelude::*;
 use sse_server::{Reply, SseServer, Step, Turn, frame, last_event_id, query_json};
 use tokio::time::Instant;
 
+mod follow_up;
 mod script;
+use follow_up::*;
 use script::*;
 
 const Q: &str = "q_h";
@@ -601,5 +608,18 @@ proptest! {
             .build()
             .unwrap();
         rt.block_on(run(script))?;
+    }
+
+    /// A follow-up answered with a replay of the session's first turn is
+    /// refused with a typed mismatch; answered as the contract says, it
+    /// gets its own answer.
+    #[test]
+    fn a_follow_up_answered_with_an_earlier_turn_is_refused(case in two_turns_strategy()) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(run_two_turns(case))?;
     }
 }

@@ -319,7 +319,7 @@ fn mode_strategy() -> impl Strategy<Value = Mode> {
 /// a close, a cut or a stall that the idle timeout ends, but every frame
 /// that arrives is true. With `named`, its first frame arrives whole (a
 /// connection cut before the server named the turn cannot be resumed).
-fn benign_body(named: bool) -> impl Strategy<Value = Body> {
+pub(super) fn benign_body(named: bool) -> impl Strategy<Value = Body> {
     let min = usize::from(named);
     (
         min..12,
@@ -583,7 +583,7 @@ pub(super) fn render(
 }
 
 /// Rewrites the text of every write of `steps` with `f`.
-fn map_writes(steps: Vec<Step>, f: impl Fn(&str) -> String) -> Vec<Step> {
+pub(super) fn map_writes(steps: Vec<Step>, f: impl Fn(&str) -> String) -> Vec<Step> {
     steps
         .into_iter()
         .map(|step| match step {
