@@ -10,6 +10,7 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use super::Shared;
+use super::tree_request::{On, Posted};
 use crate::local::connectors::{self, ConnectorRecord, ImportPlan, LOCAL_PROVIDER, MAX_CONNECTORS};
 use crate::local::error::{ApiJson, ApiQuery, LocalError, LocalResult};
 use crate::local::import;
@@ -74,18 +75,14 @@ pub(super) async fn list(State(state): Shared) -> axum::Json<Vec<types::Connecto
     axum::Json(inner.connectors().values().map(|c| c.to_view()).collect())
 }
 
-pub(super) async fn get(
-    State(state): Shared,
-    Path(id): Path<String>,
-) -> LocalResult<axum::Json<types::ConnectorView>> {
+pub(super) async fn get(On(state, id, _): On) -> LocalResult<axum::Json<types::ConnectorView>> {
     let inner = state.store.read();
     let c = inner.connectors().get(&id).ok_or_else(|| not_found(&id))?;
     Ok(axum::Json(c.to_view()))
 }
 
 pub(super) async fn delete(
-    State(state): Shared,
-    Path(id): Path<String>,
+    On(state, id, _): On,
 ) -> LocalResult<axum::Json<types::DeleteConnectorResponse>> {
     let ticket = {
         let mut inner = state.store.change();
@@ -99,9 +96,7 @@ pub(super) async fn delete(
 /// Creates a `local` connector: `api_key` names the directory (absolute,
 /// or relative to the first connector root), which must lie below a root.
 pub(super) async fn create(
-    State(state): Shared,
-    Path(provider): Path<String>,
-    ApiJson(body): ApiJson<types::CreateConnectorBody>,
+    Posted(state, provider, body): Posted<types::CreateConnectorBody>,
 ) -> LocalResult<axum::Json<types::ConnectorView>> {
     check_provider(&provider)?;
     let root = resolve(&state, body.api_key).await?;
@@ -122,8 +117,7 @@ pub(super) struct OauthParams {
 /// connector root exists and answers an authorize URL on this server —
 /// its callback with a one-time `state` token, which makes the connector.
 pub(super) async fn start_oauth(
-    State(state): Shared,
-    Path(provider): Path<String>,
+    On(state, provider, _): On,
     headers: HeaderMap,
     OriginalUri(uri): OriginalUri,
     ApiQuery(params): ApiQuery<OauthParams>,
@@ -159,9 +153,7 @@ pub(super) struct CallbackParams {
 /// already on it). Answers the connector, or with a `return_to` given at
 /// the start, 303 to it with `connector_id` added.
 pub(super) async fn oauth_callback(
-    State(state): Shared,
-    Path(provider): Path<String>,
-    ApiQuery(params): ApiQuery<CallbackParams>,
+    On(state, provider, params): On<CallbackParams>,
 ) -> LocalResult<Response> {
     check_provider(&provider)?;
     let return_to = params
@@ -215,9 +207,7 @@ pub(super) struct ItemParams {
 }
 
 pub(super) async fn items(
-    State(state): Shared,
-    Path(id): Path<String>,
-    ApiQuery(params): ApiQuery<ItemParams>,
+    On(state, id, params): On<ItemParams>,
 ) -> LocalResult<axum::Json<types::ListConnectorItemsResponse>> {
     let root = {
         let inner = state.store.read();
@@ -244,8 +234,7 @@ pub(super) async fn items(
 }
 
 pub(super) async fn list_for_context(
-    State(state): Shared,
-    Path(slug): Path<String>,
+    On(state, slug, _): On,
 ) -> LocalResult<axum::Json<Vec<types::ContextConnectorView>>> {
     let inner = state.store.read();
     let id = inner.context(&slug)?.id.clone();
@@ -291,9 +280,7 @@ pub(super) async fn update_for_context(
 /// `folder` names), landing below `path` in the sources; run as an
 /// `import` task like an upload.
 pub(super) async fn import(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    ApiJson(body): ApiJson<types::ImportContextSourcesBody>,
+    Posted(state, slug, body): Posted<types::ImportContextSourcesBody>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
     let (root, label) = {
         let inner = state.store.read();

@@ -4,16 +4,16 @@
 use std::collections::BTreeMap;
 use std::path::Path as FsPath;
 
-use axum::extract::{Path, State};
 use chrono::Utc;
 
-use super::Shared;
+use super::tree_request::{On, OptionalJson, Posted};
 use crate::local::durable;
-use crate::local::error::{ApiJson, LocalError, LocalResult};
+use crate::local::error::{LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
 use crate::local::ledger;
 use crate::local::paths::safe_join;
-use crate::local::store::SourceMeta;
+use crate::local::state::AppState;
+use crate::local::store::{SourceMeta, Ticket};
 use crate::local::workflows;
 use crate::types;
 
@@ -188,9 +188,7 @@ fn reserve_fork(
 /// is built aside and published, with its sources, in one change: it is
 /// never seen (nor saved) half made.
 pub(super) async fn fork(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    ApiJson(body): ApiJson<types::ForkContextBody>,
+    Posted(state, slug, body): Posted<types::ForkContextBody>,
 ) -> LocalResult<axum::Json<types::ForkContextResponse>> {
     let (from_id, rec, sources) = reserve_fork(&state, &slug, body.target_slug)?;
     let mut aside = ForkAside {
@@ -271,10 +269,7 @@ pub(super) async fn fork(
 
 /// The manifest curation runs with: the context's own, else the local
 /// default.
-pub(super) async fn manifest(
-    State(state): Shared,
-    Path(slug): Path<String>,
-) -> LocalResult<axum::Json<types::Manifest>> {
+pub(super) async fn manifest(On(state, slug, _): On) -> LocalResult<axum::Json<types::Manifest>> {
     let inner = state.store.read();
     let ctx = inner.context(&slug)?;
     Ok(axum::Json(ctx.manifest.clone().unwrap_or_else(|| {
@@ -284,8 +279,7 @@ pub(super) async fn manifest(
 
 /// What the latest curation recorded (empty before the first one).
 pub(super) async fn curation_ledger(
-    State(state): Shared,
-    Path(slug): Path<String>,
+    On(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::CurationState>> {
     let (ledger, index) = {
         let inner = state.store.read();
@@ -303,56 +297,45 @@ pub(super) async fn curation_ledger(
     Ok(axum::Json(curation))
 }
 
-/// Parses an optional JSON body (empty means the defaults).
-fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> LocalResult<T> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body)
-        .map_err(|e| LocalError::bad_request(format!("invalid JSON body: {e}")))
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-struct ExploreBody {
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct ExploreBody {
     guide: Option<String>,
 }
 
-#[derive(Debug, Default, serde::Deserialize)]
-struct ProfileBody {
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct ProfileBody {
     manifest: Option<types::Manifest>,
 }
 
-pub(super) async fn explore(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    body: axum::body::Bytes,
+/// Answers a workflow once its task is saved (a task acknowledged
+/// survives a crash).
+async fn triggered(
+    state: &AppState,
+    (trigger, registered): (types::WorkflowTriggerResponse, Ticket),
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
-    let body: ExploreBody = optional_body(&body)?;
-    let (trigger, registered) = workflows::explore(&state, &slug, body.guide)?;
     state.store.saved(registered).await?;
     Ok(axum::Json(trigger))
+}
+
+pub(super) async fn explore(
+    On(state, slug, _): On,
+    OptionalJson(body): OptionalJson<ExploreBody>,
+) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
+    triggered(&state, workflows::explore(&state, &slug, body.guide)?).await
 }
 
 pub(super) async fn profile(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    body: axum::body::Bytes,
+    On(state, slug, _): On,
+    OptionalJson(body): OptionalJson<ProfileBody>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
-    let body: ProfileBody = optional_body(&body)?;
-    let (trigger, registered) = workflows::profile(&state, &slug, body.manifest)?;
-    state.store.saved(registered).await?;
-    Ok(axum::Json(trigger))
+    triggered(&state, workflows::profile(&state, &slug, body.manifest)?).await
 }
 
 pub(super) async fn optimize(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    body: axum::body::Bytes,
-) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
+    On(state, slug, _): On,
     // The body's tuning knobs drive the hosted optimizer; locally the
     // optimization is a compaction, and the body is only checked.
-    let _: serde_json::Map<String, serde_json::Value> = optional_body(&body)?;
-    let (trigger, registered) = workflows::optimize(&state, &slug)?;
-    state.store.saved(registered).await?;
-    Ok(axum::Json(trigger))
+    _: OptionalJson<serde_json::Map<String, serde_json::Value>>,
+) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
+    triggered(&state, workflows::optimize(&state, &slug)?).await
 }

@@ -1,12 +1,13 @@
 //! Contexts: create, read, update, delete, and starting a curation.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 
 use super::Shared;
 
 /// Longest wait of a context's deletion for its jobs to stop.
 const JOBS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+use super::tree_request::{On, OptionalJson, Posted};
 use crate::local::curate;
 use crate::local::error::{ApiJson, LocalError, LocalResult};
 use crate::local::store::LOCAL_MODEL;
@@ -31,16 +32,13 @@ pub(super) async fn create_context(
 }
 
 pub(super) async fn get_context(
-    State(state): Shared,
-    Path(slug): Path<String>,
+    On(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::ContextResponse>> {
     Ok(axum::Json(state.store.read().context(&slug)?.to_response()))
 }
 
 pub(super) async fn update_context(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    ApiJson(req): ApiJson<types::UpdateContextRequest>,
+    Posted(state, slug, req): Posted<types::UpdateContextRequest>,
 ) -> LocalResult<axum::Json<types::ContextResponse>> {
     let (resp, ticket) = {
         let mut change = state.store.change();
@@ -54,10 +52,7 @@ pub(super) async fn update_context(
 /// Deletes a context: cancels its running tasks, waits (at most
 /// `JOBS_WAIT`) for every job on its files to stop, then removes its
 /// files, so none is written after they are gone.
-pub(super) async fn delete_context(
-    State(state): Shared,
-    Path(slug): Path<String>,
-) -> LocalResult<StatusCode> {
+pub(super) async fn delete_context(On(state, slug, _): On) -> LocalResult<StatusCode> {
     let (rec, tokens, jobs, deleted) = {
         let mut change = state.store.change();
         let (rec, tokens, jobs) = change.delete_context(&slug)?;
@@ -80,24 +75,9 @@ pub(super) async fn delete_context(
 }
 
 pub(super) async fn curate_context(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    body: axum::body::Bytes,
+    On(state, slug, _): On,
+    OptionalJson(opts): OptionalJson<types::CurateContextBody>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
-    // The body is optional: an empty one means the defaults.
-    let opts: types::CurateContextBody = if body.iter().all(u8::is_ascii_whitespace) {
-        types::CurateContextBody {
-            batch_size: None,
-            force: false,
-            model: None,
-            pinecone_api_key: None,
-            scope: None,
-            trigger: None,
-        }
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| LocalError::bad_request(format!("invalid JSON body: {e}")))?
-    };
     if let Some(m) = opts.model.as_deref()
         && m != LOCAL_MODEL
     {

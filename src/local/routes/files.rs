@@ -5,12 +5,11 @@ use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
 use chrono::Utc;
 
-use super::tree_request::TreeAt;
-use super::{FileList, Shared};
-use crate::local::error::{ApiJson, LocalError, LocalResult};
+use super::FileList;
+use super::tree_request::{On, Posted, TreeAt};
+use crate::local::error::{LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
 use crate::local::paths::safe_join;
 use crate::local::state::AppState;
@@ -39,8 +38,7 @@ fn file_stats(files: &FileList) -> types::FileStats {
 }
 
 pub(super) async fn source_stats(
-    State(state): Shared,
-    Path(slug): Path<String>,
+    On(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::SourceStats>> {
     let files = super::sources::source_files(&state, &slug)?;
     let s = file_stats(&files);
@@ -57,8 +55,7 @@ pub(super) async fn source_stats(
 }
 
 pub(super) async fn source_manifest(
-    State(state): Shared,
-    Path(slug): Path<String>,
+    On(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::GetSourceManifestResponse>> {
     let files = super::sources::source_files(&state, &slug)?;
     Ok(axum::Json(types::GetSourceManifestResponse {
@@ -76,8 +73,7 @@ pub(super) async fn source_manifest(
 }
 
 pub(super) async fn knowledge_stats(
-    State(state): Shared,
-    Path(slug): Path<String>,
+    On(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::FileStats>> {
     let files = super::knowledge::knowledge_list(&state, &slug).await?;
     Ok(axum::Json(file_stats(&files)))
@@ -205,9 +201,7 @@ pub(super) async fn delete_source_file(
 /// now and the index at the next curation (the ledger then records them
 /// removed). Unknown paths are ignored.
 pub(super) async fn delete_curated_sources(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    ApiJson(body): ApiJson<types::DeleteCuratedSourcesBody>,
+    Posted(state, slug, body): Posted<types::DeleteCuratedSourcesBody>,
 ) -> LocalResult<axum::Json<serde_json::Value>> {
     let removed = remove_sources(&state, &slug, &body.sources).await?;
     Ok(axum::Json(serde_json::json!({

@@ -368,6 +368,16 @@ pub(super) struct PageParams {
     limit: Option<i64>,
 }
 
+/// The size of a page asked for (`default` when not given), refused
+/// outside `1..=max`.
+pub(super) fn page_limit(limit: Option<i64>, default: i64, max: i64) -> LocalResult<i64> {
+    let limit = limit.unwrap_or(default);
+    if !(1..=max).contains(&limit) {
+        return Err(LocalError::bad_request(format!("limit must be 1..={max}")));
+    }
+    Ok(limit)
+}
+
 /// `(path, size, mtime)` of every file of a tree.
 pub(super) type FileList = Vec<(String, u64, DateTime<Utc>)>;
 

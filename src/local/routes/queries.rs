@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -12,6 +12,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 
 use super::Shared;
+use super::tree_request::{On, Posted};
 use crate::local::error::{ApiJson, LocalError, LocalResult};
 use crate::local::events::{EventLog, Frame};
 use crate::local::state::AppState;
@@ -145,17 +146,11 @@ pub(super) fn sse_event(frame: &Frame) -> Event {
     }
 }
 
-pub(super) async fn get_query(
-    State(state): Shared,
-    Path(id): Path<String>,
-) -> LocalResult<axum::Json<types::Query>> {
+pub(super) async fn get_query(On(state, id, _): On) -> LocalResult<axum::Json<types::Query>> {
     current_query(&state, &id).await.map(axum::Json)
 }
 
-pub(super) async fn cancel_query(
-    State(state): Shared,
-    Path(id): Path<String>,
-) -> LocalResult<axum::Json<types::Query>> {
+pub(super) async fn cancel_query(On(state, id, _): On) -> LocalResult<axum::Json<types::Query>> {
     let q = stored_query(&state, &id).await?;
     // A turn ends in memory before its end is committed: whether the log
     // is closed, not the document's status, says whether the end is saved.
@@ -191,8 +186,7 @@ fn cancel_pending() -> LocalError {
 }
 
 pub(super) async fn query_events(
-    State(state): Shared,
-    Path(id): Path<String>,
+    On(state, id, _): On,
     headers: HeaderMap,
 ) -> LocalResult<Response> {
     let from = match headers.get("last-event-id") {
@@ -209,10 +203,7 @@ pub(super) async fn query_events(
     Ok(sse(&state, log, from))
 }
 
-pub(super) async fn query_trace(
-    State(state): Shared,
-    Path(id): Path<String>,
-) -> LocalResult<axum::Json<types::Trace>> {
+pub(super) async fn query_trace(On(state, id, _): On) -> LocalResult<axum::Json<types::Trace>> {
     let q = stored_query(&state, &id).await?;
     q.trace
         .map(axum::Json)
@@ -226,9 +217,7 @@ pub(super) struct FeedbackBody {
 }
 
 pub(super) async fn query_feedback(
-    State(state): Shared,
-    Path(id): Path<String>,
-    ApiJson(body): ApiJson<FeedbackBody>,
+    Posted(state, id, body): Posted<FeedbackBody>,
 ) -> LocalResult<StatusCode> {
     if !matches!(body.rating.as_str(), "up" | "down") {
         return Err(LocalError::bad_request("rating must be \"up\" or \"down\""));

@@ -1,17 +1,19 @@
 //! Sessions: listing, reading and deleting them.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::Shared;
+use super::tree_request::On;
 use crate::local::error::{ApiQuery, LocalError, LocalResult};
 use crate::local::store::SessionPage;
 use crate::types;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct SessionParams {
+    /// Sessions in the page (1..=200, default 50).
     limit: Option<i64>,
 }
 
@@ -19,10 +21,7 @@ pub(super) async fn list_sessions(
     State(state): Shared,
     ApiQuery(p): ApiQuery<SessionParams>,
 ) -> LocalResult<axum::Json<types::ListSessionsResponse>> {
-    let limit = p.limit.unwrap_or(50);
-    if !(1..=200).contains(&limit) {
-        return Err(LocalError::bad_request("limit must be 1..=200"));
-    }
+    let limit = super::page_limit(p.limit, 50, 200)?;
     let inner = state.store.read();
     let mut sessions: Vec<types::Session> = inner
         .sessions()
@@ -50,11 +49,7 @@ pub(super) struct SessionTurnParams {
 /// `GET /sessions/{id}`: the session with one page of its turns, oldest
 /// first: the newest `limit` turns before the `offset` newest. The
 /// turns are read and serialized on the blocking pool.
-pub(super) async fn get_session(
-    State(state): Shared,
-    Path(id): Path<String>,
-    ApiQuery(p): ApiQuery<SessionTurnParams>,
-) -> LocalResult<Response> {
+pub(super) async fn get_session(On(state, id, p): On<SessionTurnParams>) -> LocalResult<Response> {
     let limit = match p.limit {
         None => DEFAULT_TURNS,
         Some(n) => u32::try_from(n)
@@ -103,8 +98,7 @@ fn response(page: SessionPage) -> types::GetSessionResponse {
 }
 
 pub(super) async fn delete_session(
-    State(state): Shared,
-    Path(id): Path<String>,
+    On(state, id, _): On,
 ) -> LocalResult<axum::Json<types::DeleteSessionResponse>> {
     let (deleted, ticket) = {
         let mut change = state.store.change();

@@ -1,16 +1,16 @@
 //! Sources: uploads (staged, checked, then moved into place) and reads.
 
+use axum::extract::Multipart;
 use axum::extract::multipart::MultipartRejection;
-use axum::extract::{Multipart, Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::io::ReaderStream;
 
-use super::tree_request::{Listing, TreeAt};
-use super::{FileList, Shared, listing};
-use crate::local::error::{ApiQuery, LocalError, LocalResult};
+use super::tree_request::{Listing, On, TreeAt};
+use super::{FileList, listing};
+use crate::local::error::{LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
 use crate::local::paths::safe_join;
 use crate::local::state::AppState;
@@ -23,9 +23,7 @@ pub(super) struct UploadParams {
 }
 
 pub(super) async fn upload(
-    State(state): Shared,
-    Path(slug): Path<String>,
-    ApiQuery(params): ApiQuery<UploadParams>,
+    On(state, slug, params): On<UploadParams>,
     headers: axum::http::HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {

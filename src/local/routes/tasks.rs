@@ -1,10 +1,11 @@
 //! Tasks: listing, reading and cancelling imports and curations.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 
 use super::Shared;
+use super::tree_request::On;
 use crate::local::error::{ApiQuery, LocalError, LocalResult};
 use crate::types;
 
@@ -23,10 +24,7 @@ pub(super) async fn list_tasks(
     State(state): Shared,
     ApiQuery(p): ApiQuery<TaskParams>,
 ) -> LocalResult<axum::Json<types::ListTasksResponse>> {
-    let limit = p.limit.unwrap_or(30);
-    if !(1..=1000).contains(&limit) {
-        return Err(LocalError::bad_request("limit must be 1..=1000"));
-    }
+    let limit = super::page_limit(p.limit, 30, 1000)?;
     let page = p.page.unwrap_or(1);
     if page < 1 || p.offset.is_some_and(|o| o < 0) {
         return Err(LocalError::bad_request("page must be >= 1 and offset >= 0"));
@@ -79,10 +77,7 @@ pub(super) async fn list_tasks(
     }))
 }
 
-pub(super) async fn get_task(
-    State(state): Shared,
-    Path(id): Path<String>,
-) -> LocalResult<axum::Json<types::TaskResponse>> {
+pub(super) async fn get_task(On(state, id, _): On) -> LocalResult<axum::Json<types::TaskResponse>> {
     state
         .store
         .read()
@@ -92,10 +87,7 @@ pub(super) async fn get_task(
         .ok_or_else(|| LocalError::not_found(format!("task {id:?} not found")))
 }
 
-pub(super) async fn cancel_task(
-    State(state): Shared,
-    Path(id): Path<String>,
-) -> LocalResult<StatusCode> {
+pub(super) async fn cancel_task(On(state, id, _): On) -> LocalResult<StatusCode> {
     let ticket = {
         let mut change = state.store.change();
         change.cancel_task(&id)?;
