@@ -147,20 +147,9 @@ fn method_label(method: &Method) -> HttpMethod {
 }
 
 impl Guard {
-    fn refuse(
-        &self,
-        reason: Reason,
-        status: StatusCode,
-        peer: Option<SocketAddr>,
-        method: &Method,
-        text: &str,
-    ) -> Response {
-        self.refusals.refuse(reason, status, peer, method, text)
-    }
-
     fn not_found(&self, peer: Option<SocketAddr>, method: &Method) -> Response {
         // One answer for an unknown, expired or another caller's session.
-        self.refuse(
+        self.refusals.refuse(
             Reason::UnknownSession,
             StatusCode::NOT_FOUND,
             peer,
@@ -191,7 +180,7 @@ impl Guard {
                 // 403, not 401: a key was sent and is refused. A 401 makes
                 // OAuth-capable clients (mcp-remote) start an authorization
                 // discovery instead of showing this text.
-                let response = self.refuse(
+                let response = self.refusals.refuse(
                     Reason::BadKey,
                     StatusCode::FORBIDDEN,
                     peer,
@@ -284,7 +273,7 @@ impl Guard {
             // 403, not 401: this server has no HTTP authentication scheme,
             // and MCP clients (mcp-remote) answer any 401 with an OAuth
             // discovery instead of showing this text.
-            return Err(self.refuse(
+            return Err(self.refusals.refuse(
                 Reason::KeylessSession,
                 StatusCode::FORBIDDEN,
                 asked.peer,
@@ -400,7 +389,7 @@ impl Guard {
         let bytes = match read {
             Ok(Ok(bytes)) => bytes,
             Ok(Err(_)) => {
-                return Err(self.refuse(
+                return Err(self.refusals.refuse(
                     Reason::BodyTooLarge,
                     StatusCode::PAYLOAD_TOO_LARGE,
                     asked.peer,
@@ -409,7 +398,7 @@ impl Guard {
                 ));
             }
             Err(_) => {
-                return Err(self.refuse(
+                return Err(self.refusals.refuse(
                     Reason::BodyTimeout,
                     StatusCode::REQUEST_TIMEOUT,
                     asked.peer,
@@ -450,7 +439,7 @@ impl Guard {
             .standing(key, digest, asked.peer.map(|p| p.ip()))
             .await;
         if standing == Standing::Refused {
-            return Err(self.refuse(
+            return Err(self.refusals.refuse(
                 Reason::KeyRefused,
                 StatusCode::FORBIDDEN,
                 asked.peer,
@@ -481,7 +470,8 @@ impl Guard {
                 "server busy: too many requests in flight; retry later",
             ),
         };
-        self.refuse(reason, status, asked.peer, asked.method, text)
+        self.refusals
+            .refuse(reason, status, asked.peer, asked.method, text)
     }
 
     /// A request on session `id`: the caller's own (one uniform 404
@@ -504,7 +494,7 @@ impl Guard {
         ledger::bind_to_session(&mut request, &in_use);
         let stream = if *method == Method::GET {
             let Ok(open) = sessions.open_stream(id) else {
-                return Err(self.refuse(
+                return Err(self.refusals.refuse(
                     Reason::StreamOpen,
                     StatusCode::CONFLICT,
                     peer,
@@ -513,7 +503,7 @@ impl Guard {
                 ));
             };
             let Ok(counted) = self.budgets.admit_stream(caller.id) else {
-                return Err(self.refuse(
+                return Err(self.refusals.refuse(
                     Reason::CallerBusy,
                     StatusCode::TOO_MANY_REQUESTS,
                     peer,
@@ -617,7 +607,8 @@ impl Guard {
                 ),
             ),
         };
-        self.refuse(reason, status, asked.peer, asked.method, &text)
+        self.refusals
+            .refuse(reason, status, asked.peer, asked.method, &text)
     }
 
     /// A stateless request with JSON-RPC `id`, cancellable by its caller:
@@ -704,7 +695,7 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
     let rpc_method = std::sync::OnceLock::new();
     let (response, caller) = match &checked {
         Err(refused) => (
-            guard.refuse(
+            guard.refusals.refuse(
                 Reason::HostOrigin,
                 StatusCode::FORBIDDEN,
                 peer,
