@@ -202,10 +202,12 @@ impl Drop for Slot {
     }
 }
 
-/// A response body that holds `hold` until it is sent (or dropped).
+/// A response body that holds `hold` until it is sent (or dropped), and
+/// hands it to `at_end` once its last frame is out.
 struct Held<G> {
     inner: Body,
-    _hold: G,
+    hold: G,
+    at_end: fn(&mut G),
 }
 
 impl<G: Unpin> hyper::body::Body for Held<G> {
@@ -213,10 +215,20 @@ impl<G: Unpin> hyper::body::Body for Held<G> {
     type Error = axum::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let ended = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
+            _ => false,
+        };
+        if ended {
+            (this.at_end)(&mut this.hold);
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -230,12 +242,23 @@ impl<G: Unpin> hyper::body::Body for Held<G> {
 
 /// `response` with `hold` kept until its body has been sent.
 pub(super) fn hold_until_end<G: Send + Unpin + 'static>(response: Response, hold: G) -> Response {
+    hold_and_finish(response, hold, |_| {})
+}
+
+/// `response` with `hold` kept until its body has been sent or dropped,
+/// and handed to `at_end` once the body has been read to its end.
+pub(super) fn hold_and_finish<G: Send + Unpin + 'static>(
+    response: Response,
+    hold: G,
+    at_end: fn(&mut G),
+) -> Response {
     let (parts, body) = response.into_parts();
     Response::from_parts(
         parts,
         Body::new(Held {
             inner: body,
-            _hold: hold,
+            hold,
+            at_end,
         }),
     )
 }

@@ -20,20 +20,17 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, Method};
-use hyper::body::{Frame, SizeHint};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use tokio_util::sync::CancellationToken;
 
 use crate::mcp::caller::{CallTicket, CallerGone};
-use crate::mcp::http::budget::{CallerId, Slot};
+use crate::mcp::http::budget::{CallerId, Slot, hold_and_finish};
 use crate::mcp::http::guard::Guard;
 use crate::mcp::http::sessions::InUse;
 
@@ -244,44 +241,5 @@ pub(in crate::mcp::http) fn cancel_unless_delivered(
     response: Response,
     abandoned: Abandoned,
 ) -> Response {
-    let (parts, body) = response.into_parts();
-    Response::from_parts(
-        parts,
-        Body::new(Watched {
-            inner: body,
-            abandoned,
-        }),
-    )
-}
-
-/// A response body that disarms its [`Abandoned`] at its end.
-struct Watched {
-    inner: Body,
-    abandoned: Abandoned,
-}
-
-impl hyper::body::Body for Watched {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => self.abandoned.disarm(),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.abandoned.disarm(),
-            _ => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
+    hold_and_finish(response, abandoned, Abandoned::disarm)
 }
