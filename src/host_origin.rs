@@ -199,25 +199,21 @@ impl HostPolicy {
     /// Checks a request's `Host` (or HTTP/2 authority) and `Origin` values.
     pub(crate) fn check(&self, host: Option<&[u8]>, origin: Option<&[u8]>) -> Result<(), Refusal> {
         let host = host.ok_or(Refusal::MissingHost)?;
-        let shown = || String::from_utf8_lossy(host).chars().take(200).collect();
-        let parsed = std::str::from_utf8(host)
-            .ok()
-            .and_then(parse_authority)
-            .ok_or_else(|| Refusal::ForeignHost(shown()))?;
-        if !self.host_allowed(&parsed) {
-            return Err(Refusal::ForeignHost(shown()));
+        check_value(
+            host,
+            parse_authority,
+            |h| self.host_allowed(h),
+            Refusal::ForeignHost,
+        )?;
+        match origin {
+            Some(origin) => check_value(
+                origin,
+                parse_origin,
+                |o| self.origin_allowed(o),
+                Refusal::ForeignOrigin,
+            ),
+            None => Ok(()),
         }
-        if let Some(origin) = origin {
-            let shown = || String::from_utf8_lossy(origin).chars().take(200).collect();
-            let parsed = std::str::from_utf8(origin)
-                .ok()
-                .and_then(parse_origin)
-                .ok_or_else(|| Refusal::ForeignOrigin(shown()))?;
-            if !self.origin_allowed(&parsed) {
-                return Err(Refusal::ForeignOrigin(shown()));
-            }
-        }
-        Ok(())
     }
 
     /// Checks a whole request: every authority it names (its `Host`
@@ -286,6 +282,22 @@ fn allowed(list: &[AllowedOrigin], origin: &Origin) -> bool {
 fn normalize_host(host: &str) -> String {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
+}
+
+/// Checks one header value: it must parse and be allowed; otherwise it is
+/// `refused`, naming what was sent (its first 200 characters).
+fn check_value<T>(
+    value: &[u8],
+    parse: impl FnOnce(&str) -> Option<T>,
+    is_allowed: impl FnOnce(&T) -> bool,
+    refused: fn(String) -> Refusal,
+) -> Result<(), Refusal> {
+    match std::str::from_utf8(value).ok().and_then(parse) {
+        Some(parsed) if is_allowed(&parsed) => Ok(()),
+        _ => Err(refused(
+            String::from_utf8_lossy(value).chars().take(200).collect(),
+        )),
+    }
 }
 
 /// `host[:port]` as sent in a `Host` header.
