@@ -427,16 +427,21 @@ mod tests {
         paginate("test", 0, max_items, |i| *i, fetch)
     }
 
+    /// Every item of the scripted pages, bounded by `max_items`.
+    async fn collected(script: Vec<(Vec<u32>, Option<u64>)>, max_items: usize) -> Result<Vec<u32>> {
+        collect(pages_of(script, max_items)).await
+    }
+
     #[tokio::test]
     async fn follows_cursors_to_the_end() {
-        let all = collect(pages_of(
+        let all = collected(
             vec![
                 (vec![1, 2], Some(2)),
                 (vec![3, 4], Some(4)),
                 (vec![5], None),
             ],
             100,
-        ))
+        )
         .await
         .unwrap();
         assert_eq!(all, [1, 2, 3, 4, 5]);
@@ -444,36 +449,27 @@ mod tests {
 
     #[tokio::test]
     async fn a_repeated_cursor_is_an_error() {
-        let err = collect(pages_of(
-            vec![(vec![1, 2], Some(2)), (vec![3, 4], Some(2))],
-            100,
-        ))
-        .await
-        .unwrap_err();
+        let err = collected(vec![(vec![1, 2], Some(2)), (vec![3, 4], Some(2))], 100)
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::Paging { .. }), "{err:?}");
     }
 
     #[tokio::test]
     async fn a_repeated_page_is_an_error_and_duplicates_are_dropped() {
-        let err = collect(pages_of(
-            vec![(vec![1, 2], Some(2)), (vec![1, 2], Some(4))],
-            100,
-        ))
-        .await
-        .unwrap_err();
+        let err = collected(vec![(vec![1, 2], Some(2)), (vec![1, 2], Some(4))], 100)
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("again"), "{err}");
-        let all = collect(pages_of(
-            vec![(vec![1, 2], Some(2)), (vec![2, 3], None)],
-            100,
-        ))
-        .await
-        .unwrap();
+        let all = collected(vec![(vec![1, 2], Some(2)), (vec![2, 3], None)], 100)
+            .await
+            .unwrap();
         assert_eq!(all, [1, 2, 3]);
     }
 
     #[tokio::test]
     async fn the_item_bound_is_an_error_not_a_truncation() {
-        let err = collect(pages_of(vec![(vec![1, 2], Some(2)), (vec![3, 4], None)], 3))
+        let err = collected(vec![(vec![1, 2], Some(2)), (vec![3, 4], None)], 3)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("more than 3"), "{err}");
@@ -481,7 +477,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_empty_page_ends_the_listing() {
-        let all = collect(pages_of(vec![(vec![1], Some(1)), (vec![], Some(5))], 10))
+        let all = collected(vec![(vec![1], Some(1)), (vec![], Some(5))], 10)
             .await
             .unwrap();
         assert_eq!(all, [1]);

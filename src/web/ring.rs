@@ -140,6 +140,23 @@ mod tests {
         ring.push("text".into(), delta.into(), Some(delta))
     }
 
+    /// Asserts that after `after` the ring hands over the frame `id`.
+    #[track_caller]
+    fn assert_frame(ring: &Ring, after: u64, id: u64) {
+        match ring.next_after(after) {
+            Next::Frame(frame) => assert_eq!(frame.id, id),
+            other => panic!("expected frame {id}: {other:?}"),
+        }
+    }
+
+    /// Asserts that after `after` the ring hands over a snapshot up to
+    /// `id` of `text`.
+    #[track_caller]
+    fn assert_snapshot(ring: &Ring, after: u64, id: u64, text: &str) {
+        let text = text.into();
+        assert_eq!(ring.next_after(after), Next::Snapshot { id, text });
+    }
+
     #[test]
     fn bounded_by_count_and_bytes_and_snapshots_what_it_lost() {
         let mut ring = Ring::new(3, 10);
@@ -149,37 +166,16 @@ mod tests {
         // Four frames of 6 bytes each: only the newest fits 10 bytes.
         assert_eq!(ring.frames.len(), 1);
         assert!(ring.bytes() <= 10);
-        assert_eq!(
-            ring.next_after(1),
-            Next::Snapshot {
-                id: 3,
-                text: "abcdef".into()
-            }
-        );
-        assert!(matches!(
-            ring.next_after(3),
-            Next::Frame(Frame { id: 4, .. })
-        ));
+        assert_snapshot(&ring, 1, 3, "abcdef");
+        assert_frame(&ring, 3, 4);
         assert_eq!(ring.next_after(4), Next::Wait);
         let mut ring = Ring::new(2, 1 << 20);
         for delta in ["a", "b", "c"] {
             text_frame(&mut ring, delta);
         }
-        assert_eq!(
-            ring.next_after(0),
-            Next::Snapshot {
-                id: 1,
-                text: "a".into()
-            }
-        );
-        assert!(matches!(
-            ring.next_after(1),
-            Next::Frame(Frame { id: 2, .. })
-        ));
-        assert!(matches!(
-            ring.next_after(2),
-            Next::Frame(Frame { id: 3, .. })
-        ));
+        assert_snapshot(&ring, 0, 1, "a");
+        assert_frame(&ring, 1, 2);
+        assert_frame(&ring, 2, 3);
         ring.end();
         assert_eq!(ring.next_after(3), Next::End);
         assert_eq!(ring.next_after(99), Next::End);
@@ -191,9 +187,6 @@ mod tests {
         text_frame(&mut ring, "a");
         text_frame(&mut ring, "0123456789");
         assert_eq!(ring.frames.len(), 1);
-        assert!(matches!(
-            ring.next_after(1),
-            Next::Frame(Frame { id: 2, .. })
-        ));
+        assert_frame(&ring, 1, 2);
     }
 }
