@@ -10,7 +10,7 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use super::Shared;
-use super::tree_request::{On, Posted};
+use super::tree_request::{At, On, Posted};
 use crate::local::connectors::{self, ConnectorRecord, ImportPlan, LOCAL_PROVIDER, MAX_CONNECTORS};
 use crate::local::error::{ApiJson, ApiQuery, LocalError, LocalResult};
 use crate::local::import;
@@ -75,14 +75,14 @@ pub(super) async fn list(State(state): Shared) -> axum::Json<Vec<types::Connecto
     axum::Json(inner.connectors().values().map(|c| c.to_view()).collect())
 }
 
-pub(super) async fn get(On(state, id, _): On) -> LocalResult<axum::Json<types::ConnectorView>> {
+pub(super) async fn get(At(state, id, _): On) -> LocalResult<axum::Json<types::ConnectorView>> {
     let inner = state.store.read();
     let c = inner.connectors().get(&id).ok_or_else(|| not_found(&id))?;
     Ok(axum::Json(c.to_view()))
 }
 
 pub(super) async fn delete(
-    On(state, id, _): On,
+    At(state, id, _): On,
 ) -> LocalResult<axum::Json<types::DeleteConnectorResponse>> {
     let ticket = {
         let mut inner = state.store.change();
@@ -117,7 +117,7 @@ pub(super) struct OauthParams {
 /// connector root exists and answers an authorize URL on this server —
 /// its callback with a one-time `state` token, which makes the connector.
 pub(super) async fn start_oauth(
-    On(state, provider, _): On,
+    At(state, provider, _): On,
     headers: HeaderMap,
     OriginalUri(uri): OriginalUri,
     ApiQuery(params): ApiQuery<OauthParams>,
@@ -153,7 +153,7 @@ pub(super) struct CallbackParams {
 /// already on it). Answers the connector, or with a `return_to` given at
 /// the start, 303 to it with `connector_id` added.
 pub(super) async fn oauth_callback(
-    On(state, provider, params): On<CallbackParams>,
+    At(state, provider, params): On<CallbackParams>,
 ) -> LocalResult<Response> {
     check_provider(&provider)?;
     let return_to = params
@@ -207,7 +207,7 @@ pub(super) struct ItemParams {
 }
 
 pub(super) async fn items(
-    On(state, id, params): On<ItemParams>,
+    At(state, id, params): On<ItemParams>,
 ) -> LocalResult<axum::Json<types::ListConnectorItemsResponse>> {
     let root = {
         let inner = state.store.read();
@@ -234,7 +234,7 @@ pub(super) async fn items(
 }
 
 pub(super) async fn list_for_context(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
 ) -> LocalResult<axum::Json<Vec<types::ContextConnectorView>>> {
     let inner = state.store.read();
     let id = inner.context(&slug)?.id.clone();

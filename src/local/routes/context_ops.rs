@@ -6,7 +6,7 @@ use std::path::Path as FsPath;
 
 use chrono::Utc;
 
-use super::tree_request::{On, OptionalJson, Posted};
+use super::tree_request::{At, On, OptionalJson, Posted};
 use crate::local::durable;
 use crate::local::error::{LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
@@ -269,7 +269,7 @@ pub(super) async fn fork(
 
 /// The manifest curation runs with: the context's own, else the local
 /// default.
-pub(super) async fn manifest(On(state, slug, _): On) -> LocalResult<axum::Json<types::Manifest>> {
+pub(super) async fn manifest(At(state, slug, _): On) -> LocalResult<axum::Json<types::Manifest>> {
     let inner = state.store.read();
     let ctx = inner.context(&slug)?;
     Ok(axum::Json(ctx.manifest.clone().unwrap_or_else(|| {
@@ -279,7 +279,7 @@ pub(super) async fn manifest(On(state, slug, _): On) -> LocalResult<axum::Json<t
 
 /// What the latest curation recorded (empty before the first one).
 pub(super) async fn curation_ledger(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::CurationState>> {
     let (ledger, index) = {
         let inner = state.store.read();
@@ -318,21 +318,21 @@ async fn triggered(
 }
 
 pub(super) async fn explore(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
     OptionalJson(body): OptionalJson<ExploreBody>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
     triggered(&state, workflows::explore(&state, &slug, body.guide)?).await
 }
 
 pub(super) async fn profile(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
     OptionalJson(body): OptionalJson<ProfileBody>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
     triggered(&state, workflows::profile(&state, &slug, body.manifest)?).await
 }
 
 pub(super) async fn optimize(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
     // The body's tuning knobs drive the hosted optimizer; locally the
     // optimization is a compaction, and the body is only checked.
     _: OptionalJson<serde_json::Map<String, serde_json::Value>>,

@@ -7,7 +7,7 @@ use super::Shared;
 
 /// Longest wait of a context's deletion for its jobs to stop.
 const JOBS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-use super::tree_request::{On, OptionalJson, Posted};
+use super::tree_request::{At, On, OptionalJson, Posted};
 use crate::local::curate;
 use crate::local::error::{ApiJson, LocalError, LocalResult};
 use crate::local::store::LOCAL_MODEL;
@@ -32,7 +32,7 @@ pub(super) async fn create_context(
 }
 
 pub(super) async fn get_context(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::ContextResponse>> {
     Ok(axum::Json(state.store.read().context(&slug)?.to_response()))
 }
@@ -52,7 +52,7 @@ pub(super) async fn update_context(
 /// Deletes a context: cancels its running tasks, waits (at most
 /// `JOBS_WAIT`) for every job on its files to stop, then removes its
 /// files, so none is written after they are gone.
-pub(super) async fn delete_context(On(state, slug, _): On) -> LocalResult<StatusCode> {
+pub(super) async fn delete_context(At(state, slug, _): On) -> LocalResult<StatusCode> {
     let (rec, tokens, jobs, deleted) = {
         let mut change = state.store.change();
         let (rec, tokens, jobs) = change.delete_context(&slug)?;
@@ -75,7 +75,7 @@ pub(super) async fn delete_context(On(state, slug, _): On) -> LocalResult<Status
 }
 
 pub(super) async fn curate_context(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
     OptionalJson(opts): OptionalJson<types::CurateContextBody>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
     if let Some(m) = opts.model.as_deref()

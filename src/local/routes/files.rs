@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::Utc;
 
 use super::FileList;
-use super::tree_request::{On, Posted, TreeAt};
+use super::tree_request::{At, On, Posted, TreeAt};
 use crate::local::error::{LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
 use crate::local::paths::safe_join;
@@ -38,7 +38,7 @@ fn file_stats(files: &FileList) -> types::FileStats {
 }
 
 pub(super) async fn source_stats(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::SourceStats>> {
     let files = super::sources::source_files(&state, &slug)?;
     let s = file_stats(&files);
@@ -55,7 +55,7 @@ pub(super) async fn source_stats(
 }
 
 pub(super) async fn source_manifest(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::GetSourceManifestResponse>> {
     let files = super::sources::source_files(&state, &slug)?;
     Ok(axum::Json(types::GetSourceManifestResponse {
@@ -73,7 +73,7 @@ pub(super) async fn source_manifest(
 }
 
 pub(super) async fn knowledge_stats(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::FileStats>> {
     let files = super::knowledge::knowledge_list(&state, &slug).await?;
     Ok(axum::Json(file_stats(&files)))

@@ -46,8 +46,8 @@ pub(super) async fn knowledge_list(state: &AppState, slug: &str) -> LocalResult<
 }
 
 pub(super) async fn list_knowledge(req: Listing) -> LocalResult<axum::Json<types::DirListing>> {
-    let files = knowledge_list(&req.state, &req.owner).await?;
-    Ok(axum::Json(listing(&files, &req.path, &req.query)?))
+    let files = knowledge_list(req.state(), req.owner()).await?;
+    Ok(axum::Json(listing(&files, req.path(), req.page())?))
 }
 
 pub(super) async fn read_knowledge(at: TreeAt) -> LocalResult<Response> {

@@ -8,7 +8,7 @@ use axum::extract::State;
 use chrono::Utc;
 
 use super::Shared;
-use super::tree_request::On;
+use super::tree_request::{At, On};
 use crate::local::error::{LocalError, LocalResult};
 use crate::local::ledger;
 use crate::local::store::{LOCAL_PROJECT, LOCAL_PROJECT_NAME, TaskEntry};
@@ -102,7 +102,7 @@ pub(super) async fn project_task_stats(
 }
 
 pub(super) async fn context_task_stats(
-    On(state, slug, _): On,
+    At(state, slug, _): On,
 ) -> LocalResult<axum::Json<types::ContextStats>> {
     let inner = state.store.read();
     let id = inner.context(&slug)?.id.clone();
@@ -123,7 +123,7 @@ pub(super) async fn context_task_stats(
     }))
 }
 
-pub(super) async fn task_stats(On(state, id, _): On) -> LocalResult<axum::Json<types::TaskStats>> {
+pub(super) async fn task_stats(At(state, id, _): On) -> LocalResult<axum::Json<types::TaskStats>> {
     let inner = state.store.read();
     let t = &inner
         .tasks()

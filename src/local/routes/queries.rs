@@ -12,7 +12,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 
 use super::Shared;
-use super::tree_request::{On, Posted};
+use super::tree_request::{At, On, Posted};
 use crate::local::error::{ApiJson, LocalError, LocalResult};
 use crate::local::events::{EventLog, Frame};
 use crate::local::state::AppState;
@@ -146,11 +146,11 @@ pub(super) fn sse_event(frame: &Frame) -> Event {
     }
 }
 
-pub(super) async fn get_query(On(state, id, _): On) -> LocalResult<axum::Json<types::Query>> {
+pub(super) async fn get_query(At(state, id, _): On) -> LocalResult<axum::Json<types::Query>> {
     current_query(&state, &id).await.map(axum::Json)
 }
 
-pub(super) async fn cancel_query(On(state, id, _): On) -> LocalResult<axum::Json<types::Query>> {
+pub(super) async fn cancel_query(At(state, id, _): On) -> LocalResult<axum::Json<types::Query>> {
     let q = stored_query(&state, &id).await?;
     // A turn ends in memory before its end is committed: whether the log
     // is closed, not the document's status, says whether the end is saved.
@@ -186,7 +186,7 @@ fn cancel_pending() -> LocalError {
 }
 
 pub(super) async fn query_events(
-    On(state, id, _): On,
+    At(state, id, _): On,
     headers: HeaderMap,
 ) -> LocalResult<Response> {
     let from = match headers.get("last-event-id") {
@@ -203,7 +203,7 @@ pub(super) async fn query_events(
     Ok(sse(&state, log, from))
 }
 
-pub(super) async fn query_trace(On(state, id, _): On) -> LocalResult<axum::Json<types::Trace>> {
+pub(super) async fn query_trace(At(state, id, _): On) -> LocalResult<axum::Json<types::Trace>> {
     let q = stored_query(&state, &id).await?;
     q.trace
         .map(axum::Json)

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::Shared;
-use super::tree_request::On;
+use super::tree_request::{At, On};
 use crate::local::error::{ApiQuery, LocalError, LocalResult};
 use crate::local::store::SessionPage;
 use crate::types;
@@ -17,6 +17,8 @@ pub(super) struct SessionParams {
     limit: Option<i64>,
 }
 
+/// `GET /sessions`: the `limit` most recently updated sessions, newest
+/// first.
 pub(super) async fn list_sessions(
     State(state): Shared,
     ApiQuery(p): ApiQuery<SessionParams>,
@@ -49,7 +51,7 @@ pub(super) struct SessionTurnParams {
 /// `GET /sessions/{id}`: the session with one page of its turns, oldest
 /// first: the newest `limit` turns before the `offset` newest. The
 /// turns are read and serialized on the blocking pool.
-pub(super) async fn get_session(On(state, id, p): On<SessionTurnParams>) -> LocalResult<Response> {
+pub(super) async fn get_session(At(state, id, p): On<SessionTurnParams>) -> LocalResult<Response> {
     let limit = match p.limit {
         None => DEFAULT_TURNS,
         Some(n) => u32::try_from(n)
@@ -98,7 +100,7 @@ fn response(page: SessionPage) -> types::GetSessionResponse {
 }
 
 pub(super) async fn delete_session(
-    On(state, id, _): On,
+    At(state, id, _): On,
 ) -> LocalResult<axum::Json<types::DeleteSessionResponse>> {
     let (deleted, ticket) = {
         let mut change = state.store.change();

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::io::ReaderStream;
 
-use super::tree_request::{Listing, On, TreeAt};
+use super::tree_request::{At, Listing, On, TreeAt};
 use super::{FileList, listing};
 use crate::local::error::{LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
@@ -23,7 +23,7 @@ pub(super) struct UploadParams {
 }
 
 pub(super) async fn upload(
-    On(state, slug, params): On<UploadParams>,
+    At(state, slug, params): On<UploadParams>,
     headers: axum::http::HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> LocalResult<axum::Json<types::WorkflowTriggerResponse>> {
@@ -145,8 +145,8 @@ pub(super) fn source_files(state: &AppState, slug: &str) -> LocalResult<FileList
 }
 
 pub(super) async fn list_sources(req: Listing) -> LocalResult<axum::Json<types::DirListing>> {
-    let files = source_files(&req.state, &req.owner)?;
-    Ok(axum::Json(listing(&files, &req.path, &req.query)?))
+    let files = source_files(req.state(), req.owner())?;
+    Ok(axum::Json(listing(&files, req.path(), req.page())?))
 }
 
 pub(super) async fn read_source(at: TreeAt) -> LocalResult<Response> {

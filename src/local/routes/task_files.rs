@@ -45,8 +45,8 @@ fn task_listing(
 }
 
 pub(super) async fn list(req: Listing) -> LocalResult<axum::Json<types::TaskFileListing>> {
-    let files = files_of(&req.state, &req.owner).await?;
-    Ok(axum::Json(task_listing(&files, &req.path, &req.query)?))
+    let files = files_of(req.state(), req.owner()).await?;
+    Ok(axum::Json(task_listing(&files, req.path(), req.page())?))
 }
 
 pub(super) async fn read(at: TreeAt) -> LocalResult<Response> {

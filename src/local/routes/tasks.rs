@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 
 use super::Shared;
-use super::tree_request::On;
+use super::tree_request::{At, On};
 use crate::local::error::{ApiQuery, LocalError, LocalResult};
 use crate::types;
 
@@ -20,6 +20,8 @@ pub(super) struct TaskParams {
     offset: Option<i64>,
 }
 
+/// `GET /tasks`: one page of the tasks matching the workflow, state,
+/// context and id text asked for.
 pub(super) async fn list_tasks(
     State(state): Shared,
     ApiQuery(p): ApiQuery<TaskParams>,
@@ -77,7 +79,7 @@ pub(super) async fn list_tasks(
     }))
 }
 
-pub(super) async fn get_task(On(state, id, _): On) -> LocalResult<axum::Json<types::TaskResponse>> {
+pub(super) async fn get_task(At(state, id, _): On) -> LocalResult<axum::Json<types::TaskResponse>> {
     state
         .store
         .read()
@@ -87,7 +89,7 @@ pub(super) async fn get_task(On(state, id, _): On) -> LocalResult<axum::Json<typ
         .ok_or_else(|| LocalError::not_found(format!("task {id:?} not found")))
 }
 
-pub(super) async fn cancel_task(On(state, id, _): On) -> LocalResult<StatusCode> {
+pub(super) async fn cancel_task(At(state, id, _): On) -> LocalResult<StatusCode> {
     let ticket = {
         let mut change = state.store.change();
         change.cancel_task(&id)?;

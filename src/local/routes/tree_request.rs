@@ -14,13 +14,12 @@ use super::PageParams;
 use crate::local::error::{ApiJson, ApiQuery, LocalError};
 use crate::local::state::AppState;
 
-/// The path of a tree route: `/{owner}/…` and, but on a listing of the
+/// The place of a tree route: `/{owner}/…` and, but on a listing of the
 /// top, `/{*path}`.
 #[derive(Debug, Deserialize)]
-struct TreePath {
-    /// The tree's owner, or the thing named: a context slug, an id or a
-    /// provider.
-    #[serde(alias = "slug", alias = "id", alias = "provider")]
+pub(super) struct TreePlace {
+    /// The tree's owner: a context slug or a task id.
+    #[serde(alias = "slug", alias = "id")]
     owner: String,
     /// The place in the tree; absent for the top.
     #[serde(default)]
@@ -31,16 +30,17 @@ struct TreePath {
 #[derive(Debug, Deserialize)]
 pub(super) struct NoParams {}
 
-/// A request on a place in a file tree: the server, the tree's owner (a
-/// context slug or a task id), the path in the tree (`""` for the top)
-/// and the query parameters `Q` the route reads.
+/// A request on what the path `P` names: the server, that path and the
+/// query parameters `Q` the route reads.
 #[derive(Debug)]
-pub(super) struct TreeAt<Q = NoParams> {
-    pub(super) state: Arc<AppState>,
-    pub(super) owner: String,
-    pub(super) path: String,
-    pub(super) query: Q,
-}
+pub(super) struct At<P, Q = NoParams>(pub(super) Arc<AppState>, pub(super) P, pub(super) Q);
+
+/// A request on one named thing (`/{slug}`, `/{id}` or `/{provider}`).
+pub(super) type On<Q = NoParams> = At<String, Q>;
+
+/// A request on a place in a file tree: its owner (a context slug or a
+/// task id) and the path in the tree (`""` for the top).
+pub(super) type TreeAt<Q = NoParams> = At<TreePlace, Q>;
 
 /// A listing of a folder in a file tree, with the page asked for.
 pub(super) type Listing = TreeAt<PageParams>;
@@ -48,46 +48,50 @@ pub(super) type Listing = TreeAt<PageParams>;
 impl<Q> TreeAt<Q> {
     /// The server, the owner and the path.
     pub(super) fn into_parts(self) -> (Arc<AppState>, String, String) {
-        (self.state, self.owner, self.path)
+        (self.0, self.1.owner, self.1.path)
+    }
+
+    /// The server.
+    pub(super) fn state(&self) -> &Arc<AppState> {
+        &self.0
+    }
+
+    /// The tree's owner.
+    pub(super) fn owner(&self) -> &str {
+        &self.1.owner
+    }
+
+    /// The path in the tree.
+    pub(super) fn path(&self) -> &str {
+        &self.1.path
     }
 }
 
-impl<Q: DeserializeOwned + Send> FromRequestParts<Arc<AppState>> for TreeAt<Q> {
+impl Listing {
+    /// The page asked for.
+    pub(super) fn page(&self) -> &PageParams {
+        &self.2
+    }
+}
+
+impl<P, Q> FromRequestParts<Arc<AppState>> for At<P, Q>
+where
+    P: DeserializeOwned + Send,
+    Q: DeserializeOwned + Send,
+{
     type Rejection = Response;
 
     async fn from_request_parts(
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let Path(at) = Path::<TreePath>::from_request_parts(parts, state)
+        let Path(at) = Path::<P>::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
         let ApiQuery(query) = ApiQuery::<Q>::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        Ok(TreeAt {
-            state: state.clone(),
-            owner: at.owner,
-            path: at.path,
-            query,
-        })
-    }
-}
-
-/// A request on one named thing (`/{slug}`, `/{id}` or `/{provider}`): the
-/// server, the name and the query parameters `Q` the route reads.
-#[derive(Debug)]
-pub(super) struct On<Q = NoParams>(pub(super) Arc<AppState>, pub(super) String, pub(super) Q);
-
-impl<Q: DeserializeOwned + Send> FromRequestParts<Arc<AppState>> for On<Q> {
-    type Rejection = Response;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &Arc<AppState>,
-    ) -> Result<Self, Self::Rejection> {
-        let at = TreeAt::<Q>::from_request_parts(parts, state).await?;
-        Ok(On(at.state, at.owner, at.query))
+        Ok(At(state.clone(), at, query))
     }
 }
 
@@ -101,7 +105,7 @@ impl<B: DeserializeOwned> FromRequest<Arc<AppState>> for Posted<B> {
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let (mut parts, body) = req.into_parts();
-        let On(app, key, NoParams {}) = On::from_request_parts(&mut parts, state).await?;
+        let At(app, key, NoParams {}) = On::from_request_parts(&mut parts, state).await?;
         let ApiJson(body) = ApiJson::<B>::from_request(Request::from_parts(parts, body), state)
             .await
             .map_err(IntoResponse::into_response)?;
