@@ -125,6 +125,18 @@ fn debug_shows_the_state_and_position() {
     );
 }
 
+/// A server answering every `GET /queries/q1/events` with `reply`.
+async fn events_server(reply: wiremock::ResponseTemplate) -> wiremock::MockServer {
+    use wiremock::matchers::{method, path};
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(method("GET"))
+        .and(path("/queries/q1/events"))
+        .respond_with(reply)
+        .mount(&server)
+        .await;
+    server
+}
+
 /// A connection resuming turn `q1` after event 2.
 fn resumed(client: Client, config: StreamConfig) -> EventConnection {
     EventConnection::resume(client, config, TurnBinding::for_turn("q1"), Some(2))
@@ -143,6 +155,13 @@ async fn expect_recovered(conn: &mut EventConnection, cause: &str) -> ReplayGap 
     }
 }
 
+/// Serves `frames` to a resume after event 2 and resumes from it, quick
+/// to give up.
+async fn replaying(frames: String) -> (wiremock::MockServer, EventConnection) {
+    let (server, client) = server(Box::leak(frames.into_boxed_str())).await;
+    (server, resumed(client, quick()))
+}
+
 fn quick() -> StreamConfig {
     StreamConfig::default()
         .reconnect_delay(Duration::from_millis(5), Duration::from_millis(20))
@@ -155,8 +174,7 @@ async fn a_replay_that_sends_the_final_query_without_the_known_event_is_not_trus
         "event: query\ndata: {}\n\n",
         query_json(QueryStatus::Completed.as_str(), "ab")
     );
-    let (_server, client) = server(Box::leak(frame.into_boxed_str())).await;
-    let mut conn = resumed(client, quick());
+    let (_server, mut conn) = replaying(frame).await;
     expect_recovered(&mut conn, "final Query without event 2").await;
     assert!(next(&mut conn).await.is_none());
 }
@@ -194,8 +212,7 @@ async fn expect_delta(conn: &mut EventConnection, seq: u64, text: &str) {
 #[tokio::test]
 async fn an_id_sent_again_mid_stream_is_delivered_once() {
     let body = [delta(2, "a"), delta(3, "b"), delta(3, "b"), delta(4, "c")].concat();
-    let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
-    let mut conn = resumed(client, quick());
+    let (_server, mut conn) = replaying(body).await;
     expect_delta(&mut conn, 3, "b").await;
     expect_delta(&mut conn, 4, "c").await;
 }
@@ -233,8 +250,7 @@ async fn id_less_frames_between_replayed_events_are_skipped() {
         delta(4, "c"),
     ]
     .concat();
-    let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
-    let mut conn = resumed(client, quick());
+    let (_server, mut conn) = replaying(body).await;
     expect_delta(&mut conn, 3, "b").await;
     expect_delta(&mut conn, 4, "c").await;
 }
@@ -251,8 +267,7 @@ async fn the_final_query_is_delivered_even_between_replayed_events() {
         ),
     ]
     .concat();
-    let (_server, client) = server(Box::leak(body.into_boxed_str())).await;
-    let mut conn = resumed(client, quick());
+    let (_server, mut conn) = replaying(body).await;
     expect_delta(&mut conn, 3, "b").await;
     // The frame itself, not the stored turn ("ab") standing in for it.
     match next(&mut conn).await {
@@ -304,18 +319,13 @@ async fn id_less_frames_after_the_last_id_are_skipped_once_on_the_next_connectio
 
 #[tokio::test]
 async fn a_silent_server_meets_the_turn_timeout() {
-    use wiremock::matchers::{method, path};
-    use wiremock::{Mock, ResponseTemplate};
-    let server = wiremock::MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/queries/q1/events"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_raw(delta(3, "b"), "text/event-stream")
-                .set_delay(Duration::from_secs(20)),
-        )
-        .mount(&server)
-        .await;
+    use wiremock::ResponseTemplate;
+    let server = events_server(
+        ResponseTemplate::new(200)
+            .set_body_raw(delta(3, "b"), "text/event-stream")
+            .set_delay(Duration::from_secs(20)),
+    )
+    .await;
     let client = Client::builder()
         .base_url(server.uri())
         .turn_timeout(Duration::from_millis(200))
@@ -337,14 +347,10 @@ async fn a_silent_server_meets_the_turn_timeout() {
 async fn a_refused_resume_is_final_even_after_delivered_events() {
     use wiremock::matchers::{method, path};
     use wiremock::{Mock, ResponseTemplate};
-    let server = wiremock::MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/queries/q1/events"))
-        .respond_with(
-            ResponseTemplate::new(403).set_body_json(serde_json::json!({"message": "revoked"})),
-        )
-        .mount(&server)
-        .await;
+    let server = events_server(
+        ResponseTemplate::new(403).set_body_json(serde_json::json!({"message": "revoked"})),
+    )
+    .await;
     // Not to be read: a refusal is not a gap the stored turn makes up for.
     Mock::given(method("GET"))
         .and(path("/queries/q1"))
