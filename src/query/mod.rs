@@ -78,6 +78,7 @@ pub use checkpoint_store::{
 pub use checkpointed::CheckpointedTurn;
 pub use config::StreamConfig;
 pub use event::{QueryEvent, names};
+pub(crate) use fetch::path_segment;
 pub use session::{MAX_SCOPE, Session, SessionBuilder, WhenBusy};
 pub use sse::DEFAULT_MAX_FRAME_BYTES;
 pub use turn::QueryTurn;

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::mcp::redact::redact_with;
+use crate::query::path_segment;
 use crate::transport::for_servers::Backoff;
 
 /// The Pinecone API version sent with every request.
@@ -532,7 +533,7 @@ impl PineconeClient {
         let url = format!(
             "{}/indexes/{}",
             self.controller("describeIndex")?,
-            encode_segment(index)
+            path_segment(index)
         );
         self.call("describeIndex", || self.inner.http.get(&url))
             .await
@@ -614,7 +615,7 @@ impl PineconeClient {
         let url = format!(
             "{}/records/namespaces/{}/search",
             self.index_url(index).await?,
-            encode_segment(namespace)
+            path_segment(namespace)
         );
         let raw: SearchResponse = self
             .call("search", || self.inner.http.post(&url).json(request))
@@ -721,19 +722,6 @@ impl PineconeClient {
             .await?;
         Ok(raw.data)
     }
-}
-
-/// Percent-encodes one path segment.
-fn encode_segment(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Pinecone's error message from either error envelope, else the body start.

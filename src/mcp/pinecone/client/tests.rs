@@ -47,7 +47,7 @@ fn origins_compare_scheme_host_and_port() {
 
 #[test]
 fn namespaces_are_encoded_as_one_segment() {
-    assert_eq!(encode_segment("a b/c"), "a%20b%2Fc");
+    assert_eq!(path_segment("a b/c"), "a%20b%2Fc");
 }
 
 #[test]
