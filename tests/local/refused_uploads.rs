@@ -171,3 +171,75 @@ async fn an_import_whose_context_is_deleted_leaves_staging_empty() {
     assert_eq!(staging_left(&data).await, Vec::<String>::new());
     server.shutdown().await;
 }
+
+/// Reproduction: an upload whose client went away while its staging
+/// directory was being made left that directory behind (the request's
+/// owner removed it before the blocking task made it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_abandoned_at_any_instant_leave_staging_empty() {
+    let tmp = TempDir::new("abandoned-uploads");
+    let data = tmp.path().join("data");
+    let server = LocalNexus::builder().data_dir(&data).start().await.unwrap();
+    let base = server.base_url().to_owned();
+    let (status, body) = post_json(
+        &format!("{base}/contexts"),
+        json!({"slug": "docs", "name": "Docs"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let mut served = 0;
+    for n in 0..300u64 {
+        // Given up after 0-2.9 ms: some before staging, some during it,
+        // some after the answer.
+        let wait = Duration::from_micros(n % 30 * 100);
+        let name = format!("f{n}.md");
+        let sent = upload(&base, "docs", &name, None, "# abandoned\n");
+        if tokio::time::timeout(wait, sent).await.is_ok() {
+            served += 1;
+        }
+    }
+    assert_eq!(
+        staging_left(&data).await,
+        Vec::<String>::new(),
+        "{served} answered"
+    );
+    server.shutdown().await;
+}
+
+/// Reproduction: a fork whose client went away after its sources were
+/// copied aside, before they moved into place, left the copy in
+/// `staging/` until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forks_abandoned_at_any_instant_leave_staging_empty() {
+    let tmp = TempDir::new("abandoned-forks");
+    let data = tmp.path().join("data");
+    let server = LocalNexus::builder().data_dir(&data).start().await.unwrap();
+    let base = server.base_url().to_owned();
+    let (status, body) = post_json(
+        &format!("{base}/contexts"),
+        json!({"slug": "docs", "name": "Docs"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for n in 0..8 {
+        let (status, body) = upload(&base, "docs", &format!("f{n}.md"), None, "# f\n").await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let mut served = 0;
+    for n in 0..200u64 {
+        // Given up after 0-9.5 ms: during the copy, the mark, the move or
+        // after the answer.
+        let wait = Duration::from_micros(n % 20 * 500);
+        let url = format!("{base}/contexts/docs/fork");
+        let sent = post_json(&url, json!({"target_slug": format!("fork-{n}")}));
+        if tokio::time::timeout(wait, sent).await.is_ok() {
+            served += 1;
+        }
+    }
+    assert_eq!(
+        staging_left(&data).await,
+        Vec::<String>::new(),
+        "{served} answered"
+    );
+    server.shutdown().await;
+}

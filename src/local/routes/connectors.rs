@@ -333,11 +333,17 @@ pub(super) async fn import(
     // Owned by this request until the import takes it over: every way out
     // before that removes what was staged.
     let staging = import::StagingRoot::new(state.store.staging_dir());
-    let files_dir = import::Staged::files_dir(staging.path());
     let dest = plan.dest.clone();
-    let files = tokio::task::spawn_blocking(move || connectors::stage(&root, &plan, &files_dir))
-        .await
-        .map_err(|e| LocalError::internal("staging the connector's files", e))??;
+    // The task that writes the files owns the staging root, so a request
+    // that goes away meanwhile removes them after they are written.
+    let (staging, files) = tokio::task::spawn_blocking(move || {
+        let files_dir = import::Staged::files_dir(staging.path());
+        let files = connectors::stage(&root, &plan, &files_dir);
+        (staging, files)
+    })
+    .await
+    .map_err(|e| LocalError::internal("staging the connector's files", e))?;
+    let files = files?;
     let staged = import::Staged {
         name: format!("connector {label}"),
         dir: dest,

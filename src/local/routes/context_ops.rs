@@ -10,6 +10,7 @@ use super::tree_request::{At, On, OptionalJson, Posted};
 use crate::local::durable;
 use crate::local::error::{LocalError, LocalResult};
 use crate::local::faults::{failpoint, point};
+use crate::local::import::StagingRoot;
 use crate::local::ledger;
 use crate::local::paths::safe_join;
 use crate::local::state::AppState;
@@ -124,27 +125,19 @@ impl Drop for ForkAside {
     }
 }
 
-/// Copies `sources` below `aside_dir/sources` on a blocking thread; on
-/// failure (or once `abandoned`) removes what it copied.
+/// Copies `sources` below `aside/sources` on a blocking thread that owns
+/// `aside`: on failure (or once `abandoned`) what it copied is removed
+/// after the copy stopped, never while it writes.
 async fn copy_aside(
     from: std::path::PathBuf,
-    aside_dir: std::path::PathBuf,
+    aside: StagingRoot,
     sources: BTreeMap<String, SourceMeta>,
     sync: bool,
     abandoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> LocalResult<Vec<(String, u64)>> {
+) -> LocalResult<(StagingRoot, Vec<(String, u64)>)> {
     let copied = tokio::task::spawn_blocking(move || {
-        let copied = copy_sources(
-            &from,
-            &aside_dir.join("sources"),
-            &sources,
-            sync,
-            &abandoned,
-        );
-        if copied.is_err() {
-            let _ = std::fs::remove_dir_all(&aside_dir);
-        }
-        copied
+        let to = aside.path().join("sources");
+        copy_sources(&from, &to, &sources, sync, &abandoned).map(|files| (aside, files))
     })
     .await;
     copied
@@ -205,20 +198,14 @@ pub(super) async fn fork(
     // Built in the staging directory (cleared at every start), then moved
     // to where its record will say, just before the record is saved.
     let from = state.store.context_dir(&from_id).join("sources");
-    let aside_dir = state.store.staging_dir();
     let to_dir = state.store.context_dir(&rec.id);
     let sync = state.store.is_persistent();
-    let staged = aside_dir.clone();
-    let copied = copy_aside(
-        from,
-        aside_dir.clone(),
-        sources,
-        sync,
-        aside.abandoned.clone(),
-    )
-    .await;
+    let staged = StagingRoot::new(state.store.staging_dir());
+    let copied = copy_aside(from, staged, sources, sync, aside.abandoned.clone()).await;
     drop(hold);
-    let files = copied?;
+    // The staged copy is removed on every way out from here on unless it
+    // was moved into place.
+    let (staged, files) = copied?;
     let placed = async {
         // Marked before the move: a stop between the move and the
         // record's commit has the next start remove it.
@@ -230,21 +217,22 @@ pub(super) async fn fork(
             ));
         }
         aside.placed = Some(to_dir.clone());
-        let moved = tokio::task::spawn_blocking({
-            let aside_dir = aside_dir.clone();
-            move || move_aside_dir(&aside_dir, &to_dir, sync)
+        let abandoned = aside.abandoned.clone();
+        let moved = tokio::task::spawn_blocking(move || {
+            let moved = move_aside_dir(staged.path(), &to_dir, sync);
+            // A request that went away during the move removed `to_dir`
+            // before it existed, or sees it here.
+            if moved.is_ok() && abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = std::fs::remove_dir_all(&to_dir);
+            }
+            moved
         });
         moved
             .await
             .map_err(|e| LocalError::internal("moving a fork into place", e))?
             .map_err(|e| LocalError::internal("moving a fork into place", e))
     };
-    if let Err(e) = placed.await {
-        // The staged copy, if it was not moved (the moved one goes with
-        // `aside`).
-        let _ = std::fs::remove_dir_all(&staged);
-        return Err(e);
-    }
+    placed.await?;
     let published = {
         let mut inner = state.store.change();
         let mut rec = rec;

@@ -77,15 +77,22 @@ pub(super) async fn upload(
         // takes it over.
         let root = import::StagingRoot::new(state.store.staging_dir());
         let upload = root.path().join("upload");
+        // The directory and its file are made by the task that owns the
+        // root, so a request that goes away meanwhile removes them after
+        // they are made, never before.
+        let (root, file) = tokio::task::spawn_blocking({
+            let upload = upload.clone();
+            move || {
+                durable::create_dir_all(root.path())?;
+                let file = std::fs::File::create(&upload)?;
+                Ok::<_, std::io::Error>((root, file))
+            }
+        })
+        .await
+        .map_err(|e| LocalError::internal("staging the upload", e))?
+        .map_err(|e| LocalError::io("staging the upload", &e))?;
         {
-            let create = root.path().to_path_buf();
-            tokio::task::spawn_blocking(move || durable::create_dir_all(&create))
-                .await
-                .map_err(|e| LocalError::internal("staging the upload", e))?
-                .map_err(|e| LocalError::io("staging the upload", &e))?;
-            let mut file = tokio::fs::File::create(&upload)
-                .await
-                .map_err(|e| LocalError::io("staging the upload", &e))?;
+            let mut file = tokio::fs::File::from_std(file);
             let mut written = 0usize;
             while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
                 failpoint(point::STAGING).map_err(|e| LocalError::io("staging the upload", &e))?;

@@ -97,6 +97,22 @@ pub(super) fn now_ms() -> u64 {
 }
 
 /// The names in `dir`, sorted (none when it does not exist).
+/// What `dir` holds, at any depth, with each file's size.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            found.push(format!("{}/", path.display()));
+            found.extend(tree(&path));
+        } else {
+            let size = e.metadata().map(|m| m.len()).unwrap_or(0);
+            found.push(format!("{} ({size} bytes)", path.display()));
+        }
+    }
+    found
+}
+
 fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|d| {
@@ -209,7 +225,8 @@ pub(super) fn storm_round(
         let left = entries(&staging);
         assert!(
             left.is_empty(),
-            "{why}: staging/ still holds {left:?} {STAGED_PATIENCE:?} after every request returned"
+            "{why}: staging/ still holds {left:?} {STAGED_PATIENCE:?} after every request returned: {:?}",
+            left.iter().map(|d| tree(&staging.join(d))).collect::<Vec<_>>()
         );
         server.shutdown().await;
     });
