@@ -77,20 +77,7 @@ pub(super) async fn upload(
         // takes it over.
         let root = import::StagingRoot::new(state.store.staging_dir());
         let upload = root.path().join("upload");
-        // The directory and its file are made by the task that owns the
-        // root, so a request that goes away meanwhile removes them after
-        // they are made, never before.
-        let (root, file) = tokio::task::spawn_blocking({
-            let upload = upload.clone();
-            move || {
-                durable::create_dir_all(root.path())?;
-                let file = std::fs::File::create(&upload)?;
-                Ok::<_, std::io::Error>((root, file))
-            }
-        })
-        .await
-        .map_err(|e| LocalError::internal("staging the upload", e))?
-        .map_err(|e| LocalError::io("staging the upload", &e))?;
+        let (root, file) = make_staging(root, upload.clone()).await?;
         {
             let mut file = tokio::fs::File::from_std(file);
             let mut written = 0usize;
@@ -124,6 +111,23 @@ pub(super) async fn upload(
         return Ok(axum::Json(trigger));
     }
     Err(LocalError::bad_request("the form has no `file` part"))
+}
+
+/// Makes the staging directory of `root` and its `upload` file on the task
+/// that owns the root, so a request that goes away meanwhile removes them
+/// after they are made, never before.
+async fn make_staging(
+    root: import::StagingRoot,
+    upload: std::path::PathBuf,
+) -> LocalResult<(import::StagingRoot, std::fs::File)> {
+    tokio::task::spawn_blocking(move || {
+        durable::create_dir_all(root.path())?;
+        let file = std::fs::File::create(&upload)?;
+        Ok::<_, std::io::Error>((root, file))
+    })
+    .await
+    .map_err(|e| LocalError::internal("staging the upload", e))?
+    .map_err(|e| LocalError::io("staging the upload", &e))
 }
 
 /// Longest an upload waits for a staging slot before it is shed as busy.
