@@ -245,6 +245,7 @@ async fn ask_measured(args: Vec<String>) -> (Option<i32>, usize, u64, Duration, 
                 let _ = child.kill();
                 break child.wait().unwrap();
             }
+            // Paces the sampling of the child's memory.
             std::thread::sleep(Duration::from_millis(20));
         };
         let took = started.elapsed();

@@ -153,13 +153,16 @@ async fn a_turn_answered_not_saved_leaves_no_session_behind() {
     });
     // The turn is accepted (its session is listed) before the database
     // is locked; its end comes frames later.
-    loop {
+    let listed = async || {
         let (_, listed) = get_json(&format!("{base}/sessions")).await;
-        if listed["sessions"].as_array().is_some_and(|s| !s.is_empty()) {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+        listed["sessions"].as_array().is_some_and(|s| !s.is_empty())
+    };
+    crate::support::wait::until(
+        Duration::from_secs(30),
+        "the turn's session is listed",
+        listed,
+    )
+    .await;
     let lock = hold_write_lock(data.path());
     let (status, body) = asked.await.unwrap();
     assert_eq!(
