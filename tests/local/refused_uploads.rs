@@ -23,6 +23,16 @@ async fn upload(base: &str, slug: &str, name: &str, dir: Option<&str>, text: &st
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// Creates the context `docs`.
+async fn create_docs(base: &str) {
+    let (status, body) = post_json(
+        &format!("{base}/contexts"),
+        json!({"slug": "docs", "name": "Docs"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
 /// The entries of `dir` (none when it does not exist).
 fn entries(dir: &std::path::Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -55,12 +65,7 @@ async fn refused_uploads_leave_staging_empty() {
         .await
         .unwrap();
     let base = server.base_url().to_owned();
-    let (status, body) = post_json(
-        &format!("{base}/contexts"),
-        json!({"slug": "docs", "name": "Docs"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    create_docs(&base).await;
     let (status, body) = upload(&base, "docs", "a.md", None, &"a".repeat(60)).await;
     assert_eq!(status, 200, "{body}");
     for round in 0..5 {
@@ -92,12 +97,7 @@ async fn concurrent_uploads_to_one_context_all_land() {
         .unwrap();
     let client = server.client().unwrap();
     let base = server.base_url().to_owned();
-    let (status, body) = post_json(
-        &format!("{base}/contexts"),
-        json!({"slug": "docs", "name": "Docs"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    create_docs(&base).await;
     let uploads = (0..8).map(|c| {
         let client = client.clone();
         async move {
@@ -145,12 +145,7 @@ async fn an_import_whose_context_is_deleted_leaves_staging_empty() {
         .await
         .unwrap();
     let base = server.base_url().to_owned();
-    let (status, body) = post_json(
-        &format!("{base}/contexts"),
-        json!({"slug": "docs", "name": "Docs"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    create_docs(&base).await;
     let uploaded = tokio::spawn({
         let base = base.clone();
         async move { upload(&base, "docs", "moved.md", None, "# moved\n").await }
@@ -181,12 +176,7 @@ async fn uploads_abandoned_at_any_instant_leave_staging_empty() {
     let data = tmp.path().join("data");
     let server = LocalNexus::builder().data_dir(&data).start().await.unwrap();
     let base = server.base_url().to_owned();
-    let (status, body) = post_json(
-        &format!("{base}/contexts"),
-        json!({"slug": "docs", "name": "Docs"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    create_docs(&base).await;
     let mut served = 0;
     for n in 0..300u64 {
         // Given up after 0-2.9 ms: some before staging, some during it,
@@ -215,12 +205,7 @@ async fn forks_abandoned_at_any_instant_leave_staging_empty() {
     let data = tmp.path().join("data");
     let server = LocalNexus::builder().data_dir(&data).start().await.unwrap();
     let base = server.base_url().to_owned();
-    let (status, body) = post_json(
-        &format!("{base}/contexts"),
-        json!({"slug": "docs", "name": "Docs"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    create_docs(&base).await;
     for n in 0..8 {
         let (status, body) = upload(&base, "docs", &format!("f{n}.md"), None, "# f\n").await;
         assert_eq!(status, 200, "{body}");
