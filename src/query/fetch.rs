@@ -91,7 +91,9 @@ pub(crate) fn content_encoding(resp: &reqwest::Response) -> Option<String> {
 }
 
 /// `GET /queries/{id}` until the turn is terminal, polling with a growing
-/// interval (200 ms up to 5 s) for at most `limit`. Every answer must be
+/// interval (200 ms up to 5 s) for at most `limit`, the last poll landing on
+/// `limit` (a turn that ends just before it is not reported as a timeout).
+/// Every answer must be
 /// the turn `query_id` as `binding` describes it.
 ///
 /// # Errors
@@ -117,7 +119,7 @@ pub(crate) async fn stored_terminal(
         if query.is_terminal() {
             return Ok(query);
         }
-        if !poller.pause().await {
+        if !poller.pause_until_timeout().await {
             return Err(poller.timed_out("get_query"));
         }
     }

@@ -1,7 +1,8 @@
 //! The call ledger: a call holds its slot until the upstream work it
 //! started has ended, and a call whose caller is gone (hang-up, request
 //! deadline) cancels its Nexus turn in every mode, sessions included; a
-//! turn's start past the call deadline names its turn and cancels it; a
+//! turn's start past the call deadline names its turn and cancels it (one
+//! past twice the deadline is cancelled once Nexus answers it); a
 //! session's end (its `DELETE`, its idle expiry) cancels the turns of the
 //! calls running in it, which keep their slots until the cancels are
 //! answered.
@@ -131,6 +132,46 @@ async fn a_turn_start_past_the_call_deadline_names_its_turn_and_cancels_it() {
         seen_within(&nexus, CANCEL, Duration::from_secs(5)).await,
         "the late turn is cancelled"
     );
+}
+
+#[tokio::test]
+async fn a_turn_start_past_twice_the_call_deadline_is_cancelled_once_it_answers() {
+    // Nexus answers the turn's start long after twice the call deadline.
+    let nexus = turn_nexus(Duration::from_secs(3)).await;
+    let server = NexusMcp::new().with_nexus(
+        NexusServer::new(nexus_client(&nexus.uri()))
+            .with_key_policy(caller_keys(false))
+            .with_call_timeout(Duration::from_millis(400)),
+    );
+    let options = HttpOptions::default()
+        .stateless(true)
+        .max_requests_per_caller(1);
+    let served = serve(server, options).await;
+    let (status, body) = post(&served.url, KEY, None, &query_context(3)).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("TIMEOUT"), "{body}");
+    assert!(
+        body.contains("cancelled as soon as Nexus names it"),
+        "the TIMEOUT says what becomes of a late turn: {body}"
+    );
+    assert!(
+        !body.contains("call the tool again"),
+        "a TIMEOUT that may have started a turn never advises another: {body}"
+    );
+    // The start is still in flight: the caller's one slot stays held.
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    let (status, body) = post(&served.url, KEY, None, &ping).await;
+    assert_eq!(status, 429, "the slot is held while the start runs: {body}");
+    assert!(
+        seen_within(&nexus, CANCEL, Duration::from_secs(10)).await,
+        "the turn that started after the TIMEOUT is cancelled"
+    );
+    until(
+        PATIENCE,
+        "the slot is freed once the late turn's cancel is answered",
+        async || post(&served.url, KEY, None, &ping).await.0 == 200,
+    )
+    .await;
 }
 
 /// Ends `client`'s session with `DELETE`; the status.

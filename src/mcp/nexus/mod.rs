@@ -69,6 +69,16 @@ pub use super::caller::KeyPolicy;
 
 /// The longest question accepted, in characters.
 pub const MAX_QUESTION_CHARS: usize = 32 * 1024;
+
+/// How long a turn's start is still awaited, in the background, after its
+/// `query_context` call answered `TIMEOUT`: a turn it names is cancelled;
+/// past this the start is dropped.
+pub(crate) const LATE_START_LIMIT: Duration = Duration::from_secs(120);
+
+/// A turn's start (`POST /query`), owned so that it can outlive its call.
+type LateStart = std::pin::Pin<
+    Box<dyn Future<Output = crate::Result<crate::query::QueryHandle>> + Send + 'static>,
+>;
 /// Default deadline of one Nexus call made by a tool.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// First and longest pause between two polls while `get_query` waits (the
@@ -368,10 +378,10 @@ impl NexusServer {
         // Once sent, the request is not abandoned on cancellation (its query
         // id would be lost with a turn running); it finishes, and the turn is
         // then cancelled.
-        let mut start = Box::pin(session.ask(question).background());
+        let mut start: LateStart = Box::pin(session.ask(question).background());
         let handle = match tokio::time::timeout(self.call_timeout, &mut start).await {
             Ok(started) => started.map_err(|e| nexus_error(e, Subject::Context(slug)))?,
-            Err(_) => return Err(self.start_timed_out(start, &client).await),
+            Err(_) => return Err(self.start_timed_out(start, &client, ctx).await),
         };
         let query = handle.last_seen();
         if ctx.ct.is_cancelled() {
@@ -397,30 +407,40 @@ impl NexusServer {
 
     /// A turn's start that passed the call deadline: it may have started
     /// a billed turn, so it is awaited once more (up to the call deadline)
-    /// for the turn's id, and that turn is cancelled. The `TIMEOUT` names
-    /// the turn, and never advises another one.
+    /// for the turn's id, and that turn is cancelled. When even that wait
+    /// passes, the start goes on in the background (up to
+    /// [`LATE_START_LIMIT`]) holding the call's slot, and the turn it names
+    /// is cancelled. The `TIMEOUT` names the turn when it is known, and
+    /// never advises another one.
     async fn start_timed_out(
         &self,
-        start: impl Future<Output = crate::Result<crate::query::QueryHandle>>,
+        mut start: LateStart,
         client: &Client,
+        ctx: &RequestContext<RoleServer>,
     ) -> ToolError {
         let waited = self.call_timeout;
-        let late = tokio::time::timeout(self.call_timeout, start).await;
-        let Ok(Ok(started)) = late else {
-            // Never answered (or refused): no turn id to name or cancel.
-            return ToolError::new(
-                ToolErrorCode::Timeout,
-                format!(
-                    "Nexus did not answer the start of the turn within {} ms; \
-                     a turn may still have started, and its id is unknown",
-                    waited.as_millis().saturating_mul(2)
-                ),
-                false,
-            )
-            .with_suggestion(
-                "do not ask again at once: a turn may be running; raise \
-                 --nexus-call-timeout-ms if Nexus is slow to start turns",
-            );
+        let late = tokio::time::timeout(self.call_timeout, &mut start).await;
+        let started = match late {
+            Ok(Ok(started)) => started,
+            // Refused: no turn was started.
+            Ok(Err(e)) => return nexus_error(e, Subject::None),
+            Err(_) => {
+                self.cancel_when_started(start, client.clone(), ctx);
+                return ToolError::new(
+                    ToolErrorCode::Timeout,
+                    format!(
+                        "Nexus did not answer the start of the turn within {} ms; if it \
+                         starts the turn later, that turn is cancelled as soon as Nexus \
+                         names it",
+                        waited.as_millis().saturating_mul(2)
+                    ),
+                    false,
+                )
+                .with_suggestion(
+                    "do not ask again at once: a turn may be starting; raise \
+                     --nexus-call-timeout-ms if Nexus is slow to start turns",
+                );
+            }
         };
         let query_id = started.last_seen().id.clone();
         let cancelled = self
@@ -448,6 +468,43 @@ impl NexusServer {
             "turn {query_id} was started: do not ask again blindly; raise \
              --nexus-call-timeout-ms if Nexus is slow to start turns"
         ))
+    }
+
+    /// Awaits, in the background, a turn's start whose call has answered
+    /// `TIMEOUT`, and cancels the turn it names. The call's admission (its
+    /// ledger ticket) goes with it: the slot stays held until the start has
+    /// answered and its turn's cancel has, or [`LATE_START_LIMIT`] passed.
+    fn cancel_when_started(
+        &self,
+        start: LateStart,
+        client: Client,
+        ctx: &RequestContext<RoleServer>,
+    ) {
+        let held = crate::mcp::caller::admission(&ctx.extensions);
+        let call_timeout = self.call_timeout;
+        tokio::spawn(async move {
+            let _held = held;
+            let started = match tokio::time::timeout(LATE_START_LIMIT, start).await {
+                Ok(Ok(started)) => started,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "a late turn start failed: no turn to cancel");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        limit_s = LATE_START_LIMIT.as_secs(),
+                        "Nexus never answered a turn's start; if it started one, it was not cancelled"
+                    );
+                    return;
+                }
+            };
+            let query_id = started.last_seen().id.clone();
+            match tokio::time::timeout(call_timeout, client.queries().cancel(&query_id)).await {
+                Ok(Ok(_)) => tracing::info!(query_id, "cancelled a turn that started after its call timed out"),
+                Ok(Err(e)) => tracing::warn!(query_id, error = %e, "could not cancel a turn that started after its call timed out"),
+                Err(_) => tracing::warn!(query_id, "the cancel of a turn that started after its call timed out was not answered in time"),
+            }
+        });
     }
 
     async fn run_get_query(
