@@ -20,7 +20,7 @@ use tower::{BoxError, ServiceBuilder, ServiceExt};
 
 use super::activity::{Activity, with_write_progress};
 use super::registry::Registered;
-use super::{Limits, Server, instant_after};
+use super::{ForwardedClients, Limits, Server, instant_after};
 
 /// How long a connection that was asked to close for idleness may take
 /// before it is cut.
@@ -129,6 +129,7 @@ impl Server {
         &self,
         peer: SocketAddr,
         activity: Arc<Activity>,
+        forwarded: Option<ForwardedClients>,
     ) -> TowerToHyperService<
         impl tower::Service<
             Request<hyper::body::Incoming>,
@@ -144,6 +145,9 @@ impl Server {
         let service = tower::service_fn(move |mut request: Request<hyper::body::Incoming>| {
             let busy = activity.start();
             request.extensions_mut().insert(ConnectInfo(peer));
+            if let Some(forwarded) = &forwarded {
+                request.extensions_mut().insert(forwarded.clone());
+            }
             let app = app.clone();
             async move {
                 let response = app.oneshot(request.map(axum::body::Body::new)).await;
@@ -179,7 +183,8 @@ impl Server {
         self.hooks.opened();
         let opened = Instant::now();
         let conn = Arc::clone(&registered.conn);
-        let service = self.connection_service(peer, Arc::clone(&conn.activity));
+        let forwarded = self.forwarded_clients(peer);
+        let service = self.connection_service(peer, Arc::clone(&conn.activity), forwarded.clone());
         let connection = builder.serve_connection(TokioIo::new(tcp), service);
         tokio::pin!(connection);
         let every = self.limits.check_every();
@@ -223,7 +228,7 @@ impl Server {
                         // drops their bodies, and with them their slots.
                         Check::Unread => {
                             self.hooks.unread(peer);
-                            self.cut_for_no_progress(peer);
+                            self.cut_for_no_progress(peer, forwarded.as_ref());
                             break;
                         }
                     }

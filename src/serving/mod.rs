@@ -22,6 +22,9 @@
 //! - with `Limits::reconnect`, a client network (an IPv4 address, an IPv6
 //!   /64) whose connection was cut for a response it did not read opens
 //!   new connections at a slower pace for a while (see `throttle.rs`);
+//!   behind a trusted proxy, the client a request is forwarded for sends
+//!   requests at that pace instead (`ForwardedClients`, checked by the
+//!   server once it has read who the client is);
 //! - at shutdown no connection is accepted any more, open ones close once
 //!   their requests are done, and what is left is cut when `kill` fires.
 
@@ -46,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 #[doc(hidden)]
 pub use signal::stop_signal;
-pub(crate) use throttle::{ReconnectLimit, client_network};
+pub(crate) use throttle::{ForwardedClients, ReconnectLimit, client_network};
 
 /// About thirty years: "never" for a deadline or an expiry.
 const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
@@ -248,14 +251,25 @@ impl Server {
     }
 
     /// The core cut a connection of `peer` for making no progress (a
-    /// response it did not read): its network reconnects at a slower pace.
+    /// response it did not read): its network reconnects at a slower pace,
+    /// or, for a trusted proxy's connection (`forwarded`), the client its
+    /// last request was forwarded for sends requests at that pace.
     /// A silent connection is not counted: it held no request slot, and
     /// loopback or NAT clients share the address of anyone who leaves a
     /// socket unused.
-    fn cut_for_no_progress(&self, peer: SocketAddr) {
-        if !self.hooks.uncapped(peer.ip()) {
-            self.reconnects.cut(peer.ip());
+    fn cut_for_no_progress(&self, peer: SocketAddr, forwarded: Option<&ForwardedClients>) {
+        match forwarded {
+            Some(forwarded) => forwarded.cut(),
+            None => self.reconnects.cut(peer.ip()),
         }
+    }
+
+    /// What a connection of `peer` tells the server about the clients a
+    /// trusted proxy forwards for; `None` for any other peer.
+    fn forwarded_clients(&self, peer: SocketAddr) -> Option<ForwardedClients> {
+        self.hooks
+            .uncapped(peer.ip())
+            .then(|| ForwardedClients::new(Arc::clone(&self.reconnects)))
     }
 
     /// Serves connections from `listener` until `stop` is cancelled, then

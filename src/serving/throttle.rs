@@ -15,14 +15,17 @@
 //! (`ReconnectLimit::max_networks` entries of about 100 bytes each, the
 //! network whose last cut is oldest forgotten first).
 //!
-//! The throttle sees the TCP peer: behind a trusted proxy (exempt, like
-//! from the per-peer cap) the real client is known only after the request
-//! head, where the per-client budgets apply instead.
+//! The throttle sees the TCP peer. A trusted proxy's connections are
+//! exempt (like from the per-peer cap): the real client is known only
+//! from a request's head, so behind a proxy the throttle applies to
+//! requests instead ([`ForwardedClients`]): a cut of a proxy's connection
+//! is charged to the client its last request was forwarded for, and that
+//! client's network then gets one request a pace.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -283,6 +286,45 @@ mod tests {
                 reconnects.cut(ip("10.0.0.2"));
             }
             assert!((0..100).all(|_| reconnects.admit(ip("10.0.0.2"))));
+        }
+    }
+}
+
+/// The clients a trusted proxy forwards the requests of one connection
+/// for, as the reconnect throttle sees them: each request's client is
+/// admitted against its network's pace, and a cut of the connection is
+/// charged to the client of its last request (an HTTP/1.1 proxy
+/// connection carries one request at a time; on HTTP/2 the last one
+/// stands for all). Put on every request of a trusted proxy's connection.
+#[derive(Debug, Clone)]
+pub(crate) struct ForwardedClients {
+    last: Arc<Mutex<Option<IpAddr>>>,
+    reconnects: Arc<Reconnects>,
+}
+
+impl ForwardedClients {
+    pub(super) fn new(reconnects: Arc<Reconnects>) -> Self {
+        ForwardedClients {
+            last: Arc::new(Mutex::new(None)),
+            reconnects,
+        }
+    }
+
+    /// Whether a request forwarded for `client` is within the throttle
+    /// (taking one of its network's requests when it was cut); `client`
+    /// becomes the one a cut of this connection is charged to. `None`: the
+    /// proxy's own request, admitted and charged to nobody.
+    pub(crate) fn admit(&self, client: Option<IpAddr>) -> bool {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = client;
+        client.is_none_or(|client| self.reconnects.admit(client))
+    }
+
+    /// The connection was cut for making no progress: the client of its
+    /// last request is charged with it.
+    pub(super) fn cut(&self) {
+        let last = *self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(client) = last {
+            self.reconnects.cut(client);
         }
     }
 }

@@ -599,3 +599,116 @@ async fn behind_a_trusted_proxy_a_never_seen_key_is_served_during_one_clients_fl
     assert!(took <= NEVER_SEEN_WITHIN, "{took:?}");
     shutdown.cancel();
 }
+
+/// An HTTP/2 proxy from `ip` that forwards 4 unread tool calls for
+/// `client` and, the moment the server cuts its connection or turns a
+/// call away, connects again, until aborted; what it saw goes to `seen`
+/// (a round with a call turned away counts as refused).
+async fn forwarding_holder(
+    addr: SocketAddr,
+    ip: [u8; 4],
+    client: &'static str,
+    seen: tokio::sync::watch::Sender<Holds>,
+) {
+    let headers = [
+        (
+            "x-pinecone-api-key",
+            "pcsk_valid_forwarded_holder_0123456789".to_owned(),
+        ),
+        ("mcp-protocol-version", "2025-06-18".to_owned()),
+        ("x-forwarded-for", client.to_owned()),
+    ];
+    let mut round = 0u64;
+    loop {
+        round += 1;
+        let bodies = (0..4)
+            .map(|n| list_contexts(json!(round * 10 + n)))
+            .collect();
+        match try_unread_h2(addr, ip, &headers, bodies).await {
+            Ok((statuses, answers, connection)) if statuses.iter().all(|s| *s == 200) => {
+                seen.send_modify(|h| h.admitted += 1);
+                // Held unread until the server cuts it.
+                let _ = connection.await;
+                drop(answers);
+            }
+            outcome => {
+                if let Ok((_, _, connection)) = outcome {
+                    connection.abort();
+                }
+                seen.send_modify(|h| {
+                    h.refused += 1;
+                    h.admitted_before_refused.get_or_insert(h.admitted);
+                });
+                // Paced load, as `reconnecting_holder`.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// Behind a trusted proxy (exempt from the connection throttle: all its
+/// clients share its address) the throttle applies to the client a request
+/// is forwarded for: a client whose answers go unread until the proxy's
+/// connection is cut gets its calls turned away (503, counted) within a
+/// few rounds, while another client forwarded by the same proxy is served
+/// throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_a_client_leaving_answers_unread_is_paced_and_others_are_not() {
+    let nexus = nexus().await;
+    let options = HttpOptions::default()
+        .stateless(true)
+        .write_stall_timeout(Duration::from_secs(1))
+        .trusted_proxies(vec!["127.0.0.0/8".parse().unwrap()]);
+    let (url, addr, shutdown) = serve(&nexus, options, false).await;
+    let (seen, mut holds) = tokio::sync::watch::channel(Holds::default());
+    let holder = tokio::spawn(forwarding_holder(
+        addr,
+        [127, 0, 0, 70],
+        "203.0.113.20",
+        seen,
+    ));
+    let honest = async {
+        let mut calls = 0;
+        let mut forwarded = HttpMcp::new(&url)
+            .header("X-Pinecone-Api-Key", HONEST)
+            .header("x-forwarded-for", "198.51.100.30");
+        while holds.borrow().refused < 3 {
+            let result = forwarded.call("list_contexts", json!({})).await;
+            assert_eq!(result["isError"], false, "{result}");
+            calls += 1;
+            // The pace of an honest client between its calls.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        calls
+    };
+    let calls = within(
+        Duration::from_secs(60),
+        "the client whose answers go unread is turned away three times",
+        honest,
+    )
+    .await;
+    holder.abort();
+    let holds = *holds.borrow_and_update();
+    let before = holds.admitted_before_refused.unwrap_or(usize::MAX);
+    assert!(
+        (1..8).contains(&before),
+        "cut, its next calls were turned away before its 8th connection: {holds:?}"
+    );
+    assert!(calls >= 1, "the other client was served meanwhile");
+    let metrics = reqwest::get(format!("http://{addr}{}", http::METRICS_PATH))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let throttled = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"nexus_mcp_refusals_total{reason="reconnect_throttled"} "#))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(
+        throttled >= 3.0,
+        "every turn-away is counted: {throttled} ({holds:?})"
+    );
+    shutdown.cancel();
+}

@@ -38,6 +38,7 @@ use crate::mcp::caller::{
 use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
 use crate::mcp::metrics::{HttpMethod, Metrics};
 use crate::mcp::server::NexusMcp;
+use crate::serving::ForwardedClients;
 
 /// What the request guard checks against.
 #[derive(Debug)]
@@ -672,6 +673,22 @@ struct Received {
     message: Option<Message>,
 }
 
+/// Whether a request a trusted proxy forwarded is over the reconnect
+/// throttle of the client it names (which a cut of the proxy's connection
+/// is then charged to); requests of any other peer pass, the throttle
+/// having seen their connection.
+fn forwarded_throttled(request: &Request, client: Option<SocketAddr>) -> bool {
+    let Some(forwarded) = request.extensions().get::<ForwardedClients>() else {
+        return false;
+    };
+    let proxy = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let client = client.map(|c| c.ip()).filter(|ip| Some(*ip) != proxy);
+    !forwarded.admit(client)
+}
+
 /// Checks a request (see the module docs), answers 408 when it has no
 /// response head by the request deadline, bounds SSE responses by that
 /// deadline, and logs one access line.
@@ -689,6 +706,7 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
         &guard.trusted_proxies,
     );
     let method = request.method().clone();
+    let throttled = forwarded_throttled(&request, peer);
     let id = request_id();
     let checked = guard.host_origin.check(request.uri(), request.headers());
     let preflight = cors::is_preflight(&method, request.headers());
@@ -705,6 +723,17 @@ async fn check_request(guard: Arc<Guard>, request: Request) -> Response {
             CallerTag::Unknown,
         ),
         Ok(Some(origin)) if preflight => (cors::preflight(origin.clone()), CallerTag::Unknown),
+        Ok(_) if throttled => (
+            guard.refusals.refuse(
+                Reason::ReconnectThrottled,
+                StatusCode::SERVICE_UNAVAILABLE,
+                peer,
+                &method,
+                "a response to this client was left unread and its connection cut; \
+                 its requests are paced for a while: retry later",
+            ),
+            CallerTag::Unknown,
+        ),
         Ok(_) => {
             let handled = tokio::time::timeout_at(
                 deadline,

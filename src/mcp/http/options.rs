@@ -86,8 +86,10 @@ pub struct HttpOptions {
     /// /64) whose connection was cut for making no progress (a response
     /// it did not read) may open 3 connections at once, then one per this
     /// pace, doubled by each further cut (up to 32 times), until it goes
-    /// 10 minutes without a cut; faster ones are closed at once. Networks never cut, and trusted proxies, are not
-    /// throttled. Zero turns the throttle off.
+    /// 10 minutes without a cut; faster ones are closed at once. Networks
+    /// never cut are not throttled. A trusted proxy's connections are not
+    /// either: behind it the client each request is forwarded for is, its
+    /// requests past the pace answered 503. Zero turns the throttle off.
     pub reconnect_pace: Duration,
     /// Open connections; more are closed at once.
     pub max_connections: usize,
