@@ -25,7 +25,8 @@
 //! Scenarios: one key with 16, 64, 256 and 1,024 callers; 256 callers on
 //! 256 keys; the baseline with 16, 256 and 1,024 callers. Each of
 //! `MCP_LOAD_ROUNDS` (default 3) rounds runs every scenario once, in a new
-//! shuffled order, for `MCP_LOAD_SECONDS` (default 2) after a warm-up of
+//! shuffled order (`MCP_LOAD_ONLY=<text>` keeps the scenarios whose name
+//! contains it), for `MCP_LOAD_SECONDS` (default 2) after a warm-up of
 //! half a second. Per scenario: calls per second and the server's CPU time
 //! per call (user + system time of its process from `/proc`, as `getrusage`
 //! counts it, over the calls answered in the window) as the median and
@@ -567,6 +568,7 @@ async fn full_run() {
     let baseline = Server::baseline(&answer);
     baseline.wait_ready().await;
     let scenarios = scenarios();
+    let only = std::env::var("MCP_LOAD_ONLY").unwrap_or_default();
     let mut results: Vec<Vec<Round>> = scenarios.iter().map(|_| Vec::new()).collect();
     let mut order: Vec<usize> = (0..scenarios.len()).collect();
     let mut seed: u64 = 0x5eed_1234_abcd_0001;
@@ -579,6 +581,9 @@ async fn full_run() {
         }
         for &s in &order {
             let scenario = &scenarios[s];
+            if !scenario.name.contains(only.as_str()) {
+                continue;
+            }
             let server = if scenario.baseline { &baseline } else { &nexus };
             let measured = run_round(server, scenario, warm, span).await;
             eprintln!(
