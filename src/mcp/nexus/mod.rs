@@ -500,9 +500,17 @@ impl NexusServer {
             };
             let query_id = started.last_seen().id.clone();
             match tokio::time::timeout(call_timeout, client.queries().cancel(&query_id)).await {
-                Ok(Ok(_)) => tracing::info!(query_id, "cancelled a turn that started after its call timed out"),
-                Ok(Err(e)) => tracing::warn!(query_id, error = %e, "could not cancel a turn that started after its call timed out"),
-                Err(_) => tracing::warn!(query_id, "the cancel of a turn that started after its call timed out was not answered in time"),
+                Ok(Ok(_)) => tracing::info!(
+                    query_id,
+                    "cancelled a turn that started after its call timed out"
+                ),
+                Ok(Err(e)) => {
+                    tracing::warn!(query_id, error = %e, "could not cancel a turn that started after its call timed out")
+                }
+                Err(_) => tracing::warn!(
+                    query_id,
+                    "the cancel of a turn that started after its call timed out was not answered in time"
+                ),
             }
         });
     }
