@@ -11,6 +11,8 @@ mod call_notes;
 mod callers;
 #[cfg(feature = "local")]
 mod catalog;
+#[cfg(target_os = "linux")]
+mod hangup_storm;
 mod hostile_callers;
 mod hostile_peers;
 mod http;
