@@ -45,6 +45,8 @@ mod stdio_ledger;
 mod stdio_ping;
 mod stdio_results;
 mod tasks;
+#[cfg(target_os = "linux")]
+mod tenant_cache;
 mod tool_list;
 mod tools;
 mod trusted_proxy;
