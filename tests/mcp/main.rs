@@ -11,6 +11,8 @@ mod call_notes;
 mod callers;
 #[cfg(feature = "local")]
 mod catalog;
+#[cfg(target_os = "linux")]
+mod hangup_storm;
 mod hostile_callers;
 mod hostile_peers;
 mod http;
@@ -43,6 +45,8 @@ mod stdio_ledger;
 mod stdio_ping;
 mod stdio_results;
 mod tasks;
+#[cfg(target_os = "linux")]
+mod tenant_cache;
 mod tool_list;
 mod tools;
 mod trusted_proxy;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::support::mcp_process::{Launch, McpProcess};
 use crate::support::pinecone_fake::PineconeFake;
 use nexus_knowql::mcp::pinecone::PineconeServer;
 use rmcp::model::CallToolRequestParams;
@@ -144,61 +145,15 @@ async fn three_hundred_callers_stay_cached() {
 
 /// A running `nexus-mcp --transport http` serving the Pinecone tools of
 /// `fake`; killed on drop.
-struct Process {
-    child: tokio::process::Child,
-    url: String,
-}
-
-async fn nexus_mcp_for(fake: &PineconeFake, args: &[&str]) -> Process {
-    use tokio::io::AsyncBufReadExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexus-mcp"))
-        .args(["--transport", "http", "--bind", "127.0.0.1:0"])
-        .args([
-            "--index-name",
-            "kb",
-            "--pinecone-controller-host",
-            &fake.url,
-        ])
-        .args(args)
-        .env_clear()
-        .env("RUST_LOG", "nexus_knowql=info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("nexus-mcp starts");
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    let addr = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(rest) = line.split("local_addr=").nth(1) {
-                return rest.split_whitespace().next().map(str::to_owned);
-            }
-        }
-        None
-    })
-    .await
-    .expect("nexus-mcp serves within 20 s")
-    .expect("nexus-mcp logs its address");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Process {
-        child,
-        url: format!("http://{addr}/mcp"),
-    }
-}
-
-/// The resident memory of `process`, in bytes.
-fn resident(process: &Process) -> u64 {
-    let pid = process.child.id().expect("running");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS");
-    kib * 1024
+async fn nexus_mcp_for(fake: &PineconeFake, args: &[&str]) -> McpProcess {
+    let mut launch = Launch::args(&[
+        "--index-name",
+        "kb",
+        "--pinecone-controller-host",
+        &fake.url,
+    ]);
+    launch.args.extend(args.iter().map(|a| (*a).to_owned()));
+    launch.env("RUST_LOG", "nexus_knowql=info").start().await
 }
 
 async fn post(
@@ -242,11 +197,11 @@ async fn memory_per_cached_caller_and_per_session() {
     for i in 0..100 {
         post(&http, &stateless.url, &key(i), None, list.clone()).await;
     }
-    let before = resident(&stateless);
+    let before = stateless.resident();
     for i in 100..100 + N {
         post(&http, &stateless.url, &key(i), None, list.clone()).await;
     }
-    let per_caller = resident(&stateless).saturating_sub(before) / N as u64;
+    let per_caller = stateless.resident().saturating_sub(before) / N as u64;
     eprintln!("per cached caller: {per_caller} bytes");
 
     let sessions = nexus_mcp_for(
@@ -267,7 +222,7 @@ async fn memory_per_cached_caller_and_per_session() {
     let mut before = 0;
     for i in 0..100 + N {
         if i == 100 {
-            before = resident(&sessions);
+            before = sessions.resident();
         }
         let answer = post(&http, &sessions.url, &key(0), None, initialize.clone()).await;
         let session = answer
@@ -287,6 +242,6 @@ async fn memory_per_cached_caller_and_per_session() {
         .await;
         open.push(session);
     }
-    let per_session = resident(&sessions).saturating_sub(before) / N as u64;
+    let per_session = sessions.resident().saturating_sub(before) / N as u64;
     eprintln!("per session: {per_session} bytes ({} open)", open.len());
 }

@@ -15,6 +15,8 @@
 //! - `local` (feature `local`): the embedded local Nexus and a corpus;
 //! - `mcp` and `pinecone_fake` (feature `mcp`): an in-process MCP client and
 //!   a fake Pinecone;
+//! - `mcp_process` (feature `mcp`): the `nexus-mcp` binary as a child
+//!   process, its log, open descriptors and resident memory;
 //! - `rmcp_http` (feature `mcp`): rmcp's Streamable HTTP client on reqwest;
 //! - `wait`: the one bounded wait, on a test double's signal or, where
 //!   nothing can signal, a poll with an end.
@@ -26,6 +28,8 @@ pub mod fidelity;
 pub mod local;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "mcp")]
+pub mod mcp_process;
 #[cfg(feature = "local")]
 pub mod openapi;
 #[cfg(feature = "mcp")]

@@ -36,8 +36,11 @@ use crate::mcp::nexus::KeyProof;
 use crate::mcp::recent::Recent;
 use crate::mcp::server::NexusMcp;
 
-/// Accepted keys remembered (by digest).
-const PROVEN_CAPACITY: usize = 4096;
+/// Accepted keys remembered (by digest, about 100 bytes each): as many
+/// tenants as the default Pinecone state holds (about 40,000), so that a
+/// tenant whose lists are still cached is never checked again, at an
+/// upstream call its key pays for, only because others came since.
+const PROVEN_CAPACITY: usize = 40_960;
 /// Refused keys remembered (by digest): a separate table, so made-up keys
 /// never push out accepted ones.
 const REFUSED_CAPACITY: usize = 1024;
