@@ -36,7 +36,7 @@ use crate::mcp::nexus::KeyProof;
 use crate::mcp::recent::Recent;
 use crate::mcp::server::NexusMcp;
 
-/// Accepted keys remembered (by digest, about 100 bytes each): as many
+/// Accepted keys remembered (by digest, about 140 bytes each): as many
 /// tenants as the default Pinecone state holds (about 40,000), so that a
 /// tenant whose lists are still cached is never checked again, at an
 /// upstream call its key pays for, only because others came since.
