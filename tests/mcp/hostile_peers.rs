@@ -422,7 +422,7 @@ async fn a_never_seen_valid_key_is_served_during_a_flood_of_made_up_keys() {
 }
 
 /// What a reconnecting holder saw: connections that held slots until cut,
-/// and connections the server turned away before any answer.
+/// and connections the server turned away (or some of whose calls it did).
 #[derive(Debug, Default, Clone, Copy)]
 struct Holds {
     admitted: usize,
@@ -431,21 +431,26 @@ struct Holds {
     admitted_before_refused: Option<usize>,
 }
 
-/// An HTTP/2 peer from `ip` that holds 4 unread tool calls and, the moment
-/// the server cuts its connection (or turns it away), connects again, until
+/// An HTTP/2 peer from `ip` that holds 4 unread tool calls (forwarded
+/// for `client` when it is a proxy) and, the moment the server cuts its
+/// connection or turns it or one of its calls away, connects again, until
 /// aborted; what it saw goes to `seen`.
 async fn reconnecting_holder(
     addr: SocketAddr,
     ip: [u8; 4],
+    client: Option<&'static str>,
     seen: tokio::sync::watch::Sender<Holds>,
 ) {
-    let headers = [
+    let mut headers = vec![
         (
             "x-pinecone-api-key",
             "pcsk_valid_reconnecting_holder_0123456789".to_owned(),
         ),
         ("mcp-protocol-version", "2025-06-18".to_owned()),
     ];
+    if let Some(client) = client {
+        headers.push(("x-forwarded-for", client.to_owned()));
+    }
     let mut round = 0u64;
     loop {
         round += 1;
@@ -453,13 +458,16 @@ async fn reconnecting_holder(
             .map(|n| list_contexts(json!(round * 10 + n)))
             .collect();
         match try_unread_h2(addr, ip, &headers, bodies).await {
-            Ok((_, answers, connection)) => {
+            Ok((statuses, answers, connection)) if statuses.iter().all(|s| *s == 200) => {
                 seen.send_modify(|h| h.admitted += 1);
                 // Held unread until the server cuts it.
                 let _ = connection.await;
                 drop(answers);
             }
-            Err(_) => {
+            turned_away => {
+                if let Ok((_, _, connection)) = turned_away {
+                    connection.abort();
+                }
                 seen.send_modify(|h| {
                     h.refused += 1;
                     h.admitted_before_refused.get_or_insert(h.admitted);
@@ -470,6 +478,38 @@ async fn reconnecting_holder(
             }
         }
     }
+}
+
+/// Once a reconnecting holder was turned away three times while others
+/// made `calls`: it had `admitted` rounds before its first refusal, the
+/// others were served, and every turn-away is counted on `/metrics`.
+async fn assert_paced(
+    addr: SocketAddr,
+    holds: Holds,
+    admitted: std::ops::Range<usize>,
+    calls: usize,
+) {
+    let before = holds.admitted_before_refused.unwrap_or(usize::MAX);
+    assert!(
+        admitted.contains(&before),
+        "cut, it came back at once and was turned away within {admitted:?} rounds: {holds:?}"
+    );
+    assert!(calls >= 1, "the honest clients were served meanwhile");
+    let metrics = reqwest::get(format!("http://{addr}{}", http::METRICS_PATH))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let throttled = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"nexus_mcp_refusals_total{reason="reconnect_throttled"} "#))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(
+        throttled >= 3.0,
+        "every turn-away is counted: {throttled} ({holds:?})"
+    );
 }
 
 /// An honest client from `ip` that opens a new connection for every
@@ -507,7 +547,7 @@ async fn a_peer_reconnecting_to_hold_slots_again_is_throttled_and_honest_clients
         .write_stall_timeout(Duration::from_secs(1));
     let (url, addr, shutdown) = serve(&nexus, options, false).await;
     let (seen, mut holds) = tokio::sync::watch::channel(Holds::default());
-    let holder = tokio::spawn(reconnecting_holder(addr, [127, 0, 0, 40], seen));
+    let holder = tokio::spawn(reconnecting_holder(addr, [127, 0, 0, 40], None, seen));
 
     let honest = async {
         let mut calls = 0;
@@ -529,28 +569,7 @@ async fn a_peer_reconnecting_to_hold_slots_again_is_throttled_and_honest_clients
     )
     .await;
     holder.abort();
-    let holds = *holds.borrow_and_update();
-    let before = holds.admitted_before_refused.unwrap_or(usize::MAX);
-    assert!(
-        (2..8).contains(&before),
-        "cut, it reconnected at once, and was turned away before its 8th connection: {holds:?}"
-    );
-    assert!(calls >= 1, "the honest clients were served meanwhile");
-    let metrics = reqwest::get(format!("http://{addr}{}", http::METRICS_PATH))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let throttled = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(r#"nexus_mcp_refusals_total{reason="reconnect_throttled"} "#))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    assert!(
-        throttled >= 3.0,
-        "every turn-away is counted: {throttled} ({holds:?})"
-    );
+    assert_paced(addr, *holds.borrow_and_update(), 2..8, calls).await;
     shutdown.cancel();
 }
 
@@ -600,52 +619,6 @@ async fn behind_a_trusted_proxy_a_never_seen_key_is_served_during_one_clients_fl
     shutdown.cancel();
 }
 
-/// An HTTP/2 proxy from `ip` that forwards 4 unread tool calls for
-/// `client` and, the moment the server cuts its connection or turns a
-/// call away, connects again, until aborted; what it saw goes to `seen`
-/// (a round with a call turned away counts as refused).
-async fn forwarding_holder(
-    addr: SocketAddr,
-    ip: [u8; 4],
-    client: &'static str,
-    seen: tokio::sync::watch::Sender<Holds>,
-) {
-    let headers = [
-        (
-            "x-pinecone-api-key",
-            "pcsk_valid_forwarded_holder_0123456789".to_owned(),
-        ),
-        ("mcp-protocol-version", "2025-06-18".to_owned()),
-        ("x-forwarded-for", client.to_owned()),
-    ];
-    let mut round = 0u64;
-    loop {
-        round += 1;
-        let bodies = (0..4)
-            .map(|n| list_contexts(json!(round * 10 + n)))
-            .collect();
-        match try_unread_h2(addr, ip, &headers, bodies).await {
-            Ok((statuses, answers, connection)) if statuses.iter().all(|s| *s == 200) => {
-                seen.send_modify(|h| h.admitted += 1);
-                // Held unread until the server cuts it.
-                let _ = connection.await;
-                drop(answers);
-            }
-            outcome => {
-                if let Ok((_, _, connection)) = outcome {
-                    connection.abort();
-                }
-                seen.send_modify(|h| {
-                    h.refused += 1;
-                    h.admitted_before_refused.get_or_insert(h.admitted);
-                });
-                // Paced load, as `reconnecting_holder`.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    }
-}
-
 /// Behind a trusted proxy (exempt from the connection throttle: all its
 /// clients share its address) the throttle applies to the client a request
 /// is forwarded for: a client whose answers go unread until the proxy's
@@ -661,10 +634,10 @@ async fn behind_a_trusted_proxy_a_client_leaving_answers_unread_is_paced_and_oth
         .trusted_proxies(vec!["127.0.0.0/8".parse().unwrap()]);
     let (url, addr, shutdown) = serve(&nexus, options, false).await;
     let (seen, mut holds) = tokio::sync::watch::channel(Holds::default());
-    let holder = tokio::spawn(forwarding_holder(
+    let holder = tokio::spawn(reconnecting_holder(
         addr,
         [127, 0, 0, 70],
-        "203.0.113.20",
+        Some("203.0.113.20"),
         seen,
     ));
     let honest = async {
@@ -688,27 +661,6 @@ async fn behind_a_trusted_proxy_a_client_leaving_answers_unread_is_paced_and_oth
     )
     .await;
     holder.abort();
-    let holds = *holds.borrow_and_update();
-    let before = holds.admitted_before_refused.unwrap_or(usize::MAX);
-    assert!(
-        (1..8).contains(&before),
-        "cut, its next calls were turned away before its 8th connection: {holds:?}"
-    );
-    assert!(calls >= 1, "the other client was served meanwhile");
-    let metrics = reqwest::get(format!("http://{addr}{}", http::METRICS_PATH))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let throttled = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(r#"nexus_mcp_refusals_total{reason="reconnect_throttled"} "#))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    assert!(
-        throttled >= 3.0,
-        "every turn-away is counted: {throttled} ({holds:?})"
-    );
+    assert_paced(addr, *holds.borrow_and_update(), 1..8, calls).await;
     shutdown.cancel();
 }

@@ -93,6 +93,7 @@ async fn the_kept_listing_follows_its_cache_entry() {
 #[tokio::test]
 async fn three_hundred_callers_stay_cached() {
     use crate::support::mcp::{caller_keys, serve};
+    use crate::tenant_cache::list_namespaces_as;
     use nexus_knowql::mcp::NexusMcp;
     use nexus_knowql::mcp::http::HttpOptions;
 
@@ -113,22 +114,9 @@ async fn three_hundred_callers_stay_cached() {
     for pass in 0..2 {
         let seen_before = fake.headers().len();
         for i in 0..CALLERS {
-            let answer = http
-                .post(&served.url)
-                .header("X-Pinecone-Api-Key", key(i))
-                .header("accept", "application/json, text/event-stream")
-                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                    "params": {"name": "list_namespaces", "arguments": {}}}))
-                .send()
-                .await
-                .expect("answered");
-            assert_eq!(answer.status(), 200);
-            let answer: Value = answer.json().await.expect("a JSON answer");
-            let result = &answer["result"];
-            assert_eq!(result["isError"], false, "{result}");
-            let body = &result["structuredContent"];
+            let body = list_namespaces_as(&http, &served.url, &key(i)).await;
             assert_eq!(body["cache_hit"], pass == 1, "caller {i}, pass {pass}");
-            assert_eq!(names(body), ["wg21-papers", "mailing"]);
+            assert_eq!(names(&body), ["wg21-papers", "mailing"]);
         }
         let upstream = fake.headers().len() - seen_before;
         if pass == 1 {

@@ -5,10 +5,11 @@
 //! that stays a handful of log lines; and the binary under a small
 //! open-file limit, where the connection cap answers instead of `accept`,
 //! and whose `accept` backs off when the limit is lowered under it.
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::mcp::{HttpMcp, SERVER_KEY, connect, fake_nexus, nexus_client};
+use crate::support::mcp_process::{Launch, McpProcess};
 use crate::support::pinecone_fake::PineconeFake;
 use crate::support::wait::{until, until_some};
 use nexus_knowql::mcp::http::{self, HttpOptions};
@@ -16,7 +17,6 @@ use nexus_knowql::mcp::pinecone::PineconeServer;
 use nexus_knowql::mcp::{KeyPolicy, NexusMcp, NexusServer};
 use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -192,72 +192,22 @@ async fn shutdown_closes_the_listener_before_the_requests_in_flight_end() {
         .expect("cleanly");
 }
 
-/// `nexus-mcp --transport http` on a free port, run through `wrapper`
-/// (for example `prlimit`), its stderr collected; killed on drop.
-struct Binary {
-    child: tokio::process::Child,
-    base: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Binary {
-    async fn start(wrapper: &[&str], nexus_url: &str, extra: &[&str]) -> Binary {
-        let exe = env!("CARGO_BIN_EXE_nexus-mcp");
-        let mut command = match wrapper.split_first() {
-            Some((program, args)) => {
-                let mut c = tokio::process::Command::new(program);
-                c.args(args).arg(exe);
-                c
-            }
-            None => tokio::process::Command::new(exe),
-        };
-        let mut child = command
-            .args(["--transport", "http", "--bind", "127.0.0.1:0"])
-            .args(extra)
-            .env_clear()
-            .env("NEXUS_BASE_URL", nexus_url)
-            .env("NO_COLOR", "1")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("nexus-mcp starts");
-        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let addr = tokio::time::timeout(Duration::from_secs(20), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                log.lock().unwrap().push(line.clone());
-                if let Some(rest) = line.split("local_addr=").nth(1) {
-                    return rest.split_whitespace().next().unwrap().to_owned();
-                }
-            }
-            panic!("nexus-mcp exited: {:?}", log.lock().unwrap());
-        })
-        .await
-        .expect("nexus-mcp serves within 20 s");
-        let sink = Arc::clone(&log);
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Binary {
-            child,
-            base: format!("http://{addr}"),
-            log,
-        }
+/// `nexus-mcp --transport http` in front of the Nexus at `nexus_url`, with
+/// `extra` arguments (and under `open_files`, when given).
+async fn start_binary(nexus_url: &str, extra: &[&str], open_files: Option<u32>) -> McpProcess {
+    let mut launch = Launch::args(extra)
+        .env("NEXUS_BASE_URL", nexus_url)
+        .env("NO_COLOR", "1");
+    if let Some(limit) = open_files {
+        launch = launch.open_files(limit);
     }
-
-    fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
+    launch.start().await
 }
 
 #[tokio::test]
 async fn log_lines_name_the_method_and_a_bare_peer_and_keyless_floods_stay_quiet() {
     let nexus = fake_nexus(0).await;
-    let binary = Binary::start(&[], &nexus.uri(), &[]).await;
+    let binary = start_binary(&nexus.uri(), &[], None).await;
     let url = format!("{}/mcp", binary.base);
     let mut mcp = HttpMcp::new(&url).header("X-Pinecone-Api-Key", KEY);
     mcp.initialize().await;
@@ -313,12 +263,8 @@ async fn log_lines_name_the_method_and_a_bare_peer_and_keyless_floods_stay_quiet
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn under_a_small_open_file_limit_the_connection_cap_answers_not_accept() {
-    if !has_prlimit() {
-        eprintln!("prlimit is not installed: skipped");
-        return;
-    }
     let nexus = fake_nexus(0).await;
-    let binary = Binary::start(&["prlimit", "--nofile=100:100", "--"], &nexus.uri(), &[]).await;
+    let binary = start_binary(&nexus.uri(), &[], Some(100)).await;
     let log = binary.log().join("\n");
     assert!(
         log.contains("open-file limit") && log.contains("capped_at=36"),
@@ -374,8 +320,8 @@ async fn a_failing_accept_backs_off_instead_of_spinning() {
         return;
     }
     let nexus = fake_nexus(0).await;
-    let binary = Binary::start(&[], &nexus.uri(), &["--max-connections", "1000"]).await;
-    let pid = binary.child.id().expect("running").to_string();
+    let binary = start_binary(&nexus.uri(), &["--max-connections", "1000"], None).await;
+    let pid = binary.pid().to_string();
     // The soft limit drops under the running server, past its startup check:
     // from now on `accept` fails with EMFILE while clients queue.
     let lowered = std::process::Command::new("prlimit")

@@ -24,22 +24,28 @@ fn key(i: usize) -> String {
     format!("pcsk_tenant_{i:05}_0123456789abcdef")
 }
 
-/// One `list_namespaces` call of tenant `i`; whether it was a cache hit.
-async fn list_namespaces(http: &reqwest::Client, url: &str, i: usize) -> bool {
+/// One stateless `list_namespaces` call with `key`, answered 200 without
+/// a tool error; its `structuredContent`.
+pub(crate) async fn list_namespaces_as(http: &reqwest::Client, url: &str, key: &str) -> Value {
     let answer = http
         .post(url)
-        .header("x-pinecone-api-key", key(i))
+        .header("x-pinecone-api-key", key)
         .header("accept", "application/json, text/event-stream")
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "list_namespaces", "arguments": {}}}))
         .send()
         .await
         .expect("answered");
-    assert_eq!(answer.status(), 200, "tenant {i}");
-    let answer: Value = answer.json().await.expect("a JSON answer");
-    let result = &answer["result"];
-    assert_eq!(result["isError"], false, "tenant {i}: {answer}");
-    let body = &result["structuredContent"];
+    assert_eq!(answer.status(), 200, "{key}");
+    let mut answer: Value = answer.json().await.expect("a JSON answer");
+    let result = answer["result"].take();
+    assert_eq!(result["isError"], false, "{key}: {result}");
+    result["structuredContent"].clone()
+}
+
+/// One `list_namespaces` call of tenant `i`; whether it was a cache hit.
+async fn list_namespaces(http: &reqwest::Client, url: &str, i: usize) -> bool {
+    let body = list_namespaces_as(http, url, &key(i)).await;
     let names: Vec<&str> = body["namespaces"]
         .as_array()
         .expect("namespaces")

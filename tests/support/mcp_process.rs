@@ -128,7 +128,8 @@ impl McpProcess {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    fn pid(&self) -> u32 {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
         self.child.id().expect("running")
     }
 
