@@ -34,9 +34,9 @@ use rmcp::model::{
     CallToolResponse, LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
     RequestId, ServerNotification,
 };
-use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 
+use super::notifier::Notifier;
 use super::redact::redact;
 
 /// The minimum level before a client sets one.
@@ -195,21 +195,21 @@ fn degradation(tool: &str, experimental: &Value) -> Option<Note> {
 pub(crate) struct CallStream(pub(crate) RequestId);
 
 /// Sends `notes` at or above `minimum` (see [`SessionLevel::minimum`]) to
-/// the client behind `peer`, on the stream of request `call`.
-pub(crate) async fn send(notes: Vec<Note>, minimum: u8, peer: &Peer<RoleServer>, call: &RequestId) {
+/// the client of request `call`, on its stream.
+pub(crate) async fn send(notes: Vec<Note>, minimum: u8, notifier: &Notifier, call: &RequestId) {
     for note in notes.into_iter().filter(|n| rank(n.level) >= minimum) {
-        send_one(peer, note, call).await;
+        send_one(notifier, note, call).await;
     }
 }
 
-async fn send_one(peer: &Peer<RoleServer>, note: Note, call: &RequestId) {
+async fn send_one(notifier: &Notifier, note: Note, call: &RequestId) {
     let mut param = LoggingMessageNotificationParam::new(note.level, note.data);
     param.logger = Some(LOGGER.to_owned());
     let mut notification = LoggingMessageNotification::new(param);
     notification.extensions.insert(CallStream(call.clone()));
     let notification = ServerNotification::LoggingMessageNotification(notification);
     // A client that went away cannot be told; the result still goes back.
-    if let Err(e) = peer.send_notification(notification).await {
+    if let Err(e) = notifier.send(notification).await {
         tracing::debug!(error = %e, "could not send a log notification");
     }
 }

@@ -18,6 +18,7 @@ mod jsonrpc;
 mod logging;
 mod metrics;
 mod nexus;
+mod notifier;
 pub mod pinecone;
 mod recent;
 mod redact;

@@ -622,7 +622,7 @@ impl NexusMcp {
         // What the log notes need of the request (its `_meta` level and
         // its peer), rather than a clone of its whole context.
         let requested_level = context.meta.log_level();
-        let peer = context.peer.clone();
+        let notifier = super::notifier::Notifier::of(&context);
         let call = context.id.clone();
         let from_text = super::structured::writes_from_text(&context.extensions);
         let ct = context.ct.clone();
@@ -664,7 +664,7 @@ impl NexusMcp {
             // The session's level as it is when the notes go out: a
             // `logging/setLevel` during a long call applies to them.
             let minimum = self.log_level.minimum(requested_level);
-            Box::pin(logging::send(notes, minimum, &peer, &call)).await;
+            Box::pin(logging::send(notes, minimum, &notifier, &call)).await;
         }
         if let Some(owner) = owner
             && let Some(task) = tasks::task_for(&self.tasks, owner, &response)

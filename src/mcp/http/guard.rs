@@ -35,10 +35,13 @@ use crate::mcp::caller::{
     CallerKey, CallerTag, Identified, LogIdentity, REQUEST_ID_HEADER, RequestId, key_digest,
     key_from_headers, tag_of,
 };
-use crate::mcp::jsonrpc::{Message, cancelled_response, classify, error_response};
+use crate::mcp::jsonrpc::{
+    Message, cancelled_response, classify, classify_keeping, error_response,
+};
 use crate::mcp::metrics::{HttpMethod, Metrics};
 use crate::mcp::server::NexusMcp;
 use crate::serving::ForwardedClients;
+use rmcp::model::ClientJsonRpcMessage;
 
 /// What the request guard checks against.
 #[derive(Debug)]
@@ -65,6 +68,8 @@ pub(super) struct Guard {
     pub(super) trusted_proxies: Arc<[super::TrustedProxy]>,
     /// The MCP service a request reaches once admitted.
     pub(super) mcp: McpService,
+    /// The stateless requests answered without rmcp's per-request service.
+    pub(super) dispatch: super::dispatch::Dispatch,
 }
 
 /// rmcp's Streamable HTTP service behind an `Arc`: rmcp's service clones
@@ -269,6 +274,7 @@ impl Guard {
         let Received {
             mut request,
             message,
+            decoded,
         } = self.receive(request, asked).await?;
         if message == Some(Message::Initialize) && caller.key.is_none() && !self.keyless {
             // 403, not 401: this server has no HTTP authentication scheme,
@@ -312,7 +318,7 @@ impl Guard {
                     .await
             }
             (None, _, Some(Message::Request(Some(id)))) => Ok(self
-                .serve_stateless(request, id, caller.id, slot, asked)
+                .serve_stateless((request, decoded), id, caller.id, slot, asked)
                 .await),
             _ => {
                 let response = self.mcp.run(request).await;
@@ -379,6 +385,7 @@ impl Guard {
             return Ok(Received {
                 request,
                 message: None,
+                decoded: None,
             });
         }
         let (parts, body) = request.into_parts();
@@ -408,11 +415,11 @@ impl Guard {
                 ));
             }
         };
-        let message = match classify(&bytes) {
-            Ok((message, label)) => {
+        let (message, decoded) = match classify_keeping(&bytes) {
+            Ok((message, label, decoded)) => {
                 self.metrics.rpc_request(label);
                 let _ = asked.rpc_method.set(label);
-                message
+                (message, decoded)
             }
             Err(invalid) => {
                 self.refusals
@@ -423,6 +430,7 @@ impl Guard {
         Ok(Received {
             request: Request::from_parts(parts, Body::from(bytes)),
             message: Some(message),
+            decoded,
         })
     }
 
@@ -617,7 +625,7 @@ impl Guard {
     /// answer's last byte.
     async fn serve_stateless(
         self: &Arc<Self>,
-        request: Request,
+        (request, decoded): (Request, Option<ClientJsonRpcMessage>),
         id: String,
         caller: CallerId,
         slot: Arc<Slot>,
@@ -626,13 +634,31 @@ impl Guard {
         let running = self.register(caller, asked.client(), id.clone());
         let token = running.token.clone();
         let response = tokio::select! {
-            response = self.mcp.run(request) => response,
+            response = self.answer_stateless(request, decoded) => response,
             () = token.cancelled() => cancelled_response(&id),
         };
         let response = ledger::cut_when_cancelled(response, token);
         // The budget slot is held until the answer's last byte, as
         // a session's is: a streamed answer counts while it runs.
         hold_until_end(response, (slot, running))
+    }
+}
+
+impl Guard {
+    /// A stateless request's answer: by [`super::dispatch`] when it takes
+    /// the request, else by rmcp's service.
+    async fn answer_stateless(
+        &self,
+        request: Request,
+        decoded: Option<ClientJsonRpcMessage>,
+    ) -> Response {
+        if let Some(ClientJsonRpcMessage::Request(call)) = decoded
+            && let Some(version) = super::dispatch::legacy_revision(request.headers(), &call)
+        {
+            let (parts, _read) = request.into_parts();
+            return self.dispatch.answer(parts, call, &version).await;
+        }
+        self.mcp.run(request).await
     }
 }
 
@@ -671,6 +697,8 @@ struct Caller {
 struct Received {
     request: Request,
     message: Option<Message>,
+    /// The message as rmcp's type, when the checks decoded it.
+    decoded: Option<ClientJsonRpcMessage>,
 }
 
 /// Whether a request a trusted proxy forwarded is over the reconnect

@@ -40,6 +40,7 @@ pub(in crate::mcp) mod budget;
 mod call_streams;
 mod connections;
 mod cors;
+mod dispatch;
 mod guard;
 mod ops;
 mod options;
@@ -117,6 +118,7 @@ fn build(
     let keyless = server.serves_keyless();
     let upstreams = server.upstreams();
     let proofs = Arc::new(proof::Proofs::new(server.clone()));
+    let dispatch = dispatch::Dispatch::new(server.clone());
     let mcp = McpService(Arc::new(StreamableHttpService::new(
         move || Ok(server.for_session()),
         Arc::new(call_streams::CallStreams::new(
@@ -152,6 +154,7 @@ fn build(
         running: Mutex::new(guard::ledger::RunningRequests::default()),
         trusted_proxies: options.trusted_proxies.clone().into(),
         mcp,
+        dispatch,
     });
     let mcp = axum::Router::new().route_service(MCP_PATH, Guarded(guard));
     let ops = Arc::new(ops::Ops {

@@ -62,6 +62,7 @@ use super::caller::{CallKey, call_key};
 use super::tool_error::{ToolError, ToolErrorCode};
 use crate::Client;
 use crate::client::{Poller, WaitPolicy};
+use crate::mcp::notifier::Notifier;
 
 pub use self::checks::MAX_WAIT_SECONDS;
 pub(super) use self::shapes::{ContextList, ContextSummary, QueryOutcome, QueryStarted};
@@ -556,7 +557,7 @@ impl NexusServer {
         let mut progress = ctx
             .meta
             .get_progress_token()
-            .map(|token| StepProgress::new(token, ctx.peer.clone()));
+            .map(|token| StepProgress::new(token, Notifier::of(ctx)));
         loop {
             if let Some(p) = progress.as_mut() {
                 p.report(&query.steps).await;

@@ -2,25 +2,28 @@
 
 use std::collections::HashMap;
 
-use rmcp::RoleServer;
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::model::{
+    ProgressNotification, ProgressNotificationParam, ProgressToken, ServerNotification,
+};
+
+use crate::mcp::notifier::Notifier;
 
 use crate::types;
 
 /// Sends one progress notification per new or changed step commentary.
 pub(super) struct StepProgress {
     token: ProgressToken,
-    peer: rmcp::Peer<RoleServer>,
+    notifier: Notifier,
     /// The commentary last reported per step id.
     seen: HashMap<String, String>,
     sent: u32,
 }
 
 impl StepProgress {
-    pub(super) fn new(token: ProgressToken, peer: rmcp::Peer<RoleServer>) -> Self {
+    pub(super) fn new(token: ProgressToken, notifier: Notifier) -> Self {
         StepProgress {
             token,
-            peer,
+            notifier,
             seen: HashMap::new(),
             sent: 0,
         }
@@ -40,7 +43,8 @@ impl StepProgress {
             let note = ProgressNotificationParam::new(self.token.clone(), f64::from(self.sent))
                 .with_message(commentary);
             // A client that went away cannot be told; the result still goes back.
-            if let Err(e) = self.peer.notify_progress(note).await {
+            let note = ServerNotification::ProgressNotification(ProgressNotification::new(note));
+            if let Err(e) = self.notifier.send(note).await {
                 tracing::debug!(error = %e, "could not send a progress notification");
             }
         }
