@@ -1,7 +1,9 @@
 //! A stateless `tools/call` gets one answer whatever else the request
 //! carries: its status, the headers the MCP service sets, every byte of a
 //! JSON body and every event of a stream are those of the same call with
-//! an allowed `Origin` header (or an empty `_meta`).
+//! an allowed `Origin` header (or an empty `_meta`), and those of the same
+//! call answered by rmcp's service (an `Accept` with weights, which the
+//! server's own dispatch leaves to rmcp).
 
 use std::time::Duration;
 
@@ -52,9 +54,14 @@ async fn post_raw(url: &str, body: String, headers: &[(&str, Option<&str>)]) -> 
 
 /// Posts `message` as a plain client does, with `origin` if any.
 async fn post(url: &str, message: &Value, origin: Option<&str>) -> Raw {
+    post_accepting(url, message, origin, "application/json, text/event-stream").await
+}
+
+/// [`post`] with `accept`.
+async fn post_accepting(url: &str, message: &Value, origin: Option<&str>, accept: &str) -> Raw {
     let headers = [
         ("content-type", Some("application/json")),
-        ("accept", Some("application/json, text/event-stream")),
+        ("accept", Some(accept)),
         ("mcp-protocol-version", Some("2025-06-18")),
         ("origin", origin),
     ];
@@ -82,8 +89,12 @@ fn events(body: &str) -> Vec<String> {
         .collect()
 }
 
+/// An `Accept` rmcp reads as the plain one, with weights.
+const WEIGHTED: &str = "application/json;q=1, text/event-stream;q=1";
+
 async fn compare(slow_call: Option<Duration>) {
-    let nexus = fake_nexus(2).await;
+    // Never completed here: every request of a call sees the same turn.
+    let nexus = fake_nexus(1_000).await;
     let mut server = NexusMcp::new().with_nexus(
         NexusServer::new(nexus_client(&nexus.uri())).with_key_policy(caller_keys(false)),
     );
@@ -108,6 +119,7 @@ async fn compare(slow_call: Option<Duration>) {
                 json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
             let without = post(&served.url, &message, None).await;
             let with_origin = post(&served.url, &message, Some(&origin)).await;
+            let by_rmcp = post_accepting(&served.url, &message, None, WEIGHTED).await;
             assert_eq!(without.status, 200, "{params}: {without:?}");
             let streamed = without
                 .content_type
@@ -137,8 +149,23 @@ async fn compare(slow_call: Option<Duration>) {
                 let (a, b) = (events(&without.body), events(&with_origin.body));
                 assert_eq!(a, b, "{params}");
                 assert_eq!(a.len(), 2, "a note, then the answer: {a:?}");
+                assert_eq!(
+                    (
+                        &without.content_type,
+                        &without.cache_control,
+                        &without.accel_buffering
+                    ),
+                    (
+                        &by_rmcp.content_type,
+                        &by_rmcp.cache_control,
+                        &by_rmcp.accel_buffering
+                    ),
+                    "{params}"
+                );
+                assert_eq!(a, events(&by_rmcp.body), "{params}: dispatched and by rmcp");
             } else {
                 assert_eq!(without, with_origin, "{params}");
+                assert_eq!(without, by_rmcp, "{params}: dispatched and by rmcp");
             }
         }
     }
@@ -274,8 +301,36 @@ fn generated() -> impl proptest::strategy::Strategy<Value = Generated> {
 }
 
 async fn send(url: &str, request: &Generated, origin: Option<&str>) -> Raw {
+    send_accepting(url, request, origin, request.accept).await
+}
+
+/// [`send`] with an `Accept` that rmcp reads as the generated one, with a
+/// weight on each range without parameters: answered by rmcp's service.
+async fn send_to_rmcp(url: &str, request: &Generated) -> Raw {
+    let weighted = request.accept.map(|accept| {
+        accept
+            .split(',')
+            .map(|range| {
+                if range.contains(';') {
+                    range.to_owned()
+                } else {
+                    format!("{range};q=1")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    });
+    send_accepting(url, request, None, weighted.as_deref()).await
+}
+
+async fn send_accepting(
+    url: &str,
+    request: &Generated,
+    origin: Option<&str>,
+    accept: Option<&str>,
+) -> Raw {
     let headers = [
-        ("accept", request.accept),
+        ("accept", accept),
         ("content-type", request.content_type),
         ("mcp-protocol-version", request.protocol),
         ("origin", origin),
@@ -284,7 +339,7 @@ async fn send(url: &str, request: &Generated, origin: Option<&str>) -> Raw {
 }
 
 /// Generated requests get the same answer with an allowed `Origin` as
-/// without one.
+/// without one, and as from rmcp's service.
 #[test]
 fn generated_requests_get_one_answer_with_or_without_an_origin() {
     use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -338,29 +393,36 @@ fn generated_requests_get_one_answer_with_or_without_an_origin() {
             protocol,
             body: format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#),
         };
-        let (without, with_origin) = runtime.block_on(async {
+        let (without, with_origin, by_rmcp) = runtime.block_on(async {
             (
                 send(&served.url, &request, None).await,
                 send(&served.url, &request, Some(&origin)).await,
+                send_to_rmcp(&served.url, &request).await,
             )
         });
         assert_eq!(without, with_origin, "{request:?}");
+        assert_eq!(without, by_rmcp, "{request:?}");
     }
     let mut runner = TestRunner::new(config);
     let result = runner.run(&generated(), |request| {
-        let (without, with_origin) = runtime.block_on(async {
+        let (without, with_origin, by_rmcp) = runtime.block_on(async {
             (
                 send(&served.url, &request, None).await,
                 send(&served.url, &request, Some(&origin)).await,
+                send_to_rmcp(&served.url, &request).await,
             )
         });
-        if without == with_origin {
-            Ok(())
-        } else {
-            Err(TestCaseError::fail(format!(
+        if without != with_origin {
+            return Err(TestCaseError::fail(format!(
                 "{without:?} != {with_origin:?}"
-            )))
+            )));
         }
+        if without != by_rmcp {
+            return Err(TestCaseError::fail(format!(
+                "{without:?} != {by_rmcp:?} (by rmcp)"
+            )));
+        }
+        Ok(())
     });
     if let Err(e) = result {
         panic!("{e}");

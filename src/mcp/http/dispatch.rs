@@ -24,14 +24,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::Request;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use rmcp::model::{
-    ClientCapabilities, ClientRequest, ErrorData, GetExtensions, GetMeta, Implementation,
-    InitializeRequestParams, JsonRpcMessage, JsonRpcRequest, ProtocolVersion, RequestId,
-    ServerJsonRpcMessage, ServerNotification, ServerResult,
+    ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorData, GetExtensions, GetMeta,
+    Implementation, InitializeRequestParams, JsonRpcMessage, JsonRpcRequest, ProtocolVersion,
+    RequestId, ServerJsonRpcMessage, ServerNotification, ServerResult,
 };
 use rmcp::service::{RequestContext, RunningService, Service, serve_directly};
 use rmcp::transport::Transport;
@@ -41,6 +42,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::guard::McpService;
 use crate::mcp::notifier::CallNotes;
 use crate::mcp::server::NexusMcp;
 
@@ -114,9 +116,11 @@ fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
     json && sse
 }
 
-/// Answers the stateless requests [`legacy_revision`] takes.
+/// Answers stateless requests: those [`legacy_revision`] takes itself,
+/// the others by rmcp's service.
 pub(super) struct Dispatch {
     server: NexusMcp,
+    rmcp: McpService,
     /// One placeholder service loop per revision served, for the peer a
     /// request context must carry (at most one per known revision).
     placeholders: Mutex<Vec<Placeholder>>,
@@ -138,10 +142,11 @@ struct Placeholder {
 }
 
 impl Dispatch {
-    /// Answers with (fresh sessions of) `server`.
-    pub(super) fn new(server: NexusMcp) -> Self {
+    /// Answers with (fresh sessions of) `server`, or else with `rmcp`.
+    pub(super) fn new(server: NexusMcp, rmcp: McpService) -> Self {
         Dispatch {
             server,
+            rmcp,
             placeholders: Mutex::new(Vec::new()),
         }
     }
@@ -168,8 +173,24 @@ impl Dispatch {
         peer
     }
 
-    /// Runs `request` (with its HTTP `parts`) and answers it.
+    /// The answer to stateless `request`, whose body the guard read and,
+    /// for the methods it checks, `decoded`.
     pub(super) async fn answer(
+        &self,
+        request: Request,
+        decoded: Option<ClientJsonRpcMessage>,
+    ) -> Response {
+        if let Some(ClientJsonRpcMessage::Request(call)) = decoded
+            && let Some(version) = legacy_revision(request.headers(), &call)
+        {
+            let (parts, _read) = request.into_parts();
+            return self.run(parts, call, &version).await;
+        }
+        self.rmcp.run(request).await
+    }
+
+    /// Runs `request` (with its HTTP `parts`) and answers it.
+    async fn run(
         &self,
         parts: http::request::Parts,
         request: JsonRpcRequest<ClientRequest>,
@@ -419,6 +440,11 @@ mod tests {
             ("accept", "application/json;q=0, text/event-stream"),
         ]);
         assert_eq!(legacy_revision(&odd_accept, &list()), None);
+        let weighted = headers(&[
+            ("content-type", "application/json"),
+            ("accept", "application/json;q=1, text/event-stream;q=1"),
+        ]);
+        assert_eq!(legacy_revision(&weighted, &list()), None);
         let json_only = headers(&[
             ("content-type", "application/json"),
             ("accept", "application/json"),

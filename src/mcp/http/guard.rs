@@ -68,8 +68,8 @@ pub(super) struct Guard {
     pub(super) trusted_proxies: Arc<[super::TrustedProxy]>,
     /// The MCP service a request reaches once admitted.
     pub(super) mcp: McpService,
-    /// The stateless requests answered without rmcp's per-request service.
-    pub(super) dispatch: super::dispatch::Dispatch,
+    /// What answers stateless requests (`None` with sessions).
+    pub(super) stateless: super::dispatch::Dispatch,
 }
 
 /// rmcp's Streamable HTTP service behind an `Arc`: rmcp's service clones
@@ -634,31 +634,13 @@ impl Guard {
         let running = self.register(caller, asked.client(), id.clone());
         let token = running.token.clone();
         let response = tokio::select! {
-            response = self.answer_stateless(request, decoded) => response,
+            response = self.stateless.answer(request, decoded) => response,
             () = token.cancelled() => cancelled_response(&id),
         };
         let response = ledger::cut_when_cancelled(response, token);
         // The budget slot is held until the answer's last byte, as
         // a session's is: a streamed answer counts while it runs.
         hold_until_end(response, (slot, running))
-    }
-}
-
-impl Guard {
-    /// A stateless request's answer: by [`super::dispatch`] when it takes
-    /// the request, else by rmcp's service.
-    async fn answer_stateless(
-        &self,
-        request: Request,
-        decoded: Option<ClientJsonRpcMessage>,
-    ) -> Response {
-        if let Some(ClientJsonRpcMessage::Request(call)) = decoded
-            && let Some(version) = super::dispatch::legacy_revision(request.headers(), &call)
-        {
-            let (parts, _read) = request.into_parts();
-            return self.dispatch.answer(parts, call, &version).await;
-        }
-        self.mcp.run(request).await
     }
 }
 

@@ -118,7 +118,7 @@ fn build(
     let keyless = server.serves_keyless();
     let upstreams = server.upstreams();
     let proofs = Arc::new(proof::Proofs::new(server.clone()));
-    let dispatch = dispatch::Dispatch::new(server.clone());
+    let answerer = server.clone();
     let mcp = McpService(Arc::new(StreamableHttpService::new(
         move || Ok(server.for_session()),
         Arc::new(call_streams::CallStreams::new(
@@ -153,8 +153,8 @@ fn build(
         keyless,
         running: Mutex::new(guard::ledger::RunningRequests::default()),
         trusted_proxies: options.trusted_proxies.clone().into(),
+        stateless: dispatch::Dispatch::new(answerer, mcp.clone()),
         mcp,
-        dispatch,
     });
     let mcp = axum::Router::new().route_service(MCP_PATH, Guarded(guard));
     let ops = Arc::new(ops::Ops {
