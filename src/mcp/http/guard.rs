@@ -19,6 +19,7 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode};
+use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use secrecy::SecretString;
@@ -41,7 +42,6 @@ use crate::mcp::jsonrpc::{
 use crate::mcp::metrics::{HttpMethod, Metrics};
 use crate::mcp::server::NexusMcp;
 use crate::serving::ForwardedClients;
-use rmcp::model::ClientJsonRpcMessage;
 
 /// What the request guard checks against.
 #[derive(Debug)]
@@ -68,7 +68,7 @@ pub(super) struct Guard {
     pub(super) trusted_proxies: Arc<[super::TrustedProxy]>,
     /// The MCP service a request reaches once admitted.
     pub(super) mcp: McpService,
-    /// What answers stateless requests (`None` with sessions).
+    /// What answers stateless requests with a JSON-RPC id.
     pub(super) stateless: super::dispatch::Dispatch,
 }
 

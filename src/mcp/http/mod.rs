@@ -30,7 +30,8 @@
 //! Module map: [`options`](HttpOptions) (limits), `connections`
 //! (accepting, connection deadlines, shutdown), `guard` (admission of each
 //! request), `budget` (in-flight slots), `sessions` (ownership and caps),
-//! `answer` (shaping responses), `refusals`, `ops` (operator endpoints).
+//! `dispatch` (answering stateless requests), `answer` (shaping
+//! responses), `refusals`, `ops` (operator endpoints).
 //!
 //! With [`HttpOptions::stateless`] no session state is kept: any number of
 //! processes can serve the same clients behind a plain load balancer.
