@@ -20,7 +20,7 @@
 //! ([`legacy_revision`] decides, conservatively).
 
 use std::convert::Infallible;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -37,12 +37,12 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RunningService, Service, serve_directly};
 use rmcp::transport::Transport;
 use rmcp::transport::common::http_header::HEADER_MCP_PROTOCOL_VERSION;
+use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::{Peer, RoleServer};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::guard::McpService;
 use crate::mcp::notifier::CallNotes;
 use crate::mcp::server::NexusMcp;
 
@@ -114,6 +114,29 @@ fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
         }
     }
     json && sse
+}
+
+/// rmcp's Streamable HTTP service behind an `Arc`: rmcp's service clones
+/// itself (its whole configuration, host and origin lists included) in
+/// each `call`, where this calls it by reference.
+#[derive(Clone)]
+pub(super) struct McpService(
+    pub(super) Arc<StreamableHttpService<NexusMcp, super::call_streams::CallStreams>>,
+);
+
+impl std::fmt::Debug for McpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpService").finish_non_exhaustive()
+    }
+}
+
+impl McpService {
+    pub(super) async fn run(&self, request: Request) -> Response {
+        use axum::response::IntoResponse;
+        // Boxed: rmcp's future is kilobytes, and the guard's own future
+        // (moved into its box per request) should not carry it inline.
+        Box::pin(self.0.handle(request)).await.into_response()
+    }
 }
 
 /// Answers stateless requests: those [`legacy_revision`] takes itself,

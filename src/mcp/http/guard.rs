@@ -21,13 +21,13 @@ use futures::FutureExt;
 use http::{HeaderValue, Method, StatusCode};
 use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
-use rmcp::transport::streamable_http_server::StreamableHttpService;
 use secrecy::SecretString;
 use tokio::time::Instant;
 
 use super::answer::{coalesce_answer, prefers_json, with_deadline};
 use super::budget::{Budgets, CallerId, Over, Slot, hold_until_end};
 use super::cors::{self, HostOrigin};
+use super::dispatch::{Dispatch, McpService};
 use super::options::MAX_REQUEST_BODY_BYTES;
 use super::proof::{Proofs, Standing};
 use super::refusals::{Reason, Refusals};
@@ -40,7 +40,6 @@ use crate::mcp::jsonrpc::{
     Message, cancelled_response, classify, classify_keeping, error_response,
 };
 use crate::mcp::metrics::{HttpMethod, Metrics};
-use crate::mcp::server::NexusMcp;
 use crate::serving::ForwardedClients;
 
 /// What the request guard checks against.
@@ -69,29 +68,7 @@ pub(super) struct Guard {
     /// The MCP service a request reaches once admitted.
     pub(super) mcp: McpService,
     /// What answers stateless requests with a JSON-RPC id.
-    pub(super) stateless: super::dispatch::Dispatch,
-}
-
-/// rmcp's Streamable HTTP service behind an `Arc`: rmcp's service clones
-/// itself (its whole configuration, host and origin lists included) in
-/// each `call`, where this calls it by reference.
-#[derive(Clone)]
-pub(super) struct McpService(
-    pub(super) Arc<StreamableHttpService<NexusMcp, super::call_streams::CallStreams>>,
-);
-
-impl std::fmt::Debug for McpService {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpService").finish_non_exhaustive()
-    }
-}
-
-impl McpService {
-    pub(super) async fn run(&self, request: Request) -> Response {
-        // Boxed: rmcp's future is kilobytes, and the guard's own future
-        // (moved into its box per request) should not carry it inline.
-        Box::pin(self.0.handle(request)).await.into_response()
-    }
+    pub(super) stateless: Dispatch,
 }
 
 /// [`check_request`] as the service at the MCP path: one boxed future per
