@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, StatusCode};
 use rmcp::model::{
     ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorData, GetExtensions, GetMeta,
     Implementation, InitializeRequestParams, JsonRpcMessage, JsonRpcRequest, ProtocolVersion,
@@ -132,7 +132,6 @@ impl std::fmt::Debug for McpService {
 
 impl McpService {
     pub(super) async fn run(&self, request: Request) -> Response {
-        use axum::response::IntoResponse;
         // Boxed: rmcp's future is kilobytes, and the guard's own future
         // (moved into its box per request) should not carry it inline.
         Box::pin(self.0.handle(request)).await.into_response()
@@ -277,21 +276,19 @@ fn note_message(note: ServerNotification) -> ServerJsonRpcMessage {
 /// `message` as a JSON body (200, as rmcp answers a stateless request,
 /// errors included).
 fn json_answer(message: &ServerJsonRpcMessage) -> Response {
-    let Ok(body) = serde_json::to_vec(message) else {
-        return failed_to_encode();
-    };
-    let mut response = Response::new(Body::from(body));
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn failed_to_encode() -> Response {
-    let mut response = Response::new(Body::from("the answer could not be encoded"));
-    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    response
+    match serde_json::to_vec(message) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the answer could not be encoded",
+        )
+            .into_response(),
+    }
 }
 
 /// What an SSE answer still has to send.
@@ -358,18 +355,12 @@ fn sse_answer(stream: Stream) -> Response {
         Some((Ok::<_, Infallible>(frame), stream))
     })
     .boxed();
-    let mut response = Response::new(Body::from_stream(body));
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    let headers = [
+        (http::header::CONTENT_TYPE, "text/event-stream"),
+        (http::header::CACHE_CONTROL, "no-cache"),
+        (http::HeaderName::from_static("x-accel-buffering"), "no"),
+    ];
+    (headers, Body::from_stream(body)).into_response()
 }
 
 /// The placeholder loops' transport: reads nothing, drops what is sent.
@@ -400,6 +391,7 @@ impl Transport<RoleServer> for Silent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
